@@ -1,0 +1,1 @@
+"""Typed strategies, models and the laws that relate them."""

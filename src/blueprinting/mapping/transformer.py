@@ -1,0 +1,478 @@
+"""The typed strategy and schedule ADT (seed: "Algebraic data model").
+
+``TransformerTrainingMappingSpec`` stores parallelism as its canonical pattern-matchable structure:
+
+    TransformerTrainingParallelism
+    ├── tensor: TensorParallel(degree, communication)
+    ├── pipeline: PipelineParallel(degree, schedule)
+    ├── data: DataParallel(degree, optimizer_sharding)
+    └── recompute: RecomputePolicy
+
+Degree-named properties (``tensor_degree``, ``world_size``, ``microbatch_count``...) are derived
+projections: they are neither stored nor serialized. Every sum-type variant is its own frozen
+dataclass; an option that matters for one variant lives inside it. ``__post_init__`` checks only
+single-value invariants; cross-field laws live in :mod:`blueprinting.mapping.laws`.
+
+Inference has its own top-level record whose parallelism uses :class:`ReplicaParallel`, so
+independent serving replicas are never mislabeled as data parallelism with gradient sync.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TypeAlias, assert_never, final
+
+from blueprinting.errors import ConfigError
+from blueprinting.mapping.model import TransformerModelSpec
+
+
+def _require_positive(owner: str, **values: int) -> None:
+    bad = [
+        f"{owner}.{key} must be a positive integer, got {value!r}"
+        for key, value in values.items()
+        if type(value) is not int or value < 1
+    ]
+    if bad:
+        raise ConfigError(bad)
+
+
+# --------------------------------------------------------------------------------------------
+# Tensor-parallel communication
+# --------------------------------------------------------------------------------------------
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AllReduce:
+    """Megatron's default TP boundary: an all-reduce after each row-parallel GEMM."""
+
+    def __str__(self) -> str:
+        return "ar"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReduceScatterAllGather:
+    """Sequence parallelism (Korthikanti et al. 2022, Section 4.2.2): reduce-scatter after the
+    row-parallel GEMM, all-gather before the column-parallel one; norms and dropout run on s/t."""
+
+    def __str__(self) -> str:
+        return "rs+ag"
+
+
+TensorCommunication: TypeAlias = AllReduce | ReduceScatterAllGather
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TensorParallel:
+    degree: int
+    communication: TensorCommunication = field(default_factory=AllReduce)
+
+    def __post_init__(self) -> None:
+        _require_positive("TensorParallel", degree=self.degree)
+
+    def __str__(self) -> str:
+        return f"TP{self.degree}({self.communication})"
+
+
+# --------------------------------------------------------------------------------------------
+# Pipeline schedules
+# --------------------------------------------------------------------------------------------
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SingleStage:
+    """p = 1: no pipelining."""
+
+    def __str__(self) -> str:
+        return "single"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OneForwardOneBackward:
+    """Synchronous non-interleaved 1F1B (PipeDream-Flush; Narayanan et al. 2021, Section 2.2.1)."""
+
+    def __str__(self) -> str:
+        return "1F1B"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InterleavedOneForwardOneBackward:
+    """Interleaved 1F1B with ``virtual_stages`` model chunks per physical stage
+    (Narayanan et al. 2021, Section 2.2.2).
+
+    ``microbatch_group_size`` is Megatron's ``microbatch_group_size_per_vp_stage``; ``None`` means
+    Megatron's default, the pipeline degree. ``overlap_p2p_comm`` is Megatron's asynchronous P2P
+    overlap, which also lets interleaving run with p = 2.
+    """
+
+    virtual_stages: int
+    microbatch_group_size: int | None = None
+    overlap_p2p_comm: bool = False
+
+    def __post_init__(self) -> None:
+        _require_positive("InterleavedOneForwardOneBackward", virtual_stages=self.virtual_stages)
+        if self.microbatch_group_size is not None:
+            _require_positive(
+                "InterleavedOneForwardOneBackward",
+                microbatch_group_size=self.microbatch_group_size,
+            )
+
+    def __str__(self) -> str:
+        group = "" if self.microbatch_group_size is None else f" N{self.microbatch_group_size}"
+        return f"1F1B x{self.virtual_stages}{group}"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForwardOnly:
+    """Static inference forward pipeline."""
+
+    def __str__(self) -> str:
+        return "fwd"
+
+
+PipelineSchedule: TypeAlias = (
+    SingleStage | OneForwardOneBackward | InterleavedOneForwardOneBackward | ForwardOnly
+)
+
+
+def virtual_stages_of(schedule: PipelineSchedule) -> int:
+    """v: model chunks per physical pipeline stage (1 unless interleaved)."""
+    match schedule:
+        case InterleavedOneForwardOneBackward(virtual_stages=v):
+            return v
+        case SingleStage() | OneForwardOneBackward() | ForwardOnly():
+            return 1
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EvenStages:
+    """Every physical stage holds num_layers / p blocks (the seed's static planner)."""
+
+    def __str__(self) -> str:
+        return "even"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnevenStages:
+    """Megatron's decoder_first/last_pipeline_num_layers: explicit first/last stage block counts;
+    the remaining blocks are split evenly over the middle stages."""
+
+    first_stage_layers: int | None = None
+    last_stage_layers: int | None = None
+
+    def __post_init__(self) -> None:
+        for key, value in (
+            ("first_stage_layers", self.first_stage_layers),
+            ("last_stage_layers", self.last_stage_layers),
+        ):
+            if value is not None:
+                _require_positive("UnevenStages", **{key: value})
+
+    def __str__(self) -> str:
+        return f"uneven({self.first_stage_layers},{self.last_stage_layers})"
+
+
+StageLayout: TypeAlias = EvenStages | UnevenStages
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PipelineParallel:
+    degree: int
+    schedule: PipelineSchedule
+    layout: StageLayout = field(default_factory=EvenStages)
+
+    def __post_init__(self) -> None:
+        _require_positive("PipelineParallel", degree=self.degree)
+
+    def __str__(self) -> str:
+        extra = "" if isinstance(self.layout, EvenStages) else f" {self.layout}"
+        return f"PP{self.degree}({self.schedule}{extra})"
+
+
+# --------------------------------------------------------------------------------------------
+# Data parallelism and optimizer sharding
+# --------------------------------------------------------------------------------------------
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NoOptimizerSharding:
+    """Every DP rank holds full weights, gradients and optimizer states (ZeRO-0)."""
+
+    def __str__(self) -> str:
+        return "no-shard"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DistributedOptimizer:
+    """Megatron's distributed optimizer (``use_distributed_optimizer``, sharding strategy
+    ``optim``): optimizer states and fp32 main params sharded over DP (ZeRO-1, Rajbhandari et al.
+    2020); gradients reduce-scattered, updated params all-gathered."""
+
+    overlap_param_gather: bool = False
+
+    def __str__(self) -> str:
+        return "dist-opt"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShardedGradients:
+    """``optim_grads``: optimizer states and gradients sharded (ZeRO-2)."""
+
+    overlap_param_gather: bool = False
+
+    def __str__(self) -> str:
+        return "zero2"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ShardedParameters:
+    """``optim_grads_params``: states, gradients and parameters sharded (ZeRO-3 / FSDP);
+    parameters are all-gathered before each forward and each backward."""
+
+    overlap_param_gather: bool = False
+
+    def __str__(self) -> str:
+        return "zero3"
+
+
+OptimizerSharding: TypeAlias = (
+    NoOptimizerSharding | DistributedOptimizer | ShardedGradients | ShardedParameters
+)
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DataParallel:
+    degree: int
+    optimizer_sharding: OptimizerSharding = field(default_factory=NoOptimizerSharding)
+    overlap_grad_reduce: bool = False
+
+    def __post_init__(self) -> None:
+        _require_positive("DataParallel", degree=self.degree)
+
+    def __str__(self) -> str:
+        return f"DP{self.degree}({self.optimizer_sharding})"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReplicaParallel:
+    """Independent inference replicas: no gradients, no synchronization between them."""
+
+    degree: int
+
+    def __post_init__(self) -> None:
+        _require_positive("ReplicaParallel", degree=self.degree)
+
+    def __str__(self) -> str:
+        return f"R{self.degree}"
+
+
+# --------------------------------------------------------------------------------------------
+# Activation recomputation (Korthikanti et al. 2022, Section 5)
+# --------------------------------------------------------------------------------------------
+class RecomputeMethod(StrEnum):
+    """Megatron's ``recompute_method``: ``uniform`` checkpoints every ``num_layers`` blocks;
+    ``block`` recomputes the first ``num_layers`` blocks of each stage and stores the rest."""
+
+    UNIFORM = "uniform"
+    BLOCK = "block"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NoRecompute:
+    def __str__(self) -> str:
+        return "none"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SelectiveRecompute:
+    """Recompute the attention core (QK^T, softmax, dropout, attention over V) in backward."""
+
+    def __str__(self) -> str:
+        return "selective"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FullRecompute:
+    """Store only block inputs and recompute whole blocks in backward."""
+
+    method: RecomputeMethod = RecomputeMethod.UNIFORM
+    num_layers: int = 1
+
+    def __post_init__(self) -> None:
+        _require_positive("FullRecompute", num_layers=self.num_layers)
+
+    def __str__(self) -> str:
+        return f"full({self.method},{self.num_layers})"
+
+
+RecomputePolicy: TypeAlias = NoRecompute | SelectiveRecompute | FullRecompute
+
+
+# --------------------------------------------------------------------------------------------
+# Top-level records
+# --------------------------------------------------------------------------------------------
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TransformerTrainingParallelism:
+    tensor: TensorParallel
+    pipeline: PipelineParallel
+    data: DataParallel
+    recompute: RecomputePolicy = field(default_factory=NoRecompute)
+
+    def __str__(self) -> str:
+        return f"{self.tensor} {self.pipeline} {self.data} recompute={self.recompute}"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BatchSpec:
+    """Sequences per optimizer step (global) and per forward/backward call (micro)."""
+
+    global_batch_size: int
+    micro_batch_size: int = 1
+
+    def __post_init__(self) -> None:
+        _require_positive(
+            "BatchSpec",
+            global_batch_size=self.global_batch_size,
+            micro_batch_size=self.micro_batch_size,
+        )
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TransformerTrainingMappingSpec:
+    parallelism: TransformerTrainingParallelism
+    batch: BatchSpec
+
+    # Derived projections: computed, never stored or serialized. Divisions are exact only when
+    # the laws hold; these use floor division and callers check laws first.
+    @property
+    def tensor_degree(self) -> int:
+        return self.parallelism.tensor.degree
+
+    @property
+    def pipeline_degree(self) -> int:
+        return self.parallelism.pipeline.degree
+
+    @property
+    def data_degree(self) -> int:
+        return self.parallelism.data.degree
+
+    @property
+    def virtual_stages(self) -> int:
+        return virtual_stages_of(self.parallelism.pipeline.schedule)
+
+    @property
+    def world_size(self) -> int:
+        return self.tensor_degree * self.pipeline_degree * self.data_degree
+
+    @property
+    def sequence_parallel(self) -> bool:
+        return isinstance(self.parallelism.tensor.communication, ReduceScatterAllGather)
+
+    @property
+    def local_batch(self) -> int:
+        return self.batch.global_batch_size // self.data_degree
+
+    @property
+    def microbatch_count(self) -> int:
+        return self.batch.global_batch_size // (self.data_degree * self.batch.micro_batch_size)
+
+    def __str__(self) -> str:
+        return str(self.parallelism)
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TransformerInferenceParallelism:
+    tensor: TensorParallel
+    pipeline: PipelineParallel
+    replicas: ReplicaParallel
+
+    def __str__(self) -> str:
+        return f"{self.tensor} {self.pipeline} {self.replicas}"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InferenceWorkload:
+    """One serving request shape: batch_size sequences of prompt_length tokens each generating
+    generated_tokens tokens."""
+
+    batch_size: int
+    prompt_length: int
+    generated_tokens: int
+
+    def __post_init__(self) -> None:
+        _require_positive(
+            "InferenceWorkload",
+            batch_size=self.batch_size,
+            prompt_length=self.prompt_length,
+            generated_tokens=self.generated_tokens,
+        )
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TransformerInferenceMappingSpec:
+    parallelism: TransformerInferenceParallelism
+    workload: InferenceWorkload
+
+    @property
+    def tensor_degree(self) -> int:
+        return self.parallelism.tensor.degree
+
+    @property
+    def pipeline_degree(self) -> int:
+        return self.parallelism.pipeline.degree
+
+    @property
+    def replica_degree(self) -> int:
+        return self.parallelism.replicas.degree
+
+    @property
+    def world_size(self) -> int:
+        return self.tensor_degree * self.pipeline_degree * self.replica_degree
+
+    def __str__(self) -> str:
+        return str(self.parallelism)
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainingSpec:
+    """A model and a training mapping: what ``from_mapping`` returns and the laws check."""
+
+    model: TransformerModelSpec
+    mapping: TransformerTrainingMappingSpec
+
+    def __str__(self) -> str:
+        return f"{self.model.name}: {self.mapping}"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InferenceSpec:
+    """A model and an inference mapping."""
+
+    model: TransformerModelSpec
+    mapping: TransformerInferenceMappingSpec
+
+    def __str__(self) -> str:
+        return f"{self.model.name}: {self.mapping}"
