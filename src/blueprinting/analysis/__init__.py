@@ -1,0 +1,1 @@
+"""Iteration, memory and FLOPs analysis composed from the typed program and PortablePlanIR."""

@@ -1,0 +1,83 @@
+"""The seed's analytic 1F1B bubble contract, exactly as written and labelled.
+
+Seed, "Pipeline-schedule mapping":
+
+    T_chunk  = T_forward_chunk + T_backward_chunk          (of ONE virtual chunk)
+    n_bubble = (p - 1) + extra_interleaving_bubbles
+    extra_interleaving_bubbles = (v - 1) * (p - m mod p)   when m mod p != 0, else 0
+    T_bubble = n_bubble * T_chunk - T_imbalance_correction
+
+It is the same contract as Calculon's ``bubble_time`` (calculon/llm/llm.py, caa4b11), whose
+imbalance correction is ``(p - L mod p) * (T_fw_block + T_bw_block)`` for uneven layer counts.
+
+This is an analytical contract, not an execution fact. ``../shared/reference/schedules.md`` §4
+records where it departs from what Megatron-LM runs: for every schedule Megatron accepts the real
+bubble is (p - 1) * T_chunk; the extra interleaving term only describes schedules Megatron refuses,
+and the imbalance correction still overestimates uneven bubbles. The concrete scheduler
+(:mod:`blueprinting.simulator`) reports the measured figure beside this one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import final
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BubbleContract:
+    """The seed's contract evaluated: every term kept so a report can show its arithmetic."""
+
+    pipeline_degree: int
+    virtual_stages: int
+    microbatch_count: int
+    chunk_time_s: float
+    extra_interleaving_bubbles: int
+    imbalance_correction_s: float
+
+    @property
+    def n_bubble(self) -> int:
+        return (self.pipeline_degree - 1) + self.extra_interleaving_bubbles
+
+    @property
+    def bubble_s(self) -> float:
+        return self.n_bubble * self.chunk_time_s - self.imbalance_correction_s
+
+
+def extra_interleaving_bubbles(p: int, v: int, m: int) -> int:
+    """(v - 1) * (p - m mod p) when m mod p != 0, else 0 (seed)."""
+    remainder = m % p
+    if remainder == 0:
+        return 0
+    return (v - 1) * (p - remainder)
+
+
+def analytic_bubble(
+    *,
+    p: int,
+    v: int,
+    m: int,
+    forward_chunk_s: float,
+    backward_chunk_s: float,
+    imbalance_correction_s: float = 0.0,
+) -> BubbleContract:
+    """Evaluate the seed's contract. ``forward_chunk_s``/``backward_chunk_s`` are the critical
+    paths of ONE virtual chunk (L / (p*v) blocks), backward including recompute."""
+    return BubbleContract(
+        pipeline_degree=p,
+        virtual_stages=v,
+        microbatch_count=m,
+        chunk_time_s=forward_chunk_s + backward_chunk_s,
+        extra_interleaving_bubbles=extra_interleaving_bubbles(p, v, m),
+        imbalance_correction_s=imbalance_correction_s,
+    )
+
+
+def imbalance_correction(
+    *, p: int, max_blocks_per_stage: int, total_blocks: int, block_fw_bw_s: float
+) -> float:
+    """T_imbalance_correction: the stages that hold fewer blocks than the most loaded one shorten
+    the bubble by their missing blocks' forward+backward time (Calculon's
+    ``bubble_reduction_time``: (p - L mod p) missing blocks when L = p*ceil(L/p) - missing)."""
+    missing = p * max_blocks_per_stage - total_blocks
+    return missing * block_fw_bw_s

@@ -1,0 +1,1 @@
+"""PortablePlanIR: costed, target-neutral critical paths of the local block and pipeline chunks."""

@@ -1,0 +1,194 @@
+"""PortablePlanIR: the costed local plan, times and sizes only (seed: "PortablePlan pass contract").
+
+It is produced from DistributedTaskIR by costing every task on a system, and holds, for one GPU:
+
+- the forward, backward (activation- and weight-gradient) and recompute critical paths of one
+  local TP block, each split into compute time and TP-communication time (link and exposed);
+- the first-stage (embedding) and last-stage (LM head and loss) extras;
+- the blocks each physical pipeline stage holds and how they split into virtual chunks;
+- the P2P message between adjacent stages.
+
+It says nothing about devices or about how PP and DP compose: iteration analysis does that from the
+typed program. The forward and backward *chunk* critical paths of the seed's 1F1B contract are
+derived here (``forward_chunk_s`` / ``backward_chunk_s``) following Calculon's decomposition
+(Isaev et al., SC'23, "Calculon", Section 3: a chunk is its blocks' compute plus their exposed TP
+communication plus one P2P transfer at the chunk's edge).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import final
+
+from blueprinting.errors import VerificationError
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PhaseCost:
+    """One phase of one unit of work on one GPU.
+
+    ``compute_s`` is the serial compute time of its tasks; ``comm_s`` the link time of its TP
+    collectives; ``comm_exposed_s`` the part of that on the critical path (equal to ``comm_s``
+    unless communication is overlapped). ``flops`` and ``bytes_moved`` are local counts.
+    """
+
+    compute_s: float
+    comm_s: float = 0.0
+    comm_exposed_s: float = 0.0
+    flops: int = 0
+    bytes_moved: int = 0
+
+    @property
+    def critical_path_s(self) -> float:
+        return self.compute_s + self.comm_exposed_s
+
+    def scaled(self, factor: int) -> PhaseCost:
+        return PhaseCost(
+            compute_s=self.compute_s * factor,
+            comm_s=self.comm_s * factor,
+            comm_exposed_s=self.comm_exposed_s * factor,
+            flops=self.flops * factor,
+            bytes_moved=self.bytes_moved * factor,
+        )
+
+
+ZERO_PHASE = PhaseCost(compute_s=0.0)
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BlockCost:
+    """Critical paths of one local transformer block for one microbatch."""
+
+    forward: PhaseCost
+    backward_activation: PhaseCost
+    backward_weight: PhaseCost
+    recompute: PhaseCost = ZERO_PHASE
+
+    @property
+    def forward_s(self) -> float:
+        return self.forward.critical_path_s
+
+    @property
+    def backward_s(self) -> float:
+        """Backward critical path without recompute."""
+        return self.backward_activation.critical_path_s + self.backward_weight.critical_path_s
+
+    @property
+    def backward_with_recompute_s(self) -> float:
+        return self.backward_s + self.recompute.critical_path_s
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExtraCost:
+    """Work that only the first (embedding) or last (LM head, loss) pipeline stage does."""
+
+    forward: PhaseCost
+    backward: PhaseCost
+
+    @property
+    def total_s(self) -> float:
+        return self.forward.critical_path_s + self.backward.critical_path_s
+
+
+NO_EXTRA = ExtraCost(forward=ZERO_PHASE, backward=ZERO_PHASE)
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StagePlan:
+    """One physical pipeline stage: its blocks per virtual chunk and which extras it carries."""
+
+    index: int
+    blocks_per_chunk: tuple[int, ...]
+    has_embedding: bool
+    has_lm_head: bool
+
+    @property
+    def blocks(self) -> int:
+        return sum(self.blocks_per_chunk)
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PortablePlanIR:
+    """The costed local plan of one training strategy on one system (see module docstring)."""
+
+    block: BlockCost
+    embedding: ExtraCost
+    lm_head: ExtraCost
+    stages: tuple[StagePlan, ...]
+    p2p_forward_s: float
+    p2p_backward_s: float
+    p2p_bytes: int
+
+    def __post_init__(self) -> None:
+        self.verify()
+
+    def verify(self) -> None:
+        """Structural invariants: stages indexed 0..p-1, equal chunk counts, non-negative times."""
+        problems: list[str] = []
+        if not self.stages:
+            problems.append("a plan needs at least one pipeline stage")
+        for position, stage in enumerate(self.stages):
+            if stage.index != position:
+                problems.append(f"stage at position {position} has index {stage.index}")
+            if len(stage.blocks_per_chunk) != len(self.stages[0].blocks_per_chunk):
+                problems.append(f"stage {stage.index} has a different virtual chunk count")
+            if any(b < 0 for b in stage.blocks_per_chunk):
+                problems.append(f"stage {stage.index} has a negative block count")
+        times = (self.p2p_forward_s, self.p2p_backward_s)
+        if any(t < 0 for t in times) or self.p2p_bytes < 0:
+            problems.append("P2P time and size must be non-negative")
+        if problems:
+            raise VerificationError("PortablePlanIR: " + "; ".join(problems))
+
+    # Derived projections ----------------------------------------------------------------
+    @property
+    def pipeline_degree(self) -> int:
+        return len(self.stages)
+
+    @property
+    def virtual_stages(self) -> int:
+        return len(self.stages[0].blocks_per_chunk)
+
+    @property
+    def max_blocks_per_chunk(self) -> int:
+        return max(max(stage.blocks_per_chunk) for stage in self.stages)
+
+    @property
+    def max_blocks_per_stage(self) -> int:
+        return max(stage.blocks for stage in self.stages)
+
+    @property
+    def total_blocks(self) -> int:
+        return sum(stage.blocks for stage in self.stages)
+
+    def forward_chunk_s(self, blocks: int | None = None) -> float:
+        """T_forward_chunk: forward critical path of one virtual chunk, with its edge P2P send."""
+        count = self.max_blocks_per_chunk if blocks is None else blocks
+        return count * self.block.forward_s + self._p2p(self.p2p_forward_s)
+
+    def backward_chunk_s(self, blocks: int | None = None) -> float:
+        """T_backward_chunk: backward (with recompute) of one virtual chunk, with its edge P2P."""
+        count = self.max_blocks_per_chunk if blocks is None else blocks
+        return count * self.block.backward_with_recompute_s + self._p2p(self.p2p_backward_s)
+
+    def stage_microbatch_compute_s(self, stage: StagePlan) -> float:
+        """Forward + backward (+ recompute) critical path of one microbatch on ``stage``,
+        extras included, P2P excluded."""
+        work = stage.blocks * (self.block.forward_s + self.block.backward_with_recompute_s)
+        if stage.has_embedding:
+            work += self.embedding.total_s
+        if stage.has_lm_head:
+            work += self.lm_head.total_s
+        return work
+
+    def critical_stage(self) -> StagePlan:
+        """The stage with the longest per-microbatch critical path (first one on ties)."""
+        return max(self.stages, key=self.stage_microbatch_compute_s)
+
+    def _p2p(self, seconds: float) -> float:
+        return seconds if self.pipeline_degree > 1 else 0.0
