@@ -1,0 +1,198 @@
+"""Iteration analysis: compose PP and DP from the typed program around PortablePlanIR.
+
+The iteration time of the critical pipeline stage's GPU is a sum of named terms, each counted once
+(the decomposition of Calculon's ``total_time``, Isaev et al. SC'23, Section 3; it is verified
+there to equal the sum on every record):
+
+    T = forward + backward + recompute + pipeline_bubble
+        + tp_comm_exposed + pp_comm_exposed + dp_comm_exposed + optimizer
+
+with, for m microbatches, v virtual chunks and the critical stage's B blocks:
+
+- forward / backward / recompute: m x (B x block compute + the stage's embedding / LM-head extras);
+- tp_comm_exposed: m x B x exposed TP collective time of a block (forward, backward, recompute);
+- pp_comm_exposed: blocking P2P (Megatron's default): m x v x (send forward + send backward);
+  interleaved with ``overlap_p2p_comm``: 2 (p v - 1) transfers, the warm-up and cool-down ones
+  (``../shared/reference/schedules.md`` §4);
+- pipeline_bubble: the seed's analytic contract (:mod:`.pipeline_contract`) or the concrete
+  scheduler's measured bubble, whichever the caller selects;
+- dp_comm_exposed: :mod:`.data_parallel`; optimizer: :mod:`.optimizer_step`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import assert_never, final
+
+from blueprinting.analysis.pipeline_contract import (
+    BubbleContract,
+    analytic_bubble,
+    imbalance_correction,
+)
+from blueprinting.mapping.transformer import (
+    ForwardOnly,
+    InterleavedOneForwardOneBackward,
+    OneForwardOneBackward,
+    PipelineSchedule,
+    SingleStage,
+    TransformerTrainingMappingSpec,
+)
+from blueprinting.synthesizer.stages.portable_plan.ir import PortablePlanIR, StagePlan
+
+
+class BubbleSource(StrEnum):
+    """Which bubble figure the iteration total uses."""
+
+    CONTRACT = "contract"
+    SIMULATED = "simulated"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TimeBreakdown:
+    """Seconds per iteration, each term once; ``total_s`` is their sum by definition."""
+
+    forward: float
+    backward: float
+    recompute: float
+    pipeline_bubble: float
+    tp_comm_exposed: float
+    pp_comm_exposed: float
+    dp_comm_exposed: float
+    optimizer: float
+
+    @property
+    def total_s(self) -> float:
+        return (
+            self.forward
+            + self.backward
+            + self.recompute
+            + self.pipeline_bubble
+            + self.tp_comm_exposed
+            + self.pp_comm_exposed
+            + self.dp_comm_exposed
+            + self.optimizer
+        )
+
+    def as_dict(self) -> dict[str, float]:
+        return {
+            "forward": self.forward,
+            "backward": self.backward,
+            "recompute": self.recompute,
+            "pipeline_bubble": self.pipeline_bubble,
+            "tp_comm_exposed": self.tp_comm_exposed,
+            "pp_comm_exposed": self.pp_comm_exposed,
+            "dp_comm_exposed": self.dp_comm_exposed,
+            "optimizer": self.optimizer,
+        }
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageWork:
+    """Per-iteration work terms of one stage (everything but bubble, DP and optimizer)."""
+
+    forward: float
+    backward: float
+    recompute: float
+    tp_comm_exposed: float
+
+    @property
+    def total_s(self) -> float:
+        return self.forward + self.backward + self.recompute + self.tp_comm_exposed
+
+
+def stage_work(plan: PortablePlanIR, stage: StagePlan, microbatches: int) -> StageWork:
+    """m x (the stage's blocks + its extras), split into the breakdown's terms."""
+    block = plan.block
+    forward = stage.blocks * block.forward.compute_s
+    backward = stage.blocks * (
+        block.backward_activation.compute_s + block.backward_weight.compute_s
+    )
+    recompute = stage.blocks * block.recompute.compute_s
+    tp = stage.blocks * (
+        block.forward.comm_exposed_s
+        + block.backward_activation.comm_exposed_s
+        + block.backward_weight.comm_exposed_s
+        + block.recompute.comm_exposed_s
+    )
+    for present, extra in ((stage.has_embedding, plan.embedding), (stage.has_lm_head, plan.lm_head)):
+        if present:
+            forward += extra.forward.compute_s
+            backward += extra.backward.compute_s
+            tp += extra.forward.comm_exposed_s + extra.backward.comm_exposed_s
+    return StageWork(
+        forward=microbatches * forward,
+        backward=microbatches * backward,
+        recompute=microbatches * recompute,
+        tp_comm_exposed=microbatches * tp,
+    )
+
+
+def bubble_contract(plan: PortablePlanIR, microbatches: int) -> BubbleContract:
+    """The seed's contract fed with this plan's chunk critical paths."""
+    p = plan.pipeline_degree
+    if p == 1:
+        return analytic_bubble(
+            p=1, v=1, m=microbatches, forward_chunk_s=0.0, backward_chunk_s=0.0
+        )
+    block = plan.block
+    correction = imbalance_correction(
+        p=p,
+        max_blocks_per_stage=plan.max_blocks_per_stage,
+        total_blocks=plan.total_blocks,
+        block_fw_bw_s=block.forward_s + block.backward_with_recompute_s,
+    )
+    return analytic_bubble(
+        p=p,
+        v=plan.virtual_stages,
+        m=microbatches,
+        forward_chunk_s=plan.forward_chunk_s(),
+        backward_chunk_s=plan.backward_chunk_s(),
+        imbalance_correction_s=correction,
+    )
+
+
+def pipeline_p2p_exposed(
+    schedule: PipelineSchedule, plan: PortablePlanIR, microbatches: int
+) -> float:
+    """Exposed P2P time per iteration (module docstring)."""
+    p, v = plan.pipeline_degree, plan.virtual_stages
+    if p == 1:
+        return 0.0
+    per_microbatch_chunk = plan.p2p_forward_s + plan.p2p_backward_s
+    match schedule:
+        case InterleavedOneForwardOneBackward(overlap_p2p_comm=True):
+            return (p * v - 1) * per_microbatch_chunk
+        case InterleavedOneForwardOneBackward() | OneForwardOneBackward():
+            return microbatches * v * per_microbatch_chunk
+        case ForwardOnly():
+            return microbatches * v * plan.p2p_forward_s
+        case SingleStage():
+            return 0.0
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def compose_breakdown(
+    *,
+    mapping: TransformerTrainingMappingSpec,
+    plan: PortablePlanIR,
+    bubble_s: float,
+    dp_exposed_s: float,
+    optimizer_s: float,
+) -> TimeBreakdown:
+    """The critical stage's iteration breakdown."""
+    m = mapping.microbatch_count
+    work = stage_work(plan, plan.critical_stage(), m)
+    return TimeBreakdown(
+        forward=work.forward,
+        backward=work.backward,
+        recompute=work.recompute,
+        pipeline_bubble=bubble_s,
+        tp_comm_exposed=work.tp_comm_exposed,
+        pp_comm_exposed=pipeline_p2p_exposed(mapping.parallelism.pipeline.schedule, plan, m),
+        dp_comm_exposed=dp_exposed_s,
+        optimizer=optimizer_s,
+    )

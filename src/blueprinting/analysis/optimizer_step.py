@@ -1,0 +1,51 @@
+"""Time of the Adam optimizer step on one GPU.
+
+Adam (Kingma & Ba 2015, Algorithm 1) with mixed precision (Micikevicius et al. 2018) updates each
+fp32 main parameter from its gradient and two fp32 moments, then writes the low-precision copy.
+Per parameter this is 11 FLOPs (Calculon's count, calculon/llm/layers.py ``Linear`` optimizer
+FLOPs) and the HBM traffic
+
+    read grad (grad_bytes) + read/write main param (4 + 4) + read/write m and v (8 + 8)
+    + write the model-precision param (param_bytes)
+
+The step is memory-bound on every accelerator we model; its time is the system's op time of that
+traffic and those FLOPs on the vector engine. The GPU updates only the parameters whose optimizer
+state it owns: stage_parameters / d under any sharded variant.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import final
+
+from blueprinting.hardware.system import Engine, SystemSpec
+from blueprinting.mapping.model import Datatype
+
+ADAM_FLOPS_PER_PARAMETER = 11
+MAIN_PARAM_BYTES = 4
+MOMENT_BYTES = 4
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OptimizerStepCost:
+    parameters: int
+    flops: int
+    bytes_moved: int
+    time_s: float
+
+
+def adam_step_cost(
+    *,
+    parameters: int,
+    param_bytes: int,
+    grad_bytes: int,
+    datatype: Datatype,
+    system: SystemSpec,
+) -> OptimizerStepCost:
+    """Adam step over ``parameters`` locally owned parameters (module docstring)."""
+    per_param = grad_bytes + 2 * MAIN_PARAM_BYTES + 4 * MOMENT_BYTES + param_bytes
+    flops = ADAM_FLOPS_PER_PARAMETER * parameters
+    moved = per_param * parameters
+    time_s = system.op_time(flops, moved, Engine.VECTOR, datatype)
+    return OptimizerStepCost(parameters=parameters, flops=flops, bytes_moved=moved, time_s=time_s)
