@@ -185,9 +185,14 @@ class Placements:
     backward_out: Placement
 
 
-def placements(sharding: TpSharding, *, sequence_parallel: bool, dim: ShardDim) -> Placements:
-    """Placements of an op on the tp axis; ``dim`` names the sharded feature dimension."""
+def placements(
+    sharding: TpSharding, *, tp: int, sequence_parallel: bool, dim: ShardDim
+) -> Placements:
+    """Placements of an op on the tp axis; ``dim`` names the sharded feature dimension. With
+    t = 1 every tensor is whole, so everything is replicated."""
     r, p, s = Replicate(), Partial(), Shard(dim=dim)
+    if tp == 1:
+        return Placements(forward_in=r, forward_out=r, backward_in=r, backward_out=r)
     match sharding:
         case TpSharding.COLUMN:
             return Placements(forward_in=r, forward_out=s, backward_in=s, backward_out=p)

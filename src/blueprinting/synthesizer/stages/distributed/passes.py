@@ -84,7 +84,7 @@ class _GroupBuilder:
 
     def compute(self, op: SemanticOp, phase: Phase, deps: tuple[str | None, ...]) -> str | None:
         sp = self.plan.sequence_parallel
-        pl = placements(op.sharding, sequence_parallel=sp, dim=op.shard_dim)
+        pl = placements(op.sharding, tp=self.plan.tp, sequence_parallel=sp, dim=op.shard_dim)
         match phase:
             case Phase.FORWARD | Phase.RECOMPUTE:
                 work, source, target = op.forward, pl.forward_in, pl.forward_out
