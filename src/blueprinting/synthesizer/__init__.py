@@ -1,0 +1,1 @@
+"""Derivation of parallel block plans from typed strategies (dialects) through staged IRs."""

@@ -1,0 +1,1 @@
+"""IR stages: each holds values (ir.py) and the passes that build and check them."""

@@ -1,0 +1,1 @@
+"""Model-family dialects: the semantic operations of each model family."""

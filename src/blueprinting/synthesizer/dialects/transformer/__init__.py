@@ -1,0 +1,1 @@
+"""The decoder-only transformer dialect: semantic block, TP work algebra, derivation."""

@@ -1,0 +1,920 @@
+"""The training block's work algebra (seed: "Tensor-parallel mapping").
+
+A transformer block is a list of :class:`SemanticOp` values, each with its forward,
+activation-gradient and weight-gradient :class:`Work` for one microbatch of ``b`` sequences of
+``s`` tokens. The same builder, :func:`block_ops`, evaluated on *global* dimensions gives the
+semantic block and on *local* (per TP rank) dimensions gives the local work, so conservation
+(local work x shards = global work) is a property of the algebra, not of bookkeeping.
+
+GEMM convention (seed): ``Y[M,K] = X[M,N] W[N,K]``; N is the contraction dimension. The forward
+costs 2MNK FLOPs; the activation gradient dX = dY W^T and the weight gradient dW = X^T dY cost
+2MNK each (Narayanan et al. 2021, Section 5.1: "backward pass requires double the number of
+FLOPs"). A batched matmul with ``batch`` independent products costs 2*batch*MNK; both of its
+operands are activations, so its backward is 2 x 2*batch*MNK of activation-gradient work and no
+weight-gradient work (Calculon ``calculon/llm/layers.py`` BatchMatMul counts it the same way).
+
+Tensor parallelism (Shoeybi et al. 2019, Section 3): the QKV projection and the MLP up projection
+are column-parallel (weight output dimension split over t), the output projection and the MLP down
+projection row-parallel (contraction dimension split over t), the attention core runs on
+heads/t (and groups/t) heads. Local GEMM work is therefore 2MNK/t. Four semantic boundaries need
+a collective (:func:`boundary_collectives`): before each column-parallel GEMM the full activation
+must be present, after each row-parallel GEMM the partial sums must be reduced. With all-reduce
+communication that is an all-reduce after the row-parallel GEMM in forward and after the
+column-parallel GEMM's activation gradient in backward. With sequence parallelism (Korthikanti et
+al. 2022, Section 4.2.2) the all-reduce becomes reduce-scatter + all-gather, norms, dropout and
+residuals run on s/t tokens (requires ``s mod t = 0``), and Megatron re-gathers the column-
+parallel GEMM's input in backward for its weight gradient (``megatron/core/tensor_parallel/
+layers.py``, ``LinearWithGradAccumulationAndAsyncCommunication.backward``), which we model as a
+REGATHER collective. Every collective carries the full activation it reconstructs:
+``b*s*h*bytes`` (Calculon counts the same message size).
+
+Element-wise per-element FLOP counts are a convention, not a measurement; LayerNorm, softmax,
+GeLU, dropout counts follow Calculon's layer model (``calculon/llm/layers.py``); RMSNorm and
+SwiGLU counts are our own estimates (stated at the constants). Nothing downstream compares them
+exactly with anything.
+
+Public API (used by training_derivation.py and stages/distributed/passes.py):
+
+- :class:`BlockDims`, :func:`global_dims`, :func:`local_dims`
+- :func:`block_ops(model, dims) -> tuple[SemanticOp, ...]` (forward order)
+- :func:`first_stage_ops`, :func:`last_stage_ops` (embedding; final norm, LM head, cross-entropy)
+- :class:`TpSharding` and :func:`placements` (how each op shards, DTensor-style S/R/P)
+- :func:`boundary_collectives(model, dims, tp, sequence_parallel)`
+- :class:`LocalBlockPlan` (what the derivation hands to the lowering pass)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TypeAlias, assert_never, final
+
+from blueprinting.mapping.model import (
+    MlpActivation,
+    Normalization,
+    PositionEmbedding,
+    TransformerModelSpec,
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Vocabulary
+# --------------------------------------------------------------------------------------------
+class OpKind(StrEnum):
+    """What kind of kernel an operation is, so a later stage can pick an efficiency model."""
+
+    GEMM = "gemm"
+    BATCHED_MATMUL = "batched_matmul"
+    ELEMENTWISE = "elementwise"
+    NORM = "norm"
+    SOFTMAX = "softmax"
+    GATHER = "gather"
+    CROSS_ENTROPY = "cross_entropy"
+
+
+class CollectiveKind(StrEnum):
+    ALL_REDUCE = "all_reduce"
+    REDUCE_SCATTER = "reduce_scatter"
+    ALL_GATHER = "all_gather"
+
+
+class CollectivePurpose(StrEnum):
+    """BOUNDARY collectives sit on the activation (or gradient) chain; REGATHER re-gathers a
+    sequence-parallel input for a weight gradient; STATISTIC reduces per-token scalars of the
+    vocab-parallel cross-entropy."""
+
+    BOUNDARY = "boundary"
+    REGATHER = "regather"
+    STATISTIC = "statistic"
+
+
+class Direction(StrEnum):
+    FORWARD = "forward"
+    BACKWARD = "backward"
+
+
+class SemanticOpName(StrEnum):
+    INPUT_NORM = "input_norm"
+    QKV_PROJECTION = "qkv_projection"
+    ATTENTION_SCORES = "attention_scores"
+    SOFTMAX = "softmax"
+    ATTENTION_DROPOUT = "attention_dropout"
+    ATTENTION_OVER_VALUES = "attention_over_values"
+    OUTPUT_PROJECTION = "output_projection"
+    ATTENTION_RESIDUAL = "attention_residual"
+    POST_ATTENTION_NORM = "post_attention_norm"
+    MLP_UP = "mlp_up"
+    MLP_ACTIVATION = "mlp_activation"
+    MLP_DOWN = "mlp_down"
+    MLP_RESIDUAL = "mlp_residual"
+    # first / last pipeline stage extras
+    EMBEDDING = "embedding"
+    POSITION_EMBEDDING = "position_embedding"
+    FINAL_NORM = "final_norm"
+    LM_HEAD = "lm_head"
+    CROSS_ENTROPY = "cross_entropy"
+
+
+#: The attention core that selective recompute re-runs (Korthikanti et al. 2022, Section 5).
+ATTENTION_CORE: frozenset[SemanticOpName] = frozenset(
+    {
+        SemanticOpName.ATTENTION_SCORES,
+        SemanticOpName.SOFTMAX,
+        SemanticOpName.ATTENTION_DROPOUT,
+        SemanticOpName.ATTENTION_OVER_VALUES,
+    }
+)
+
+
+class TpSharding(StrEnum):
+    """How an op's work splits over the t ranks of the tp axis."""
+
+    COLUMN = "column"  # weight's output dimension split; output S(features)
+    ROW = "row"  # contraction dimension split; output partial sums P
+    HEADS = "heads"  # attention core on heads/t heads
+    FEATURES = "features"  # element-wise on a feature-sharded tensor (MLP activation)
+    TOKENS = "tokens"  # token-wise: replicated under all-reduce, S(seq) under sequence parallelism
+    VOCAB = "vocab"  # over V/t logits (vocab-parallel cross-entropy)
+    REPLICATED = "replicated"  # every rank does the whole op (masked vocab-parallel lookup)
+
+
+# --------------------------------------------------------------------------------------------
+# Placements (DTensor style: S(dim), R, P)
+# --------------------------------------------------------------------------------------------
+class ShardDim(StrEnum):
+    SEQ = "seq"
+    HEADS = "heads"
+    FFN = "ffn"
+    VOCAB = "vocab"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Shard:
+    dim: ShardDim
+
+    def __str__(self) -> str:
+        return f"S({self.dim})"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Replicate:
+    def __str__(self) -> str:
+        return "R"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Partial:
+    def __str__(self) -> str:
+        return "P"
+
+
+Placement: TypeAlias = Shard | Replicate | Partial
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Placements:
+    """Input and output placement of one op's forward (and of its activation gradient)."""
+
+    forward_in: Placement
+    forward_out: Placement
+    backward_in: Placement
+    backward_out: Placement
+
+
+def placements(
+    sharding: TpSharding, *, tp: int, sequence_parallel: bool, dim: ShardDim
+) -> Placements:
+    """Placements of an op on the tp axis; ``dim`` names the sharded feature dimension. With
+    t = 1 every tensor is whole, so everything is replicated."""
+    r, p, s = Replicate(), Partial(), Shard(dim=dim)
+    if tp == 1:
+        return Placements(forward_in=r, forward_out=r, backward_in=r, backward_out=r)
+    match sharding:
+        case TpSharding.COLUMN:
+            return Placements(forward_in=r, forward_out=s, backward_in=s, backward_out=p)
+        case TpSharding.ROW:
+            return Placements(forward_in=s, forward_out=p, backward_in=r, backward_out=s)
+        case TpSharding.HEADS | TpSharding.FEATURES | TpSharding.VOCAB:
+            return Placements(forward_in=s, forward_out=s, backward_in=s, backward_out=s)
+        case TpSharding.TOKENS:
+            t = Shard(dim=ShardDim.SEQ) if sequence_parallel else r
+            return Placements(forward_in=t, forward_out=t, backward_in=t, backward_out=t)
+        case TpSharding.REPLICATED:
+            return Placements(forward_in=r, forward_out=p, backward_in=r, backward_out=r)
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+# --------------------------------------------------------------------------------------------
+# Work and shapes
+# --------------------------------------------------------------------------------------------
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Work:
+    """FLOPs (matrix-engine and vector-engine separately) and HBM bytes of one op in one phase."""
+
+    matrix_flops: int = 0
+    vector_flops: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+
+    @property
+    def flops(self) -> int:
+        return self.matrix_flops + self.vector_flops
+
+    @property
+    def is_empty(self) -> bool:
+        return self.flops == 0 and self.bytes_read == 0 and self.bytes_written == 0
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GemmShape:
+    """``Y[M,K] = X[M,N] W[N,K]`` repeated ``batch`` times (batch = 1 for a plain GEMM)."""
+
+    m: int
+    n: int
+    k: int
+    batch: int = 1
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.batch * self.m * self.n * self.k
+
+    def __str__(self) -> str:
+        prefix = f"{self.batch}x" if self.batch != 1 else ""
+        return f"{prefix}[{self.m},{self.n}]x[{self.n},{self.k}]"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SemanticOp:
+    """One semantic operation of a block (or of a stage extra) with its work per phase."""
+
+    name: SemanticOpName
+    kind: OpKind
+    sharding: TpSharding
+    shard_dim: ShardDim
+    forward: Work
+    activation_grad: Work
+    weight_grad: Work
+    gemm: GemmShape | None = None
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BlockDims:
+    """The dimensions a block's work depends on; global or as seen by one TP rank.
+
+    ``gemm_tokens`` is the M of every GEMM (always b*s: a sequence-parallel rank all-gathers
+    before its column-parallel GEMM); ``token_rows`` the tokens of token-wise ops (b*s, or b*s/t
+    under sequence parallelism).
+    """
+
+    micro_batch: int
+    seq_length: int
+    gemm_tokens: int
+    token_rows: int
+    hidden: int
+    heads: int
+    groups: int
+    kv_channels: int
+    ffn: int
+    vocab: int
+
+
+def global_dims(model: TransformerModelSpec, micro_batch: int) -> BlockDims:
+    tokens = micro_batch * model.seq_length
+    return BlockDims(
+        micro_batch=micro_batch,
+        seq_length=model.seq_length,
+        gemm_tokens=tokens,
+        token_rows=tokens,
+        hidden=model.hidden_size,
+        heads=model.num_attention_heads,
+        groups=model.num_query_groups,
+        kv_channels=model.kv_channels,
+        ffn=model.ffn_hidden_size,
+        vocab=model.padded_vocab_size,
+    )
+
+
+def local_dims(
+    model: TransformerModelSpec, micro_batch: int, *, tp: int, sequence_parallel: bool
+) -> BlockDims:
+    """Dimensions on one TP rank. Callers check divisibility first (t | heads, groups, ffn,
+    vocab; t | s under sequence parallelism); floor division here never repairs anything."""
+    tokens = micro_batch * model.seq_length
+    return BlockDims(
+        micro_batch=micro_batch,
+        seq_length=model.seq_length,
+        gemm_tokens=tokens,
+        token_rows=tokens // tp if sequence_parallel else tokens,
+        hidden=model.hidden_size,
+        heads=model.num_attention_heads // tp,
+        groups=model.num_query_groups // tp,
+        kv_channels=model.kv_channels,
+        ffn=model.ffn_hidden_size // tp,
+        vocab=model.padded_vocab_size // tp,
+    )
+
+
+def shards_of(sharding: TpSharding, *, tp: int, sequence_parallel: bool) -> int:
+    """How many distinct pieces the global op is split into (1 = every rank does it all)."""
+    match sharding:
+        case TpSharding.COLUMN | TpSharding.ROW | TpSharding.HEADS:
+            return tp
+        case TpSharding.FEATURES | TpSharding.VOCAB:
+            return tp
+        case TpSharding.TOKENS:
+            return tp if sequence_parallel else 1
+        case TpSharding.REPLICATED:
+            return 1
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+# Per-element FLOP conventions: (forward, activation grad, weight grad).
+# LayerNorm, softmax, GeLU: Calculon calculon/llm/layers.py (LayerNorm 9/14/7, SoftMax 5/8,
+# GeLU 8/13). RMSNorm: our estimate, LayerNorm without the mean and the bias (6/10/2 per element).
+# SwiGLU: our estimate, silu(gate)*up = 6 per output element forward, 10 backward.
+_LAYERNORM_FLOPS = (9, 14, 7)
+_RMSNORM_FLOPS = (6, 10, 2)
+_SOFTMAX_FLOPS = (5, 8)
+_GELU_FLOPS = (8, 13)
+_SWIGLU_FLOPS = (6, 10)
+_DROPOUT_MASK_BYTES = 1
+
+
+def _gemm(
+    name: SemanticOpName,
+    sharding: TpSharding,
+    dim: ShardDim,
+    shape: GemmShape,
+    *,
+    bias: bool,
+    width_bytes: int,
+) -> SemanticOp:
+    e = width_bytes
+    m, n, k = shape.m, shape.n, shape.k
+    bias_elems = k if bias else 0
+    return SemanticOp(
+        name=name,
+        kind=OpKind.GEMM,
+        sharding=sharding,
+        shard_dim=dim,
+        gemm=shape,
+        forward=Work(
+            matrix_flops=shape.flops,
+            vector_flops=m * k if bias else 0,
+            bytes_read=(m * n + n * k + bias_elems) * e,
+            bytes_written=m * k * e,
+        ),
+        activation_grad=Work(
+            matrix_flops=shape.flops,
+            bytes_read=(m * k + n * k) * e,
+            bytes_written=m * n * e,
+        ),
+        weight_grad=Work(
+            matrix_flops=shape.flops,
+            vector_flops=m * k if bias else 0,
+            bytes_read=(m * n + m * k) * e,
+            bytes_written=(n * k + bias_elems) * e,
+        ),
+    )
+
+
+def _bmm(name: SemanticOpName, shape: GemmShape, *, width_bytes: int) -> SemanticOp:
+    e, bt = width_bytes, shape.batch
+    x, w, y = bt * shape.m * shape.n, bt * shape.n * shape.k, bt * shape.m * shape.k
+    return SemanticOp(
+        name=name,
+        kind=OpKind.BATCHED_MATMUL,
+        sharding=TpSharding.HEADS,
+        shard_dim=ShardDim.HEADS,
+        gemm=shape,
+        forward=Work(matrix_flops=shape.flops, bytes_read=(x + w) * e, bytes_written=y * e),
+        activation_grad=Work(
+            matrix_flops=2 * shape.flops, bytes_read=(x + w + y) * e, bytes_written=(x + w) * e
+        ),
+        weight_grad=Work(),
+    )
+
+
+def _norm(
+    name: SemanticOpName, model: TransformerModelSpec, rows: int, *, width_bytes: int
+) -> SemanticOp:
+    e, h = width_bytes, model.hidden_size
+    elems = rows * h
+    match model.normalization:
+        case Normalization.LAYERNORM:
+            fw, ag, wg = _LAYERNORM_FLOPS
+        case Normalization.RMSNORM:
+            fw, ag, wg = _RMSNORM_FLOPS
+        case _ as unreachable:
+            assert_never(unreachable)
+    params = model.norm_parameters
+    return SemanticOp(
+        name=name,
+        kind=OpKind.NORM,
+        sharding=TpSharding.TOKENS,
+        shard_dim=ShardDim.SEQ,
+        forward=Work(
+            vector_flops=fw * elems, bytes_read=(elems + params) * e, bytes_written=elems * e
+        ),
+        activation_grad=Work(
+            vector_flops=ag * elems, bytes_read=(2 * elems + params) * e, bytes_written=elems * e
+        ),
+        weight_grad=Work(
+            vector_flops=wg * elems, bytes_read=2 * elems * e, bytes_written=params * e
+        ),
+    )
+
+
+def _residual(
+    name: SemanticOpName, rows: int, hidden: int, *, bias: bool, width_bytes: int
+) -> SemanticOp:
+    """Bias + dropout + residual add, fused as Megatron's ``bias_dropout_add`` does; the
+    row-parallel GEMM's bias therefore belongs here (added after the reduction)."""
+    e, elems = width_bytes, rows * hidden
+    bias_flops = elems if bias else 0
+    bias_elems = hidden if bias else 0
+    return SemanticOp(
+        name=name,
+        kind=OpKind.ELEMENTWISE,
+        sharding=TpSharding.TOKENS,
+        shard_dim=ShardDim.SEQ,
+        forward=Work(
+            vector_flops=2 * elems + bias_flops,  # dropout multiply, residual add
+            bytes_read=(2 * elems + bias_elems) * e,
+            bytes_written=elems * e + elems * _DROPOUT_MASK_BYTES,
+        ),
+        activation_grad=Work(
+            vector_flops=2 * elems,  # mask the gradient, accumulate the residual stream
+            bytes_read=2 * elems * e + elems * _DROPOUT_MASK_BYTES,
+            bytes_written=elems * e,
+        ),
+        weight_grad=Work(
+            vector_flops=bias_flops,
+            bytes_read=elems * e if bias else 0,
+            bytes_written=bias_elems * e,
+        ),
+    )
+
+
+def block_ops(model: TransformerModelSpec, dims: BlockDims) -> tuple[SemanticOp, ...]:
+    """The block's semantic ops in forward order, evaluated on ``dims`` (global or local)."""
+    e = model.datatype.bytes
+    bias = model.add_bias_linear
+    rows, m, h, kv = dims.token_rows, dims.gemm_tokens, dims.hidden, dims.kv_channels
+    b, s = dims.micro_batch, dims.seq_length
+    q_width = dims.heads * kv
+    qkv_width = (dims.heads + 2 * dims.groups) * kv
+    up_width = 2 * dims.ffn if model.activation is MlpActivation.SWIGLU else dims.ffn
+    score_elems = b * dims.heads * s * s
+    ffn_elems = m * dims.ffn
+    match model.activation:
+        case MlpActivation.GELU:
+            act_fw, act_bw = _GELU_FLOPS
+            act_inputs = 1
+        case MlpActivation.SWIGLU:
+            act_fw, act_bw = _SWIGLU_FLOPS
+            act_inputs = 2
+        case _ as unreachable:
+            assert_never(unreachable)
+    return (
+        _norm(SemanticOpName.INPUT_NORM, model, rows, width_bytes=e),
+        _gemm(
+            SemanticOpName.QKV_PROJECTION,
+            TpSharding.COLUMN,
+            ShardDim.HEADS,
+            GemmShape(m=m, n=h, k=qkv_width),
+            bias=bias,
+            width_bytes=e,
+        ),
+        _bmm(
+            SemanticOpName.ATTENTION_SCORES,
+            GemmShape(m=s, n=kv, k=s, batch=b * dims.heads),
+            width_bytes=e,
+        ),
+        SemanticOp(
+            name=SemanticOpName.SOFTMAX,
+            kind=OpKind.SOFTMAX,
+            sharding=TpSharding.HEADS,
+            shard_dim=ShardDim.HEADS,
+            forward=Work(
+                vector_flops=_SOFTMAX_FLOPS[0] * score_elems,
+                bytes_read=score_elems * e,
+                bytes_written=score_elems * e,
+            ),
+            activation_grad=Work(
+                vector_flops=_SOFTMAX_FLOPS[1] * score_elems,
+                bytes_read=2 * score_elems * e,
+                bytes_written=score_elems * e,
+            ),
+            weight_grad=Work(),
+        ),
+        SemanticOp(
+            name=SemanticOpName.ATTENTION_DROPOUT,
+            kind=OpKind.ELEMENTWISE,
+            sharding=TpSharding.HEADS,
+            shard_dim=ShardDim.HEADS,
+            forward=Work(
+                vector_flops=score_elems,
+                bytes_read=score_elems * e,
+                bytes_written=score_elems * (e + _DROPOUT_MASK_BYTES),
+            ),
+            activation_grad=Work(
+                vector_flops=score_elems,
+                bytes_read=score_elems * (e + _DROPOUT_MASK_BYTES),
+                bytes_written=score_elems * e,
+            ),
+            weight_grad=Work(),
+        ),
+        _bmm(
+            SemanticOpName.ATTENTION_OVER_VALUES,
+            GemmShape(m=s, n=s, k=kv, batch=b * dims.heads),
+            width_bytes=e,
+        ),
+        _gemm(
+            SemanticOpName.OUTPUT_PROJECTION,
+            TpSharding.ROW,
+            ShardDim.HEADS,
+            GemmShape(m=m, n=q_width, k=h),
+            bias=False,
+            width_bytes=e,
+        ),
+        _residual(SemanticOpName.ATTENTION_RESIDUAL, rows, h, bias=bias, width_bytes=e),
+        _norm(SemanticOpName.POST_ATTENTION_NORM, model, rows, width_bytes=e),
+        _gemm(
+            SemanticOpName.MLP_UP,
+            TpSharding.COLUMN,
+            ShardDim.FFN,
+            GemmShape(m=m, n=h, k=up_width),
+            bias=bias,
+            width_bytes=e,
+        ),
+        SemanticOp(
+            name=SemanticOpName.MLP_ACTIVATION,
+            kind=OpKind.ELEMENTWISE,
+            sharding=TpSharding.FEATURES,
+            shard_dim=ShardDim.FFN,
+            forward=Work(
+                vector_flops=act_fw * ffn_elems,
+                bytes_read=act_inputs * ffn_elems * e,
+                bytes_written=ffn_elems * e,
+            ),
+            activation_grad=Work(
+                vector_flops=act_bw * ffn_elems,
+                bytes_read=(act_inputs + 1) * ffn_elems * e,
+                bytes_written=act_inputs * ffn_elems * e,
+            ),
+            weight_grad=Work(),
+        ),
+        _gemm(
+            SemanticOpName.MLP_DOWN,
+            TpSharding.ROW,
+            ShardDim.FFN,
+            GemmShape(m=m, n=dims.ffn, k=h),
+            bias=False,
+            width_bytes=e,
+        ),
+        _residual(SemanticOpName.MLP_RESIDUAL, rows, h, bias=bias, width_bytes=e),
+    )
+
+
+# Vocab-parallel cross-entropy per-logit FLOPs (our convention, after Megatron's
+# megatron/core/tensor_parallel/cross_entropy.py): forward max, subtract, exp, sum = 4;
+# backward softmax minus one-hot and scale = 2.
+_CROSS_ENTROPY_FLOPS = (4, 2)
+#: Megatron's vocab-parallel cross-entropy reduces three per-token fp32 statistics over tp:
+#: the logit max, the predicted logit and the sum of exponentials.
+CROSS_ENTROPY_STATISTICS = ("logit_max", "predicted_logit", "sum_exp")
+CROSS_ENTROPY_STATISTIC_BYTES = 4
+
+
+def first_stage_ops(model: TransformerModelSpec, dims: BlockDims) -> tuple[SemanticOp, ...]:
+    """Embedding lookup (vocab-parallel, masked on every rank) and learned positions."""
+    e, h, tokens = model.datatype.bytes, dims.hidden, dims.gemm_tokens
+    lookup = SemanticOp(
+        name=SemanticOpName.EMBEDDING,
+        kind=OpKind.GATHER,
+        sharding=TpSharding.REPLICATED,
+        shard_dim=ShardDim.VOCAB,
+        forward=Work(bytes_read=tokens * h * e + tokens * 8, bytes_written=tokens * h * e),
+        activation_grad=Work(),
+        # scatter-add of every token's gradient row into the (vocab-sharded) table
+        weight_grad=Work(
+            vector_flops=tokens * h,
+            bytes_read=tokens * h * e + tokens * 8,
+            bytes_written=tokens * h * e,
+        ),
+    )
+    match model.position_embedding:
+        case PositionEmbedding.ROPE:
+            return (lookup,)
+        case PositionEmbedding.LEARNED_ABSOLUTE:
+            rows = dims.token_rows
+            positions = SemanticOp(
+                name=SemanticOpName.POSITION_EMBEDDING,
+                kind=OpKind.ELEMENTWISE,
+                sharding=TpSharding.TOKENS,
+                shard_dim=ShardDim.SEQ,
+                forward=Work(
+                    vector_flops=rows * h, bytes_read=2 * rows * h * e, bytes_written=rows * h * e
+                ),
+                activation_grad=Work(),
+                weight_grad=Work(
+                    vector_flops=rows * h, bytes_read=rows * h * e, bytes_written=rows * h * e
+                ),
+            )
+            return (lookup, positions)
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def last_stage_ops(model: TransformerModelSpec, dims: BlockDims) -> tuple[SemanticOp, ...]:
+    """Final norm, LM head ``[b*s, h] x [h, V/t]`` (column-parallel) and the vocab-parallel
+    cross-entropy (Megatron ``parallel_output=True`` path)."""
+    e, tokens = model.datatype.bytes, dims.gemm_tokens
+    logits = tokens * dims.vocab
+    ce_fw, ce_bw = _CROSS_ENTROPY_FLOPS
+    return (
+        _norm(SemanticOpName.FINAL_NORM, model, dims.token_rows, width_bytes=e),
+        _gemm(
+            SemanticOpName.LM_HEAD,
+            TpSharding.COLUMN,
+            ShardDim.VOCAB,
+            GemmShape(m=tokens, n=dims.hidden, k=dims.vocab),
+            bias=False,
+            width_bytes=e,
+        ),
+        SemanticOp(
+            name=SemanticOpName.CROSS_ENTROPY,
+            kind=OpKind.CROSS_ENTROPY,
+            sharding=TpSharding.VOCAB,
+            shard_dim=ShardDim.VOCAB,
+            forward=Work(
+                vector_flops=ce_fw * logits, bytes_read=logits * e, bytes_written=logits * e
+            ),
+            activation_grad=Work(
+                vector_flops=ce_bw * logits, bytes_read=logits * e, bytes_written=logits * e
+            ),
+            weight_grad=Work(),
+        ),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Boundaries
+# --------------------------------------------------------------------------------------------
+class Boundary(StrEnum):
+    """The four block boundaries where a TP collective reconstructs a semantic activation."""
+
+    ATTENTION_INPUT = "attention_input"  # before the column-parallel QKV projection
+    ATTENTION_OUTPUT = "attention_output"  # after the row-parallel output projection
+    MLP_INPUT = "mlp_input"  # before the column-parallel MLP up projection
+    MLP_OUTPUT = "mlp_output"  # after the row-parallel MLP down projection
+    LM_HEAD_INPUT = "lm_head_input"
+    EMBEDDING_OUTPUT = "embedding_output"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BoundaryCollective:
+    """A collective on the tp axis: what it reconstructs, in which direction, its bytes.
+
+    ``bytes`` is the size of the full (unsharded) tensor, the convention of NCCL-tests' "size"
+    and of Calculon's ``*_tp_comm_size``; a cost model turns it into bus traffic.
+    """
+
+    boundary: Boundary
+    direction: Direction
+    purpose: CollectivePurpose
+    kind: CollectiveKind
+    bytes: int
+    source: Placement
+    target: Placement
+    after: SemanticOpName  # the op whose output (or whose input's gradient) it carries
+
+
+def _column_input_collectives(
+    boundary: Boundary, op: SemanticOpName, size: int, *, sequence_parallel: bool
+) -> tuple[BoundaryCollective, ...]:
+    """Before a column-parallel GEMM: AG in forward (SP); the input gradient is partial, so
+    AR (or RS under SP) in backward; under SP Megatron re-gathers the input for dW."""
+    seq, r, p = Shard(dim=ShardDim.SEQ), Replicate(), Partial()
+    if not sequence_parallel:
+        return (
+            BoundaryCollective(
+                boundary=boundary,
+                direction=Direction.BACKWARD,
+                purpose=CollectivePurpose.BOUNDARY,
+                kind=CollectiveKind.ALL_REDUCE,
+                bytes=size,
+                source=p,
+                target=r,
+                after=op,
+            ),
+        )
+    return (
+        BoundaryCollective(
+            boundary=boundary,
+            direction=Direction.FORWARD,
+            purpose=CollectivePurpose.BOUNDARY,
+            kind=CollectiveKind.ALL_GATHER,
+            bytes=size,
+            source=seq,
+            target=r,
+            after=op,
+        ),
+        BoundaryCollective(
+            boundary=boundary,
+            direction=Direction.BACKWARD,
+            purpose=CollectivePurpose.BOUNDARY,
+            kind=CollectiveKind.REDUCE_SCATTER,
+            bytes=size,
+            source=p,
+            target=seq,
+            after=op,
+        ),
+        BoundaryCollective(
+            boundary=boundary,
+            direction=Direction.BACKWARD,
+            purpose=CollectivePurpose.REGATHER,
+            kind=CollectiveKind.ALL_GATHER,
+            bytes=size,
+            source=seq,
+            target=r,
+            after=op,
+        ),
+    )
+
+
+def _row_output_collectives(
+    boundary: Boundary, op: SemanticOpName, size: int, *, sequence_parallel: bool
+) -> tuple[BoundaryCollective, ...]:
+    """After a row-parallel GEMM: AR (or RS under SP) of the partial output in forward; under
+    SP the output gradient is all-gathered in backward."""
+    seq, r, p = Shard(dim=ShardDim.SEQ), Replicate(), Partial()
+    if not sequence_parallel:
+        return (
+            BoundaryCollective(
+                boundary=boundary,
+                direction=Direction.FORWARD,
+                purpose=CollectivePurpose.BOUNDARY,
+                kind=CollectiveKind.ALL_REDUCE,
+                bytes=size,
+                source=p,
+                target=r,
+                after=op,
+            ),
+        )
+    return (
+        BoundaryCollective(
+            boundary=boundary,
+            direction=Direction.FORWARD,
+            purpose=CollectivePurpose.BOUNDARY,
+            kind=CollectiveKind.REDUCE_SCATTER,
+            bytes=size,
+            source=p,
+            target=seq,
+            after=op,
+        ),
+        BoundaryCollective(
+            boundary=boundary,
+            direction=Direction.BACKWARD,
+            purpose=CollectivePurpose.BOUNDARY,
+            kind=CollectiveKind.ALL_GATHER,
+            bytes=size,
+            source=seq,
+            target=r,
+            after=op,
+        ),
+    )
+
+
+def activation_bytes(model: TransformerModelSpec, micro_batch: int) -> int:
+    """b*s*h*bytes: the activation every TP boundary collective reconstructs."""
+    return micro_batch * model.seq_length * model.hidden_size * model.datatype.bytes
+
+
+def boundary_collectives(
+    model: TransformerModelSpec, micro_batch: int, *, tp: int, sequence_parallel: bool
+) -> dict[SemanticOpName, tuple[BoundaryCollective, ...]]:
+    """The block's TP collectives keyed by the GEMM they belong to (none when t = 1)."""
+    if tp == 1:
+        return {}
+    size = activation_bytes(model, micro_batch)
+    sp = sequence_parallel
+    return {
+        SemanticOpName.QKV_PROJECTION: _column_input_collectives(
+            Boundary.ATTENTION_INPUT, SemanticOpName.QKV_PROJECTION, size, sequence_parallel=sp
+        ),
+        SemanticOpName.OUTPUT_PROJECTION: _row_output_collectives(
+            Boundary.ATTENTION_OUTPUT, SemanticOpName.OUTPUT_PROJECTION, size, sequence_parallel=sp
+        ),
+        SemanticOpName.MLP_UP: _column_input_collectives(
+            Boundary.MLP_INPUT, SemanticOpName.MLP_UP, size, sequence_parallel=sp
+        ),
+        SemanticOpName.MLP_DOWN: _row_output_collectives(
+            Boundary.MLP_OUTPUT, SemanticOpName.MLP_DOWN, size, sequence_parallel=sp
+        ),
+    }
+
+
+def first_stage_collectives(
+    model: TransformerModelSpec, micro_batch: int, *, tp: int, sequence_parallel: bool
+) -> dict[SemanticOpName, tuple[BoundaryCollective, ...]]:
+    """The vocab-parallel lookup leaves partial rows: AR (or RS under SP) in forward; under SP
+    the embedding gradient is all-gathered in backward (Megatron ``VocabParallelEmbedding`` with
+    ``reduce_scatter_embeddings``)."""
+    if tp == 1:
+        return {}
+    return {
+        SemanticOpName.EMBEDDING: _row_output_collectives(
+            Boundary.EMBEDDING_OUTPUT,
+            SemanticOpName.EMBEDDING,
+            activation_bytes(model, micro_batch),
+            sequence_parallel=sequence_parallel,
+        )
+    }
+
+
+def last_stage_collectives(
+    model: TransformerModelSpec, micro_batch: int, *, tp: int, sequence_parallel: bool
+) -> dict[SemanticOpName, tuple[BoundaryCollective, ...]]:
+    """The LM head is column-parallel (same boundary as the MLP input); the cross-entropy
+    all-reduces three fp32 statistics per token in forward."""
+    if tp == 1:
+        return {}
+    tokens = micro_batch * model.seq_length
+    stats = tuple(
+        BoundaryCollective(
+            boundary=Boundary.LM_HEAD_INPUT,
+            direction=Direction.FORWARD,
+            purpose=CollectivePurpose.STATISTIC,
+            kind=CollectiveKind.ALL_REDUCE,
+            bytes=tokens * CROSS_ENTROPY_STATISTIC_BYTES,
+            source=Partial(),
+            target=Replicate(),
+            after=SemanticOpName.CROSS_ENTROPY,
+        )
+        for _ in CROSS_ENTROPY_STATISTICS
+    )
+    return {
+        SemanticOpName.LM_HEAD: _column_input_collectives(
+            Boundary.LM_HEAD_INPUT,
+            SemanticOpName.LM_HEAD,
+            activation_bytes(model, micro_batch),
+            sequence_parallel=sequence_parallel,
+        ),
+        SemanticOpName.CROSS_ENTROPY: stats,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# The local block plan (what the derivation decides, what the lowering consumes)
+# --------------------------------------------------------------------------------------------
+class RecomputeScope(StrEnum):
+    NONE = "none"
+    ATTENTION_CORE = "attention_core"  # selective: QK^T, softmax, dropout, attention over V
+    WHOLE_BLOCK = "whole_block"  # full: the whole forward incl. its TP collectives
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LocalBlockPlan:
+    """Everything the lowering needs about one local TP block, decided by the derivation."""
+
+    model: TransformerModelSpec
+    micro_batch: int
+    tp: int
+    sequence_parallel: bool
+    recompute: RecomputeScope
+    strategy: str  # one-line summary of the strategy it was derived from
+
+    @property
+    def local(self) -> BlockDims:
+        return local_dims(
+            self.model, self.micro_batch, tp=self.tp, sequence_parallel=self.sequence_parallel
+        )
+
+    @property
+    def global_(self) -> BlockDims:
+        return global_dims(self.model, self.micro_batch)
+
+    def recomputes(self, op: SemanticOpName) -> bool:
+        match self.recompute:
+            case RecomputeScope.NONE:
+                return False
+            case RecomputeScope.ATTENTION_CORE:
+                return op in ATTENTION_CORE
+            case RecomputeScope.WHOLE_BLOCK:
+                return True
+            case _ as unreachable:
+                assert_never(unreachable)

@@ -1,0 +1,150 @@
+"""Pattern-matching derivation of the local TP block (seed: "Algebraic data model").
+
+The strategy is destructured with the seed's nested class pattern, then each sum-typed field
+(communication, schedule, recompute) is matched on its own, so adding a variant makes this module
+fail the mypy exhaustive-match gate until it is mapped.
+
+Public API:
+
+- :func:`derive_block_plan(model, mapping) -> LocalBlockPlan`: the local plan (tp degree,
+  sequence parallelism, recompute scope). Raises
+  :class:`~blueprinting.errors.InvalidStrategyError` listing every violated divisibility law the
+  block needs (t | heads, t | query groups, t | ffn, t | padded vocab, t | s under sequence
+  parallelism) and for a forward-only schedule in a training mapping; it never repairs.
+- :func:`derive_training_block(model, mapping) -> DistributedTaskIR`: lower + verify. The IR
+  holds ``block``, ``first_stage`` (embedding) and ``last_stage`` (final norm, LM head,
+  cross-entropy) task groups; see :mod:`blueprinting.synthesizer.stages.distributed.ir`.
+"""
+
+from __future__ import annotations
+
+from typing import assert_never
+
+from blueprinting.errors import InvalidStrategyError, LawViolation
+from blueprinting.mapping.model import TransformerModelSpec
+from blueprinting.mapping.transformer import (
+    AllReduce,
+    DataParallel,
+    ForwardOnly,
+    FullRecompute,
+    InterleavedOneForwardOneBackward,
+    NoRecompute,
+    OneForwardOneBackward,
+    PipelineParallel,
+    ReduceScatterAllGather,
+    SelectiveRecompute,
+    SingleStage,
+    TensorParallel,
+    TransformerTrainingMappingSpec,
+    TransformerTrainingParallelism,
+)
+from blueprinting.synthesizer.dialects.transformer.training import LocalBlockPlan, RecomputeScope
+from blueprinting.synthesizer.stages.distributed.ir import DistributedTaskIR
+from blueprinting.synthesizer.stages.distributed.passes import (
+    LowerToDistributedTasks,
+    PassContext,
+    VerifyDistributedTasks,
+)
+
+
+def _divides(law: str, tp: int, name: str, value: int) -> LawViolation | None:
+    if value % tp == 0:
+        return None
+    return LawViolation(
+        law=law,
+        formula=f"{name} mod tensor_degree = 0",
+        values=((name, value), ("tensor_degree", tp)),
+        message=f"{name}={value} is not divisible by tensor_degree={tp}",
+    )
+
+
+def _block_laws(
+    model: TransformerModelSpec, tp: int, *, sequence_parallel: bool
+) -> list[LawViolation]:
+    """The divisibility the local block needs (Shoeybi et al. 2019, Section 3; Korthikanti et
+    al. 2022, Section 4.2.2 for s mod t)."""
+    checks = [
+        _divides("tp_divides_heads", tp, "num_attention_heads", model.num_attention_heads),
+        _divides("tp_divides_query_groups", tp, "num_query_groups", model.num_query_groups),
+        _divides("tp_divides_ffn", tp, "ffn_hidden_size", model.ffn_hidden_size),
+        _divides("tp_divides_padded_vocab", tp, "padded_vocab_size", model.padded_vocab_size),
+    ]
+    if sequence_parallel:
+        checks.append(
+            _divides("sequence_parallel_divides_sequence", tp, "seq_length", model.seq_length)
+        )
+    return [c for c in checks if c is not None]
+
+
+def derive_block_plan(
+    model: TransformerModelSpec, mapping: TransformerTrainingMappingSpec
+) -> LocalBlockPlan:
+    """Map the strategy's variants to the local block plan."""
+    match mapping.parallelism:
+        case TransformerTrainingParallelism(
+            tensor=TensorParallel(degree=tp, communication=communication),
+            pipeline=PipelineParallel(degree=pp, schedule=schedule),
+            data=DataParallel(degree=dp),
+            recompute=recompute,
+        ):
+            pass
+    del pp, dp  # the local TP block is the same on every pipeline stage and DP replica
+    violations: list[LawViolation] = []
+
+    match communication:
+        case AllReduce():
+            sequence_parallel = False
+        case ReduceScatterAllGather():
+            sequence_parallel = True
+        case _ as unreachable:
+            assert_never(unreachable)
+
+    match schedule:
+        case SingleStage() | OneForwardOneBackward() | InterleavedOneForwardOneBackward():
+            pass  # training schedules: the block's work does not depend on them
+        case ForwardOnly():
+            violations.append(
+                LawViolation(
+                    law="training_schedule",
+                    formula="schedule in {SingleStage, 1F1B, interleaved 1F1B}",
+                    values=(("schedule", str(schedule)),),
+                    message="ForwardOnly is an inference schedule; a training block needs a "
+                    "backward pass",
+                )
+            )
+        case _ as unreachable:
+            assert_never(unreachable)
+
+    match recompute:
+        case NoRecompute():
+            scope = RecomputeScope.NONE
+        case SelectiveRecompute():
+            scope = RecomputeScope.ATTENTION_CORE
+        case FullRecompute():
+            scope = RecomputeScope.WHOLE_BLOCK
+        case _ as unreachable:
+            assert_never(unreachable)
+
+    violations.extend(_block_laws(model, tp, sequence_parallel=sequence_parallel))
+    if violations:
+        raise InvalidStrategyError(violations, subject=f"local TP block of {model.name}")
+    return LocalBlockPlan(
+        model=model,
+        micro_batch=mapping.batch.micro_batch_size,
+        tp=tp,
+        sequence_parallel=sequence_parallel,
+        recompute=scope,
+        strategy=str(mapping.parallelism),
+    )
+
+
+def derive_training_block(
+    model: TransformerModelSpec,
+    mapping: TransformerTrainingMappingSpec,
+    ctx: PassContext | None = None,
+) -> DistributedTaskIR:
+    """Derive, lower and verify the local TP block with its first/last-stage extras."""
+    context = ctx if ctx is not None else PassContext()
+    plan = derive_block_plan(model, mapping)
+    ir = LowerToDistributedTasks().run(plan, context)
+    return VerifyDistributedTasks().run(ir, context)

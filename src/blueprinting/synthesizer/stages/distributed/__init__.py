@@ -1,0 +1,1 @@
+"""DistributedTaskIR: one local tensor-parallel block as tasks (see ir.py, passes.py)."""

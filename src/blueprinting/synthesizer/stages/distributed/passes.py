@@ -1,0 +1,375 @@
+"""Passes over DistributedTaskIR (xDSL ``ModulePass`` style).
+
+Each pass is a frozen dataclass with a ``name`` and ``run(ir, ctx) -> ir``; every pass takes a
+verified IR and returns a verified one (the lowering takes the derivation's
+:class:`~blueprinting.synthesizer.dialects.transformer.training.LocalBlockPlan`).
+
+- :class:`LowerToDistributedTasks`: ``LocalBlockPlan -> DistributedTaskIR``; materializes the
+  local block, the first-stage and the last-stage task groups with phases, dependencies and
+  lineage.
+- :class:`VerifyDistributedTasks`: raises :class:`~blueprinting.errors.VerificationError` when
+  ids repeat, a dependency is unknown or comes later, a collective runs over a missing axis, or
+  the DTensor placement chain of the forward or the backward is broken (a partial or sharded
+  activation consumed where a replicated one is needed without its collective).
+- :class:`PrintDistributedTaskIR` and :func:`print_ir`: the readable text form used by golden
+  tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TextIO, assert_never, final
+
+from blueprinting.errors import VerificationError
+from blueprinting.synthesizer.dialects.transformer.training import (
+    BoundaryCollective,
+    CollectivePurpose,
+    Direction,
+    LocalBlockPlan,
+    Partial,
+    Placement,
+    Replicate,
+    SemanticOp,
+    SemanticOpName,
+    Shard,
+    TpSharding,
+    block_ops,
+    boundary_collectives,
+    first_stage_collectives,
+    first_stage_ops,
+    last_stage_collectives,
+    last_stage_ops,
+    placements,
+    shards_of,
+)
+from blueprinting.synthesizer.stages.distributed.ir import (
+    CollectiveTask,
+    ComputeTask,
+    DistributedTaskIR,
+    Lineage,
+    LogicalMesh,
+    MeshAxis,
+    Phase,
+    Task,
+    TaskGroup,
+)
+
+TP_AXIS = "tp"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PassContext:
+    """Options shared by a pipeline of passes."""
+
+    verify_between: bool = True
+
+
+# --------------------------------------------------------------------------------------------
+# Lowering
+# --------------------------------------------------------------------------------------------
+@dataclass(slots=True)
+class _GroupBuilder:
+    plan: LocalBlockPlan
+    tasks: list[Task] = field(default_factory=list)
+    ids: set[str] = field(default_factory=set)
+
+    def fresh(self, base: str) -> str:
+        candidate, n = base, 2
+        while candidate in self.ids:
+            candidate, n = f"{base}#{n}", n + 1
+        self.ids.add(candidate)
+        return candidate
+
+    def compute(self, op: SemanticOp, phase: Phase, deps: tuple[str | None, ...]) -> str | None:
+        sp = self.plan.sequence_parallel
+        pl = placements(op.sharding, tp=self.plan.tp, sequence_parallel=sp, dim=op.shard_dim)
+        match phase:
+            case Phase.FORWARD | Phase.RECOMPUTE:
+                work, source, target = op.forward, pl.forward_in, pl.forward_out
+            case Phase.BACKWARD_ACTIVATION_GRAD:
+                work, source, target = op.activation_grad, pl.backward_in, pl.backward_out
+            case Phase.BACKWARD_WEIGHT_GRAD:
+                work, source, target = (
+                    op.weight_grad,
+                    pl.backward_in,
+                    _weight_grad_placement(op, sp),
+                )
+            case _ as unreachable:
+                assert_never(unreachable)
+        if work.is_empty:
+            return None
+        task_id = self.fresh(f"{phase.short}.{op.name}")
+        self.tasks.append(
+            ComputeTask(
+                id=task_id,
+                phase=phase,
+                kind=op.kind,
+                work=work,
+                gemm=op.gemm,
+                deps=_clean(deps),
+                lineage=Lineage(
+                    op=op.name,
+                    shards=shards_of(op.sharding, tp=self.plan.tp, sequence_parallel=sp),
+                    source=source,
+                    target=target,
+                ),
+            )
+        )
+        return task_id
+
+    def collective(self, c: BoundaryCollective, phase: Phase, deps: tuple[str | None, ...]) -> str:
+        task_id = self.fresh(f"{phase.short}.{c.after}.{c.kind}")
+        self.tasks.append(
+            CollectiveTask(
+                id=task_id,
+                phase=phase,
+                kind=c.kind,
+                purpose=c.purpose,
+                bytes=c.bytes,
+                axis=TP_AXIS,
+                deps=_clean(deps),
+                lineage=Lineage(op=c.after, shards=1, source=c.source, target=c.target),
+            )
+        )
+        return task_id
+
+
+def _clean(deps: tuple[str | None, ...]) -> tuple[str, ...]:
+    return tuple(d for d in deps if d is not None)
+
+
+def _weight_grad_placement(op: SemanticOp, sequence_parallel: bool) -> Placement:
+    """Weight gradients of sharded weights are shards; token-wise ops (norm gains, biases)
+    see only their tokens under sequence parallelism, so their gradients are partial sums."""
+    match op.sharding:
+        case TpSharding.COLUMN | TpSharding.ROW | TpSharding.REPLICATED:
+            return Shard(dim=op.shard_dim)
+        case TpSharding.TOKENS:
+            return Partial() if sequence_parallel else Replicate()
+        case TpSharding.HEADS | TpSharding.FEATURES | TpSharding.VOCAB:
+            return Shard(dim=op.shard_dim)
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def _lower_group(
+    name: str,
+    plan: LocalBlockPlan,
+    ops: tuple[SemanticOp, ...],
+    collectives: dict[SemanticOpName, tuple[BoundaryCollective, ...]],
+    recomputes: Callable[[SemanticOpName], bool],
+) -> TaskGroup:
+    g = _GroupBuilder(plan=plan)
+
+    def of(
+        op: SemanticOp, direction: Direction, purpose: CollectivePurpose
+    ) -> list[BoundaryCollective]:
+        return [
+            c
+            for c in collectives.get(op.name, ())
+            if c.direction is direction and c.purpose is purpose
+        ]
+
+    def forward(phase: Phase, selected: list[SemanticOp]) -> dict[SemanticOpName, str]:
+        last: str | None = None
+        produced: dict[SemanticOpName, str] = {}
+        for op in selected:
+            column = op.sharding is TpSharding.COLUMN
+            fw = of(op, Direction.FORWARD, CollectivePurpose.BOUNDARY)
+            if column:
+                for c in fw:
+                    last = g.collective(c, phase, (last,))
+            task = g.compute(op, phase, (last,))
+            last = task or last
+            if not column:
+                for c in fw:
+                    last = g.collective(c, phase, (last,))
+            # statistics are forward-only and never recomputed with a different result
+            if phase is Phase.FORWARD:
+                for c in of(op, Direction.FORWARD, CollectivePurpose.STATISTIC):
+                    last = g.collective(c, phase, (last,))
+            if last is not None:
+                produced[op.name] = last
+        return produced
+
+    forward(Phase.FORWARD, list(ops))
+    recomputed = forward(Phase.RECOMPUTE, [op for op in ops if recomputes(op.name)])
+
+    frontier: str | None = None
+    for op in reversed(ops):
+        column = op.sharding is TpSharding.COLUMN
+        bw = of(op, Direction.BACKWARD, CollectivePurpose.BOUNDARY)
+        regather = of(op, Direction.BACKWARD, CollectivePurpose.REGATHER)
+        if not column:
+            for c in bw:
+                frontier = g.collective(c, Phase.BACKWARD_ACTIVATION_GRAD, (frontier,))
+        output_grad = frontier
+        recompute_dep = recomputed.get(op.name)
+        agrad = g.compute(op, Phase.BACKWARD_ACTIVATION_GRAD, (output_grad, recompute_dep))
+        gathered = tuple(
+            g.collective(c, Phase.BACKWARD_WEIGHT_GRAD, (output_grad,)) for c in regather
+        )
+        g.compute(op, Phase.BACKWARD_WEIGHT_GRAD, (output_grad, recompute_dep, *gathered))
+        frontier = agrad or output_grad
+        if column:
+            for c in bw:
+                frontier = g.collective(c, Phase.BACKWARD_ACTIVATION_GRAD, (frontier,))
+    return TaskGroup(name=name, tasks=tuple(g.tasks))
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LowerToDistributedTasks:
+    """Materialize one local TP block (and the stage extras) from a local block plan."""
+
+    name: str = "lower-to-distributed-tasks"
+
+    def run(self, plan: LocalBlockPlan, ctx: PassContext) -> DistributedTaskIR:
+        model, b, tp, sp = plan.model, plan.micro_batch, plan.tp, plan.sequence_parallel
+        local = plan.local
+        block = _lower_group(
+            "block",
+            plan,
+            block_ops(model, local),
+            boundary_collectives(model, b, tp=tp, sequence_parallel=sp),
+            plan.recomputes,
+        )
+        first = _lower_group(
+            "first_stage",
+            plan,
+            first_stage_ops(model, local),
+            first_stage_collectives(model, b, tp=tp, sequence_parallel=sp),
+            lambda _: False,
+        )
+        last = _lower_group(
+            "last_stage",
+            plan,
+            last_stage_ops(model, local),
+            last_stage_collectives(model, b, tp=tp, sequence_parallel=sp),
+            lambda _: False,
+        )
+        ir = DistributedTaskIR(
+            mesh=LogicalMesh(axes=(MeshAxis(name=TP_AXIS, size=tp),)),
+            strategy=plan.strategy,
+            model=model.name,
+            micro_batch=b,
+            seq_length=model.seq_length,
+            block=block,
+            first_stage=first,
+            last_stage=last,
+        )
+        if ctx.verify_between:
+            VerifyDistributedTasks().run(ir, ctx)
+        return ir
+
+
+# --------------------------------------------------------------------------------------------
+# Verification
+# --------------------------------------------------------------------------------------------
+def _check_chain(group: TaskGroup, phases: tuple[Phase, ...], problems: list[str]) -> None:
+    current: Placement | None = None
+    for task in group.tasks:
+        if task.phase not in phases:
+            continue
+        if isinstance(task, CollectiveTask) and task.purpose is not CollectivePurpose.BOUNDARY:
+            continue
+        if current is not None and task.lineage.source != current:
+            problems.append(
+                f"{group.name}/{task.id}: consumes {task.lineage.source} but the "
+                f"{'/'.join(p.short for p in phases)} chain holds {current}"
+            )
+        current = task.lineage.target
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VerifyDistributedTasks:
+    """Check structure and placement consistency; return the IR unchanged."""
+
+    name: str = "verify-distributed-tasks"
+
+    def run(self, ir: DistributedTaskIR, ctx: PassContext) -> DistributedTaskIR:
+        problems: list[str] = []
+        axes = {a.name: a.size for a in ir.mesh.axes}
+        for group in ir.groups:
+            seen: set[str] = set()
+            for task in group.tasks:
+                if task.id in seen:
+                    problems.append(f"{group.name}/{task.id}: duplicate task id")
+                for dep in task.deps:
+                    if dep not in seen:
+                        problems.append(f"{group.name}/{task.id}: depends on unknown {dep!r}")
+                seen.add(task.id)
+                match task:
+                    case CollectiveTask(axis=axis):
+                        if axis not in axes:
+                            problems.append(f"{group.name}/{task.id}: no mesh axis {axis!r}")
+                        elif axes[axis] == 1:
+                            problems.append(f"{group.name}/{task.id}: collective over size 1")
+                    case ComputeTask(lineage=lineage):
+                        if lineage.shards not in (1, ir.tp):
+                            problems.append(f"{group.name}/{task.id}: bad shard count")
+                    case _ as unreachable:
+                        assert_never(unreachable)
+            _check_chain(group, (Phase.FORWARD,), problems)
+            _check_chain(group, (Phase.RECOMPUTE,), problems)
+            _check_chain(group, (Phase.BACKWARD_ACTIVATION_GRAD,), problems)
+        if problems:
+            raise VerificationError(
+                f"checking DistributedTaskIR of {ir.model} ({ir.strategy}):\n"
+                + "\n".join(f"  - {p}" for p in problems)
+            )
+        return ir
+
+
+# --------------------------------------------------------------------------------------------
+# Printing
+# --------------------------------------------------------------------------------------------
+def _task_line(task: Task, tp: int) -> str:
+    deps = f"  <- {', '.join(task.deps)}" if task.deps else ""
+    match task:
+        case ComputeTask(id=tid, kind=kind, work=w, gemm=gemm, lineage=lineage):
+            shape = f" {gemm}" if gemm is not None else ""
+            return (
+                f"  {tid:<44} {kind:<15} {lineage}{shape} mm={w.matrix_flops} vec={w.vector_flops}"
+                f" rd={w.bytes_read} wr={w.bytes_written}{deps}"
+            )
+        case CollectiveTask(id=tid, kind=kind, purpose=purpose, bytes=n, axis=axis, lineage=lin):
+            return f"  {tid:<44} {kind:<15} {lin} {purpose} over {axis}({tp}) bytes={n}{deps}"
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def print_ir(ir: DistributedTaskIR) -> str:
+    """The IR's text form: a header, then each group's tasks and per-phase totals."""
+    lines = [
+        f"DistributedTaskIR {ir.model}: {ir.strategy}",
+        f"  {ir.mesh} micro_batch={ir.micro_batch} seq_length={ir.seq_length}",
+    ]
+    for group in ir.groups:
+        lines.append(f"group {group.name} ({len(group.tasks)} tasks)")
+        lines.extend(_task_line(task, ir.tp) for task in group.tasks)
+        for phase in Phase:
+            flops = group.flops(phase)
+            comm = group.collective_bytes(phase)
+            if flops or comm:
+                lines.append(
+                    f"  total {phase.short:<7} flops={flops} matrix={group.matrix_flops(phase)}"
+                    f" collective_bytes={comm}"
+                )
+    return "\n".join(lines) + "\n"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PrintDistributedTaskIR:
+    """Write :func:`print_ir` to ``stream``; return the IR unchanged."""
+
+    stream: TextIO
+    name: str = "print-distributed-tasks"
+
+    def run(self, ir: DistributedTaskIR, ctx: PassContext) -> DistributedTaskIR:
+        self.stream.write(print_ir(ir))
+        return ir
