@@ -39,6 +39,7 @@ intra-node link; otherwise the scale-out network, the slowest link it crosses.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TypeAlias, assert_never, final
@@ -395,6 +396,26 @@ class SystemSpec:
         return (
             f"{self.name}: {self.node.gpus_per_node}x {self.accelerator.name}, "
             f"{self.processing_mode}, {self.network_assignment}"
+        )
+
+    @classmethod
+    def from_calculon(
+        cls,
+        sys_json: Mapping[str, object],
+        *,
+        tensor_par_net: int,
+        pipeline_par_net: int,
+        data_par_net: int,
+    ) -> SystemSpec:
+        """See :func:`blueprinting.hardware.calculon.system_from_calculon`."""
+        # Imported here: the adapter builds SystemSpecs, so it imports this module.
+        from blueprinting.hardware.calculon import system_from_calculon
+
+        return system_from_calculon(
+            sys_json,
+            tensor_par_net=tensor_par_net,
+            pipeline_par_net=pipeline_par_net,
+            data_par_net=data_par_net,
         )
 
     @property
