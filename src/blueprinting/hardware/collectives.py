@@ -1,0 +1,125 @@
+"""Collective communication cost on one link.
+
+The cost model is Calculon's (Isaev et al., SC'23; ``calculon/network.py`` ``Network.time`` at
+calculon-ai/calculon caa4b11), which generalizes the bandwidth term of the classic ring
+algorithms (Thakur, Rabenseifner & Gropp 2005, "Optimization of Collective Communication
+Operations in MPICH", Section 4; Patarasuk & Yuan 2009 for the bandwidth-optimal ring
+all-reduce)::
+
+    time(S, n) = latency + S * scalar * (1 + offset / n) / (bandwidth * efficiency(S))
+
+``S`` is the message size in bytes (the full tensor each rank holds before a reduce-scatter /
+after an all-gather or all-reduce), ``n`` the group size, ``bandwidth`` the per-GPU,
+per-direction bandwidth of the link and ``(scalar, offset)`` a per-operation factor pair.
+``offset = None`` (p2p) means no ``1/n`` term. The ring algorithms are
+:func:`ring_collective_costs`:
+
+* all-reduce (ring RS then AG) moves ``2 (n-1)/n * S``: ``scalar = 2, offset = -1``;
+* reduce-scatter and all-gather move ``(n-1)/n * S``: ``scalar = 1, offset = -1``;
+* p2p sends ``S`` once: ``scalar = 1, offset = None``.
+
+A group of one rank communicates nothing and costs 0 (Calculon never calls ``time`` then; it
+asserts ``n >= 2``).
+
+Public API: ``CollectiveKind``, ``CollectiveCost``, ``CollectiveCosts``,
+``ring_collective_costs()``, ``collective_link_time(kind, size_bytes, group_size, link)`` (``link``
+is a :class:`~blueprinting.hardware.system.LinkSpec`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING, assert_never, final
+
+from blueprinting.errors import ConfigError
+from blueprinting.hardware.efficiency import efficiency_fraction, is_positive
+
+if TYPE_CHECKING:
+    from blueprinting.hardware.system import LinkSpec
+
+
+class CollectiveKind(StrEnum):
+    ALL_REDUCE = "all_reduce"
+    REDUCE_SCATTER = "reduce_scatter"
+    ALL_GATHER = "all_gather"
+    P2P = "p2p"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CollectiveCost:
+    """Bytes on the wire per byte of message: ``scalar * (1 + offset / n)``; no ``1/n`` term when
+    ``offset`` is ``None``."""
+
+    scalar: float
+    offset: float | None
+
+    def __post_init__(self) -> None:
+        if not (is_positive(self.scalar)):
+            raise ConfigError([f"CollectiveCost.scalar must be > 0, got {self.scalar!r}"])
+
+    def wire_factor(self, group_size: int) -> float:
+        if self.offset is None:
+            return self.scalar
+        return self.scalar * (1.0 + self.offset / group_size)
+
+    def __str__(self) -> str:
+        return (
+            f"{self.scalar:g}" if self.offset is None else f"{self.scalar:g}(1{self.offset:+g}/n)"
+        )
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CollectiveCosts:
+    """The cost factors of each collective on one link."""
+
+    all_reduce: CollectiveCost
+    reduce_scatter: CollectiveCost
+    all_gather: CollectiveCost
+    p2p: CollectiveCost
+
+    def of(self, kind: CollectiveKind) -> CollectiveCost:
+        match kind:
+            case CollectiveKind.ALL_REDUCE:
+                return self.all_reduce
+            case CollectiveKind.REDUCE_SCATTER:
+                return self.reduce_scatter
+            case CollectiveKind.ALL_GATHER:
+                return self.all_gather
+            case CollectiveKind.P2P:
+                return self.p2p
+            case _ as unreachable:
+                assert_never(unreachable)
+
+
+def ring_collective_costs() -> CollectiveCosts:
+    """Ring algorithms: AR 2(n-1)/n, RS and AG (n-1)/n, p2p once (Thakur et al. 2005, Sec. 4)."""
+    return CollectiveCosts(
+        all_reduce=CollectiveCost(scalar=2.0, offset=-1.0),
+        reduce_scatter=CollectiveCost(scalar=1.0, offset=-1.0),
+        all_gather=CollectiveCost(scalar=1.0, offset=-1.0),
+        p2p=CollectiveCost(scalar=1.0, offset=None),
+    )
+
+
+def collective_link_time(
+    kind: CollectiveKind, size_bytes: float, group_size: int, link: LinkSpec
+) -> float:
+    """Seconds for one collective of ``size_bytes`` over ``group_size`` ranks on ``link``.
+
+    Calculon's ``Network.time``: ``latency + S * scalar * (1 + offset/n) / (bw * eff)``; the
+    efficiency is looked up at the message size ``S``. ``group_size == 1`` costs 0.
+    """
+    if size_bytes < 0:
+        raise ConfigError([f"collective size must be >= 0 bytes, got {size_bytes!r}"])
+    if group_size < 1:
+        raise ConfigError([f"collective group size must be >= 1, got {group_size!r}"])
+    if group_size == 1:
+        return 0.0
+    cost = link.costs.of(kind)
+    fraction = efficiency_fraction(link.efficiency, size_bytes)
+    return link.latency_s + size_bytes * cost.wire_factor(group_size) / (
+        link.bandwidth_bytes_per_s * fraction
+    )

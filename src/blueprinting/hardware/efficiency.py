@@ -1,0 +1,196 @@
+"""Efficiency models: what fraction of a peak rate an operation of a given size reaches.
+
+One sum type, :data:`Efficiency`, serves every rate in a :class:`~blueprinting.hardware.system.
+SystemSpec` (matrix and vector engines per datatype, HBM, each network link). Its variants:
+
+* :class:`ConstantEfficiency` -- a fixed fraction, whatever the size.
+* :class:`SteppedEfficiency` -- Calculon's step function (Isaev et al., SC'23, "Calculon",
+  Section 3; ``calculon/processor.py`` ``Processor.efficiency`` and ``calculon/memory.py``
+  ``Memory.efficiency``): a list of (threshold, fraction) pairs with strictly decreasing
+  thresholds; an op of size ``x`` gets the fraction of the first pair whose threshold is
+  ``<= x``. Thresholds are in SI units of the op's size (FLOPs for engines, bytes for memory and
+  links); Calculon writes them in GFLOP and MB, the adapter multiplies by 1e9 and 1e6.
+* :class:`SaturatingGemmEfficiency` -- a smooth, shape-aware GEMM model:
+  ``fraction = peak_fraction * d / (d + half_saturation_dim)`` with ``d`` the GEMM's smallest
+  dimension ``min(M, N, K)``. Small dimensions under-fill the tensor-core tiles and the SMs
+  (wave quantization, NVIDIA "Matrix Multiplication Background User's Guide", sections "Math And
+  Memory Bounds" and "Dimension Quantization Effects"); the hyperbola is a modelling choice with
+  two named, calibratable parameters. Without a shape (a vector op, or a GEMM known only by its
+  FLOP count) ``d`` is the side of the cube with the same FLOPs, ``(flops / 2) ** (1/3)``.
+
+The memory-bound ceiling (roofline, Williams et al. 2009) is not part of these fractions: the
+processor model takes ``max(compute time, memory time)`` (or their sum) in
+:meth:`~blueprinting.hardware.system.SystemSpec.processing_time`.
+
+Public API: ``Efficiency``, ``ConstantEfficiency``, ``SteppedEfficiency``, ``EfficiencyStep``,
+``SaturatingGemmEfficiency``, ``GemmShape``, ``efficiency_fraction(model, size, shape=None)``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import TypeAlias, assert_never, final
+
+from blueprinting.errors import ConfigError
+
+
+# Validators take ``object``: a config file can put any value in a float field.
+def is_fraction(value: object) -> bool:
+    """``value`` is a number in (0, 1]."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and 0 < value <= 1
+
+
+def is_nonnegative(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+
+
+def is_positive(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+
+
+def _check_fraction(owner: str, name: str, value: object) -> None:
+    if not is_fraction(value):
+        raise ConfigError([f"{owner}.{name} must be a fraction in (0, 1], got {value!r}"])
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GemmShape:
+    """A (batched) GEMM ``C[b, m, n] = A[b, m, k] @ B[b, k, n]``: 2*m*n*k*batch FLOPs."""
+
+    m: int
+    n: int
+    k: int
+    batch: int = 1
+
+    def __post_init__(self) -> None:
+        bad = [
+            f"GemmShape.{key} must be a positive integer, got {value!r}"
+            for key, value in (("m", self.m), ("n", self.n), ("k", self.k), ("batch", self.batch))
+            if type(value) is not int or value < 1
+        ]
+        if bad:
+            raise ConfigError(bad)
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.m * self.n * self.k * self.batch
+
+    @property
+    def smallest_dim(self) -> int:
+        return min(self.m, self.n, self.k)
+
+    def __str__(self) -> str:
+        batch = "" if self.batch == 1 else f"{self.batch}x"
+        return f"{batch}{self.m}x{self.n}x{self.k}"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ConstantEfficiency:
+    """The same achieved fraction of peak for every op size."""
+
+    fraction: float
+
+    def __post_init__(self) -> None:
+        _check_fraction("ConstantEfficiency", "fraction", self.fraction)
+
+    def __str__(self) -> str:
+        return f"{self.fraction:g}"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EfficiencyStep:
+    """Ops of size ``>= threshold`` (FLOPs or bytes) reach ``fraction`` of peak."""
+
+    threshold: float
+    fraction: float
+
+    def __post_init__(self) -> None:
+        _check_fraction("EfficiencyStep", "fraction", self.fraction)
+        if not (is_nonnegative(self.threshold)):
+            raise ConfigError([f"EfficiencyStep.threshold must be >= 0, got {self.threshold!r}"])
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SteppedEfficiency:
+    """Calculon's step function: strictly decreasing thresholds, the last one 0 (so every size
+    is covered; Calculon asserts on an uncovered size)."""
+
+    steps: tuple[EfficiencyStep, ...]
+
+    def __post_init__(self) -> None:
+        thresholds = [step.threshold for step in self.steps]
+        if not thresholds:
+            raise ConfigError(["SteppedEfficiency.steps must not be empty"])
+        problems = []
+        if any(a <= b for a, b in itertools.pairwise(thresholds)):
+            problems.append(
+                f"SteppedEfficiency thresholds must decrease strictly, got {thresholds}"
+            )
+        if thresholds[-1] != 0:
+            problems.append(
+                f"SteppedEfficiency's last threshold must be 0 so every size is covered, "
+                f"got {thresholds[-1]!r}"
+            )
+        if problems:
+            raise ConfigError(problems)
+
+    def __str__(self) -> str:
+        return "steps(" + ", ".join(f">={s.threshold:g}:{s.fraction:g}" for s in self.steps) + ")"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SaturatingGemmEfficiency:
+    """``peak_fraction * d / (d + half_saturation_dim)``, ``d = min(M, N, K)``.
+
+    ``peak_fraction`` is what the largest GEMMs reach (cuBLAS on a large square bf16 GEMM);
+    ``half_saturation_dim`` is the smallest dimension at which half of that is reached.
+    """
+
+    peak_fraction: float
+    half_saturation_dim: float
+
+    def __post_init__(self) -> None:
+        _check_fraction("SaturatingGemmEfficiency", "peak_fraction", self.peak_fraction)
+        if not (is_nonnegative(self.half_saturation_dim)):
+            raise ConfigError(
+                [
+                    "SaturatingGemmEfficiency.half_saturation_dim must be >= 0, "
+                    f"got {self.half_saturation_dim!r}"
+                ]
+            )
+
+    def __str__(self) -> str:
+        return f"sat({self.peak_fraction:g}, d1/2={self.half_saturation_dim:g})"
+
+
+Efficiency: TypeAlias = ConstantEfficiency | SteppedEfficiency | SaturatingGemmEfficiency
+
+
+def efficiency_fraction(model: Efficiency, size: float, shape: GemmShape | None = None) -> float:
+    """The achieved fraction of peak for an op of ``size`` (FLOPs or bytes) and optional shape."""
+    match model:
+        case ConstantEfficiency(fraction=fraction):
+            return fraction
+        case SteppedEfficiency(steps=steps):
+            for step in steps:
+                if size >= step.threshold:
+                    return step.fraction
+            # Negative sizes are the only way past a last threshold of 0.
+            raise ConfigError([f"op size must be >= 0, got {size!r}"])
+        case SaturatingGemmEfficiency(
+            peak_fraction=peak_fraction, half_saturation_dim=half_saturation_dim
+        ):
+            dim = (
+                float(shape.smallest_dim) if shape is not None else (max(size, 0.0) / 2) ** (1 / 3)
+            )
+            if dim + half_saturation_dim == 0:
+                return peak_fraction
+            return peak_fraction * dim / (dim + half_saturation_dim)
+        case _ as unreachable:
+            assert_never(unreachable)

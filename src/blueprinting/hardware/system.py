@@ -1,0 +1,521 @@
+"""The hardware model: :class:`SystemSpec` and the primitive costs every later stage uses.
+
+A system is one accelerator type replicated over nodes::
+
+    SystemSpec
+    ├── accelerator: AcceleratorSpec
+    │   ├── matrix / vector: ComputeEngineSpec (DatatypeRate(datatype, peak, efficiency) each)
+    │   ├── hbm: MemorySpec (capacity, bandwidth, efficiency)
+    │   └── offload: MemorySpec | None (Calculon's mem2; host memory)
+    ├── node: NodeSpec(gpus_per_node, link: LinkSpec)       intra-node (NVLink, Infinity Fabric)
+    ├── scale_out: LinkSpec                                 per-GPU scale-out NIC (InfiniBand)
+    ├── processing_mode: ProcessingMode                     no_overlap (sum) | roofline (max)
+    └── network_assignment: ByRankLayout(layout) | FixedTiers(tensor, pipeline, data)
+
+Units are SI throughout: FLOP/s, bytes, bytes/s, seconds. Link bandwidths are per GPU and per
+direction (NVLink3's "600 GB/s" is 300 GB/s each way).
+
+Primitive costs (the PortablePlanIR stage costs each task with these):
+
+* ``SystemSpec.compute_time(flops, engine, datatype, shape=None)``: ``flops / (peak *
+  efficiency(flops, shape))`` (Calculon ``Processor.throughput``);
+* ``SystemSpec.memory_time(size_bytes)``: ``bytes / (hbm_bw * efficiency(bytes))`` (Calculon
+  ``Memory.throughput``);
+* ``SystemSpec.processing_time(flop_time, mem_time)``: sum (``no_overlap``) or max
+  (``roofline``) (Calculon ``System.get_processing_time``);
+* ``SystemSpec.op_time(flops, size_bytes, engine, datatype, shape=None)``: the two combined;
+* ``SystemSpec.collective_time(kind, size_bytes, group)``: see
+  :mod:`blueprinting.hardware.collectives`;
+* ``SystemSpec.comm_group(dim, tensor=t, pipeline=p, data=d)`` -> :class:`CommGroup`: the group
+  a parallel dimension forms, on the slowest link it spans.
+
+Rank placement (:func:`place_group`): ranks are numbered with the dimensions of a
+:class:`RankLayout` from fastest to slowest varying. Megatron-LM's default is ``tp-dp-pp``
+(``megatron/core/parallel_state.py``, ``RankGenerator(order="tp-cp-ep-dp-pp")`` without
+context/expert parallelism): TP ranks are adjacent, then DP, then PP. Node ``i`` holds ranks
+``[i*G, (i+1)*G)`` for ``G`` GPUs per node. A group whose ranks all sit in one node uses the
+intra-node link; otherwise the scale-out network, the slowest link it crosses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import TypeAlias, assert_never, final
+
+from blueprinting.errors import ConfigError, UnsupportedError
+from blueprinting.hardware.collectives import (
+    CollectiveCosts,
+    CollectiveKind,
+    collective_link_time,
+    ring_collective_costs,
+)
+from blueprinting.hardware.efficiency import (
+    Efficiency,
+    GemmShape,
+    efficiency_fraction,
+    is_nonnegative,
+    is_positive,
+)
+from blueprinting.mapping.model import Datatype
+
+
+class Engine(StrEnum):
+    """Which compute unit runs an op: tensor cores (GEMM, batched GEMM) or the vector units."""
+
+    MATRIX = "matrix"
+    VECTOR = "vector"
+
+
+class ProcessingMode(StrEnum):
+    """How an op's compute and memory times combine (Calculon ``processing_mode``):
+    ``no_overlap`` adds them, ``roofline`` takes the larger (Williams et al. 2009)."""
+
+    NO_OVERLAP = "no_overlap"
+    ROOFLINE = "roofline"
+
+
+class LinkTier(StrEnum):
+    INTRA_NODE = "intra_node"
+    SCALE_OUT = "scale_out"
+
+
+class ParallelDim(StrEnum):
+    TENSOR = "tp"
+    DATA = "dp"
+    PIPELINE = "pp"
+
+
+class RankLayout(StrEnum):
+    """Rank order, fastest-varying dimension first (Megatron's ``order`` string)."""
+
+    TP_DP_PP = "tp-dp-pp"
+    TP_PP_DP = "tp-pp-dp"
+    DP_TP_PP = "dp-tp-pp"
+    DP_PP_TP = "dp-pp-tp"
+    PP_TP_DP = "pp-tp-dp"
+    PP_DP_TP = "pp-dp-tp"
+
+    @property
+    def order(self) -> tuple[ParallelDim, ...]:
+        return tuple(ParallelDim(part) for part in self.value.split("-"))
+
+
+def _require_positive_int(owner: str, **values: int) -> list[str]:
+    return [
+        f"{owner}.{key} must be a positive integer, got {value!r}"
+        for key, value in values.items()
+        if type(value) is not int or value < 1
+    ]
+
+
+def _require_positive_number(owner: str, **values: float) -> list[str]:
+    return [
+        f"{owner}.{key} must be a positive number, got {value!r}"
+        for key, value in values.items()
+        if not is_positive(value)
+    ]
+
+
+# --------------------------------------------------------------------------------------------
+# Accelerator
+# --------------------------------------------------------------------------------------------
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DatatypeRate:
+    """Dense peak of one engine for one datatype and the fraction ops of a given size reach."""
+
+    datatype: Datatype
+    peak_flop_per_s: float
+    efficiency: Efficiency
+
+    def __post_init__(self) -> None:
+        problems = _require_positive_number("DatatypeRate", peak_flop_per_s=self.peak_flop_per_s)
+        if problems:
+            raise ConfigError(problems)
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ComputeEngineSpec:
+    """The rates of one engine, one per supported datatype (each datatype at most once)."""
+
+    rates: tuple[DatatypeRate, ...]
+
+    def __post_init__(self) -> None:
+        seen = [rate.datatype for rate in self.rates]
+        if len(set(seen)) != len(seen):
+            raise ConfigError([f"ComputeEngineSpec lists a datatype twice: {seen}"])
+
+    def rate(self, datatype: Datatype) -> DatatypeRate:
+        for rate in self.rates:
+            if rate.datatype == datatype:
+                return rate
+        supported = ", ".join(rate.datatype.value for rate in self.rates) or "none"
+        raise UnsupportedError(
+            f"checking datatype: this engine has no {datatype.value} rate (has: {supported})"
+        )
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemorySpec:
+    capacity_bytes: float
+    bandwidth_bytes_per_s: float
+    efficiency: Efficiency
+
+    def __post_init__(self) -> None:
+        problems = _require_positive_number(
+            "MemorySpec",
+            capacity_bytes=self.capacity_bytes,
+            bandwidth_bytes_per_s=self.bandwidth_bytes_per_s,
+        )
+        if problems:
+            raise ConfigError(problems)
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AcceleratorSpec:
+    name: str
+    matrix: ComputeEngineSpec
+    vector: ComputeEngineSpec
+    hbm: MemorySpec
+    offload: MemorySpec | None = None
+
+    def engine(self, engine: Engine) -> ComputeEngineSpec:
+        match engine:
+            case Engine.MATRIX:
+                return self.matrix
+            case Engine.VECTOR:
+                return self.vector
+            case _ as unreachable:
+                assert_never(unreachable)
+
+
+# --------------------------------------------------------------------------------------------
+# Links and nodes
+# --------------------------------------------------------------------------------------------
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LinkSpec:
+    """One network tier as one GPU sees it.
+
+    ``bandwidth_bytes_per_s`` is per GPU per direction; ``efficiency`` the achieved fraction of it
+    (by message size); ``costs`` the per-collective wire factors. ``processor_usage`` is the
+    fraction of compute throughput a running collective steals (Calculon's ``processor_usage``,
+    used only by overlap models).
+    """
+
+    bandwidth_bytes_per_s: float
+    latency_s: float
+    efficiency: Efficiency
+    costs: CollectiveCosts = field(default_factory=ring_collective_costs)
+    processor_usage: float = 0.0
+
+    def __post_init__(self) -> None:
+        problems = _require_positive_number(
+            "LinkSpec", bandwidth_bytes_per_s=self.bandwidth_bytes_per_s
+        )
+        if not is_nonnegative(self.latency_s):
+            problems.append(f"LinkSpec.latency_s must be >= 0, got {self.latency_s!r}")
+        if not (is_nonnegative(self.processor_usage) and self.processor_usage < 1):
+            problems.append(
+                f"LinkSpec.processor_usage must be in [0, 1), got {self.processor_usage!r}"
+            )
+        if problems:
+            raise ConfigError(problems)
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NodeSpec:
+    gpus_per_node: int
+    link: LinkSpec
+
+    def __post_init__(self) -> None:
+        problems = _require_positive_int("NodeSpec", gpus_per_node=self.gpus_per_node)
+        if problems:
+            raise ConfigError(problems)
+
+
+# --------------------------------------------------------------------------------------------
+# Which link each parallel group uses
+# --------------------------------------------------------------------------------------------
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ByRankLayout:
+    """Derive each group's link from the rank order and the node size (:func:`place_group`)."""
+
+    layout: RankLayout = RankLayout.TP_DP_PP
+
+    def __str__(self) -> str:
+        return str(self.layout)
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FixedTiers:
+    """Each dimension's link given explicitly, as Calculon's ``tensor_par_net``,
+    ``pipeline_par_net`` and ``data_par_net`` do. Ranks per node are then unknown (reported as 1
+    for scale-out groups, the group size for intra-node ones)."""
+
+    tensor: LinkTier
+    pipeline: LinkTier
+    data: LinkTier
+
+    def tier(self, dim: ParallelDim) -> LinkTier:
+        match dim:
+            case ParallelDim.TENSOR:
+                return self.tensor
+            case ParallelDim.PIPELINE:
+                return self.pipeline
+            case ParallelDim.DATA:
+                return self.data
+            case _ as unreachable:
+                assert_never(unreachable)
+
+    def __str__(self) -> str:
+        return f"tp:{self.tensor} pp:{self.pipeline} dp:{self.data}"
+
+
+NetworkAssignment: TypeAlias = ByRankLayout | FixedTiers
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CommGroup:
+    """A communicator: ``size`` ranks on link ``tier``, at most ``ranks_per_node`` of them in one
+    node (1 when every rank is on its own node)."""
+
+    size: int
+    tier: LinkTier
+    ranks_per_node: int
+
+    def __post_init__(self) -> None:
+        problems = _require_positive_int(
+            "CommGroup", size=self.size, ranks_per_node=self.ranks_per_node
+        )
+        if problems:
+            raise ConfigError(problems)
+
+    def __str__(self) -> str:
+        return f"{self.size}@{self.tier}"
+
+
+def _degree(dim: ParallelDim, tensor: int, pipeline: int, data: int) -> int:
+    match dim:
+        case ParallelDim.TENSOR:
+            return tensor
+        case ParallelDim.PIPELINE:
+            return pipeline
+        case ParallelDim.DATA:
+            return data
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def place_group(
+    layout: RankLayout,
+    dim: ParallelDim,
+    *,
+    tensor: int,
+    pipeline: int,
+    data: int,
+    gpus_per_node: int,
+) -> CommGroup:
+    """The group of dimension ``dim`` under ``layout``: its link and ranks per node.
+
+    A group's ranks are ``base + i * stride`` (``i < n``) with ``stride`` the product of the
+    degrees of the dimensions faster than ``dim``. With ``G`` GPUs per node:
+    if ``stride`` is a multiple of ``G`` every rank is on its own node; if ``G`` is a multiple of
+    ``stride`` runs of ``G / stride`` consecutive members share a node. Otherwise every group is
+    enumerated and the worst one (fewest members sharing a node) is reported. The group spans
+    one node iff all its ranks do; else it uses the scale-out link.
+    """
+    problems = _require_positive_int(
+        "place_group", tensor=tensor, pipeline=pipeline, data=data, gpus_per_node=gpus_per_node
+    )
+    if problems:
+        raise ConfigError(problems)
+    size = _degree(dim, tensor, pipeline, data)
+    stride = 1
+    for faster in layout.order:
+        if faster == dim:
+            break
+        stride *= _degree(faster, tensor, pipeline, data)
+    if size == 1:
+        return CommGroup(size=1, tier=LinkTier.INTRA_NODE, ranks_per_node=1)
+    if stride % gpus_per_node == 0:
+        per_node = 1
+        spans_nodes = True
+    elif gpus_per_node % stride == 0:
+        per_node = min(size, gpus_per_node // stride)
+        spans_nodes = size > per_node
+    else:
+        per_node, spans_nodes = _enumerate_groups(
+            size, stride, tensor * pipeline * data, gpus_per_node
+        )
+    tier = LinkTier.SCALE_OUT if spans_nodes else LinkTier.INTRA_NODE
+    return CommGroup(size=size, tier=tier, ranks_per_node=per_node)
+
+
+def _enumerate_groups(size: int, stride: int, world: int, gpus_per_node: int) -> tuple[int, bool]:
+    fewest = size
+    spans = False
+    for base in range(world):
+        # A group's base rank has coordinate 0 in this dimension.
+        if (base // stride) % size != 0:
+            continue
+        counts: dict[int, int] = {}
+        for i in range(size):
+            node = (base + i * stride) // gpus_per_node
+            counts[node] = counts.get(node, 0) + 1
+        fewest = min(fewest, *counts.values())
+        spans = spans or len(counts) > 1
+    return fewest, spans
+
+
+# --------------------------------------------------------------------------------------------
+# The system
+# --------------------------------------------------------------------------------------------
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SystemSpec:
+    """A cluster of identical accelerators; the number of GPUs comes from the strategy (t*p*d)."""
+
+    name: str
+    accelerator: AcceleratorSpec
+    node: NodeSpec
+    scale_out: LinkSpec
+    processing_mode: ProcessingMode = ProcessingMode.ROOFLINE
+    network_assignment: NetworkAssignment = field(default_factory=ByRankLayout)
+
+    def __str__(self) -> str:
+        return (
+            f"{self.name}: {self.node.gpus_per_node}x {self.accelerator.name}, "
+            f"{self.processing_mode}, {self.network_assignment}"
+        )
+
+    @classmethod
+    def from_calculon(
+        cls,
+        sys_json: Mapping[str, object],
+        *,
+        tensor_par_net: int,
+        pipeline_par_net: int,
+        data_par_net: int,
+    ) -> SystemSpec:
+        """See :func:`blueprinting.hardware.calculon.system_from_calculon`."""
+        # Imported here: the adapter builds SystemSpecs, so it imports this module.
+        from blueprinting.hardware.calculon import system_from_calculon
+
+        return system_from_calculon(
+            sys_json,
+            tensor_par_net=tensor_par_net,
+            pipeline_par_net=pipeline_par_net,
+            data_par_net=data_par_net,
+        )
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.node.gpus_per_node
+
+    def link(self, tier: LinkTier) -> LinkSpec:
+        match tier:
+            case LinkTier.INTRA_NODE:
+                return self.node.link
+            case LinkTier.SCALE_OUT:
+                return self.scale_out
+            case _ as unreachable:
+                assert_never(unreachable)
+
+    # ---- compute and memory -----------------------------------------------------------------
+    def compute_time(
+        self,
+        flops: float,
+        engine: Engine,
+        datatype: Datatype,
+        shape: GemmShape | None = None,
+    ) -> float:
+        """``flops / (peak * efficiency(flops, shape))`` on ``engine`` (Calculon
+        ``Processor.throughput``; the step efficiency is looked up at the op's FLOPs)."""
+        if flops < 0:
+            raise ConfigError([f"op FLOPs must be >= 0, got {flops!r}"])
+        if flops == 0:
+            return 0.0
+        rate = self.accelerator.engine(engine).rate(datatype)
+        fraction = efficiency_fraction(rate.efficiency, flops, shape)
+        return flops / (rate.peak_flop_per_s * fraction)
+
+    def memory_time(self, size_bytes: float) -> float:
+        """``bytes / (hbm_bw * efficiency(bytes))`` (Calculon ``Memory.throughput``)."""
+        if size_bytes < 0:
+            raise ConfigError([f"memory traffic must be >= 0 bytes, got {size_bytes!r}"])
+        if size_bytes == 0:
+            return 0.0
+        hbm = self.accelerator.hbm
+        return size_bytes / (
+            hbm.bandwidth_bytes_per_s * efficiency_fraction(hbm.efficiency, size_bytes)
+        )
+
+    def offload_time(self, size_bytes: float) -> float:
+        """Transfer time to/from the offload tier (Calculon ``compute_offload_time``)."""
+        offload = self.accelerator.offload
+        if offload is None:
+            raise UnsupportedError(f"checking offload: system {self.name} has no offload memory")
+        if size_bytes == 0:
+            return 0.0
+        return size_bytes / (
+            offload.bandwidth_bytes_per_s * efficiency_fraction(offload.efficiency, size_bytes)
+        )
+
+    def processing_time(self, flop_time: float, mem_time: float) -> float:
+        """Sum (``no_overlap``) or max (``roofline``) of an op's compute and memory times."""
+        match self.processing_mode:
+            case ProcessingMode.NO_OVERLAP:
+                return flop_time + mem_time
+            case ProcessingMode.ROOFLINE:
+                return max(flop_time, mem_time)
+            case _ as unreachable:
+                assert_never(unreachable)
+
+    def op_time(
+        self,
+        flops: float,
+        size_bytes: float,
+        engine: Engine,
+        datatype: Datatype,
+        shape: GemmShape | None = None,
+    ) -> float:
+        """One op's time: compute and HBM traffic combined by the processing mode."""
+        return self.processing_time(
+            self.compute_time(flops, engine, datatype, shape), self.memory_time(size_bytes)
+        )
+
+    # ---- communication ---------------------------------------------------------------------
+    def comm_group(self, dim: ParallelDim, *, tensor: int, pipeline: int, data: int) -> CommGroup:
+        """The communicator of ``dim`` for a t x p x d strategy on this system."""
+        match self.network_assignment:
+            case ByRankLayout(layout=layout):
+                return place_group(
+                    layout,
+                    dim,
+                    tensor=tensor,
+                    pipeline=pipeline,
+                    data=data,
+                    gpus_per_node=self.gpus_per_node,
+                )
+            case FixedTiers() as fixed:
+                size = _degree(dim, tensor, pipeline, data)
+                tier = fixed.tier(dim)
+                per_node = size if tier == LinkTier.INTRA_NODE else 1
+                return CommGroup(size=size, tier=tier, ranks_per_node=per_node)
+            case _ as unreachable:
+                assert_never(unreachable)
+
+    def collective_time(self, kind: CollectiveKind, size_bytes: float, group: CommGroup) -> float:
+        """One collective of ``size_bytes`` over ``group`` on the group's link (see
+        :func:`~blueprinting.hardware.collectives.collective_link_time`)."""
+        return collective_link_time(kind, size_bytes, group.size, self.link(group.tier))

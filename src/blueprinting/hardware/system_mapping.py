@@ -1,0 +1,643 @@
+"""Systems to and from plain mappings (a config file's ``[system]`` section, TOML / JSON files).
+
+The mapping form (every key optional when a ``preset`` is given; SI units, the unit in the name)::
+
+    [system]
+    preset = "dgx-a100-80gb"          # start from SYSTEM_PRESETS[preset], then apply the rest
+    name = "my-a100-cluster"
+    gpus_per_node = 8
+    processing_mode = "roofline"      # or "no_overlap"
+    rank_layout = "tp-dp-pp"          # or, Calculon-style, fixed link tiers:
+    # fixed_tiers = {tp = "intra_node", pp = "scale_out", dp = "scale_out"}
+
+    [system.accelerator]
+    name = "A100-SXM4-80GB"
+    [system.accelerator.matrix.bfloat16]
+    peak_flop_per_s = 312e12
+    efficiency = 0.8                  # a number is a ConstantEfficiency
+    [system.accelerator.vector.bfloat16]
+    peak_flop_per_s = 39e12
+    efficiency = {model = "steps", steps = [[16e9, 0.95], [0, 0.5]]}   # thresholds in FLOPs
+    [system.accelerator.hbm]
+    capacity_bytes = 80e9
+    bandwidth_bytes_per_s = 2039e9
+    efficiency = 0.9
+    # [system.accelerator.offload] has the same keys (Calculon's mem2)
+
+    [system.intra_node]               # and [system.scale_out]
+    bandwidth_bytes_per_s = 300e9     # per GPU, per direction
+    latency_s = 1e-5
+    efficiency = 0.75
+    processor_usage = 0.0
+    costs = {all_reduce = [2, -1], reduce_scatter = [1, -1], all_gather = [1, -1], p2p = [1]}
+
+Efficiency tables: ``{model = "constant", fraction = f}``, ``{model = "steps", steps = [[threshold,
+fraction], ...]}``, ``{model = "saturating_gemm", peak_fraction = f, half_saturation_dim = d}``.
+A cost pair ``[scalar]`` (or ``[scalar, null]`` in JSON) has no ``1/n`` term.
+
+Overrides: the section is deep-merged over ``system_to_mapping(preset)``: nested tables merge
+key by key, while an ``efficiency`` value replaces the preset's whole efficiency model, and
+giving ``rank_layout`` or ``fixed_tiers`` drops the other. Every problem is reported at once in
+one :class:`~blueprinting.errors.ConfigError`; unknown keys get a did-you-mean.
+
+Public API: ``system_from_mapping(section, *, source=None) -> SystemSpec``,
+``system_to_mapping(system) -> dict[str, object]`` (JSON-able; round-trips),
+``load_system(path) -> SystemSpec`` (``.toml`` or ``.json``; the file is either a system mapping
+or has one under a ``system`` key).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import tomllib
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
+from pathlib import Path
+from typing import TypeVar, assert_never
+
+from blueprinting.errors import BlueprintingError, ConfigError, ProblemCollector
+from blueprinting.hardware.collectives import CollectiveCost, CollectiveCosts, CollectiveKind
+from blueprinting.hardware.efficiency import (
+    ConstantEfficiency,
+    Efficiency,
+    EfficiencyStep,
+    SaturatingGemmEfficiency,
+    SteppedEfficiency,
+)
+from blueprinting.hardware.system import (
+    AcceleratorSpec,
+    ByRankLayout,
+    ComputeEngineSpec,
+    DatatypeRate,
+    FixedTiers,
+    LinkSpec,
+    LinkTier,
+    MemorySpec,
+    NodeSpec,
+    ProcessingMode,
+    RankLayout,
+    SystemSpec,
+)
+from blueprinting.mapping.model import Datatype
+
+_E = TypeVar("_E", ProcessingMode, RankLayout, LinkTier, Datatype)
+_T = TypeVar("_T")
+
+_TOP_KEYS = (
+    "preset",
+    "name",
+    "gpus_per_node",
+    "processing_mode",
+    "rank_layout",
+    "fixed_tiers",
+    "accelerator",
+    "intra_node",
+    "scale_out",
+)
+_ACCELERATOR_KEYS = ("name", "matrix", "vector", "hbm", "offload")
+_RATE_KEYS = ("peak_flop_per_s", "efficiency")
+_MEMORY_KEYS = ("capacity_bytes", "bandwidth_bytes_per_s", "efficiency")
+_LINK_KEYS = ("bandwidth_bytes_per_s", "latency_s", "efficiency", "processor_usage", "costs")
+_FIXED_TIER_KEYS = ("tp", "pp", "dp")
+# Keys whose value is one indivisible choice: an override replaces it instead of merging into it.
+_REPLACED_WHOLE = frozenset({"efficiency"})
+
+
+# --------------------------------------------------------------------------------------------
+# To mapping
+# --------------------------------------------------------------------------------------------
+def efficiency_to_mapping(model: Efficiency) -> float | dict[str, object]:
+    match model:
+        case ConstantEfficiency(fraction=fraction):
+            return fraction
+        case SteppedEfficiency(steps=steps):
+            return {"model": "steps", "steps": [[s.threshold, s.fraction] for s in steps]}
+        case SaturatingGemmEfficiency(
+            peak_fraction=peak_fraction, half_saturation_dim=half_saturation_dim
+        ):
+            return {
+                "model": "saturating_gemm",
+                "peak_fraction": peak_fraction,
+                "half_saturation_dim": half_saturation_dim,
+            }
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def _cost_to_list(cost: CollectiveCost) -> list[float]:
+    return [cost.scalar] if cost.offset is None else [cost.scalar, cost.offset]
+
+
+def _link_to_mapping(link: LinkSpec) -> dict[str, object]:
+    return {
+        "bandwidth_bytes_per_s": link.bandwidth_bytes_per_s,
+        "latency_s": link.latency_s,
+        "efficiency": efficiency_to_mapping(link.efficiency),
+        "processor_usage": link.processor_usage,
+        "costs": {kind.value: _cost_to_list(link.costs.of(kind)) for kind in CollectiveKind},
+    }
+
+
+def _memory_to_mapping(memory: MemorySpec) -> dict[str, object]:
+    return {
+        "capacity_bytes": memory.capacity_bytes,
+        "bandwidth_bytes_per_s": memory.bandwidth_bytes_per_s,
+        "efficiency": efficiency_to_mapping(memory.efficiency),
+    }
+
+
+def _engine_to_mapping(engine: ComputeEngineSpec) -> dict[str, object]:
+    return {
+        rate.datatype.value: {
+            "peak_flop_per_s": rate.peak_flop_per_s,
+            "efficiency": efficiency_to_mapping(rate.efficiency),
+        }
+        for rate in engine.rates
+    }
+
+
+def system_to_mapping(system: SystemSpec) -> dict[str, object]:
+    """The full mapping form of ``system`` (JSON-able; ``system_from_mapping`` reads it back)."""
+    accelerator: dict[str, object] = {
+        "name": system.accelerator.name,
+        "matrix": _engine_to_mapping(system.accelerator.matrix),
+        "vector": _engine_to_mapping(system.accelerator.vector),
+        "hbm": _memory_to_mapping(system.accelerator.hbm),
+    }
+    if system.accelerator.offload is not None:
+        accelerator["offload"] = _memory_to_mapping(system.accelerator.offload)
+    result: dict[str, object] = {
+        "name": system.name,
+        "gpus_per_node": system.node.gpus_per_node,
+        "processing_mode": system.processing_mode.value,
+    }
+    match system.network_assignment:
+        case ByRankLayout(layout=layout):
+            result["rank_layout"] = layout.value
+        case FixedTiers(tensor=tensor, pipeline=pipeline, data=data):
+            result["fixed_tiers"] = {"tp": tensor.value, "pp": pipeline.value, "dp": data.value}
+        case _ as unreachable:
+            assert_never(unreachable)
+    result["accelerator"] = accelerator
+    result["intra_node"] = _link_to_mapping(system.node.link)
+    result["scale_out"] = _link_to_mapping(system.scale_out)
+    return result
+
+
+# --------------------------------------------------------------------------------------------
+# From mapping
+# --------------------------------------------------------------------------------------------
+def _unknown_keys(
+    section: Mapping[str, object], allowed: Sequence[str], where: str, out: ProblemCollector
+) -> None:
+    for key in section:
+        if key in allowed:
+            continue
+        close = difflib.get_close_matches(str(key), allowed, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        out.add(f"{where}: unknown key {key!r}{hint}; known keys: {', '.join(allowed)}")
+
+
+def _table(value: object, where: str, out: ProblemCollector) -> Mapping[str, object] | None:
+    if isinstance(value, Mapping) and all(isinstance(k, str) for k in value):
+        return value
+    out.add(f"{where} must be a table, got {value!r}")
+    return None
+
+
+def _number(value: object, where: str, out: ProblemCollector) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        out.add(f"{where} must be a number, got {value!r}")
+        return None
+    return float(value)
+
+
+def _integer(value: object, where: str, out: ProblemCollector) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        out.add(f"{where} must be an integer, got {value!r}")
+        return None
+    return value
+
+
+def _string(value: object, where: str, out: ProblemCollector) -> str | None:
+    if not isinstance(value, str):
+        out.add(f"{where} must be a string, got {value!r}")
+        return None
+    return value
+
+
+def _choice(enum: type[_E], value: object, where: str, out: ProblemCollector) -> _E | None:
+    text = _string(value, where, out)
+    if text is None:
+        return None
+    choices = [member.value for member in enum]
+    if text in choices:
+        return enum(text)
+    close = difflib.get_close_matches(text, choices, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    out.add(f"{where}: unknown value {text!r}{hint}; choices: {', '.join(choices)}")
+    return None
+
+
+def _required(section: Mapping[str, object], key: str, where: str, out: ProblemCollector) -> object:
+    if key not in section:
+        out.add(f"{where}: missing key {key!r}")
+        return None
+    return section[key]
+
+
+def _checked(out: ProblemCollector, where: str, make: Callable[[], _T]) -> _T | None:
+    """Run a constructor; its single-value checks become problems of ``where``."""
+    try:
+        return make()
+    except ConfigError as error:
+        for problem in error.problems:
+            out.add(f"{where}: {problem}")
+        return None
+
+
+def efficiency_from_mapping(value: object, where: str, out: ProblemCollector) -> Efficiency | None:
+    """A number, or a table with ``model`` = ``constant`` | ``steps`` | ``saturating_gemm``."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        fraction = float(value)
+        return _checked(out, where, lambda: ConstantEfficiency(fraction=fraction))
+    table = _table(value, where, out)
+    if table is None:
+        return None
+    model = _string(_required(table, "model", where, out), f"{where}.model", out)
+    match model:
+        case None:
+            return None
+        case "constant":
+            _unknown_keys(table, ("model", "fraction"), where, out)
+            fraction_or_none = _number(
+                _required(table, "fraction", where, out), f"{where}.fraction", out
+            )
+            if fraction_or_none is None:
+                return None
+            constant = fraction_or_none
+            return _checked(out, where, lambda: ConstantEfficiency(fraction=constant))
+        case "steps":
+            _unknown_keys(table, ("model", "steps"), where, out)
+            raw_steps = _required(table, "steps", where, out)
+            if not isinstance(raw_steps, list | tuple):
+                out.add(f"{where}.steps must be a list of [threshold, fraction] pairs")
+                return None
+            steps: list[EfficiencyStep] = []
+            for index, pair in enumerate(raw_steps):
+                at = f"{where}.steps[{index}]"
+                if not (isinstance(pair, list | tuple) and len(pair) == 2):
+                    out.add(f"{at} must be a [threshold, fraction] pair, got {pair!r}")
+                    continue
+                threshold = _number(pair[0], f"{at}[0]", out)
+                step_fraction = _number(pair[1], f"{at}[1]", out)
+                if threshold is None or step_fraction is None:
+                    continue
+                step = _checked(
+                    out, at, partial(EfficiencyStep, threshold=threshold, fraction=step_fraction)
+                )
+                if step is not None:
+                    steps.append(step)
+            if len(steps) != len(raw_steps):
+                return None
+            return _checked(out, where, lambda: SteppedEfficiency(steps=tuple(steps)))
+        case "saturating_gemm":
+            _unknown_keys(table, ("model", "peak_fraction", "half_saturation_dim"), where, out)
+            peak = _number(
+                _required(table, "peak_fraction", where, out), f"{where}.peak_fraction", out
+            )
+            half = _number(
+                _required(table, "half_saturation_dim", where, out),
+                f"{where}.half_saturation_dim",
+                out,
+            )
+            if peak is None or half is None:
+                return None
+            pk, hf = peak, half
+            return _checked(
+                out,
+                where,
+                lambda: SaturatingGemmEfficiency(peak_fraction=pk, half_saturation_dim=hf),
+            )
+        case _:
+            choices = ["constant", "steps", "saturating_gemm"]
+            close = difflib.get_close_matches(model, choices, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            out.add(f"{where}.model: unknown model {model!r}{hint}; choices: {', '.join(choices)}")
+            return None
+
+
+def _engine_from_mapping(
+    value: object, where: str, out: ProblemCollector
+) -> ComputeEngineSpec | None:
+    table = _table(value, where, out)
+    if table is None:
+        return None
+    rates: list[DatatypeRate] = []
+    ok = True
+    for key, raw in table.items():
+        at = f"{where}.{key}"
+        datatype = _choice(Datatype, key, at, out)
+        rate_table = _table(raw, at, out)
+        if datatype is None or rate_table is None:
+            ok = False
+            continue
+        _unknown_keys(rate_table, _RATE_KEYS, at, out)
+        peak = _number(
+            _required(rate_table, "peak_flop_per_s", at, out), f"{at}.peak_flop_per_s", out
+        )
+        efficiency = efficiency_from_mapping(
+            _required(rate_table, "efficiency", at, out), f"{at}.efficiency", out
+        )
+        if peak is None or efficiency is None:
+            ok = False
+            continue
+        rate = _checked(
+            out,
+            at,
+            partial(DatatypeRate, datatype=datatype, peak_flop_per_s=peak, efficiency=efficiency),
+        )
+        if rate is None:
+            ok = False
+        else:
+            rates.append(rate)
+    if not ok:
+        return None
+    return _checked(out, where, lambda: ComputeEngineSpec(rates=tuple(rates)))
+
+
+def _memory_from_mapping(value: object, where: str, out: ProblemCollector) -> MemorySpec | None:
+    table = _table(value, where, out)
+    if table is None:
+        return None
+    _unknown_keys(table, _MEMORY_KEYS, where, out)
+    capacity = _number(
+        _required(table, "capacity_bytes", where, out), f"{where}.capacity_bytes", out
+    )
+    bandwidth = _number(
+        _required(table, "bandwidth_bytes_per_s", where, out),
+        f"{where}.bandwidth_bytes_per_s",
+        out,
+    )
+    efficiency = efficiency_from_mapping(
+        _required(table, "efficiency", where, out), f"{where}.efficiency", out
+    )
+    if capacity is None or bandwidth is None or efficiency is None:
+        return None
+    cap, bw, eff = capacity, bandwidth, efficiency
+    return _checked(
+        out,
+        where,
+        lambda: MemorySpec(capacity_bytes=cap, bandwidth_bytes_per_s=bw, efficiency=eff),
+    )
+
+
+def _cost_from_list(value: object, where: str, out: ProblemCollector) -> CollectiveCost | None:
+    if not (isinstance(value, list | tuple) and len(value) in (1, 2)):
+        out.add(f"{where} must be [scalar] or [scalar, offset], got {value!r}")
+        return None
+    scalar = _number(value[0], f"{where}[0]", out)
+    offset: float | None = None
+    if len(value) == 2 and value[1] is not None:
+        offset = _number(value[1], f"{where}[1]", out)
+        if offset is None:
+            return None
+    if scalar is None:
+        return None
+    sc, off = scalar, offset
+    return _checked(out, where, lambda: CollectiveCost(scalar=sc, offset=off))
+
+
+def _link_from_mapping(value: object, where: str, out: ProblemCollector) -> LinkSpec | None:
+    table = _table(value, where, out)
+    if table is None:
+        return None
+    _unknown_keys(table, _LINK_KEYS, where, out)
+    bandwidth = _number(
+        _required(table, "bandwidth_bytes_per_s", where, out),
+        f"{where}.bandwidth_bytes_per_s",
+        out,
+    )
+    latency = _number(_required(table, "latency_s", where, out), f"{where}.latency_s", out)
+    efficiency = efficiency_from_mapping(
+        _required(table, "efficiency", where, out), f"{where}.efficiency", out
+    )
+    usage = _number(table.get("processor_usage", 0.0), f"{where}.processor_usage", out)
+    costs_table = _table(_required(table, "costs", where, out), f"{where}.costs", out)
+    costs: dict[CollectiveKind, CollectiveCost] = {}
+    if costs_table is not None:
+        _unknown_keys(costs_table, [kind.value for kind in CollectiveKind], f"{where}.costs", out)
+        for kind in CollectiveKind:
+            at = f"{where}.costs.{kind.value}"
+            cost = _cost_from_list(
+                _required(costs_table, kind.value, f"{where}.costs", out), at, out
+            )
+            if cost is not None:
+                costs[kind] = cost
+    if (
+        bandwidth is None
+        or latency is None
+        or efficiency is None
+        or usage is None
+        or len(costs) != len(CollectiveKind)
+    ):
+        return None
+    bw, lat, eff, use = bandwidth, latency, efficiency, usage
+    collective_costs = CollectiveCosts(
+        all_reduce=costs[CollectiveKind.ALL_REDUCE],
+        reduce_scatter=costs[CollectiveKind.REDUCE_SCATTER],
+        all_gather=costs[CollectiveKind.ALL_GATHER],
+        p2p=costs[CollectiveKind.P2P],
+    )
+    return _checked(
+        out,
+        where,
+        lambda: LinkSpec(
+            bandwidth_bytes_per_s=bw,
+            latency_s=lat,
+            efficiency=eff,
+            costs=collective_costs,
+            processor_usage=use,
+        ),
+    )
+
+
+def _accelerator_from_mapping(
+    value: object, where: str, out: ProblemCollector
+) -> AcceleratorSpec | None:
+    table = _table(value, where, out)
+    if table is None:
+        return None
+    _unknown_keys(table, _ACCELERATOR_KEYS, where, out)
+    name = _string(_required(table, "name", where, out), f"{where}.name", out)
+    matrix = _engine_from_mapping(_required(table, "matrix", where, out), f"{where}.matrix", out)
+    vector = _engine_from_mapping(_required(table, "vector", where, out), f"{where}.vector", out)
+    hbm = _memory_from_mapping(_required(table, "hbm", where, out), f"{where}.hbm", out)
+    offload = (
+        _memory_from_mapping(table["offload"], f"{where}.offload", out)
+        if "offload" in table
+        else None
+    )
+    if name is None or matrix is None or vector is None or hbm is None:
+        return None
+    if "offload" in table and offload is None:
+        return None
+    return AcceleratorSpec(name=name, matrix=matrix, vector=vector, hbm=hbm, offload=offload)
+
+
+def _merge(base: Mapping[str, object], override: Mapping[str, object]) -> dict[str, object]:
+    merged: dict[str, object] = dict(base)
+    for key, value in override.items():
+        old = merged.get(key)
+        if key not in _REPLACED_WHOLE and isinstance(old, Mapping) and isinstance(value, Mapping):
+            merged[key] = _merge(old, value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def _with_preset(section: Mapping[str, object], out: ProblemCollector) -> Mapping[str, object]:
+    if "preset" not in section:
+        return section
+    name = _string(section["preset"], "system.preset", out)
+    if name is None:
+        return {key: value for key, value in section.items() if key != "preset"}
+    # Imported here: presets are built with this module's types, not the other way round.
+    from blueprinting.hardware.presets import system_preset
+
+    try:
+        base = system_to_mapping(system_preset(name))
+    except ConfigError as error:
+        for problem in error.problems:
+            out.add(problem)
+        return {key: value for key, value in section.items() if key != "preset"}
+    overrides = {key: value for key, value in section.items() if key != "preset"}
+    # The two network-assignment forms exclude each other: the user's choice wins.
+    if "fixed_tiers" in overrides:
+        base.pop("rank_layout", None)
+    if "rank_layout" in overrides:
+        base.pop("fixed_tiers", None)
+    return _merge(base, overrides)
+
+
+def system_from_mapping(section: Mapping[str, object], *, source: str | None = None) -> SystemSpec:
+    """Build a :class:`SystemSpec` from a ``[system]`` section (``preset`` plus overrides, or a
+    full mapping as :func:`system_to_mapping` writes it). Raises one ``ConfigError`` listing
+    every problem."""
+    out = ProblemCollector(source=source)
+    _unknown_keys(section, _TOP_KEYS, "system", out)
+    merged = _with_preset(section, out)
+    name = _string(_required(merged, "name", "system", out), "system.name", out)
+    gpus_per_node = _integer(
+        _required(merged, "gpus_per_node", "system", out), "system.gpus_per_node", out
+    )
+    mode = _choice(
+        ProcessingMode,
+        merged.get("processing_mode", ProcessingMode.ROOFLINE.value),
+        "system.processing_mode",
+        out,
+    )
+    assignment = _assignment_from_mapping(merged, out)
+    accelerator = _accelerator_from_mapping(
+        _required(merged, "accelerator", "system", out), "system.accelerator", out
+    )
+    intra = _link_from_mapping(
+        _required(merged, "intra_node", "system", out), "system.intra_node", out
+    )
+    scale_out = _link_from_mapping(
+        _required(merged, "scale_out", "system", out), "system.scale_out", out
+    )
+    node = (
+        None
+        if gpus_per_node is None or intra is None
+        else _checked(out, "system", lambda: NodeSpec(gpus_per_node=gpus_per_node, link=intra))
+    )
+    out.raise_if_any()
+    if (
+        name is None
+        or mode is None
+        or assignment is None
+        or accelerator is None
+        or node is None
+        or scale_out is None
+    ):
+        raise ConfigError(["system: incomplete"], source=source)  # pragma: no cover
+    return SystemSpec(
+        name=name,
+        accelerator=accelerator,
+        node=node,
+        scale_out=scale_out,
+        processing_mode=mode,
+        network_assignment=assignment,
+    )
+
+
+def _assignment_from_mapping(
+    merged: Mapping[str, object], out: ProblemCollector
+) -> ByRankLayout | FixedTiers | None:
+    if "rank_layout" in merged and "fixed_tiers" in merged:
+        out.add("system: give either rank_layout or fixed_tiers, not both")
+        return None
+    if "fixed_tiers" not in merged:
+        layout = _choice(
+            RankLayout,
+            merged.get("rank_layout", RankLayout.TP_DP_PP.value),
+            "system.rank_layout",
+            out,
+        )
+        return None if layout is None else ByRankLayout(layout=layout)
+    table = _table(merged["fixed_tiers"], "system.fixed_tiers", out)
+    if table is None:
+        return None
+    _unknown_keys(table, _FIXED_TIER_KEYS, "system.fixed_tiers", out)
+    tiers = [
+        _choice(
+            LinkTier,
+            _required(table, key, "system.fixed_tiers", out),
+            f"system.fixed_tiers.{key}",
+            out,
+        )
+        for key in _FIXED_TIER_KEYS
+    ]
+    tp, pp, dp = tiers
+    if tp is None or pp is None or dp is None:
+        return None
+    return FixedTiers(tensor=tp, pipeline=pp, data=dp)
+
+
+def load_system(path: str | Path) -> SystemSpec:
+    """Read a system from a ``.toml`` or ``.json`` file: the whole file, or its ``system`` table."""
+    file = Path(path)
+    source = str(file)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as error:
+        raise ConfigError([f"cannot read system file: {error.strerror}"], source=source) from None
+    document: object
+    try:
+        match file.suffix.lower():
+            case ".toml":
+                document = tomllib.loads(text)
+            case ".json":
+                document = json.loads(text)
+            case other:
+                raise ConfigError(
+                    [f"system file must end in .toml or .json, got {other!r}"], source=source
+                )
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as error:
+        raise ConfigError([f"cannot parse system file: {error}"], source=source) from None
+    out = ProblemCollector(source=source)
+    table = _table(document, "system file", out)
+    out.raise_if_any()
+    if table is None:  # pragma: no cover - _table reported it
+        raise ConfigError(["system file must be a table"], source=source)
+    if "system" in table:
+        inner = _table(table["system"], "system", out)
+        out.raise_if_any()
+        if inner is not None:
+            table = inner
+    try:
+        return system_from_mapping(table, source=source)
+    except BlueprintingError:
+        raise
