@@ -1,0 +1,1 @@
+"""Iteration analysis: FLOPs conventions, memory per GPU, iteration time."""
