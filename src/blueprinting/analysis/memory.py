@@ -44,13 +44,13 @@ Choices (each one a documented approximation)
 
 Differences from Calculon (``calculon_oracle.md``, "stats — memory per GPU")
 ----------------------------------------------------------------------------
-Calculon (caa4b11) keeps fp32 weight gradients for one block only and low-precision gradients
-for the rest, so weights + optimizer come out 5.5-10.8% below 18 B/param; it models no embedding,
-LM head, loss, biases, GQA or SwiGLU; its ``optimizer_sharding`` shards gradients too (ZeRO-2 in our terms);
-it adds the working activations of one block to the stored ones and an activation-gradient buffer;
-its in-flight factor is ``min(m, p) * (1 + (p-1)/(v*p))`` for every schedule (schedules.md section 5
-shows where that is wrong); and its selective recompute without sequence parallelism under-counts by
-``2 b s h`` bytes per block (its known bug 2).
+Calculon (caa4b11) keeps fp32 weight gradients for one block only and low-precision gradients for
+the rest, so weights + optimizer come out 5.5-10.8% below 18 B/param; it models no embedding, LM
+head, loss, biases, GQA or SwiGLU; its ``optimizer_sharding`` shards gradients too (ZeRO-2 in our
+terms); it adds the working activations of one block to the stored ones and an activation-gradient
+buffer; its in-flight factor is ``min(m, p) * (1 + (p-1)/(v*p))`` for every schedule (schedules.md
+section 5 shows where that is wrong); and its selective recompute without sequence parallelism
+under-counts by ``2 b s h`` bytes per block (its known bug 2).
 """
 
 from __future__ import annotations
@@ -149,10 +149,10 @@ def precision_recipe(datatype: Datatype) -> PrecisionRecipe:
 
     bf16: bf16 params, fp32 grads (``accumulate_allreduce_grads_in_fp32``), fp32 main params, two
     fp32 moments: 2 + 4 + 4 + 8 = 18 = 6 + 12/d. fp16: fp16 params and grads, fp32 main params and
-    main grads, two fp32 moments: 2 + 2 + (4 + 4 + 8) = 20 = 4 + 16/d. fp32: 4 + 4 + 8 = 16 = 8 + 8/d.
-    fp8: Megatron-LM (Transformer Engine) keeps bf16 weights and fp32 optimizer state and runs only
-    the GEMMs in fp8, so the bf16 recipe; activations counted at 2 bytes (an upper bound: TE can
-    keep some GEMM inputs in fp8).
+    main grads, two fp32 moments: 2 + 2 + (4 + 4 + 8) = 20 = 4 + 16/d. fp32: 4 + 4 + 8 = 16 = 8 +
+    8/d. fp8: Megatron-LM (Transformer Engine) keeps bf16 weights and fp32 optimizer state and runs
+    only the GEMMs in fp8, so the bf16 recipe; activations counted at 2 bytes (an upper bound: TE
+    can keep some GEMM inputs in fp8).
     """
     match datatype:
         case Datatype.BF16 | Datatype.FP8:
@@ -267,8 +267,8 @@ def stage_parameters(
                 output_layer = word
             case EmbeddingTying.TIED:
                 output_layer = word if p > 1 else 0
-            case _ as unreachable:
-                assert_never(unreachable)
+            case _ as unreachable_tying:
+                assert_never(unreachable_tying)
     return StageParameters(
         stage=stage,
         blocks=blocks,
