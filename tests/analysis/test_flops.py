@@ -137,7 +137,7 @@ def test_gpt3_megatron_legacy_model_flops() -> None:
     # 72 B s L h^2 + 12 B s^2 L h + 6 B s h V
     # = 72*1536*2048*96*12288^2 + 12*1536*2048^2*96*12288 + 6*1536*2048*12288*51200
     expected = 3_386_196_746_387_324_928
-    assert 72 * B * S * L * H * H + 12 * B * S * S * L * H + 6 * B * S * H * V == expected
+    assert expected == 72 * B * S * L * H * H + 12 * B * S * S * L * H + 6 * B * S * H * V
     assert model_flops_per_iteration(GPT3_175B, B, FlopsConvention.MEGATRON_LEGACY) == expected
     assert (
         narayanan_model_flops(batch=B, seq_length=S, num_layers=L, hidden_size=H, vocab_size=V)
@@ -148,7 +148,7 @@ def test_gpt3_megatron_legacy_model_flops() -> None:
 def test_gpt3_eq3_is_hardware_flops_with_full_recompute() -> None:
     # Eq. 3: 96 B s L h^2 (1 + s/(6h) + V/(16 L h)) = 96 BsLh^2 + 16 Bs^2Lh + 6 BshV
     expected = 4_510_970_753_323_106_304
-    assert 96 * B * S * L * H * H + 16 * B * S * S * L * H + 6 * B * S * H * V == expected
+    assert expected == 96 * B * S * L * H * H + 16 * B * S * S * L * H + 6 * B * S * H * V
     assert (
         narayanan_eq3_flops(batch=B, seq_length=S, num_layers=L, hidden_size=H, vocab_size=V)
         == expected
@@ -162,7 +162,7 @@ def test_gpt3_eq3_is_hardware_flops_with_full_recompute() -> None:
 def test_gpt3_megatron_causal_halves_the_score_term() -> None:
     # 72 B s L h^2 + 6 B s^2 L h + 6 B s h V: the 12 B s^2 L h attention term halved.
     expected = 3_340_597_800_160_198_656
-    assert 72 * B * S * L * H * H + 6 * B * S * S * L * H + 6 * B * S * H * V == expected
+    assert expected == 72 * B * S * L * H * H + 6 * B * S * S * L * H + 6 * B * S * H * V
     assert model_flops_per_iteration(GPT3_175B, B, FlopsConvention.MEGATRON_CAUSAL) == expected
     legacy = model_flops_per_iteration(GPT3_175B, B, FlopsConvention.MEGATRON_LEGACY)
     # megatron_rules.md: "about 1.4% lower for GPT-3 175B".
@@ -266,7 +266,7 @@ def test_block_recompute_counts_first_layers_of_each_chunk() -> None:
     batch=st.integers(1, 4096),
 )
 def test_general_count_reduces_to_narayanan_for_gpt_shapes(
-    layers: int, heads: int, head_dim: int, seq: int, vocab: int, batch: int
+    *, layers: int, heads: int, head_dim: int, seq: int, vocab: int, batch: int
 ) -> None:
     """MHA, ffn = 4h, kv_channels = h / heads, tied embeddings; biases, norms, softmax, GELU,
     dropout and residuals are ignored by both counts."""
