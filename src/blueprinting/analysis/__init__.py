@@ -1,1 +1,1 @@
-"""Iteration, memory and FLOPs analysis composed from the typed program and PortablePlanIR."""
+"""Iteration analysis: FLOPs conventions, memory per GPU, iteration time."""

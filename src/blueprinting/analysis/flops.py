@@ -1,0 +1,308 @@
+"""Model FLOPs and hardware FLOPs per training iteration, under named conventions.
+
+Every figure says which convention produced it, because the published ones differ:
+
+``megatron-legacy``
+    Narayanan et al. 2021 (SC'21, arXiv:2104.04473), Section 5.1, Eq. (3):
+    ``F = 96 B s L h^2 (1 + s/(6h) + V/(16 L h))``. Eq. (3) counts four passes over every block
+    (forward, recompute forward, two backward GEMMs) and three over the LM head: it is the hardware
+    FLOPs of a run with full recomputation. Without recomputation the same derivation gives
+    ``72 B s L h^2 (1 + s/(6h) + V/(12 L h))`` (Korthikanti et al. 2022, Appendix A, "model FLOPs").
+    Both literal formulas assume GPT: MHA, ffn = 4h, kv_channels = h / heads, the attention score
+    and attention-over-values GEMMs over the full s x s matrix. :func:`narayanan_eq3_flops` and
+    :func:`narayanan_model_flops` are those literal formulas. The convention applied to a general
+    model is the per-op count below with the full (non-causal) score matrix; it is what
+    Megatron-LM's ``num_floating_point_operations`` computed before 2025-03 (GQA, SwiGLU,
+    kv_channels, ffn), and it reduces exactly to the literal formulas for a GPT-shaped model.
+``megatron-causal``
+    Current Megatron-LM ``megatron/training/training.py`` ``num_floating_point_operations``
+    (``transformer_flops``): the same per-op count, but QK^T and attention-over-V count only the
+    non-masked half of the s x s matrix (causal mask); about 1.4% below the legacy figure for
+    GPT-3 175B.
+``6nd``
+    Kaplan et al. 2020 (arXiv:2001.08361), Section 2.1: ``C = 6 N D`` with N parameters and D
+    tokens. Kaplan's N excludes embeddings; here N is ``model.num_parameters`` (all parameters,
+    the usual reading since Hoffmann et al. 2022), so the LM head GEMM is counted, and the input
+    embedding lookup, which costs no FLOPs, is too.
+``6nd-attn``
+    6ND plus Kaplan's attention term (Kaplan et al. 2020, Table 1): forward
+    ``2 L n_ctx d_attn`` per token, times 3 for training. With ``d_attn = heads * kv_channels``
+    this equals the causal per-op count of QK^T and attention-over-V.
+
+The per-op count (:class:`ForwardFlopsPerToken`) counts the GEMMs and batched matmuls only,
+2 FLOPs per multiply-add, backward = 2x forward (data and weight gradients). It ignores biases,
+norms, softmax, activation functions, dropout, residual adds, the optimizer step and the input
+embedding lookup, as Eq. (3) and Megatron-LM do.
+
+Hardware FLOPs add the recomputed forward work (Korthikanti et al. 2022, arXiv:2205.05198,
+Section 5): full recomputation re-runs the forward of every recomputed block; selective
+recomputation re-runs the attention core (QK^T and attention over V, ``4 b s^2 h`` per layer
+forward for MHA with the full matrix). Note: Korthikanti's Appendix A hardware-FLOPs formula
+for selective recompute, ``72 B s L h^2 (1 + s/(3h) + V/(12 L h))``
+(:func:`korthikanti_selective_hfu_flops`, which reproduces the paper's Table 5 HFU), counts 3x
+the attention-core forward as recompute, not 1x; the per-op count gives ``1 + 2s/(9h)`` in place
+of ``1 + s/(3h)``.
+
+MFU and HFU follow Chowdhery et al. 2022 (PaLM), Appendix B / Korthikanti et al. 2022, Section 6:
+FLOPs per iteration / (iteration time * GPUs * peak FLOP/s per GPU).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import assert_never, final
+
+from blueprinting.analysis.stage_layout import chunk_layer_counts
+from blueprinting.errors import ConfigError
+from blueprinting.mapping.model import TransformerModelSpec
+from blueprinting.mapping.transformer import (
+    FullRecompute,
+    NoRecompute,
+    RecomputeMethod,
+    SelectiveRecompute,
+    TransformerTrainingMappingSpec,
+)
+
+
+class FlopsConvention(StrEnum):
+    """Which FLOP count a figure uses (see the module docstring for sources)."""
+
+    MEGATRON_LEGACY = "megatron-legacy"
+    MEGATRON_CAUSAL = "megatron-causal"
+    SIX_ND = "6nd"
+    SIX_ND_ATTENTION = "6nd-attn"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ForwardFlopsPerToken:
+    """Forward FLOPs of one token (one position of one sequence), per op, for the whole model
+    width (no parallelism). Block terms are per block; ``logits`` is the LM head once."""
+
+    qkv_projection: int
+    attention_scores: int
+    attention_over_values: int
+    output_projection: int
+    mlp: int
+    logits: int
+
+    @property
+    def attention_core(self) -> int:
+        """QK^T and attention over V: what selective recomputation re-runs."""
+        return self.attention_scores + self.attention_over_values
+
+    @property
+    def block(self) -> int:
+        return self.qkv_projection + self.attention_core + self.output_projection + self.mlp
+
+
+def forward_flops_per_token(model: TransformerModelSpec, *, causal: bool) -> ForwardFlopsPerToken:
+    """Per-op forward GEMM FLOPs per token, general in GQA, SwiGLU, kv_channels and ffn.
+
+    q = heads * kv_channels, k = v = query_groups * kv_channels, u = MLP up width (2f for SwiGLU):
+    QKV ``2 h (q + 2k)``, QK^T ``2 s q``, attention over V ``2 s q``, output projection ``2 q h``,
+    MLP ``2 h u + 2 f h``, LM head ``2 h V`` (padded vocabulary, as Megatron-LM counts it).
+    ``causal`` halves QK^T and attention over V (only the unmasked half is computed).
+    """
+    h = model.hidden_size
+    s = model.seq_length
+    q = model.query_projection_size
+    score = s * q if causal else 2 * s * q
+    return ForwardFlopsPerToken(
+        qkv_projection=2 * h * (q + 2 * model.kv_projection_size),
+        attention_scores=score,
+        attention_over_values=score,
+        output_projection=2 * q * h,
+        mlp=2 * h * model.mlp_up_width + 2 * model.ffn_hidden_size * h,
+        logits=2 * h * model.padded_vocab_size,
+    )
+
+
+def _recomputable_forward_per_token(
+    model: TransformerModelSpec, convention: FlopsConvention
+) -> tuple[int, int]:
+    """(one block's forward, one block's attention-core forward) per token, in the convention's
+    own terms: 6ND's block is 2 * block parameters and has no separate attention core."""
+    match convention:
+        case FlopsConvention.MEGATRON_LEGACY:
+            ops = forward_flops_per_token(model, causal=False)
+            return ops.block, ops.attention_core
+        case FlopsConvention.MEGATRON_CAUSAL:
+            ops = forward_flops_per_token(model, causal=True)
+            return ops.block, ops.attention_core
+        case FlopsConvention.SIX_ND:
+            return 2 * model.block_parameters, 0
+        case FlopsConvention.SIX_ND_ATTENTION:
+            core = forward_flops_per_token(model, causal=True).attention_core
+            return 2 * model.block_parameters + core, core
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def tokens_per_iteration(model: TransformerModelSpec, global_batch: int) -> int:
+    """Tokens per optimizer step: global batch (sequences) * sequence length."""
+    return global_batch * model.seq_length
+
+
+def model_flops_per_iteration(
+    model: TransformerModelSpec, global_batch: int, convention: FlopsConvention
+) -> int:
+    """FLOPs of one iteration without recomputation (the MFU numerator)."""
+    tokens = tokens_per_iteration(model, global_batch)
+    match convention:
+        case FlopsConvention.MEGATRON_LEGACY:
+            ops = forward_flops_per_token(model, causal=False)
+            return 3 * tokens * (model.num_layers * ops.block + ops.logits)
+        case FlopsConvention.MEGATRON_CAUSAL:
+            ops = forward_flops_per_token(model, causal=True)
+            return 3 * tokens * (model.num_layers * ops.block + ops.logits)
+        case FlopsConvention.SIX_ND:
+            return 6 * model.num_parameters * tokens
+        case FlopsConvention.SIX_ND_ATTENTION:
+            core = forward_flops_per_token(model, causal=True).attention_core
+            return 6 * model.num_parameters * tokens + 3 * tokens * model.num_layers * core
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def recomputed_blocks_per_microbatch(
+    model: TransformerModelSpec, mapping: TransformerTrainingMappingSpec
+) -> int:
+    """Blocks whose forward runs twice per microbatch under full recomputation.
+
+    ``uniform``: every block (Megatron-LM checkpoints groups of ``num_layers`` blocks and
+    re-runs all of them). ``block``: the first ``num_layers`` blocks of each model chunk
+    (Megatron-LM's ``TransformerBlock`` applies the count per chunk, so per virtual stage).
+    """
+    recompute = mapping.parallelism.recompute
+    match recompute:
+        case NoRecompute() | SelectiveRecompute():
+            return 0
+        case FullRecompute(method=method, num_layers=n):
+            match method:
+                case RecomputeMethod.UNIFORM:
+                    return model.num_layers
+                case RecomputeMethod.BLOCK:
+                    chunks = chunk_layer_counts(model, mapping.parallelism.pipeline)
+                    return sum(min(n, count) for stage in chunks for count in stage)
+                case _ as unreachable:
+                    assert_never(unreachable)
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def recompute_flops_per_iteration(
+    model: TransformerModelSpec,
+    mapping: TransformerTrainingMappingSpec,
+    convention: FlopsConvention,
+) -> int:
+    """The forward work recomputation adds to one iteration (Korthikanti et al. 2022, Sec. 5)."""
+    tokens = tokens_per_iteration(model, mapping.batch.global_batch_size)
+    block, core = _recomputable_forward_per_token(model, convention)
+    recompute = mapping.parallelism.recompute
+    match recompute:
+        case NoRecompute():
+            return 0
+        case SelectiveRecompute():
+            return tokens * model.num_layers * core
+        case FullRecompute():
+            return tokens * recomputed_blocks_per_microbatch(model, mapping) * block
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def hardware_flops_per_iteration(
+    model: TransformerModelSpec,
+    mapping: TransformerTrainingMappingSpec,
+    convention: FlopsConvention,
+) -> int:
+    """FLOPs the GPUs execute in one iteration: model FLOPs plus recomputed forwards (the HFU
+    numerator). Under ``megatron-legacy`` with uniform full recomputation of a GPT-shaped model
+    this is exactly Narayanan et al. 2021 Eq. (3)."""
+    return model_flops_per_iteration(
+        model, mapping.batch.global_batch_size, convention
+    ) + recompute_flops_per_iteration(model, mapping, convention)
+
+
+def _require_positive_numbers(**values: float) -> None:
+    problems = [
+        f"{key} must be a positive finite number, got {value!r}"
+        for key, value in values.items()
+        if not (math.isfinite(value) and value > 0)
+    ]
+    if problems:
+        raise ConfigError(problems, source="FLOPs utilization")
+
+
+def achieved_flops_per_gpu(flops: float, iteration_time_s: float, world_size: int) -> float:
+    """FLOP/s per GPU, as Megatron-LM logs ``throughput per GPU`` (training.py, FLOPs /
+    (iteration time * world size))."""
+    _require_positive_numbers(iteration_time_s=iteration_time_s, world_size=world_size)
+    return flops / (iteration_time_s * world_size)
+
+
+def mfu(
+    model_flops: float, iteration_time_s: float, world_size: int, peak_flops_per_gpu: float
+) -> float:
+    """Model FLOPs utilization (fraction, not percent): model FLOPs / (time * GPUs * peak)."""
+    _require_positive_numbers(peak_flops_per_gpu=peak_flops_per_gpu)
+    return achieved_flops_per_gpu(model_flops, iteration_time_s, world_size) / peak_flops_per_gpu
+
+
+def hfu(
+    hardware_flops: float, iteration_time_s: float, world_size: int, peak_flops_per_gpu: float
+) -> float:
+    """Hardware FLOPs utilization (fraction): hardware FLOPs / (time * GPUs * peak)."""
+    _require_positive_numbers(peak_flops_per_gpu=peak_flops_per_gpu)
+    return achieved_flops_per_gpu(hardware_flops, iteration_time_s, world_size) / peak_flops_per_gpu
+
+
+def implied_iteration_time_s(flops: float, world_size: int, flops_per_gpu: float) -> float:
+    """Iteration time implied by a published FLOP/s-per-GPU figure: F / (n * FLOP/s)."""
+    _require_positive_numbers(world_size=world_size, flops_per_gpu=flops_per_gpu)
+    return flops / (world_size * flops_per_gpu)
+
+
+def iterations_to_train(model: TransformerModelSpec, global_batch: int, tokens: int) -> int:
+    """Optimizer steps needed to consume ``tokens`` tokens (the last step may be partial)."""
+    per_iteration = tokens_per_iteration(model, global_batch)
+    return -(-tokens // per_iteration)
+
+
+def time_to_train_s(
+    model: TransformerModelSpec, global_batch: int, tokens: int, iteration_time_s: float
+) -> float:
+    """Seconds to consume ``tokens`` tokens at a steady ``iteration_time_s`` (whole steps)."""
+    _require_positive_numbers(iteration_time_s=iteration_time_s)
+    return iterations_to_train(model, global_batch, tokens) * iteration_time_s
+
+
+# Literal paper formulas (GPT only: MHA, ffn = 4h, kv_channels = h / heads, full s x s scores).
+def narayanan_eq3_flops(
+    *, batch: int, seq_length: int, num_layers: int, hidden_size: int, vocab_size: int
+) -> int:
+    """Narayanan et al. 2021 Eq. (3), ``96 B s L h^2 (1 + s/(6h) + V/(16 L h))``, expanded to
+    ``96 B s L h^2 + 16 B s^2 L h + 6 B s h V`` so that it stays an exact integer."""
+    b, s, layers, h, v = batch, seq_length, num_layers, hidden_size, vocab_size
+    return 96 * b * s * layers * h * h + 16 * b * s * s * layers * h + 6 * b * s * h * v
+
+
+def narayanan_model_flops(
+    *, batch: int, seq_length: int, num_layers: int, hidden_size: int, vocab_size: int
+) -> int:
+    """Eq. (3) without the recompute forward (Korthikanti et al. 2022, Appendix A, model FLOPs):
+    ``72 B s L h^2 (1 + s/(6h) + V/(12 L h)) = 72 B s L h^2 + 12 B s^2 L h + 6 B s h V``."""
+    b, s, layers, h, v = batch, seq_length, num_layers, hidden_size, vocab_size
+    return 72 * b * s * layers * h * h + 12 * b * s * s * layers * h + 6 * b * s * h * v
+
+
+def korthikanti_selective_hfu_flops(
+    *, batch: int, seq_length: int, num_layers: int, hidden_size: int, vocab_size: int
+) -> int:
+    """Korthikanti et al. 2022, Appendix A, hardware FLOPs with selective recomputation, as the
+    paper states it: ``72 B s L h^2 (1 + s/(3h) + V/(12 L h))``. Reproduces Table 5's HFU; it
+    exceeds the per-op count (see the module docstring)."""
+    b, s, layers, h, v = batch, seq_length, num_layers, hidden_size, vocab_size
+    return 72 * b * s * layers * h * h + 24 * b * s * s * layers * h + 6 * b * s * h * v

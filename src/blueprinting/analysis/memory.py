@@ -1,0 +1,679 @@
+"""Memory per GPU: weights, gradients, optimizer states, activations and buffers, per stage.
+
+Sources
+-------
+- Bytes per parameter (Adam, mixed precision): Megatron-LM ``docs/user-guide/features/
+  dist_optimizer.md``: bf16 params + fp32 grads: 18 B (6 + 12/d with the distributed optimizer);
+  fp16: 20 B (4 + 16/d); fp32: 16 B (8 + 8/d). :class:`PrecisionRecipe` spells out where each byte
+  lives, :func:`precision_recipe` derives it from ``model.datatype``.
+- Optimizer sharding (Rajbhandari et al. 2020, ZeRO, Section 5): the distributed optimizer (ZeRO-1)
+  shards fp32 main params, fp32 main grads (fp16 only) and Adam moments over d; ZeRO-2 also the
+  gradients; ZeRO-3 also the parameters.
+- Activations: Korthikanti et al. 2022 (arXiv:2205.05198), Section 4 and Table 2, generalized per op
+  (:func:`layer_activation_bytes`), times the in-flight microbatches of the schedule
+  (``schedules.md`` section 5, checked against Megatron-LM ``schedules.py``).
+- Megatron-LM's own estimate (``megatron/training/theoretical_memory_usage.py``) is
+  :func:`megatron_theoretical_memory`, kept apart so reports can show both.
+
+Choices (each one a documented approximation)
+---------------------------------------------
+- Parameters are counted per TP rank exactly: column/row-parallel GEMM weights and column-parallel
+  biases are split over t; row-parallel biases and norms are replicated (Megatron-LM
+  ``tensor_parallel/layers.py``); KV heads are replicated when t > query groups. Megatron's estimate
+  divides everything by t.
+- The first stage holds the word embedding (vocab-parallel, / t) and learned positions (replicated);
+  the last stage holds the final norm and the LM head when untied, or, when tied and p > 1, the copy
+  of the word embedding Megatron keeps there (``LanguageModule.setup_embeddings_and_output_layer``);
+  that copy has gradients and optimizer states like any parameter.
+- ZeRO-3 (``ShardedParameters``): each rank keeps 1/d of every parameter, plus the other (d-1)/d of
+  the FSDP units being used: one unit, two with ``overlap_param_gather`` (the prefetched next unit).
+  The unit is the largest of a block, the embedding and the LM head on the stage. The local shard is
+  taken to alias its slot of the gathered unit, so d = 1 gives the unsharded figure exactly.
+  Transient full-size gradient buckets before the reduce-scatter are not counted.
+- Activations use Korthikanti's accounting: activations in the datatype's bytes, dropout masks
+  1 byte, the s x s softmax stored (no flash attention); selective recomputation drops exactly the
+  s x s terms. Full recomputation stores each checkpointed block input (``2 s b h`` bytes, / t
+  with sequence parallelism) and adds the working set of the group being recomputed
+  (``num_layers`` blocks for ``uniform``, one block for ``block``). The per-block formulas are
+  exact in Korthikanti's terms; the working set is not in the paper's figures.
+- "other": token ids (int64) and the embedding dropout mask per in-flight microbatch on the first
+  stage (Megatron's estimate counts the same two), and on the last stage the LM-head input plus the
+  fp32 logits ``[s*b, V/t]`` kept by the vocab-parallel cross entropy for its backward.
+- Not counted: CUDA context, allocator fragmentation, NCCL and communication buffers, the
+  activation-gradient buffers of the block in backward, checkpoint/optimizer temporaries.
+
+Differences from Calculon (``calculon_oracle.md``, "stats — memory per GPU")
+----------------------------------------------------------------------------
+Calculon (caa4b11) keeps fp32 weight gradients for one block only and low-precision gradients for
+the rest, so weights + optimizer come out 5.5-10.8% below 18 B/param; it models no embedding, LM
+head, loss, biases, GQA or SwiGLU; its ``optimizer_sharding`` shards gradients too (ZeRO-2 in our
+terms); it adds the working activations of one block to the stored ones and an activation-gradient
+buffer; its in-flight factor is ``min(m, p) * (1 + (p-1)/(v*p))`` for every schedule (schedules.md
+section 5 shows where that is wrong); and its selective recompute without sequence parallelism
+under-counts by ``2 b s h`` bytes per block (its known bug 2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import assert_never, final
+
+from blueprinting.analysis.stage_layout import chunk_layer_counts
+from blueprinting.errors import ConfigError, UnsupportedError
+from blueprinting.mapping.model import (
+    Datatype,
+    EmbeddingTying,
+    MlpActivation,
+    Normalization,
+    PositionEmbedding,
+    TransformerModelSpec,
+)
+from blueprinting.mapping.transformer import (
+    DistributedOptimizer,
+    ForwardOnly,
+    FullRecompute,
+    InterleavedOneForwardOneBackward,
+    NoOptimizerSharding,
+    NoRecompute,
+    OneForwardOneBackward,
+    PipelineSchedule,
+    RecomputeMethod,
+    SelectiveRecompute,
+    ShardedGradients,
+    ShardedParameters,
+    SingleStage,
+    TransformerTrainingMappingSpec,
+)
+
+TOKEN_ID_BYTES = 8
+"""Megatron-LM feeds int64 token ids to the embedding."""
+
+DROPOUT_MASK_BYTES = 1
+"""Korthikanti et al. 2022, Section 4.1: dropout masks take one byte per element."""
+
+LOGITS_BYTES = 4
+"""The vocab-parallel cross entropy works on fp32 logits (Megatron-LM ``cross_entropy.py``)."""
+
+
+def _ceil_div(numerator: int, denominator: int) -> int:
+    return -(-numerator // denominator)
+
+
+# --------------------------------------------------------------------------------------------
+# Precision
+# --------------------------------------------------------------------------------------------
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PrecisionRecipe:
+    """Bytes per parameter held for mixed-precision Adam, and bytes per stored activation.
+
+    ``param`` and ``grad`` live with the model (DDP buffers); ``main_param``, ``main_grad`` (an
+    optimizer-side fp32 gradient copy, fp16 only) and ``moments`` (Adam's two fp32 moments together)
+    live in the optimizer and are what the distributed optimizer shards.
+    """
+
+    name: str
+    param: int
+    grad: int
+    main_param: int
+    main_grad: int
+    moments: int
+    activation: int
+
+    def __post_init__(self) -> None:
+        values = (
+            ("param", self.param),
+            ("grad", self.grad),
+            ("main_param", self.main_param),
+            ("main_grad", self.main_grad),
+            ("moments", self.moments),
+            ("activation", self.activation),
+        )
+        bad = [f"{k} must be a non-negative integer, got {v!r}" for k, v in values if v < 0]
+        if bad:
+            raise ConfigError(bad, source=f"precision recipe {self.name!r}")
+
+    @property
+    def optimizer(self) -> int:
+        """Optimizer-side bytes per parameter (what the distributed optimizer shards)."""
+        return self.main_param + self.main_grad + self.moments
+
+    @property
+    def total(self) -> int:
+        """Bytes per parameter without sharding (18 for bf16)."""
+        return self.param + self.grad + self.optimizer
+
+
+def precision_recipe(datatype: Datatype) -> PrecisionRecipe:
+    """Megatron-LM's recipe for a training datatype (dist_optimizer.md table).
+
+    bf16: bf16 params, fp32 grads (``accumulate_allreduce_grads_in_fp32``), fp32 main params, two
+    fp32 moments: 2 + 4 + 4 + 8 = 18 = 6 + 12/d. fp16: fp16 params and grads, fp32 main params and
+    main grads, two fp32 moments: 2 + 2 + (4 + 4 + 8) = 20 = 4 + 16/d. fp32: 4 + 4 + 8 = 16 = 8 +
+    8/d. fp8: Megatron-LM (Transformer Engine) keeps bf16 weights and fp32 optimizer state and runs
+    only the GEMMs in fp8, so the bf16 recipe; activations counted at 2 bytes (an upper bound: TE
+    can keep some GEMM inputs in fp8).
+    """
+    match datatype:
+        case Datatype.BF16 | Datatype.FP8:
+            return PrecisionRecipe(
+                name=str(datatype),
+                param=2,
+                grad=4,
+                main_param=4,
+                main_grad=0,
+                moments=8,
+                activation=2,
+            )
+        case Datatype.FP16:
+            return PrecisionRecipe(
+                name=str(datatype),
+                param=2,
+                grad=2,
+                main_param=4,
+                main_grad=4,
+                moments=8,
+                activation=2,
+            )
+        case Datatype.FP32:
+            return PrecisionRecipe(
+                name=str(datatype),
+                param=4,
+                grad=4,
+                main_param=0,
+                main_grad=0,
+                moments=8,
+                activation=4,
+            )
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+# --------------------------------------------------------------------------------------------
+# Parameters per stage
+# --------------------------------------------------------------------------------------------
+def _kv_width_per_rank(model: TransformerModelSpec, tensor_degree: int) -> int:
+    """K (or V) width on one TP rank: groups are split over t, or replicated when t > groups."""
+    return model.kv_channels * max(1, model.num_query_groups // tensor_degree)
+
+
+def block_parameters_per_rank(model: TransformerModelSpec, tensor_degree: int) -> int:
+    """Parameters of one block on one TP rank (Shoeybi et al. 2019, Section 3: column-parallel
+    QKV and MLP-up, row-parallel output projection and MLP-down). Equals
+    ``model.block_parameters`` for t = 1."""
+    t = tensor_degree
+    h = model.hidden_size
+    q = _ceil_div(model.query_projection_size, t)
+    kv = _kv_width_per_rank(model, t)
+    up = _ceil_div(model.mlp_up_width, t)
+    f = _ceil_div(model.ffn_hidden_size, t)
+    weights = h * (q + 2 * kv) + q * h + h * up + f * h
+    biases = (q + 2 * kv) + up + 2 * h if model.add_bias_linear else 0
+    return weights + biases + 2 * model.norm_parameters
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageParameters:
+    """Parameters held by one TP rank of one pipeline stage."""
+
+    stage: int
+    blocks: int
+    block_parameters: int
+    embedding: int
+    output_layer: int
+    final_norm: int
+
+    @property
+    def total(self) -> int:
+        return (
+            self.blocks * self.block_parameters
+            + self.embedding
+            + self.output_layer
+            + (self.final_norm)
+        )
+
+    @property
+    def largest_unit(self) -> int:
+        """The largest FSDP unit on the stage (a block, the embedding or the LM head)."""
+        block = self.block_parameters if self.blocks else 0
+        return max(block, self.embedding, self.output_layer)
+
+
+def stage_parameters(
+    model: TransformerModelSpec, mapping: TransformerTrainingMappingSpec, stage: int
+) -> StageParameters:
+    """Parameters per TP rank on pipeline stage ``stage`` (0 = first)."""
+    p = mapping.pipeline_degree
+    t = mapping.tensor_degree
+    _check_stage(stage, p)
+    blocks = sum(chunk_layer_counts(model, mapping.parallelism.pipeline)[stage])
+    word = _ceil_div(model.padded_vocab_size, t) * model.hidden_size
+    embedding = 0
+    if stage == 0:
+        match model.position_embedding:
+            case PositionEmbedding.LEARNED_ABSOLUTE:
+                embedding = word + model.seq_length * model.hidden_size
+            case PositionEmbedding.ROPE:
+                embedding = word
+            case _ as unreachable:
+                assert_never(unreachable)
+    output_layer = 0
+    final_norm = 0
+    if stage == p - 1:
+        final_norm = model.norm_parameters
+        match model.embeddings:
+            case EmbeddingTying.UNTIED:
+                output_layer = word
+            case EmbeddingTying.TIED:
+                output_layer = word if p > 1 else 0
+            case _ as unreachable_tying:
+                assert_never(unreachable_tying)
+    return StageParameters(
+        stage=stage,
+        blocks=blocks,
+        block_parameters=block_parameters_per_rank(model, t),
+        embedding=embedding,
+        output_layer=output_layer,
+        final_norm=final_norm,
+    )
+
+
+def _check_stage(stage: int, pipeline_degree: int) -> None:
+    if not 0 <= stage < pipeline_degree:
+        raise ConfigError(
+            [f"stage must be in [0, {pipeline_degree}), got {stage!r}"], source="memory analysis"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# Activations
+# --------------------------------------------------------------------------------------------
+def layer_activation_bytes(
+    model: TransformerModelSpec,
+    *,
+    micro_batch: int,
+    tensor_degree: int,
+    sequence_parallel: bool,
+    keep_attention_scores: bool,
+    activation_bytes: int,
+) -> int:
+    """Bytes one block stores for its backward, for one microbatch on one TP rank.
+
+    Korthikanti et al. 2022, Section 4.1, per op (``x`` = activation bytes, masks 1 byte; widths
+    per TP rank: q = heads*kv_channels/t, k = v = K width, u = MLP up width/t, f = ffn/t):
+
+    - h-wide, replicated over TP unless sequence parallel (then s/t rows): the two norm inputs,
+      the QKV GEMM input and the MLP-up GEMM input (``4 x h``), attention and MLP dropout masks
+      (``2 h``);
+    - split over TP: Q and K (QK^T inputs), V, the output-projection input (``x (2q + 2k)``), the
+      activation-function input and output (``x (u + f)``);
+    - s x s (dropped by selective recompute): softmax output, its dropout mask and dropout output
+      (``(2x + 1) (a/t) s``).
+
+    GPT shapes (q = k = h, u = f = 4h, x = 2) give ``s b h (10 + 24/t + 5 a s/(h t))`` without
+    sequence parallelism and ``s b h (34 + 5 a s / h) / t`` with it (Table 2); SwiGLU's up width
+    2f and GQA's narrower K/V enter through u and k, matching Megatron-LM's
+    ``18 + 4 ffn/h`` for GELU with q = k = h.
+    """
+    t = tensor_degree
+    s = model.seq_length
+    h = model.hidden_size
+    x = activation_bytes
+    rows = _ceil_div(s, t) if sequence_parallel else s
+    q = _ceil_div(model.query_projection_size, t)
+    kv = _kv_width_per_rank(model, t)
+    up = _ceil_div(model.mlp_up_width, t)
+    f = _ceil_div(model.ffn_hidden_size, t)
+    unsplit = rows * (4 * x * h + 2 * DROPOUT_MASK_BYTES * h)
+    split = s * x * (2 * q + 2 * kv + up + f)
+    scores = 0
+    if keep_attention_scores:
+        heads = _ceil_div(model.num_attention_heads, t)
+        scores = s * s * heads * (2 * x + DROPOUT_MASK_BYTES)
+    return micro_batch * (unsplit + split + scores)
+
+
+def checkpoint_bytes(
+    model: TransformerModelSpec,
+    *,
+    micro_batch: int,
+    tensor_degree: int,
+    sequence_parallel: bool,
+    activation_bytes: int,
+) -> int:
+    """A full-recompute checkpoint: the block input ``s b h`` elements (Korthikanti et al. 2022,
+    Section 5: ``2 s b h`` bytes per layer), s/t rows with sequence parallelism."""
+    s = model.seq_length
+    rows = _ceil_div(s, tensor_degree) if sequence_parallel else s
+    return micro_batch * rows * model.hidden_size * activation_bytes
+
+
+def in_flight_microbatches(
+    schedule: PipelineSchedule, *, pipeline_degree: int, stage: int, microbatches: int
+) -> tuple[int, ...]:
+    """Forwards whose backward has not run yet, per model chunk, at rank ``stage``'s peak.
+
+    schedules.md section 5: non-interleaved 1F1B rank r peaks at ``min(p - r, m)`` microbatches;
+    interleaved rank r at ``min(2 (p - r - 1) + (v - 1) N + 1, m v)`` chunk forwards, which are the
+    first entries of Megatron-LM's schedule table (groups of N microbatches, each group through
+    chunk 0, then chunk 1, ...; the last group holds the remainder). Without pipelining one
+    microbatch is in flight.
+    """
+    p = pipeline_degree
+    m = microbatches
+    match schedule:
+        case SingleStage():
+            return (1,)
+        case OneForwardOneBackward():
+            return (min(p - stage, m),)
+        case InterleavedOneForwardOneBackward(virtual_stages=v, microbatch_group_size=group):
+            n = p if group is None else group
+            peak = min(2 * (p - stage - 1) + (v - 1) * n + 1, m * v)
+            counts = [0] * v
+            taken = 0
+            for first in range(0, m, n):
+                members = min(n, m - first)
+                for chunk in range(v):
+                    take = min(members, peak - taken)
+                    counts[chunk] += take
+                    taken += take
+            return tuple(counts)
+        case ForwardOnly():
+            raise UnsupportedError(
+                "checking training memory: ForwardOnly is an inference schedule; "
+                "use OneForwardOneBackward or InterleavedOneForwardOneBackward"
+            )
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageActivations:
+    """Activation bytes on one TP rank of one stage at its peak.
+
+    ``layers_stored``: what the in-flight blocks keep for backward; ``recompute_working``: the
+    recomputed group's activations during its backward (full recompute only); ``embedding`` and
+    ``logits``: first / last stage buffers (see the module docstring).
+    """
+
+    stage: int
+    in_flight: tuple[int, ...]
+    layers_stored: int
+    recompute_working: int
+    embedding: int
+    logits: int
+
+
+def stage_activations(
+    model: TransformerModelSpec, mapping: TransformerTrainingMappingSpec, stage: int
+) -> StageActivations:
+    """Peak activation memory of one TP rank on pipeline stage ``stage``."""
+    p = mapping.pipeline_degree
+    t = mapping.tensor_degree
+    _check_stage(stage, p)
+    b = mapping.batch.micro_batch_size
+    sp = mapping.sequence_parallel
+    x = precision_recipe(model.datatype).activation
+    in_flight = in_flight_microbatches(
+        mapping.parallelism.pipeline.schedule,
+        pipeline_degree=p,
+        stage=stage,
+        microbatches=mapping.microbatch_count,
+    )
+    chunks = chunk_layer_counts(model, mapping.parallelism.pipeline)[stage]
+
+    def layer(*, scores: bool) -> int:
+        return layer_activation_bytes(
+            model,
+            micro_batch=b,
+            tensor_degree=t,
+            sequence_parallel=sp,
+            keep_attention_scores=scores,
+            activation_bytes=x,
+        )
+
+    checkpoint = checkpoint_bytes(
+        model, micro_batch=b, tensor_degree=t, sequence_parallel=sp, activation_bytes=x
+    )
+    pairs = tuple(zip(in_flight, chunks, strict=True))
+    stored: int
+    working = 0
+    recompute = mapping.parallelism.recompute
+    match recompute:
+        case NoRecompute():
+            stored = sum(count * layers for count, layers in pairs) * layer(scores=True)
+        case SelectiveRecompute():
+            stored = sum(count * layers for count, layers in pairs) * layer(scores=False)
+        case FullRecompute(method=method, num_layers=n):
+            full = layer(scores=True)
+            match method:
+                case RecomputeMethod.UNIFORM:
+                    stored = sum(count * _ceil_div(layers, n) for count, layers in pairs)
+                    stored *= checkpoint
+                    working = min(n, max(chunks)) * full
+                case RecomputeMethod.BLOCK:
+                    stored = sum(
+                        count * (min(n, layers) * checkpoint + max(layers - n, 0) * full)
+                        for count, layers in pairs
+                    )
+                    working = full if max(chunks) > 0 else 0
+                case _ as unreachable:
+                    assert_never(unreachable)
+        case _ as unreachable:
+            assert_never(unreachable)
+
+    s = model.seq_length
+    h = model.hidden_size
+    rows = _ceil_div(s, t) if sp else s
+    embedding = 0
+    if stage == 0:
+        embedding = in_flight[0] * b * (TOKEN_ID_BYTES * s + DROPOUT_MASK_BYTES * rows * h)
+    logits = 0
+    if stage == p - 1:
+        vocab = _ceil_div(model.padded_vocab_size, t)
+        logits = in_flight[-1] * b * (LOGITS_BYTES * s * vocab + x * rows * h)
+    return StageActivations(
+        stage=stage,
+        in_flight=in_flight,
+        layers_stored=stored,
+        recompute_working=working,
+        embedding=embedding,
+        logits=logits,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# The breakdown
+# --------------------------------------------------------------------------------------------
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryBreakdown:
+    """Bytes per GPU (one TP rank of pipeline stage ``stage``) by category.
+
+    ``total`` is the exact sum of the five categories; ``headroom = capacity - total`` (negative
+    when it does not fit).
+    """
+
+    weights: int
+    gradients: int
+    optimizer_states: int
+    activations: int
+    other: int
+    total: int
+    capacity: int
+    fits: bool
+    headroom: int
+    stage: int = 0
+
+    def __post_init__(self) -> None:
+        parts = (self.weights, self.gradients, self.optimizer_states, self.activations, self.other)
+        problems = []
+        if self.total != sum(parts):
+            problems.append(f"total {self.total} is not the sum of its categories {sum(parts)}")
+        if self.headroom != self.capacity - self.total:
+            problems.append(f"headroom {self.headroom} != capacity - total")
+        if self.fits != (self.total <= self.capacity):
+            problems.append(f"fits={self.fits} contradicts total <= capacity")
+        if problems:
+            raise ConfigError(problems, source="MemoryBreakdown")
+
+
+def _sharded(count: int, bytes_per: int, data_degree: int) -> int:
+    return _ceil_div(count * bytes_per, data_degree)
+
+
+def stage_memory(
+    model: TransformerModelSpec,
+    mapping: TransformerTrainingMappingSpec,
+    *,
+    stage: int,
+    capacity_bytes: int,
+) -> MemoryBreakdown:
+    """Memory of one GPU on pipeline stage ``stage`` against an HBM capacity in bytes."""
+    if type(capacity_bytes) is not int or capacity_bytes < 1:
+        raise ConfigError(
+            [f"capacity_bytes must be a positive integer, got {capacity_bytes!r}"],
+            source="memory analysis",
+        )
+    recipe = precision_recipe(model.datatype)
+    params = stage_parameters(model, mapping, stage)
+    count = params.total
+    d = mapping.data_degree
+    weights = count * recipe.param
+    gradients = count * recipe.grad
+    optimizer = count * recipe.optimizer
+    sharding = mapping.parallelism.data.optimizer_sharding
+    match sharding:
+        case NoOptimizerSharding():
+            pass
+        case DistributedOptimizer():
+            optimizer = _sharded(count, recipe.optimizer, d)
+        case ShardedGradients():
+            optimizer = _sharded(count, recipe.optimizer, d)
+            gradients = _sharded(count, recipe.grad, d)
+        case ShardedParameters(overlap_param_gather=prefetch):
+            optimizer = _sharded(count, recipe.optimizer, d)
+            gradients = _sharded(count, recipe.grad, d)
+            gathered = min(count, (2 if prefetch else 1) * params.largest_unit)
+            weights = _sharded(count - gathered, recipe.param, d) + gathered * recipe.param
+        case _ as unreachable:
+            assert_never(unreachable)
+    acts = stage_activations(model, mapping, stage)
+    activations = acts.layers_stored + acts.recompute_working
+    other = acts.embedding + acts.logits
+    total = weights + gradients + optimizer + activations + other
+    return MemoryBreakdown(
+        weights=weights,
+        gradients=gradients,
+        optimizer_states=optimizer,
+        activations=activations,
+        other=other,
+        total=total,
+        capacity=capacity_bytes,
+        fits=total <= capacity_bytes,
+        headroom=capacity_bytes - total,
+        stage=stage,
+    )
+
+
+def memory_per_stage(
+    model: TransformerModelSpec, mapping: TransformerTrainingMappingSpec, *, capacity_bytes: int
+) -> tuple[MemoryBreakdown, ...]:
+    """:func:`stage_memory` for every pipeline stage, stage 0 first."""
+    return tuple(
+        stage_memory(model, mapping, stage=stage, capacity_bytes=capacity_bytes)
+        for stage in range(mapping.pipeline_degree)
+    )
+
+
+def memory_per_gpu(
+    model: TransformerModelSpec, mapping: TransformerTrainingMappingSpec, *, capacity_bytes: int
+) -> MemoryBreakdown:
+    """Memory of the most loaded pipeline stage (the earliest one on ties): the plan fits only if
+    this fits."""
+    stages = memory_per_stage(model, mapping, capacity_bytes=capacity_bytes)
+    return max(stages, key=lambda breakdown: (breakdown.total, -breakdown.stage))
+
+
+# --------------------------------------------------------------------------------------------
+# Megatron-LM's estimate
+# --------------------------------------------------------------------------------------------
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MegatronMemoryEstimate:
+    """Megatron-LM's theoretical memory for its most loaded (first) stage, in bytes (floats, as
+    Megatron computes them). Label it "Megatron's estimate" beside :func:`memory_per_gpu`."""
+
+    weights_and_optimizer: float
+    activations: float
+
+    @property
+    def total(self) -> float:
+        return self.weights_and_optimizer + self.activations
+
+
+def megatron_theoretical_memory(
+    model: TransformerModelSpec, mapping: TransformerTrainingMappingSpec
+) -> MegatronMemoryEstimate:
+    """Megatron-LM ``theoretical_memory_usage.py`` (``report_theoretical_memory``), restated.
+
+    Weights and optimizer: its parameter count (no biases, no position embeddings, ``2h^2 (1 + g/a)
+    q/h`` attention, ``2 h f (3/2 if SwiGLU)`` MLP, norms) on the most loaded shard,
+    ``(blocks / p + embedding) / t`` (+ the LM head when untied and p = 1), times 18 bytes, or
+    ``6 + 12/d`` with the distributed optimizer (any sharding variant here; Megatron hard-codes
+    the bf16 figures whatever the datatype).
+    Activations: with sequence parallelism and selective recompute, ``s b h (18 + 4 ffn/h)`` per
+    layer for all L layers, plus ``8 s b p`` token ids and ``s b h p`` embedding dropout, times the
+    interleaving factor ``1 + (p-1)/(p v)`` when v > 1 or ``min(1, m/p)`` when v = 1 and p > 1,
+    plus ``4 s b h (1 + V/h)`` output terms when p = 1, all / t. Every other case (including no
+    recompute and full recompute) uses ``s b h (10 + 24/t)`` per layer, the same embedding terms
+    and factors, ``2 (s b V / t + s b h)`` output terms when p = 1, times a 1.05 overhead, not / t.
+    """
+    h = model.hidden_size
+    s = model.seq_length
+    b = mapping.batch.micro_batch_size
+    t = mapping.tensor_degree
+    p = mapping.pipeline_degree
+    d = mapping.data_degree
+    v = mapping.virtual_stages
+    m = mapping.microbatch_count
+    vocab = model.padded_vocab_size
+    ffn = model.ffn_hidden_size
+
+    gated = 1.5 if model.activation is MlpActivation.SWIGLU else 1.0
+    norm = 1 if model.normalization is Normalization.RMSNORM else 2
+    heads = model.num_attention_heads
+    q_ratio = model.query_projection_size / h
+    attention = 2 * h * h * (1 + model.num_query_groups / heads) * q_ratio
+    layer = 2 * h * (ffn * gated + norm) + attention
+    blocks = layer * model.num_layers + norm * h
+    embedding = h * vocab
+    shard = (blocks / p + embedding) / t
+    if model.embeddings is EmbeddingTying.UNTIED and p == 1:
+        shard += embedding / t
+    sharded = not isinstance(mapping.parallelism.data.optimizer_sharding, NoOptimizerSharding)
+    bytes_per_parameter = 6 + 12 / d if sharded else 18.0
+    weights_and_optimizer = shard * bytes_per_parameter
+
+    selective_sp = mapping.sequence_parallel and isinstance(
+        mapping.parallelism.recompute, SelectiveRecompute
+    )
+    per_layer = s * b * h * ((18 + 4 * ffn / h) if selective_sp else (10 + 24 / t))
+    activations = per_layer * model.num_layers + 8 * s * b * p + s * b * h * p
+    if v > 1:
+        activations *= 1 + (p - 1) / (p * v)
+    elif p > 1:
+        activations *= min(1.0, m / p)
+    if selective_sp:
+        if p == 1:
+            activations += s * b * h * 4 * (1 + vocab / h)
+        activations /= t
+    else:
+        if p == 1:
+            activations += (s * b * vocab / t + s * b * h) * 2
+        activations *= 1.05
+    return MegatronMemoryEstimate(
+        weights_and_optimizer=weights_and_optimizer, activations=activations
+    )

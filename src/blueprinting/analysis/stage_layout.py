@@ -1,0 +1,81 @@
+"""How many transformer blocks each pipeline stage and each virtual chunk holds.
+
+Even split: every stage holds L / p blocks, every chunk L / (p * v) (Narayanan et al. 2021,
+Section 2.2.2). Uneven split: Megatron-LM's ``decoder_first_pipeline_num_layers`` /
+``decoder_last_pipeline_num_layers`` fix the first / last stage, and the remaining blocks are split
+evenly over the other stages (``megatron/core/transformer/transformer_block.py``,
+``get_num_layers_to_build``).
+
+The laws (``mapping/laws.py``) require every division to be exact. These functions never refuse a
+non-exact split: they hand the remainder to the earliest stages / chunks, so that an analysis of a
+strategy the laws would refuse still sums to L blocks. Callers check laws first.
+"""
+
+from __future__ import annotations
+
+from typing import assert_never
+
+from blueprinting.errors import InvalidStrategyError, LawViolation
+from blueprinting.mapping.model import TransformerModelSpec
+from blueprinting.mapping.transformer import (
+    EvenStages,
+    PipelineParallel,
+    UnevenStages,
+    virtual_stages_of,
+)
+
+
+def _spread(total: int, parts: int) -> tuple[int, ...]:
+    base, extra = divmod(total, parts)
+    return tuple(base + (1 if i < extra else 0) for i in range(parts))
+
+
+def stage_layer_counts(model: TransformerModelSpec, pipeline: PipelineParallel) -> tuple[int, ...]:
+    """Blocks on each physical pipeline stage, stage 0 first; sums to ``model.num_layers``."""
+    p = pipeline.degree
+    layers = model.num_layers
+    if p == 1:
+        return (layers,)
+    match pipeline.layout:
+        case EvenStages():
+            return _spread(layers, p)
+        case UnevenStages(first_stage_layers=first, last_stage_layers=last):
+            fixed = {0: first, p - 1: last}
+            given = {stage: count for stage, count in fixed.items() if count is not None}
+            rest = layers - sum(given.values())
+            free = [stage for stage in range(p) if stage not in given]
+            if rest < 0 or (not free and rest != 0):
+                raise InvalidStrategyError(
+                    [
+                        LawViolation(
+                            law="uneven_stage_layers",
+                            formula="first + last <= num_layers (== when p = 2)",
+                            values=(
+                                ("first_stage_layers", first),
+                                ("last_stage_layers", last),
+                                ("num_layers", layers),
+                                ("pipeline_degree", p),
+                            ),
+                            message=(
+                                "checking the uneven stage layout: the fixed first/last stage "
+                                f"block counts ({first}, {last}) do not fit {layers} blocks "
+                                f"on {p} stages"
+                            ),
+                        )
+                    ],
+                    subject="stage layout",
+                )
+            spread = _spread(rest, len(free)) if free else ()
+            counts = dict(given)
+            counts.update(zip(free, spread, strict=True))
+            return tuple(counts[stage] for stage in range(p))
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def chunk_layer_counts(
+    model: TransformerModelSpec, pipeline: PipelineParallel
+) -> tuple[tuple[int, ...], ...]:
+    """Blocks of each virtual chunk on each physical stage: ``result[stage][chunk]``."""
+    v = virtual_stages_of(pipeline.schedule)
+    return tuple(_spread(count, v) for count in stage_layer_counts(model, pipeline))
