@@ -122,8 +122,9 @@ def data_parallel_cost(
                 link_s=sync,
                 exposed_s=sync_exposed,
             )
-        case DistributedOptimizer(overlap_param_gather=overlap_gather) | ShardedGradients(
-            overlap_param_gather=overlap_gather
+        case (
+            DistributedOptimizer(overlap_param_gather=overlap_gather)
+            | ShardedGradients(overlap_param_gather=overlap_gather)
         ):
             sync = time(CollectiveKind.REDUCE_SCATTER, grads)
             gather = time(CollectiveKind.ALL_GATHER, params)

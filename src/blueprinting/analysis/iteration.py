@@ -110,14 +110,17 @@ def stage_work(plan: PortablePlanIR, stage: StagePlan, microbatches: int) -> Sta
     backward = stage.blocks * (
         block.backward_activation.compute_s + block.backward_weight.compute_s
     )
-    recompute = stage.blocks * block.recompute.compute_s
+    recompute = stage.recomputed_blocks * block.recompute.compute_s
     tp = stage.blocks * (
         block.forward.comm_exposed_s
         + block.backward_activation.comm_exposed_s
         + block.backward_weight.comm_exposed_s
-        + block.recompute.comm_exposed_s
     )
-    for present, extra in ((stage.has_embedding, plan.embedding), (stage.has_lm_head, plan.lm_head)):
+    tp += stage.recomputed_blocks * block.recompute.comm_exposed_s
+    for present, extra in (
+        (stage.has_embedding, plan.embedding),
+        (stage.has_lm_head, plan.lm_head),
+    ):
         if present:
             forward += extra.forward.compute_s
             backward += extra.backward.compute_s
@@ -134,9 +137,7 @@ def bubble_contract(plan: PortablePlanIR, microbatches: int) -> BubbleContract:
     """The seed's contract fed with this plan's chunk critical paths."""
     p = plan.pipeline_degree
     if p == 1:
-        return analytic_bubble(
-            p=1, v=1, m=microbatches, forward_chunk_s=0.0, backward_chunk_s=0.0
-        )
+        return analytic_bubble(p=1, v=1, m=microbatches, forward_chunk_s=0.0, backward_chunk_s=0.0)
     block = plan.block
     correction = imbalance_correction(
         p=p,

@@ -99,16 +99,22 @@ NO_EXTRA = ExtraCost(forward=ZERO_PHASE, backward=ZERO_PHASE)
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StagePlan:
-    """One physical pipeline stage: its blocks per virtual chunk and which extras it carries."""
+    """One physical pipeline stage: its blocks per virtual chunk, how many of them recompute
+    their forward in backward, and which extras it carries."""
 
     index: int
     blocks_per_chunk: tuple[int, ...]
+    recomputed_blocks_per_chunk: tuple[int, ...]
     has_embedding: bool
     has_lm_head: bool
 
     @property
     def blocks(self) -> int:
         return sum(self.blocks_per_chunk)
+
+    @property
+    def recomputed_blocks(self) -> int:
+        return sum(self.recomputed_blocks_per_chunk)
 
 
 @final
@@ -139,6 +145,13 @@ class PortablePlanIR:
                 problems.append(f"stage {stage.index} has a different virtual chunk count")
             if any(b < 0 for b in stage.blocks_per_chunk):
                 problems.append(f"stage {stage.index} has a negative block count")
+            if len(stage.recomputed_blocks_per_chunk) != len(stage.blocks_per_chunk) or any(
+                not 0 <= r <= b
+                for r, b in zip(
+                    stage.recomputed_blocks_per_chunk, stage.blocks_per_chunk, strict=True
+                )
+            ):
+                problems.append(f"stage {stage.index} recomputes blocks it does not hold")
         times = (self.p2p_forward_s, self.p2p_backward_s)
         if any(t < 0 for t in times) or self.p2p_bytes < 0:
             problems.append("P2P time and size must be non-negative")
@@ -166,20 +179,30 @@ class PortablePlanIR:
     def total_blocks(self) -> int:
         return sum(stage.blocks for stage in self.stages)
 
-    def forward_chunk_s(self, blocks: int | None = None) -> float:
-        """T_forward_chunk: forward critical path of one virtual chunk, with its edge P2P send."""
-        count = self.max_blocks_per_chunk if blocks is None else blocks
-        return count * self.block.forward_s + self._p2p(self.p2p_forward_s)
+    def forward_chunk_s(self) -> float:
+        """T_forward_chunk: forward critical path of the largest virtual chunk, with its edge
+        P2P send."""
+        return self.max_blocks_per_chunk * self.block.forward_s + self._p2p(self.p2p_forward_s)
 
-    def backward_chunk_s(self, blocks: int | None = None) -> float:
-        """T_backward_chunk: backward (with recompute) of one virtual chunk, with its edge P2P."""
-        count = self.max_blocks_per_chunk if blocks is None else blocks
-        return count * self.block.backward_with_recompute_s + self._p2p(self.p2p_backward_s)
+    def backward_chunk_s(self) -> float:
+        """T_backward_chunk: backward (with recompute) of the largest virtual chunk, with its
+        edge P2P."""
+        blocks, recomputed = max(
+            (b, r)
+            for stage in self.stages
+            for b, r in zip(stage.blocks_per_chunk, stage.recomputed_blocks_per_chunk, strict=True)
+        )
+        return (
+            blocks * self.block.backward_s
+            + recomputed * self.block.recompute.critical_path_s
+            + self._p2p(self.p2p_backward_s)
+        )
 
     def stage_microbatch_compute_s(self, stage: StagePlan) -> float:
         """Forward + backward (+ recompute) critical path of one microbatch on ``stage``,
         extras included, P2P excluded."""
-        work = stage.blocks * (self.block.forward_s + self.block.backward_with_recompute_s)
+        work = stage.blocks * (self.block.forward_s + self.block.backward_s)
+        work += stage.recomputed_blocks * self.block.recompute.critical_path_s
         if stage.has_embedding:
             work += self.embedding.total_s
         if stage.has_lm_head:

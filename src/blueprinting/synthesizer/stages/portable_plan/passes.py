@@ -1,0 +1,249 @@
+"""PortablePlanIR passes: cost a verified DistributedTaskIR on a system, and verify the result.
+
+``CostDistributedTasks`` times every task of the local TP block and of the first/last-stage
+extras, sums them per phase along the block's critical path (tasks of one block run in dependency
+order on one GPU, so the critical path is their serial sum: Megatron runs a block's kernels on one
+stream), and lays the blocks out over the pipeline stages of the typed program.
+
+Costs per task (Calculon's per-layer model, Isaev et al. SC'23, Section 3.1):
+
+- compute task: matrix FLOPs on the matrix engine (shape-aware efficiency for GEMMs), vector FLOPs
+  on the vector engine, HBM traffic ``bytes_read + bytes_written`` at the memory efficiency,
+  combined
+  by the system's processing mode (sum or roofline max);
+- collective task: the TP group's link time for its kind and bytes; without TP/GEMM overlap every
+  TP collective is on the critical path (exposed = link time).
+
+The PP P2P message is one microbatch activation ``b*s*h`` (divided by t under sequence parallelism,
+Megatron's scatter-gather optimization of Narayanan et al. 2021, Section 4.1) sent once per chunk
+edge in forward and once in backward, on the PP group's link.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import ClassVar, assert_never, final
+
+from blueprinting.hardware.collectives import CollectiveKind as LinkCollective
+from blueprinting.hardware.efficiency import GemmShape as HardwareGemmShape
+from blueprinting.hardware.system import CommGroup, Engine, ParallelDim, SystemSpec
+from blueprinting.mapping.transformer import (
+    EvenStages,
+    FullRecompute,
+    NoRecompute,
+    RecomputeMethod,
+    SelectiveRecompute,
+    TrainingSpec,
+    UnevenStages,
+)
+from blueprinting.synthesizer.stages.distributed.ir import (
+    CollectiveTask,
+    ComputeTask,
+    DistributedTaskIR,
+    Phase,
+    Task,
+    TaskGroup,
+)
+from blueprinting.synthesizer.stages.portable_plan.ir import (
+    BlockCost,
+    ExtraCost,
+    PhaseCost,
+    PortablePlanIR,
+    StagePlan,
+)
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanContext:
+    """What the costing pass needs beside the IR: the typed program and the system."""
+
+    spec: TrainingSpec
+    system: SystemSpec
+
+    def group(self, dim: ParallelDim) -> CommGroup:
+        mapping = self.spec.mapping
+        return self.system.comm_group(
+            dim,
+            tensor=mapping.tensor_degree,
+            pipeline=mapping.pipeline_degree,
+            data=mapping.data_degree,
+        )
+
+
+def stage_block_counts(spec: TrainingSpec) -> tuple[int, ...]:
+    """Blocks per physical stage: L/p each, or the user's first/last counts with the rest split
+    evenly (Megatron's decoder_first/last_pipeline_num_layers). Laws guarantee integrality."""
+    layers = spec.model.num_layers
+    p = spec.mapping.pipeline_degree
+    layout = spec.mapping.parallelism.pipeline.layout
+    match layout:
+        case EvenStages():
+            return (layers // p,) * p
+        case UnevenStages(first_stage_layers=first, last_stage_layers=last):
+            if p == 1:
+                return (layers,)
+            middle_stages = p - (first is not None) - (last is not None)
+            fixed = (first or 0) + (last or 0)
+            middle = (layers - fixed) // middle_stages if middle_stages else 0
+            counts = [middle] * p
+            if first is not None:
+                counts[0] = first
+            if last is not None:
+                counts[-1] = last
+            return tuple(counts)
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def recomputed_blocks(spec: TrainingSpec, blocks_in_chunk: int) -> int:
+    """Blocks of a chunk whose forward is recomputed in backward.
+
+    Full recompute ``uniform`` checkpoints every ``num_layers`` blocks and recomputes them all;
+    ``block`` recomputes the first ``num_layers`` blocks of each chunk and stores the rest
+    (Megatron ``transformer_block.py`` ``_checkpointed_forward``). Selective recompute applies to
+    every block (its cost is the attention core only)."""
+    match spec.mapping.parallelism.recompute:
+        case NoRecompute():
+            return 0
+        case SelectiveRecompute():
+            return blocks_in_chunk
+        case FullRecompute(method=RecomputeMethod.UNIFORM):
+            return blocks_in_chunk
+        case FullRecompute(method=RecomputeMethod.BLOCK, num_layers=k):
+            return min(k, blocks_in_chunk)
+        case FullRecompute():
+            raise AssertionError("FullRecompute.method is a RecomputeMethod")
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CostDistributedTasks:
+    """DistributedTaskIR + (typed program, system) -> PortablePlanIR."""
+
+    name: ClassVar[str] = "cost-distributed-tasks"
+
+    def run(self, ir: DistributedTaskIR, ctx: PlanContext) -> PortablePlanIR:
+        tp_group = ctx.group(ParallelDim.TENSOR)
+        block = BlockCost(
+            forward=self._phase(ir.block, (Phase.FORWARD,), ctx, tp_group),
+            backward_activation=self._phase(
+                ir.block, (Phase.BACKWARD_ACTIVATION_GRAD,), ctx, tp_group
+            ),
+            backward_weight=self._phase(ir.block, (Phase.BACKWARD_WEIGHT_GRAD,), ctx, tp_group),
+            recompute=self._phase(ir.block, (Phase.RECOMPUTE,), ctx, tp_group),
+        )
+        backward_phases = (Phase.BACKWARD_ACTIVATION_GRAD, Phase.BACKWARD_WEIGHT_GRAD)
+        embedding = ExtraCost(
+            forward=self._phase(ir.first_stage, (Phase.FORWARD,), ctx, tp_group),
+            backward=self._phase(ir.first_stage, backward_phases, ctx, tp_group),
+        )
+        lm_head = ExtraCost(
+            forward=self._phase(ir.last_stage, (Phase.FORWARD,), ctx, tp_group),
+            backward=self._phase(ir.last_stage, backward_phases, ctx, tp_group),
+        )
+        p2p_bytes, p2p_s = self._p2p(ctx)
+        counts = stage_block_counts(ctx.spec)
+        v = ctx.spec.mapping.virtual_stages
+        stages = []
+        for index, count in enumerate(counts):
+            per_chunk = tuple(count // v for _ in range(v))
+            stages.append(
+                StagePlan(
+                    index=index,
+                    blocks_per_chunk=per_chunk,
+                    recomputed_blocks_per_chunk=tuple(
+                        recomputed_blocks(ctx.spec, blocks) for blocks in per_chunk
+                    ),
+                    has_embedding=index == 0,
+                    has_lm_head=index == len(counts) - 1,
+                )
+            )
+        return PortablePlanIR(
+            block=block,
+            embedding=embedding,
+            lm_head=lm_head,
+            stages=tuple(stages),
+            p2p_forward_s=p2p_s,
+            p2p_backward_s=p2p_s,
+            p2p_bytes=p2p_bytes,
+        )
+
+    @staticmethod
+    def _phase(
+        group: TaskGroup, phases: tuple[Phase, ...], ctx: PlanContext, tp_group: CommGroup
+    ) -> PhaseCost:
+        tasks: Iterable[Task] = (task for task in group.tasks if task.phase in phases)
+        compute_s = comm_s = 0.0
+        flops = moved = 0
+        for task in tasks:
+            match task:
+                case ComputeTask():
+                    compute_s += _compute_time(task, ctx.system, ctx.spec)
+                    flops += task.flops
+                    moved += task.bytes_read + task.bytes_written
+                case CollectiveTask():
+                    comm_s += ctx.system.collective_time(
+                        LinkCollective(task.kind.value), task.bytes, tp_group
+                    )
+                case _ as unreachable:
+                    assert_never(unreachable)
+        return PhaseCost(
+            compute_s=compute_s,
+            comm_s=comm_s,
+            comm_exposed_s=comm_s,
+            flops=flops,
+            bytes_moved=moved,
+        )
+
+    @staticmethod
+    def _p2p(ctx: PlanContext) -> tuple[int, float]:
+        mapping = ctx.spec.mapping
+        if mapping.pipeline_degree == 1:
+            return 0, 0.0
+        model = ctx.spec.model
+        size = (
+            mapping.batch.micro_batch_size
+            * model.seq_length
+            * model.hidden_size
+            * model.datatype.bytes
+        )
+        if mapping.sequence_parallel:
+            size //= mapping.tensor_degree
+        group = ctx.group(ParallelDim.PIPELINE)
+        return size, ctx.system.collective_time(LinkCollective.P2P, size, group)
+
+
+def _compute_time(task: ComputeTask, system: SystemSpec, spec: TrainingSpec) -> float:
+    """One compute task's time (module docstring)."""
+    datatype = spec.model.datatype
+    shape = (
+        None
+        if task.gemm is None
+        else HardwareGemmShape(m=task.gemm.m, n=task.gemm.n, k=task.gemm.k, batch=task.gemm.batch)
+    )
+    flop_time = system.compute_time(task.work.matrix_flops, Engine.MATRIX, datatype, shape)
+    flop_time += system.compute_time(task.work.vector_flops, Engine.VECTOR, datatype)
+    mem_time = system.memory_time(task.bytes_read + task.bytes_written)
+    return system.processing_time(flop_time, mem_time)
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VerifyPortablePlan:
+    """Re-checks PortablePlanIR's invariants (they also run at construction)."""
+
+    name: ClassVar[str] = "verify-portable-plan"
+
+    def run(self, ir: PortablePlanIR, ctx: PlanContext) -> PortablePlanIR:
+        del ctx
+        ir.verify()
+        return ir
+
+
+def build_portable_plan(ir: DistributedTaskIR, ctx: PlanContext) -> PortablePlanIR:
+    """Cost then verify: the pipeline of this stage."""
+    return VerifyPortablePlan().run(CostDistributedTasks().run(ir, ctx), ctx)
