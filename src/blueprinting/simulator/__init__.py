@@ -8,8 +8,8 @@ Data flows one way: :class:`ScheduleCosts` (per-chunk times, from PortablePlanIR
 
 from blueprinting.simulator.analytic import (
     analytic_contract_bubble,
-    interleaved_peak_inflight,
     interleaved_p2p_exposed,
+    interleaved_peak_inflight,
     one_f_one_b_p2p_exposed,
     one_f_one_b_peak_inflight,
 )

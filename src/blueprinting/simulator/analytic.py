@@ -7,7 +7,7 @@ from __future__ import annotations
 
 
 def analytic_contract_bubble(
-    p: int, v: int, m: int, tf: float, tb: float, imbalance_correction: float = 0.0
+    p: int, v: int, m: int, tf: float, tb: float, *, imbalance_correction: float = 0.0
 ) -> float:
     """The seed's analytic 1F1B contract (seed spec, "Pipeline-schedule mapping"), exactly:
 

@@ -214,7 +214,9 @@ def build_from_orders(
     programs: list[list[int]] = []
     send_of = [-1] * n_compute
     buckets = costs.dp_buckets
-    columns = _Columns(kind=kind, rank=rank, chunk=chunk, micro=micro, dur=dur, peer=peer, deps=deps)
+    columns = _Columns(
+        kind=kind, rank=rank, chunk=chunk, micro=micro, dur=dur, peer=peer, deps=deps
+    )
 
     # Pass 2: per rank, the compute program, and the communication program in posting order.
     for r, order in enumerate(orders):

@@ -96,9 +96,8 @@ class ScheduleCosts:
             if not (value >= 0.0 and math.isfinite(value)):
                 problems.add(f"{name} must be finite and non-negative, got {value!r}")
         if not self.p2p_bandwidth_bytes_per_s > 0.0:
-            problems.add(
-                f"p2p_bandwidth_bytes_per_s must be positive, got {self.p2p_bandwidth_bytes_per_s!r}"
-            )
+            bandwidth = self.p2p_bandwidth_bytes_per_s
+            problems.add(f"p2p_bandwidth_bytes_per_s must be positive, got {bandwidth!r}")
         if self.dp_buckets and len(self.dp_buckets) != p:
             problems.add(f"dp_buckets must list {p} stages (or be empty)")
         for r, buckets in enumerate(self.dp_buckets):

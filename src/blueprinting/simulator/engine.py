@@ -79,8 +79,7 @@ def simulate(dag: CommandDag) -> SimulationResult:
                 if e < 0.0:
                     blocked = d
                     break
-                if e > st:
-                    st = e
+                st = max(st, e)
             if blocked >= 0:
                 waiters.setdefault(blocked, []).append(s)
                 break
@@ -126,7 +125,7 @@ def _summarise(dag: CommandDag, start: list[float], end: list[float]) -> Simulat
             flush = max(flush, end[compute[-1]])
             makespan = max(makespan, end[compute[-1]])
         if comm:
-            makespan = max(makespan, max(end[c] for c in comm))
+            makespan = max(makespan, *(end[c] for c in comm))
         # Activations of a forward are held until the pass that consumes them last: the
         # backward, or the weight-gradient pass when backward is split; forward-only
         # programs release them at once.

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from blueprinting.simulator.commands import KIND_BY_CODE, COMPUTE_STREAM, COMM_STREAM
+from blueprinting.simulator.commands import COMM_STREAM, COMPUTE_STREAM, KIND_BY_CODE
 from blueprinting.simulator.engine import SimulationResult
 
 JsonValue = str | int | float | dict[str, "JsonValue"] | list["JsonValue"]
