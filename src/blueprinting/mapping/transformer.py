@@ -133,8 +133,23 @@ class ForwardOnly:
         return "fwd"
 
 
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ZeroBubbleH1:
+    """ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", Section 3.1): 1F1B with each
+    backward split into an input-gradient pass B and a weight-gradient pass W; W passes are
+    deferred into the cool-down bubbles, keeping 1F1B's peak activation memory."""
+
+    def __str__(self) -> str:
+        return "ZB-H1"
+
+
 PipelineSchedule: TypeAlias = (
-    SingleStage | OneForwardOneBackward | InterleavedOneForwardOneBackward | ForwardOnly
+    SingleStage
+    | OneForwardOneBackward
+    | InterleavedOneForwardOneBackward
+    | ForwardOnly
+    | ZeroBubbleH1
 )
 
 
@@ -143,7 +158,7 @@ def virtual_stages_of(schedule: PipelineSchedule) -> int:
     match schedule:
         case InterleavedOneForwardOneBackward(virtual_stages=v):
             return v
-        case SingleStage() | OneForwardOneBackward() | ForwardOnly():
+        case SingleStage() | OneForwardOneBackward() | ForwardOnly() | ZeroBubbleH1():
             return 1
         case _ as unreachable:
             assert_never(unreachable)

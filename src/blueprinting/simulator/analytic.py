@@ -1,0 +1,50 @@
+"""Closed forms the simulator is checked against (shared/reference/schedules.md).
+
+These are formulas, not simulations: the tests compare them with :func:`simulate`.
+"""
+
+from __future__ import annotations
+
+
+def analytic_contract_bubble(
+    p: int, v: int, m: int, tf: float, tb: float, *, imbalance_correction: float = 0.0
+) -> float:
+    """The seed's analytic 1F1B contract (seed spec, "Pipeline-schedule mapping"), exactly:
+
+        T_chunk  = tf + tb                      (one VIRTUAL chunk's forward + backward)
+        n_bubble = (p - 1) + extra
+        extra    = (v - 1)(p - m mod p)  if m mod p != 0 else 0
+        T_bubble = n_bubble * T_chunk - imbalance_correction
+
+    For every schedule Megatron-LM accepts, the simulated bubble is (p-1)(tf+tb): the extra term
+    over-estimates it by (v-1)(p - m mod p)(tf+tb) whenever v >= 2 and m mod p != 0 (a case
+    Megatron only runs with a microbatch group size N > p, schedules.md section 4). The extra
+    term follows Calculon's pessimistic bubble reasoning (calculon/llm/llm.py).
+    """
+    extra = (v - 1) * (p - m % p) if m % p != 0 else 0
+    return ((p - 1) + extra) * (tf + tb) - imbalance_correction
+
+
+def one_f_one_b_peak_inflight(p: int, m: int, r: int) -> int:
+    """Non-interleaved 1F1B, rank r: min(p - r, m) microbatches in flight (schedules.md 5)."""
+    return min(p - r, m)
+
+
+def interleaved_peak_inflight(p: int, v: int, m: int, n: int, r: int) -> int:
+    """Interleaved 1F1B, rank r: min(2(p-r-1) + (v-1)N + 1, m v) chunks in flight
+    (schedules.md 5; the warm-up count of Megatron's interleaved schedule plus one)."""
+    return min(2 * (p - r - 1) + (v - 1) * n + 1, m * v)
+
+
+def one_f_one_b_p2p_exposed(p: int, m: int, c: float) -> float:
+    """Makespan added by a P2P latency c per hop in non-interleaved 1F1B, m >= 2:
+    c [2(p-1) + 2(m - 2 - floor((m-2)/p))] (schedules.md 4); 1F1B does not hide latency in
+    its steady state because each rank waits for the gradient of the forward it just sent."""
+    return c * (2 * (p - 1) + 2 * (m - 2 - (m - 2) // p))
+
+
+def interleaved_p2p_exposed(p: int, v: int, c: float) -> float:
+    """Makespan added by a P2P latency c per hop in interleaved 1F1B with overlapped
+    (asynchronous) P2P: 2(p v - 1) c, independent of m, valid while c <= tf (schedules.md 4):
+    only the fill and drain of the p v virtual stages see it."""
+    return 2 * (p * v - 1) * c

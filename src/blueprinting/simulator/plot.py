@@ -1,0 +1,93 @@
+"""Timeline picture of a simulation, in the style of Narayanan et al. 2021 (Figures 3 and 4):
+one row per pipeline rank, forward and backward passes in distinct colours, microbatch numbers
+on the boxes, bubbles left blank. matplotlib is imported lazily with the Agg backend.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from blueprinting.simulator.commands import _B, _BI, _DP, _F, _W
+from blueprinting.simulator.engine import SimulationResult
+
+_COLOURS = {
+    _F: "#4c8be0",
+    _B: "#7bc96f",
+    _BI: "#7bc96f",
+    _W: "#f2b447",
+    _DP: "#b48ad6",
+}
+# Interleaved chunks get lighter shades so chunk boundaries stay visible.
+_CHUNK_ALPHA = (1.0, 0.7, 0.5, 0.35)
+
+
+def plot_timeline(result: SimulationResult, path: str | Path, *, max_labels: int = 400) -> Path:
+    """Draw the compute streams (and DP reduction) to ``path`` (.png or .svg)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.patches import Patch
+
+    dag = result.dag
+    p = dag.pipeline_degree
+    span = max(result.makespan_s, 1e-30)
+    fig_w = 12.0
+    fig, ax = plt.subplots(figsize=(fig_w, 0.5 * p + 1.3))
+    labelled = sum(len(dag.programs[2 * r]) for r in range(p)) <= max_labels
+    for r in range(p):
+        y = p - 1 - r
+        for c in dag.programs[2 * r]:
+            code = dag.kind[c]
+            width = dag.duration_s[c]
+            if width <= 0.0:
+                continue
+            alpha = _CHUNK_ALPHA[min(dag.chunk[c], len(_CHUNK_ALPHA) - 1)]
+            ax.broken_barh(
+                [(result.start_s[c], width)],
+                (y - 0.4, 0.8),
+                facecolors=_COLOURS[code],
+                alpha=alpha,
+                edgecolor="black",
+                linewidth=0.4,
+            )
+            if labelled and width / span > 0.008:
+                ax.text(
+                    result.start_s[c] + width / 2,
+                    y,
+                    str(dag.microbatch[c] + 1),
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                )
+        for c in dag.programs[2 * r + 1]:
+            if dag.kind[c] == _DP and dag.duration_s[c] > 0.0:
+                ax.broken_barh(
+                    [(result.start_s[c], dag.duration_s[c])],
+                    (y - 0.4, 0.8),
+                    facecolors=_COLOURS[_DP],
+                    edgecolor="black",
+                    linewidth=0.4,
+                )
+    ax.set_yticks(range(p))
+    ax.set_yticklabels([f"rank {r}" for r in range(p - 1, -1, -1)])
+    ax.set_xlim(0.0, span)
+    ax.set_xlabel("time (s)")
+    ax.set_title(
+        f"{dag.schedule}: p={p}, m={dag.costs.microbatch_count}, "
+        f"bubble {result.bubble_s:.4g} s of {result.pipeline_flush_s:.4g} s"
+    )
+    handles = [
+        Patch(facecolor=_COLOURS[_F], label="forward"),
+        Patch(facecolor=_COLOURS[_B], label="backward"),
+    ]
+    if any(k == _W for k in dag.kind):
+        handles.append(Patch(facecolor=_COLOURS[_W], label="weight grad"))
+    if any(k == _DP for k in dag.kind):
+        handles.append(Patch(facecolor=_COLOURS[_DP], label="DP reduce"))
+    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=len(handles))
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
