@@ -167,12 +167,26 @@ def _brute_force(
                                                 rejections[law] += len(frees)
                                             if broken:
                                                 continue
+                                            core: Row = (
+                                                n,
+                                                t,
+                                                p,
+                                                d,
+                                                v,
+                                                b,
+                                                int(sp),
+                                                RECOMPUTE_CODES.index(rec),
+                                                layers,
+                                            )
+                                            core += (int(p2p), g)
                                             for sh, ga, gr in frees:
                                                 valid.add(
-                                                    (n, t, p, d, v, b, int(sp))
-                                                    + (RECOMPUTE_CODES.index(rec), layers)
-                                                    + (int(p2p), g, SHARDING_CODES.index(sh))
-                                                    + (int(ga), int(gr))
+                                                    (
+                                                        *core,
+                                                        SHARDING_CODES.index(sh),
+                                                        int(ga),
+                                                        int(gr),
+                                                    )
                                                 )
     return enumerated, rejections, valid
 

@@ -86,11 +86,7 @@ def law_violations(
     if megatron_rules:
         group = np.where(c.microbatch_group > 0, c.microbatch_group, p)
         remainder = microbatches % group
-        group_ok = (
-            (p <= group)
-            & (group <= microbatches)
-            & ((remainder == 0) | (remainder >= p))
-        )
+        group_ok = (p <= group) & (group <= microbatches) & ((remainder == 0) | (remainder >= p))
         masks[Law.MEGATRON_INTERLEAVING_MIN_PIPELINE] = interleaved & ~(
             (p > 2) | ((p == 2) & c.overlap_p2p_comm)
         )

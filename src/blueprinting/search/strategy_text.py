@@ -242,6 +242,7 @@ def format_strategy_text(mapping: TransformerTrainingMappingSpec) -> str:
         f"dp={par.data.degree}",
     ]
     schedule = par.pipeline.schedule
+    schedule_words: list[str] = []
     match schedule:
         case InterleavedOneForwardOneBackward(
             virtual_stages=v, microbatch_group_size=group, overlap_p2p_comm=overlap_p2p
@@ -252,7 +253,7 @@ def format_strategy_text(mapping: TransformerTrainingMappingSpec) -> str:
                 f"group={'default' if group is None else group}",
             ]
         case SingleStage() | OneForwardOneBackward():
-            schedule_words = []
+            pass
         case ForwardOnly():
             raise ConfigError(["a training strategy cannot use the ForwardOnly schedule"])
         case _ as unreachable:
@@ -270,8 +271,8 @@ def format_strategy_text(mapping: TransformerTrainingMappingSpec) -> str:
             words.append("recompute=selective")
         case FullRecompute(method=method, num_layers=layers):
             words += ["recompute=full", f"recompute_method={method}", f"recompute_layers={layers}"]
-        case _ as unreachable:
-            assert_never(unreachable)
+        case _ as unreachable_recompute:
+            assert_never(unreachable_recompute)
     sharding = par.data.optimizer_sharding
     match sharding:
         case NoOptimizerSharding():
@@ -282,7 +283,7 @@ def format_strategy_text(mapping: TransformerTrainingMappingSpec) -> str:
             words += ["sharding=optim_grads", f"overlap_param_gather={_on(gather)}"]
         case ShardedParameters(overlap_param_gather=gather):
             words += ["sharding=optim_grads_params", f"overlap_param_gather={_on(gather)}"]
-        case _ as unreachable:
-            assert_never(unreachable)
+        case _ as unreachable_sharding:
+            assert_never(unreachable_sharding)
     words.append(f"overlap_grad={_on(par.data.overlap_grad_reduce)}")
     return " ".join(words + schedule_words)
