@@ -1,0 +1,89 @@
+"""The names of the laws, shared by the scalar checker (:mod:`blueprinting.mapping.laws`) and the
+vectorized filter of the strategy search (:mod:`blueprinting.search.laws_vectorized`).
+
+Both report violations under these names, so a rejection count from the search and a violation
+from ``check_training`` refer to the same rule. Notation: t, p, d tensor/pipeline/data degrees, N
+GPUs, v virtual stages, L blocks, B global batch, b micro-batch size, m = B // (d*b) microbatches,
+G microbatch group size per virtual stage (``None`` means Megatron's default, p).
+
+Sources: the seed spec ("Composition and divisibility laws", "Tensor-parallel mapping"),
+``/work/shared/reference/megatron_rules.md`` (Megatron-LM ``arguments.py``,
+``transformer_config.py``, ``model_parallel_config.py``) and ``schedules.md`` section 3
+(Megatron-LM ``pipeline_parallel/schedules.py``).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import assert_never
+
+from blueprinting.errors import RuleSet
+
+
+class Law(StrEnum):
+    """One law; ``formula`` is what must hold, ``ruleset`` whose rule it is."""
+
+    # Planner laws (seed spec).
+    WORLD_SIZE = "world_size"
+    LOCAL_BATCH = "local_batch"
+    MICROBATCH_COUNT = "microbatch_count"
+    BLOCKS_PER_PIPELINE_STAGE = "blocks_per_pipeline_stage"
+    BLOCKS_PER_VIRTUAL_CHUNK = "blocks_per_virtual_chunk"
+    SEQUENCE_PARALLEL_DIVISIBILITY = "sequence_parallel_divisibility"
+    ATTENTION_HEADS_DIVISIBILITY = "attention_heads_divisibility"
+    QUERY_GROUPS_DIVISIBILITY = "query_groups_divisibility"
+    FFN_DIVISIBILITY = "ffn_divisibility"
+    VOCAB_DIVISIBILITY = "vocab_divisibility"
+    SCHEDULE_MATCHES_PIPELINE = "schedule_matches_pipeline"
+    RECOMPUTE_NUM_LAYERS_RANGE = "recompute_num_layers_range"
+    # Megatron-LM start-up rules.
+    MEGATRON_INTERLEAVING_MIN_PIPELINE = "megatron_interleaving_min_pipeline"
+    MEGATRON_MICROBATCH_GROUP = "megatron_microbatch_group"
+    MEGATRON_SEQUENCE_PARALLEL_NEEDS_TP = "megatron_sequence_parallel_needs_tp"
+
+    @property
+    def ruleset(self) -> RuleSet:
+        if self.value.startswith("megatron_"):
+            return RuleSet.MEGATRON
+        return RuleSet.PLANNER
+
+    @property
+    def formula(self) -> str:
+        """The condition that must hold (what a violation reports as its formula)."""
+        match self:
+            case Law.WORLD_SIZE:
+                return "t * p * d == N"
+            case Law.LOCAL_BATCH:
+                return "B mod d == 0"
+            case Law.MICROBATCH_COUNT:
+                return "B mod (d * b) == 0"
+            case Law.BLOCKS_PER_PIPELINE_STAGE:
+                return "L mod p == 0"
+            case Law.BLOCKS_PER_VIRTUAL_CHUNK:
+                return "L mod (p * v) == 0"
+            case Law.SEQUENCE_PARALLEL_DIVISIBILITY:
+                return "sequence parallel (RS+AG) => seq_length mod t == 0"
+            case Law.ATTENTION_HEADS_DIVISIBILITY:
+                return "num_attention_heads mod t == 0"
+            case Law.QUERY_GROUPS_DIVISIBILITY:
+                return "num_query_groups mod t == 0 or t mod num_query_groups == 0"
+            case Law.FFN_DIVISIBILITY:
+                return "ffn_hidden_size mod t == 0"
+            case Law.VOCAB_DIVISIBILITY:
+                return "padded_vocab_size mod t == 0"
+            case Law.SCHEDULE_MATCHES_PIPELINE:
+                return "v > 1 => p > 1 (SingleStage iff p == 1, 1F1B iff p > 1 and v == 1)"
+            case Law.RECOMPUTE_NUM_LAYERS_RANGE:
+                return "full recompute => 1 <= recompute_num_layers <= L // p"
+            case Law.MEGATRON_INTERLEAVING_MIN_PIPELINE:
+                return "v > 1 => p > 2 or (p == 2 and overlap_p2p_comm)"
+            case Law.MEGATRON_MICROBATCH_GROUP:
+                return "v > 1 => p <= G <= m and (m mod G == 0 or m mod G >= p), G defaults to p"
+            case Law.MEGATRON_SEQUENCE_PARALLEL_NEEDS_TP:
+                return "sequence parallel => t > 1"
+            case _ as unreachable:
+                assert_never(unreachable)
+
+
+PLANNER_LAWS: tuple[Law, ...] = tuple(law for law in Law if law.ruleset is RuleSet.PLANNER)
+MEGATRON_LAWS: tuple[Law, ...] = tuple(law for law in Law if law.ruleset is RuleSet.MEGATRON)

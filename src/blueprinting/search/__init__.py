@@ -1,0 +1,1 @@
+"""Strategy search: enumeration, vectorized law filtering, evaluation and ranking."""

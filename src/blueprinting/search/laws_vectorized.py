@@ -1,0 +1,95 @@
+"""The laws as vectorized boolean masks over a table of candidate strategies.
+
+One entry per :class:`~blueprinting.mapping.law_names.Law`, ``True`` where the candidate VIOLATES
+the law, so that a rejection count is ``mask.sum()`` and a candidate breaking several laws is
+counted under each. The conditions are exactly the ``Law.formula`` strings (the scalar checker
+``blueprinting.mapping.laws.check_training`` states the same ones); the microbatch count used by
+the Megatron group rule is the floor ``B // (d*b)``, like ``TransformerTrainingMappingSpec.
+microbatch_count``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import final
+
+import numpy as np
+import numpy.typing as npt
+
+from blueprinting.mapping.law_names import MEGATRON_LAWS, PLANNER_LAWS, Law
+from blueprinting.mapping.model import TransformerModelSpec
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LawColumns:
+    """The knobs the laws read, one int64/bool array per knob, all of one length.
+
+    ``microbatch_group`` is 0 where the group size is Megatron's default (p);
+    ``recompute_num_layers`` is read only where ``recompute_full`` is set.
+    """
+
+    num_gpus: IntArray
+    tensor: IntArray
+    pipeline: IntArray
+    data: IntArray
+    virtual_stages: IntArray
+    micro_batch: IntArray
+    sequence_parallel: BoolArray
+    recompute_full: BoolArray
+    recompute_num_layers: IntArray
+    overlap_p2p_comm: BoolArray
+    microbatch_group: IntArray
+
+
+def applied_laws(*, megatron_rules: bool) -> tuple[Law, ...]:
+    """The laws a search applies: the planner's always, Megatron-LM's unless dropped."""
+    return PLANNER_LAWS + MEGATRON_LAWS if megatron_rules else PLANNER_LAWS
+
+
+def law_violations(
+    columns: LawColumns,
+    model: TransformerModelSpec,
+    global_batch_size: int,
+    *,
+    megatron_rules: bool,
+) -> dict[Law, BoolArray]:
+    """Violation mask of every applied law (see ``Law.formula`` for each condition)."""
+    c = columns
+    t, p, d, v, b = c.tensor, c.pipeline, c.data, c.virtual_stages, c.micro_batch
+    big_l = model.num_layers
+    # Guards keep the modulo defined on rows whose degrees are already illegal (d = 0 never comes
+    # out of the enumeration, but a hand-built table may hold it); those rows fail world_size.
+    d_safe = np.maximum(d, 1)
+    microbatches = global_batch_size // (d_safe * b)
+    interleaved = v > 1
+    groups = model.num_query_groups
+
+    masks: dict[Law, BoolArray] = {
+        Law.WORLD_SIZE: t * p * d != c.num_gpus,
+        Law.LOCAL_BATCH: global_batch_size % d_safe != 0,
+        Law.MICROBATCH_COUNT: global_batch_size % (d_safe * b) != 0,
+        Law.BLOCKS_PER_PIPELINE_STAGE: big_l % p != 0,
+        Law.BLOCKS_PER_VIRTUAL_CHUNK: big_l % (p * v) != 0,
+        Law.SEQUENCE_PARALLEL_DIVISIBILITY: c.sequence_parallel & (model.seq_length % t != 0),
+        Law.ATTENTION_HEADS_DIVISIBILITY: model.num_attention_heads % t != 0,
+        Law.QUERY_GROUPS_DIVISIBILITY: (groups % t != 0) & (t % groups != 0),
+        Law.FFN_DIVISIBILITY: model.ffn_hidden_size % t != 0,
+        Law.VOCAB_DIVISIBILITY: model.padded_vocab_size % t != 0,
+        Law.SCHEDULE_MATCHES_PIPELINE: interleaved & (p == 1),
+        Law.RECOMPUTE_NUM_LAYERS_RANGE: c.recompute_full
+        & ((c.recompute_num_layers < 1) | (c.recompute_num_layers > big_l // p)),
+    }
+    if megatron_rules:
+        group = np.where(c.microbatch_group > 0, c.microbatch_group, p)
+        remainder = microbatches % group
+        group_ok = (p <= group) & (group <= microbatches) & ((remainder == 0) | (remainder >= p))
+        masks[Law.MEGATRON_INTERLEAVING_MIN_PIPELINE] = interleaved & ~(
+            (p > 2) | ((p == 2) & c.overlap_p2p_comm)
+        )
+        masks[Law.MEGATRON_MICROBATCH_GROUP] = interleaved & ~group_ok
+        masks[Law.MEGATRON_SEQUENCE_PARALLEL_NEEDS_TP] = c.sequence_parallel & (t <= 1)
+    return masks

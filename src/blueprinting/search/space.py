@@ -1,0 +1,484 @@
+"""Enumeration of the training-strategy space and its vectorized law filter (issue #8).
+
+The candidate set is a structure of arrays: one numpy column per knob. It is built in two levels
+so that the laws are evaluated once per distinct law-relevant combination:
+
+1. The *core* table holds every knob some law reads: GPUs N, t, p, d = N / (t*p), v, micro-batch
+   size b, sequence parallelism, the recompute variant (with its layer count), the P2P overlap and
+   the microbatch group size G. It is a Cartesian product (numpy index grids) of
+   ``(N, t, p)`` x v x b x sp x recompute, then a ragged expansion of interleaved rows (v > 1) by
+   overlap_p2p_comm x G.
+2. The *free* knobs no law reads (optimizer sharding, overlap_param_gather inside a sharded
+   variant, overlap_grad_reduce) multiply each core row by a count that depends only on d. Laws
+   are evaluated on the core table and each rejection is weighted by that count, so the report
+   counts the full product; only the rows that pass are expanded into the returned table.
+
+Axes (each generates only values that can pass its own law, so nothing is lost: a v that does not
+divide L fails ``L mod (p*v)`` for every p, a b that does not divide B fails ``B mod (d*b)``):
+
+- t: divisors of gcd(N, gpus_per_node) (a TP group stays inside one node, Megatron places TP ranks
+  consecutively), or every divisor of N with ``allow_cross_node_tp``;
+- p: every divisor of N / t; d = N / (t*p) (so ``world_size`` holds by construction);
+- v: every divisor of L, for every p (p = 1 with v > 1 is generated and rejected by
+  ``schedule_matches_pipeline``, so the report shows it);
+- b: divisors of B up to ``max_microbatch_size`` (None: no cap, as Calculon does);
+- sequence parallel: ``space.sequence_parallel`` (on with t = 1 is generated; Megatron's rule
+  rejects it);
+- recompute: ``space.recompute``; a full variant is crossed with ``space.recompute_num_layers``;
+- interleaved rows only: overlap_p2p_comm in ``space.overlap_p2p_comm``; G = Megatron's default
+  (p), plus G = m where it matters (policy ``where-it-matters``: m > p and m mod p != 0, where
+  the default is refused by Megatron and one group of all m microbatches is legal; a legal G > p
+  never shortens the bubble and only raises memory, see ``shared/reference/schedules.md`` 3-4);
+- d > 1 only: sharding in ``space.sharding`` (overlap_param_gather crossed in for a sharded
+  variant) and overlap_grad_reduce; with d = 1 sharding is meaningless and only
+  ``NoOptimizerSharding`` without overlap is produced.
+
+Count for GPT-3 175B (L=96, heads=96, s=2048) on N=1024 GPUs of 8 per node, B=1536, default
+space: t in {1,2,4,8}; p over the divisors of 1024/t gives 11+10+9+8 = 38 (t, p) pairs, 4 of them
+with d = 1; free-knob weight 14 for d > 1 (no_shard + 3 sharded x 2 param-gather overlaps, x 2
+grad-reduce overlaps) and 1 for d = 1, summing to 34*14 + 4 = 480; v: 1 + 11 interleaved divisors
+of 96 x 2 P2P overlaps = 23; b: 20 divisors of 1536; sp 2 x recompute 3 = 6. That is
+480 * 23 * 20 * 6 = 1,324,800, plus 55,968 interleaved candidates with G = m (m > p, m mod p != 0):
+1,380,768 enumerated, of which 68,250 pass every law (``tests/search/test_space.py`` pins both,
+``benchmarks/bench_search_space.py`` times it: about 20 ms on one core).
+
+Comparison with Calculon (calculon-ai/calculon at caa4b11, ``calculon/llm/optimal_execution.py``):
+its loops run tp over divisors of N dividing h and heads (1..32, crossing nodes), pp over divisors
+of min(N/tp, L) dividing both, interleaving over divisors of L/pp, recompute 3, optimizer sharding
+2 (d > 1), TP communication 3 (ar, p2p_rs_ag, rs_ag), seq_par_ag_redo 2 (rs_ag without full
+recompute), data_par_overlap 2 (d > 1), tensor_par_overlap 3 (t > 1), weight/activation/optimizer
+offload 2 each (a100_80g has a 512 GiB mem2; activations not with full recompute), micro-batch
+over divisors of the local batch, and a network tier (2 on a100_80g) for each of tp, pp, dp > 1.
+Recounting those loops independently for GPT-3 175B / 1024 / max batch 1536 gives 11,698,528
+executions, not the ~6.3 million quoted in the issue (no mix of its options we tried gives 6.3M;
+without DP overlap it is 5,867,504). Its batch is the largest multiple of d under the maximum,
+ours the exact global batch. Of its knobs, offloads, network-tier placement, tensor_par_overlap,
+seq_par_ag_redo and p2p_rs_ag have no Megatron-LM flag we model (x8 offloads, up to x8 placements,
+x3 TP overlap); we add what Megatron has and Calculon lacks: four sharding strategies with
+overlap_param_gather, overlap_grad_reduce, overlap_p2p_comm and the microbatch group size.
+Calculon also generates only law-abiding structures (its tp/pp/ppint/mbs generators pre-filter)
+and rejects the rest inside its model, so its 11.7M are to be compared with our 68,250 valid
+candidates rather than our 1.38M enumerated: our space is about 170x smaller for this case
+because its x8 offload and x8 network-placement axes have no counterpart and because Megatron's
+interleaving rules (G = p needs m mod p == 0, p > 2) remove combinations Calculon evaluates.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from math import gcd
+from typing import assert_never, final
+
+import numpy as np
+import numpy.typing as npt
+
+from blueprinting.errors import ConfigError
+from blueprinting.mapping.law_names import Law
+from blueprinting.mapping.model import TransformerModelSpec
+from blueprinting.mapping.transformer import (
+    AllReduce,
+    BatchSpec,
+    DataParallel,
+    DistributedOptimizer,
+    FullRecompute,
+    InterleavedOneForwardOneBackward,
+    NoOptimizerSharding,
+    NoRecompute,
+    OneForwardOneBackward,
+    OptimizerSharding,
+    PipelineParallel,
+    PipelineSchedule,
+    RecomputeMethod,
+    RecomputePolicy,
+    ReduceScatterAllGather,
+    SelectiveRecompute,
+    ShardedGradients,
+    ShardedParameters,
+    SingleStage,
+    TensorParallel,
+    TrainingSpec,
+    TransformerTrainingMappingSpec,
+    TransformerTrainingParallelism,
+)
+from blueprinting.search.laws_vectorized import LawColumns, applied_laws, law_violations
+from blueprinting.search.strategy_text import format_strategy_text, parse_strategy_text
+
+__all__ = [
+    "CandidateTable",
+    "Enumeration",
+    "EnumerationReport",
+    "MicrobatchGroupPolicy",
+    "RecomputeVariant",
+    "SearchSpace",
+    "ShardingVariant",
+    "candidate_to_spec",
+    "enumerate_strategies",
+    "format_strategy_text",
+    "parse_strategy_text",
+]
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+class RecomputeVariant(StrEnum):
+    """Activation recomputation choices (Korthikanti et al. 2022, Section 5; Megatron's
+    ``recompute_granularity`` / ``recompute_method``)."""
+
+    NONE = "none"
+    SELECTIVE = "selective"
+    FULL_UNIFORM = "full-uniform"
+    FULL_BLOCK = "full-block"
+
+    @property
+    def is_full(self) -> bool:
+        return self in (RecomputeVariant.FULL_UNIFORM, RecomputeVariant.FULL_BLOCK)
+
+
+class ShardingVariant(StrEnum):
+    """Megatron's ``data_parallel_sharding_strategy`` values."""
+
+    NO_SHARD = "no_shard"
+    OPTIM = "optim"
+    OPTIM_GRADS = "optim_grads"
+    OPTIM_GRADS_PARAMS = "optim_grads_params"
+
+
+class MicrobatchGroupPolicy(StrEnum):
+    """Which microbatch group sizes G an interleaved candidate gets (see the module docstring)."""
+
+    DEFAULT = "default"
+    WHERE_IT_MATTERS = "where-it-matters"
+
+
+RECOMPUTE_CODES: tuple[RecomputeVariant, ...] = tuple(RecomputeVariant)
+SHARDING_CODES: tuple[ShardingVariant, ...] = tuple(ShardingVariant)
+
+
+def _no_duplicates(name: str, values: tuple[object, ...], problems: list[str]) -> None:
+    if not values:
+        problems.append(f"SearchSpace.{name} must not be empty")
+    elif len(set(values)) != len(values):
+        problems.append(f"SearchSpace.{name} has repeated values: {values!r}")
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchSpace:
+    """The options of a strategy search: which values each knob may take."""
+
+    gpu_counts: tuple[int, ...]
+    global_batch_size: int
+    gpus_per_node: int = 8
+    allow_cross_node_tp: bool = False
+    megatron_rules: bool = True
+    max_microbatch_size: int | None = None
+    sequence_parallel: tuple[bool, ...] = (False, True)
+    recompute: tuple[RecomputeVariant, ...] = (
+        RecomputeVariant.NONE,
+        RecomputeVariant.SELECTIVE,
+        RecomputeVariant.FULL_UNIFORM,
+    )
+    recompute_num_layers: tuple[int, ...] = (1,)
+    sharding: tuple[ShardingVariant, ...] = field(default_factory=lambda: SHARDING_CODES)
+    overlap_param_gather: tuple[bool, ...] = (False, True)
+    overlap_grad_reduce: tuple[bool, ...] = (False, True)
+    overlap_p2p_comm: tuple[bool, ...] = (False, True)
+    microbatch_group: MicrobatchGroupPolicy = MicrobatchGroupPolicy.WHERE_IT_MATTERS
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        for key, value in (
+            ("global_batch_size", self.global_batch_size),
+            ("gpus_per_node", self.gpus_per_node),
+            ("max_microbatch_size", self.max_microbatch_size),
+            *(("gpu_counts", n) for n in self.gpu_counts),
+            *(("recompute_num_layers", n) for n in self.recompute_num_layers),
+        ):
+            if value is None and key == "max_microbatch_size":
+                continue
+            if type(value) is not int or value < 1:
+                problems.append(f"SearchSpace.{key} must be positive integers, got {value!r}")
+        _no_duplicates("gpu_counts", self.gpu_counts, problems)
+        _no_duplicates("sequence_parallel", self.sequence_parallel, problems)
+        _no_duplicates("recompute", self.recompute, problems)
+        _no_duplicates("recompute_num_layers", self.recompute_num_layers, problems)
+        _no_duplicates("sharding", self.sharding, problems)
+        _no_duplicates("overlap_param_gather", self.overlap_param_gather, problems)
+        _no_duplicates("overlap_grad_reduce", self.overlap_grad_reduce, problems)
+        _no_duplicates("overlap_p2p_comm", self.overlap_p2p_comm, problems)
+        if problems:
+            raise ConfigError(problems, source="search space")
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CandidateTable:
+    """Candidates as a structure of arrays, row i being one strategy.
+
+    ``recompute`` and ``sharding`` index ``RECOMPUTE_CODES`` / ``SHARDING_CODES``;
+    ``recompute_num_layers`` is 0 unless the variant is full; ``microbatch_group`` is 0 for
+    Megatron's default (p). ``candidate_to_spec`` turns a row into the ADT value.
+    """
+
+    global_batch_size: int
+    num_gpus: IntArray
+    tensor: IntArray
+    pipeline: IntArray
+    data: IntArray
+    virtual_stages: IntArray
+    micro_batch: IntArray
+    sequence_parallel: BoolArray
+    recompute: IntArray
+    recompute_num_layers: IntArray
+    overlap_p2p_comm: BoolArray
+    microbatch_group: IntArray
+    sharding: IntArray
+    overlap_param_gather: BoolArray
+    overlap_grad_reduce: BoolArray
+
+    def __len__(self) -> int:
+        return int(self.tensor.shape[0])
+
+    @property
+    def microbatch_count(self) -> IntArray:
+        """m = B / (d*b), exact on rows that satisfy the laws."""
+        return self.global_batch_size // (self.data * self.micro_batch)
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EnumerationReport:
+    """What the law filter did: ``rejections`` has one entry per applied law, in ``Law`` order,
+    zeros included; a candidate breaking several laws is counted under each."""
+
+    candidates_enumerated: int
+    candidates_valid: int
+    rejections: tuple[tuple[Law, int], ...]
+
+    def rejected(self, law: Law) -> int:
+        for name, count in self.rejections:
+            if name is law:
+                return count
+        raise KeyError(law)
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Enumeration:
+    """The candidates that satisfy every applied law, and the filter's report."""
+
+    table: CandidateTable
+    report: EnumerationReport
+
+
+# --------------------------------------------------------------------------------------------
+# Enumeration
+# --------------------------------------------------------------------------------------------
+def _divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+def _ragged(counts: IntArray) -> tuple[IntArray, IntArray]:
+    """Expand row i into counts[i] rows: (source row, option index within the row)."""
+    rows = np.repeat(np.arange(counts.shape[0], dtype=np.int64), counts)
+    starts = np.cumsum(counts) - counts
+    option = np.arange(rows.shape[0], dtype=np.int64) - np.repeat(starts, counts)
+    return rows, option
+
+
+def _free_options(space: SearchSpace) -> tuple[IntArray, BoolArray, BoolArray]:
+    """(sharding code, overlap_param_gather, overlap_grad_reduce) of a d > 1 row, sharding
+    outermost, in the order the space lists them."""
+    options: list[tuple[int, bool, bool]] = []
+    for variant in space.sharding:
+        gathers = (False,) if variant is ShardingVariant.NO_SHARD else space.overlap_param_gather
+        for gather in gathers:
+            for grad in space.overlap_grad_reduce:
+                options.append((SHARDING_CODES.index(variant), gather, grad))
+    return (
+        np.array([o[0] for o in options], dtype=np.int64),
+        np.array([o[1] for o in options], dtype=np.bool_),
+        np.array([o[2] for o in options], dtype=np.bool_),
+    )
+
+
+def enumerate_strategies(model: TransformerModelSpec, space: SearchSpace) -> Enumeration:
+    """Every strategy of ``space`` for ``model`` that satisfies the laws, plus the rejections."""
+    gbs = space.global_batch_size
+    triples: list[tuple[int, int, int]] = []
+    for n in space.gpu_counts:
+        tp_limit = n if space.allow_cross_node_tp else gcd(n, space.gpus_per_node)
+        for t in _divisors(tp_limit):
+            triples.extend((n, t, p) for p in _divisors(n // t))
+    triple = np.array(triples, dtype=np.int64).reshape(-1, 3)
+    vs = np.array(_divisors(model.num_layers), dtype=np.int64)
+    cap = gbs if space.max_microbatch_size is None else space.max_microbatch_size
+    mbs = np.array([b for b in _divisors(gbs) if b <= cap], dtype=np.int64)
+    sps = np.array(space.sequence_parallel, dtype=np.bool_)
+    rec_rows = [
+        (RECOMPUTE_CODES.index(r), layers)
+        for r in space.recompute
+        for layers in (space.recompute_num_layers if r.is_full else (0,))
+    ]
+    rec = np.array(rec_rows, dtype=np.int64).reshape(-1, 2)
+
+    grid = np.indices((triple.shape[0], vs.shape[0], mbs.shape[0], sps.shape[0], rec.shape[0]))
+    i_tri, i_v, i_b, i_sp, i_rec = (axis.reshape(-1) for axis in grid)
+    num_gpus, t, p = triple[i_tri, 0], triple[i_tri, 1], triple[i_tri, 2]
+    d = num_gpus // (t * p)
+    v, b, sp = vs[i_v], mbs[i_b], sps[i_sp]
+    rec_code, rec_layers = rec[i_rec, 0], rec[i_rec, 1]
+
+    # Interleaved rows: P2P overlap x group size.
+    m = gbs // (d * b)
+    interleaved = v > 1
+    whole_group = (
+        interleaved
+        & (space.microbatch_group is MicrobatchGroupPolicy.WHERE_IT_MATTERS)
+        & (m > p)
+        & (m % p != 0)
+    )
+    n_groups = 1 + whole_group.astype(np.int64)
+    p2ps = np.array(space.overlap_p2p_comm, dtype=np.bool_)
+    rows, k = _ragged(np.where(interleaved, p2ps.shape[0] * n_groups, 1))
+    num_gpus, t, p, d, v, b, sp = (x[rows] for x in (num_gpus, t, p, d, v, b, sp))
+    rec_code, rec_layers, m, n_g = rec_code[rows], rec_layers[rows], m[rows], n_groups[rows]
+    interleaved = v > 1
+    p2p = interleaved & p2ps[k // n_g]
+    group = np.where(interleaved & (k % n_g == 1), m, 0)
+
+    full = np.isin(rec_code, [RECOMPUTE_CODES.index(r) for r in RECOMPUTE_CODES if r.is_full])
+    columns = LawColumns(
+        num_gpus=num_gpus,
+        tensor=t,
+        pipeline=p,
+        data=d,
+        virtual_stages=v,
+        micro_batch=b,
+        sequence_parallel=sp,
+        recompute_full=full,
+        recompute_num_layers=rec_layers,
+        overlap_p2p_comm=p2p,
+        microbatch_group=group,
+    )
+    masks = law_violations(columns, model, gbs, megatron_rules=space.megatron_rules)
+    free_sharding, free_gather, free_grad = _free_options(space)
+    weight = np.where(d > 1, free_sharding.shape[0], 1)
+    rejected = np.zeros(t.shape[0], dtype=np.bool_)
+    counts: list[tuple[Law, int]] = []
+    for law in applied_laws(megatron_rules=space.megatron_rules):
+        mask = masks[law]
+        rejected |= mask
+        counts.append((law, int(weight[mask].sum())))
+    keep = ~rejected
+
+    rows, k = _ragged(weight[keep])
+    multi = d[keep][rows] > 1
+    no_shard = SHARDING_CODES.index(ShardingVariant.NO_SHARD)
+    table = CandidateTable(
+        global_batch_size=gbs,
+        num_gpus=num_gpus[keep][rows],
+        tensor=t[keep][rows],
+        pipeline=p[keep][rows],
+        data=d[keep][rows],
+        virtual_stages=v[keep][rows],
+        micro_batch=b[keep][rows],
+        sequence_parallel=sp[keep][rows],
+        recompute=rec_code[keep][rows],
+        recompute_num_layers=rec_layers[keep][rows],
+        overlap_p2p_comm=p2p[keep][rows],
+        microbatch_group=group[keep][rows],
+        sharding=np.where(multi, free_sharding[np.where(multi, k, 0)], no_shard),
+        overlap_param_gather=multi & free_gather[np.where(multi, k, 0)],
+        overlap_grad_reduce=multi & free_grad[np.where(multi, k, 0)],
+    )
+    report = EnumerationReport(
+        candidates_enumerated=int(weight.sum()),
+        candidates_valid=len(table),
+        rejections=tuple(counts),
+    )
+    return Enumeration(table=table, report=report)
+
+
+# --------------------------------------------------------------------------------------------
+# One row as the ADT value
+# --------------------------------------------------------------------------------------------
+def _schedule(p: int, v: int, group: int, overlap_p2p: bool) -> PipelineSchedule:
+    if v > 1:
+        return InterleavedOneForwardOneBackward(
+            virtual_stages=v,
+            microbatch_group_size=group if group > 0 else None,
+            overlap_p2p_comm=overlap_p2p,
+        )
+    if p == 1:
+        return SingleStage()
+    return OneForwardOneBackward()
+
+
+def _recompute(variant: RecomputeVariant, layers: int) -> RecomputePolicy:
+    match variant:
+        case RecomputeVariant.NONE:
+            return NoRecompute()
+        case RecomputeVariant.SELECTIVE:
+            return SelectiveRecompute()
+        case RecomputeVariant.FULL_UNIFORM:
+            return FullRecompute(method=RecomputeMethod.UNIFORM, num_layers=layers)
+        case RecomputeVariant.FULL_BLOCK:
+            return FullRecompute(method=RecomputeMethod.BLOCK, num_layers=layers)
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def _sharding(variant: ShardingVariant, overlap_param_gather: bool) -> OptimizerSharding:
+    match variant:
+        case ShardingVariant.NO_SHARD:
+            return NoOptimizerSharding()
+        case ShardingVariant.OPTIM:
+            return DistributedOptimizer(overlap_param_gather=overlap_param_gather)
+        case ShardingVariant.OPTIM_GRADS:
+            return ShardedGradients(overlap_param_gather=overlap_param_gather)
+        case ShardingVariant.OPTIM_GRADS_PARAMS:
+            return ShardedParameters(overlap_param_gather=overlap_param_gather)
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def candidate_to_spec(table: CandidateTable, i: int, model: TransformerModelSpec) -> TrainingSpec:
+    """Row ``i`` of ``table`` as a :class:`TrainingSpec` for ``model``."""
+    p = int(table.pipeline[i])
+    parallelism = TransformerTrainingParallelism(
+        tensor=TensorParallel(
+            degree=int(table.tensor[i]),
+            communication=ReduceScatterAllGather()
+            if bool(table.sequence_parallel[i])
+            else AllReduce(),
+        ),
+        pipeline=PipelineParallel(
+            degree=p,
+            schedule=_schedule(
+                p,
+                int(table.virtual_stages[i]),
+                int(table.microbatch_group[i]),
+                bool(table.overlap_p2p_comm[i]),
+            ),
+        ),
+        data=DataParallel(
+            degree=int(table.data[i]),
+            optimizer_sharding=_sharding(
+                SHARDING_CODES[int(table.sharding[i])], bool(table.overlap_param_gather[i])
+            ),
+            overlap_grad_reduce=bool(table.overlap_grad_reduce[i]),
+        ),
+        recompute=_recompute(
+            RECOMPUTE_CODES[int(table.recompute[i])], int(table.recompute_num_layers[i])
+        ),
+    )
+    batch = BatchSpec(
+        global_batch_size=table.global_batch_size, micro_batch_size=int(table.micro_batch[i])
+    )
+    return TrainingSpec(
+        model=model,
+        mapping=TransformerTrainingMappingSpec(parallelism=parallelism, batch=batch),
+    )

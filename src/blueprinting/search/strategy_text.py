@@ -1,0 +1,289 @@
+"""One strategy as a line of ``key=value`` words (for ``--explain`` and for printing search hits).
+
+Accepted keys (case-sensitive; on/off values also accept true/false, yes/no, 1/0):
+
+====================== ======================================================== ===============
+key                    meaning                                                  default
+====================== ======================================================== ===============
+tp                     tensor-parallel degree t                                 1
+pp                     pipeline-parallel degree p                               1
+dp                     data-parallel degree d (or give ``gpus``)                derived
+gpus                   world size N; d = N / (t*p) must be exact                -
+v                      virtual stages per pipeline rank (``vp`` also accepted)  1
+mbs                    micro-batch size                                         1
+gbs                    global batch size (or the ``global_batch_size`` keyword) required
+sp                     sequence parallelism (RS+AG): on/off                     off
+recompute              none | selective | full | full-uniform | full-block      none
+recompute_method       uniform | block (full only)                              uniform
+recompute_layers       Megatron's recompute_num_layers (full only)              1
+sharding               no_shard | optim | optim_grads | optim_grads_params      no_shard
+overlap_grad           overlap_grad_reduce: on/off                              off
+overlap_param_gather   on/off (a sharded variant only)                          off
+overlap_p2p            overlap_p2p_comm: on/off (v > 1 only)                    off
+group                  microbatch group size per virtual stage, or ``default``  default
+====================== ======================================================== ===============
+
+The schedule follows from p and v: p = v = 1 is SingleStage, v = 1 < p is 1F1B, v > 1 is
+interleaved 1F1B (also with p = 1, which the laws then reject: text is never repaired). An option
+given for a variant that does not have it (``overlap_p2p`` with v = 1, ``recompute_layers`` with
+selective recompute...) is an error, not ignored.
+"""
+
+from __future__ import annotations
+
+from typing import assert_never
+
+from blueprinting.errors import ConfigError
+from blueprinting.mapping.transformer import (
+    AllReduce,
+    BatchSpec,
+    DataParallel,
+    DistributedOptimizer,
+    ForwardOnly,
+    FullRecompute,
+    InterleavedOneForwardOneBackward,
+    NoOptimizerSharding,
+    NoRecompute,
+    OneForwardOneBackward,
+    OptimizerSharding,
+    PipelineParallel,
+    PipelineSchedule,
+    RecomputeMethod,
+    RecomputePolicy,
+    ReduceScatterAllGather,
+    SelectiveRecompute,
+    ShardedGradients,
+    ShardedParameters,
+    SingleStage,
+    TensorParallel,
+    TransformerTrainingMappingSpec,
+    TransformerTrainingParallelism,
+)
+
+_KEYS = (
+    "tp",
+    "pp",
+    "dp",
+    "gpus",
+    "v",
+    "vp",
+    "mbs",
+    "gbs",
+    "sp",
+    "recompute",
+    "recompute_method",
+    "recompute_layers",
+    "sharding",
+    "overlap_grad",
+    "overlap_param_gather",
+    "overlap_p2p",
+    "group",
+)
+_TRUE = ("on", "true", "yes", "1")
+_FALSE = ("off", "false", "no", "0")
+_RECOMPUTE = ("none", "selective", "full", "full-uniform", "full-block")
+_SHARDING = ("no_shard", "optim", "optim_grads", "optim_grads_params")
+
+
+class _Reader:
+    """Typed access to the parsed words, collecting every problem."""
+
+    def __init__(self, words: dict[str, str], problems: list[str]) -> None:
+        self.words = words
+        self.problems = problems
+
+    def integer(self, key: str, default: int | None) -> int | None:
+        text = self.words.get(key)
+        if text is None:
+            return default
+        if not text.isdigit() or int(text) < 1:
+            self.problems.append(f"{key}={text}: expected a positive integer")
+            return default
+        return int(text)
+
+    def flag(self, key: str) -> bool:
+        text = self.words.get(key)
+        if text is None:
+            return False
+        if text.lower() in _TRUE:
+            return True
+        if text.lower() not in _FALSE:
+            self.problems.append(f"{key}={text}: expected on or off")
+        return False
+
+    def choice(self, key: str, allowed: tuple[str, ...], default: str) -> str:
+        text = self.words.get(key, default)
+        if text not in allowed:
+            self.problems.append(f"{key}={text}: expected one of {', '.join(allowed)}")
+            return default
+        return text
+
+    def refuse(self, key: str, why: str) -> None:
+        if key in self.words:
+            self.problems.append(f"{key}={self.words[key]}: {why}")
+
+
+def _split(text: str, problems: list[str]) -> dict[str, str]:
+    words: dict[str, str] = {}
+    for word in text.split():
+        key, sep, value = word.partition("=")
+        if not sep or not key or not value:
+            problems.append(f"{word!r}: expected key=value")
+        elif key not in _KEYS:
+            problems.append(f"{key}: unknown key (accepted: {', '.join(_KEYS)})")
+        elif key in words or (key in ("v", "vp") and ({"v", "vp"} & words.keys())):
+            problems.append(f"{key}: given twice")
+        else:
+            words["v" if key == "vp" else key] = value
+    return words
+
+
+def parse_strategy_text(
+    text: str, *, global_batch_size: int | None = None, num_gpus: int | None = None
+) -> TransformerTrainingMappingSpec:
+    """Parse ``"tp=2 pp=16 v=3 mbs=1 sp=on recompute=selective sharding=optim ..."``.
+
+    ``global_batch_size`` / ``num_gpus`` supply ``gbs`` / ``gpus`` when the text omits them.
+    Every problem is reported at once as a :class:`ConfigError`.
+    """
+    problems: list[str] = []
+    r = _Reader(_split(text, problems), problems)
+    t = r.integer("tp", 1) or 1
+    p = r.integer("pp", 1) or 1
+    v = r.integer("v", 1) or 1
+    mbs = r.integer("mbs", 1) or 1
+    gbs = r.integer("gbs", global_batch_size)
+    if gbs is None:
+        problems.append("gbs: missing (give gbs=... or the global batch size)")
+    d = r.integer("dp", None)
+    gpus = r.integer("gpus", num_gpus)
+    if d is None and gpus is None:
+        problems.append("dp: missing (give dp=... or gpus=...)")
+    elif d is None and gpus is not None:
+        if gpus % (t * p) != 0:
+            problems.append(f"gpus={gpus}: not a multiple of tp*pp = {t * p}")
+        else:
+            d = gpus // (t * p)
+    elif d is not None and gpus is not None and "gpus" in r.words and d * t * p != gpus:
+        problems.append(f"gpus={gpus}: tp*pp*dp = {t * p * d} differs")
+
+    sp = r.flag("sp")
+    recompute = _parse_recompute(r)
+    sharding = _parse_sharding(r)
+    overlap_grad = r.flag("overlap_grad")
+    schedule = _parse_schedule(r, p, v)
+    if problems or gbs is None or d is None:
+        raise ConfigError(problems, source="strategy text")
+    return TransformerTrainingMappingSpec(
+        parallelism=TransformerTrainingParallelism(
+            tensor=TensorParallel(
+                degree=t, communication=ReduceScatterAllGather() if sp else AllReduce()
+            ),
+            pipeline=PipelineParallel(degree=p, schedule=schedule),
+            data=DataParallel(
+                degree=d, optimizer_sharding=sharding, overlap_grad_reduce=overlap_grad
+            ),
+            recompute=recompute,
+        ),
+        batch=BatchSpec(global_batch_size=gbs, micro_batch_size=mbs),
+    )
+
+
+def _parse_recompute(r: _Reader) -> RecomputePolicy:
+    kind = r.choice("recompute", _RECOMPUTE, "none")
+    if kind in ("none", "selective"):
+        r.refuse("recompute_method", f"only full recompute has a method (recompute={kind})")
+        r.refuse("recompute_layers", f"only full recompute has a layer count (recompute={kind})")
+        return NoRecompute() if kind == "none" else SelectiveRecompute()
+    implied = {"full-uniform": "uniform", "full-block": "block"}.get(kind)
+    method = r.choice("recompute_method", ("uniform", "block"), implied or "uniform")
+    if implied is not None and "recompute_method" in r.words and method != implied:
+        r.problems.append(f"recompute_method={method}: contradicts recompute={kind}")
+    layers = r.integer("recompute_layers", 1) or 1
+    return FullRecompute(method=RecomputeMethod(method), num_layers=layers)
+
+
+def _parse_sharding(r: _Reader) -> OptimizerSharding:
+    kind = r.choice("sharding", _SHARDING, "no_shard")
+    gather = r.flag("overlap_param_gather")
+    if kind == "no_shard":
+        r.refuse("overlap_param_gather", "needs a sharded optimizer (sharding=no_shard)")
+        return NoOptimizerSharding()
+    if kind == "optim":
+        return DistributedOptimizer(overlap_param_gather=gather)
+    if kind == "optim_grads":
+        return ShardedGradients(overlap_param_gather=gather)
+    return ShardedParameters(overlap_param_gather=gather)
+
+
+def _parse_schedule(r: _Reader, p: int, v: int) -> PipelineSchedule:
+    overlap_p2p = r.flag("overlap_p2p")
+    group_text = r.words.get("group", "default")
+    if v == 1:
+        r.refuse("overlap_p2p", "only the interleaved schedule (v > 1) has it")
+        r.refuse("group", "only the interleaved schedule (v > 1) has it")
+        return SingleStage() if p == 1 else OneForwardOneBackward()
+    group = None if group_text == "default" else r.integer("group", None)
+    return InterleavedOneForwardOneBackward(
+        virtual_stages=v, microbatch_group_size=group, overlap_p2p_comm=overlap_p2p
+    )
+
+
+def _on(flag: bool) -> str:
+    return "on" if flag else "off"
+
+
+def format_strategy_text(mapping: TransformerTrainingMappingSpec) -> str:
+    """The canonical text of a strategy; ``parse_strategy_text`` reads it back unchanged."""
+    par = mapping.parallelism
+    words = [
+        f"tp={par.tensor.degree}",
+        f"pp={par.pipeline.degree}",
+        f"dp={par.data.degree}",
+    ]
+    schedule = par.pipeline.schedule
+    schedule_words: list[str] = []
+    match schedule:
+        case InterleavedOneForwardOneBackward(
+            virtual_stages=v, microbatch_group_size=group, overlap_p2p_comm=overlap_p2p
+        ):
+            words.append(f"v={v}")
+            schedule_words = [
+                f"overlap_p2p={_on(overlap_p2p)}",
+                f"group={'default' if group is None else group}",
+            ]
+        case SingleStage() | OneForwardOneBackward():
+            pass
+        case ForwardOnly():
+            raise ConfigError(["a training strategy cannot use the ForwardOnly schedule"])
+        case _ as unreachable:
+            assert_never(unreachable)
+    words += [
+        f"mbs={mapping.batch.micro_batch_size}",
+        f"gbs={mapping.batch.global_batch_size}",
+        f"sp={_on(isinstance(par.tensor.communication, ReduceScatterAllGather))}",
+    ]
+    recompute = par.recompute
+    match recompute:
+        case NoRecompute():
+            words.append("recompute=none")
+        case SelectiveRecompute():
+            words.append("recompute=selective")
+        case FullRecompute(method=method, num_layers=layers):
+            words += ["recompute=full", f"recompute_method={method}", f"recompute_layers={layers}"]
+        case _ as unreachable_recompute:
+            assert_never(unreachable_recompute)
+    sharding = par.data.optimizer_sharding
+    match sharding:
+        case NoOptimizerSharding():
+            words.append("sharding=no_shard")
+        case DistributedOptimizer(overlap_param_gather=gather):
+            words += ["sharding=optim", f"overlap_param_gather={_on(gather)}"]
+        case ShardedGradients(overlap_param_gather=gather):
+            words += ["sharding=optim_grads", f"overlap_param_gather={_on(gather)}"]
+        case ShardedParameters(overlap_param_gather=gather):
+            words += ["sharding=optim_grads_params", f"overlap_param_gather={_on(gather)}"]
+        case _ as unreachable_sharding:
+            assert_never(unreachable_sharding)
+    words.append(f"overlap_grad={_on(par.data.overlap_grad_reduce)}")
+    return " ".join(words + schedule_words)

@@ -1,0 +1,399 @@
+"""The vectorized enumeration against a brute-force scalar one, and the pinned GPT-3 count."""
+
+from __future__ import annotations
+
+from collections import Counter
+from math import gcd
+
+import numpy as np
+import pytest
+
+from blueprinting.errors import ConfigError
+from blueprinting.mapping.law_names import MEGATRON_LAWS, PLANNER_LAWS, Law
+from blueprinting.mapping.model import TransformerModelSpec
+from blueprinting.mapping.transformer import (
+    AllReduce,
+    DistributedOptimizer,
+    FullRecompute,
+    InterleavedOneForwardOneBackward,
+    NoOptimizerSharding,
+    OneForwardOneBackward,
+    RecomputeMethod,
+    ReduceScatterAllGather,
+    SelectiveRecompute,
+    ShardedParameters,
+    SingleStage,
+)
+from blueprinting.search.space import (
+    RECOMPUTE_CODES,
+    SHARDING_CODES,
+    CandidateTable,
+    MicrobatchGroupPolicy,
+    RecomputeVariant,
+    SearchSpace,
+    ShardingVariant,
+    candidate_to_spec,
+    enumerate_strategies,
+)
+
+GPT3_175B = TransformerModelSpec(
+    name="gpt3-175b",
+    num_layers=96,
+    hidden_size=12288,
+    num_attention_heads=96,
+    num_query_groups=96,
+    kv_channels=128,
+    ffn_hidden_size=49152,
+    seq_length=2048,
+    vocab_size=51200,
+    padded_vocab_size=51200,
+)
+
+# Small enough for nested loops, odd enough that every law fires: 12 blocks, 6 heads in 3 query
+# groups (t = 6 passes the groups law only as a multiple of 3), ffn 36 and padded vocab 60 (t = 8
+# and 16 fail), sequence 30 (t = 4, 8, 16 fail sequence parallelism).
+TINY = TransformerModelSpec(
+    name="tiny",
+    num_layers=12,
+    hidden_size=24,
+    num_attention_heads=6,
+    num_query_groups=3,
+    kv_channels=4,
+    ffn_hidden_size=36,
+    seq_length=30,
+    vocab_size=50,
+    padded_vocab_size=60,
+)
+
+Row = tuple[int, ...]
+
+
+def _divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+def _brute_force(
+    model: TransformerModelSpec, space: SearchSpace
+) -> tuple[int, Counter[Law], set[Row]]:
+    """Nested loops over the documented generation rules, every law recomputed by hand."""
+    big_b = space.global_batch_size
+    big_l = model.num_layers
+    enumerated = 0
+    rejections: Counter[Law] = Counter()
+    valid: set[Row] = set()
+    for n in space.gpu_counts:
+        tp_limit = n if space.allow_cross_node_tp else gcd(n, space.gpus_per_node)
+        for t in _divisors(tp_limit):
+            for p in _divisors(n // t):
+                d = n // (t * p)
+                for v in _divisors(big_l):
+                    for b in _divisors(big_b):
+                        if space.max_microbatch_size is not None and b > space.max_microbatch_size:
+                            continue
+                        m = big_b // (d * b)
+                        for sp in space.sequence_parallel:
+                            for rec in space.recompute:
+                                layer_options = space.recompute_num_layers if rec.is_full else (0,)
+                                for layers in layer_options:
+                                    p2ps = space.overlap_p2p_comm if v > 1 else (False,)
+                                    groups = [0]
+                                    if (
+                                        v > 1
+                                        and space.microbatch_group
+                                        is MicrobatchGroupPolicy.WHERE_IT_MATTERS
+                                        and m > p
+                                        and m % p != 0
+                                    ):
+                                        groups.append(m)
+                                    for p2p in p2ps:
+                                        for g in groups:
+                                            frees: list[tuple[ShardingVariant, bool, bool]] = []
+                                            if d == 1:
+                                                frees = [(ShardingVariant.NO_SHARD, False, False)]
+                                            else:
+                                                for sh in space.sharding:
+                                                    gathers = (
+                                                        (False,)
+                                                        if sh is ShardingVariant.NO_SHARD
+                                                        else space.overlap_param_gather
+                                                    )
+                                                    frees += [
+                                                        (sh, ga, gr)
+                                                        for ga in gathers
+                                                        for gr in space.overlap_grad_reduce
+                                                    ]
+                                            broken: list[Law] = []
+                                            if t * p * d != n:
+                                                broken.append(Law.WORLD_SIZE)
+                                            if big_b % d:
+                                                broken.append(Law.LOCAL_BATCH)
+                                            if big_b % (d * b):
+                                                broken.append(Law.MICROBATCH_COUNT)
+                                            if big_l % p:
+                                                broken.append(Law.BLOCKS_PER_PIPELINE_STAGE)
+                                            if big_l % (p * v):
+                                                broken.append(Law.BLOCKS_PER_VIRTUAL_CHUNK)
+                                            if sp and model.seq_length % t:
+                                                broken.append(Law.SEQUENCE_PARALLEL_DIVISIBILITY)
+                                            if model.num_attention_heads % t:
+                                                broken.append(Law.ATTENTION_HEADS_DIVISIBILITY)
+                                            qg = model.num_query_groups
+                                            if qg % t and t % qg:
+                                                broken.append(Law.QUERY_GROUPS_DIVISIBILITY)
+                                            if model.ffn_hidden_size % t:
+                                                broken.append(Law.FFN_DIVISIBILITY)
+                                            if model.padded_vocab_size % t:
+                                                broken.append(Law.VOCAB_DIVISIBILITY)
+                                            if v > 1 and p == 1:
+                                                broken.append(Law.SCHEDULE_MATCHES_PIPELINE)
+                                            if rec.is_full and not 1 <= layers <= big_l // p:
+                                                broken.append(Law.RECOMPUTE_NUM_LAYERS_RANGE)
+                                            if space.megatron_rules:
+                                                if v > 1 and not (p > 2 or (p == 2 and p2p)):
+                                                    broken.append(
+                                                        Law.MEGATRON_INTERLEAVING_MIN_PIPELINE
+                                                    )
+                                                gg = g or p
+                                                if v > 1 and not (
+                                                    p <= gg <= m and (m % gg == 0 or m % gg >= p)
+                                                ):
+                                                    broken.append(Law.MEGATRON_MICROBATCH_GROUP)
+                                                if sp and t == 1:
+                                                    broken.append(
+                                                        Law.MEGATRON_SEQUENCE_PARALLEL_NEEDS_TP
+                                                    )
+                                            enumerated += len(frees)
+                                            for law in broken:
+                                                rejections[law] += len(frees)
+                                            if broken:
+                                                continue
+                                            core: Row = (
+                                                n,
+                                                t,
+                                                p,
+                                                d,
+                                                v,
+                                                b,
+                                                int(sp),
+                                                RECOMPUTE_CODES.index(rec),
+                                                layers,
+                                            )
+                                            core += (int(p2p), g)
+                                            for sh, ga, gr in frees:
+                                                valid.add(
+                                                    (
+                                                        *core,
+                                                        SHARDING_CODES.index(sh),
+                                                        int(ga),
+                                                        int(gr),
+                                                    )
+                                                )
+    return enumerated, rejections, valid
+
+
+def _rows(table: CandidateTable) -> list[Row]:
+    columns = (
+        table.num_gpus,
+        table.tensor,
+        table.pipeline,
+        table.data,
+        table.virtual_stages,
+        table.micro_batch,
+        table.sequence_parallel,
+        table.recompute,
+        table.recompute_num_layers,
+        table.overlap_p2p_comm,
+        table.microbatch_group,
+        table.sharding,
+        table.overlap_param_gather,
+        table.overlap_grad_reduce,
+    )
+    return [tuple(int(x) for x in row) for row in zip(*columns, strict=True)]
+
+
+TINY_SPACES = [
+    SearchSpace(
+        gpu_counts=(8, 12),
+        global_batch_size=24,
+        gpus_per_node=4,
+        recompute=tuple(RecomputeVariant),
+        recompute_num_layers=(1, 2, 5),
+    ),
+    SearchSpace(
+        gpu_counts=(12,),
+        global_batch_size=36,
+        gpus_per_node=8,
+        allow_cross_node_tp=True,
+        megatron_rules=False,
+        max_microbatch_size=4,
+        sharding=(ShardingVariant.OPTIM, ShardingVariant.OPTIM_GRADS_PARAMS),
+        overlap_grad_reduce=(True,),
+        microbatch_group=MicrobatchGroupPolicy.DEFAULT,
+    ),
+    SearchSpace(
+        gpu_counts=(6, 16),
+        global_batch_size=40,
+        allow_cross_node_tp=True,
+        sequence_parallel=(True,),
+        recompute=(RecomputeVariant.FULL_BLOCK,),
+        recompute_num_layers=(3, 6),
+        overlap_p2p_comm=(True,),
+    ),
+]
+
+
+@pytest.mark.parametrize("space", TINY_SPACES)
+def test_vectorized_matches_brute_force(space: SearchSpace) -> None:
+    enumerated, rejections, valid = _brute_force(TINY, space)
+    result = enumerate_strategies(TINY, space)
+    rows = _rows(result.table)
+    assert len(rows) == len(set(rows)), "the enumeration produced duplicate candidates"
+    assert set(rows) == valid
+    assert result.report.candidates_enumerated == enumerated
+    assert result.report.candidates_valid == len(valid)
+    laws = PLANNER_LAWS + MEGATRON_LAWS if space.megatron_rules else PLANNER_LAWS
+    assert result.report.rejections == tuple((law, rejections[law]) for law in laws)
+
+
+def test_tiny_spaces_exercise_every_law() -> None:
+    fired: set[Law] = set()
+    for space in TINY_SPACES:
+        _, rejections, valid = _brute_force(TINY, space)
+        fired |= {law for law, count in rejections.items() if count}
+        assert valid
+    # world_size holds by construction (p runs over divisors of N/t).
+    assert fired == set(Law) - {Law.WORLD_SIZE}
+
+
+def test_gpt3_175b_count_is_pinned() -> None:
+    """(t, p) pairs: t in {1,2,4,8} (divisors of gcd(1024, 8)), p over the divisors of 1024/t:
+    11 + 10 + 9 + 8 = 38, 4 of them with d = 1. Free-knob weight: d > 1 gives (no_shard + 3
+    sharded x 2 param-gather overlaps) x 2 grad-reduce overlaps = 14, d = 1 gives 1, summing to
+    34*14 + 4 = 480. v: 1 + 11 interleaved divisors of 96 x 2 P2P overlaps = 23 options; b: the 20
+    divisors of 1536; sp 2 x recompute 3 = 6. 480 * 23 * 20 * 6 = 1,324,800, plus 55,968
+    interleaved candidates with the extra group size G = m (m > p, m mod p != 0)."""
+    result = enumerate_strategies(
+        GPT3_175B, SearchSpace(gpu_counts=(1024,), global_batch_size=1536)
+    )
+    assert 480 * 23 * 20 * 6 == 1_324_800
+    assert result.report.candidates_enumerated == 1_324_800 + 55_968
+    assert result.report.candidates_valid == 68_250
+    assert len(result.table) == 68_250
+    assert result.report.rejected(Law.WORLD_SIZE) == 0
+    # Pipeline degrees that do not divide 96 (64, 128, ..., 1024 for some t) are refused.
+    assert set(np.unique(result.table.pipeline).tolist()) == {1, 2, 4, 8, 16, 32}
+    assert set(np.unique(result.table.tensor).tolist()) == {1, 2, 4, 8}
+
+
+def test_gpt3_contains_the_megatron_paper_strategy() -> None:
+    """Narayanan et al. 2021, Table 1 (175B row): t=8, p=8, d=16 on 1024 GPUs, B=1536, b=1,
+    interleaved; here with v=2 and the distributed optimizer."""
+    result = enumerate_strategies(
+        GPT3_175B, SearchSpace(gpu_counts=(1024,), global_batch_size=1536)
+    )
+    table = result.table
+    hit = np.flatnonzero(
+        (table.tensor == 8)
+        & (table.pipeline == 8)
+        & (table.virtual_stages == 2)
+        & (table.micro_batch == 1)
+        & table.sequence_parallel
+        & (table.recompute == RECOMPUTE_CODES.index(RecomputeVariant.SELECTIVE))
+        & (table.sharding == SHARDING_CODES.index(ShardingVariant.OPTIM))
+        & table.overlap_grad_reduce
+        & ~table.overlap_param_gather
+        & ~table.overlap_p2p_comm
+    )
+    assert hit.shape == (1,)
+    spec = candidate_to_spec(table, int(hit[0]), GPT3_175B)
+    mapping = spec.mapping
+    assert mapping.data_degree == 16
+    assert mapping.microbatch_count == 96
+    assert mapping.parallelism.tensor.communication == ReduceScatterAllGather()
+    assert mapping.parallelism.pipeline.schedule == InterleavedOneForwardOneBackward(
+        virtual_stages=2, microbatch_group_size=None, overlap_p2p_comm=False
+    )
+    assert mapping.parallelism.data.optimizer_sharding == DistributedOptimizer()
+    assert mapping.parallelism.data.overlap_grad_reduce
+    assert mapping.parallelism.recompute == SelectiveRecompute()
+    assert str(spec) == "gpt3-175b: TP8(rs+ag) PP8(1F1B x2) DP16(dist-opt) recompute=selective"
+
+
+def test_candidate_to_spec_covers_every_variant() -> None:
+    space = TINY_SPACES[0]
+    result = enumerate_strategies(TINY, space)
+    table = result.table
+    seen_schedules: set[type] = set()
+    seen_sharding: set[type] = set()
+    seen_recompute: set[object] = set()
+    for i in range(len(table)):
+        mapping = candidate_to_spec(table, i, TINY).mapping
+        assert mapping.world_size == table.num_gpus[i]
+        assert mapping.virtual_stages == table.virtual_stages[i]
+        assert mapping.sequence_parallel == bool(table.sequence_parallel[i])
+        seen_schedules.add(type(mapping.parallelism.pipeline.schedule))
+        seen_sharding.add(type(mapping.parallelism.data.optimizer_sharding))
+        seen_recompute.add(mapping.parallelism.recompute)
+        assert (mapping.parallelism.tensor.communication == AllReduce()) != bool(
+            table.sequence_parallel[i]
+        )
+    assert seen_schedules == {
+        SingleStage,
+        OneForwardOneBackward,
+        InterleavedOneForwardOneBackward,
+    }
+    assert NoOptimizerSharding in seen_sharding
+    assert ShardedParameters in seen_sharding
+    assert FullRecompute(method=RecomputeMethod.BLOCK, num_layers=2) in seen_recompute
+
+
+def test_group_size_where_it_matters() -> None:
+    """m = 12 microbatches on p = 8 stages (d = 1): Megatron refuses the default G = p
+    (12 mod 8 = 4 < 8) and accepts one group of all 12; the space adds exactly that G."""
+    model = TransformerModelSpec(
+        name="g",
+        num_layers=16,
+        hidden_size=64,
+        num_attention_heads=8,
+        num_query_groups=8,
+        kv_channels=8,
+        ffn_hidden_size=256,
+        seq_length=64,
+        vocab_size=128,
+        padded_vocab_size=128,
+    )
+    space = SearchSpace(
+        gpu_counts=(8,),
+        global_batch_size=12,
+        gpus_per_node=1,
+        max_microbatch_size=1,
+        sequence_parallel=(False,),
+        recompute=(RecomputeVariant.NONE,),
+        overlap_p2p_comm=(False,),
+    )
+    table = enumerate_strategies(model, space).table
+    interleaved = table.virtual_stages > 1
+    # Every interleaved survivor has m mod p != 0 (B = 12 with p in {4, 8}), so it survives only
+    # through the added group of all m microbatches.
+    assert np.all(table.microbatch_group[interleaved] == table.microbatch_count[interleaved])
+    eight = interleaved & (table.pipeline == 8)
+    assert table.microbatch_group[eight].tolist() == [12]
+    assert table.virtual_stages[eight].tolist() == [2]
+
+
+def test_search_space_reports_every_problem() -> None:
+    with pytest.raises(ConfigError) as info:
+        SearchSpace(
+            gpu_counts=(0, 8, 8),
+            global_batch_size=-1,
+            sequence_parallel=(),
+            sharding=(ShardingVariant.OPTIM, ShardingVariant.OPTIM),
+        )
+    assert info.value.problems == (
+        "SearchSpace.global_batch_size must be positive integers, got -1",
+        "SearchSpace.gpu_counts must be positive integers, got 0",
+        "SearchSpace.gpu_counts has repeated values: (0, 8, 8)",
+        "SearchSpace.sequence_parallel must not be empty",
+        "SearchSpace.sharding has repeated values: "
+        "(<ShardingVariant.OPTIM: 'optim'>, <ShardingVariant.OPTIM: 'optim'>)",
+    )
