@@ -9,13 +9,14 @@ Section 5; Megatron-LM ``docs/user-guide/features/dist_optimizer.md``; Megatron-
 | NoOptimizerSharding | all-reduce of the gradients | - |
 | DistributedOptimizer | reduce-scatter of gradients + all-gather of updated params | - |
 | ShardedGradients | reduce-scatter of gradients + all-gather of updated params | - |
-| ShardedParameters | - | all-gather params before forward and before backward, reduce-scatter grads |
+| ShardedParameters | - | all-gather params before forward and backward, reduce-scatter grads |
 
 Overlap. ``overlap_grad_reduce`` launches each bucket's reduction as soon as the last microbatch's
 backward has produced it, so it hides behind the rest of that backward. We follow Calculon's
 window model (calculon/llm/llm.py, caa4b11, "DP overlap"): all virtual chunks but the last
-finishing one hide their reduction behind ``p`` chunk backwards (interleaved 1F1B runs p microbatches
-through a chunk before moving on), the last chunk hides all blocks but one behind its own backward.
+finishing one hide their reduction behind ``p`` chunk backwards (interleaved 1F1B runs p
+microbatches through a chunk before moving on), the last chunk hides all blocks but one behind its
+own backward.
 ``overlap_param_gather`` hides the all-gather of updated parameters behind the next iteration's
 first forward (Megatron dispatches it bucket by bucket in the forward pre-hook).
 """

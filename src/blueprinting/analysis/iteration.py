@@ -37,6 +37,7 @@ from blueprinting.mapping.transformer import (
     PipelineSchedule,
     SingleStage,
     TransformerTrainingMappingSpec,
+    ZeroBubbleH1,
 )
 from blueprinting.synthesizer.stages.portable_plan.ir import PortablePlanIR, StagePlan
 
@@ -166,7 +167,7 @@ def pipeline_p2p_exposed(
     match schedule:
         case InterleavedOneForwardOneBackward(overlap_p2p_comm=True):
             return (p * v - 1) * per_microbatch_chunk
-        case InterleavedOneForwardOneBackward() | OneForwardOneBackward():
+        case InterleavedOneForwardOneBackward() | OneForwardOneBackward() | ZeroBubbleH1():
             return microbatches * v * per_microbatch_chunk
         case ForwardOnly():
             return microbatches * v * plan.p2p_forward_s

@@ -83,6 +83,7 @@ from blueprinting.mapping.transformer import (
     ShardedParameters,
     SingleStage,
     TransformerTrainingMappingSpec,
+    ZeroBubbleH1,
 )
 
 TOKEN_ID_BYTES = 8
@@ -379,6 +380,10 @@ def in_flight_microbatches(
                     counts[chunk] += take
                     taken += take
             return tuple(counts)
+        case ZeroBubbleH1():
+            # Deferring W passes keeps 1F1B's worst-case count on every rank (Qi et al. 2023,
+            # Section 3.1; schedules.md section 6).
+            return (min(p, m),)
         case ForwardOnly():
             raise UnsupportedError(
                 "checking training memory: ForwardOnly is an inference schedule; "

@@ -21,6 +21,7 @@ overlap_grad           overlap_grad_reduce: on/off                              
 overlap_param_gather   on/off (a sharded variant only)                          off
 overlap_p2p            overlap_p2p_comm: on/off (v > 1 only)                    off
 group                  microbatch group size per virtual stage, or ``default``  default
+schedule               ``auto`` (from p and v) or ``zb-h1`` (ZeroBubbleH1, v = 1) auto
 ====================== ======================================================== ===============
 
 The schedule follows from p and v: p = v = 1 is SingleStage, v = 1 < p is 1F1B, v > 1 is
@@ -58,6 +59,7 @@ from blueprinting.mapping.transformer import (
     TensorParallel,
     TransformerTrainingMappingSpec,
     TransformerTrainingParallelism,
+    ZeroBubbleH1,
 )
 
 _KEYS = (
@@ -78,6 +80,7 @@ _KEYS = (
     "overlap_param_gather",
     "overlap_p2p",
     "group",
+    "schedule",
 )
 _TRUE = ("on", "true", "yes", "1")
 _FALSE = ("off", "false", "no", "0")
@@ -219,6 +222,15 @@ def _parse_sharding(r: _Reader) -> OptimizerSharding:
 def _parse_schedule(r: _Reader, p: int, v: int) -> PipelineSchedule:
     overlap_p2p = r.flag("overlap_p2p")
     group_text = r.words.get("group", "default")
+    schedule_text = r.words.get("schedule", "auto")
+    if schedule_text == "zb-h1":
+        r.refuse("overlap_p2p", "only the interleaved schedule (v > 1) has it")
+        r.refuse("group", "only the interleaved schedule (v > 1) has it")
+        if v != 1:
+            raise ConfigError([f"schedule=zb-h1 is not interleaved; got v={v}"])
+        return ZeroBubbleH1()
+    if schedule_text != "auto":
+        raise ConfigError([f"schedule must be 'auto' or 'zb-h1', got {schedule_text!r}"])
     if v == 1:
         r.refuse("overlap_p2p", "only the interleaved schedule (v > 1) has it")
         r.refuse("group", "only the interleaved schedule (v > 1) has it")
@@ -254,6 +266,8 @@ def format_strategy_text(mapping: TransformerTrainingMappingSpec) -> str:
             ]
         case SingleStage() | OneForwardOneBackward():
             pass
+        case ZeroBubbleH1():
+            schedule_words = ["schedule=zb-h1"]
         case ForwardOnly():
             raise ConfigError(["a training strategy cannot use the ForwardOnly schedule"])
         case _ as unreachable:

@@ -9,8 +9,7 @@ Costs per task (Calculon's per-layer model, Isaev et al. SC'23, Section 3.1):
 
 - compute task: matrix FLOPs on the matrix engine (shape-aware efficiency for GEMMs), vector FLOPs
   on the vector engine, HBM traffic ``bytes_read + bytes_written`` at the memory efficiency,
-  combined
-  by the system's processing mode (sum or roofline max);
+  combined by the system's processing mode (sum or roofline max);
 - collective task: the TP group's link time for its kind and bytes; without TP/GEMM overlap every
   TP collective is on the critical path (exposed = link time).
 
@@ -25,17 +24,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import ClassVar, assert_never, final
 
+from blueprinting.analysis.stage_layout import chunk_layer_counts
 from blueprinting.hardware.collectives import CollectiveKind as LinkCollective
 from blueprinting.hardware.efficiency import GemmShape as HardwareGemmShape
 from blueprinting.hardware.system import CommGroup, Engine, ParallelDim, SystemSpec
 from blueprinting.mapping.transformer import (
-    EvenStages,
     FullRecompute,
     NoRecompute,
     RecomputeMethod,
     SelectiveRecompute,
     TrainingSpec,
-    UnevenStages,
 )
 from blueprinting.synthesizer.stages.distributed.ir import (
     CollectiveTask,
@@ -70,31 +68,6 @@ class PlanContext:
             pipeline=mapping.pipeline_degree,
             data=mapping.data_degree,
         )
-
-
-def stage_block_counts(spec: TrainingSpec) -> tuple[int, ...]:
-    """Blocks per physical stage: L/p each, or the user's first/last counts with the rest split
-    evenly (Megatron's decoder_first/last_pipeline_num_layers). Laws guarantee integrality."""
-    layers = spec.model.num_layers
-    p = spec.mapping.pipeline_degree
-    layout = spec.mapping.parallelism.pipeline.layout
-    match layout:
-        case EvenStages():
-            return (layers // p,) * p
-        case UnevenStages(first_stage_layers=first, last_stage_layers=last):
-            if p == 1:
-                return (layers,)
-            middle_stages = p - (first is not None) - (last is not None)
-            fixed = (first or 0) + (last or 0)
-            middle = (layers - fixed) // middle_stages if middle_stages else 0
-            counts = [middle] * p
-            if first is not None:
-                counts[0] = first
-            if last is not None:
-                counts[-1] = last
-            return tuple(counts)
-        case _ as unreachable:
-            assert_never(unreachable)
 
 
 def recomputed_blocks(spec: TrainingSpec, blocks_in_chunk: int) -> int:
@@ -146,11 +119,9 @@ class CostDistributedTasks:
             backward=self._phase(ir.last_stage, backward_phases, ctx, tp_group),
         )
         p2p_bytes, p2p_s = self._p2p(ctx)
-        counts = stage_block_counts(ctx.spec)
-        v = ctx.spec.mapping.virtual_stages
+        counts = chunk_layer_counts(ctx.spec.model, ctx.spec.mapping.parallelism.pipeline)
         stages = []
-        for index, count in enumerate(counts):
-            per_chunk = tuple(count // v for _ in range(v))
+        for index, per_chunk in enumerate(counts):
             stages.append(
                 StagePlan(
                     index=index,
