@@ -1,0 +1,149 @@
+"""IterationReport: every figure of one plan, with how it was obtained, and its JSON form.
+
+The JSON keys are a public contract (README, "plan --json"); add, never rename. Units: seconds,
+bytes, FLOPs (counts), FLOP/s, tokens per second. ``mfu`` and ``hfu`` are fractions in [0, 1].
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import final
+
+from blueprinting.analysis.data_parallel import DataParallelCost
+from blueprinting.analysis.flops import FlopsConvention
+from blueprinting.analysis.iteration import BubbleSource, TimeBreakdown
+from blueprinting.analysis.memory import MemoryBreakdown
+from blueprinting.analysis.optimizer_step import OptimizerStepCost
+from blueprinting.analysis.pipeline_contract import BubbleContract
+from blueprinting.hardware.system import SystemSpec
+from blueprinting.mapping.transformer import TrainingSpec
+from blueprinting.synthesizer.stages.portable_plan.ir import PortablePlanIR
+
+JsonScalar = int | float | str | bool | None
+JsonValue = JsonScalar | list["JsonValue"] | dict[str, "JsonValue"]
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class IterationReport:
+    """One training plan, evaluated."""
+
+    spec: TrainingSpec
+    system: SystemSpec
+    plan: PortablePlanIR
+    breakdown: TimeBreakdown
+    bubble: BubbleContract
+    bubble_simulated_s: float | None
+    bubble_source: BubbleSource
+    flops_convention: FlopsConvention
+    model_flops_per_iteration: int
+    hardware_flops_per_iteration: int
+    peak_flops_per_gpu: float
+    memory: MemoryBreakdown
+    memory_per_stage: tuple[MemoryBreakdown, ...]
+    data_parallel: DataParallelCost
+    optimizer: OptimizerStepCost
+    strategy_keys: dict[str, int | bool | str]
+    megatron_args: tuple[str, ...]
+
+    @property
+    def iteration_time_s(self) -> float:
+        return self.breakdown.total_s
+
+    @property
+    def world_size(self) -> int:
+        return self.spec.mapping.world_size
+
+    @property
+    def tokens_per_iteration(self) -> int:
+        return self.spec.mapping.batch.global_batch_size * self.spec.model.seq_length
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens_per_iteration / self.iteration_time_s
+
+    @property
+    def tflops_per_gpu(self) -> float:
+        """Model FLOPs per second per GPU, in TFLOP/s (Megatron's reported throughput figure
+        uses the same numerator under the named convention)."""
+        return self.model_flops_per_iteration / (self.iteration_time_s * self.world_size) / 1e12
+
+    @property
+    def mfu(self) -> float:
+        """Model FLOPs utilization (Chowdhery et al. 2022, PaLM, Appendix B)."""
+        return self.model_flops_per_iteration / (
+            self.iteration_time_s * self.world_size * self.peak_flops_per_gpu
+        )
+
+    @property
+    def hfu(self) -> float:
+        """Hardware FLOPs utilization: counts recomputed forwards (Korthikanti et al. 2022)."""
+        return self.hardware_flops_per_iteration / (
+            self.iteration_time_s * self.world_size * self.peak_flops_per_gpu
+        )
+
+    def time_to_train_s(self, tokens: int) -> float:
+        """Seconds to process ``tokens`` tokens at this iteration rate (whole iterations)."""
+        iterations = -(-tokens // self.tokens_per_iteration)
+        return iterations * self.iteration_time_s
+
+    def to_json_dict(self) -> dict[str, JsonValue]:
+        """The ``plan --json`` object (README documents each key and unit)."""
+        memory = self.memory
+        bubble: dict[str, JsonValue] = {
+            "contract_s": self.bubble.bubble_s,
+            "chunk_time_s": self.bubble.chunk_time_s,
+            "n_bubble": self.bubble.n_bubble,
+            "extra_interleaving_bubbles": self.bubble.extra_interleaving_bubbles,
+            "imbalance_correction_s": self.bubble.imbalance_correction_s,
+            "simulated_s": self.bubble_simulated_s,
+            "used": str(self.bubble_source),
+        }
+        breakdown: dict[str, JsonValue] = dict(self.breakdown.as_dict())
+        strategy: dict[str, JsonValue] = dict(self.strategy_keys)
+        return {
+            "model": self.spec.model.name,
+            "system": self.system.name,
+            "summary": str(self.spec.mapping),
+            "world_size": self.world_size,
+            "microbatch_count": self.spec.mapping.microbatch_count,
+            "iteration_time_s": self.iteration_time_s,
+            "time_breakdown_s": breakdown,
+            "bubble": bubble,
+            "model_flops_per_iteration": self.model_flops_per_iteration,
+            "hardware_flops_per_iteration": self.hardware_flops_per_iteration,
+            "flops_convention": str(self.flops_convention),
+            "peak_flops_per_gpu": self.peak_flops_per_gpu,
+            "tflops_per_gpu": self.tflops_per_gpu,
+            "mfu": self.mfu,
+            "hfu": self.hfu,
+            "tokens_per_iteration": self.tokens_per_iteration,
+            "tokens_per_second": self.tokens_per_second,
+            "memory_bytes": {
+                "weights": memory.weights,
+                "gradients": memory.gradients,
+                "optimizer_states": memory.optimizer_states,
+                "activations": memory.activations,
+                "other": memory.other,
+                "total": memory.total,
+                "capacity": memory.capacity,
+                "headroom": memory.headroom,
+                "stage": memory.stage,
+            },
+            "fits_in_memory": memory.fits,
+            "memory_total_bytes_per_stage": [stage.total for stage in self.memory_per_stage],
+            "dp_comm": {
+                "grad_bytes": self.data_parallel.grad_bytes,
+                "param_gather_bytes": self.data_parallel.param_gather_bytes,
+                "link_s": self.data_parallel.link_s,
+                "exposed_s": self.data_parallel.exposed_s,
+            },
+            "optimizer_step": {
+                "parameters": self.optimizer.parameters,
+                "flops": self.optimizer.flops,
+                "bytes_moved": self.optimizer.bytes_moved,
+                "time_s": self.optimizer.time_s,
+            },
+            "strategy": strategy,
+            "megatron_args": list(self.megatron_args),
+        }
