@@ -25,6 +25,7 @@ from blueprinting.mapping.transformer import (
     FullRecompute,
     NoRecompute,
     PipelineParallel,
+    RecomputePolicy,
     ReduceScatterAllGather,
     SelectiveRecompute,
     TransformerTrainingMappingSpec,
@@ -33,6 +34,7 @@ from blueprinting.synthesizer.dialects.transformer.training import (
     ATTENTION_CORE,
     CollectiveKind,
     CollectivePurpose,
+    SemanticOp,
     SemanticOpName,
     Work,
     activation_bytes,
@@ -94,7 +96,8 @@ def valid_specs(draw: st.DrawFn) -> tuple[TransformerModelSpec, TransformerTrain
         add_bias_linear=draw(st.booleans()),
         datatype=draw(st.sampled_from(Datatype)),
     )
-    recompute = draw(st.sampled_from([NoRecompute(), SelectiveRecompute(), FullRecompute()]))
+    policies: list[RecomputePolicy] = [NoRecompute(), SelectiveRecompute(), FullRecompute()]
+    recompute = draw(st.sampled_from(policies))
     mapping = training_mapping(
         tp=tp,
         communication=ReduceScatterAllGather() if sp else AllReduce(),
@@ -113,9 +116,8 @@ def _phase_work(op_work: tuple[Work, Work, Work], phase: Phase) -> Work:
     return op_work[index]
 
 
-def _check_conservation(group: TaskGroup, global_ops: tuple[object, ...]) -> None:
+def _check_conservation(group: TaskGroup, global_ops: tuple[SemanticOp, ...]) -> None:
     for op in global_ops:
-        assert hasattr(op, "name")
         name = op.name
         works = (op.forward, op.activation_grad, op.weight_grad)
         for phase, _ in PHASE_WORK:

@@ -342,8 +342,8 @@ def shards_of(sharding: TpSharding, *, tp: int, sequence_parallel: bool) -> int:
 # LayerNorm, softmax, GeLU: Calculon calculon/llm/layers.py (LayerNorm 9/14/7, SoftMax 5/8,
 # GeLU 8/13). RMSNorm: our estimate, LayerNorm without the mean and the bias (6/10/2 per element).
 # SwiGLU: our estimate, silu(gate)*up = 6 per output element forward, 10 backward.
-_LAYERNORM_FLOPS = (9, 14, 7)
-_RMSNORM_FLOPS = (6, 10, 2)
+_LAYERNORM_FLOPS: tuple[int, int, int] = (9, 14, 7)
+_RMSNORM_FLOPS: tuple[int, int, int] = (6, 10, 2)
 _SOFTMAX_FLOPS = (5, 8)
 _GELU_FLOPS = (8, 13)
 _SWIGLU_FLOPS = (6, 10)
@@ -405,18 +405,33 @@ def _bmm(name: SemanticOpName, shape: GemmShape, *, width_bytes: int) -> Semanti
     )
 
 
+def _norm_flops(norm: Normalization) -> tuple[int, int, int]:
+    match norm:
+        case Normalization.LAYERNORM:
+            return _LAYERNORM_FLOPS
+        case Normalization.RMSNORM:
+            return _RMSNORM_FLOPS
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def _activation_flops(activation: MlpActivation) -> tuple[int, int, int]:
+    """(forward, backward) FLOPs per output element and the number of input tensors."""
+    match activation:
+        case MlpActivation.GELU:
+            return (*_GELU_FLOPS, 1)
+        case MlpActivation.SWIGLU:
+            return (*_SWIGLU_FLOPS, 2)
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
 def _norm(
     name: SemanticOpName, model: TransformerModelSpec, rows: int, *, width_bytes: int
 ) -> SemanticOp:
     e, h = width_bytes, model.hidden_size
     elems = rows * h
-    match model.normalization:
-        case Normalization.LAYERNORM:
-            fw, ag, wg = _LAYERNORM_FLOPS
-        case Normalization.RMSNORM:
-            fw, ag, wg = _RMSNORM_FLOPS
-        case _ as unreachable:
-            assert_never(unreachable)
+    fw, ag, wg = _norm_flops(model.normalization)
     params = model.norm_parameters
     return SemanticOp(
         name=name,
@@ -477,15 +492,7 @@ def block_ops(model: TransformerModelSpec, dims: BlockDims) -> tuple[SemanticOp,
     up_width = 2 * dims.ffn if model.activation is MlpActivation.SWIGLU else dims.ffn
     score_elems = b * dims.heads * s * s
     ffn_elems = m * dims.ffn
-    match model.activation:
-        case MlpActivation.GELU:
-            act_fw, act_bw = _GELU_FLOPS
-            act_inputs = 1
-        case MlpActivation.SWIGLU:
-            act_fw, act_bw = _SWIGLU_FLOPS
-            act_inputs = 2
-        case _ as unreachable:
-            assert_never(unreachable)
+    act_fw, act_bw, act_inputs = _activation_flops(model.activation)
     return (
         _norm(SemanticOpName.INPUT_NORM, model, rows, width_bytes=e),
         _gemm(

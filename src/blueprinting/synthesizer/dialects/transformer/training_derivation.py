@@ -31,9 +31,12 @@ from blueprinting.mapping.transformer import (
     NoRecompute,
     OneForwardOneBackward,
     PipelineParallel,
+    PipelineSchedule,
+    RecomputePolicy,
     ReduceScatterAllGather,
     SelectiveRecompute,
     SingleStage,
+    TensorCommunication,
     TensorParallel,
     TransformerTrainingMappingSpec,
     TransformerTrainingParallelism,
@@ -87,23 +90,41 @@ def derive_block_plan(
             data=DataParallel(degree=dp),
             recompute=recompute,
         ):
-            pass
-    del pp, dp  # the local TP block is the same on every pipeline stage and DP replica
-    violations: list[LawViolation] = []
-
-    match communication:
-        case AllReduce():
-            sequence_parallel = False
-        case ReduceScatterAllGather():
-            sequence_parallel = True
+            # pp and dp do not change the local TP block: every stage and replica runs it
+            del pp, dp
+            sequence_parallel = _sequence_parallel(communication)
+            violations = _schedule_violations(schedule)
+            violations.extend(_block_laws(model, tp, sequence_parallel=sequence_parallel))
+            if violations:
+                raise InvalidStrategyError(violations, subject=f"local TP block of {model.name}")
+            return LocalBlockPlan(
+                model=model,
+                micro_batch=mapping.batch.micro_batch_size,
+                tp=tp,
+                sequence_parallel=sequence_parallel,
+                recompute=_recompute_scope(recompute),
+                strategy=str(mapping.parallelism),
+            )
         case _ as unreachable:
             assert_never(unreachable)
 
+
+def _sequence_parallel(communication: TensorCommunication) -> bool:
+    match communication:
+        case AllReduce():
+            return False
+        case ReduceScatterAllGather():
+            return True
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def _schedule_violations(schedule: PipelineSchedule) -> list[LawViolation]:
     match schedule:
         case SingleStage() | OneForwardOneBackward() | InterleavedOneForwardOneBackward():
-            pass  # training schedules: the block's work does not depend on them
+            return []  # training schedules: the block's work does not depend on them
         case ForwardOnly():
-            violations.append(
+            return [
                 LawViolation(
                     law="training_schedule",
                     formula="schedule in {SingleStage, 1F1B, interleaved 1F1B}",
@@ -111,31 +132,23 @@ def derive_block_plan(
                     message="ForwardOnly is an inference schedule; a training block needs a "
                     "backward pass",
                 )
-            )
+            ]
         case _ as unreachable:
             assert_never(unreachable)
 
+
+def _recompute_scope(recompute: RecomputePolicy) -> RecomputeScope:
+    """Selective recompute re-runs the attention core, full recompute the whole block with its
+    TP collectives (Korthikanti et al. 2022, Section 5)."""
     match recompute:
         case NoRecompute():
-            scope = RecomputeScope.NONE
+            return RecomputeScope.NONE
         case SelectiveRecompute():
-            scope = RecomputeScope.ATTENTION_CORE
+            return RecomputeScope.ATTENTION_CORE
         case FullRecompute():
-            scope = RecomputeScope.WHOLE_BLOCK
+            return RecomputeScope.WHOLE_BLOCK
         case _ as unreachable:
             assert_never(unreachable)
-
-    violations.extend(_block_laws(model, tp, sequence_parallel=sequence_parallel))
-    if violations:
-        raise InvalidStrategyError(violations, subject=f"local TP block of {model.name}")
-    return LocalBlockPlan(
-        model=model,
-        micro_batch=mapping.batch.micro_batch_size,
-        tp=tp,
-        sequence_parallel=sequence_parallel,
-        recompute=scope,
-        strategy=str(mapping.parallelism),
-    )
 
 
 def derive_training_block(

@@ -29,11 +29,13 @@ from blueprinting.synthesizer.dialects.transformer.training import (
     LocalBlockPlan,
     Partial,
     Placement,
+    Placements,
     Replicate,
     SemanticOp,
     SemanticOpName,
     Shard,
     TpSharding,
+    Work,
     block_ops,
     boundary_collectives,
     first_stage_collectives,
@@ -85,19 +87,7 @@ class _GroupBuilder:
     def compute(self, op: SemanticOp, phase: Phase, deps: tuple[str | None, ...]) -> str | None:
         sp = self.plan.sequence_parallel
         pl = placements(op.sharding, tp=self.plan.tp, sequence_parallel=sp, dim=op.shard_dim)
-        match phase:
-            case Phase.FORWARD | Phase.RECOMPUTE:
-                work, source, target = op.forward, pl.forward_in, pl.forward_out
-            case Phase.BACKWARD_ACTIVATION_GRAD:
-                work, source, target = op.activation_grad, pl.backward_in, pl.backward_out
-            case Phase.BACKWARD_WEIGHT_GRAD:
-                work, source, target = (
-                    op.weight_grad,
-                    pl.backward_in,
-                    _weight_grad_placement(op, sp),
-                )
-            case _ as unreachable:
-                assert_never(unreachable)
+        work, source, target = _phase_view(op, phase, pl, sp, self.plan.tp)
         if work.is_empty:
             return None
         task_id = self.fresh(f"{phase.short}.{op.name}")
@@ -134,6 +124,22 @@ class _GroupBuilder:
             )
         )
         return task_id
+
+
+def _phase_view(
+    op: SemanticOp, phase: Phase, pl: Placements, sequence_parallel: bool, tp: int
+) -> tuple[Work, Placement, Placement]:
+    """The op's work and input/output placements in one phase."""
+    match phase:
+        case Phase.FORWARD | Phase.RECOMPUTE:
+            return op.forward, pl.forward_in, pl.forward_out
+        case Phase.BACKWARD_ACTIVATION_GRAD:
+            return op.activation_grad, pl.backward_in, pl.backward_out
+        case Phase.BACKWARD_WEIGHT_GRAD:
+            target = _weight_grad_placement(op, sequence_parallel) if tp > 1 else Replicate()
+            return op.weight_grad, pl.backward_in, target
+        case _ as unreachable:
+            assert_never(unreachable)
 
 
 def _clean(deps: tuple[str | None, ...]) -> tuple[str, ...]:
