@@ -147,3 +147,36 @@ def test_tp_times_match_calculon(stage: str, baseblock: bool) -> None:
             mismatches.append((record["id"], total, expected))
     assert mismatches == []
     assert checked >= 100
+
+
+def test_pp_p2p_time_matches_calculon() -> None:
+    """``pp_comm_link_time = nmb * v * (p2p(block_fw_pp_size) + p2p(block_bw_pp_size))`` on
+    ``pipeline_par_net`` when p > 1 (no backward send for inference), Calculon
+    ``Llm._compute_batch_stats``."""
+    checked = 0
+    mismatches = []
+    for record in oracle_records():
+        outputs = _outputs(record)
+        if outputs is None:
+            continue
+        exe = table(table(record["inputs"])["exe"])
+        stats, internal = table(outputs["stats"]), table(outputs["internal"])
+        system = _system(record)
+        group = _group(system, exe, ParallelDim.PIPELINE)
+        if group.size == 1:
+            continue
+        per_chunk = system.collective_time(
+            CollectiveKind.P2P, number(stats["block_fw_pp_size"]), group
+        )
+        if exe["training"]:
+            per_chunk += system.collective_time(
+                CollectiveKind.P2P, number(stats["block_bw_pp_size"]), group
+            )
+        expected = (
+            number(internal["num_microbatches"]) * number(internal["chunks_per_proc"]) * per_chunk
+        )
+        checked += 1
+        if not _close(expected, number(stats["pp_comm_link_time"])):
+            mismatches.append((record["id"], expected, stats["pp_comm_link_time"]))
+    assert mismatches == []
+    assert checked >= 200

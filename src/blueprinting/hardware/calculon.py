@@ -1,4 +1,4 @@
-"""Build a :class:`SystemSpec` from a Calculon system JSON (calculon-ai/calculon ``systems/*.json``).
+"""Build a :class:`SystemSpec` from a Calculon system JSON (calculon-ai/calculon ``systems/``).
 
 The mapping follows Calculon at caa4b11 (the oracle's version):
 

@@ -189,8 +189,11 @@ def efficiency_fraction(model: Efficiency, size: float, shape: GemmShape | None 
             dim = (
                 float(shape.smallest_dim) if shape is not None else (max(size, 0.0) / 2) ** (1 / 3)
             )
-            if dim + half_saturation_dim == 0:
+            if half_saturation_dim == 0:
                 return peak_fraction
-            return peak_fraction * dim / (dim + half_saturation_dim)
+            if dim == 0:
+                return 0.0
+            # Written as a quotient by (1 + h/d) >= 1 so rounding never exceeds peak_fraction.
+            return peak_fraction / (1.0 + half_saturation_dim / dim)
         case _ as unreachable:
             assert_never(unreachable)

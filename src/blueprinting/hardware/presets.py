@@ -12,21 +12,23 @@ per GPU, so the scale-out figure is one NIC's line rate (HDR 200 Gb/s = 25 GB/s;
 Efficiency defaults are physical quantities, each overridable by name in ``[system]`` (see
 :mod:`blueprinting.hardware.system_mapping`); they are starting points for calibration, not fits:
 
+The figures below are approximate, order-of-magnitude readings of commonly published
+microbenchmarks (cuBLAS / hipBLASLt GEMM sweeps, nccl-tests / rccl-tests, STREAM); none is a fit.
+
 * GEMMs: :class:`SaturatingGemmEfficiency` with ``peak_fraction`` = the fraction of dense peak
-  cuBLAS/hipBLASLt reaches on large square bf16 GEMMs, and ``half_saturation_dim = 128`` (one
-  tensor-core CTA tile edge: a GEMM whose smallest side is one tile reaches half of it).
-  A100 0.85 (~265 of 312 TFLOP/s on 8192^3 bf16, NVIDIA "Deep Learning Performance
-  Documentation, Matrix Multiplication Background"); H100/H200 0.75 (~740 of 989); B200 0.70;
-  MI300X 0.55 (large bf16 GEMMs measured at ~700-750 of 1307 TFLOP/s by independent
-  benchmarks, e.g. SemiAnalysis "MI300X vs H100 vs H200 Benchmark Part 1: Training", Dec 2024).
+  that large square bf16 GEMMs reach, and ``half_saturation_dim = 128`` (one tensor-core CTA
+  tile edge: a GEMM whose smallest side is one tile reaches half of it). A100 0.85 (large GEMMs
+  reach roughly 250-280 of 312 TFLOP/s); H100 / H200 0.75 (roughly 700-800 of 989); B200 0.70
+  (early software, assumed lower); MI300X 0.55 (large bf16 GEMMs reported around 650-750 of
+  1307 TFLOP/s, e.g. SemiAnalysis, "MI300X vs H100 vs H200 Benchmark Part 1: Training", 2024).
 * Vector engine: constant 0.9 (elementwise ops are memory-bound; the roofline picks HBM).
-* HBM: constant 0.9 of datasheet bandwidth (STREAM-like copy kernels reach 88-92% on A100/H100).
-* NVLink / Infinity Fabric: constant 0.8 of the per-direction bandwidth, the NCCL bus
-  bandwidth of large all-reduces (nccl-tests ``all_reduce_perf``: ~235 GB/s busbw on DGX A100,
-  ~360-370 GB/s on DGX H100); MI300X 0.7 (RCCL on a full mesh of 64 GB/s links).
-* InfiniBand: constant 0.9 of line rate per NIC (NCCL inter-node busbw ~ 22-23 GB/s per HDR
-  NIC, ~ 45 GB/s per NDR NIC).
-* Latencies: 10 us intra-node, 20 us scale-out (order of NCCL small-message all-reduce
+* HBM: constant 0.9 of datasheet bandwidth (STREAM-like copy kernels reach ~88-92%).
+* NVLink: constant 0.8 of the per-direction bandwidth, the NCCL bus bandwidth of large
+  all-reduces (nccl-tests ``all_reduce_perf``: roughly 230 GB/s on DGX A100, 360-370 GB/s on DGX
+  H100 without NVLS); MI300X Infinity Fabric 0.7 (RCCL rings over a mesh of 64 GB/s links).
+* InfiniBand: constant 0.9 of one NIC's line rate (NCCL inter-node busbw ~22-23 GB/s per HDR
+  NIC, ~45 GB/s per NDR NIC).
+* Latencies: 10 us intra-node, 20 us scale-out (the order of NCCL small-message all-reduce
   latency), as in Calculon's A100 system file.
 
 Processing mode: ``roofline`` (an op runs at the slower of its compute and memory rates).

@@ -42,6 +42,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import lru_cache
 from typing import TypeAlias, assert_never, final
 
 from blueprinting.errors import ConfigError, UnsupportedError
@@ -316,6 +317,7 @@ def _degree(dim: ParallelDim, tensor: int, pipeline: int, data: int) -> int:
             assert_never(unreachable)
 
 
+@lru_cache(maxsize=4096)
 def place_group(
     layout: RankLayout,
     dim: ParallelDim,
@@ -328,11 +330,12 @@ def place_group(
     """The group of dimension ``dim`` under ``layout``: its link and ranks per node.
 
     A group's ranks are ``base + i * stride`` (``i < n``) with ``stride`` the product of the
-    degrees of the dimensions faster than ``dim``. With ``G`` GPUs per node:
-    if ``stride`` is a multiple of ``G`` every rank is on its own node; if ``G`` is a multiple of
-    ``stride`` runs of ``G / stride`` consecutive members share a node. Otherwise every group is
-    enumerated and the worst one (fewest members sharing a node) is reported. The group spans
-    one node iff all its ranks do; else it uses the scale-out link.
+    degrees of the dimensions faster than ``dim``. With ``G`` GPUs per node: if ``stride`` is a
+    multiple of ``G`` every rank is on its own node; if ``c = G / stride`` is an integer and
+    ``c`` divides ``n`` (or ``n`` divides ``c``) runs of ``c`` (or all ``n``) members share a
+    node. Otherwise every group is enumerated. ``ranks_per_node`` is the fewest members any
+    group has in one of its nodes (the per-node share of the slowest group); the group uses the
+    scale-out link iff any group spans more than one node.
     """
     problems = _require_positive_int(
         "place_group", tensor=tensor, pipeline=pipeline, data=data, gpus_per_node=gpus_per_node
@@ -347,12 +350,14 @@ def place_group(
         stride *= _degree(faster, tensor, pipeline, data)
     if size == 1:
         return CommGroup(size=1, tier=LinkTier.INTRA_NODE, ranks_per_node=1)
+    per_node_if_aligned = gpus_per_node // stride if gpus_per_node % stride == 0 else 0
     if stride % gpus_per_node == 0:
-        per_node = 1
-        spans_nodes = True
-    elif gpus_per_node % stride == 0:
-        per_node = min(size, gpus_per_node // stride)
-        spans_nodes = size > per_node
+        per_node, spans_nodes = 1, True
+    elif per_node_if_aligned and size % per_node_if_aligned == 0:
+        # Groups start at multiples of size * stride, so node-aligned runs fill whole nodes.
+        per_node, spans_nodes = per_node_if_aligned, size > per_node_if_aligned
+    elif per_node_if_aligned and per_node_if_aligned % size == 0:
+        per_node, spans_nodes = size, False
     else:
         per_node, spans_nodes = _enumerate_groups(
             size, stride, tensor * pipeline * data, gpus_per_node

@@ -84,6 +84,9 @@ from blueprinting.mapping.model import Datatype
 _E = TypeVar("_E", ProcessingMode, RankLayout, LinkTier, Datatype)
 _T = TypeVar("_T")
 
+# What _required returns for an absent key: already reported, so readers stay silent.
+_MISSING = object()
+
 _TOP_KEYS = (
     "preset",
     "name",
@@ -200,6 +203,8 @@ def _unknown_keys(
 
 
 def _table(value: object, where: str, out: ProblemCollector) -> Mapping[str, object] | None:
+    if value is _MISSING:
+        return None
     if isinstance(value, Mapping) and all(isinstance(k, str) for k in value):
         return value
     out.add(f"{where} must be a table, got {value!r}")
@@ -207,6 +212,8 @@ def _table(value: object, where: str, out: ProblemCollector) -> Mapping[str, obj
 
 
 def _number(value: object, where: str, out: ProblemCollector) -> float | None:
+    if value is _MISSING:
+        return None
     if isinstance(value, bool) or not isinstance(value, int | float):
         out.add(f"{where} must be a number, got {value!r}")
         return None
@@ -214,6 +221,8 @@ def _number(value: object, where: str, out: ProblemCollector) -> float | None:
 
 
 def _integer(value: object, where: str, out: ProblemCollector) -> int | None:
+    if value is _MISSING:
+        return None
     if isinstance(value, bool) or not isinstance(value, int):
         out.add(f"{where} must be an integer, got {value!r}")
         return None
@@ -221,6 +230,8 @@ def _integer(value: object, where: str, out: ProblemCollector) -> int | None:
 
 
 def _string(value: object, where: str, out: ProblemCollector) -> str | None:
+    if value is _MISSING:
+        return None
     if not isinstance(value, str):
         out.add(f"{where} must be a string, got {value!r}")
         return None
@@ -243,7 +254,7 @@ def _choice(enum: type[_E], value: object, where: str, out: ProblemCollector) ->
 def _required(section: Mapping[str, object], key: str, where: str, out: ProblemCollector) -> object:
     if key not in section:
         out.add(f"{where}: missing key {key!r}")
-        return None
+        return _MISSING
     return section[key]
 
 
@@ -259,6 +270,8 @@ def _checked(out: ProblemCollector, where: str, make: Callable[[], _T]) -> _T | 
 
 def efficiency_from_mapping(value: object, where: str, out: ProblemCollector) -> Efficiency | None:
     """A number, or a table with ``model`` = ``constant`` | ``steps`` | ``saturating_gemm``."""
+    if value is _MISSING:
+        return None
     if isinstance(value, int | float) and not isinstance(value, bool):
         fraction = float(value)
         return _checked(out, where, lambda: ConstantEfficiency(fraction=fraction))
@@ -281,6 +294,8 @@ def efficiency_from_mapping(value: object, where: str, out: ProblemCollector) ->
         case "steps":
             _unknown_keys(table, ("model", "steps"), where, out)
             raw_steps = _required(table, "steps", where, out)
+            if raw_steps is _MISSING:
+                return None
             if not isinstance(raw_steps, list | tuple):
                 out.add(f"{where}.steps must be a list of [threshold, fraction] pairs")
                 return None
@@ -394,6 +409,8 @@ def _memory_from_mapping(value: object, where: str, out: ProblemCollector) -> Me
 
 
 def _cost_from_list(value: object, where: str, out: ProblemCollector) -> CollectiveCost | None:
+    if value is _MISSING:
+        return None
     if not (isinstance(value, list | tuple) and len(value) in (1, 2)):
         out.add(f"{where} must be [scalar] or [scalar, offset], got {value!r}")
         return None

@@ -1,0 +1,170 @@
+"""SystemSpec's primitive costs and rank placement."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from blueprinting.errors import UnsupportedError
+from blueprinting.hardware.collectives import CollectiveKind
+from blueprinting.hardware.efficiency import GemmShape
+from blueprinting.hardware.presets import system_preset
+from blueprinting.hardware.system import (
+    CommGroup,
+    Engine,
+    FixedTiers,
+    LinkTier,
+    ParallelDim,
+    ProcessingMode,
+    RankLayout,
+    place_group,
+)
+from blueprinting.mapping.model import Datatype
+
+A100 = system_preset("dgx-a100-80gb")
+
+
+def test_compute_time_of_a_large_gemm() -> None:
+    shape = GemmShape(m=8192, n=8192, k=8192)
+    # 0.85 * 8192 / (8192 + 128) of 312 TFLOP/s.
+    expected = shape.flops / (312e12 * 0.85 / (1 + 128 / 8192))
+    actual = A100.compute_time(shape.flops, Engine.MATRIX, Datatype.BF16, shape)
+    assert actual == pytest.approx(expected, rel=1e-12)
+
+
+def test_memory_and_processing_modes() -> None:
+    flop_time = A100.compute_time(1e9, Engine.VECTOR, Datatype.BF16)
+    mem_time = A100.memory_time(1e9)
+    assert flop_time == pytest.approx(1e9 / (39e12 * 0.9), rel=1e-12)
+    assert mem_time == pytest.approx(1e9 / (2039e9 * 0.9), rel=1e-12)
+    assert A100.op_time(1e9, 1e9, Engine.VECTOR, Datatype.BF16) == max(flop_time, mem_time)
+    summed = A100.__class__(
+        name="sum",
+        accelerator=A100.accelerator,
+        node=A100.node,
+        scale_out=A100.scale_out,
+        processing_mode=ProcessingMode.NO_OVERLAP,
+    )
+    assert summed.op_time(1e9, 1e9, Engine.VECTOR, Datatype.BF16) == flop_time + mem_time
+
+
+def test_zero_work_costs_nothing() -> None:
+    assert A100.compute_time(0, Engine.MATRIX, Datatype.BF16) == 0.0
+    assert A100.memory_time(0) == 0.0
+
+
+def test_missing_datatype_is_unsupported() -> None:
+    with pytest.raises(UnsupportedError, match="no float8 rate"):
+        A100.compute_time(1e9, Engine.MATRIX, Datatype.FP8)
+
+
+@pytest.mark.parametrize(
+    ("dim", "expected"),
+    [
+        # Megatron GPT-3 175B on Selene: t=8, p=8, d=16, 8 GPUs per node.
+        (ParallelDim.TENSOR, CommGroup(size=8, tier=LinkTier.INTRA_NODE, ranks_per_node=8)),
+        (ParallelDim.DATA, CommGroup(size=16, tier=LinkTier.SCALE_OUT, ranks_per_node=1)),
+        (ParallelDim.PIPELINE, CommGroup(size=8, tier=LinkTier.SCALE_OUT, ranks_per_node=1)),
+    ],
+)
+def test_megatron_layout_with_full_node_tp(dim: ParallelDim, expected: CommGroup) -> None:
+    assert A100.comm_group(dim, tensor=8, pipeline=8, data=16) == expected
+
+
+def test_small_tp_leaves_dp_ranks_sharing_a_node() -> None:
+    # t=2: a DP group's ranks are 2 apart, so 4 of them share a node.
+    dp = place_group(
+        RankLayout.TP_DP_PP, ParallelDim.DATA, tensor=2, pipeline=2, data=8, gpus_per_node=8
+    )
+    assert dp == CommGroup(size=8, tier=LinkTier.SCALE_OUT, ranks_per_node=4)
+    dp_small = place_group(
+        RankLayout.TP_DP_PP, ParallelDim.DATA, tensor=2, pipeline=2, data=4, gpus_per_node=8
+    )
+    assert dp_small == CommGroup(size=4, tier=LinkTier.INTRA_NODE, ranks_per_node=4)
+
+
+def test_tp_larger_than_node_goes_scale_out() -> None:
+    tp = place_group(
+        RankLayout.TP_DP_PP, ParallelDim.TENSOR, tensor=16, pipeline=1, data=1, gpus_per_node=8
+    )
+    assert tp == CommGroup(size=16, tier=LinkTier.SCALE_OUT, ranks_per_node=8)
+
+
+def test_misaligned_groups_report_the_worst_one() -> None:
+    # t=3 on 8-GPU nodes: TP group {6,7,8} straddles nodes 0 and 1.
+    tp = place_group(
+        RankLayout.TP_DP_PP, ParallelDim.TENSOR, tensor=3, pipeline=1, data=8, gpus_per_node=8
+    )
+    assert tp == CommGroup(size=3, tier=LinkTier.SCALE_OUT, ranks_per_node=1)
+
+
+def test_fixed_tiers_follow_calculon_assignment() -> None:
+    calculon_like = A100.__class__(
+        name="fixed",
+        accelerator=A100.accelerator,
+        node=A100.node,
+        scale_out=A100.scale_out,
+        network_assignment=FixedTiers(
+            tensor=LinkTier.INTRA_NODE, pipeline=LinkTier.SCALE_OUT, data=LinkTier.INTRA_NODE
+        ),
+    )
+    group = calculon_like.comm_group(ParallelDim.DATA, tensor=2, pipeline=8, data=4)
+    assert group == CommGroup(size=4, tier=LinkTier.INTRA_NODE, ranks_per_node=4)
+    assert calculon_like.collective_time(CollectiveKind.ALL_REDUCE, 1e9, group) == pytest.approx(
+        10e-6 + 2 * 3 / 4 * 1e9 / (300e9 * 0.8), rel=1e-12
+    )
+
+
+def _brute_force(
+    layout: RankLayout, dim: ParallelDim, degrees: dict[ParallelDim, int], gpus_per_node: int
+) -> CommGroup:
+    order = layout.order
+    world = degrees[ParallelDim.TENSOR] * degrees[ParallelDim.PIPELINE] * degrees[ParallelDim.DATA]
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for rank in range(world):
+        coords = []
+        rest = rank
+        for d in order:
+            coords.append(rest % degrees[d])
+            rest //= degrees[d]
+        key = tuple(c for d, c in zip(order, coords, strict=True) if d != dim)
+        groups.setdefault(key, []).append(rank)
+    fewest = degrees[dim]
+    spans = False
+    for ranks in groups.values():
+        nodes: dict[int, int] = {}
+        for rank in ranks:
+            nodes[rank // gpus_per_node] = nodes.get(rank // gpus_per_node, 0) + 1
+        fewest = min(fewest, *nodes.values())
+        spans = spans or len(nodes) > 1
+    tier = LinkTier.SCALE_OUT if spans else LinkTier.INTRA_NODE
+    return CommGroup(size=degrees[dim], tier=tier, ranks_per_node=fewest)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    layout=st.sampled_from(list(RankLayout)),
+    dim=st.sampled_from(list(ParallelDim)),
+    tensor=st.integers(min_value=1, max_value=12),
+    pipeline=st.integers(min_value=1, max_value=6),
+    data=st.integers(min_value=1, max_value=12),
+    gpus_per_node=st.sampled_from([1, 2, 4, 6, 8, 16]),
+)
+def test_placement_matches_brute_force(
+    *,
+    layout: RankLayout,
+    dim: ParallelDim,
+    tensor: int,
+    pipeline: int,
+    data: int,
+    gpus_per_node: int,
+) -> None:
+    degrees = {ParallelDim.TENSOR: tensor, ParallelDim.PIPELINE: pipeline, ParallelDim.DATA: data}
+    expected = _brute_force(layout, dim, degrees, gpus_per_node)
+    if degrees[dim] == 1:
+        expected = CommGroup(size=1, tier=LinkTier.INTRA_NODE, ranks_per_node=1)
+    actual = place_group(
+        layout, dim, tensor=tensor, pipeline=pipeline, data=data, gpus_per_node=gpus_per_node
+    )
+    assert actual == expected

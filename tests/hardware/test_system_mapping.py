@@ -1,0 +1,133 @@
+"""[system] sections and system files: presets plus overrides, round trips, error reports."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from blueprinting.errors import ConfigError
+from blueprinting.hardware.efficiency import ConstantEfficiency, SteppedEfficiency
+from blueprinting.hardware.presets import SYSTEM_PRESETS, system_preset
+from blueprinting.hardware.system import ByRankLayout, FixedTiers, LinkTier, RankLayout
+from blueprinting.hardware.system_mapping import (
+    load_system,
+    system_from_mapping,
+    system_to_mapping,
+)
+from blueprinting.mapping.model import Datatype
+
+
+@pytest.mark.parametrize("name", list(SYSTEM_PRESETS))
+def test_presets_round_trip_through_json(name: str) -> None:
+    system = SYSTEM_PRESETS[name]
+    mapping = json.loads(json.dumps(system_to_mapping(system)))
+    assert system_from_mapping(mapping) == system
+
+
+def test_preset_alone_is_the_preset() -> None:
+    assert system_from_mapping({"preset": "dgx-h100"}) == system_preset("dgx-h100")
+
+
+def test_overrides_by_name() -> None:
+    system = system_from_mapping(
+        {
+            "preset": "dgx-a100-80gb",
+            "name": "selene-calibrated",
+            "accelerator": {
+                "matrix": {"bfloat16": {"efficiency": 0.6}},
+                "hbm": {"efficiency": 0.8},
+            },
+            "scale_out": {"efficiency": {"model": "steps", "steps": [[1e6, 0.9], [0, 0.5]]}},
+            "rank_layout": "tp-pp-dp",
+        }
+    )
+    base = system_preset("dgx-a100-80gb")
+    assert system.name == "selene-calibrated"
+    assert system.accelerator.matrix.rate(Datatype.BF16).efficiency == ConstantEfficiency(
+        fraction=0.6
+    )
+    # Untouched siblings keep the preset's values.
+    assert system.accelerator.matrix.rate(Datatype.FP16) == base.accelerator.matrix.rate(
+        Datatype.FP16
+    )
+    assert system.accelerator.hbm.efficiency == ConstantEfficiency(fraction=0.8)
+    assert system.accelerator.hbm.bandwidth_bytes_per_s == 2039e9
+    assert isinstance(system.scale_out.efficiency, SteppedEfficiency)
+    assert system.network_assignment == ByRankLayout(layout=RankLayout.TP_PP_DP)
+
+
+def test_fixed_tiers_replace_the_presets_layout() -> None:
+    system = system_from_mapping(
+        {
+            "preset": "dgx-h100",
+            "fixed_tiers": {"tp": "intra_node", "pp": "scale_out", "dp": "scale_out"},
+        }
+    )
+    assert system.network_assignment == FixedTiers(
+        tensor=LinkTier.INTRA_NODE, pipeline=LinkTier.SCALE_OUT, data=LinkTier.SCALE_OUT
+    )
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    with pytest.raises(ConfigError) as raised:
+        system_from_mapping(
+            {
+                "preset": "dgx-a100-80gb",
+                "gpus_per_nod": 4,
+                "processing_mode": "rooflin",
+                "accelerator": {"hbm": {"efficiency": 1.5}},
+                "intra_node": {"latency_s": "fast"},
+            },
+            source="cluster.toml",
+        )
+    assert raised.value.source == "cluster.toml"
+    assert raised.value.problems == (
+        "system: unknown key 'gpus_per_nod' (did you mean 'gpus_per_node'?); known keys: "
+        "preset, name, gpus_per_node, processing_mode, rank_layout, fixed_tiers, accelerator, "
+        "intra_node, scale_out",
+        "system.processing_mode: unknown value 'rooflin' (did you mean 'roofline'?); "
+        "choices: no_overlap, roofline",
+        "system.accelerator.hbm.efficiency: ConstantEfficiency.fraction must be a fraction in "
+        "(0, 1], got 1.5",
+        "system.intra_node.latency_s must be a number, got 'fast'",
+    )
+
+
+def test_full_mapping_without_preset_needs_every_part() -> None:
+    with pytest.raises(ConfigError) as raised:
+        system_from_mapping({"name": "bare", "gpus_per_node": 4})
+    assert raised.value.problems == (
+        "system: missing key 'accelerator'",
+        "system: missing key 'intra_node'",
+        "system: missing key 'scale_out'",
+    )
+
+
+def test_load_toml_with_system_table(tmp_path: Path) -> None:
+    path = tmp_path / "cluster.toml"
+    path.write_text(
+        '[system]\npreset = "dgx-a100-40gb"\ngpus_per_node = 4\n'
+        "[system.intra_node]\nbandwidth_bytes_per_s = 150e9\n"
+        "[system.intra_node.costs]\np2p = [1.0]\n",
+        encoding="utf-8",
+    )
+    system = load_system(path)
+    assert system.gpus_per_node == 4
+    assert system.node.link.bandwidth_bytes_per_s == 150e9
+    assert system.node.link.costs == system_preset("dgx-a100-40gb").node.link.costs
+
+
+def test_load_json_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "mi300x.json"
+    path.write_text(json.dumps(system_to_mapping(system_preset("mi300x-8"))), encoding="utf-8")
+    assert load_system(path) == system_preset("mi300x-8")
+
+
+def test_load_rejects_other_suffixes(tmp_path: Path) -> None:
+    path = tmp_path / "cluster.yaml"
+    path.write_text("system: {}\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as raised:
+        load_system(path)
+    assert raised.value.problems == ("system file must end in .toml or .json, got '.yaml'",)
