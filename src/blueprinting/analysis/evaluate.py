@@ -67,6 +67,16 @@ def _owned_parameters(spec: TrainingSpec, stage_params: int) -> int:
             assert_never(unreachable)
 
 
+def _chosen_bubble(source: BubbleSource, contract_s: float, simulated_s: float | None) -> float:
+    match source:
+        case BubbleSource.CONTRACT:
+            return contract_s
+        case BubbleSource.SIMULATED:
+            return contract_s if simulated_s is None else simulated_s
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
 def evaluate_plan(
     spec: TrainingSpec,
     system: SystemSpec,
@@ -82,13 +92,7 @@ def evaluate_plan(
     m = mapping.microbatch_count
     critical = plan.critical_stage()
     contract = bubble_contract(plan, m)
-    match options.bubble_source:
-        case BubbleSource.CONTRACT:
-            bubble_s = contract.bubble_s
-        case BubbleSource.SIMULATED:
-            bubble_s = contract.bubble_s if bubble_simulated_s is None else bubble_simulated_s
-        case _ as unreachable:
-            assert_never(unreachable)
+    bubble_s = _chosen_bubble(options.bubble_source, contract.bubble_s, bubble_simulated_s)
     recipe = precision_recipe(spec.model.datatype)
     params = stage_parameters(spec.model, mapping, critical.index).total
     windows = OverlapWindows(
@@ -128,7 +132,7 @@ def evaluate_plan(
         dp_exposed_s=dp.exposed_s,
         optimizer_s=optimizer.time_s,
     )
-    capacity = system.accelerator.hbm.capacity_bytes
+    capacity = int(system.accelerator.hbm.capacity_bytes)
     per_stage = memory_per_stage(spec.model, mapping, capacity_bytes=capacity)
     worst = max(per_stage, key=lambda breakdown: (breakdown.total, -breakdown.stage))
     peak = system.accelerator.engine(Engine.MATRIX).rate(spec.model.datatype).peak_flop_per_s

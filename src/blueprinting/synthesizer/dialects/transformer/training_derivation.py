@@ -40,6 +40,7 @@ from blueprinting.mapping.transformer import (
     TensorParallel,
     TransformerTrainingMappingSpec,
     TransformerTrainingParallelism,
+    ZeroBubbleH1,
 )
 from blueprinting.synthesizer.dialects.transformer.training import LocalBlockPlan, RecomputeScope
 from blueprinting.synthesizer.stages.distributed.ir import DistributedTaskIR
@@ -121,7 +122,12 @@ def _sequence_parallel(communication: TensorCommunication) -> bool:
 
 def _schedule_violations(schedule: PipelineSchedule) -> list[LawViolation]:
     match schedule:
-        case SingleStage() | OneForwardOneBackward() | InterleavedOneForwardOneBackward():
+        case (
+            SingleStage()
+            | OneForwardOneBackward()
+            | InterleavedOneForwardOneBackward()
+            | ZeroBubbleH1()
+        ):
             return []  # training schedules: the block's work does not depend on them
         case ForwardOnly():
             return [
