@@ -33,9 +33,12 @@ Choices (each one a documented approximation)
 - Activations use Korthikanti's accounting: activations in the datatype's bytes, dropout masks
   1 byte, the s x s softmax stored (no flash attention); selective recomputation drops exactly the
   s x s terms. Full recomputation stores each checkpointed block input (``2 s b h`` bytes, / t
-  with sequence parallelism) and adds the working set of the group being recomputed
-  (``num_layers`` blocks for ``uniform``, one block for ``block``). The per-block formulas are
-  exact in Korthikanti's terms; the working set is not in the paper's figures.
+  with sequence parallelism). Both add the working set of what they rebuild in backward: the s x s
+  tensors of one block (selective), the activations of the group being recomputed less its
+  checkpoint (full: ``num_layers`` blocks for ``uniform``, one block for ``block``). The stored
+  figures are exact in Korthikanti's terms; the working set is not in the paper's figures. With it,
+  none >= selective >= full(num_layers = 1) holds on every stage; a ``uniform`` group of several
+  blocks rebuilds their s x s tensors at once and can exceed selective on short stages (real).
 - "other": token ids (int64) and the embedding dropout mask per in-flight microbatch on the first
   stage (Megatron's estimate counts the same two), and on the last stage the LM-head input plus the
   fp32 logits ``[s*b, V/t]`` kept by the vocab-parallel cross entropy for its backward.
@@ -398,8 +401,10 @@ def in_flight_microbatches(
 class StageActivations:
     """Activation bytes on one TP rank of one stage at its peak.
 
-    ``layers_stored``: what the in-flight blocks keep for backward; ``recompute_working``: the
-    recomputed group's activations during its backward (full recompute only); ``embedding`` and
+    ``layers_stored``: what the in-flight blocks keep for backward (Korthikanti's figures);
+    ``recompute_working``: what recomputation rebuilds for the block(s) in backward beyond what is
+    stored (selective: one block's s x s tensors; full: the group's activations less its
+    checkpoint), 0 without recomputation; ``embedding`` and
     ``logits``: first / last stage buffers (see the module docstring).
     """
 
@@ -450,20 +455,25 @@ def stage_activations(
         case NoRecompute():
             stored = sum(count * layers for count, layers in pairs) * layer(scores=True)
         case SelectiveRecompute():
-            stored = sum(count * layers for count, layers in pairs) * layer(scores=False)
+            kept = layer(scores=False)
+            stored = sum(count * layers for count, layers in pairs) * kept
+            # The recomputed attention core of the block in backward (its s x s tensors).
+            working = layer(scores=True) - kept if max(chunks) > 0 else 0
         case FullRecompute(method=method, num_layers=n):
             full = layer(scores=True)
+            # A recomputed group's first input is its checkpoint, already counted as stored.
             match method:
                 case RecomputeMethod.UNIFORM:
                     stored = sum(count * _ceil_div(layers, n) for count, layers in pairs)
                     stored *= checkpoint
-                    working = min(n, max(chunks)) * full
+                    group = min(n, max(chunks))
+                    working = group * full - checkpoint if group > 0 else 0
                 case RecomputeMethod.BLOCK:
                     stored = sum(
                         count * (min(n, layers) * checkpoint + max(layers - n, 0) * full)
                         for count, layers in pairs
                     )
-                    working = full if max(chunks) > 0 else 0
+                    working = full - checkpoint if max(chunks) > 0 else 0
                 case _ as unreachable:
                     assert_never(unreachable)
         case _ as unreachable:
