@@ -48,10 +48,13 @@ class MlpActivation(StrEnum):
 
 
 class PositionEmbedding(StrEnum):
-    """Learned absolute positions add s*h parameters; rotary (RoPE) adds none."""
+    """Learned absolute positions add s*h parameters; rotary (RoPE) adds none; ``none`` (Megatron's
+    ``--position-embedding-type none``) adds none either, and stands for position schemes without
+    parameters such as ALiBi (Press et al. 2022), which BLOOM uses."""
 
     LEARNED_ABSOLUTE = "learned_absolute"
     ROPE = "rope"
+    NONE = "none"
 
 
 class EmbeddingTying(StrEnum):
@@ -165,7 +168,7 @@ class TransformerModelSpec:
         match self.position_embedding:
             case PositionEmbedding.LEARNED_ABSOLUTE:
                 return words + self.seq_length * self.hidden_size
-            case PositionEmbedding.ROPE:
+            case PositionEmbedding.ROPE | PositionEmbedding.NONE:
                 return words
             case _ as unreachable:
                 assert_never(unreachable)

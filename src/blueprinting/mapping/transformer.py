@@ -24,7 +24,7 @@ from enum import StrEnum
 from typing import TypeAlias, assert_never, final
 
 from blueprinting.errors import ConfigError
-from blueprinting.mapping.model import TransformerModelSpec
+from blueprinting.mapping.model import Datatype, TransformerModelSpec
 
 
 def _require_positive(owner: str, **values: int) -> None:
@@ -428,11 +428,13 @@ class TransformerInferenceParallelism:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InferenceWorkload:
     """One serving request shape: batch_size sequences of prompt_length tokens each generating
-    generated_tokens tokens."""
+    generated_tokens tokens. ``kv_cache_datatype`` is the element type of the stored keys and
+    values (an fp8 KV cache halves its bytes against bf16)."""
 
     batch_size: int
     prompt_length: int
     generated_tokens: int
+    kv_cache_datatype: Datatype = Datatype.BF16
 
     def __post_init__(self) -> None:
         _require_positive(
@@ -491,3 +493,67 @@ class InferenceSpec:
 
     def __str__(self) -> str:
         return f"{self.model.name}: {self.mapping}"
+
+
+# Re-exports: the boundary adapter and the laws live in their own modules (one concept per module)
+# but are part of this module's public face. They import this module, so they come last; the
+# package __init__ imports this module first so that either import order works.
+from blueprinting.mapping.flat_keys import (  # noqa: E402
+    from_mapping,
+    inference_from_mapping,
+    to_mapping,
+    to_megatron_args,
+)
+from blueprinting.mapping.laws import (  # noqa: E402
+    check_inference,
+    check_training,
+    validate_inference,
+    validate_training,
+)
+
+__all__ = [
+    "AllReduce",
+    "BatchSpec",
+    "DataParallel",
+    "Datatype",
+    "DistributedOptimizer",
+    "EvenStages",
+    "ForwardOnly",
+    "FullRecompute",
+    "InferenceSpec",
+    "InferenceWorkload",
+    "InterleavedOneForwardOneBackward",
+    "NoOptimizerSharding",
+    "NoRecompute",
+    "OneForwardOneBackward",
+    "OptimizerSharding",
+    "PipelineParallel",
+    "PipelineSchedule",
+    "RecomputeMethod",
+    "RecomputePolicy",
+    "ReduceScatterAllGather",
+    "ReplicaParallel",
+    "SelectiveRecompute",
+    "ShardedGradients",
+    "ShardedParameters",
+    "SingleStage",
+    "StageLayout",
+    "TensorCommunication",
+    "TensorParallel",
+    "TrainingSpec",
+    "TransformerInferenceMappingSpec",
+    "TransformerInferenceParallelism",
+    "TransformerModelSpec",
+    "TransformerTrainingMappingSpec",
+    "TransformerTrainingParallelism",
+    "UnevenStages",
+    "check_inference",
+    "check_training",
+    "from_mapping",
+    "inference_from_mapping",
+    "to_mapping",
+    "to_megatron_args",
+    "validate_inference",
+    "validate_training",
+    "virtual_stages_of",
+]

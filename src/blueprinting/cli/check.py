@@ -1,0 +1,98 @@
+"""``blueprinting check FILE``: read a strategy file and check it against every law.
+
+Exit 0 with a one-line summary when every law holds, 1 listing every violation (raised as
+:class:`InvalidStrategyError` and printed by ``cli/main.py``), 2 for a malformed file or an unknown
+key (:class:`ConfigError`). Never a traceback for user input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Mapping
+
+from blueprinting.errors import ConfigError, InvalidStrategyError
+from blueprinting.mapping.config_file import ConfigFile, load_config
+from blueprinting.mapping.laws import check_inference, check_training
+from blueprinting.mapping.presets import did_you_mean
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("file", metavar="FILE", help="strategy file (.toml, .json, .yaml)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a flat key (repeatable); model.preset=... and system.KEY=... address "
+        "those sections",
+    )
+    parser.add_argument(
+        "--no-megatron-rules",
+        action="store_true",
+        help="check only the planner's laws, not Megatron-LM's start-up rules",
+    )
+
+
+def _check_system_preset(config: ConfigFile) -> None:
+    """Refuse an unknown ``[system] preset`` once the hardware module provides presets."""
+    preset = config.system.get("preset")
+    if preset is None:
+        return
+    try:
+        module = importlib.import_module("blueprinting.hardware.presets")
+    except ImportError:
+        return
+    systems: object = getattr(module, "SYSTEM_PRESETS", None)
+    if not isinstance(systems, Mapping):
+        return
+    names = tuple(str(name) for name in systems)
+    if preset not in names:
+        hint = did_you_mean(str(preset), names)
+        raise ConfigError([f"unknown system preset {preset!r}{hint}"], source=config.source)
+
+
+def summary(config: ConfigFile) -> str:
+    """The one-line summary ``check`` prints for a lawful strategy."""
+    if config.training is not None:
+        mapping = config.training.mapping
+        return (
+            f"{config.training}  [world_size={mapping.world_size} "
+            f"global_batch={mapping.batch.global_batch_size} "
+            f"micro_batch={mapping.batch.micro_batch_size} "
+            f"microbatches={mapping.microbatch_count}]"
+        )
+    if config.inference is not None:
+        inference = config.inference.mapping
+        workload = inference.workload
+        return (
+            f"{config.inference}  [world_size={inference.world_size} "
+            f"batch={workload.batch_size} prompt={workload.prompt_length} "
+            f"generated={workload.generated_tokens}]"
+        )
+    raise ConfigError(["the file holds neither a training nor an inference spec"])
+
+
+def run(args: argparse.Namespace) -> int:
+    overrides: list[str] = list(args.overrides)
+    megatron = not bool(args.no_megatron_rules)
+    config = load_config(str(args.file), overrides=overrides)
+    _check_system_preset(config)
+    if config.training is not None:
+        spec_text = str(config.training)
+        violations = check_training(
+            config.training.model, config.training.mapping, megatron=megatron
+        )
+    elif config.inference is not None:
+        spec_text = str(config.inference)
+        violations = check_inference(
+            config.inference.model, config.inference.mapping, megatron=megatron
+        )
+    else:
+        raise ConfigError(["the file holds neither a training nor an inference spec"])
+    if violations:
+        raise InvalidStrategyError(violations, subject=spec_text)
+    scope = "" if megatron else " (planner laws only)"
+    print(f"ok: {summary(config)}{scope}")
+    return 0

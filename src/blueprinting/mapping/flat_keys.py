@@ -1,0 +1,1063 @@
+"""The boundary adapter between flat external keys and the typed strategy ADT.
+
+The seed (section "Algebraic data model") makes ``from_mapping`` the one place where flat
+configuration keys become a :class:`TrainingSpec`. The keys are Megatron-LM's argument names
+(``megatron/training/arguments.py`` and the config dataclasses it builds flags from, at d98e8a64;
+summarized in ``shared/reference/megatron_rules.md``), with dashes or underscores and an optional
+leading ``--``.
+
+Contract:
+
+- every problem (unknown key, wrong type, conflicting keys, missing key) is collected and raised
+  as one :class:`ConfigError`; an unknown key gets a did-you-mean suggestion;
+- a ``world_size`` not divisible by ``t * p`` is an :class:`InvalidStrategyError` naming the law
+  ``world_size = t * p * d``; every other law is left to :mod:`blueprinting.mapping.laws`;
+- nothing is repaired: where Megatron-LM silently drops a setting (``overlap_p2p_comm`` without
+  interleaving, ``num_query_groups`` without ``group_query_attention``, ``sequence_parallel`` with
+  t = 1 in the training script) this adapter refuses or leaves the law to report it;
+- defaults are Megatron-LM's where it has one (``micro_batch_size`` 1, ``global_batch_size``
+  ``micro_batch_size * d``, ``overlap_p2p_comm`` true with interleaving since Megatron-LM's flag is
+  ``--no-overlap-p2p-communication``, ``ffn_hidden_size`` 4h or ``int(8h/3/64)*64`` with SwiGLU,
+  ``kv_channels`` h / heads, fp32 when no precision flag is given).
+
+With a base ``model`` (e.g. a preset), model keys override it field by field; a derived field
+(``kv_channels``, ``ffn_hidden_size``, ``num_query_groups``) that held its Megatron default in the
+base follows the overridden fields, one that was set explicitly keeps its value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import assert_never, final
+
+from blueprinting.errors import (
+    ConfigError,
+    InvalidStrategyError,
+    LawViolation,
+    UnsupportedError,
+)
+from blueprinting.mapping.model import (
+    Datatype,
+    EmbeddingTying,
+    MlpActivation,
+    Normalization,
+    PositionEmbedding,
+    TransformerModelSpec,
+)
+from blueprinting.mapping.presets import did_you_mean
+from blueprinting.mapping.transformer import (
+    AllReduce,
+    BatchSpec,
+    DataParallel,
+    DistributedOptimizer,
+    EvenStages,
+    ForwardOnly,
+    FullRecompute,
+    InferenceSpec,
+    InferenceWorkload,
+    InterleavedOneForwardOneBackward,
+    NoOptimizerSharding,
+    NoRecompute,
+    OneForwardOneBackward,
+    OptimizerSharding,
+    PipelineParallel,
+    PipelineSchedule,
+    RecomputeMethod,
+    RecomputePolicy,
+    ReduceScatterAllGather,
+    ReplicaParallel,
+    SelectiveRecompute,
+    ShardedGradients,
+    ShardedParameters,
+    SingleStage,
+    StageLayout,
+    TensorCommunication,
+    TensorParallel,
+    TrainingSpec,
+    TransformerInferenceMappingSpec,
+    TransformerInferenceParallelism,
+    TransformerTrainingMappingSpec,
+    TransformerTrainingParallelism,
+    UnevenStages,
+)
+
+FlatValue = int | bool | str
+
+
+class _Kind(StrEnum):
+    INT = "a positive integer"
+    BOOL = "a boolean"
+    STR = "a string"
+    FP8 = "a boolean or one of 'e4m3', 'hybrid'"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Key:
+    kind: _Kind
+    choices: tuple[str, ...] = ()
+
+
+def _int() -> _Key:
+    return _Key(kind=_Kind.INT)
+
+
+def _bool() -> _Key:
+    return _Key(kind=_Kind.BOOL)
+
+
+def _choice(*choices: str) -> _Key:
+    return _Key(kind=_Kind.STR, choices=choices)
+
+
+SHARDING_STRATEGIES = ("no_shard", "optim", "optim_grads", "optim_grads_params")
+
+# Keys only a training run has; inference_from_mapping refuses them by name.
+TRAINING_KEYS: Mapping[str, _Key] = {
+    "data_parallel_size": _int(),
+    "world_size": _int(),
+    "num_layers_per_virtual_pipeline_stage": _int(),
+    "num_virtual_stages_per_pipeline_rank": _int(),
+    "virtual_pipeline_model_parallel_size": _int(),
+    "pipeline_model_parallel_layout": _Key(kind=_Kind.STR),
+    "microbatch_group_size_per_vp_stage": _int(),
+    "overlap_p2p_comm": _bool(),
+    "decoder_first_pipeline_num_layers": _int(),
+    "decoder_last_pipeline_num_layers": _int(),
+    "use_distributed_optimizer": _bool(),
+    "data_parallel_sharding_strategy": _choice(*SHARDING_STRATEGIES),
+    "overlap_grad_reduce": _bool(),
+    "overlap_param_gather": _bool(),
+    "recompute_granularity": _choice("full", "selective"),
+    "recompute_method": _choice(*(m.value for m in RecomputeMethod)),
+    "recompute_num_layers": _int(),
+    "recompute_activations": _bool(),
+    "micro_batch_size": _int(),
+    "global_batch_size": _int(),
+}
+
+# Keys both training and inference accept.
+SHARED_KEYS: Mapping[str, _Key] = {
+    "tensor_model_parallel_size": _int(),
+    "pipeline_model_parallel_size": _int(),
+    "context_parallel_size": _int(),
+    "expert_model_parallel_size": _int(),
+    "sequence_parallel": _bool(),
+}
+
+INFERENCE_KEYS: Mapping[str, _Key] = {
+    "replicas": _int(),
+    "batch_size": _int(),
+    "prompt_length": _int(),
+    "generated_tokens": _int(),
+    "kv_cache_datatype": _choice(*(d.value for d in Datatype)),
+}
+
+MODEL_KEYS: Mapping[str, _Key] = {
+    "model_name": _Key(kind=_Kind.STR),
+    "num_layers": _int(),
+    "hidden_size": _int(),
+    "num_attention_heads": _int(),
+    "group_query_attention": _bool(),
+    "num_query_groups": _int(),
+    "kv_channels": _int(),
+    "ffn_hidden_size": _int(),
+    "swiglu": _bool(),
+    "normalization": _choice(*(n.value for n in Normalization)),
+    "position_embedding_type": _choice(*(p.value for p in PositionEmbedding)),
+    "seq_length": _int(),
+    "max_position_embeddings": _int(),
+    "vocab_size": _int(),
+    "padded_vocab_size": _int(),
+    "make_vocab_size_divisible_by": _int(),
+    "untie_embeddings_and_output_weights": _bool(),
+    "add_bias_linear": _bool(),
+    "disable_bias_linear": _bool(),
+    "bf16": _bool(),
+    "fp16": _bool(),
+    "fp8": _Key(kind=_Kind.FP8),
+}
+
+# Megatron-LM spells a few keys differently as flags than as config fields.
+ALIASES: Mapping[str, str] = {
+    "microbatch_group_size_per_virtual_pipeline_stage": "microbatch_group_size_per_vp_stage",
+    "fp8_format": "fp8",
+}
+
+_NON_ARCHITECTURE_MODEL_KEYS = frozenset({"model_name", "bf16", "fp16", "fp8"})
+_VIRTUAL_KEYS = (
+    "num_layers_per_virtual_pipeline_stage",
+    "num_virtual_stages_per_pipeline_rank",
+    "virtual_pipeline_model_parallel_size",
+)
+
+
+def canonical_key(raw: str) -> str:
+    """``--tensor-model-parallel-size`` -> ``tensor_model_parallel_size``; aliases resolved."""
+    key = raw.strip().lstrip("-").replace("-", "_")
+    return ALIASES.get(key, key)
+
+
+def _parse_keys(
+    keys: Mapping[str, object],
+    allowed: Mapping[str, _Key],
+    problems: list[str],
+    refused: Mapping[str, str],
+) -> dict[str, FlatValue]:
+    """Normalize names, reject unknown/refused keys and wrong types; ``None`` means not given."""
+    out: dict[str, FlatValue] = {}
+    spelled: dict[str, str] = {}
+    for raw_key, value in keys.items():
+        # YAML and JSON callers can hand non-string keys despite the annotation.
+        raw: object = raw_key
+        if not isinstance(raw, str):
+            problems.append(f"key {raw!r} is not a string")
+            continue
+        key = canonical_key(raw)
+        if key in spelled:
+            problems.append(f"key {key!r} is given twice (as {spelled[key]!r} and {raw!r})")
+            continue
+        spelled[key] = raw
+        if key in refused:
+            problems.append(f"key {raw!r} {refused[key]}")
+            continue
+        spec = allowed.get(key)
+        if spec is None:
+            hint = did_you_mean(key, tuple(allowed))
+            problems.append(f"unknown key {raw!r}{hint}")
+            continue
+        if value is None:
+            continue
+        parsed = _parse_value(key, value, spec)
+        if isinstance(parsed, _Problem):
+            problems.append(parsed.text)
+        else:
+            out[key] = parsed
+    return out
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _Problem:
+    text: str
+
+
+def _parse_value(key: str, value: object, spec: _Key) -> FlatValue | _Problem:
+    wrong = _Problem(f"{key} must be {spec.kind}, got {value!r} ({type(value).__name__})")
+    match spec.kind:
+        case _Kind.INT:
+            if type(value) is not int:
+                return wrong
+            if value < 1:
+                return _Problem(f"{key} must be a positive integer, got {value!r}")
+            return value
+        case _Kind.BOOL:
+            return value if type(value) is bool else wrong
+        case _Kind.STR:
+            if not isinstance(value, str):
+                return wrong
+            if spec.choices and value not in spec.choices:
+                hint = did_you_mean(value, spec.choices)
+                return _Problem(
+                    f"{key} must be one of {', '.join(spec.choices)}, got {value!r}{hint}"
+                )
+            return value
+        case _Kind.FP8:
+            if type(value) is bool:
+                return value
+            if isinstance(value, str) and value in ("e4m3", "hybrid"):
+                return value
+            return wrong
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def _get_int(values: Mapping[str, FlatValue], key: str) -> int | None:
+    value = values.get(key)
+    return value if type(value) is int else None
+
+
+def _get_bool(values: Mapping[str, FlatValue], key: str) -> bool | None:
+    value = values.get(key)
+    return value if type(value) is bool else None
+
+
+def _get_str(values: Mapping[str, FlatValue], key: str) -> str | None:
+    value = values.get(key)
+    return value if isinstance(value, str) else None
+
+
+# --------------------------------------------------------------------------------------------
+# Model
+# --------------------------------------------------------------------------------------------
+def default_ffn_hidden_size(hidden_size: int, activation: MlpActivation) -> int:
+    """Megatron-LM's ``ffn_hidden_size`` default (``arguments.py``): 4h, or with SwiGLU
+    ``int((4h * 2/3) / 64) * 64`` so that the two up projections keep about 8h^2 parameters."""
+    match activation:
+        case MlpActivation.GELU:
+            return 4 * hidden_size
+        case MlpActivation.SWIGLU:
+            return (8 * hidden_size) // 192 * 64
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def padded_vocab(vocab_size: int, divisible_by: int, tensor_degree: int) -> int:
+    """Megatron-LM's vocabulary padding (``_vocab_size_with_padding``): round up to a multiple
+    of ``make_vocab_size_divisible_by * t``."""
+    multiple = divisible_by * tensor_degree
+    return -(-vocab_size // multiple) * multiple
+
+
+def _model(
+    values: Mapping[str, FlatValue],
+    base: TransformerModelSpec | None,
+    tensor_degree: int,
+    problems: list[str],
+) -> TransformerModelSpec | None:
+    if base is None:
+        missing = [
+            k
+            for k in ("num_layers", "hidden_size", "num_attention_heads", "seq_length")
+            if k not in values
+        ]
+        if "vocab_size" not in values and "padded_vocab_size" not in values:
+            missing.append("vocab_size")
+        if missing:
+            problems.append("no model preset given and model key(s) missing: " + ", ".join(missing))
+            return None
+
+    def pick(key: str, from_base: int, fallback: int = 0) -> int:
+        given = _get_int(values, key)
+        if given is not None:
+            return given
+        return from_base if base is not None else fallback
+
+    layers = pick("num_layers", base.num_layers if base else 0)
+    hidden = pick("hidden_size", base.hidden_size if base else 0)
+    heads = pick("num_attention_heads", base.num_attention_heads if base else 0)
+    seq = pick("seq_length", base.seq_length if base else 0)
+
+    swiglu = _get_bool(values, "swiglu")
+    if swiglu is not None:
+        activation = MlpActivation.SWIGLU if swiglu else MlpActivation.GELU
+    else:
+        activation = base.activation if base else MlpActivation.GELU
+
+    # kv_channels / ffn / query groups: a base value that was Megatron's default follows the
+    # overridden fields; an explicit one stays.
+    kv = _get_int(values, "kv_channels")
+    if kv is None:
+        if base is not None and base.kv_channels != base.hidden_size // base.num_attention_heads:
+            kv = base.kv_channels
+        else:
+            kv = hidden // heads
+    ffn = _get_int(values, "ffn_hidden_size")
+    if ffn is None:
+        if base is not None and base.ffn_hidden_size != default_ffn_hidden_size(
+            base.hidden_size, base.activation
+        ):
+            ffn = base.ffn_hidden_size
+        else:
+            ffn = default_ffn_hidden_size(hidden, activation)
+
+    gqa = _get_bool(values, "group_query_attention")
+    groups = _get_int(values, "num_query_groups")
+    if gqa is True:
+        if groups is None:
+            # Megatron-LM's --num-query-groups defaults to 1 (multi-query attention).
+            groups = base.num_query_groups if base is not None and base.is_gqa else 1
+    elif groups is not None and groups != heads:
+        problems.append(
+            f"num_query_groups = {groups} needs group_query_attention = true "
+            "(Megatron-LM ignores it otherwise)"
+        )
+    elif gqa is None and base is not None and base.is_gqa:
+        groups = base.num_query_groups
+    else:
+        groups = heads
+
+    vocab = _get_int(values, "vocab_size")
+    padded = _get_int(values, "padded_vocab_size")
+    divisible = _get_int(values, "make_vocab_size_divisible_by")
+    if padded is not None and divisible is not None:
+        problems.append("give padded_vocab_size or make_vocab_size_divisible_by, not both")
+    if vocab is None:
+        vocab = padded if padded is not None else (base.vocab_size if base else 0)
+    if padded is None:
+        if divisible is not None:
+            padded = padded_vocab(vocab, divisible, tensor_degree)
+        elif "vocab_size" in values or base is None:
+            padded = vocab
+        else:
+            padded = base.padded_vocab_size
+    if padded < vocab:
+        problems.append(f"padded_vocab_size = {padded} is smaller than vocab_size = {vocab}")
+
+    normalization_key = _get_str(values, "normalization")
+    normalization = (
+        Normalization(normalization_key)
+        if normalization_key is not None
+        else (base.normalization if base else Normalization.LAYERNORM)
+    )
+    position_key = _get_str(values, "position_embedding_type")
+    position = (
+        PositionEmbedding(position_key)
+        if position_key is not None
+        else (base.position_embedding if base else PositionEmbedding.LEARNED_ABSOLUTE)
+    )
+    max_positions = _get_int(values, "max_position_embeddings")
+    if (
+        max_positions is not None
+        and position is PositionEmbedding.LEARNED_ABSOLUTE
+        and max_positions != seq
+    ):
+        problems.append(
+            f"max_position_embeddings = {max_positions} differs from seq_length = {seq}: "
+            "Blueprinting sizes the learned position table by seq_length"
+        )
+    untie = _get_bool(values, "untie_embeddings_and_output_weights")
+    embeddings = (
+        (EmbeddingTying.UNTIED if untie else EmbeddingTying.TIED)
+        if untie is not None
+        else (base.embeddings if base else EmbeddingTying.TIED)
+    )
+    bias = _get_bool(values, "add_bias_linear")
+    disable_bias = _get_bool(values, "disable_bias_linear")
+    if bias is not None and disable_bias is not None and bias == disable_bias:
+        problems.append(
+            f"add_bias_linear = {bias} conflicts with disable_bias_linear = {disable_bias}"
+        )
+    if bias is None:
+        bias = (
+            (not disable_bias)
+            if disable_bias is not None
+            else (base.add_bias_linear if base else True)
+        )
+
+    datatype = _datatype(values, base, problems)
+    name = _get_str(values, "model_name") or (base.name if base else "custom")
+    architecture_given = any(
+        k not in _NON_ARCHITECTURE_MODEL_KEYS for k in values if k in MODEL_KEYS
+    )
+    published = base.published_parameters if base is not None and not architecture_given else None
+
+    if problems:
+        return None
+    try:
+        return TransformerModelSpec(
+            name=name,
+            num_layers=layers,
+            hidden_size=hidden,
+            num_attention_heads=heads,
+            num_query_groups=groups,
+            kv_channels=kv,
+            ffn_hidden_size=ffn,
+            seq_length=seq,
+            vocab_size=vocab,
+            padded_vocab_size=padded,
+            activation=activation,
+            normalization=normalization,
+            position_embedding=position,
+            embeddings=embeddings,
+            add_bias_linear=bias,
+            datatype=datatype,
+            published_parameters=published,
+        )
+    except ConfigError as error:
+        problems.extend(error.problems)
+        return None
+
+
+def _datatype(
+    values: Mapping[str, FlatValue], base: TransformerModelSpec | None, problems: list[str]
+) -> Datatype:
+    """Megatron-LM's precision flags: fp8 runs on top of bf16 or fp16; bf16 and fp16 exclude
+    each other; none of them means fp32."""
+    bf16 = _get_bool(values, "bf16")
+    fp16 = _get_bool(values, "fp16")
+    fp8 = values.get("fp8")
+    if bf16 is None and fp16 is None and fp8 is None:
+        return base.datatype if base else Datatype.FP32
+    if bf16 and fp16:
+        problems.append("bf16 and fp16 are both true")
+    if fp8 is not None and fp8 is not False:
+        return Datatype.FP8
+    if bf16:
+        return Datatype.BF16
+    if fp16:
+        return Datatype.FP16
+    return Datatype.FP32
+
+
+# --------------------------------------------------------------------------------------------
+# Training
+# --------------------------------------------------------------------------------------------
+def _unsupported_sizes(values: Mapping[str, FlatValue]) -> list[str]:
+    out: list[str] = []
+    for key, what in (
+        ("context_parallel_size", "context parallelism"),
+        ("expert_model_parallel_size", "expert parallelism"),
+    ):
+        size = _get_int(values, key)
+        if size is not None and size != 1:
+            out.append(f"{key} = {size}: {what} is not modelled (only 1 is accepted)")
+    return out
+
+
+def from_mapping(
+    keys: Mapping[str, object], *, model: TransformerModelSpec | None = None
+) -> TrainingSpec:
+    """Build a training spec from flat Megatron-LM keys (see the module docstring)."""
+    problems: list[str] = []
+    allowed = {**SHARED_KEYS, **TRAINING_KEYS, **MODEL_KEYS}
+    refused = {k: "is an inference key; training uses data_parallel_size" for k in INFERENCE_KEYS}
+    values = _parse_keys(keys, allowed, problems, refused)
+
+    t = _get_int(values, "tensor_model_parallel_size") or 1
+    p = _get_int(values, "pipeline_model_parallel_size") or 1
+    spec_model = _model({k: v for k, v in values.items() if k in MODEL_KEYS}, model, t, problems)
+
+    # Data-parallel degree: Megatron derives it as world_size // (t * p * cp).
+    d = _get_int(values, "data_parallel_size")
+    world = _get_int(values, "world_size")
+    world_violation: LawViolation | None = None
+    if d is not None and world is not None and world != t * p * d:
+        problems.append(
+            f"data_parallel_size = {d} conflicts with world_size = {world} "
+            f"(world_size = t * p * d = {t} * {p} * {d} = {t * p * d})"
+        )
+    elif d is None and world is None:
+        problems.append("one of data_parallel_size or world_size is required")
+    elif d is None and world is not None:
+        if world % (t * p) != 0:
+            world_violation = LawViolation(
+                law="world_size",
+                formula="world_size = t * p * d",
+                values=(("world_size", world), ("t", t), ("p", p)),
+                message=f"d = world_size / (t * p) = {world} / ({t} * {p}) is not integral",
+            )
+        d = max(world // (t * p), 1)
+
+    schedule, layout = _pipeline(values, p, spec_model, problems)
+    communication: TensorCommunication = (
+        ReduceScatterAllGather() if values.get("sequence_parallel") is True else AllReduce()
+    )
+    sharding = _sharding(values, problems)
+    recompute = _recompute(values, problems)
+
+    unsupported = _unsupported_sizes(values)
+    if "pipeline_model_parallel_layout" in values:
+        unsupported.append(
+            "pipeline_model_parallel_layout is not supported: give "
+            "decoder_first/last_pipeline_num_layers and a virtual-pipeline size instead"
+        )
+
+    if problems:
+        raise ConfigError(problems)
+    if unsupported:
+        raise UnsupportedError("; ".join(unsupported))
+    if world_violation is not None:
+        raise InvalidStrategyError([world_violation], subject="from_mapping")
+    assert spec_model is not None and d is not None and schedule is not None  # by problems
+
+    mbs = _get_int(values, "micro_batch_size") or 1
+    gbs = _get_int(values, "global_batch_size") or mbs * d
+    return TrainingSpec(
+        model=spec_model,
+        mapping=TransformerTrainingMappingSpec(
+            parallelism=TransformerTrainingParallelism(
+                tensor=TensorParallel(degree=t, communication=communication),
+                pipeline=PipelineParallel(degree=p, schedule=schedule, layout=layout),
+                data=DataParallel(
+                    degree=d,
+                    optimizer_sharding=sharding,
+                    overlap_grad_reduce=values.get("overlap_grad_reduce") is True,
+                ),
+                recompute=recompute,
+            ),
+            batch=BatchSpec(global_batch_size=gbs, micro_batch_size=mbs),
+        ),
+    )
+
+
+def _pipeline(
+    values: Mapping[str, FlatValue],
+    p: int,
+    model: TransformerModelSpec | None,
+    problems: list[str],
+) -> tuple[PipelineSchedule | None, StageLayout]:
+    first = _get_int(values, "decoder_first_pipeline_num_layers")
+    last = _get_int(values, "decoder_last_pipeline_num_layers")
+    layout: StageLayout = (
+        EvenStages()
+        if first is None and last is None
+        else UnevenStages(first_stage_layers=first, last_stage_layers=last)
+    )
+    given = [k for k in _VIRTUAL_KEYS if k in values]
+    if len(given) > 1:
+        problems.append(f"at most one virtual-pipeline key may be set, got {', '.join(given)}")
+        return None, layout
+    v = 1
+    if given == ["num_layers_per_virtual_pipeline_stage"]:
+        per_chunk = _get_int(values, "num_layers_per_virtual_pipeline_stage") or 1
+        if first is not None or last is not None:
+            problems.append(
+                "num_layers_per_virtual_pipeline_stage with uneven first/last stages is "
+                "ambiguous: give num_virtual_stages_per_pipeline_rank instead"
+            )
+        elif model is not None:
+            per_stage = model.num_layers // p
+            if model.num_layers % p != 0 or per_stage % per_chunk != 0:
+                problems.append(
+                    f"num_layers_per_virtual_pipeline_stage = {per_chunk} does not divide the "
+                    f"blocks per pipeline stage num_layers / p = {model.num_layers} / {p}"
+                )
+            else:
+                v = per_stage // per_chunk
+    elif given:
+        v = _get_int(values, given[0]) or 1
+
+    group = _get_int(values, "microbatch_group_size_per_vp_stage")
+    overlap = _get_bool(values, "overlap_p2p_comm")
+    if v > 1:
+        # Megatron-LM's flag is --no-overlap-p2p-communication: overlap is on unless refused.
+        return (
+            InterleavedOneForwardOneBackward(
+                virtual_stages=v,
+                microbatch_group_size=group,
+                overlap_p2p_comm=overlap is not False,
+            ),
+            layout,
+        )
+    if group is not None:
+        problems.append(
+            "microbatch_group_size_per_vp_stage needs an interleaved schedule "
+            "(a virtual-pipeline size > 1)"
+        )
+    if overlap is True:
+        problems.append(
+            "overlap_p2p_comm = true needs an interleaved schedule (Megatron-LM turns it off "
+            "otherwise; Blueprinting refuses instead)"
+        )
+    schedule: PipelineSchedule = SingleStage() if p == 1 else OneForwardOneBackward()
+    return schedule, layout
+
+
+def _sharding(values: Mapping[str, FlatValue], problems: list[str]) -> OptimizerSharding:
+    use_dist = _get_bool(values, "use_distributed_optimizer")
+    strategy = _get_str(values, "data_parallel_sharding_strategy")
+    gather = values.get("overlap_param_gather") is True
+    sharding: OptimizerSharding
+    if strategy is None:
+        strategy = "optim" if use_dist else "no_shard"
+    elif strategy == "no_shard" and use_dist is True:
+        problems.append(
+            "use_distributed_optimizer = true conflicts with "
+            "data_parallel_sharding_strategy = no_shard"
+        )
+    elif strategy != "no_shard" and use_dist is False:
+        problems.append(
+            "use_distributed_optimizer = false conflicts with "
+            f"data_parallel_sharding_strategy = {strategy}"
+        )
+    if strategy == "optim":
+        sharding = DistributedOptimizer(overlap_param_gather=gather)
+    elif strategy == "optim_grads":
+        sharding = ShardedGradients(overlap_param_gather=gather)
+    elif strategy == "optim_grads_params":
+        sharding = ShardedParameters(overlap_param_gather=gather)
+    else:
+        sharding = NoOptimizerSharding()
+        if gather:
+            problems.append(
+                "overlap_param_gather = true needs a sharded optimizer "
+                "(use_distributed_optimizer or a data_parallel_sharding_strategy other than "
+                "no_shard)"
+            )
+    return sharding
+
+
+def _recompute(values: Mapping[str, FlatValue], problems: list[str]) -> RecomputePolicy:
+    granularity = _get_str(values, "recompute_granularity")
+    legacy = _get_bool(values, "recompute_activations")
+    method = _get_str(values, "recompute_method")
+    layers = _get_int(values, "recompute_num_layers")
+    if legacy:
+        if granularity == "full":
+            problems.append(
+                "recompute_activations = true (selective) conflicts with "
+                "recompute_granularity = full"
+            )
+        granularity = "selective"
+    if granularity is None or granularity == "selective":
+        extra = [k for k in ("recompute_method", "recompute_num_layers") if k in values]
+        if extra:
+            problems.append(
+                f"{', '.join(extra)} need(s) recompute_granularity = full, got "
+                f"{granularity or 'no recompute'}"
+            )
+        return NoRecompute() if granularity is None else SelectiveRecompute()
+    missing = [
+        k for k, v in (("recompute_method", method), ("recompute_num_layers", layers)) if v is None
+    ]
+    if missing:
+        problems.append(f"recompute_granularity = full needs {' and '.join(missing)}")
+        return NoRecompute()
+    assert method is not None and layers is not None
+    return FullRecompute(method=RecomputeMethod(method), num_layers=layers)
+
+
+# --------------------------------------------------------------------------------------------
+# Inverse: canonical keys and Megatron-LM flags
+# --------------------------------------------------------------------------------------------
+def _model_to_mapping(model: TransformerModelSpec) -> dict[str, FlatValue]:
+    out: dict[str, FlatValue] = {
+        "model_name": model.name,
+        "num_layers": model.num_layers,
+        "hidden_size": model.hidden_size,
+        "num_attention_heads": model.num_attention_heads,
+        "group_query_attention": model.is_gqa,
+    }
+    if model.is_gqa:
+        out["num_query_groups"] = model.num_query_groups
+    out |= {
+        "kv_channels": model.kv_channels,
+        "ffn_hidden_size": model.ffn_hidden_size,
+        "swiglu": model.activation is MlpActivation.SWIGLU,
+        "normalization": model.normalization.value,
+        "position_embedding_type": model.position_embedding.value,
+        "seq_length": model.seq_length,
+        "vocab_size": model.vocab_size,
+        "padded_vocab_size": model.padded_vocab_size,
+        "untie_embeddings_and_output_weights": model.embeddings is EmbeddingTying.UNTIED,
+        "add_bias_linear": model.add_bias_linear,
+        "bf16": model.datatype in (Datatype.BF16, Datatype.FP8),
+        "fp16": model.datatype is Datatype.FP16,
+    }
+    if model.datatype is Datatype.FP8:
+        out["fp8"] = "hybrid"
+    return out
+
+
+def to_mapping(spec: TrainingSpec) -> dict[str, FlatValue]:
+    """Canonical flat keys (underscores) of a training spec; ``from_mapping`` inverts it.
+
+    The inverse holds for every spec whose schedule is the one the degrees imply (SingleStage for
+    p = 1 and v = 1, 1F1B for p > 1 and v = 1, interleaved for v >= 2), whose model has no
+    ``published_parameters`` and uses ``overlap_param_gather`` only with a sharded optimizer. An
+    FP8 model maps to ``bf16 = true, fp8 = "hybrid"`` (the format is not part of the model).
+    """
+    mapping = spec.mapping
+    par = mapping.parallelism
+    out: dict[str, FlatValue] = {
+        "tensor_model_parallel_size": mapping.tensor_degree,
+        "pipeline_model_parallel_size": mapping.pipeline_degree,
+        "data_parallel_size": mapping.data_degree,
+        "sequence_parallel": mapping.sequence_parallel,
+    }
+    out |= _schedule_keys(par.pipeline.schedule)
+    out |= _layout_keys(par.pipeline.layout)
+    out |= _sharding_keys(par.data.optimizer_sharding)
+    out["overlap_grad_reduce"] = par.data.overlap_grad_reduce
+    out |= _recompute_keys(par.recompute)
+    out["micro_batch_size"] = mapping.batch.micro_batch_size
+    out["global_batch_size"] = mapping.batch.global_batch_size
+    out |= _model_to_mapping(spec.model)
+    return out
+
+
+def _schedule_keys(schedule: PipelineSchedule) -> dict[str, FlatValue]:
+    match schedule:
+        case InterleavedOneForwardOneBackward(
+            virtual_stages=v, microbatch_group_size=group, overlap_p2p_comm=overlap
+        ):
+            out: dict[str, FlatValue] = {"num_virtual_stages_per_pipeline_rank": v}
+            if group is not None:
+                out["microbatch_group_size_per_vp_stage"] = group
+            out["overlap_p2p_comm"] = overlap
+            return out
+        case SingleStage() | OneForwardOneBackward() | ForwardOnly():
+            return {}
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def _layout_keys(layout: StageLayout) -> dict[str, FlatValue]:
+    match layout:
+        case UnevenStages(first_stage_layers=first, last_stage_layers=last):
+            out: dict[str, FlatValue] = {}
+            if first is not None:
+                out["decoder_first_pipeline_num_layers"] = first
+            if last is not None:
+                out["decoder_last_pipeline_num_layers"] = last
+            return out
+        case EvenStages():
+            return {}
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def _sharding_keys(sharding: OptimizerSharding) -> dict[str, FlatValue]:
+    match sharding:
+        case NoOptimizerSharding():
+            return {
+                "use_distributed_optimizer": False,
+                "data_parallel_sharding_strategy": "no_shard",
+            }
+        case DistributedOptimizer() | ShardedGradients() | ShardedParameters():
+            return {
+                "use_distributed_optimizer": True,
+                "data_parallel_sharding_strategy": _strategy_name(sharding),
+                "overlap_param_gather": sharding.overlap_param_gather,
+            }
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def _recompute_keys(recompute: RecomputePolicy) -> dict[str, FlatValue]:
+    match recompute:
+        case NoRecompute():
+            return {}
+        case SelectiveRecompute():
+            return {"recompute_granularity": "selective"}
+        case FullRecompute(method=method, num_layers=layers):
+            return {
+                "recompute_granularity": "full",
+                "recompute_method": method.value,
+                "recompute_num_layers": layers,
+            }
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def _strategy_name(
+    sharding: DistributedOptimizer | ShardedGradients | ShardedParameters,
+) -> str:
+    match sharding:
+        case DistributedOptimizer():
+            return "optim"
+        case ShardedGradients():
+            return "optim_grads"
+        case ShardedParameters():
+            return "optim_grads_params"
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def to_megatron_args(spec: TrainingSpec) -> list[str]:
+    """Megatron-LM command-line flags (``pretrain_gpt.py``, d98e8a64) for a lawful spec.
+
+    Raises :class:`InvalidStrategyError` when a planner or Megatron-LM law is violated: flags are
+    only emitted for strategies Megatron-LM would start. The data-parallel degree has no flag:
+    Megatron-LM derives it from the launcher's world size, ``t * p * d`` = ``spec.mapping
+    .world_size``. ZeRO-2/3 sharding uses Megatron-FSDP (``--use-megatron-fsdp``).
+    """
+    from blueprinting.mapping.laws import validate_training
+
+    validate_training(spec.model, spec.mapping, megatron=True)
+    mapping = spec.mapping
+    par = mapping.parallelism
+    args = [
+        "--tensor-model-parallel-size",
+        str(mapping.tensor_degree),
+        "--pipeline-model-parallel-size",
+        str(mapping.pipeline_degree),
+    ]
+    args += _schedule_args(par.pipeline.schedule)
+    args += _layout_args(par.pipeline.layout)
+    if mapping.sequence_parallel:
+        args.append("--sequence-parallel")
+    args += _sharding_args(par.data)
+    args += _recompute_args(par.recompute)
+    args += [
+        "--micro-batch-size",
+        str(mapping.batch.micro_batch_size),
+        "--global-batch-size",
+        str(mapping.batch.global_batch_size),
+    ]
+    args += _model_args(spec.model)
+    return args
+
+
+def _schedule_args(schedule: PipelineSchedule) -> list[str]:
+    match schedule:
+        case InterleavedOneForwardOneBackward(
+            virtual_stages=v, microbatch_group_size=group, overlap_p2p_comm=overlap
+        ):
+            args = ["--num-virtual-stages-per-pipeline-rank", str(v)]
+            if group is not None:
+                args += ["--microbatch-group-size-per-virtual-pipeline-stage", str(group)]
+            if not overlap:
+                args.append("--no-overlap-p2p-communication")
+            return args
+        case SingleStage() | OneForwardOneBackward() | ForwardOnly():
+            return []
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def _layout_args(layout: StageLayout) -> list[str]:
+    return [
+        item
+        for key, value in _layout_keys(layout).items()
+        for item in (f"--{key.replace('_', '-')}", str(value))
+    ]
+
+
+def _sharding_args(data: DataParallel) -> list[str]:
+    sharding = data.optimizer_sharding
+    args: list[str] = []
+    match sharding:
+        case NoOptimizerSharding():
+            pass
+        case DistributedOptimizer():
+            args.append("--use-distributed-optimizer")
+        case ShardedGradients() | ShardedParameters():
+            args += [
+                "--use-megatron-fsdp",
+                "--data-parallel-sharding-strategy",
+                _strategy_name(sharding),
+            ]
+        case _ as unreachable:
+            assert_never(unreachable)
+    if data.overlap_grad_reduce:
+        args.append("--overlap-grad-reduce")
+    if not isinstance(sharding, NoOptimizerSharding) and sharding.overlap_param_gather:
+        args.append("--overlap-param-gather")
+    return args
+
+
+def _recompute_args(recompute: RecomputePolicy) -> list[str]:
+    return [
+        item
+        for key, value in _recompute_keys(recompute).items()
+        for item in (f"--{key.replace('_', '-')}", str(value))
+    ]
+
+
+def _model_args(model: TransformerModelSpec) -> list[str]:
+    args = [
+        "--num-layers",
+        str(model.num_layers),
+        "--hidden-size",
+        str(model.hidden_size),
+        "--ffn-hidden-size",
+        str(model.ffn_hidden_size),
+        "--num-attention-heads",
+        str(model.num_attention_heads),
+    ]
+    if model.is_gqa:
+        args += ["--group-query-attention", "--num-query-groups", str(model.num_query_groups)]
+    args += [
+        "--kv-channels",
+        str(model.kv_channels),
+        "--seq-length",
+        str(model.seq_length),
+        "--max-position-embeddings",
+        str(model.seq_length),
+        "--position-embedding-type",
+        model.position_embedding.value,
+        "--normalization",
+        model.normalization.value,
+    ]
+    if model.activation is MlpActivation.SWIGLU:
+        args.append("--swiglu")
+    if model.embeddings is EmbeddingTying.UNTIED:
+        args.append("--untie-embeddings-and-output-weights")
+    if not model.add_bias_linear:
+        args.append("--disable-bias-linear")
+    args += [
+        "--vocab-size",
+        str(model.vocab_size),
+        "--padded-vocab-size",
+        str(model.padded_vocab_size),
+    ]
+    match model.datatype:
+        case Datatype.BF16:
+            args.append("--bf16")
+        case Datatype.FP16:
+            args.append("--fp16")
+        case Datatype.FP8:
+            args += ["--bf16", "--fp8-format", "hybrid"]
+        case Datatype.FP32:
+            pass
+        case _ as unreachable:
+            assert_never(unreachable)
+    return args
+
+
+# --------------------------------------------------------------------------------------------
+# Inference
+# --------------------------------------------------------------------------------------------
+def inference_from_mapping(
+    keys: Mapping[str, object], *, model: TransformerModelSpec | None = None
+) -> InferenceSpec:
+    """Build an inference spec from flat keys: ``tensor_model_parallel_size``,
+    ``pipeline_model_parallel_size``, ``replicas``, ``batch_size``, ``prompt_length``,
+    ``generated_tokens``, ``kv_cache_datatype`` (default: the model's datatype),
+    ``sequence_parallel`` and the model keys. Training-only keys are refused by name. The schedule
+    is ForwardOnly for p > 1 and SingleStage for p = 1."""
+    problems: list[str] = []
+    allowed = {**SHARED_KEYS, **INFERENCE_KEYS, **MODEL_KEYS}
+    refused = {
+        k: "is a training-only key; inference has replicas instead of data parallelism and no "
+        "optimizer, recompute, micro-batches or virtual pipeline"
+        for k in TRAINING_KEYS
+    }
+    values = _parse_keys(keys, allowed, problems, refused)
+    t = _get_int(values, "tensor_model_parallel_size") or 1
+    p = _get_int(values, "pipeline_model_parallel_size") or 1
+    spec_model = _model({k: v for k, v in values.items() if k in MODEL_KEYS}, model, t, problems)
+    missing = [k for k in ("batch_size", "prompt_length", "generated_tokens") if k not in values]
+    if missing:
+        problems.append(f"inference key(s) missing: {', '.join(missing)}")
+    unsupported = _unsupported_sizes(values)
+    if problems:
+        raise ConfigError(problems)
+    if unsupported:
+        raise UnsupportedError("; ".join(unsupported))
+    assert spec_model is not None
+    kv_key = _get_str(values, "kv_cache_datatype")
+    kv_datatype = Datatype(kv_key) if kv_key is not None else spec_model.datatype
+    schedule: PipelineSchedule = ForwardOnly() if p > 1 else SingleStage()
+    communication: TensorCommunication = (
+        ReduceScatterAllGather() if values.get("sequence_parallel") is True else AllReduce()
+    )
+    return InferenceSpec(
+        model=spec_model,
+        mapping=TransformerInferenceMappingSpec(
+            parallelism=TransformerInferenceParallelism(
+                tensor=TensorParallel(degree=t, communication=communication),
+                pipeline=PipelineParallel(degree=p, schedule=schedule),
+                replicas=ReplicaParallel(degree=_get_int(values, "replicas") or 1),
+            ),
+            workload=InferenceWorkload(
+                batch_size=_get_int(values, "batch_size") or 1,
+                prompt_length=_get_int(values, "prompt_length") or 1,
+                generated_tokens=_get_int(values, "generated_tokens") or 1,
+                kv_cache_datatype=kv_datatype,
+            ),
+        ),
+    )
+
+
+def inference_to_mapping(spec: InferenceSpec) -> dict[str, FlatValue]:
+    """Canonical flat keys of an inference spec; ``inference_from_mapping`` inverts it."""
+    mapping = spec.mapping
+    workload = mapping.workload
+    out: dict[str, FlatValue] = {
+        "tensor_model_parallel_size": mapping.tensor_degree,
+        "pipeline_model_parallel_size": mapping.pipeline_degree,
+        "replicas": mapping.replica_degree,
+        "sequence_parallel": isinstance(
+            mapping.parallelism.tensor.communication, ReduceScatterAllGather
+        ),
+        "batch_size": workload.batch_size,
+        "prompt_length": workload.prompt_length,
+        "generated_tokens": workload.generated_tokens,
+        "kv_cache_datatype": workload.kv_cache_datatype.value,
+    }
+    return out | _model_to_mapping(spec.model)

@@ -1,0 +1,652 @@
+"""Every law relating a model and a mapping, reported all at once.
+
+The planner's laws are the seed's composition and divisibility laws ("Typed Transformer Parallel
+Strategies", section "Composition and divisibility laws")::
+
+    world_size = t * p * d
+    local_batch = global_batch / d
+    microbatch_count = global_batch / (d * microbatch_size)
+    blocks_per_pipeline_stage = transformer_blocks / p
+    blocks_per_virtual_chunk = transformer_blocks / (p * v)
+
+each required to be integral, plus ``sequence_length mod t = 0`` for RS+AG boundaries (Korthikanti
+et al. 2022, Section 4.2.2), the schedule/degree agreement, the tensor-parallel split of the block
+(Shoeybi et al. 2019, Section 3: heads, FFN columns and the vocabulary are partitioned over t) and
+the recompute bounds. ``world_size = t * p * d`` holds by construction in the ADT (the world size
+is a derived projection); :func:`blueprinting.mapping.flat_keys.from_mapping` checks it where a user
+gives a world size.
+
+Megatron-LM's start-up rules (``megatron/training/arguments.py``, ``model_parallel_config.py``,
+``pipeline_parallel/schedules.py`` at d98e8a64; see ``shared/reference/megatron_rules.md`` and
+``schedules.md`` section 3) form the separate :attr:`RuleSet.MEGATRON` set: a strategy may satisfy
+the planner and still be refused by Megatron-LM. Nothing here repairs a strategy; a law either
+holds or is reported.
+"""
+
+from __future__ import annotations
+
+from typing import assert_never
+
+from blueprinting.errors import InvalidStrategyError, LawViolation, RuleSet
+from blueprinting.mapping.model import PositionEmbedding, TransformerModelSpec
+from blueprinting.mapping.transformer import (
+    AllReduce,
+    DistributedOptimizer,
+    EvenStages,
+    ForwardOnly,
+    FullRecompute,
+    InterleavedOneForwardOneBackward,
+    NoOptimizerSharding,
+    NoRecompute,
+    OneForwardOneBackward,
+    PipelineParallel,
+    ReduceScatterAllGather,
+    SelectiveRecompute,
+    ShardedGradients,
+    ShardedParameters,
+    SingleStage,
+    TensorParallel,
+    TransformerInferenceMappingSpec,
+    TransformerTrainingMappingSpec,
+    UnevenStages,
+)
+
+Value = int | float | str | bool | None
+
+
+def _violation(
+    law: str,
+    formula: str,
+    message: str,
+    ruleset: RuleSet = RuleSet.PLANNER,
+    **values: Value,
+) -> LawViolation:
+    return LawViolation(
+        law=law,
+        formula=formula,
+        values=tuple(values.items()),
+        message=message,
+        ruleset=ruleset,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Stage block counts
+# --------------------------------------------------------------------------------------------
+def stage_blocks(num_layers: int, pipeline: PipelineParallel) -> tuple[int, ...] | None:
+    """Transformer blocks held by each physical pipeline stage, first to last.
+
+    ``None`` when the layout does not split ``num_layers`` into positive integral counts (the laws
+    report why). With :class:`UnevenStages` the given first/last counts are fixed and the rest
+    split evenly over the remaining stages, as Megatron-LM's
+    ``decoder_first/last_pipeline_num_layers`` do (``transformer_config.py``).
+    """
+    p = pipeline.degree
+    match pipeline.layout:
+        case EvenStages():
+            if num_layers % p != 0:
+                return None
+            return (num_layers // p,) * p
+        case UnevenStages(first_stage_layers=first, last_stage_layers=last):
+            fixed = [n for n in (first, last) if n is not None]
+            rest_stages = p - len(fixed)
+            rest_blocks = num_layers - sum(fixed)
+            if p < 2 or rest_stages < 0:
+                return None
+            if rest_stages == 0:
+                return (first or 0, last or 0) if rest_blocks == 0 else None
+            if rest_blocks < rest_stages or rest_blocks % rest_stages != 0:
+                return None
+            middle = rest_blocks // rest_stages
+            counts = [middle] * rest_stages
+            if first is not None:
+                counts.insert(0, first)
+            if last is not None:
+                counts.append(last)
+            return tuple(counts)
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def _layout_laws(num_layers: int, pipeline: PipelineParallel, v: int) -> list[LawViolation]:
+    p = pipeline.degree
+    out: list[LawViolation] = []
+    match pipeline.layout:
+        case EvenStages():
+            if num_layers % p != 0:
+                out.append(
+                    _violation(
+                        "blocks_per_pipeline_stage",
+                        "blocks_per_pipeline_stage = transformer_blocks / p",
+                        f"blocks_per_pipeline_stage = {num_layers} / {p} is not integral",
+                        transformer_blocks=num_layers,
+                        p=p,
+                    )
+                )
+            if v > 1 and num_layers % (p * v) != 0:
+                out.append(
+                    _violation(
+                        "blocks_per_virtual_chunk",
+                        "blocks_per_virtual_chunk = transformer_blocks / (p * v)",
+                        f"blocks_per_virtual_chunk = {num_layers} / ({p} * {v}) is not integral",
+                        transformer_blocks=num_layers,
+                        p=p,
+                        v=v,
+                    )
+                )
+        case UnevenStages(first_stage_layers=first, last_stage_layers=last):
+            out.extend(_uneven_laws(num_layers, p, v, first, last))
+        case _ as unreachable:
+            assert_never(unreachable)
+    return out
+
+
+def _uneven_laws(
+    num_layers: int, p: int, v: int, first: int | None, last: int | None
+) -> list[LawViolation]:
+    fixed = {name: n for name, n in (("first", first), ("last", last)) if n is not None}
+    if p < 2 or len(fixed) > p:
+        return [
+            _violation(
+                "uneven_stages_need_pipeline",
+                "uneven first/last stage counts need p >= 2",
+                f"uneven layout fixes {len(fixed)} stage(s) but p = {p}",
+                p=p,
+            )
+        ]
+    out: list[LawViolation] = []
+    rest_stages = p - len(fixed)
+    rest_blocks = num_layers - sum(fixed.values())
+    counts = dict(fixed)
+    if rest_stages == 0:
+        if rest_blocks != 0:
+            out.append(
+                _violation(
+                    "uneven_stage_blocks_sum",
+                    "first_stage_blocks + last_stage_blocks = transformer_blocks",
+                    f"{first} + {last} = {(first or 0) + (last or 0)} != "
+                    f"transformer_blocks = {num_layers}",
+                    first=first,
+                    last=last,
+                    transformer_blocks=num_layers,
+                )
+            )
+    elif rest_blocks < rest_stages or rest_blocks % rest_stages != 0:
+        out.append(
+            _violation(
+                "blocks_per_middle_stage",
+                "blocks_per_middle_stage = (transformer_blocks - first - last) / "
+                "(p - fixed_stages), a positive integer",
+                f"blocks_per_middle_stage = {rest_blocks} / {rest_stages} is not a positive "
+                "integer",
+                remaining_blocks=rest_blocks,
+                remaining_stages=rest_stages,
+            )
+        )
+    else:
+        counts["middle"] = rest_blocks // rest_stages
+    if v > 1:
+        for where, n in counts.items():
+            if n % v != 0:
+                out.append(
+                    _violation(
+                        "blocks_per_virtual_chunk",
+                        "blocks_per_virtual_chunk = stage_blocks / v",
+                        f"blocks_per_virtual_chunk = {n} / {v} is not integral on the {where} "
+                        "stage(s)",
+                        stage_blocks=n,
+                        v=v,
+                    )
+                )
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Block laws (tensor-parallel split of one transformer block)
+# --------------------------------------------------------------------------------------------
+def _block_laws(model: TransformerModelSpec, tensor: TensorParallel) -> list[LawViolation]:
+    """Shoeybi et al. 2019, Section 3: attention heads, MLP columns and vocabulary rows are
+    partitioned over t ranks; Megatron asserts each split (``arguments.py``,
+    ``transformer_config.py``)."""
+    t = tensor.degree
+    a = model.num_attention_heads
+    g = model.num_query_groups
+    out: list[LawViolation] = []
+    if a % t != 0:
+        out.append(
+            _violation(
+                "attention_heads_per_tensor_rank",
+                "attention_heads_per_tensor_rank = num_attention_heads / t",
+                f"attention_heads_per_tensor_rank = {a} / {t} is not integral",
+                num_attention_heads=a,
+                t=t,
+            )
+        )
+    if g % t != 0 and t % g != 0:
+        out.append(
+            _violation(
+                "query_groups_vs_tensor",
+                "num_query_groups mod t = 0 or t mod num_query_groups = 0",
+                f"num_query_groups = {g} is neither a multiple nor a divisor of t = {t}",
+                num_query_groups=g,
+                t=t,
+            )
+        )
+    if a % g != 0:
+        out.append(
+            _violation(
+                "heads_per_query_group",
+                "heads_per_query_group = num_attention_heads / num_query_groups",
+                f"heads_per_query_group = {a} / {g} is not integral",
+                num_attention_heads=a,
+                num_query_groups=g,
+            )
+        )
+    f = model.ffn_hidden_size
+    if f % t != 0:
+        out.append(
+            _violation(
+                "ffn_per_tensor_rank",
+                "ffn_per_tensor_rank = ffn_hidden_size / t",
+                f"ffn_per_tensor_rank = {f} / {t} is not integral",
+                ffn_hidden_size=f,
+                t=t,
+            )
+        )
+    h = model.hidden_size
+    # kv_channels defaults to h // heads; only then must heads * kv_channels reproduce h exactly
+    # (Megatron's bare assert). An explicit other kv_channels decouples the two.
+    if model.kv_channels == h // a and h % a != 0:
+        out.append(
+            _violation(
+                "hidden_per_head",
+                "kv_channels = hidden_size / num_attention_heads (default kv_channels)",
+                f"kv_channels = {h} / {a} is not integral",
+                hidden_size=h,
+                num_attention_heads=a,
+            )
+        )
+    vocab = model.padded_vocab_size
+    if vocab % t != 0:
+        out.append(
+            _violation(
+                "vocab_per_tensor_rank",
+                "vocab_per_tensor_rank = padded_vocab_size / t",
+                f"vocab_per_tensor_rank = {vocab} / {t} is not integral",
+                padded_vocab_size=vocab,
+                t=t,
+            )
+        )
+    return out
+
+
+def _sequence_laws(
+    tensor: TensorParallel, sequence: int, sequence_name: str, *, megatron: bool
+) -> list[LawViolation]:
+    t = tensor.degree
+    out: list[LawViolation] = []
+    match tensor.communication:
+        case ReduceScatterAllGather():
+            if sequence % t != 0:
+                out.append(
+                    LawViolation(
+                        law="local_sequence",
+                        formula=f"local_sequence = {sequence_name} / t (RS+AG)",
+                        values=((sequence_name, sequence), ("t", t)),
+                        message=f"local_sequence = {sequence} / {t} is not integral",
+                    )
+                )
+            if megatron and t == 1:
+                out.append(
+                    _violation(
+                        "sequence_parallel_needs_tensor",
+                        "sequence_parallel => t > 1",
+                        "sequence parallelism needs t > 1, got t = 1",
+                        RuleSet.MEGATRON,
+                        t=t,
+                    )
+                )
+        case AllReduce():
+            pass
+        case _ as unreachable:
+            assert_never(unreachable)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Training
+# --------------------------------------------------------------------------------------------
+def _training_schedule_laws(p: int, pipeline: PipelineParallel) -> list[LawViolation]:
+    schedule = pipeline.schedule
+    match schedule:
+        case SingleStage():
+            if p != 1:
+                return [
+                    _violation(
+                        "schedule_matches_pipeline",
+                        "SingleStage <=> p = 1",
+                        f"SingleStage needs p = 1, got p = {p}",
+                        p=p,
+                    )
+                ]
+        case OneForwardOneBackward():
+            if p == 1:
+                return [
+                    _violation(
+                        "schedule_matches_pipeline",
+                        "OneForwardOneBackward => p > 1",
+                        "OneForwardOneBackward needs p > 1, got p = 1",
+                        p=p,
+                    )
+                ]
+        case InterleavedOneForwardOneBackward(virtual_stages=v):
+            out: list[LawViolation] = []
+            if p == 1:
+                out.append(
+                    _violation(
+                        "schedule_matches_pipeline",
+                        "InterleavedOneForwardOneBackward => p > 1",
+                        "InterleavedOneForwardOneBackward needs p > 1, got p = 1",
+                        p=p,
+                    )
+                )
+            if v < 2:
+                out.append(
+                    _violation(
+                        "interleaved_virtual_stages",
+                        "InterleavedOneForwardOneBackward => v >= 2",
+                        f"InterleavedOneForwardOneBackward needs v >= 2, got v = {v}",
+                        v=v,
+                    )
+                )
+            return out
+        case ForwardOnly():
+            return [
+                _violation(
+                    "training_schedule",
+                    "schedule in {SingleStage, OneForwardOneBackward, Interleaved}",
+                    "ForwardOnly is an inference schedule, not a training schedule",
+                )
+            ]
+        case _ as unreachable:
+            assert_never(unreachable)
+    return []
+
+
+def _megatron_interleaving_laws(
+    pipeline: PipelineParallel, microbatches: int
+) -> list[LawViolation]:
+    """Megatron-LM's interleaved-schedule rules (``schedules.md`` section 3): p > 2 unless P2P
+    overlap with p = 2 (Megatron-LM issue #750), p <= N <= m and (m mod N = 0 or m mod N >= p)."""
+    p = pipeline.degree
+    out: list[LawViolation] = []
+    match pipeline.schedule:
+        case InterleavedOneForwardOneBackward(
+            microbatch_group_size=group, overlap_p2p_comm=overlap
+        ):
+            if not (p > 2 or (p == 2 and overlap)):
+                out.append(
+                    _violation(
+                        "interleaving_pipeline_degree",
+                        "interleaving => p > 2, or p = 2 with overlap_p2p_comm",
+                        f"interleaving needs p > 2 (or p = 2 with overlap_p2p_comm), got p = {p}"
+                        + (" with overlap_p2p_comm" if overlap else ""),
+                        RuleSet.MEGATRON,
+                        p=p,
+                        overlap_p2p_comm=overlap,
+                    )
+                )
+            n = p if group is None else group
+            m = microbatches
+            if not p <= n <= m:
+                out.append(
+                    _violation(
+                        "microbatch_group_bounds",
+                        "p <= N <= m (N = microbatch_group_size_per_vp_stage, default p)",
+                        f"p <= N <= m fails: {p} <= {n} <= {m}",
+                        RuleSet.MEGATRON,
+                        p=p,
+                        N=n,
+                        m=m,
+                    )
+                )
+            if m % n != 0 and m % n < p:
+                out.append(
+                    _violation(
+                        "microbatch_group_remainder",
+                        "m mod N = 0 or m mod N >= p",
+                        f"m mod N = {m} mod {n} = {m % n} is neither 0 nor >= p = {p}",
+                        RuleSet.MEGATRON,
+                        m=m,
+                        N=n,
+                        p=p,
+                    )
+                )
+        case SingleStage() | OneForwardOneBackward() | ForwardOnly():
+            pass
+        case _ as unreachable:
+            assert_never(unreachable)
+    return out
+
+
+def _recompute_laws(
+    model: TransformerModelSpec, mapping: TransformerTrainingMappingSpec
+) -> list[LawViolation]:
+    recompute = mapping.parallelism.recompute
+    match recompute:
+        case FullRecompute(num_layers=n):
+            counts = stage_blocks(model.num_layers, mapping.parallelism.pipeline)
+            bound = max(counts) if counts else model.num_layers // mapping.pipeline_degree
+            if not 1 <= n <= bound:
+                return [
+                    _violation(
+                        "recompute_num_layers",
+                        "1 <= recompute_num_layers <= blocks_per_pipeline_stage",
+                        f"recompute_num_layers = {n} is outside 1..{bound} "
+                        "(blocks per pipeline stage)",
+                        recompute_num_layers=n,
+                        blocks_per_pipeline_stage=bound,
+                    )
+                ]
+        case NoRecompute() | SelectiveRecompute():
+            pass
+        case _ as unreachable:
+            assert_never(unreachable)
+    return []
+
+
+def _optimizer_laws(mapping: TransformerTrainingMappingSpec) -> list[LawViolation]:
+    data = mapping.parallelism.data
+    sharding = data.optimizer_sharding
+    match sharding:
+        case NoOptimizerSharding():
+            return []
+        case DistributedOptimizer() | ShardedGradients() | ShardedParameters():
+            if sharding.overlap_param_gather and not data.overlap_grad_reduce:
+                return [
+                    _violation(
+                        "overlap_param_gather_needs_overlap_grad_reduce",
+                        "overlap_param_gather => overlap_grad_reduce",
+                        "overlap_param_gather needs overlap_grad_reduce",
+                        RuleSet.MEGATRON,
+                    )
+                ]
+            return []
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def check_training(
+    model: TransformerModelSpec,
+    mapping: TransformerTrainingMappingSpec,
+    *,
+    megatron: bool = True,
+) -> tuple[LawViolation, ...]:
+    """Every violated law of a training strategy, planner laws first; ``()`` when all hold.
+
+    With ``megatron=False`` only the planner's laws are checked.
+    """
+    p = mapping.pipeline_degree
+    d = mapping.data_degree
+    v = mapping.virtual_stages
+    gbs = mapping.batch.global_batch_size
+    mbs = mapping.batch.micro_batch_size
+    pipeline = mapping.parallelism.pipeline
+    out: list[LawViolation] = []
+
+    if gbs % d != 0:
+        out.append(
+            _violation(
+                "local_batch",
+                "local_batch = global_batch / d",
+                f"local_batch = {gbs} / {d} is not integral",
+                global_batch=gbs,
+                d=d,
+            )
+        )
+    if gbs % (d * mbs) != 0:
+        out.append(
+            _violation(
+                "microbatch_count",
+                "microbatch_count = global_batch / (d * microbatch_size)",
+                f"microbatch_count = {gbs} / ({d} * {mbs}) is not integral",
+                global_batch=gbs,
+                d=d,
+                microbatch_size=mbs,
+            )
+        )
+    out.extend(_layout_laws(model.num_layers, pipeline, v))
+    out.extend(_training_schedule_laws(p, pipeline))
+    out.extend(_block_laws(model, mapping.parallelism.tensor))
+    out.extend(_recompute_laws(model, mapping))
+
+    megatron_out = _sequence_laws(
+        mapping.parallelism.tensor, model.seq_length, "sequence_length", megatron=megatron
+    )
+    out.extend(x for x in megatron_out if x.ruleset is RuleSet.PLANNER)
+    if not megatron:
+        return tuple(out)
+
+    out.extend(x for x in megatron_out if x.ruleset is RuleSet.MEGATRON)
+    microbatches = gbs // (d * mbs)
+    if microbatches < 1:
+        out.append(
+            _violation(
+                "num_microbatches_positive",
+                "num_microbatches = global_batch // (d * microbatch_size) >= 1",
+                f"num_microbatches = {gbs} // ({d} * {mbs}) = {microbatches} < 1",
+                RuleSet.MEGATRON,
+                global_batch=gbs,
+                d=d,
+                microbatch_size=mbs,
+            )
+        )
+    out.extend(_megatron_interleaving_laws(pipeline, microbatches))
+    out.extend(_optimizer_laws(mapping))
+    return tuple(out)
+
+
+def validate_training(
+    model: TransformerModelSpec,
+    mapping: TransformerTrainingMappingSpec,
+    *,
+    megatron: bool = True,
+) -> None:
+    """Raise :class:`InvalidStrategyError` with every violated law, or return."""
+    violations = check_training(model, mapping, megatron=megatron)
+    if violations:
+        raise InvalidStrategyError(violations, subject=f"{model.name}: {mapping}")
+
+
+# --------------------------------------------------------------------------------------------
+# Inference
+# --------------------------------------------------------------------------------------------
+def _inference_schedule_laws(p: int, pipeline: PipelineParallel) -> list[LawViolation]:
+    schedule = pipeline.schedule
+    match schedule:
+        case SingleStage():
+            if p != 1:
+                return [
+                    _violation(
+                        "schedule_matches_pipeline",
+                        "SingleStage <=> p = 1",
+                        f"SingleStage needs p = 1, got p = {p}",
+                        p=p,
+                    )
+                ]
+        case ForwardOnly():
+            if p == 1:
+                return [
+                    _violation(
+                        "schedule_matches_pipeline",
+                        "ForwardOnly => p > 1",
+                        "ForwardOnly needs p > 1, got p = 1",
+                        p=p,
+                    )
+                ]
+        case OneForwardOneBackward() | InterleavedOneForwardOneBackward():
+            return [
+                _violation(
+                    "inference_schedule",
+                    "schedule in {SingleStage, ForwardOnly}",
+                    f"{type(schedule).__name__} is a training schedule, not an inference one",
+                )
+            ]
+        case _ as unreachable:
+            assert_never(unreachable)
+    return []
+
+
+def check_inference(
+    model: TransformerModelSpec,
+    mapping: TransformerInferenceMappingSpec,
+    *,
+    megatron: bool = True,
+) -> tuple[LawViolation, ...]:
+    """Every violated law of an inference strategy; ``()`` when all hold.
+
+    Laws: the block's TP split, blocks per pipeline stage, the schedule (SingleStage iff p = 1,
+    ForwardOnly otherwise), ``prompt_length mod t = 0`` with RS+AG, and for learned absolute
+    positions ``prompt_length + generated_tokens <= seq_length`` (there is no position beyond).
+    """
+    p = mapping.pipeline_degree
+    pipeline = mapping.parallelism.pipeline
+    workload = mapping.workload
+    out: list[LawViolation] = []
+    out.extend(_layout_laws(model.num_layers, pipeline, 1))
+    out.extend(_inference_schedule_laws(p, pipeline))
+    out.extend(_block_laws(model, mapping.parallelism.tensor))
+    context = workload.prompt_length + workload.generated_tokens
+    if model.position_embedding is PositionEmbedding.LEARNED_ABSOLUTE and (
+        context > model.seq_length
+    ):
+        out.append(
+            _violation(
+                "context_length",
+                "prompt_length + generated_tokens <= seq_length (learned positions)",
+                f"prompt_length + generated_tokens = {workload.prompt_length} + "
+                f"{workload.generated_tokens} = {context} > seq_length = {model.seq_length}",
+                prompt_length=workload.prompt_length,
+                generated_tokens=workload.generated_tokens,
+                seq_length=model.seq_length,
+            )
+        )
+    sequence = _sequence_laws(
+        mapping.parallelism.tensor, workload.prompt_length, "prompt_length", megatron=megatron
+    )
+    out.extend(x for x in sequence if x.ruleset is RuleSet.PLANNER)
+    if megatron:
+        out.extend(x for x in sequence if x.ruleset is RuleSet.MEGATRON)
+    return tuple(out)
+
+
+def validate_inference(
+    model: TransformerModelSpec,
+    mapping: TransformerInferenceMappingSpec,
+    *,
+    megatron: bool = True,
+) -> None:
+    """Raise :class:`InvalidStrategyError` with every violated law, or return."""
+    violations = check_inference(model, mapping, megatron=megatron)
+    if violations:
+        raise InvalidStrategyError(violations, subject=f"{model.name}: {mapping}")
