@@ -258,7 +258,7 @@ def stage_parameters(
         match model.position_embedding:
             case PositionEmbedding.LEARNED_ABSOLUTE:
                 embedding = word + model.seq_length * model.hidden_size
-            case PositionEmbedding.ROPE:
+            case PositionEmbedding.ROPE | PositionEmbedding.NONE:
                 embedding = word
             case _ as unreachable:
                 assert_never(unreachable)

@@ -622,7 +622,7 @@ def first_stage_ops(model: TransformerModelSpec, dims: BlockDims) -> tuple[Seman
         ),
     )
     match model.position_embedding:
-        case PositionEmbedding.ROPE:
+        case PositionEmbedding.ROPE | PositionEmbedding.NONE:
             return (lookup,)
         case PositionEmbedding.LEARNED_ABSOLUTE:
             rows = dims.token_rows
