@@ -17,6 +17,7 @@ from blueprinting.errors import BlueprintingError, ConfigError, InvalidStrategyE
 # name -> (module, one-line help). Keep alphabetical.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "check": ("blueprinting.cli.check", "check a strategy file against every law"),
+    "plan": ("blueprinting.cli.plan", "iteration time, breakdown, memory and MFU of a strategy"),
     "presets": ("blueprinting.cli.presets", "list built-in model and system presets"),
 }
 
@@ -53,6 +54,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BlueprintingError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        # A reader such as `head` closed the pipe: not an error of ours. Point stdout at devnull
+        # so the interpreter's final flush does not raise again.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     return code
 
 

@@ -1,0 +1,88 @@
+"""The Python API: the same reach as the CLI, for notebooks and scripts.
+
+    from blueprinting.api import plan
+    report = plan(model="gpt3-175b", system="dgx-a100-80gb", gpus=1024,
+                  settings={"tensor_model_parallel_size": 8, "pipeline_model_parallel_size": 8,
+                            "global_batch_size": 1536, "sequence_parallel": True})
+    report.iteration_time_s, report.mfu, report.to_json_dict()
+
+or ``plan(spec, system=...)`` with a :class:`~blueprinting.mapping.transformer.TrainingSpec`.
+Every strategy is checked against the laws first (all violations raised at once).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from blueprinting.analysis.evaluate import PlanOptions, evaluate_plan
+from blueprinting.analysis.report import IterationReport
+from blueprinting.errors import ConfigError
+from blueprinting.hardware.presets import system_preset
+from blueprinting.hardware.system import SystemSpec
+from blueprinting.mapping.flat_keys import from_mapping, to_mapping, to_megatron_args
+from blueprinting.mapping.laws import validate_training
+from blueprinting.mapping.model import TransformerModelSpec
+from blueprinting.mapping.presets import model_preset
+from blueprinting.mapping.transformer import TrainingSpec
+
+__all__ = ["IterationReport", "PlanOptions", "plan", "plan_spec", "resolve_system"]
+
+
+def resolve_system(system: SystemSpec | str) -> SystemSpec:
+    return system_preset(system) if isinstance(system, str) else system
+
+
+def plan_spec(
+    spec: TrainingSpec,
+    system: SystemSpec | str,
+    options: PlanOptions | None = None,
+    *,
+    bubble_simulated_s: float | None = None,
+) -> IterationReport:
+    """Check ``spec`` against every law, then evaluate it on ``system``."""
+    chosen = PlanOptions() if options is None else options
+    validate_training(spec.model, spec.mapping, megatron=chosen.megatron_rules)
+    return evaluate_plan(
+        spec,
+        resolve_system(system),
+        chosen,
+        strategy_keys=to_mapping(spec),
+        megatron_args=tuple(to_megatron_args(spec)),
+        bubble_simulated_s=bubble_simulated_s,
+    )
+
+
+def build_spec(
+    *,
+    model: TransformerModelSpec | str,
+    gpus: int | None = None,
+    settings: Mapping[str, object] | None = None,
+) -> TrainingSpec:
+    """A TrainingSpec from a model (preset name or spec), a GPU count and flat Megatron keys."""
+    base = model_preset(model) if isinstance(model, str) else model
+    keys: dict[str, object] = dict(settings or {})
+    if gpus is not None:
+        if "world_size" in keys and keys["world_size"] != gpus:
+            raise ConfigError([f"gpus = {gpus} conflicts with world_size = {keys['world_size']}"])
+        if "data_parallel_size" not in keys:
+            keys["world_size"] = gpus
+    return from_mapping(keys, model=base)
+
+
+def plan(
+    spec: TrainingSpec | None = None,
+    *,
+    system: SystemSpec | str = "dgx-a100-80gb",
+    model: TransformerModelSpec | str | None = None,
+    gpus: int | None = None,
+    settings: Mapping[str, object] | None = None,
+    options: PlanOptions | None = None,
+) -> IterationReport:
+    """Plan one training strategy: pass a spec, or a model with flat Megatron keys."""
+    if spec is None:
+        if model is None:
+            raise ConfigError(["plan() needs a TrainingSpec or a model (preset name or spec)"])
+        spec = build_spec(model=model, gpus=gpus, settings=settings)
+    elif model is not None or settings is not None or gpus is not None:
+        raise ConfigError(["plan() takes either a spec or model/gpus/settings, not both"])
+    return plan_spec(spec, system, options)

@@ -1,0 +1,118 @@
+"""``blueprinting plan``: iteration time, breakdown, memory and MFU of one training strategy.
+
+``blueprinting plan FILE [--set KEY=VALUE ...] [--json]`` reads a strategy file;
+``blueprinting plan --model NAME --system NAME --gpus N --set KEY=VALUE ...`` needs no file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from blueprinting.analysis.evaluate import PlanOptions
+from blueprinting.analysis.flops import FlopsConvention
+from blueprinting.analysis.iteration import BubbleSource
+from blueprinting.analysis.report import IterationReport
+from blueprinting.errors import ConfigError
+from blueprinting.hardware.system import SystemSpec
+from blueprinting.mapping.transformer import TrainingSpec
+
+
+def add_strategy_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options ``plan`` and ``simulate`` share."""
+    parser.add_argument("file", metavar="FILE", nargs="?", help="strategy file (.toml/.json/.yaml)")
+    parser.add_argument("--model", help="model preset (without FILE)")
+    parser.add_argument("--system", help="system preset (overrides the file's [system] preset)")
+    parser.add_argument("--gpus", type=int, help="number of GPUs = world_size (without FILE)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a flat key (repeatable); system.KEY=... addresses [system]",
+    )
+    parser.add_argument(
+        "--flops-convention",
+        choices=[str(c) for c in FlopsConvention],
+        default=str(FlopsConvention.MEGATRON_LEGACY),
+        help="how model/hardware FLOPs are counted (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--no-megatron-rules",
+        action="store_true",
+        help="check only the planner's laws, not Megatron-LM's start-up rules",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_strategy_arguments(parser)
+
+
+def load_training(args: argparse.Namespace) -> tuple[TrainingSpec, SystemSpec]:
+    """The spec and system named by FILE or by --model/--gpus, with --set and --system."""
+    from blueprinting.api import build_spec
+    from blueprinting.hardware.presets import system_preset
+    from blueprinting.hardware.system_mapping import system_from_mapping
+    from blueprinting.mapping.config_file import apply_overrides, load_config
+
+    overrides: list[str] = list(args.overrides)
+    if args.file is not None:
+        if args.model is not None or args.gpus is not None:
+            raise ConfigError(["give either FILE or --model/--gpus, not both"])
+        config = load_config(args.file, overrides=overrides)
+        if config.training is None:
+            raise ConfigError(
+                ["this file holds an [inference] spec; use `blueprinting infer`"],
+                source=config.source,
+            )
+        section = dict(config.system)
+        if args.system is not None:
+            section = {"preset": args.system}
+        if not section:
+            raise ConfigError(["the file has no [system] section; pass --system"])
+        return config.training, system_from_mapping(section, source=config.source)
+    if args.model is None:
+        raise ConfigError(["give a strategy FILE, or --model (with --gpus and --set keys)"])
+    system_overrides = [o for o in overrides if o.startswith("system.")]
+    flat = apply_overrides({}, [o for o in overrides if not o.startswith("system.")])
+    spec = build_spec(model=args.model, gpus=args.gpus, settings=flat)
+    system_name = args.system or "dgx-a100-80gb"
+    if system_overrides:
+        section: dict[str, object] = {"preset": system_name}
+        for item in system_overrides:
+            key, _, value = item.partition("=")
+            section[key.removeprefix("system.")] = apply_overrides({}, [f"x={value}"])["x"]
+        return spec, system_from_mapping(section)
+    return spec, system_preset(system_name)
+
+
+def options_from(args: argparse.Namespace, bubble: BubbleSource) -> PlanOptions:
+    return PlanOptions(
+        flops_convention=FlopsConvention(args.flops_convention),
+        bubble_source=bubble,
+        megatron_rules=not args.no_megatron_rules,
+    )
+
+
+def print_report(report: IterationReport, *, as_json: bool) -> None:
+    if as_json:
+        json.dump(report.to_json_dict(), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return
+    from rich.console import Console
+
+    from blueprinting.report.plan_text import render_plan
+
+    render_plan(report, Console())
+
+
+def run(args: argparse.Namespace) -> int:
+    from blueprinting.api import plan_spec
+
+    spec, system = load_training(args)
+    report = plan_spec(spec, system, options_from(args, BubbleSource.CONTRACT))
+    print_report(report, as_json=bool(args.json))
+    return 0

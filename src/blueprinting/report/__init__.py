@@ -1,0 +1,1 @@
+"""Human-readable renderings of reports (rich tables); JSON lives with the report values."""

@@ -1,0 +1,88 @@
+"""The ``blueprinting plan`` text report: strategy line, time breakdown, memory, FLOPs.
+
+rich is imported inside the function so that importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from blueprinting.analysis.report import IterationReport
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+GIB = 1024**3
+BAR_WIDTH = 40
+
+
+def _bar(fraction: float) -> str:
+    filled = min(BAR_WIDTH, round(max(0.0, fraction) * BAR_WIDTH))
+    return "█" * filled + "·" * (BAR_WIDTH - filled)
+
+
+def render_plan(report: IterationReport, console: Console) -> None:
+    from rich.table import Table
+
+    spec = report.spec
+    mapping = spec.mapping
+    console.print(
+        f"[bold]{spec.model.name}[/bold] on [bold]{report.world_size}[/bold] x "
+        f"{report.system.accelerator.name} ({report.system.name})"
+    )
+    console.print(
+        f"strategy: {mapping}  |  global batch {mapping.batch.global_batch_size}, "
+        f"micro batch {mapping.batch.micro_batch_size}, {mapping.microbatch_count} microbatches "
+        f"per pipeline"
+    )
+    total = report.iteration_time_s
+    times = Table(title=f"Iteration time {total:.4f} s (critical pipeline stage)")
+    times.add_column("term")
+    times.add_column("seconds", justify="right")
+    times.add_column("share", justify="right")
+    for name, seconds in report.breakdown.as_dict().items():
+        times.add_row(name, f"{seconds:.4f}", f"{100 * seconds / total:5.1f}%")
+    times.add_row("[bold]total[/bold]", f"[bold]{total:.4f}[/bold]", "100.0%")
+    console.print(times)
+
+    bubble = report.bubble
+    simulated = (
+        "not simulated"
+        if report.bubble_simulated_s is None
+        else f"simulated {report.bubble_simulated_s:.4f} s"
+    )
+    console.print(
+        f"bubble (seed's analytic contract): n_bubble = {bubble.n_bubble} x T_chunk "
+        f"{bubble.chunk_time_s:.5f} s - correction {bubble.imbalance_correction_s:.5f} s = "
+        f"{bubble.bubble_s:.4f} s; {simulated}; total uses: {report.bubble_source}"
+    )
+
+    memory = report.memory
+    mem = Table(title=f"Memory per GPU, pipeline stage {memory.stage} (most loaded)")
+    mem.add_column("category")
+    mem.add_column("GiB", justify="right")
+    for name, size in (
+        ("weights", memory.weights),
+        ("gradients", memory.gradients),
+        ("optimizer states", memory.optimizer_states),
+        ("activations", memory.activations),
+        ("other (embedding, logits)", memory.other),
+    ):
+        mem.add_row(name, f"{size / GIB:.2f}")
+    mem.add_row("[bold]total[/bold]", f"[bold]{memory.total / GIB:.2f}[/bold]")
+    console.print(mem)
+    verdict = "[green]fits[/green]" if memory.fits else "[red]does NOT fit[/red]"
+    console.print(
+        f"[{_bar(memory.total / memory.capacity)}] {memory.total / GIB:.1f} of "
+        f"{memory.capacity / GIB:.1f} GiB: {verdict}, headroom {memory.headroom / GIB:.2f} GiB"
+    )
+
+    console.print(
+        f"FLOPs per iteration ({report.flops_convention}): model "
+        f"{report.model_flops_per_iteration:.4e}, hardware {report.hardware_flops_per_iteration:.4e}"
+    )
+    console.print(
+        f"throughput: {report.tflops_per_gpu:.1f} TFLOP/s per GPU, MFU {100 * report.mfu:.1f}%, "
+        f"HFU {100 * report.hfu:.1f}%, {report.tokens_per_second:,.0f} tokens/s"
+    )
+    console.print("megatron-lm flags: " + " ".join(report.megatron_args))
