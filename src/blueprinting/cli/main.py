@@ -18,6 +18,7 @@ from blueprinting.errors import BlueprintingError, ConfigError, InvalidStrategyE
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "check": ("blueprinting.cli.check", "check a strategy file against every law"),
     "presets": ("blueprinting.cli.presets", "list built-in model and system presets"),
+    "validate": ("blueprinting.cli.validate", "compare predictions with published measured runs"),
 }
 
 

@@ -165,8 +165,11 @@ class PublishedRun:
 
     @property
     def global_batch_size(self) -> int:
-        value = self.strategy_keys["global_batch_size"]
-        assert type(value) is int  # the loader checked it
+        value = self.strategy_keys.get("global_batch_size")
+        if type(value) is not int:
+            raise ConfigError(
+                [f"global_batch_size must be an integer, got {value!r}"], source=self.id
+            )
         return value
 
     def training_spec(self) -> TrainingSpec:
@@ -282,6 +285,16 @@ def _float_or_none(
     return float(value)
 
 
+def _positive_float(
+    table: Mapping[str, object], key: str, where: str, problems: ProblemCollector
+) -> float:
+    value = _float_or_none(table, key, where, problems)
+    if value is None or value <= 0:
+        problems.add(f"{where}.{key} must be a positive number, got {table.get(key)!r}")
+        return 1.0
+    return value
+
+
 def _strings(
     table: Mapping[str, object], key: str, where: str, problems: ProblemCollector
 ) -> tuple[str, ...]:
@@ -379,7 +392,7 @@ def _run(raw: Mapping[str, object], where: str, problems: ProblemCollector) -> P
         system=_str(raw, "system", where, problems),
         gpu=_str(raw, "gpu", where, problems),
         num_gpus=_int(raw, "num_gpus", where, problems),
-        peak_tflops_16bit=_float_or_none(raw, "peak_tflops_16bit", where, problems) or 0.0,
+        peak_tflops_16bit=_positive_float(raw, "peak_tflops_16bit", where, problems),
         model=model,
         params_b=params_b,
         strategy_keys=MappingProxyType(strategy),
