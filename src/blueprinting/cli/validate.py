@@ -1,0 +1,53 @@
+"""``blueprinting validate``: score the cost model against published measured runs (issue #5).
+
+Runs every row of ``tests/validation/fixtures/published_runs.toml`` (Narayanan et al. 2021
+Table 1; Korthikanti et al. 2022 Tables 4-5, text, Figures 1 and 7) through
+``blueprinting.api.plan`` and prints measured vs predicted per row and the issue's gates.
+Exit status: 0 when every gate passes, 1 when one fails, 2 when the cost model or the fixture is
+missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from blueprinting.errors import UnsupportedError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--fixture",
+        type=Path,
+        default=None,
+        help="published-runs TOML (default: tests/validation/fixtures/published_runs.toml)",
+    )
+    parser.add_argument(
+        "--summary-only", action="store_true", help="print only the gates, not every row"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from blueprinting.validation.comparison import compare_published, render_gates, render_rows
+    from blueprinting.validation.predictor import api_predictor
+    from blueprinting.validation.published import default_fixture_path, load_published_runs
+
+    try:
+        predict = api_predictor()
+    except UnsupportedError as error:
+        print(f"error: the cost model is not available: {error}", file=sys.stderr)
+        return 2
+    fixture: Path = args.fixture if args.fixture is not None else default_fixture_path()
+    if not fixture.is_file():
+        print(f"error: published-runs fixture not found: {fixture}", file=sys.stderr)
+        return 2
+    table = compare_published(predict, load_published_runs(fixture))
+
+    from rich.console import Console
+
+    console = Console()
+    if not args.summary_only:
+        console.print(render_rows(table))
+    console.print(render_gates(table))
+    return 0 if table.passed else 1

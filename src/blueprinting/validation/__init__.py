@@ -1,0 +1,6 @@
+"""Validation of Blueprinting's figures: published measured runs, the Calculon oracle and
+regression digests (issue #5).
+
+``published`` loads the measured-run fixture, ``comparison`` scores a predictor against it,
+``calculon`` reads and translates the Calculon oracle, ``digests`` keeps reports stable.
+"""

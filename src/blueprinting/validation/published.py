@@ -1,0 +1,434 @@
+"""Published measured training runs, as typed records (issue #5).
+
+The fixture ``tests/validation/fixtures/published_runs.toml`` carries, in the project's own format,
+every figure of ``shared/reference/published_runs.json``:
+
+* Narayanan et al. 2021 (SC'21, arXiv:2104.04473), Table 1: TFLOP/s per GPU of ten GPT models,
+  counted with the paper's Eq. (3), which includes the recompute forward pass.
+* Korthikanti et al. 2022 (arXiv:2205.05198), Table 5: iteration times with full recompute versus
+  selective recompute + sequence parallelism; Table 4: forward / backward time of one 22B layer;
+  Section 6.3 and the abstract: MFU of the 530B run on 2240 GPUs; Appendix C: microbatch-level
+  recompute.
+* Korthikanti et al. 2022, Figures 1 and 7 as read by Calculon (``calculon/llm/validation.py``):
+  per-GPU activation memory in GiB and as a percentage of the tensor-parallel baseline.
+
+Measured figures keep the paper's unit, named in the field (``layer_forward_ms``); predictions
+are SI and :mod:`blueprinting.validation.comparison` converts. The model is built directly as a
+:class:`TransformerModelSpec` (GPT as these papers trained it: learned absolute positions,
+LayerNorm, GELU, tied embeddings, biases, ``kv_channels = h / heads``, vocabulary padded the way
+Megatron-LM pads it). The strategy stays as Megatron-LM flat keys;
+:meth:`PublishedRun.training_spec` hands them to the flat-key adapter.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from types import MappingProxyType
+from typing import TypeAlias, TypeVar, assert_never, final
+
+from blueprinting.errors import ConfigError, ProblemCollector, UnsupportedError
+from blueprinting.mapping.model import (
+    Datatype,
+    EmbeddingTying,
+    MlpActivation,
+    Normalization,
+    PositionEmbedding,
+    TransformerModelSpec,
+)
+from blueprinting.mapping.transformer import TrainingSpec
+
+FlatValue: TypeAlias = int | bool | str
+_E = TypeVar("_E", bound=StrEnum)
+
+#: Megatron-LM's ``--make-vocab-size-divisible-by`` default (``megatron/training/arguments.py``).
+MEGATRON_VOCAB_DIVISIBLE_BY = 128
+
+
+class SourceTable(StrEnum):
+    """Which published table or figure a row comes from (the shared JSON's ``source_key``)."""
+
+    NARAYANAN2021_TABLE1 = "narayanan2021_table1"
+    KORTHIKANTI2022_TABLE5 = "korthikanti2022_table5"
+    KORTHIKANTI2022_TABLE4 = "korthikanti2022_table4"
+    KORTHIKANTI2022_TEXT = "korthikanti2022_text"
+    CALCULON_FIG1 = "calculon_validation_fig1"
+    CALCULON_FIG7 = "calculon_validation_fig7"
+
+
+class FlopsConvention(StrEnum):
+    """How a published FLOP count was defined.
+
+    ``narayanan2021_eq3``: Narayanan et al. 2021, Eq. (3),
+    ``F = 96·B·s·l·h²·(1 + s/(6h) + V/(16·l·h))`` per iteration; it counts the recompute forward
+    pass, so with full recompute it is a hardware-FLOPs count.
+    ``korthikanti2022_model_flops``: Korthikanti et al. 2022, Section 6.3 model FLOPs,
+    ``F = 72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h))``, no recompute; MFU = F / (time · n · peak).
+    """
+
+    NARAYANAN2021_EQ3 = "narayanan2021_eq3"
+    KORTHIKANTI2022_MODEL_FLOPS = "korthikanti2022_model_flops"
+
+    def iteration_flops(self, model: TransformerModelSpec, global_batch_size: int) -> float:
+        """FLOPs of one training iteration under this convention (``V`` = unpadded vocab, as the
+        papers use 51200)."""
+        batch = float(global_batch_size)
+        s = float(model.seq_length)
+        layers = float(model.num_layers)
+        h = float(model.hidden_size)
+        vocab = float(model.vocab_size)
+        match self:
+            case FlopsConvention.NARAYANAN2021_EQ3:
+                return (
+                    96 * batch * s * layers * h * h * (1 + s / (6 * h) + vocab / (16 * layers * h))
+                )
+            case FlopsConvention.KORTHIKANTI2022_MODEL_FLOPS:
+                return (
+                    72 * batch * s * layers * h * h * (1 + s / (6 * h) + vocab / (12 * layers * h))
+                )
+            case _ as unreachable:
+                assert_never(unreachable)
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MeasuredFigures:
+    """The figures a paper reports for one run, in the paper's units (``None``: not reported).
+
+    ``tflops_per_gpu`` follows ``flops_convention``; ``mfu_pct`` / ``hfu_pct`` are percentages of
+    the 16-bit peak; ``memory_*_GiB`` are GiB (2**30 bytes) on the first pipeline stage's GPU;
+    ``activation_memory_pct_of_tp_baseline`` is a percentage of ``baseline_run``'s activations.
+    """
+
+    tflops_per_gpu: float | None = None
+    flops_convention: FlopsConvention | None = None
+    pct_of_peak: float | None = None
+    aggregate_pflops: float | None = None
+    iteration_time_s: float | None = None
+    mfu_pct: float | None = None
+    hfu_pct: float | None = None
+    mfu_convention: FlopsConvention | None = None
+    throughput_increase_vs_full_pct: float | None = None
+    layer_forward_ms: float | None = None
+    layer_backward_ms: float | None = None
+    layer_fwd_plus_bwd_ms: float | None = None
+    overhead_vs_baseline_pct: float | None = None
+    memory_activations_GiB: float | None = None  # noqa: N815  (unit spelled as the source does)
+    memory_params_grads_optimizer_GiB: float | None = None  # noqa: N815
+    activation_memory_pct_of_tp_baseline: float | None = None
+    baseline_run: str | None = None
+
+
+#: Measured keys of the fixture, in the order :class:`MeasuredFigures` declares them.
+MEASURED_KEYS: tuple[str, ...] = (
+    "tflops_per_gpu",
+    "pct_of_peak",
+    "aggregate_pflops",
+    "iteration_time_s",
+    "mfu_pct",
+    "hfu_pct",
+    "throughput_increase_vs_full_pct",
+    "layer_forward_ms",
+    "layer_backward_ms",
+    "layer_fwd_plus_bwd_ms",
+    "overhead_vs_baseline_pct",
+    "memory_activations_GiB",
+    "memory_params_grads_optimizer_GiB",
+    "activation_memory_pct_of_tp_baseline",
+)
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PublishedRun:
+    """One published measurement: where it comes from, the model, the strategy and the figures."""
+
+    id: str
+    source_table: SourceTable
+    provenance: str
+    system: str
+    gpu: str
+    num_gpus: int
+    peak_tflops_16bit: float
+    model: TransformerModelSpec
+    params_b: float | None
+    strategy_keys: Mapping[str, FlatValue]
+    measured: MeasuredFigures
+    notes: tuple[str, ...] = ()
+    assumptions: tuple[str, ...] = ()
+    implied_iteration_time_s: float | None = None
+
+    @property
+    def global_batch_size(self) -> int:
+        value = self.strategy_keys.get("global_batch_size")
+        if type(value) is not int:
+            raise ConfigError(
+                [f"global_batch_size must be an integer, got {value!r}"], source=self.id
+            )
+        return value
+
+    def training_spec(self) -> TrainingSpec:
+        """The run as a :class:`TrainingSpec`, via ``blueprinting.mapping.flat_keys.from_mapping``.
+
+        Raises :class:`UnsupportedError` while that adapter is not part of this installation.
+        """
+        try:
+            flat_keys = importlib.import_module("blueprinting.mapping.flat_keys")
+        except ImportError as error:
+            raise UnsupportedError(
+                f"building the strategy of {self.id!r}: blueprinting.mapping.flat_keys is not "
+                f"available ({error})"
+            ) from error
+        spec = flat_keys.from_mapping(dict(self.strategy_keys), model=self.model)
+        if not isinstance(spec, TrainingSpec):
+            raise UnsupportedError(
+                f"building the strategy of {self.id!r}: from_mapping returned "
+                f"{type(spec).__name__}, not TrainingSpec"
+            )
+        return spec
+
+
+def padded_vocab_size(vocab_size: int, tensor_parallel: int) -> int:
+    """Megatron-LM's padding: round ``vocab_size`` up to a multiple of ``128 · t``
+    (``_vocab_size_with_padding`` in ``megatron/training/tokenizer``; see megatron_rules.md)."""
+    multiple = MEGATRON_VOCAB_DIVISIBLE_BY * tensor_parallel
+    return math.ceil(vocab_size / multiple) * multiple
+
+
+def gpt_model(
+    *,
+    name: str,
+    num_layers: int,
+    hidden_size: int,
+    num_attention_heads: int,
+    ffn_hidden_size: int,
+    seq_length: int,
+    vocab_size: int,
+    tensor_parallel: int,
+    datatype: Datatype,
+    published_parameters: int | None = None,
+) -> TransformerModelSpec:
+    """The GPT of Narayanan 2021 / Korthikanti 2022: MHA, learned positions, LayerNorm, GELU,
+    tied embeddings, biases, ``kv_channels = h / heads``, Megatron-padded vocabulary."""
+    return TransformerModelSpec(
+        name=name,
+        num_layers=num_layers,
+        hidden_size=hidden_size,
+        num_attention_heads=num_attention_heads,
+        num_query_groups=num_attention_heads,
+        kv_channels=hidden_size // num_attention_heads,
+        ffn_hidden_size=ffn_hidden_size,
+        seq_length=seq_length,
+        vocab_size=vocab_size,
+        padded_vocab_size=padded_vocab_size(vocab_size, tensor_parallel),
+        activation=MlpActivation.GELU,
+        normalization=Normalization.LAYERNORM,
+        position_embedding=PositionEmbedding.LEARNED_ABSOLUTE,
+        embeddings=EmbeddingTying.TIED,
+        add_bias_linear=True,
+        datatype=datatype,
+        published_parameters=published_parameters,
+    )
+
+
+def default_fixture_path() -> Path:
+    """``tests/validation/fixtures/published_runs.toml`` of the checkout this module is in."""
+    return (
+        Path(__file__).resolve().parents[3]
+        / "tests"
+        / "validation"
+        / "fixtures"
+        / "published_runs.toml"
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------------
+def _table(value: object, where: str, problems: ProblemCollector) -> Mapping[str, object]:
+    if not isinstance(value, dict):
+        problems.add(f"{where} must be a table")
+        return {}
+    return value
+
+
+def _int(table: Mapping[str, object], key: str, where: str, problems: ProblemCollector) -> int:
+    value = table.get(key)
+    if type(value) is not int:
+        problems.add(f"{where}.{key} must be an integer, got {value!r}")
+        return 1
+    return value
+
+
+def _str(table: Mapping[str, object], key: str, where: str, problems: ProblemCollector) -> str:
+    value = table.get(key)
+    if not isinstance(value, str):
+        problems.add(f"{where}.{key} must be a string, got {value!r}")
+        return ""
+    return value
+
+
+def _float_or_none(
+    table: Mapping[str, object], key: str, where: str, problems: ProblemCollector
+) -> float | None:
+    value = table.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        problems.add(f"{where}.{key} must be a number, got {value!r}")
+        return None
+    return float(value)
+
+
+def _positive_float(
+    table: Mapping[str, object], key: str, where: str, problems: ProblemCollector
+) -> float:
+    value = _float_or_none(table, key, where, problems)
+    if value is None or value <= 0:
+        problems.add(f"{where}.{key} must be a positive number, got {table.get(key)!r}")
+        return 1.0
+    return value
+
+
+def _strings(
+    table: Mapping[str, object], key: str, where: str, problems: ProblemCollector
+) -> tuple[str, ...]:
+    value = table.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        problems.add(f"{where}.{key} must be a list of strings")
+        return ()
+    return tuple(str(item) for item in value)
+
+
+def _enum_or_none(
+    enum: type[_E], table: Mapping[str, object], key: str, where: str, problems: ProblemCollector
+) -> _E | None:
+    value = table.get(key)
+    if value is None:
+        return None
+    try:
+        return enum(str(value))
+    except ValueError:
+        choices = ", ".join(member.value for member in enum)
+        problems.add(f"{where}.{key} must be one of {choices}, got {value!r}")
+        return None
+
+
+def _datatype(strategy: Mapping[str, FlatValue]) -> Datatype:
+    if strategy.get("fp16") is True:
+        return Datatype.FP16
+    if strategy.get("bf16") is True:
+        return Datatype.BF16
+    return Datatype.FP32
+
+
+def _run(raw: Mapping[str, object], where: str, problems: ProblemCollector) -> PublishedRun | None:
+    run_id = _str(raw, "id", where, problems)
+    where = f"run {run_id!r}" if run_id else where
+    source_table = _enum_or_none(SourceTable, raw, "source_table", where, problems)
+    model_raw = _table(raw.get("model"), f"{where}.model", problems)
+    strategy_raw = _table(raw.get("strategy"), f"{where}.strategy", problems)
+    measured_raw = _table(raw.get("measured"), f"{where}.measured", problems)
+    derived_raw = _table(raw.get("derived", {}), f"{where}.derived", problems)
+
+    strategy: dict[str, FlatValue] = {}
+    for key, value in strategy_raw.items():
+        if isinstance(value, bool | int | str):
+            strategy[key] = value
+        else:
+            problems.add(f"{where}.strategy.{key} must be an integer, boolean or string")
+    for key in ("tensor_model_parallel_size", "global_batch_size"):
+        _int(strategy_raw, key, f"{where}.strategy", problems)
+
+    unknown = sorted(set(measured_raw) - set(MEASURED_KEYS))
+    if unknown:
+        problems.add(f"{where}.measured has unknown keys: {', '.join(unknown)}")
+    figures = {
+        key: _float_or_none(measured_raw, key, f"{where}.measured", problems)
+        for key in MEASURED_KEYS
+    }
+    baseline_run = raw.get("baseline_run")
+    if baseline_run is not None and not isinstance(baseline_run, str):
+        problems.add(f"{where}.baseline_run must be a string")
+        baseline_run = None
+    measured = MeasuredFigures(
+        **figures,
+        flops_convention=_enum_or_none(FlopsConvention, raw, "flops_convention", where, problems),
+        mfu_convention=_enum_or_none(FlopsConvention, raw, "mfu_convention", where, problems),
+        baseline_run=baseline_run,
+    )
+
+    model_where = f"{where}.model"
+    params_b = _float_or_none(model_raw, "params_b", model_where, problems)
+    tensor = strategy.get("tensor_model_parallel_size", 1)
+    try:
+        model = gpt_model(
+            name=_str(model_raw, "name", model_where, problems),
+            num_layers=_int(model_raw, "num_layers", model_where, problems),
+            hidden_size=_int(model_raw, "hidden_size", model_where, problems),
+            num_attention_heads=_int(model_raw, "num_attention_heads", model_where, problems),
+            ffn_hidden_size=_int(model_raw, "ffn_hidden_size", model_where, problems),
+            seq_length=_int(model_raw, "seq_length", model_where, problems),
+            vocab_size=_int(model_raw, "vocab_size", model_where, problems),
+            tensor_parallel=tensor if type(tensor) is int and tensor > 0 else 1,
+            datatype=_datatype(strategy),
+            published_parameters=None if params_b is None else round(params_b * 1e9),
+        )
+    except ConfigError as error:
+        for problem in error.problems:
+            problems.add(f"{model_where}: {problem}")
+        return None
+    if source_table is None or not run_id:
+        return None
+    return PublishedRun(
+        id=run_id,
+        source_table=source_table,
+        provenance=_str(raw, "provenance", where, problems),
+        system=_str(raw, "system", where, problems),
+        gpu=_str(raw, "gpu", where, problems),
+        num_gpus=_int(raw, "num_gpus", where, problems),
+        peak_tflops_16bit=_positive_float(raw, "peak_tflops_16bit", where, problems),
+        model=model,
+        params_b=params_b,
+        strategy_keys=MappingProxyType(strategy),
+        measured=measured,
+        notes=_strings(raw, "notes", where, problems),
+        assumptions=_strings(raw, "assumptions", where, problems),
+        implied_iteration_time_s=_float_or_none(
+            derived_raw, "implied_iteration_time_s", f"{where}.derived", problems
+        ),
+    )
+
+
+def load_published_runs(path: Path | None = None) -> tuple[PublishedRun, ...]:
+    """Read the fixture (default :func:`default_fixture_path`), reporting every problem at once."""
+    source = path if path is not None else default_fixture_path()
+    problems = ProblemCollector(source=str(source))
+    try:
+        document = tomllib.loads(source.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as error:
+        raise ConfigError([f"cannot read published runs: {error}"], source=str(source)) from error
+    raw_runs = document.get("run")
+    if not isinstance(raw_runs, list):
+        raise ConfigError(["expected [[run]] tables"], source=str(source))
+    runs: list[PublishedRun] = []
+    for index, raw in enumerate(raw_runs):
+        run = _run(_table(raw, f"run[{index}]", problems), f"run[{index}]", problems)
+        if run is not None:
+            runs.append(run)
+    ids = [run.id for run in runs]
+    duplicates = sorted({run_id for run_id in ids if ids.count(run_id) > 1})
+    if duplicates:
+        problems.add(f"duplicate run ids: {', '.join(duplicates)}")
+    known = set(ids)
+    for run in runs:
+        baseline = run.measured.baseline_run
+        if baseline is not None and baseline not in known:
+            problems.add(f"run {run.id!r}: baseline_run {baseline!r} is not a run of this file")
+    problems.raise_if_any()
+    return tuple(runs)

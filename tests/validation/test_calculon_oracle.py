@@ -1,0 +1,282 @@
+"""Loading the Calculon oracle and translating its records into Blueprinting specs.
+
+Records come from ``shared/reference/calculon_oracle.json`` (Calculon caa4b11); tests that need the
+file skip when it is absent, the translator itself is also tested on an inline record.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from blueprinting.errors import ConfigError, ProblemCollector, UnsupportedError
+from blueprinting.mapping.model import Datatype
+from blueprinting.mapping.transformer import (
+    AllReduce,
+    BatchSpec,
+    DataParallel,
+    FullRecompute,
+    InterleavedOneForwardOneBackward,
+    NoOptimizerSharding,
+    NoRecompute,
+    PipelineParallel,
+    RecomputeMethod,
+    ReduceScatterAllGather,
+    SelectiveRecompute,
+    ShardedGradients,
+    SingleStage,
+    TensorParallel,
+    TransformerTrainingParallelism,
+)
+from blueprinting.validation.calculon import (
+    ORACLE_ENV,
+    CalculonRecord,
+    CalculonRejection,
+    classify_rejection,
+    default_oracle_path,
+    load_oracle,
+    parse_record,
+    summarize_rejections,
+    translate,
+)
+
+
+@pytest.fixture(scope="module")
+def oracle() -> dict[int, CalculonRecord]:
+    path = default_oracle_path()
+    if path is None or not path.is_file():
+        pytest.skip(f"calculon_oracle.json not found (set {ORACLE_ENV} or BLUEPRINTING_SHARED)")
+    return {record.id: record for record in load_oracle(path)}
+
+
+def _exe(**overrides: object) -> dict[str, object]:
+    exe: dict[str, object] = {
+        "num_procs": 64, "tensor_par": 8, "pipeline_par": 8, "data_par": 1,
+        "tensor_par_net": 0, "pipeline_par_net": 1, "data_par_net": 1,
+        "batch_size": 64, "microbatch_size": 1, "datatype": "float16",
+        "fused_activation": False, "attention_type": "multihead",
+        "activation_recompute": "none", "pipeline_interleaving": 3,
+        "optimizer_sharding": False, "tensor_par_comm_type": "ar",
+        "tensor_par_overlap": "none", "seq_par_ag_redo": False, "data_par_overlap": False,
+        "weight_offload": False, "activations_offload": False, "optimizer_offload": False,
+        "training": True,
+    }  # fmt: skip
+    exe.update(overrides)
+    return exe
+
+
+def _record(**exe_overrides: object) -> CalculonRecord:
+    problems = ProblemCollector()
+    record = parse_record(
+        {
+            "id": 7,
+            "group": "canonical",
+            "name": "inline",
+            "ok": False,
+            "inputs": {
+                "model_name": "gpt3-175B",
+                "system_name": "a100_80g",
+                "app": {
+                    "hidden": 12288,
+                    "feedforward": 49152,
+                    "seq_size": 2048,
+                    "attn_heads": 96,
+                    "attn_size": 128,
+                    "num_blocks": 96,
+                },
+                "exe": _exe(**exe_overrides),
+                "sys": {},
+            },
+            "error": {
+                "stage": "compile",
+                "error_type": "Llm.Error",
+                "error": "Mem tier1 needs 9 GiB",
+            },
+        },
+        problems,
+    )
+    problems.raise_if_any()
+    return record
+
+
+def test_inline_record_translates_exactly() -> None:
+    translation = translate(_record())
+    spec = translation.spec
+    assert spec.mapping.parallelism == TransformerTrainingParallelism(
+        tensor=TensorParallel(degree=8, communication=AllReduce()),
+        pipeline=PipelineParallel(
+            degree=8, schedule=InterleavedOneForwardOneBackward(virtual_stages=3)
+        ),
+        data=DataParallel(degree=1, optimizer_sharding=NoOptimizerSharding()),
+        recompute=NoRecompute(),
+    )
+    assert spec.mapping.batch == BatchSpec(global_batch_size=64, micro_batch_size=1)
+    model = spec.model
+    assert (model.num_layers, model.hidden_size, model.ffn_hidden_size) == (96, 12288, 49152)
+    assert (model.num_attention_heads, model.num_query_groups, model.kv_channels) == (96, 96, 128)
+    assert (model.seq_length, model.vocab_size, model.padded_vocab_size) == (2048, 51200, 51200)
+    assert model.add_bias_linear is False
+    assert model.datatype is Datatype.FP16
+    # Calculon's block_weight_space for t = 1: 4h + 4·a·d·h + 2·h·f elements (no biases).
+    assert model.block_parameters == 4 * 12288 + 4 * 96 * 128 * 12288 + 2 * 12288 * 49152
+    assert translation.untranslated == ()
+
+
+def test_each_knob_maps_to_its_variant() -> None:
+    spec = translate(
+        _record(
+            tensor_par_comm_type="rs_ag",
+            activation_recompute="full",
+            optimizer_sharding=True,
+            data_par_overlap=True,
+            pipeline_par=1,
+            pipeline_interleaving=1,
+            data_par=8,
+            attention_type="multiquery",
+            datatype="bfloat16",
+        )
+    ).spec
+    parallelism = spec.mapping.parallelism
+    assert parallelism.tensor.communication == ReduceScatterAllGather()
+    assert parallelism.pipeline.schedule == SingleStage()
+    assert parallelism.data == DataParallel(
+        degree=8, optimizer_sharding=ShardedGradients(), overlap_grad_reduce=True
+    )
+    assert parallelism.recompute == FullRecompute(method=RecomputeMethod.UNIFORM, num_layers=1)
+    assert spec.model.num_query_groups == 1
+    assert spec.model.datatype is Datatype.BF16
+
+
+def test_untranslated_knobs_are_listed() -> None:
+    translation = translate(
+        _record(
+            tensor_par_comm_type="p2p_rs_ag",
+            tensor_par_overlap="ring",
+            seq_par_ag_redo=True,
+            fused_activation=True,
+            weight_offload=True,
+        )
+    )
+    assert translation.spec.mapping.parallelism.tensor.communication == AllReduce()
+    assert translation.untranslated == (
+        "tensor_par_overlap=ring",
+        "seq_par_ag_redo",
+        "fused_activation",
+        "weight_offload",
+        "tensor_par_comm_type=p2p_rs_ag (PP send split over TP)",
+    )
+
+
+def test_inference_records_are_refused() -> None:
+    with pytest.raises(UnsupportedError, match="inference records"):
+        translate(_record(training=False))
+
+
+def test_bad_record_reports_every_problem() -> None:
+    problems = ProblemCollector(source="inline")
+    parse_record({"id": 1, "group": "elsewhere", "ok": True, "inputs": {"exe": {}}}, problems)
+    with pytest.raises(ConfigError) as info:
+        problems.raise_if_any()
+    text = "\n".join(info.value.problems)
+    assert "group: unknown value 'elsewhere'" in text
+    assert "tensor_par must be an integer" in text
+    assert "app must be an object" in text
+
+
+@pytest.mark.parametrize(
+    ("message", "reason"),
+    [
+        ("Pipeline interleaving must be a factor value of the number of blocks per processor",
+         CalculonRejection.INTERLEAVING_NOT_A_FACTOR),
+        ("Pipeline interleaving must be less than or equal to the number of blocks per processor",
+         CalculonRejection.INTERLEAVING_EXCEEDS_BLOCKS),
+        ("We should split hidden=5140 between 8 TP partitions evenly",
+         CalculonRejection.TP_UNEVEN_SPLIT),
+        ("Offloading requires each processor to handle at least 3 blocks",
+         CalculonRejection.OFFLOAD_NEEDS_BLOCKS),
+        ("Mem tier1 needs 1.199 TiB but only has 80.000 GiB", CalculonRejection.HBM_CAPACITY),
+        ("Mem tier2 needs 20.320 MiB but only has 0.000 iB", CalculonRejection.OFFLOAD_CAPACITY),
+        ("Network tier0 isn't big enough", CalculonRejection.NETWORK_TOO_SMALL),
+        ("Unsupported type: bfloat16", CalculonRejection.UNSUPPORTED_DATATYPE),
+        ("something new", CalculonRejection.OTHER),
+    ],
+)  # fmt: skip
+def test_classify_rejection(message: str, reason: CalculonRejection) -> None:
+    assert classify_rejection(message) is reason
+
+
+# --------------------------------------------------------------------------------------------
+# On the oracle file
+# --------------------------------------------------------------------------------------------
+def test_oracle_counts(oracle: dict[int, CalculonRecord]) -> None:
+    assert len(oracle) == 381
+    assert sum(record.ok for record in oracle.values()) == 213
+    assert all(len(record.stats) == 96 for record in oracle.values() if record.ok)
+
+
+def test_rejections_grouped(oracle: dict[int, CalculonRecord]) -> None:
+    assert summarize_rejections(oracle.values()) == {
+        CalculonRejection.HBM_CAPACITY: 87,
+        CalculonRejection.INTERLEAVING_NOT_A_FACTOR: 36,
+        CalculonRejection.INTERLEAVING_EXCEEDS_BLOCKS: 18,
+        CalculonRejection.TP_UNEVEN_SPLIT: 13,
+        CalculonRejection.OFFLOAD_NEEDS_BLOCKS: 8,
+        CalculonRejection.OFFLOAD_CAPACITY: 4,
+        CalculonRejection.UNSUPPORTED_DATATYPE: 1,
+        CalculonRejection.NETWORK_TOO_SMALL: 1,
+    }
+
+
+def test_validation_record_seqsel(oracle: dict[int, CalculonRecord]) -> None:
+    """Record 1: fig1/gpt3-175B_seqsel (Korthikanti 2022 Fig. 1, selective + SP, t8 p8 v3)."""
+    record = oracle[1]
+    assert record.name == "fig1/gpt3-175B_seqsel"
+    translation = translate(record)
+    parallelism = translation.spec.mapping.parallelism
+    assert parallelism == TransformerTrainingParallelism(
+        tensor=TensorParallel(degree=8, communication=ReduceScatterAllGather()),
+        pipeline=PipelineParallel(
+            degree=8, schedule=InterleavedOneForwardOneBackward(virtual_stages=3)
+        ),
+        data=DataParallel(degree=1),
+        recompute=SelectiveRecompute(),
+    )
+    assert translation.untranslated == ("seq_par_ag_redo",)
+    assert translation.spec.mapping.microbatch_count == 64
+    # Calculon's own weight figure for this record: block_weight_space = B·(4h + (4·a·d·h + 2hf)/t).
+    h, f = 12288, 49152
+    assert record.stats["block_weight_space"] == 2 * (4 * h + (4 * 96 * 128 * h + 2 * h * f) // 8)
+
+
+def test_random_record_with_sharding_and_multiquery(oracle: dict[int, CalculonRecord]) -> None:
+    """Record 130: gpt3-13B, t8 p16 d4, full recompute, rs_ag, optimizer sharding, MQA; Calculon
+    refused it because hidden 5140 does not split over 8 TP ranks."""
+    record = oracle[130]
+    assert record.failure is not None
+    assert record.failure.rejection is CalculonRejection.TP_UNEVEN_SPLIT
+    spec = translate(record).spec
+    assert spec.model.hidden_size == 5140
+    assert spec.model.num_query_groups == 1
+    assert spec.mapping.parallelism.data == DataParallel(
+        degree=4, optimizer_sharding=ShardedGradients()
+    )
+    assert spec.mapping.parallelism.recompute == FullRecompute()
+    assert spec.mapping.batch == BatchSpec(global_batch_size=512, micro_batch_size=8)
+    assert spec.mapping.world_size == record.exe.num_procs == 512
+
+
+def test_every_training_record_translates(oracle: dict[int, CalculonRecord]) -> None:
+    training = [record for record in oracle.values() if record.exe.training]
+    assert len(training) == 357
+    for record in training:
+        assert translate(record).spec.mapping.world_size == record.exe.num_procs
+
+
+def test_oracle_path_from_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    target = tmp_path / "oracle.json"
+    target.write_text("[]", encoding="utf-8")
+    monkeypatch.setenv(ORACLE_ENV, os.fspath(target))
+    assert default_oracle_path() == target
+    assert load_oracle() == ()
