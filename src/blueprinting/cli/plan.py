@@ -81,11 +81,11 @@ def load_training(args: argparse.Namespace) -> tuple[TrainingSpec, SystemSpec]:
     spec = build_spec(model=args.model, gpus=args.gpus, settings=flat)
     system_name = args.system or "dgx-a100-80gb"
     if system_overrides:
-        section: dict[str, object] = {"preset": system_name}
+        overridden: dict[str, object] = {"preset": system_name}
         for item in system_overrides:
             key, _, value = item.partition("=")
-            section[key.removeprefix("system.")] = apply_overrides({}, [f"x={value}"])["x"]
-        return spec, system_from_mapping(section)
+            overridden[key.removeprefix("system.")] = apply_overrides({}, [f"x={value}"])["x"]
+        return spec, system_from_mapping(overridden)
     return spec, system_preset(system_name)
 
 

@@ -78,8 +78,9 @@ def render_plan(report: IterationReport, console: Console) -> None:
     )
 
     console.print(
-        f"FLOPs per iteration ({report.flops_convention}): model "
-        f"{report.model_flops_per_iteration:.4e}, hardware {report.hardware_flops_per_iteration:.4e}"
+        f"FLOPs per iteration ({report.flops_convention}): "
+        f"model {report.model_flops_per_iteration:.4e}, "
+        f"hardware {report.hardware_flops_per_iteration:.4e}"
     )
     console.print(
         f"throughput: {report.tflops_per_gpu:.1f} TFLOP/s per GPU, MFU {100 * report.mfu:.1f}%, "
