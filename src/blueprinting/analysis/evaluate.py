@@ -6,7 +6,7 @@ Each stage is called once, in order; nothing reaches back into an earlier stage.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import assert_never, final
 
 from blueprinting.analysis.data_parallel import OverlapWindows, data_parallel_cost
@@ -31,6 +31,7 @@ from blueprinting.mapping.transformer import (
     ShardedParameters,
     TrainingSpec,
 )
+from blueprinting.simulator.from_plan import simulated_bubble, simulation_obstacle
 from blueprinting.synthesizer.dialects.transformer.training_derivation import (
     derive_training_block,
 )
@@ -41,10 +42,16 @@ from blueprinting.synthesizer.stages.portable_plan.passes import PlanContext, bu
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PlanOptions:
-    """Choices of the analysis, not of the strategy."""
+    """Choices of the analysis, not of the strategy.
+
+    ``bubble_source``: SIMULATED (default) runs the concrete schedule
+    (:mod:`blueprinting.simulator`) and uses its bubble and exposed P2P time in the total
+    wherever Megatron-LM would run the schedule; elsewhere the total falls back to the seed's
+    contract and the report says why (``bubble.simulation_note``).
+    """
 
     flops_convention: FlopsConvention = FlopsConvention.MEGATRON_LEGACY
-    bubble_source: BubbleSource = BubbleSource.CONTRACT
+    bubble_source: BubbleSource = BubbleSource.SIMULATED
     megatron_rules: bool = True
     extra_flags: tuple[str, ...] = field(default=())
 
@@ -67,12 +74,73 @@ def _owned_parameters(spec: TrainingSpec, stage_params: int) -> int:
             assert_never(unreachable)
 
 
-def _chosen_bubble(source: BubbleSource, contract_s: float, simulated_s: float | None) -> float:
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _BubbleChoice:
+    bubble_s: float
+    pp_comm_exposed_s: float | None
+    source: BubbleSource
+    simulated_s: float | None
+    simulated_p2p_exposed_s: float | None
+    note: str | None
+
+
+def _choose_bubble(
+    spec: TrainingSpec,
+    system: SystemSpec,
+    plan: PortablePlanIR,
+    source: BubbleSource,
+    contract_s: float,
+    given_simulated_s: float | None,
+) -> _BubbleChoice:
+    """The bubble (and, when simulated, the exposed P2P time) the total uses.
+
+    The schedule is simulated whenever Megatron-LM would run it and it is small enough
+    (:func:`~blueprinting.simulator.from_plan.simulation_obstacle`), so the report shows both
+    figures; ``source`` picks the one the total uses, falling back to the contract with a note
+    where there is no simulation. A simulated bubble passed in by the caller is used as it is,
+    beside the analytic P2P term."""
+    schedule = spec.mapping.parallelism.pipeline.schedule
+    if given_simulated_s is not None:
+        simulated_s: float | None = given_simulated_s
+        p2p_s: float | None = None
+        note = "simulated bubble supplied by the caller; P2P term analytic"
+    else:
+        obstacle = simulation_obstacle(schedule, plan, spec.mapping.microbatch_count)
+        if obstacle is None:
+            simulated = simulated_bubble(plan, spec, system)
+            simulated_s, p2p_s = simulated.bubble_s, simulated.p2p_exposed_s
+            note = (
+                f"simulated {schedule} (p={plan.pipeline_degree}, v={plan.virtual_stages}, "
+                f"m={spec.mapping.microbatch_count})"
+            )
+        else:
+            simulated_s, p2p_s = None, None
+            note = f"not simulated: {obstacle}"
+    contract = _BubbleChoice(
+        bubble_s=contract_s,
+        pp_comm_exposed_s=None,
+        source=BubbleSource.CONTRACT,
+        simulated_s=simulated_s,
+        simulated_p2p_exposed_s=p2p_s,
+        note=note,
+    )
     match source:
         case BubbleSource.CONTRACT:
-            return contract_s
+            return replace(contract, note=f"{note}; total uses the contract as asked")
         case BubbleSource.SIMULATED:
-            return contract_s if simulated_s is None else simulated_s
+            if simulated_s is None:
+                return replace(contract, note=f"{note}; total falls back to the contract")
+            return replace(
+                contract,
+                bubble_s=simulated_s,
+                pp_comm_exposed_s=p2p_s,
+                source=BubbleSource.SIMULATED,
+                note=(
+                    f"{note}; total uses it"
+                    + ("" if p2p_s is None else " and the simulated P2P delay as pp_comm_exposed")
+                ),
+            )
         case _ as unreachable:
             assert_never(unreachable)
 
@@ -92,7 +160,9 @@ def evaluate_plan(
     m = mapping.microbatch_count
     critical = plan.critical_stage()
     contract = bubble_contract(plan, m)
-    bubble_s = _chosen_bubble(options.bubble_source, contract.bubble_s, bubble_simulated_s)
+    chosen = _choose_bubble(
+        spec, system, plan, options.bubble_source, contract.bubble_s, bubble_simulated_s
+    )
     recipe = precision_recipe(spec.model.datatype)
     params = stage_parameters(spec.model, mapping, critical.index).total
     windows = OverlapWindows(
@@ -128,7 +198,8 @@ def evaluate_plan(
     breakdown = compose_breakdown(
         mapping=mapping,
         plan=plan,
-        bubble_s=bubble_s,
+        bubble_s=chosen.bubble_s,
+        pp_comm_exposed_s=chosen.pp_comm_exposed_s,
         dp_exposed_s=dp.exposed_s,
         optimizer_s=optimizer.time_s,
     )
@@ -142,8 +213,10 @@ def evaluate_plan(
         plan=plan,
         breakdown=breakdown,
         bubble=contract,
-        bubble_simulated_s=bubble_simulated_s,
-        bubble_source=options.bubble_source,
+        bubble_simulated_s=chosen.simulated_s,
+        bubble_simulated_p2p_exposed_s=chosen.simulated_p2p_exposed_s,
+        bubble_simulation_note=chosen.note,
+        bubble_source=chosen.source,
         flops_convention=options.flops_convention,
         model_flops_per_iteration=model_flops_per_iteration(
             spec.model, mapping.batch.global_batch_size, options.flops_convention

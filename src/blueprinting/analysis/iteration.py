@@ -15,7 +15,10 @@ with, for m microbatches, v virtual chunks and the critical stage's B blocks:
   interleaved with ``overlap_p2p_comm``: 2 (p v - 1) transfers, the warm-up and cool-down ones
   (``../shared/reference/schedules.md`` §4);
 - pipeline_bubble: the seed's analytic contract (:mod:`.pipeline_contract`) or the concrete
-  scheduler's measured bubble, whichever the caller selects;
+  scheduler's measured bubble, whichever the caller selects. The simulated bubble is the busiest
+  rank's idle time with P2P free; the simulated delay real P2P adds to the pipeline flush then
+  replaces the analytic pp_comm_exposed, so the pipeline part of the total (work + bubble + P2P)
+  is exactly the simulated flush;
 - dp_comm_exposed: :mod:`.data_parallel`; optimizer: :mod:`.optimizer_step`.
 """
 
@@ -184,8 +187,10 @@ def compose_breakdown(
     bubble_s: float,
     dp_exposed_s: float,
     optimizer_s: float,
+    pp_comm_exposed_s: float | None = None,
 ) -> TimeBreakdown:
-    """The critical stage's iteration breakdown."""
+    """The critical stage's iteration breakdown; ``pp_comm_exposed_s`` None means the analytic
+    P2P term (:func:`pipeline_p2p_exposed`)."""
     m = mapping.microbatch_count
     work = stage_work(plan, plan.critical_stage(), m)
     return TimeBreakdown(
@@ -194,7 +199,11 @@ def compose_breakdown(
         recompute=work.recompute,
         pipeline_bubble=bubble_s,
         tp_comm_exposed=work.tp_comm_exposed,
-        pp_comm_exposed=pipeline_p2p_exposed(mapping.parallelism.pipeline.schedule, plan, m),
+        pp_comm_exposed=(
+            pipeline_p2p_exposed(mapping.parallelism.pipeline.schedule, plan, m)
+            if pp_comm_exposed_s is None
+            else pp_comm_exposed_s
+        ),
         dp_comm_exposed=dp_exposed_s,
         optimizer=optimizer_s,
     )

@@ -35,6 +35,8 @@ class IterationReport:
     bubble: BubbleContract
     bubble_simulated_s: float | None
     bubble_source: BubbleSource
+    bubble_simulated_p2p_exposed_s: float | None
+    bubble_simulation_note: str | None
     flops_convention: FlopsConvention
     model_flops_per_iteration: int
     hardware_flops_per_iteration: int
@@ -98,6 +100,8 @@ class IterationReport:
             "imbalance_correction_s": self.bubble.imbalance_correction_s,
             "simulated_s": self.bubble_simulated_s,
             "used": str(self.bubble_source),
+            "simulated_p2p_exposed_s": self.bubble_simulated_p2p_exposed_s,
+            "simulation_note": self.bubble_simulation_note,
         }
         breakdown: dict[str, JsonValue] = dict(self.breakdown.as_dict())
         strategy: dict[str, JsonValue] = dict(self.strategy_keys)

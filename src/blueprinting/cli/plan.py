@@ -40,6 +40,14 @@ def add_strategy_arguments(parser: argparse.ArgumentParser) -> None:
         help="how model/hardware FLOPs are counted (default: %(default)s)",
     )
     parser.add_argument(
+        "--bubble",
+        choices=[str(b) for b in BubbleSource],
+        default=str(BubbleSource.SIMULATED),
+        help="pipeline bubble the total uses: the simulated schedule (falls back to the "
+        "contract where Megatron-LM would not run it) or the seed's analytic contract "
+        "(default: %(default)s)",
+    )
+    parser.add_argument(
         "--no-megatron-rules",
         action="store_true",
         help="check only the planner's laws, not Megatron-LM's start-up rules",
@@ -89,10 +97,11 @@ def load_training(args: argparse.Namespace) -> tuple[TrainingSpec, SystemSpec]:
     return spec, system_preset(system_name)
 
 
-def options_from(args: argparse.Namespace, bubble: BubbleSource) -> PlanOptions:
+def options_from(args: argparse.Namespace, bubble: BubbleSource | None = None) -> PlanOptions:
+    """The analysis options of the parsed arguments; ``bubble`` overrides ``--bubble``."""
     return PlanOptions(
         flops_convention=FlopsConvention(args.flops_convention),
-        bubble_source=bubble,
+        bubble_source=BubbleSource(args.bubble) if bubble is None else bubble,
         megatron_rules=not args.no_megatron_rules,
     )
 
@@ -113,6 +122,6 @@ def run(args: argparse.Namespace) -> int:
     from blueprinting.api import plan_spec
 
     spec, system = load_training(args)
-    report = plan_spec(spec, system, options_from(args, BubbleSource.CONTRACT))
+    report = plan_spec(spec, system, options_from(args))
     print_report(report, as_json=bool(args.json))
     return 0

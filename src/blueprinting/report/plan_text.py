@@ -56,6 +56,8 @@ def render_plan(report: IterationReport, console: Console) -> None:
         f"{bubble.chunk_time_s:.5f} s - correction {bubble.imbalance_correction_s:.5f} s = "
         f"{bubble.bubble_s:.4f} s; {simulated}; total uses: {report.bubble_source}"
     )
+    if report.bubble_simulation_note is not None:
+        console.print(f"bubble: {report.bubble_simulation_note}", markup=False)
 
     memory = report.memory
     mem = Table(title=f"Memory per GPU, pipeline stage {memory.stage} (most loaded)")

@@ -1,0 +1,255 @@
+"""From a costed plan to the simulator's input, and the simulated bubble of a plan.
+
+Data flows one way: :class:`~blueprinting.synthesizer.stages.portable_plan.ir.PortablePlanIR`
+(per-block critical paths, the stage layout, the P2P message) + the typed program + the system
+-> :class:`~blueprinting.simulator.costs.ScheduleCosts` -> :func:`simulate`. Nothing here reaches
+back into iteration analysis (``analysis/evaluate.py`` calls this module, never the reverse).
+
+Mapping (times are critical paths: compute plus exposed TP communication, as in PortablePlanIR):
+
+- ``forward_s[r][c]``  = blocks(r, c) x block forward, plus the embedding forward on virtual
+  stage 0 (rank 0, chunk 0) and the LM head + loss forward on the last virtual stage
+  (rank p-1, chunk v-1): Megatron places the embedding before the first chunk and the output
+  layer after the last one (Narayanan et al. 2021, Section 2.2.2, virtual stage c*p + r).
+- ``backward_s[r][c]`` = blocks(r, c) x block backward (activation + weight gradients)
+  + recomputed blocks(r, c) x block recompute (Korthikanti et al. 2022, Section 5: the recomputed
+  forward runs inside the backward) + the extras' backward on the same two virtual stages.
+- ``weight_grad_s[r][c]`` = blocks(r, c) x block weight-gradient pass: the W pass ZB-H1 defers
+  (Qi et al. 2023, Section 2.1). The extras' backward stays in B (their weight gradient is not
+  split out by PortablePlanIR).
+- P2P: alpha-beta on the PP group's link, ``latency + bytes x wire factor / (bandwidth x
+  efficiency)`` (Calculon's ``Network.time``, Isaev et al. SC'23, Section 3.2); it equals
+  PortablePlanIR's ``p2p_forward_s`` by construction, and :func:`schedule_costs` checks that.
+- DP buckets: each stage's gradient reduction (``analysis/data_parallel.py``, the same collective
+  for that stage's parameters) split over its chunks in proportion to the chunk's parameters
+  (Megatron-core keeps one gradient buffer per model chunk, ``distributed_data_parallel.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import final
+
+from blueprinting.analysis.data_parallel import OverlapWindows, data_parallel_cost
+from blueprinting.analysis.memory import precision_recipe, stage_parameters
+from blueprinting.errors import UnsupportedError, VerificationError
+from blueprinting.hardware.collectives import CollectiveKind
+from blueprinting.hardware.efficiency import efficiency_fraction
+from blueprinting.hardware.system import ParallelDim, SystemSpec
+from blueprinting.mapping.transformer import PipelineSchedule, TrainingSpec, ZeroBubbleH1
+from blueprinting.simulator.commands import build_schedule
+from blueprinting.simulator.costs import DpBucket, Matrix, ScheduleCosts
+from blueprinting.simulator.engine import SimulationResult, simulate
+from blueprinting.simulator.schedules import megatron_violations
+from blueprinting.synthesizer.stages.portable_plan.ir import PortablePlanIR
+
+MAX_SIMULATED_PASSES = 600_000
+"""Compute passes (p x v x m x passes per microbatch-chunk) above which the plan path does not
+simulate: the engine does about a million commands a second, and the plan path runs two
+simulations; p = 8, v = 3, m = 192 is 9,216 passes."""
+
+P2P_TOLERANCE = 1e-9
+"""Relative agreement required between the simulator's P2P time and PortablePlanIR's."""
+
+
+def _passes_per_chunk(schedule: PipelineSchedule) -> int:
+    return 3 if isinstance(schedule, ZeroBubbleH1) else 2
+
+
+def simulation_obstacle(schedule: PipelineSchedule, plan: PortablePlanIR, microbatches: int) -> (
+    str | None
+):
+    """Why the plan path cannot simulate this schedule (None when it can): a configuration
+    Megatron-LM refuses at start-up (there is no execution to simulate), or one too big to
+    simulate cheaply."""
+    p, v = plan.pipeline_degree, plan.virtual_stages
+    violations = megatron_violations(schedule, p, microbatches, v)
+    if violations:
+        rules = "; ".join(violation.message for violation in violations)
+        return f"Megatron-LM refuses to run {schedule} with p={p}, v={v}, m={microbatches} ({rules})"
+    passes = p * v * microbatches * _passes_per_chunk(schedule)
+    if passes > MAX_SIMULATED_PASSES:
+        return (
+            f"{passes:,} compute passes exceed the plan path's simulation limit of "
+            f"{MAX_SIMULATED_PASSES:,} (run `blueprinting simulate` for the full simulation)"
+        )
+    return None
+
+
+def _chunk_matrices(plan: PortablePlanIR) -> tuple[Matrix, Matrix, Matrix]:
+    block = plan.block
+    v = plan.virtual_stages
+    forward: list[tuple[float, ...]] = []
+    backward: list[tuple[float, ...]] = []
+    weight: list[tuple[float, ...]] = []
+    for stage in plan.stages:
+        f_row: list[float] = []
+        b_row: list[float] = []
+        w_row: list[float] = []
+        for c, (blocks, recomputed) in enumerate(
+            zip(stage.blocks_per_chunk, stage.recomputed_blocks_per_chunk, strict=True)
+        ):
+            f = blocks * block.forward_s
+            b = blocks * block.backward_s + recomputed * block.recompute.critical_path_s
+            if stage.has_embedding and c == 0:
+                f += plan.embedding.forward.critical_path_s
+                b += plan.embedding.backward.critical_path_s
+            if stage.has_lm_head and c == v - 1:
+                f += plan.lm_head.forward.critical_path_s
+                b += plan.lm_head.backward.critical_path_s
+            f_row.append(f)
+            b_row.append(b)
+            w_row.append(blocks * block.backward_weight.critical_path_s)
+        forward.append(tuple(f_row))
+        backward.append(tuple(b_row))
+        weight.append(tuple(w_row))
+    return tuple(forward), tuple(backward), tuple(weight)
+
+
+def _p2p_link(plan: PortablePlanIR, spec: TrainingSpec, system: SystemSpec) -> tuple[
+    float, float, float
+]:
+    """(latency, bytes, effective bandwidth) of one P2P message on the PP group's link."""
+    mapping = spec.mapping
+    if plan.pipeline_degree == 1 or plan.p2p_bytes == 0:
+        return 0.0, 0.0, math.inf
+    if not math.isclose(plan.p2p_forward_s, plan.p2p_backward_s, rel_tol=P2P_TOLERANCE):
+        raise UnsupportedError(
+            "simulating a plan: the simulator models one P2P time for both directions, the plan "
+            f"has forward {plan.p2p_forward_s} s and backward {plan.p2p_backward_s} s"
+        )
+    group = system.comm_group(
+        ParallelDim.PIPELINE,
+        tensor=mapping.tensor_degree,
+        pipeline=mapping.pipeline_degree,
+        data=mapping.data_degree,
+    )
+    link = system.link(group.tier)
+    size = float(plan.p2p_bytes)
+    wire = link.costs.of(CollectiveKind.P2P).wire_factor(group.size)
+    bandwidth = link.bandwidth_bytes_per_s * efficiency_fraction(link.efficiency, size) / wire
+    time = link.latency_s + size / bandwidth
+    if not math.isclose(time, plan.p2p_forward_s, rel_tol=P2P_TOLERANCE):
+        raise VerificationError(
+            f"simulating a plan: P2P time {time} s on the {group.tier} link differs from "
+            f"PortablePlanIR's p2p_forward_s {plan.p2p_forward_s} s"
+        )
+    return link.latency_s, size, bandwidth
+
+
+def _dp_buckets(
+    plan: PortablePlanIR, spec: TrainingSpec, system: SystemSpec
+) -> tuple[tuple[DpBucket, ...], ...]:
+    mapping = spec.mapping
+    if mapping.data_degree == 1:
+        return ()
+    recipe = precision_recipe(spec.model.datatype)
+    group = system.comm_group(
+        ParallelDim.DATA,
+        tensor=mapping.tensor_degree,
+        pipeline=mapping.pipeline_degree,
+        data=mapping.data_degree,
+    )
+    v = plan.virtual_stages
+    out: list[tuple[DpBucket, ...]] = []
+    for stage in plan.stages:
+        params = stage_parameters(spec.model, mapping, stage.index)
+        windows = OverlapWindows(
+            blocks_per_chunk=max(stage.blocks_per_chunk),
+            virtual_stages=v,
+            pipeline_degree=plan.pipeline_degree,
+            block_backward_s=plan.block.backward_s,
+            chunk_backward_s=plan.backward_chunk_s(),
+            stage_forward_s=stage.blocks * plan.block.forward_s,
+            microbatch_count=mapping.microbatch_count,
+        )
+        sync_s = data_parallel_cost(
+            data=mapping.parallelism.data,
+            stage_parameters=params.total,
+            param_bytes=recipe.param,
+            grad_bytes=recipe.grad,
+            group=group,
+            system=system,
+            windows=windows,
+        ).grad_sync_s
+        shares = [blocks * params.block_parameters for blocks in stage.blocks_per_chunk]
+        shares[0] += params.embedding
+        shares[v - 1] += params.output_layer + params.final_norm
+        total = sum(shares)
+        out.append(
+            tuple(
+                DpBucket(chunk=c, duration_s=sync_s * share / total if total else 0.0)
+                for c, share in enumerate(shares)
+            )
+        )
+    return tuple(out)
+
+
+def schedule_costs(
+    plan: PortablePlanIR, spec: TrainingSpec, system: SystemSpec, *, with_dp: bool = True
+) -> ScheduleCosts:
+    """The simulator's costs of ``plan`` (module docstring); ``with_dp=False`` leaves out the
+    data-parallel buckets (the plan path's pipeline-only runs)."""
+    forward, backward, weight = _chunk_matrices(plan)
+    latency, size, bandwidth = _p2p_link(plan, spec, system)
+    return ScheduleCosts(
+        pipeline_degree=plan.pipeline_degree,
+        microbatch_count=spec.mapping.microbatch_count,
+        forward_s=forward,
+        backward_s=backward,
+        weight_grad_s=weight,
+        p2p_latency_s=latency,
+        p2p_bytes=size,
+        p2p_bandwidth_bytes_per_s=bandwidth,
+        dp_buckets=_dp_buckets(plan, spec, system) if with_dp else (),
+        overlap_grad_reduce=spec.mapping.parallelism.data.overlap_grad_reduce,
+    )
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SimulatedBubble:
+    """The plan path's two pipeline-only simulations (no DP buckets).
+
+    ``bubble_s``: idle time of the busiest rank with P2P free, the schedule's own bubble (the
+    figure the seed's contract estimates). ``p2p_exposed_s``: how much real P2P transfers delay
+    the pipeline flush. The busiest rank's work + ``bubble_s`` + ``p2p_exposed_s`` is the
+    simulated pipeline flush ``pipeline_flush_s``.
+    """
+
+    bubble_s: float
+    p2p_exposed_s: float
+    pipeline_flush_s: float
+    busiest_rank_busy_s: float
+
+
+def simulated_bubble(
+    plan: PortablePlanIR, spec: TrainingSpec, system: SystemSpec
+) -> SimulatedBubble:
+    """Simulate ``plan``'s schedule with and without P2P cost (raises
+    :class:`~blueprinting.errors.InvalidStrategyError` for a schedule Megatron refuses; callers
+    check :func:`simulation_obstacle` first)."""
+    schedule = spec.mapping.parallelism.pipeline.schedule
+    costs = schedule_costs(plan, spec, system, with_dp=False)
+    with_p2p = simulate(build_schedule(schedule, costs))
+    free_p2p = simulate(
+        build_schedule(
+            schedule,
+            replace(costs, p2p_latency_s=0.0, p2p_bytes=0.0, p2p_bandwidth_bytes_per_s=math.inf),
+        )
+    )
+    return SimulatedBubble(
+        bubble_s=free_p2p.bubble_s,
+        p2p_exposed_s=with_p2p.pipeline_flush_s - free_p2p.pipeline_flush_s,
+        pipeline_flush_s=with_p2p.pipeline_flush_s,
+        busiest_rank_busy_s=max(with_p2p.busy_s_per_rank),
+    )
+
+
+def simulate_plan(plan: PortablePlanIR, spec: TrainingSpec, system: SystemSpec) -> (
+    SimulationResult
+):
+    """The full simulation of one iteration of ``plan``: compute, P2P and DP buckets."""
+    schedule = spec.mapping.parallelism.pipeline.schedule
+    return simulate(build_schedule(schedule, schedule_costs(plan, spec, system)))
