@@ -86,6 +86,7 @@ class _BubbleChoice:
 
 
 def _choose_bubble(
+    *,
     spec: TrainingSpec,
     system: SystemSpec,
     plan: PortablePlanIR,
@@ -161,7 +162,12 @@ def evaluate_plan(
     critical = plan.critical_stage()
     contract = bubble_contract(plan, m)
     chosen = _choose_bubble(
-        spec, system, plan, options.bubble_source, contract.bubble_s, bubble_simulated_s
+        spec=spec,
+        system=system,
+        plan=plan,
+        source=options.bubble_source,
+        contract_s=contract.bubble_s,
+        given_simulated_s=bubble_simulated_s,
     )
     recipe = precision_recipe(spec.model.datatype)
     params = stage_parameters(spec.model, mapping, critical.index).total

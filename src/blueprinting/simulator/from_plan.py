@@ -53,13 +53,15 @@ P2P_TOLERANCE = 1e-9
 """Relative agreement required between the simulator's P2P time and PortablePlanIR's."""
 
 
-def _passes_per_chunk(schedule: PipelineSchedule) -> int:
-    return 3 if isinstance(schedule, ZeroBubbleH1) else 2
+def simulation_passes(schedule: PipelineSchedule, plan: PortablePlanIR, microbatches: int) -> int:
+    """Compute passes one iteration runs: p x v x m x (2, or 3 with split backward)."""
+    per_chunk = 3 if isinstance(schedule, ZeroBubbleH1) else 2
+    return plan.pipeline_degree * plan.virtual_stages * microbatches * per_chunk
 
 
-def simulation_obstacle(schedule: PipelineSchedule, plan: PortablePlanIR, microbatches: int) -> (
-    str | None
-):
+def simulation_obstacle(
+    schedule: PipelineSchedule, plan: PortablePlanIR, microbatches: int
+) -> str | None:
     """Why the plan path cannot simulate this schedule (None when it can): a configuration
     Megatron-LM refuses at start-up (there is no execution to simulate), or one too big to
     simulate cheaply."""
@@ -67,8 +69,10 @@ def simulation_obstacle(schedule: PipelineSchedule, plan: PortablePlanIR, microb
     violations = megatron_violations(schedule, p, microbatches, v)
     if violations:
         rules = "; ".join(violation.message for violation in violations)
-        return f"Megatron-LM refuses to run {schedule} with p={p}, v={v}, m={microbatches} ({rules})"
-    passes = p * v * microbatches * _passes_per_chunk(schedule)
+        return (
+            f"Megatron-LM refuses to run {schedule} with p={p}, v={v}, m={microbatches} ({rules})"
+        )
+    passes = simulation_passes(schedule, plan, microbatches)
     if passes > MAX_SIMULATED_PASSES:
         return (
             f"{passes:,} compute passes exceed the plan path's simulation limit of "
@@ -107,9 +111,9 @@ def _chunk_matrices(plan: PortablePlanIR) -> tuple[Matrix, Matrix, Matrix]:
     return tuple(forward), tuple(backward), tuple(weight)
 
 
-def _p2p_link(plan: PortablePlanIR, spec: TrainingSpec, system: SystemSpec) -> tuple[
-    float, float, float
-]:
+def _p2p_link(
+    plan: PortablePlanIR, spec: TrainingSpec, system: SystemSpec
+) -> tuple[float, float, float]:
     """(latency, bytes, effective bandwidth) of one P2P message on the PP group's link."""
     mapping = spec.mapping
     if plan.pipeline_degree == 1 or plan.p2p_bytes == 0:
@@ -247,9 +251,21 @@ def simulated_bubble(
     )
 
 
-def simulate_plan(plan: PortablePlanIR, spec: TrainingSpec, system: SystemSpec) -> (
-    SimulationResult
-):
-    """The full simulation of one iteration of ``plan``: compute, P2P and DP buckets."""
+def simulate_plan(
+    plan: PortablePlanIR,
+    spec: TrainingSpec,
+    system: SystemSpec,
+    *,
+    allow_megatron_refused: bool = False,
+) -> SimulationResult:
+    """The full simulation of one iteration of ``plan``: compute, P2P and DP buckets.
+
+    ``allow_megatron_refused`` simulates a schedule Megatron-LM refuses at start-up as the
+    hypothetical it is (it may deadlock: :class:`~blueprinting.errors.DeadlockError`)."""
     schedule = spec.mapping.parallelism.pipeline.schedule
-    return simulate(build_schedule(schedule, schedule_costs(plan, spec, system)))
+    dag = build_schedule(
+        schedule,
+        schedule_costs(plan, spec, system),
+        allow_megatron_refused=allow_megatron_refused,
+    )
+    return simulate(dag)
