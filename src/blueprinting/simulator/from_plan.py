@@ -229,20 +229,21 @@ class SimulatedBubble:
 
 
 def simulated_bubble(
-    plan: PortablePlanIR, spec: TrainingSpec, system: SystemSpec
+    plan: PortablePlanIR,
+    spec: TrainingSpec,
+    system: SystemSpec,
+    *,
+    allow_megatron_refused: bool = False,
 ) -> SimulatedBubble:
     """Simulate ``plan``'s schedule with and without P2P cost (raises
-    :class:`~blueprinting.errors.InvalidStrategyError` for a schedule Megatron refuses; callers
-    check :func:`simulation_obstacle` first)."""
+    :class:`~blueprinting.errors.InvalidStrategyError` for a schedule Megatron refuses unless
+    ``allow_megatron_refused``; the plan path checks :func:`simulation_obstacle` first)."""
     schedule = spec.mapping.parallelism.pipeline.schedule
     costs = schedule_costs(plan, spec, system, with_dp=False)
-    with_p2p = simulate(build_schedule(schedule, costs))
-    free_p2p = simulate(
-        build_schedule(
-            schedule,
-            replace(costs, p2p_latency_s=0.0, p2p_bytes=0.0, p2p_bandwidth_bytes_per_s=math.inf),
-        )
-    )
+    free = replace(costs, p2p_latency_s=0.0, p2p_bytes=0.0, p2p_bandwidth_bytes_per_s=math.inf)
+    allow = allow_megatron_refused
+    with_p2p = simulate(build_schedule(schedule, costs, allow_megatron_refused=allow))
+    free_p2p = simulate(build_schedule(schedule, free, allow_megatron_refused=allow))
     return SimulatedBubble(
         bubble_s=free_p2p.bubble_s,
         p2p_exposed_s=with_p2p.pipeline_flush_s - free_p2p.pipeline_flush_s,
