@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 from blueprinting.analysis.evaluate import PlanOptions, evaluate_plan
 from blueprinting.analysis.report import IterationReport
-from blueprinting.errors import ConfigError
+from blueprinting.errors import ConfigError, InvalidStrategyError
 from blueprinting.hardware.presets import system_preset
 from blueprinting.hardware.system import SystemSpec
 from blueprinting.mapping.flat_keys import from_mapping, to_mapping, to_megatron_args
@@ -30,6 +30,17 @@ __all__ = ["IterationReport", "PlanOptions", "plan", "plan_spec", "resolve_syste
 
 def resolve_system(system: SystemSpec | str) -> SystemSpec:
     return system_preset(system) if isinstance(system, str) else system
+
+
+def _megatron_args(spec: TrainingSpec, *, megatron_rules: bool) -> tuple[str, ...]:
+    """Megatron-LM's flags; none for a strategy Megatron-LM refuses (reachable only with
+    ``megatron_rules=False``), since no command line runs it."""
+    try:
+        return tuple(to_megatron_args(spec))
+    except InvalidStrategyError:
+        if megatron_rules:
+            raise
+        return ()
 
 
 def plan_spec(
@@ -47,7 +58,7 @@ def plan_spec(
         resolve_system(system),
         chosen,
         strategy_keys=to_mapping(spec),
-        megatron_args=tuple(to_megatron_args(spec)),
+        megatron_args=_megatron_args(spec, megatron_rules=chosen.megatron_rules),
         bubble_simulated_s=bubble_simulated_s,
     )
 

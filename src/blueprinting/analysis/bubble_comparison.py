@@ -74,19 +74,32 @@ def compare_bubble(
     )
 
 
-def explain(comparison: BubbleComparison, *, p: int, v: int, m: int) -> list[str]:
-    """One sentence per non-zero term of the split, largest first."""
+def explain(
+    comparison: BubbleComparison, *, p: int, v: int, m: int, megatron_runs: bool = True
+) -> list[str]:
+    """One sentence per non-zero term of the split. ``megatron_runs`` False: the simulated
+    schedule is a hypothetical Megatron-LM refuses."""
     lines: list[str] = []
     c = comparison
     if c.extra_interleaving_chunks:
-        lines.append(
+        extra = (
             f"the contract adds (v-1)(p - m mod p) = ({v}-1)({p} - {m % p}) = "
             f"{c.extra_interleaving_chunks} chunks = {c.interleaving_term_s:.6g} s "
             "for m mod p != 0; "
-            "no schedule Megatron-LM runs has them: it refuses m mod p != 0 with the default "
-            "group size N = p, and with a legal N > p the bubble stays (p-1)(tf+tb) "
-            "(shared/reference/schedules.md section 4)"
         )
+        if megatron_runs:
+            extra += (
+                "no schedule Megatron-LM runs has them: it refuses m mod p != 0 with the "
+                "default group size N = p, and with a legal N > p the bubble stays "
+                "(p-1)(tf+tb) (shared/reference/schedules.md section 4), so the contract "
+                f"overestimates this schedule by {c.difference_s:.6g} s in all"
+            )
+        else:
+            extra += (
+                "this schedule is one Megatron-LM refuses, the kind the extra term describes "
+                "(shared/reference/schedules.md section 4)"
+            )
+        lines.append(extra)
     if c.p2p_in_chunk_s:
         lines.append(
             f"the contract's T_chunk holds one P2P transfer each way: (p-1)(c_f+c_b) = "
@@ -100,9 +113,14 @@ def explain(comparison: BubbleComparison, *, p: int, v: int, m: int) -> list[str
         )
     if c.schedule_residual_s:
         sign = "shorter" if c.schedule_residual_s > 0 else "longer"
+        cause = (
+            "first/last-stage extras (embedding, LM head + loss) and uneven stages shift the "
+            "busiest rank's idle"
+        )
+        if not megatron_runs:
+            cause = "the hypothetical schedule's own dependency bubbles, and " + cause
         lines.append(
             f"the simulated bubble is {abs(c.schedule_residual_s):.6g} s {sign} than "
-            f"(p-1)(tf+tb) = {c.uniform_bubble_s:.6g} s of the largest chunk: first/last-stage "
-            "extras (embedding, LM head + loss) and uneven stages shift the busiest rank's idle"
+            f"(p-1)(tf+tb) = {c.uniform_bubble_s:.6g} s of the largest chunk: {cause}"
         )
     return lines

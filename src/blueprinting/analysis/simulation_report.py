@@ -47,6 +47,7 @@ class SimulationReport:
             p=mapping.pipeline_degree,
             v=self.plan.plan.virtual_stages,
             m=mapping.microbatch_count,
+            megatron_runs=not self.megatron_refusals,
         )
 
     def simulation_json(self) -> dict[str, JsonValue]:
