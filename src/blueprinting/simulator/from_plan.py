@@ -44,10 +44,10 @@ from blueprinting.simulator.engine import SimulationResult, simulate
 from blueprinting.simulator.schedules import megatron_violations
 from blueprinting.synthesizer.stages.portable_plan.ir import PortablePlanIR
 
-MAX_SIMULATED_PASSES = 600_000
+MAX_SIMULATED_PASSES = 250_000
 """Compute passes (p x v x m x passes per microbatch-chunk) above which the plan path does not
-simulate: the engine does about a million commands a second, and the plan path runs two
-simulations; p = 8, v = 3, m = 192 is 9,216 passes."""
+simulate: building and running a DAG takes about 2.5 s per million passes and the plan path runs
+two, so the limit keeps a plan near a second; p = 8, v = 3, m = 192 is 9,216 passes (20 ms)."""
 
 P2P_TOLERANCE = 1e-9
 """Relative agreement required between the simulator's P2P time and PortablePlanIR's."""
