@@ -132,9 +132,8 @@ def training_specs(draw: st.DrawFn) -> TrainingSpec:
         if first is None and last is None
         else UnevenStages(first_stage_layers=first, last_stage_layers=last)
     )
-    communication: TensorCommunication = draw(
-        st.sampled_from([AllReduce(), ReduceScatterAllGather()])
-    )
+    communications: list[TensorCommunication] = [AllReduce(), ReduceScatterAllGather()]
+    communication = draw(st.sampled_from(communications))
     return TrainingSpec(
         model=draw(models()),
         mapping=TransformerTrainingMappingSpec(

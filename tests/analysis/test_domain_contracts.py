@@ -34,6 +34,7 @@ from blueprinting.mapping.transformer import (
     SelectiveRecompute,
     ShardedGradients,
     SingleStage,
+    TensorCommunication,
     TensorParallel,
     TrainingSpec,
     TransformerTrainingMappingSpec,
@@ -170,16 +171,16 @@ def _brute_force_laws(
     gbs, mbs = mapping.batch.global_batch_size, mapping.batch.micro_batch_size
     schedule = par.pipeline.schedule
     v = schedule.virtual_stages if isinstance(schedule, InterleavedOneForwardOneBackward) else 1
-    L = model.num_layers
+    layers = model.num_layers
     broken: set[tuple[str, RuleSet]] = set()
     planner, megatron = RuleSet.PLANNER, RuleSet.MEGATRON
     if not _integral(gbs, d):
         broken.add(("local_batch", planner))
     if not _integral(gbs, d * mbs):
         broken.add(("microbatch_count", planner))
-    if not _integral(L, p):
+    if not _integral(layers, p):
         broken.add(("blocks_per_pipeline_stage", planner))
-    if v > 1 and not _integral(L, p * v):
+    if v > 1 and not _integral(layers, p * v):
         broken.add(("blocks_per_virtual_chunk", planner))
     sp = isinstance(par.tensor.communication, ReduceScatterAllGather)
     if sp and not _integral(model.seq_length, t):
@@ -205,7 +206,9 @@ def _brute_force_laws(
         broken.add(("hidden_per_head", planner))
     if not _integral(model.padded_vocab_size, t):
         broken.add(("vocab_per_tensor_rank", planner))
-    if isinstance(par.recompute, FullRecompute) and not (1 <= par.recompute.num_layers <= L // p):
+    if isinstance(par.recompute, FullRecompute) and not (
+        1 <= par.recompute.num_layers <= layers // p
+    ):
         broken.add(("recompute_num_layers", planner))
     # Megatron-LM rules
     if sp and t == 1:
@@ -236,20 +239,17 @@ def _any_training(draw: st.DrawFn) -> tuple[TransformerModelSpec, TransformerTra
     t = draw(st.integers(1, 8))
     p = draw(st.integers(1, 8))
     v = draw(st.integers(1, 4))
-    schedule: PipelineSchedule = draw(
-        st.sampled_from(
-            [
-                SingleStage(),
-                OneForwardOneBackward(),
-                ForwardOnly(),
-                InterleavedOneForwardOneBackward(
-                    virtual_stages=v,
-                    microbatch_group_size=draw(st.none() | st.integers(1, 12)),
-                    overlap_p2p_comm=draw(st.booleans()),
-                ),
-            ]
-        )
-    )
+    schedules: list[PipelineSchedule] = [
+        SingleStage(),
+        OneForwardOneBackward(),
+        ForwardOnly(),
+        InterleavedOneForwardOneBackward(
+            virtual_stages=v,
+            microbatch_group_size=draw(st.none() | st.integers(1, 12)),
+            overlap_p2p_comm=draw(st.booleans()),
+        ),
+    ]
+    schedule = draw(st.sampled_from(schedules))
     heads = draw(st.integers(1, 32))
     hidden = heads * draw(st.integers(1, 16)) + draw(st.sampled_from([0, 0, 1, 3]))
     kv_default = draw(st.booleans())
@@ -265,29 +265,24 @@ def _any_training(draw: st.DrawFn) -> tuple[TransformerModelSpec, TransformerTra
         vocab_size=100,
         padded_vocab_size=draw(st.integers(100, 1200)),
     )
-    sharding: OptimizerSharding = draw(
-        st.sampled_from(
-            [
-                NoOptimizerSharding(),
-                DistributedOptimizer(overlap_param_gather=draw(st.booleans())),
-                ShardedGradients(overlap_param_gather=draw(st.booleans())),
-            ]
-        )
-    )
-    recompute: RecomputePolicy = draw(
-        st.sampled_from(
-            [
-                NoRecompute(),
-                SelectiveRecompute(),
-                FullRecompute(method=RecomputeMethod.BLOCK, num_layers=draw(st.integers(1, 20))),
-            ]
-        )
-    )
+    shardings: list[OptimizerSharding] = [
+        NoOptimizerSharding(),
+        DistributedOptimizer(overlap_param_gather=draw(st.booleans())),
+        ShardedGradients(overlap_param_gather=draw(st.booleans())),
+    ]
+    sharding = draw(st.sampled_from(shardings))
+    recomputes: list[RecomputePolicy] = [
+        NoRecompute(),
+        SelectiveRecompute(),
+        FullRecompute(method=RecomputeMethod.BLOCK, num_layers=draw(st.integers(1, 20))),
+    ]
+    recompute = draw(st.sampled_from(recomputes))
+    communications: list[TensorCommunication] = [AllReduce(), ReduceScatterAllGather()]
     mapping = TransformerTrainingMappingSpec(
         parallelism=TransformerTrainingParallelism(
             tensor=TensorParallel(
                 degree=t,
-                communication=draw(st.sampled_from([AllReduce(), ReduceScatterAllGather()])),
+                communication=draw(st.sampled_from(communications)),
             ),
             pipeline=PipelineParallel(degree=p, schedule=schedule),
             data=DataParallel(
