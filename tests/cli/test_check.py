@@ -104,7 +104,7 @@ def test_check_world_size_law_exits_1(capsys: pytest.CaptureFixture[str]) -> Non
     assert _run(capsys, "check", GPT3, "--set", "world_size=1000") == (
         1,
         "",
-        "checking from_mapping: 1 law(s) violated:\n"
+        "checking degrees t=8 p=8 world_size=1000: 1 law(s) violated:\n"
         "  - [planner] world_size: d = world_size / (t * p) = 1000 / (8 * 8) is not integral\n",
     )
 
