@@ -555,13 +555,15 @@ def from_mapping(
             "decoder_first/last_pipeline_num_layers and a virtual-pipeline size instead"
         )
 
-    if problems:
+    # A None here always comes with a problem; the extra tests narrow the types.
+    if problems or spec_model is None or d is None or schedule is None:
         raise ConfigError(problems)
     if unsupported:
         raise UnsupportedError("; ".join(unsupported))
     if world_violation is not None:
-        raise InvalidStrategyError([world_violation], subject="from_mapping")
-    assert spec_model is not None and d is not None and schedule is not None  # by problems
+        raise InvalidStrategyError(
+            [world_violation], subject=f"degrees t={t} p={p} world_size={world}"
+        )
 
     mbs = _get_int(values, "micro_batch_size") or 1
     gbs = _get_int(values, "global_batch_size") or mbs * d
@@ -700,13 +702,10 @@ def _recompute(values: Mapping[str, FlatValue], problems: list[str]) -> Recomput
                 f"{granularity or 'no recompute'}"
             )
         return NoRecompute() if granularity is None else SelectiveRecompute()
-    missing = [
-        k for k, v in (("recompute_method", method), ("recompute_num_layers", layers)) if v is None
-    ]
-    if missing:
+    if method is None or layers is None:
+        missing = [k for k in ("recompute_method", "recompute_num_layers") if k not in values]
         problems.append(f"recompute_granularity = full needs {' and '.join(missing)}")
         return NoRecompute()
-    assert method is not None and layers is not None
     return FullRecompute(method=RecomputeMethod(method), num_layers=layers)
 
 
@@ -1015,11 +1014,10 @@ def inference_from_mapping(
     if missing:
         problems.append(f"inference key(s) missing: {', '.join(missing)}")
     unsupported = _unsupported_sizes(values)
-    if problems:
+    if problems or spec_model is None:
         raise ConfigError(problems)
     if unsupported:
         raise UnsupportedError("; ".join(unsupported))
-    assert spec_model is not None
     kv_key = _get_str(values, "kv_cache_datatype")
     kv_datatype = Datatype(kv_key) if kv_key is not None else spec_model.datatype
     schedule: PipelineSchedule = ForwardOnly() if p > 1 else SingleStage()

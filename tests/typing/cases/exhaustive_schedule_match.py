@@ -1,0 +1,25 @@
+"""Must PASS mypy: the positive control, every PipelineSchedule variant is handled."""
+
+from typing import assert_never
+
+from blueprinting.mapping.transformer import (
+    ForwardOnly,
+    InterleavedOneForwardOneBackward,
+    OneForwardOneBackward,
+    PipelineSchedule,
+    SingleStage,
+)
+
+
+def describe(schedule: PipelineSchedule) -> str:
+    match schedule:
+        case SingleStage():
+            return "single"
+        case OneForwardOneBackward():
+            return "1f1b"
+        case InterleavedOneForwardOneBackward(virtual_stages=v):
+            return f"interleaved x{v}"
+        case ForwardOnly():
+            return "forward"
+        case _ as unreachable:
+            assert_never(unreachable)
