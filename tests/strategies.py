@@ -54,6 +54,7 @@ from blueprinting.mapping.transformer import (
     TransformerTrainingMappingSpec,
     TransformerTrainingParallelism,
     UnevenStages,
+    ZeroBubbleH1,
 )
 
 names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-.", min_size=1, max_size=12)
@@ -122,7 +123,8 @@ def training_specs(draw: st.DrawFn) -> TrainingSpec:
             overlap_p2p_comm=draw(st.booleans()),
         )
     elif p > 1:
-        schedule = OneForwardOneBackward()
+        pipelined: list[PipelineSchedule] = [OneForwardOneBackward(), ZeroBubbleH1()]
+        schedule = draw(st.sampled_from(pipelined))
     else:
         schedule = SingleStage()
     first = draw(st.none() | st.integers(1, 20))

@@ -39,6 +39,7 @@ from blueprinting.mapping.transformer import (
     TrainingSpec,
     TransformerTrainingMappingSpec,
     TransformerTrainingParallelism,
+    ZeroBubbleH1,
     check_inference,
     check_training,
     from_mapping,
@@ -113,6 +114,8 @@ def _describe(schedule: PipelineSchedule) -> str:
             return f"interleaved/{v}"
         case ForwardOnly():
             return "forward"
+        case ZeroBubbleH1():
+            return "zb-h1"
         case _ as unreachable:
             assert_never(unreachable)
 

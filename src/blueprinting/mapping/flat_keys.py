@@ -81,6 +81,7 @@ from blueprinting.mapping.transformer import (
     TransformerTrainingMappingSpec,
     TransformerTrainingParallelism,
     UnevenStages,
+    ZeroBubbleH1,
 )
 
 FlatValue = int | bool | str
@@ -124,6 +125,8 @@ TRAINING_KEYS: Mapping[str, _Key] = {
     "pipeline_model_parallel_layout": _Key(kind=_Kind.STR),
     "microbatch_group_size_per_vp_stage": _int(),
     "overlap_p2p_comm": _bool(),
+    # Blueprinting's own key (Megatron-LM has none): "zb-h1" selects ZeroBubbleH1.
+    "pipeline_schedule": _choice("1f1b", "zb-h1"),
     "decoder_first_pipeline_num_layers": _int(),
     "decoder_last_pipeline_num_layers": _int(),
     "use_distributed_optimizer": _bool(),
@@ -624,6 +627,13 @@ def _pipeline(
 
     group = _get_int(values, "microbatch_group_size_per_vp_stage")
     overlap = _get_bool(values, "overlap_p2p_comm")
+    if _get_str(values, "pipeline_schedule") == "zb-h1":
+        if v > 1 or group is not None or overlap is not None:
+            problems.append(
+                "pipeline_schedule = zb-h1 is not interleaved: it takes no virtual-pipeline "
+                "key, microbatch_group_size_per_vp_stage or overlap_p2p_comm"
+            )
+        return ZeroBubbleH1(), layout
     if v > 1:
         # Megatron-LM's flag is --no-overlap-p2p-communication: overlap is on unless refused.
         return (
@@ -778,6 +788,8 @@ def _schedule_keys(schedule: PipelineSchedule) -> dict[str, FlatValue]:
                 out["microbatch_group_size_per_vp_stage"] = group
             out["overlap_p2p_comm"] = overlap
             return out
+        case ZeroBubbleH1():
+            return {"pipeline_schedule": "zb-h1"}
         case SingleStage() | OneForwardOneBackward() | ForwardOnly():
             return {}
         case _ as unreachable:
@@ -892,6 +904,9 @@ def _schedule_args(schedule: PipelineSchedule) -> list[str]:
             if not overlap:
                 args.append("--no-overlap-p2p-communication")
             return args
+        case ZeroBubbleH1():
+            # validate_training(megatron=True) refuses ZB-H1 before this point.
+            raise UnsupportedError("Megatron-LM has no flag for the ZB-H1 schedule")
         case SingleStage() | OneForwardOneBackward() | ForwardOnly():
             return []
         case _ as unreachable:
