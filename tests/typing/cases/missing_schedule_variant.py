@@ -5,6 +5,7 @@ from blueprinting.mapping.transformer import (
     OneForwardOneBackward,
     PipelineSchedule,
     SingleStage,
+    ZeroBubbleH1,
 )
 
 
@@ -16,4 +17,6 @@ def describe(schedule: PipelineSchedule) -> str:
             return "1f1b"
         case InterleavedOneForwardOneBackward(virtual_stages=v):
             return f"interleaved x{v}"
+        case ZeroBubbleH1():
+            return "zb-h1"
     return "unreachable only if the match were exhaustive"

@@ -8,6 +8,7 @@ from blueprinting.mapping.transformer import (
     OneForwardOneBackward,
     PipelineSchedule,
     SingleStage,
+    ZeroBubbleH1,
 )
 
 
@@ -19,5 +20,7 @@ def describe(schedule: PipelineSchedule) -> str:
             return "1f1b"
         case InterleavedOneForwardOneBackward(virtual_stages=v):
             return f"interleaved x{v}"
+        case ZeroBubbleH1():
+            return "zb-h1"
         case _ as unreachable:
             assert_never(unreachable)
