@@ -39,7 +39,7 @@ def test_the_scalar_checker_uses_the_same_names() -> None:
     search's union of the checker's microbatch_group_bounds and microbatch_group_remainder)."""
     from pathlib import Path
 
-    import blueprinting.mapping.laws as laws
+    from blueprinting.mapping import laws
 
     source = Path(laws.__file__).read_text()
     scalar_only = {Law.MEGATRON_MICROBATCH_GROUP, Law.WORLD_SIZE}
