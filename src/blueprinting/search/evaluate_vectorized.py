@@ -317,6 +317,7 @@ def _block_costs(
     model: TransformerModelSpec,
     system: SystemSpec,
     groups: dict[ParallelDim, tuple[IntArray, IntArray]],
+    progress: Callable[[int, int], None] | None,
 ) -> _BlockArrays:
     tp_tier, tp_per_node = groups[ParallelDim.TENSOR]
     first, inverse = _keys(
@@ -328,7 +329,9 @@ def _block_costs(
         tp_per_node,
     )
     rows = []
-    for i in first:
+    for done, i in enumerate(first):
+        if progress is not None:
+            progress(done, len(first))
         plan = portable_plan(candidate_to_spec(table, int(i), model), system)
         block, emb, lm = plan.block, plan.embedding, plan.lm_head
         rows.append(
@@ -357,6 +360,8 @@ def _block_costs(
                 lm.total_s,
             )
         )
+    if progress is not None:
+        progress(len(first), len(first))
     values = np.array(rows, dtype=np.float64)[inverse]
     names = [f.name for f in fields(_BlockArrays)]
     return _BlockArrays(**{name: values[:, j] for j, name in enumerate(names)})
@@ -697,14 +702,18 @@ def evaluate_candidates(
     system: SystemSpec,
     *,
     flops_convention: FlopsConvention = FlopsConvention.MEGATRON_LEGACY,
+    progress: Callable[[int, int], None] | None = None,
 ) -> CandidateFigures:
-    """The contract-bubble plan figures of every row of ``table`` (module docstring)."""
+    """The contract-bubble plan figures of every row of ``table`` (module docstring).
+
+    ``progress(done, total)`` is called while the block costs are computed, the longest step.
+    """
     if len(table) == 0:
         raise ValueError("evaluate_candidates needs at least one candidate")
     t, p, d, v = table.tensor, table.pipeline, table.data, table.virtual_stages
     m = table.microbatch_count
     groups = _groups(table, system)
-    c = _block_costs(table, model, system, groups)
+    c = _block_costs(table, model, system, groups, progress)
     p2p_s = _p2p_time(table, model, system)
     # PortablePlanIR._p2p: chunk edges only carry P2P time when p > 1.
     edge_p2p = np.where(p > 1, p2p_s, 0.0)
