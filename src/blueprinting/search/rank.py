@@ -301,6 +301,7 @@ def _row_values(mapping: TransformerTrainingMappingSpec) -> dict[str, int | bool
         case _ as unreachable_schedule:
             assert_never(unreachable_schedule)
     recompute = par.recompute
+    variant: RecomputeVariant
     match recompute:
         case NoRecompute():
             variant = RecomputeVariant.NONE
@@ -317,6 +318,7 @@ def _row_values(mapping: TransformerTrainingMappingSpec) -> dict[str, int | bool
             assert_never(unreachable_recompute)
     values["recompute"] = RECOMPUTE_CODES.index(variant)
     sharding = par.data.optimizer_sharding
+    shard: ShardingVariant
     match sharding:
         case NoOptimizerSharding():
             shard = ShardingVariant.NO_SHARD
