@@ -304,7 +304,7 @@ def _print_text(result: SearchResult, reports: list[IterationReport], rows: list
     table = Table(title=f"top {len(rows)}")
     for name in TABLE_COLUMNS:
         table.add_column(name, justify="left" if name == "strategy" else "right")
-    for rank, (row, report) in enumerate(zip(rows, reports, strict=True), start=1):
+    for rank, report in enumerate(reports, start=1):
         b = report.breakdown
         table.add_row(
             str(rank),
