@@ -19,6 +19,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "check": ("blueprinting.cli.check", "check a strategy file against every law"),
     "plan": ("blueprinting.cli.plan", "iteration time, breakdown, memory and MFU of a strategy"),
     "presets": ("blueprinting.cli.presets", "list built-in model and system presets"),
+    "search": (
+        "blueprinting.cli.search",
+        "rank every legal strategy of a space by a model objective",
+    ),
     "validate": ("blueprinting.cli.validate", "compare predictions with published measured runs"),
 }
 
