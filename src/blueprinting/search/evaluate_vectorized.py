@@ -17,7 +17,7 @@ scalar code                      reads                             here
 ================================ ================================= ===============================
 ``portable_plan`` block/extras   t, sp, recompute scope, b, TP     scalar, per key
                                  group                             (``_block_costs``)
-``CostDistributedTasks._p2p``    t, p, d, b, sp                    scalar, per key
+``passes.p2p_message``           t, p, d, b, sp                    scalar, per key
 ``stage_parameters``             t, p, stage                       scalar, per key
 ``system.collective_time`` (DP)  t, p, d, stage                    scalar, per key
 ``adam_step_cost``               owned parameters                  scalar, per key
@@ -77,8 +77,8 @@ from blueprinting.search.space import (
     candidate_to_spec,
 )
 from blueprinting.synthesizer.stages.portable_plan.passes import (
-    CostDistributedTasks,
     PlanContext,
+    p2p_message,
 )
 
 IntArray = npt.NDArray[np.int64]
@@ -368,14 +368,14 @@ def _block_costs(
 
 
 def _p2p_time(table: CandidateTable, model: TransformerModelSpec, system: SystemSpec) -> FloatArray:
-    """``CostDistributedTasks._p2p`` (the PP message time), per (t, p, d, b, sp)."""
+    """``passes.p2p_message`` (the PP message time), per (t, p, d, b, sp)."""
     first, inverse = _keys(
         table.tensor, table.pipeline, table.data, table.micro_batch, table.sequence_parallel
     )
 
     def value(i: int) -> float:
         spec = candidate_to_spec(table, i, model)
-        return CostDistributedTasks._p2p(PlanContext(spec=spec, system=system))[1]
+        return p2p_message(PlanContext(spec=spec, system=system))[1]
 
     return _per_key(first, inverse, value)
 

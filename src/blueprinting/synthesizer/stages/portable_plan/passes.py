@@ -128,7 +128,7 @@ def cost_task_groups(
 
 def assemble_plan(costs: TaskGroupCosts, ctx: PlanContext) -> PortablePlanIR:
     """Lay the costed block out over the typed program's pipeline stages and add the P2P."""
-    p2p_bytes, p2p_s = _p2p(ctx)
+    p2p_bytes, p2p_s = p2p_message(ctx)
     counts = chunk_layer_counts(ctx.spec.model, ctx.spec.mapping.parallelism.pipeline)
     stages = tuple(
         StagePlan(
@@ -195,7 +195,8 @@ def _phase_cost(
     )
 
 
-def _p2p(ctx: PlanContext) -> tuple[int, float]:
+def p2p_message(ctx: PlanContext) -> tuple[int, float]:
+    """The PP activation message (bytes) and its time on the PP link (module docstring)."""
     mapping = ctx.spec.mapping
     if mapping.pipeline_degree == 1:
         return 0, 0.0
