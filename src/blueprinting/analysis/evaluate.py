@@ -6,7 +6,7 @@ Each stage is called once, in order; nothing reaches back into an earlier stage.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import assert_never, final
 
@@ -63,7 +63,8 @@ class PlanOptions:
     flops_convention: FlopsConvention = FlopsConvention.MEGATRON_LEGACY
     bubble_source: BubbleSource = BubbleSource.CONTRACT
     megatron_rules: bool = True
-    extra_flags: tuple[str, ...] = field(default=())
+    train_tokens: int = 300_000_000_000
+    """Tokens for the report's time-to-train figure (default: GPT-3's 300B, Brown et al. 2020)."""
 
 
 @lru_cache(maxsize=512)
@@ -225,4 +226,5 @@ def evaluate_plan(
         optimizer=optimizer,
         strategy_keys=strategy_keys,
         megatron_args=megatron_args,
+        train_tokens=options.train_tokens,
     )
