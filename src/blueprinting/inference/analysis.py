@@ -41,7 +41,7 @@ Decisions (README, "infer --json", repeats them with units):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import final
 
 from blueprinting.hardware.collectives import CollectiveKind as LinkCollective
@@ -56,10 +56,12 @@ from blueprinting.inference.memory import (
 from blueprinting.mapping.flat_keys import inference_to_mapping
 from blueprinting.mapping.transformer import InferenceSpec
 from blueprinting.synthesizer.dialects.transformer.inference import (
+    CONTEXT_DEPENDENT,
     InferenceCollective,
     InferenceOp,
-    InferencePhase,
+    InferenceStepDims,
     InferenceStepWork,
+    attention_ops,
 )
 from blueprinting.synthesizer.dialects.transformer.inference_derivation import (
     LocalInferencePlan,
@@ -175,6 +177,41 @@ def stage_costs(
             cost = cost + last
         out.append(cost)
     return tuple(out)
+
+
+def decode_stage_costs(
+    plan: LocalInferencePlan,
+    system: SystemSpec,
+    tp_group: CommGroup,
+    *,
+    batch: int,
+    cached: list[int],
+) -> list[tuple[StepCost, ...]]:
+    """:func:`stage_costs` of the decode steps on each cache length in ``cached``. Only the
+    attention ops depend on the context, so the rest of the step is costed once."""
+    first = plan.decode(batch, cached[0])
+    fixed = replace(
+        first, block=tuple(op for op in first.block if op.name not in CONTEXT_DEPENDENT)
+    )
+    fixed_costs = stage_costs(fixed, plan, system, tp_group)
+    out = []
+    for cache in cached:
+        dims = InferenceStepDims(batch=batch, new_tokens=1, cached_tokens=cache)
+        ops = attention_ops(
+            plan.model,
+            dims,
+            tp=plan.tp,
+            sequence_parallel=plan.sequence_parallel,
+            kv_datatype=plan.workload.kv_cache_datatype,
+        )
+        attention = _cost(ops, (), system, plan, tp_group)
+        out.append(
+            tuple(
+                cost + attention.times(blocks)
+                for cost, blocks in zip(fixed_costs, plan.stage_blocks, strict=True)
+            )
+        )
+    return out
 
 
 def _total(costs: tuple[StepCost, ...]) -> StepCost:
@@ -404,17 +441,17 @@ def analyze_inference(
     decode_p2p = _p2p(plan, system, activation)
     decode_back = _p2p(plan, system, size * TOKEN_ID_BYTES)
     cached = [prompt + j - 1 for j in range(1, generated)] or [prompt]
-    rounds = []
-    decode_bounds_costs = []
-    for cache in cached:
-        stages = stage_costs(plan.decode(size, cache), plan, system, tp_group)
-        rounds.append(decode_round(tuple(c.time_s for c in stages), count, decode_p2p, decode_back))
-        whole = (
-            stages
-            if size == batch
-            else stage_costs(plan.decode(batch, cache), plan, system, tp_group)
-        )
-        decode_bounds_costs.append(_total(whole))
+    per_microbatch = decode_stage_costs(plan, system, tp_group, batch=size, cached=cached)
+    rounds = [
+        decode_round(tuple(c.time_s for c in stages), count, decode_p2p, decode_back)
+        for stages in per_microbatch
+    ]
+    whole_batch = (
+        per_microbatch
+        if size == batch
+        else decode_stage_costs(plan, system, tp_group, batch=batch, cached=cached)
+    )
+    decode_bounds_costs = [_total(stages) for stages in whole_batch]
     prefill_whole = _total(
         prefill_stages
         if size == batch

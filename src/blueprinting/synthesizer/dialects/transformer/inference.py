@@ -45,6 +45,9 @@ Public API (used by inference_derivation.py and blueprinting.inference):
 - :class:`InferenceOp`, :class:`InferenceCollective`, :class:`InferenceStepWork`
 - :func:`kv_groups_per_rank`, :func:`kv_cache_bytes_per_token`
 - :func:`inference_step_work(model, dims, *, tp, sequence_parallel, kv_datatype)`
+- :func:`attention_ops(model, dims, *, tp, sequence_parallel, kv_datatype)`: the only block ops
+  whose work depends on the context (an analysis re-costs just these from one decode step to the
+  next); :data:`CONTEXT_DEPENDENT` names them
 """
 
 from __future__ import annotations
@@ -303,6 +306,30 @@ def _attention(
     )
 
 
+#: The block ops whose work depends on the context length (the rest depend on b * q only).
+CONTEXT_DEPENDENT: frozenset[SemanticOpName] = frozenset(
+    {
+        SemanticOpName.ATTENTION_SCORES,
+        SemanticOpName.SOFTMAX,
+        SemanticOpName.ATTENTION_OVER_VALUES,
+    }
+)
+
+
+def attention_ops(
+    model: TransformerModelSpec,
+    dims: InferenceStepDims,
+    *,
+    tp: int,
+    sequence_parallel: bool,
+    kv_datatype: Datatype,
+) -> tuple[InferenceOp, ...]:
+    """The fused attention ops of one block (the :data:`CONTEXT_DEPENDENT` ones), as
+    :func:`inference_step_work` builds them."""
+    local = _local_dims(model, dims, tp=tp, sequence_parallel=sequence_parallel)
+    return _attention(model, dims, local, kv_datatype)
+
+
 def _block(
     model: TransformerModelSpec, dims: InferenceStepDims, local: BlockDims, kv_datatype: Datatype
 ) -> tuple[InferenceOp, ...]:
@@ -377,7 +404,9 @@ def inference_step_work(
         first_collectives = (
             InferenceCollective(
                 after=SemanticOpName.EMBEDDING,
-                kind=CollectiveKind.REDUCE_SCATTER if sequence_parallel else CollectiveKind.ALL_REDUCE,
+                kind=CollectiveKind.REDUCE_SCATTER
+                if sequence_parallel
+                else CollectiveKind.ALL_REDUCE,
                 bytes=activation,
             ),
         )
