@@ -13,18 +13,18 @@ def test_names_and_rulesets() -> None:
         "microbatch_count",
         "blocks_per_pipeline_stage",
         "blocks_per_virtual_chunk",
-        "sequence_parallel_divisibility",
-        "attention_heads_divisibility",
-        "query_groups_divisibility",
-        "ffn_divisibility",
-        "vocab_divisibility",
+        "local_sequence",
+        "attention_heads_per_tensor_rank",
+        "query_groups_vs_tensor",
+        "ffn_per_tensor_rank",
+        "vocab_per_tensor_rank",
         "schedule_matches_pipeline",
-        "recompute_num_layers_range",
+        "recompute_num_layers",
     ]
     assert [str(law) for law in MEGATRON_LAWS] == [
-        "megatron_interleaving_min_pipeline",
+        "interleaving_pipeline_degree",
         "megatron_microbatch_group",
-        "megatron_sequence_parallel_needs_tp",
+        "sequence_parallel_needs_tensor",
     ]
     assert all(law.ruleset is RuleSet.MEGATRON for law in MEGATRON_LAWS)
     assert all(law.ruleset is RuleSet.PLANNER for law in PLANNER_LAWS)
@@ -32,3 +32,17 @@ def test_names_and_rulesets() -> None:
         "v > 1 => p <= G <= m and (m mod G == 0 or m mod G >= p), G defaults to p"
     )
     assert all(law.formula for law in Law)
+
+
+def test_the_scalar_checker_uses_the_same_names() -> None:
+    """Each shared name is a law the scalar checker reports (megatron_microbatch_group is the
+    search's union of the checker's microbatch_group_bounds and microbatch_group_remainder)."""
+    from pathlib import Path
+
+    from blueprinting.mapping import laws
+
+    source = Path(laws.__file__).read_text()
+    scalar_only = {Law.MEGATRON_MICROBATCH_GROUP, Law.WORLD_SIZE}
+    for law in Law:
+        if law not in scalar_only:
+            assert f'"{law}"' in source, law

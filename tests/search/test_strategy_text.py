@@ -21,6 +21,7 @@ from blueprinting.mapping.transformer import (
     SingleStage,
     TensorParallel,
     TransformerTrainingMappingSpec,
+    ZeroBubbleH1,
 )
 from blueprinting.search.space import (
     candidate_to_spec,
@@ -68,7 +69,7 @@ def test_every_problem_at_once() -> None:
     assert info.value.problems == (
         "foo: unknown key (accepted: tp, pp, dp, gpus, v, vp, mbs, gbs, sp, recompute, "
         "recompute_method, recompute_layers, sharding, overlap_grad, overlap_param_gather, "
-        "overlap_p2p, group)",
+        "overlap_p2p, group, schedule)",
         "tp: given twice",
         "'bare': expected key=value",
         "tp=0: expected a positive integer",
@@ -109,3 +110,11 @@ TINY_TABLE = enumerate_strategies(TINY, TINY_SPACES[0]).table
 def test_round_trip_of_enumerated_candidates(i: int) -> None:
     mapping: TransformerTrainingMappingSpec = candidate_to_spec(TINY_TABLE, i, TINY).mapping
     assert parse_strategy_text(format_strategy_text(mapping)) == mapping
+
+
+def test_zero_bubble_schedule_round_trips() -> None:
+    mapping = parse_strategy_text("tp=2 pp=4 dp=2 gbs=16 schedule=zb-h1")
+    assert mapping.parallelism.pipeline.schedule == ZeroBubbleH1()
+    assert parse_strategy_text(format_strategy_text(mapping)) == mapping
+    with pytest.raises(ConfigError):
+        parse_strategy_text("pp=4 v=2 gbs=16 schedule=zb-h1")

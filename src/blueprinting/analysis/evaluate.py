@@ -6,7 +6,8 @@ Each stage is called once, in order; nothing reaches back into an earlier stage.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import assert_never, final
 
 from blueprinting.analysis.data_parallel import OverlapWindows, data_parallel_cost
@@ -23,20 +24,36 @@ from blueprinting.analysis.iteration import (
 from blueprinting.analysis.memory import memory_per_stage, precision_recipe, stage_parameters
 from blueprinting.analysis.optimizer_step import adam_step_cost
 from blueprinting.analysis.report import IterationReport
-from blueprinting.hardware.system import Engine, ParallelDim, SystemSpec
+from blueprinting.hardware.system import CommGroup, Engine, ParallelDim, SystemSpec
+from blueprinting.mapping.model import TransformerModelSpec
 from blueprinting.mapping.transformer import (
+    BatchSpec,
+    DataParallel,
     DistributedOptimizer,
     NoOptimizerSharding,
+    PipelineParallel,
+    RecomputePolicy,
     ShardedGradients,
     ShardedParameters,
+    SingleStage,
+    TensorParallel,
     TrainingSpec,
+    TransformerTrainingMappingSpec,
+    TransformerTrainingParallelism,
 )
 from blueprinting.simulator.from_plan import simulated_bubble, simulation_obstacle
 from blueprinting.synthesizer.dialects.transformer.training_derivation import (
     derive_training_block,
 )
+from blueprinting.synthesizer.stages.distributed.ir import DistributedTaskIR
 from blueprinting.synthesizer.stages.portable_plan.ir import PortablePlanIR
-from blueprinting.synthesizer.stages.portable_plan.passes import PlanContext, build_portable_plan
+from blueprinting.synthesizer.stages.portable_plan.passes import (
+    PlanContext,
+    TaskGroupCosts,
+    VerifyPortablePlan,
+    assemble_plan,
+    cost_task_groups,
+)
 
 
 @final
@@ -53,13 +70,64 @@ class PlanOptions:
     flops_convention: FlopsConvention = FlopsConvention.MEGATRON_LEGACY
     bubble_source: BubbleSource = BubbleSource.SIMULATED
     megatron_rules: bool = True
-    extra_flags: tuple[str, ...] = field(default=())
+    train_tokens: int = 300_000_000_000
+    """Tokens for the report's time-to-train figure (default: GPT-3's 300B, Brown et al. 2020)."""
+
+
+@lru_cache(maxsize=512)
+def _local_block(
+    model: TransformerModelSpec,
+    tensor: TensorParallel,
+    recompute: RecomputePolicy,
+    micro_batch: int,
+) -> DistributedTaskIR:
+    """The local TP block depends only on the model, the TP variant, the recompute policy and
+    the micro batch (training_derivation.derive_block_plan reads nothing else), so strategies
+    that differ in PP, DP or batch share it. The derivation runs on a canonical single-stage
+    mapping with exactly those choices."""
+    canonical = TransformerTrainingMappingSpec(
+        parallelism=TransformerTrainingParallelism(
+            tensor=tensor,
+            pipeline=PipelineParallel(degree=1, schedule=SingleStage()),
+            data=DataParallel(degree=1),
+            recompute=recompute,
+        ),
+        batch=BatchSpec(global_batch_size=micro_batch, micro_batch_size=micro_batch),
+    )
+    return derive_training_block(model, canonical)
+
+
+@lru_cache(maxsize=512)
+def _local_block_costs(
+    *,
+    model: TransformerModelSpec,
+    tensor: TensorParallel,
+    recompute: RecomputePolicy,
+    micro_batch: int,
+    system: SystemSpec,
+    tp_group: CommGroup,
+) -> TaskGroupCosts:
+    """The costed local block, shared like :func:`_local_block` by strategies that differ only
+    in PP, DP or batch (the costs read nothing else)."""
+    ir = _local_block(model, tensor, recompute, micro_batch)
+    return cost_task_groups(ir, system, tp_group, model.datatype)
 
 
 def portable_plan(spec: TrainingSpec, system: SystemSpec) -> PortablePlanIR:
-    """Derive and cost the local block of ``spec`` on ``system``."""
-    ir = derive_training_block(spec.model, spec.mapping)
-    return build_portable_plan(ir, PlanContext(spec=spec, system=system))
+    """Derive and cost the local block of ``spec`` on ``system``: the same values as running
+    derive_training_block then build_portable_plan (tests/analysis checks it), with the
+    block-level stages memoized."""
+    parallelism = spec.mapping.parallelism
+    ctx = PlanContext(spec=spec, system=system)
+    costs = _local_block_costs(
+        model=spec.model,
+        tensor=parallelism.tensor,
+        recompute=parallelism.recompute,
+        micro_batch=spec.mapping.batch.micro_batch_size,
+        system=system,
+        tp_group=ctx.group(ParallelDim.TENSOR),
+    )
+    return VerifyPortablePlan().run(assemble_plan(costs, ctx), ctx)
 
 
 def _owned_parameters(spec: TrainingSpec, stage_params: int) -> int:
@@ -237,4 +305,5 @@ def evaluate_plan(
         optimizer=optimizer,
         strategy_keys=strategy_keys,
         megatron_args=megatron_args,
+        train_tokens=options.train_tokens,
     )

@@ -47,6 +47,7 @@ class IterationReport:
     optimizer: OptimizerStepCost
     strategy_keys: dict[str, int | bool | str]
     megatron_args: tuple[str, ...]
+    train_tokens: int
 
     @property
     def iteration_time_s(self) -> float:
@@ -123,6 +124,12 @@ class IterationReport:
             "hfu": self.hfu,
             "tokens_per_iteration": self.tokens_per_iteration,
             "tokens_per_second": self.tokens_per_second,
+            "time_to_train": {
+                "tokens": self.train_tokens,
+                "iterations": -(-self.train_tokens // self.tokens_per_iteration),
+                "seconds": self.time_to_train_s(self.train_tokens),
+                "days": self.time_to_train_s(self.train_tokens) / 86400,
+            },
             "memory_bytes": {
                 "weights": memory.weights,
                 "gradients": memory.gradients,

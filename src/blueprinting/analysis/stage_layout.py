@@ -13,6 +13,7 @@ strategy the laws would refuse still sums to L blocks. Callers check laws first.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import assert_never
 
 from blueprinting.errors import InvalidStrategyError, LawViolation
@@ -30,6 +31,7 @@ def _spread(total: int, parts: int) -> tuple[int, ...]:
     return tuple(base + (1 if i < extra else 0) for i in range(parts))
 
 
+@lru_cache(maxsize=1024)
 def stage_layer_counts(model: TransformerModelSpec, pipeline: PipelineParallel) -> tuple[int, ...]:
     """Blocks on each physical pipeline stage, stage 0 first; sums to ``model.num_layers``."""
     p = pipeline.degree
@@ -73,6 +75,7 @@ def stage_layer_counts(model: TransformerModelSpec, pipeline: PipelineParallel) 
             assert_never(unreachable)
 
 
+@lru_cache(maxsize=1024)
 def chunk_layer_counts(
     model: TransformerModelSpec, pipeline: PipelineParallel
 ) -> tuple[tuple[int, ...], ...]:

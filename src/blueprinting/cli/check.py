@@ -8,10 +8,9 @@ key (:class:`ConfigError`). Never a traceback for user input.
 from __future__ import annotations
 
 import argparse
-import importlib
-from collections.abc import Mapping
 
 from blueprinting.errors import ConfigError, InvalidStrategyError
+from blueprinting.hardware.presets import SYSTEM_PRESETS
 from blueprinting.mapping.config_file import ConfigFile, load_config
 from blueprinting.mapping.laws import check_inference, check_training
 from blueprinting.mapping.presets import did_you_mean
@@ -36,20 +35,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _check_system_preset(config: ConfigFile) -> None:
-    """Refuse an unknown ``[system] preset`` once the hardware module provides presets."""
+    """Refuse an unknown ``[system] preset`` (with a did-you-mean)."""
     preset = config.system.get("preset")
     if preset is None:
         return
-    try:
-        module = importlib.import_module("blueprinting.hardware.presets")
-    except ImportError:
-        return
-    systems: object = getattr(module, "SYSTEM_PRESETS", None)
-    if not isinstance(systems, Mapping):
-        return
-    names = tuple(str(name) for name in systems)
-    if preset not in names:
-        hint = did_you_mean(str(preset), names)
+    if str(preset) not in SYSTEM_PRESETS:
+        hint = did_you_mean(str(preset), tuple(SYSTEM_PRESETS))
         raise ConfigError([f"unknown system preset {preset!r}{hint}"], source=config.source)
 
 

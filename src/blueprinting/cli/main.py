@@ -17,8 +17,16 @@ from blueprinting.errors import BlueprintingError, ConfigError, InvalidStrategyE
 # name -> (module, one-line help). Keep alphabetical.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "check": ("blueprinting.cli.check", "check a strategy file against every law"),
+    "infer": (
+        "blueprinting.cli.infer",
+        "prefill, decode, throughput and memory of an inference (serving) strategy",
+    ),
     "plan": ("blueprinting.cli.plan", "iteration time, breakdown, memory and MFU of a strategy"),
     "presets": ("blueprinting.cli.presets", "list built-in model and system presets"),
+    "search": (
+        "blueprinting.cli.search",
+        "rank every legal strategy of a space by a model objective",
+    ),
     "simulate": (
         "blueprinting.cli.simulate",
         "run a strategy's pipeline schedule; contract vs simulated bubble, traces, plots",

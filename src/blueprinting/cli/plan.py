@@ -52,6 +52,15 @@ def add_strategy_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="check only the planner's laws, not Megatron-LM's start-up rules",
     )
+    parser.add_argument(
+        "--train-tokens",
+        type=float,
+        default=300e9,
+        help="tokens for the time-to-train figure (default: 300e9, GPT-3's)",
+    )
+    parser.add_argument(
+        "--all-stages", action="store_true", help="print memory for every pipeline stage"
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -103,10 +112,11 @@ def options_from(args: argparse.Namespace, bubble: BubbleSource | None = None) -
         flops_convention=FlopsConvention(args.flops_convention),
         bubble_source=BubbleSource(args.bubble) if bubble is None else bubble,
         megatron_rules=not args.no_megatron_rules,
+        train_tokens=int(args.train_tokens),
     )
 
 
-def print_report(report: IterationReport, *, as_json: bool) -> None:
+def print_report(report: IterationReport, *, as_json: bool, all_stages: bool = False) -> None:
     if as_json:
         json.dump(report.to_json_dict(), sys.stdout, indent=2)
         sys.stdout.write("\n")
@@ -115,7 +125,7 @@ def print_report(report: IterationReport, *, as_json: bool) -> None:
 
     from blueprinting.report.plan_text import render_plan
 
-    render_plan(report, Console())
+    render_plan(report, Console(), all_stages=all_stages)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -123,5 +133,5 @@ def run(args: argparse.Namespace) -> int:
 
     spec, system = load_training(args)
     report = plan_spec(spec, system, options_from(args))
-    print_report(report, as_json=bool(args.json))
+    print_report(report, as_json=bool(args.json), all_stages=bool(args.all_stages))
     return 0

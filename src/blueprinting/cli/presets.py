@@ -1,12 +1,13 @@
-"""``blueprinting presets``: list the built-in model presets (and system presets once the
-hardware module provides them), with computed against published parameter counts."""
+"""``blueprinting presets``: list the built-in model presets (computed against published
+parameter counts) and system presets (datasheet peaks, memory and links)."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
-from collections.abc import Mapping
 
+from blueprinting.hardware.presets import SYSTEM_PRESETS
+from blueprinting.hardware.system import Engine
+from blueprinting.mapping.model import Datatype
 from blueprinting.mapping.presets import MODEL_PRESETS
 
 
@@ -18,18 +19,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="all",
         help="which presets to list (default: all)",
     )
-
-
-def _system_presets() -> Mapping[str, object] | None:
-    """``blueprinting.hardware.presets.SYSTEM_PRESETS`` when that module exists, else None."""
-    try:
-        module = importlib.import_module("blueprinting.hardware.presets")
-    except ImportError:
-        return None
-    systems: object = getattr(module, "SYSTEM_PRESETS", None)
-    if not isinstance(systems, Mapping):
-        return None
-    return {str(name): spec for name, spec in systems.items()}
 
 
 def _billions(count: int) -> str:
@@ -72,15 +61,31 @@ def run(args: argparse.Namespace) -> int:
             )
         console.print(table)
     if kind in ("all", "systems"):
-        systems = _system_presets()
-        if systems is None:
-            if kind == "systems":
-                console.print("no system presets: blueprinting.hardware.presets is not available")
-            return 0
         system_table = Table(title="System presets")
-        system_table.add_column("name")
-        system_table.add_column("system", overflow="fold")
-        for name, system in systems.items():
-            system_table.add_row(name, str(system))
+        for column in (
+            "name",
+            "accelerator",
+            "GPUs/node",
+            "bf16 TFLOP/s",
+            "HBM GB",
+            "HBM TB/s",
+            "intra-node GB/s",
+            "scale-out GB/s",
+        ):
+            left = column in ("name", "accelerator")
+            system_table.add_column(column, justify="left" if left else "right", no_wrap=True)
+        for name, system in SYSTEM_PRESETS.items():
+            accelerator = system.accelerator
+            peak = accelerator.engine(Engine.MATRIX).rate(Datatype.BF16).peak_flop_per_s
+            system_table.add_row(
+                name,
+                accelerator.name,
+                str(system.gpus_per_node),
+                f"{peak / 1e12:,.0f}",
+                f"{accelerator.hbm.capacity_bytes / 1e9:,.0f}",
+                f"{accelerator.hbm.bandwidth_bytes_per_s / 1e12:.2f}",
+                f"{system.node.link.bandwidth_bytes_per_s / 1e9:,.0f}",
+                f"{system.scale_out.bandwidth_bytes_per_s / 1e9:,.0f}",
+            )
         console.print(system_table)
     return 0

@@ -254,11 +254,13 @@ def model_from_hf_config(
     seq_length), rms_norm_eps (RMSNorm when present, else LayerNorm), tie_word_embeddings
     (default false), head_dim (default h / heads), torch_dtype (default bfloat16), hidden_act
     (silu: SwiGLU, the Llama MLP; gelu*: GELU), attention_bias / mlp_bias (default false).
-    Positions are rotary. Other keys are ignored: HF configs carry many irrelevant ones.
+    Positions are rotary. Other keys are ignored: HF configs carry many irrelevant ones. The name
+    is ``name``, else ``_name_or_path``, else the file's folder.
     """
     if isinstance(path_or_mapping, Mapping):
         data: Mapping[str, object] = path_or_mapping
         source = "config.json mapping"
+        fallback_name = "hf-model"
     else:
         file = Path(path_or_mapping)
         source = str(file)
@@ -273,8 +275,7 @@ def model_from_hf_config(
         if not isinstance(loaded, Mapping):
             raise ConfigError(["config.json must hold an object"], source=source)
         data = loaded
-        if name is None:
-            name = file.parent.name or file.stem
+        fallback_name = file.parent.name or file.stem
     problems: list[str] = []
 
     def get_int(key: str, default: int | None = None) -> int:
@@ -324,7 +325,7 @@ def model_from_hf_config(
     tie = get_bool("tie_word_embeddings", False)
     bias = get_bool("attention_bias", False) or get_bool("mlp_bias", False)
     raw_name = data.get("_name_or_path")
-    model_name = name or (raw_name if isinstance(raw_name, str) and raw_name else "hf-model")
+    model_name = name or (raw_name if isinstance(raw_name, str) and raw_name else fallback_name)
     if problems:
         raise ConfigError(problems, source=source)
     return TransformerModelSpec(

@@ -81,6 +81,7 @@ from blueprinting.mapping.transformer import (
     TransformerTrainingMappingSpec,
     TransformerTrainingParallelism,
     UnevenStages,
+    ZeroBubbleH1,
 )
 
 FlatValue = int | bool | str
@@ -124,6 +125,8 @@ TRAINING_KEYS: Mapping[str, _Key] = {
     "pipeline_model_parallel_layout": _Key(kind=_Kind.STR),
     "microbatch_group_size_per_vp_stage": _int(),
     "overlap_p2p_comm": _bool(),
+    # Blueprinting's own key (Megatron-LM has none): "zb-h1" selects ZeroBubbleH1.
+    "pipeline_schedule": _choice("1f1b", "zb-h1"),
     "decoder_first_pipeline_num_layers": _int(),
     "decoder_last_pipeline_num_layers": _int(),
     "use_distributed_optimizer": _bool(),
@@ -555,13 +558,15 @@ def from_mapping(
             "decoder_first/last_pipeline_num_layers and a virtual-pipeline size instead"
         )
 
-    if problems:
+    # A None here always comes with a problem; the extra tests narrow the types.
+    if problems or spec_model is None or d is None or schedule is None:
         raise ConfigError(problems)
     if unsupported:
         raise UnsupportedError("; ".join(unsupported))
     if world_violation is not None:
-        raise InvalidStrategyError([world_violation], subject="from_mapping")
-    assert spec_model is not None and d is not None and schedule is not None  # by problems
+        raise InvalidStrategyError(
+            [world_violation], subject=f"degrees t={t} p={p} world_size={world}"
+        )
 
     mbs = _get_int(values, "micro_batch_size") or 1
     gbs = _get_int(values, "global_batch_size") or mbs * d
@@ -622,6 +627,13 @@ def _pipeline(
 
     group = _get_int(values, "microbatch_group_size_per_vp_stage")
     overlap = _get_bool(values, "overlap_p2p_comm")
+    if _get_str(values, "pipeline_schedule") == "zb-h1":
+        if v > 1 or group is not None or overlap is not None:
+            problems.append(
+                "pipeline_schedule = zb-h1 is not interleaved: it takes no virtual-pipeline "
+                "key, microbatch_group_size_per_vp_stage or overlap_p2p_comm"
+            )
+        return ZeroBubbleH1(), layout
     if v > 1:
         # Megatron-LM's flag is --no-overlap-p2p-communication: overlap is on unless refused.
         return (
@@ -700,13 +712,10 @@ def _recompute(values: Mapping[str, FlatValue], problems: list[str]) -> Recomput
                 f"{granularity or 'no recompute'}"
             )
         return NoRecompute() if granularity is None else SelectiveRecompute()
-    missing = [
-        k for k, v in (("recompute_method", method), ("recompute_num_layers", layers)) if v is None
-    ]
-    if missing:
+    if method is None or layers is None:
+        missing = [k for k in ("recompute_method", "recompute_num_layers") if k not in values]
         problems.append(f"recompute_granularity = full needs {' and '.join(missing)}")
         return NoRecompute()
-    assert method is not None and layers is not None
     return FullRecompute(method=RecomputeMethod(method), num_layers=layers)
 
 
@@ -779,6 +788,8 @@ def _schedule_keys(schedule: PipelineSchedule) -> dict[str, FlatValue]:
                 out["microbatch_group_size_per_vp_stage"] = group
             out["overlap_p2p_comm"] = overlap
             return out
+        case ZeroBubbleH1():
+            return {"pipeline_schedule": "zb-h1"}
         case SingleStage() | OneForwardOneBackward() | ForwardOnly():
             return {}
         case _ as unreachable:
@@ -893,6 +904,9 @@ def _schedule_args(schedule: PipelineSchedule) -> list[str]:
             if not overlap:
                 args.append("--no-overlap-p2p-communication")
             return args
+        case ZeroBubbleH1():
+            # validate_training(megatron=True) refuses ZB-H1 before this point.
+            raise UnsupportedError("Megatron-LM has no flag for the ZB-H1 schedule")
         case SingleStage() | OneForwardOneBackward() | ForwardOnly():
             return []
         case _ as unreachable:
@@ -1015,11 +1029,10 @@ def inference_from_mapping(
     if missing:
         problems.append(f"inference key(s) missing: {', '.join(missing)}")
     unsupported = _unsupported_sizes(values)
-    if problems:
+    if problems or spec_model is None:
         raise ConfigError(problems)
     if unsupported:
         raise UnsupportedError("; ".join(unsupported))
-    assert spec_model is not None
     kv_key = _get_str(values, "kv_cache_datatype")
     kv_datatype = Datatype(kv_key) if kv_key is not None else spec_model.datatype
     schedule: PipelineSchedule = ForwardOnly() if p > 1 else SingleStage()

@@ -2,7 +2,9 @@
 vectorized filter of the strategy search (:mod:`blueprinting.search.laws_vectorized`).
 
 Both report violations under these names, so a rejection count from the search and a violation
-from ``check_training`` refer to the same rule. Notation: t, p, d tensor/pipeline/data degrees, N
+from ``check_training`` refer to the same rule; the one exception is ``megatron_microbatch_group``,
+the search's union of the checker's ``microbatch_group_bounds`` and ``microbatch_group_remainder``
+(``world_size`` is checked by ``from_mapping``). Notation: t, p, d tensor/pipeline/data degrees, N
 GPUs, v virtual stages, L blocks, B global batch, b micro-batch size, m = B // (d*b) microbatches,
 G microbatch group size per virtual stage (``None`` means Megatron's default, p).
 
@@ -29,21 +31,21 @@ class Law(StrEnum):
     MICROBATCH_COUNT = "microbatch_count"
     BLOCKS_PER_PIPELINE_STAGE = "blocks_per_pipeline_stage"
     BLOCKS_PER_VIRTUAL_CHUNK = "blocks_per_virtual_chunk"
-    SEQUENCE_PARALLEL_DIVISIBILITY = "sequence_parallel_divisibility"
-    ATTENTION_HEADS_DIVISIBILITY = "attention_heads_divisibility"
-    QUERY_GROUPS_DIVISIBILITY = "query_groups_divisibility"
-    FFN_DIVISIBILITY = "ffn_divisibility"
-    VOCAB_DIVISIBILITY = "vocab_divisibility"
+    SEQUENCE_PARALLEL_DIVISIBILITY = "local_sequence"
+    ATTENTION_HEADS_DIVISIBILITY = "attention_heads_per_tensor_rank"
+    QUERY_GROUPS_DIVISIBILITY = "query_groups_vs_tensor"
+    FFN_DIVISIBILITY = "ffn_per_tensor_rank"
+    VOCAB_DIVISIBILITY = "vocab_per_tensor_rank"
     SCHEDULE_MATCHES_PIPELINE = "schedule_matches_pipeline"
-    RECOMPUTE_NUM_LAYERS_RANGE = "recompute_num_layers_range"
+    RECOMPUTE_NUM_LAYERS_RANGE = "recompute_num_layers"
     # Megatron-LM start-up rules.
-    MEGATRON_INTERLEAVING_MIN_PIPELINE = "megatron_interleaving_min_pipeline"
+    MEGATRON_INTERLEAVING_MIN_PIPELINE = "interleaving_pipeline_degree"
     MEGATRON_MICROBATCH_GROUP = "megatron_microbatch_group"
-    MEGATRON_SEQUENCE_PARALLEL_NEEDS_TP = "megatron_sequence_parallel_needs_tp"
+    MEGATRON_SEQUENCE_PARALLEL_NEEDS_TP = "sequence_parallel_needs_tensor"
 
     @property
     def ruleset(self) -> RuleSet:
-        if self.value.startswith("megatron_"):
+        if self.name.startswith("MEGATRON_"):
             return RuleSet.MEGATRON
         return RuleSet.PLANNER
 

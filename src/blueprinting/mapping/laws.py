@@ -49,6 +49,7 @@ from blueprinting.mapping.transformer import (
     TransformerInferenceMappingSpec,
     TransformerTrainingMappingSpec,
     UnevenStages,
+    ZeroBubbleH1,
 )
 
 Value = int | float | str | bool | None
@@ -360,6 +361,16 @@ def _training_schedule_laws(p: int, pipeline: PipelineParallel) -> list[LawViola
                     )
                 )
             return out
+        case ZeroBubbleH1():
+            if p == 1:
+                return [
+                    _violation(
+                        "schedule_matches_pipeline",
+                        "ZeroBubbleH1 => p > 1",
+                        "ZeroBubbleH1 needs p > 1, got p = 1",
+                        p=p,
+                    )
+                ]
         case ForwardOnly():
             return [
                 _violation(
@@ -422,6 +433,16 @@ def _megatron_interleaving_laws(
                         p=p,
                     )
                 )
+        case ZeroBubbleH1():
+            out.append(
+                _violation(
+                    "megatron_schedule_supported",
+                    "schedule in {SingleStage, OneForwardOneBackward, Interleaved}",
+                    "Megatron-LM has no ZB-H1 schedule (Qi et al. 2023 ship it in "
+                    "sail-sg/zero-bubble-pipeline-parallelism, a fork)",
+                    RuleSet.MEGATRON,
+                )
+            )
         case SingleStage() | OneForwardOneBackward() | ForwardOnly():
             pass
         case _ as unreachable:
@@ -584,7 +605,7 @@ def _inference_schedule_laws(p: int, pipeline: PipelineParallel) -> list[LawViol
                         p=p,
                     )
                 ]
-        case OneForwardOneBackward() | InterleavedOneForwardOneBackward():
+        case OneForwardOneBackward() | InterleavedOneForwardOneBackward() | ZeroBubbleH1():
             return [
                 _violation(
                     "inference_schedule",

@@ -183,6 +183,11 @@ class UnevenStages:
     last_stage_layers: int | None = None
 
     def __post_init__(self) -> None:
+        # Both None would be a second spelling of EvenStages; one meaning, one value.
+        if self.first_stage_layers is None and self.last_stage_layers is None:
+            raise ConfigError(
+                ["UnevenStages needs first_stage_layers or last_stage_layers; use EvenStages"]
+            )
         for key, value in (
             ("first_stage_layers", self.first_stage_layers),
             ("last_stage_layers", self.last_stage_layers),

@@ -21,7 +21,7 @@ def _bar(fraction: float) -> str:
     return "█" * filled + "·" * (BAR_WIDTH - filled)
 
 
-def render_plan(report: IterationReport, console: Console) -> None:
+def render_plan(report: IterationReport, console: Console, *, all_stages: bool = False) -> None:
     from rich.table import Table
 
     spec = report.spec
@@ -79,6 +79,27 @@ def render_plan(report: IterationReport, console: Console) -> None:
         f"{memory.capacity / GIB:.1f} GiB: {verdict}, headroom {memory.headroom / GIB:.2f} GiB"
     )
 
+    if all_stages:
+        stages = Table(title="Memory per GPU by pipeline stage (GiB)")
+        for column in ("stage", "weights", "grads", "optimizer", "activations", "other", "total"):
+            stages.add_column(column, justify="right")
+        for stage in report.memory_per_stage:
+            stages.add_row(
+                str(stage.stage),
+                *(
+                    f"{size / GIB:.2f}"
+                    for size in (
+                        stage.weights,
+                        stage.gradients,
+                        stage.optimizer_states,
+                        stage.activations,
+                        stage.other,
+                        stage.total,
+                    )
+                ),
+            )
+        console.print(stages)
+
     console.print(
         f"FLOPs per iteration ({report.flops_convention}): "
         f"model {report.model_flops_per_iteration:.4e}, "
@@ -87,5 +108,9 @@ def render_plan(report: IterationReport, console: Console) -> None:
     console.print(
         f"throughput: {report.tflops_per_gpu:.1f} TFLOP/s per GPU, MFU {100 * report.mfu:.1f}%, "
         f"HFU {100 * report.hfu:.1f}%, {report.tokens_per_second:,.0f} tokens/s"
+    )
+    tokens = report.train_tokens
+    console.print(
+        f"time to train {tokens:.3g} tokens: {report.time_to_train_s(tokens) / 86400:,.1f} days"
     )
     console.print("megatron-lm flags: " + " ".join(report.megatron_args))

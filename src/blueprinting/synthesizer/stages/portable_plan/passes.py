@@ -20,7 +20,6 @@ edge in forward and once in backward, on the PP group's link.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import ClassVar, assert_never, final
 
@@ -28,6 +27,7 @@ from blueprinting.analysis.stage_layout import chunk_layer_counts
 from blueprinting.hardware.collectives import CollectiveKind as LinkCollective
 from blueprinting.hardware.efficiency import GemmShape as HardwareGemmShape
 from blueprinting.hardware.system import CommGroup, Engine, ParallelDim, SystemSpec
+from blueprinting.mapping.model import Datatype
 from blueprinting.mapping.transformer import (
     FullRecompute,
     NoRecompute,
@@ -40,7 +40,6 @@ from blueprinting.synthesizer.stages.distributed.ir import (
     ComputeTask,
     DistributedTaskIR,
     Phase,
-    Task,
     TaskGroup,
 )
 from blueprinting.synthesizer.stages.portable_plan.ir import (
@@ -94,103 +93,124 @@ def recomputed_blocks(spec: TrainingSpec, blocks_in_chunk: int) -> int:
 
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TaskGroupCosts:
+    """The costed task groups of a DistributedTaskIR: block, embedding and LM-head extras."""
+
+    block: BlockCost
+    embedding: ExtraCost
+    lm_head: ExtraCost
+
+
+def cost_task_groups(
+    ir: DistributedTaskIR, system: SystemSpec, tp_group: CommGroup, datatype: Datatype
+) -> TaskGroupCosts:
+    """Time every task of the IR's three groups and sum them per phase (module docstring)."""
+
+    def phase(group: TaskGroup, *phases: Phase) -> PhaseCost:
+        return _phase_cost(group, phases, system, tp_group, datatype)
+
+    backward = (Phase.BACKWARD_ACTIVATION_GRAD, Phase.BACKWARD_WEIGHT_GRAD)
+    return TaskGroupCosts(
+        block=BlockCost(
+            forward=phase(ir.block, Phase.FORWARD),
+            backward_activation=phase(ir.block, Phase.BACKWARD_ACTIVATION_GRAD),
+            backward_weight=phase(ir.block, Phase.BACKWARD_WEIGHT_GRAD),
+            recompute=phase(ir.block, Phase.RECOMPUTE),
+        ),
+        embedding=ExtraCost(
+            forward=phase(ir.first_stage, Phase.FORWARD), backward=phase(ir.first_stage, *backward)
+        ),
+        lm_head=ExtraCost(
+            forward=phase(ir.last_stage, Phase.FORWARD), backward=phase(ir.last_stage, *backward)
+        ),
+    )
+
+
+def assemble_plan(costs: TaskGroupCosts, ctx: PlanContext) -> PortablePlanIR:
+    """Lay the costed block out over the typed program's pipeline stages and add the P2P."""
+    p2p_bytes, p2p_s = p2p_message(ctx)
+    counts = chunk_layer_counts(ctx.spec.model, ctx.spec.mapping.parallelism.pipeline)
+    stages = tuple(
+        StagePlan(
+            index=index,
+            blocks_per_chunk=per_chunk,
+            recomputed_blocks_per_chunk=tuple(
+                recomputed_blocks(ctx.spec, blocks) for blocks in per_chunk
+            ),
+            has_embedding=index == 0,
+            has_lm_head=index == len(counts) - 1,
+        )
+        for index, per_chunk in enumerate(counts)
+    )
+    return PortablePlanIR(
+        block=costs.block,
+        embedding=costs.embedding,
+        lm_head=costs.lm_head,
+        stages=stages,
+        p2p_forward_s=p2p_s,
+        p2p_backward_s=p2p_s,
+        p2p_bytes=p2p_bytes,
+    )
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
 class CostDistributedTasks:
     """DistributedTaskIR + (typed program, system) -> PortablePlanIR."""
 
     name: ClassVar[str] = "cost-distributed-tasks"
 
     def run(self, ir: DistributedTaskIR, ctx: PlanContext) -> PortablePlanIR:
-        tp_group = ctx.group(ParallelDim.TENSOR)
-        block = BlockCost(
-            forward=self._phase(ir.block, (Phase.FORWARD,), ctx, tp_group),
-            backward_activation=self._phase(
-                ir.block, (Phase.BACKWARD_ACTIVATION_GRAD,), ctx, tp_group
-            ),
-            backward_weight=self._phase(ir.block, (Phase.BACKWARD_WEIGHT_GRAD,), ctx, tp_group),
-            recompute=self._phase(ir.block, (Phase.RECOMPUTE,), ctx, tp_group),
+        costs = cost_task_groups(
+            ir, ctx.system, ctx.group(ParallelDim.TENSOR), ctx.spec.model.datatype
         )
-        backward_phases = (Phase.BACKWARD_ACTIVATION_GRAD, Phase.BACKWARD_WEIGHT_GRAD)
-        embedding = ExtraCost(
-            forward=self._phase(ir.first_stage, (Phase.FORWARD,), ctx, tp_group),
-            backward=self._phase(ir.first_stage, backward_phases, ctx, tp_group),
-        )
-        lm_head = ExtraCost(
-            forward=self._phase(ir.last_stage, (Phase.FORWARD,), ctx, tp_group),
-            backward=self._phase(ir.last_stage, backward_phases, ctx, tp_group),
-        )
-        p2p_bytes, p2p_s = self._p2p(ctx)
-        counts = chunk_layer_counts(ctx.spec.model, ctx.spec.mapping.parallelism.pipeline)
-        stages = []
-        for index, per_chunk in enumerate(counts):
-            stages.append(
-                StagePlan(
-                    index=index,
-                    blocks_per_chunk=per_chunk,
-                    recomputed_blocks_per_chunk=tuple(
-                        recomputed_blocks(ctx.spec, blocks) for blocks in per_chunk
-                    ),
-                    has_embedding=index == 0,
-                    has_lm_head=index == len(counts) - 1,
+        return assemble_plan(costs, ctx)
+
+
+def _phase_cost(
+    group: TaskGroup,
+    phases: tuple[Phase, ...],
+    system: SystemSpec,
+    tp_group: CommGroup,
+    datatype: Datatype,
+) -> PhaseCost:
+    compute_s = comm_s = 0.0
+    flops = moved = 0
+    for task in group.tasks:
+        if task.phase not in phases:
+            continue
+        match task:
+            case ComputeTask():
+                compute_s += _compute_time(task, system, datatype)
+                flops += task.flops
+                moved += task.bytes_read + task.bytes_written
+            case CollectiveTask():
+                comm_s += system.collective_time(
+                    LinkCollective(task.kind.value), task.bytes, tp_group
                 )
-            )
-        return PortablePlanIR(
-            block=block,
-            embedding=embedding,
-            lm_head=lm_head,
-            stages=tuple(stages),
-            p2p_forward_s=p2p_s,
-            p2p_backward_s=p2p_s,
-            p2p_bytes=p2p_bytes,
-        )
-
-    @staticmethod
-    def _phase(
-        group: TaskGroup, phases: tuple[Phase, ...], ctx: PlanContext, tp_group: CommGroup
-    ) -> PhaseCost:
-        tasks: Iterable[Task] = (task for task in group.tasks if task.phase in phases)
-        compute_s = comm_s = 0.0
-        flops = moved = 0
-        for task in tasks:
-            match task:
-                case ComputeTask():
-                    compute_s += _compute_time(task, ctx.system, ctx.spec)
-                    flops += task.flops
-                    moved += task.bytes_read + task.bytes_written
-                case CollectiveTask():
-                    comm_s += ctx.system.collective_time(
-                        LinkCollective(task.kind.value), task.bytes, tp_group
-                    )
-                case _ as unreachable:
-                    assert_never(unreachable)
-        return PhaseCost(
-            compute_s=compute_s,
-            comm_s=comm_s,
-            comm_exposed_s=comm_s,
-            flops=flops,
-            bytes_moved=moved,
-        )
-
-    @staticmethod
-    def _p2p(ctx: PlanContext) -> tuple[int, float]:
-        mapping = ctx.spec.mapping
-        if mapping.pipeline_degree == 1:
-            return 0, 0.0
-        model = ctx.spec.model
-        size = (
-            mapping.batch.micro_batch_size
-            * model.seq_length
-            * model.hidden_size
-            * model.datatype.bytes
-        )
-        if mapping.sequence_parallel:
-            size //= mapping.tensor_degree
-        group = ctx.group(ParallelDim.PIPELINE)
-        return size, ctx.system.collective_time(LinkCollective.P2P, size, group)
+            case _ as unreachable:
+                assert_never(unreachable)
+    return PhaseCost(
+        compute_s=compute_s, comm_s=comm_s, comm_exposed_s=comm_s, flops=flops, bytes_moved=moved
+    )
 
 
-def _compute_time(task: ComputeTask, system: SystemSpec, spec: TrainingSpec) -> float:
+def p2p_message(ctx: PlanContext) -> tuple[int, float]:
+    """The PP activation message (bytes) and its time on the PP link (module docstring)."""
+    mapping = ctx.spec.mapping
+    if mapping.pipeline_degree == 1:
+        return 0, 0.0
+    model = ctx.spec.model
+    size = mapping.batch.micro_batch_size * model.seq_length * model.hidden_size
+    size *= model.datatype.bytes
+    if mapping.sequence_parallel:
+        size //= mapping.tensor_degree
+    group = ctx.group(ParallelDim.PIPELINE)
+    return size, ctx.system.collective_time(LinkCollective.P2P, size, group)
+
+
+def _compute_time(task: ComputeTask, system: SystemSpec, datatype: Datatype) -> float:
     """One compute task's time (module docstring)."""
-    datatype = spec.model.datatype
     shape = (
         None
         if task.gemm is None

@@ -1,0 +1,368 @@
+"""``blueprinting search``: rank every legal strategy of a space by a model objective.
+
+``blueprinting search --model gpt3-175b --system dgx-a100-80gb --gpus 1024 --global-batch 1536
+[--top K] [--objective ...] [--json | --csv FILE] [--explain "tp=2 pp=16 ..."]``
+
+Every figure uses the seed's contract bubble; the listed strategies are re-planned with the scalar
+planner (``blueprinting plan``) and their JSON objects are that plan's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+from typing import TYPE_CHECKING, TextIO, assert_never
+
+from blueprinting.analysis.flops import FlopsConvention
+from blueprinting.errors import ConfigError
+
+if TYPE_CHECKING:
+    from blueprinting.analysis.report import IterationReport, JsonValue
+    from blueprinting.search.rank import SearchResult, Standing
+
+GIB = 1024**3
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from blueprinting.search.rank import DEFAULT_TRAIN_TOKENS, Objective
+
+    parser.add_argument("--model", required=True, help="model preset")
+    parser.add_argument("--system", default="dgx-a100-80gb", help="system preset (%(default)s)")
+    parser.add_argument(
+        "--gpus", type=int, nargs="+", required=True, help="GPU count(s) N to search over"
+    )
+    parser.add_argument("--global-batch", type=int, required=True, help="global batch size B")
+    parser.add_argument(
+        "--top", type=int, default=10, help="strategies listed (0: all; %(default)s)"
+    )
+    parser.add_argument(
+        "--objective",
+        choices=[str(o) for o in Objective],
+        default=str(Objective.ITERATION_TIME),
+        help="what to minimize (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--train-tokens",
+        type=int,
+        default=DEFAULT_TRAIN_TOKENS,
+        help="tokens for time-to-train and gpu-hours (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--memory-headroom-gib",
+        type=float,
+        default=0.0,
+        help="HBM to keep free per GPU, GiB (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--max-micro-batch", type=int, default=None, help="largest micro-batch size tried"
+    )
+    parser.add_argument(
+        "--allow-cross-node-tp", action="store_true", help="let TP groups span nodes"
+    )
+    parser.add_argument(
+        "--no-megatron-rules",
+        action="store_true",
+        help="apply only the planner's laws, not Megatron-LM's start-up rules",
+    )
+    parser.add_argument(
+        "--flops-convention",
+        choices=[str(c) for c in FlopsConvention],
+        default=str(FlopsConvention.MEGATRON_LEGACY),
+        help="how model/hardware FLOPs are counted (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--explain", metavar="STRATEGY", help='say where a strategy stands ("tp=8 pp=8 v=3 ...")'
+    )
+    out = parser.add_mutually_exclusive_group()
+    out.add_argument("--json", action="store_true", help="print one JSON object")
+    out.add_argument(
+        "--csv", metavar="FILE", help="write the full ranked list as CSV ('-': stdout)"
+    )
+
+
+def _result(args: argparse.Namespace) -> SearchResult:
+    from blueprinting.hardware.presets import system_preset
+    from blueprinting.mapping.presets import model_preset
+    from blueprinting.search.rank import Objective, RankOptions, run_search
+    from blueprinting.search.space import SearchSpace
+
+    problems = []
+    if args.top < 0:
+        problems.append(f"--top must be >= 0, got {args.top}")
+    if args.memory_headroom_gib < 0:
+        problems.append(f"--memory-headroom-gib must be >= 0, got {args.memory_headroom_gib}")
+    if args.train_tokens < 1:
+        problems.append(f"--train-tokens must be >= 1, got {args.train_tokens}")
+    if problems:
+        raise ConfigError(problems, source="search")
+    model = model_preset(args.model)
+    system = system_preset(args.system)
+    space = SearchSpace(
+        gpu_counts=tuple(args.gpus),
+        global_batch_size=args.global_batch,
+        gpus_per_node=system.gpus_per_node,
+        allow_cross_node_tp=args.allow_cross_node_tp,
+        megatron_rules=not args.no_megatron_rules,
+        max_microbatch_size=args.max_micro_batch,
+    )
+    options = RankOptions(
+        objective=Objective(args.objective),
+        memory_headroom_bytes=int(args.memory_headroom_gib * GIB),
+        train_tokens=args.train_tokens,
+        flops_convention=FlopsConvention(args.flops_convention),
+    )
+    if args.json or args.csv is not None or not sys.stderr.isatty():
+        return run_search(model, system, space, options)
+    from rich.progress import Progress
+
+    with Progress(transient=True) as bar:
+        task = bar.add_task("costing blocks", total=None)
+
+        def tick(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        return run_search(model, system, space, options, progress=tick)
+
+
+def _listed(result: SearchResult, top: int) -> list[int]:
+    rows = result.order if top == 0 else result.order[:top]
+    return [int(r) for r in rows]
+
+
+def _strategy_text(result: SearchResult, row: int) -> str:
+    from blueprinting.search.space import candidate_to_spec
+    from blueprinting.search.strategy_text import format_strategy_text
+
+    return format_strategy_text(candidate_to_spec(result.table, row, result.model).mapping)
+
+
+def _json_object(
+    result: SearchResult, reports: list[IterationReport], rows: list[int]
+) -> dict[str, JsonValue]:
+    ranked: list[JsonValue] = []
+    for rank, (row, report) in enumerate(zip(rows, reports, strict=True), start=1):
+        entry = report.to_json_dict()
+        entry["rank"] = rank
+        entry["score"] = float(result.score[row])
+        entry["strategy_text"] = _strategy_text(result, row)
+        ranked.append(entry)
+    rejections: dict[str, JsonValue] = dict(result.rejections())
+    pareto: list[JsonValue] = [
+        {
+            "strategy_text": _strategy_text(result, int(row)),
+            "iteration_time_s": float(result.figures.iteration_time_s[row]),
+            "memory_total_bytes": int(result.figures.memory_total[row]),
+        }
+        for row in result.pareto()
+    ]
+    return {
+        "model": result.model.name,
+        "system": result.system.name,
+        "objective": str(result.options.objective),
+        "bubble_source": "contract",
+        "memory_headroom_bytes": result.options.memory_headroom_bytes,
+        "candidates_enumerated": result.candidates_enumerated,
+        "candidates_valid": result.candidates_valid,
+        "candidates_fit": result.candidates_fit,
+        "rejections": rejections,
+        "seconds": result.seconds,
+        "ranked": ranked,
+        "pareto_front": pareto,
+    }
+
+
+CSV_COLUMNS = (
+    "rank",
+    "strategy",
+    "world_size",
+    "score",
+    "iteration_time_s",
+    "tokens_per_second",
+    "mfu",
+    "forward",
+    "backward",
+    "recompute",
+    "pipeline_bubble",
+    "tp_comm_exposed",
+    "pp_comm_exposed",
+    "dp_comm_exposed",
+    "optimizer",
+    "memory_total_bytes",
+    "memory_stage",
+)
+
+
+def write_csv(result: SearchResult, stream: TextIO) -> None:
+    """Every candidate that fits, best first, with the breakdown columns."""
+    f = result.figures
+    time_s, tokens, mfu = f.iteration_time_s, f.tokens_per_second, f.mfu
+    writer = csv.writer(stream)
+    writer.writerow(CSV_COLUMNS)
+    for rank, row in enumerate(result.order, start=1):
+        writer.writerow(
+            (
+                rank,
+                _strategy_text(result, int(row)),
+                int(f.world_size[row]),
+                repr(float(result.score[row])),
+                repr(float(time_s[row])),
+                repr(float(tokens[row])),
+                repr(float(mfu[row])),
+                *(
+                    repr(float(getattr(f, name)[row]))
+                    for name in (
+                        "forward",
+                        "backward",
+                        "recompute",
+                        "pipeline_bubble",
+                        "tp_comm_exposed",
+                        "pp_comm_exposed",
+                        "dp_comm_exposed",
+                        "optimizer",
+                    )
+                ),
+                int(f.memory_total[row]),
+                int(f.memory_stage[row]),
+            )
+        )
+
+
+def describe_standing(result: SearchResult, text: str, standing: Standing, top: int) -> str:
+    """One paragraph saying where ``text`` stands in ``result``."""
+    from blueprinting.search.rank import ExcludedByLaw, ExcludedByMemory, NotInSpace, Ranked
+
+    match standing:
+        case ExcludedByLaw(violations=violations):
+            lines = [f"{text}: excluded by {len(violations)} law(s):"]
+            lines.extend(f"  - {v}" for v in violations)
+            return "\n".join(lines)
+        case NotInSpace():
+            return (
+                f"{text}: legal, but not in the searched space (a knob takes a value the space "
+                "does not list; see `blueprinting search --help`)"
+            )
+        case ExcludedByMemory(total_bytes=total, limit_bytes=limit):
+            return (
+                f"{text}: excluded by memory: the most loaded stage needs {total / GIB:.2f} GiB, "
+                f"over the limit {limit / GIB:.2f} GiB (capacity less headroom)"
+            )
+        case Ranked(rank=rank, of=of, score=score, best_score=best):
+            where = f"in the top {top}" if top == 0 or rank <= top else f"not in the top {top}"
+            objective = result.options.objective
+            return (
+                f"{text}: rank {rank} of {of} ({where}); {objective} {abs(score):.6g} vs best "
+                f"{abs(best):.6g}, {100 * standing.gap:+.2f}%"
+            )
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def _explain(result: SearchResult, text: str, top: int) -> str:
+    from blueprinting.mapping.transformer import TrainingSpec
+    from blueprinting.search.rank import standing
+    from blueprinting.search.strategy_text import parse_strategy_text
+
+    gpus = result.space.gpu_counts[0] if len(result.space.gpu_counts) == 1 else None
+    mapping = parse_strategy_text(
+        text, global_batch_size=result.space.global_batch_size, num_gpus=gpus
+    )
+    spec = TrainingSpec(model=result.model, mapping=mapping)
+    return describe_standing(result, text, standing(result, spec), top)
+
+
+TABLE_COLUMNS = (
+    "#",
+    "strategy",
+    "iter s",
+    "MFU",
+    "fwd",
+    "bwd",
+    "recomp",
+    "bubble",
+    "TP",
+    "PP",
+    "DP",
+    "optim",
+    "mem GiB",
+)
+
+
+def _print_text(result: SearchResult, reports: list[IterationReport], rows: list[int]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=None if sys.stdout.isatty() else 200)
+    console.print(
+        f"[bold]{result.model.name}[/bold] on {result.system.name}: "
+        f"{result.candidates_enumerated:,} enumerated, {result.candidates_valid:,} legal, "
+        f"{result.candidates_fit:,} fit in memory, in {result.seconds:.2f} s "
+        f"({result.candidates_valid / result.seconds:,.0f} candidates/s). "
+        f"Objective: {result.options.objective}; bubble: the seed's contract."
+    )
+    table = Table(title=f"top {len(rows)}")
+    for name in TABLE_COLUMNS:
+        table.add_column(name, justify="left" if name == "strategy" else "right")
+    for rank, report in enumerate(reports, start=1):
+        b = report.breakdown
+        table.add_row(
+            str(rank),
+            f"{report.spec.mapping} b={report.spec.mapping.batch.micro_batch_size}",
+            f"{report.iteration_time_s:.3f}",
+            f"{report.mfu:.3f}",
+            *(
+                f"{x:.3f}"
+                for x in (
+                    b.forward,
+                    b.backward,
+                    b.recompute,
+                    b.pipeline_bubble,
+                    b.tp_comm_exposed,
+                    b.pp_comm_exposed,
+                    b.dp_comm_exposed,
+                    b.optimizer,
+                )
+            ),
+            f"{report.memory.total / GIB:.1f}",
+        )
+    console.print(table)
+    front = result.pareto()
+    console.print(f"Pareto front (iteration time vs peak memory): {len(front)} strategies")
+    for row in front[:10]:
+        console.print(
+            f"  {float(result.figures.iteration_time_s[row]):.3f} s  "
+            f"{int(result.figures.memory_total[row]) / GIB:6.1f} GiB  "
+            f"{_strategy_text(result, int(row))}",
+            highlight=False,
+        )
+    console.print("Megatron-LM flags:")
+    for rank, report in enumerate(reports, start=1):
+        flags = " ".join(report.megatron_args)
+        console.print(f"  #{rank}: {flags}", highlight=False, soft_wrap=True)
+    nonzero = {k: v for k, v in result.rejections().items() if v}
+    console.print(f"Rejections: {nonzero}", highlight=False, soft_wrap=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    from blueprinting.search.rank import exact_reports
+
+    result = _result(args)
+    if args.explain is not None:
+        print(_explain(result, args.explain, args.top))
+        return 0
+    if args.csv is not None:
+        if args.csv == "-":
+            write_csv(result, sys.stdout)
+        else:
+            with open(args.csv, "w", newline="", encoding="utf-8") as stream:
+                write_csv(result, stream)
+        return 0
+    rows = _listed(result, args.top)
+    reports = exact_reports(result, result.order[: len(rows)])
+    if args.json:
+        json.dump(_json_object(result, reports, rows), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return 0
+    _print_text(result, reports, rows)
+    return 0

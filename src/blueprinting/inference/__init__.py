@@ -1,0 +1,1 @@
+"""Inference analysis: prefill, decode, the ForwardOnly pipeline, KV cache, memory, search."""

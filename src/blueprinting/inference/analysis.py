@@ -1,0 +1,476 @@
+"""Inference analysis per replica: prefill, decode, the ForwardOnly pipeline, memory, bounds.
+
+Every step's work comes from the inference block algebra
+(:mod:`blueprinting.synthesizer.dialects.transformer.inference`); each op is costed exactly as a
+training task (:mod:`blueprinting.synthesizer.stages.portable_plan.passes`, Calculon's per-layer
+model, Isaev et al. SC'23, Section 3.1): matrix FLOPs on the matrix engine with the GEMM's
+shape-aware efficiency, vector FLOPs on the vector engine, HBM bytes at the memory efficiency,
+combined by the system's processing mode (roofline max by default). TP collectives are on the
+critical path (no GEMM/communication overlap), on the TP group's link. Replicas are placed as the
+data dimension of the rank layout (they only decide which ranks share a node; they never
+communicate).
+
+Decisions (README, "infer --json", repeats them with units):
+
+* **Stage time** of a step on stage ``s`` = blocks_s x (ops + TP collectives of one block) +
+  the embedding on stage 0 + the final norm, LM head and logits gather on the last stage.
+* **Microbatches**: a p-stage ForwardOnly pipeline splits the batch into ``m = min(p, b)``
+  microbatches of ``ceil(b / m)`` sequences (p = 1: one microbatch, the whole batch).
+* **Prefill latency** (= time to first token; no queueing, no tokenization): ``m`` identical
+  microbatches through ``p`` stages and ``p - 1`` P2P links (a permutation flow shop):
+  ``sum_s T_s + (p - 1) P2P + (m - 1) max(max_s T_s, P2P)``; with m = 1 this is the sum over
+  stages plus the P2P hops. The P2P message is ``b_mb * prompt * h`` (/ t under sequence
+  parallelism).
+* **Decode**: the prefill emits token 1; decode step ``j = 1 .. g - 1`` feeds token ``j`` with
+  ``prompt + j - 1`` cached tokens (context ``prompt + j``). A step's round (every sequence gets
+  one token) is ``max(m max_s T_s, sum_s T_s + (p - 1) P2P + P2P_back)``: stages pipeline the
+  microbatches, but a microbatch's next token needs its previous one to have left the last
+  stage (``P2P_back``: the sampled token ids, 8 bytes per sequence, back to stage 0).
+  ``decode_latency_per_token_s.mean`` averages the rounds over the ``g - 1`` steps,
+  ``.final`` is the last one (context ``prompt + g - 1``). With ``g = 1`` there is no decode
+  step: both report the step that would come next (cache = prompt).
+* **Throughput**: a static batch: ``b * g`` tokens per ``prefill + sum of decode rounds``,
+  per replica; times ``replicas`` for the deployment.
+* **Bounds** (speed of light, per phase): the work of one pass of the whole batch through all
+  stages on the replica's critical path: ``compute_s = matrix FLOPs / matrix peak + vector
+  FLOPs / vector peak`` (datasheet peaks), ``hbm_s = bytes / HBM bandwidth`` (datasheet),
+  ``tp_comm_s`` = the modelled TP collectives; the decode bounds are the mean over the decode
+  steps. With their FLOPs and bytes (weights, KV cache, activations) they let one compare the
+  modelled figure with both rooflines term by term.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import final
+
+from blueprinting.hardware.collectives import CollectiveKind as LinkCollective
+from blueprinting.hardware.efficiency import GemmShape as HardwareGemmShape
+from blueprinting.hardware.system import CommGroup, Engine, ParallelDim, SystemSpec
+from blueprinting.inference.memory import (
+    InferenceMemory,
+    max_batch_that_fits,
+    memory_per_gpu,
+    microbatch_size,
+)
+from blueprinting.mapping.flat_keys import inference_to_mapping
+from blueprinting.mapping.transformer import InferenceSpec
+from blueprinting.synthesizer.dialects.transformer.inference import (
+    CONTEXT_DEPENDENT,
+    InferenceCollective,
+    InferenceOp,
+    InferenceStepDims,
+    InferenceStepWork,
+    attention_ops,
+)
+from blueprinting.synthesizer.dialects.transformer.inference_derivation import (
+    LocalInferencePlan,
+    derive_inference_plan,
+)
+
+JsonScalar = int | float | str | bool | None
+JsonValue = JsonScalar | list["JsonValue"] | dict[str, "JsonValue"]
+
+TOKEN_ID_BYTES = 8
+"""Sampled token ids travel as int64 (Megatron-LM feeds int64 token ids)."""
+
+
+# --------------------------------------------------------------------------------------------
+# One stage, one step
+# --------------------------------------------------------------------------------------------
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepCost:
+    """One step's cost on one or more stages (fields add over stages)."""
+
+    ops_s: float = 0.0
+    tp_comm_s: float = 0.0
+    matrix_flops: int = 0
+    vector_flops: int = 0
+    weight_bytes: int = 0
+    kv_cache_bytes: int = 0
+    activation_bytes: int = 0
+
+    @property
+    def time_s(self) -> float:
+        return self.ops_s + self.tp_comm_s
+
+    @property
+    def flops(self) -> int:
+        return self.matrix_flops + self.vector_flops
+
+    @property
+    def bytes(self) -> int:
+        return self.weight_bytes + self.kv_cache_bytes + self.activation_bytes
+
+    def __add__(self, other: StepCost) -> StepCost:
+        return StepCost(
+            ops_s=self.ops_s + other.ops_s,
+            tp_comm_s=self.tp_comm_s + other.tp_comm_s,
+            matrix_flops=self.matrix_flops + other.matrix_flops,
+            vector_flops=self.vector_flops + other.vector_flops,
+            weight_bytes=self.weight_bytes + other.weight_bytes,
+            kv_cache_bytes=self.kv_cache_bytes + other.kv_cache_bytes,
+            activation_bytes=self.activation_bytes + other.activation_bytes,
+        )
+
+    def times(self, count: int) -> StepCost:
+        return StepCost(
+            ops_s=self.ops_s * count,
+            tp_comm_s=self.tp_comm_s * count,
+            matrix_flops=self.matrix_flops * count,
+            vector_flops=self.vector_flops * count,
+            weight_bytes=self.weight_bytes * count,
+            kv_cache_bytes=self.kv_cache_bytes * count,
+            activation_bytes=self.activation_bytes * count,
+        )
+
+
+def op_time(op: InferenceOp, system: SystemSpec, plan: LocalInferencePlan) -> float:
+    """One op's time, as a training compute task is costed."""
+    datatype = plan.model.datatype
+    shape = (
+        None
+        if op.gemm is None
+        else HardwareGemmShape(m=op.gemm.m, n=op.gemm.n, k=op.gemm.k, batch=op.gemm.batch)
+    )
+    flop_time = system.compute_time(op.work.matrix_flops, Engine.MATRIX, datatype, shape)
+    flop_time += system.compute_time(op.work.vector_flops, Engine.VECTOR, datatype)
+    mem_time = system.memory_time(op.work.bytes_read + op.work.bytes_written)
+    return system.processing_time(flop_time, mem_time)
+
+
+def _cost(
+    ops: tuple[InferenceOp, ...],
+    collectives: tuple[InferenceCollective, ...],
+    system: SystemSpec,
+    plan: LocalInferencePlan,
+    tp_group: CommGroup,
+) -> StepCost:
+    return StepCost(
+        ops_s=sum(op_time(op, system, plan) for op in ops),
+        tp_comm_s=sum(
+            system.collective_time(LinkCollective(c.kind.value), c.bytes, tp_group)
+            for c in collectives
+        ),
+        matrix_flops=sum(op.work.matrix_flops for op in ops),
+        vector_flops=sum(op.work.vector_flops for op in ops),
+        weight_bytes=sum(op.weight_bytes for op in ops),
+        kv_cache_bytes=sum(op.kv_cache_bytes for op in ops),
+        activation_bytes=sum(op.activation_bytes for op in ops),
+    )
+
+
+def stage_costs(
+    step: InferenceStepWork, plan: LocalInferencePlan, system: SystemSpec, tp_group: CommGroup
+) -> tuple[StepCost, ...]:
+    """The step's cost on each pipeline stage, stage 0 first."""
+    block = _cost(step.block, step.block_collectives, system, plan, tp_group)
+    first = _cost(step.first_stage, step.first_stage_collectives, system, plan, tp_group)
+    last = _cost(step.last_stage, step.last_stage_collectives, system, plan, tp_group)
+    out = []
+    for stage, blocks in enumerate(plan.stage_blocks):
+        cost = block.times(blocks)
+        if stage == 0:
+            cost = cost + first
+        if stage == plan.pp - 1:
+            cost = cost + last
+        out.append(cost)
+    return tuple(out)
+
+
+def decode_stage_costs(
+    plan: LocalInferencePlan,
+    system: SystemSpec,
+    tp_group: CommGroup,
+    *,
+    batch: int,
+    cached: list[int],
+) -> list[tuple[StepCost, ...]]:
+    """:func:`stage_costs` of the decode steps on each cache length in ``cached``. Only the
+    attention ops depend on the context, so the rest of the step is costed once."""
+    first = plan.decode(batch, cached[0])
+    fixed = replace(
+        first, block=tuple(op for op in first.block if op.name not in CONTEXT_DEPENDENT)
+    )
+    fixed_costs = stage_costs(fixed, plan, system, tp_group)
+    out = []
+    for cache in cached:
+        dims = InferenceStepDims(batch=batch, new_tokens=1, cached_tokens=cache)
+        ops = attention_ops(
+            plan.model,
+            dims,
+            tp=plan.tp,
+            sequence_parallel=plan.sequence_parallel,
+            kv_datatype=plan.workload.kv_cache_datatype,
+        )
+        attention = _cost(ops, (), system, plan, tp_group)
+        out.append(
+            tuple(
+                cost + attention.times(blocks)
+                for cost, blocks in zip(fixed_costs, plan.stage_blocks, strict=True)
+            )
+        )
+    return out
+
+
+def _total(costs: tuple[StepCost, ...]) -> StepCost:
+    total = StepCost()
+    for cost in costs:
+        total = total + cost
+    return total
+
+
+# --------------------------------------------------------------------------------------------
+# The pipeline
+# --------------------------------------------------------------------------------------------
+def pipeline_fill_latency(stage_times: tuple[float, ...], microbatches: int, p2p_s: float) -> float:
+    """``m`` identical microbatches through the stages and the ``p - 1`` links between them:
+    ``sum_s T_s + (p - 1) P2P + (m - 1) max(max_s T_s, P2P)`` (permutation flow shop with
+    identical jobs: the bottleneck repeats once per extra job)."""
+    links = len(stage_times) - 1
+    bottleneck = max(*stage_times, p2p_s) if links else max(stage_times)
+    return sum(stage_times) + links * p2p_s + (microbatches - 1) * bottleneck
+
+
+def decode_round(
+    stage_times: tuple[float, ...], microbatches: int, p2p_s: float, back_s: float
+) -> float:
+    """One decode round: ``max(m max_s T_s, sum_s T_s + (p - 1) P2P + P2P_back)``; p = 1: T_0."""
+    if len(stage_times) == 1:
+        return microbatches * stage_times[0]
+    recurrence = sum(stage_times) + (len(stage_times) - 1) * p2p_s + back_s
+    return max(microbatches * max(stage_times), recurrence)
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PhaseBounds:
+    """Speed-of-light figures of one phase (module docstring); ``modelled_s`` is the modelled
+    time of the same single pass (ops plus TP collectives, no P2P)."""
+
+    compute_s: float
+    hbm_s: float
+    tp_comm_s: float
+    modelled_s: float
+    matrix_flops: float
+    vector_flops: float
+    weight_bytes: float
+    kv_cache_bytes: float
+    activation_bytes: float
+
+    def to_json_dict(self) -> dict[str, JsonValue]:
+        return {
+            "compute_s": self.compute_s,
+            "hbm_s": self.hbm_s,
+            "tp_comm_s": self.tp_comm_s,
+            "modelled_s": self.modelled_s,
+            "flops": {"matrix": self.matrix_flops, "vector": self.vector_flops},
+            "bytes": {
+                "weights": self.weight_bytes,
+                "kv_cache": self.kv_cache_bytes,
+                "activations": self.activation_bytes,
+            },
+        }
+
+
+def _bounds(costs: list[StepCost], system: SystemSpec, plan: LocalInferencePlan) -> PhaseBounds:
+    """Mean over ``costs`` (each one pass of the whole batch through every stage)."""
+    n = len(costs)
+    accelerator = system.accelerator
+    datatype = plan.model.datatype
+    matrix_peak = accelerator.matrix.rate(datatype).peak_flop_per_s
+    vector_peak = accelerator.vector.rate(datatype).peak_flop_per_s
+    bandwidth = accelerator.hbm.bandwidth_bytes_per_s
+    matrix = sum(c.matrix_flops for c in costs) / n
+    vector = sum(c.vector_flops for c in costs) / n
+    weights = sum(c.weight_bytes for c in costs) / n
+    kv = sum(c.kv_cache_bytes for c in costs) / n
+    activations = sum(c.activation_bytes for c in costs) / n
+    return PhaseBounds(
+        compute_s=matrix / matrix_peak + vector / vector_peak,
+        hbm_s=(weights + kv + activations) / bandwidth,
+        tp_comm_s=sum(c.tp_comm_s for c in costs) / n,
+        modelled_s=sum(c.time_s for c in costs) / n,
+        matrix_flops=matrix,
+        vector_flops=vector,
+        weight_bytes=weights,
+        kv_cache_bytes=kv,
+        activation_bytes=activations,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# The report
+# --------------------------------------------------------------------------------------------
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InferenceReport:
+    """One serving strategy, evaluated per replica and for the deployment."""
+
+    spec: InferenceSpec
+    system: SystemSpec
+    microbatches: int
+    microbatch_size: int
+    prefill_latency_s: float
+    decode_steps: int
+    decode_round_mean_s: float
+    decode_round_final_s: float
+    decode_total_s: float
+    memory: InferenceMemory
+    max_batch_that_fits: int
+    prefill_bounds: PhaseBounds
+    decode_bounds: PhaseBounds
+    strategy_keys: dict[str, int | bool | str]
+
+    @property
+    def time_to_first_token_s(self) -> float:
+        return self.prefill_latency_s
+
+    @property
+    def request_latency_s(self) -> float:
+        """Prefill plus every decode round: when the batch's last token is out."""
+        return self.prefill_latency_s + self.decode_total_s
+
+    @property
+    def replicas(self) -> int:
+        return self.spec.mapping.replica_degree
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.spec.mapping.tensor_degree * self.spec.mapping.pipeline_degree
+
+    @property
+    def tokens_per_second_per_replica(self) -> float:
+        workload = self.spec.mapping.workload
+        return workload.batch_size * workload.generated_tokens / self.request_latency_s
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens_per_second_per_replica * self.replicas
+
+    @property
+    def decode_tokens_per_second_per_replica(self) -> float:
+        """Steady decode rate: ``b`` tokens per mean round."""
+        return self.spec.mapping.workload.batch_size / self.decode_round_mean_s
+
+    def to_json_dict(self) -> dict[str, JsonValue]:
+        """The ``infer --json`` object (README documents each key and unit)."""
+        memory = self.memory
+        workload = self.spec.mapping.workload
+        strategy: dict[str, JsonValue] = dict(self.strategy_keys)
+        return {
+            "model": self.spec.model.name,
+            "system": self.system.name,
+            "summary": str(self.spec.mapping),
+            "world_size": self.spec.mapping.world_size,
+            "gpus_per_replica": self.gpus_per_replica,
+            "replicas": self.replicas,
+            "workload": {
+                "batch_size": workload.batch_size,
+                "prompt_length": workload.prompt_length,
+                "generated_tokens": workload.generated_tokens,
+                "kv_cache_datatype": workload.kv_cache_datatype.value,
+            },
+            "microbatches": self.microbatches,
+            "microbatch_size": self.microbatch_size,
+            "prefill_latency_s": self.prefill_latency_s,
+            "time_to_first_token_s": self.time_to_first_token_s,
+            "decode_steps": self.decode_steps,
+            "decode_latency_per_token_s": {
+                "mean": self.decode_round_mean_s,
+                "final": self.decode_round_final_s,
+            },
+            "request_latency_s": self.request_latency_s,
+            "tokens_per_second_per_replica": self.tokens_per_second_per_replica,
+            "tokens_per_second": self.tokens_per_second,
+            "decode_tokens_per_second_per_replica": self.decode_tokens_per_second_per_replica,
+            "memory_bytes": {
+                "weights": memory.weights,
+                "kv_cache": memory.kv_cache,
+                "activations": memory.activations,
+                "total": memory.total,
+                "capacity": memory.capacity,
+                "headroom": memory.headroom,
+                "stage": memory.stage,
+            },
+            "fits_in_memory": memory.fits,
+            "max_batch_that_fits": self.max_batch_that_fits,
+            "bounds": {
+                "prefill": self.prefill_bounds.to_json_dict(),
+                "decode": self.decode_bounds.to_json_dict(),
+            },
+            "strategy": strategy,
+        }
+
+
+def _p2p(plan: LocalInferencePlan, system: SystemSpec, size: int) -> float:
+    if plan.pp == 1:
+        return 0.0
+    group = system.comm_group(
+        ParallelDim.PIPELINE, tensor=plan.tp, pipeline=plan.pp, data=plan.replicas
+    )
+    return system.collective_time(LinkCollective.P2P, size, group)
+
+
+def analyze_inference(
+    spec: InferenceSpec, system: SystemSpec, *, megatron: bool = True
+) -> InferenceReport:
+    """Check ``spec`` against every law, then evaluate it on ``system`` (module docstring)."""
+    plan = derive_inference_plan(spec.model, spec.mapping, megatron=megatron)
+    workload = plan.workload
+    batch, prompt, generated = (
+        workload.batch_size,
+        workload.prompt_length,
+        workload.generated_tokens,
+    )
+    tp_group = system.comm_group(
+        ParallelDim.TENSOR, tensor=plan.tp, pipeline=plan.pp, data=plan.replicas
+    )
+    count, size = microbatch_size(plan.pp, batch)
+    model = plan.model
+    activation = size * model.hidden_size * model.datatype.bytes
+    sp_divisor = plan.tp if plan.sequence_parallel else 1
+
+    prefill_stages = stage_costs(plan.prefill(size), plan, system, tp_group)
+    prefill_latency = pipeline_fill_latency(
+        tuple(c.time_s for c in prefill_stages),
+        count,
+        _p2p(plan, system, activation * prompt // sp_divisor),
+    )
+    decode_p2p = _p2p(plan, system, activation)
+    decode_back = _p2p(plan, system, size * TOKEN_ID_BYTES)
+    cached = [prompt + j - 1 for j in range(1, generated)] or [prompt]
+    per_microbatch = decode_stage_costs(plan, system, tp_group, batch=size, cached=cached)
+    rounds = [
+        decode_round(tuple(c.time_s for c in stages), count, decode_p2p, decode_back)
+        for stages in per_microbatch
+    ]
+    whole_batch = (
+        per_microbatch
+        if size == batch
+        else decode_stage_costs(plan, system, tp_group, batch=batch, cached=cached)
+    )
+    decode_bounds_costs = [_total(stages) for stages in whole_batch]
+    prefill_whole = _total(
+        prefill_stages
+        if size == batch
+        else stage_costs(plan.prefill(batch), plan, system, tp_group)
+    )
+    capacity = system.accelerator.hbm.capacity_bytes
+    return InferenceReport(
+        spec=spec,
+        system=system,
+        microbatches=count,
+        microbatch_size=size,
+        prefill_latency_s=prefill_latency,
+        decode_steps=generated - 1,
+        decode_round_mean_s=sum(rounds) / len(rounds),
+        decode_round_final_s=rounds[-1],
+        decode_total_s=sum(rounds) if generated > 1 else 0.0,
+        memory=memory_per_gpu(plan, batch=batch, capacity=capacity),
+        max_batch_that_fits=max_batch_that_fits(plan, capacity=capacity),
+        prefill_bounds=_bounds([prefill_whole], system, plan),
+        decode_bounds=_bounds(decode_bounds_costs, system, plan),
+        strategy_keys=inference_to_mapping(spec),
+    )

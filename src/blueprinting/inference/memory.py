@@ -1,0 +1,166 @@
+"""Memory per GPU of a serving replica: weights, KV cache, activations; the largest batch.
+
+Sources and choices
+-------------------
+- Weights: the same per-TP-rank parameter count as training
+  (:func:`blueprinting.analysis.memory.block_parameters_per_rank`: column/row-parallel splits
+  over t, KV heads replicated when t > groups, norms and row-parallel biases replicated), in the
+  model's datatype. Stage 0 adds the word embedding (/ t) and learned positions; the last stage
+  the final norm and, when untied or when p > 1, the LM head (Megatron keeps a copy of a tied
+  embedding on the last stage). No gradients and no optimizer states.
+- KV cache (Pope et al. 2022, Section 2.1; Kwon et al. 2023, vLLM, Section 2.2), GQA-aware
+  (Ainslie et al. 2023)::
+
+      kv_cache = 2 * layers_per_stage * groups_per_rank * kv_channels
+                 * (prompt_length + generated_tokens) * batch * kv_bytes
+
+  with ``groups_per_rank = max(1, groups / t)`` (Megatron-LM replicates KV heads when
+  t > groups). It is sized for the whole request, as a serving engine reserves it.
+- Activations: a forward-only pass frees each block's activations when the next block starts, so
+  the working set is the residual stream of one microbatch's prefill (``b_mb * prompt * h``
+  elements) plus the largest op's activation inputs and outputs in that prefill (weights and KV
+  cache excluded; attention is fused, so no ``s x s`` scores). Decode steps need less.
+- Not counted: CUDA context, allocator fragmentation and paging slack, NCCL buffers, sampling
+  temporaries.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import assert_never, final
+
+from blueprinting.analysis.memory import block_parameters_per_rank
+from blueprinting.mapping.model import EmbeddingTying, PositionEmbedding
+from blueprinting.synthesizer.dialects.transformer.inference import kv_cache_bytes_per_token
+from blueprinting.synthesizer.dialects.transformer.inference_derivation import (
+    LocalInferencePlan,
+)
+
+#: The largest batch :func:`max_batch_that_fits` tries (2**24 sequences).
+MAX_BATCH_SEARCHED = 1 << 24
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InferenceMemory:
+    """Bytes on one GPU of pipeline stage ``stage``."""
+
+    stage: int
+    weights: int
+    kv_cache: int
+    activations: int
+    capacity: float
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv_cache + self.activations
+
+    @property
+    def fits(self) -> bool:
+        return self.total <= self.capacity
+
+    @property
+    def headroom(self) -> float:
+        return self.capacity - self.total
+
+
+def stage_parameters(plan: LocalInferencePlan, stage: int) -> int:
+    """Parameters one TP rank of pipeline stage ``stage`` holds (module docstring)."""
+    model, t, p = plan.model, plan.tp, plan.pp
+    h = model.hidden_size
+    word = -(-model.padded_vocab_size // t) * h
+    total = plan.stage_blocks[stage] * block_parameters_per_rank(model, t)
+    if stage == 0:
+        total += word
+        match model.position_embedding:
+            case PositionEmbedding.LEARNED_ABSOLUTE:
+                total += model.seq_length * h
+            case PositionEmbedding.ROPE | PositionEmbedding.NONE:
+                pass
+            case _ as unreachable:
+                assert_never(unreachable)
+    if stage == p - 1:
+        total += model.norm_parameters
+        match model.embeddings:
+            case EmbeddingTying.UNTIED:
+                total += word
+            case EmbeddingTying.TIED:
+                total += word if p > 1 else 0
+            case _ as unreachable_tying:
+                assert_never(unreachable_tying)
+    return total
+
+
+def kv_cache_bytes(plan: LocalInferencePlan, stage: int, batch: int) -> int:
+    """``2 * layers_per_stage * groups_per_rank * kv_channels * (prompt + generated) * batch *
+    kv_bytes``."""
+    workload = plan.workload
+    context = workload.prompt_length + workload.generated_tokens
+    per_token = kv_cache_bytes_per_token(plan.model, plan.tp, workload.kv_cache_datatype)
+    return plan.stage_blocks[stage] * per_token * context * batch
+
+
+def activation_bytes(plan: LocalInferencePlan, stage: int, microbatch: int) -> int:
+    """Residual stream plus the largest op's activations in one microbatch's prefill."""
+    step = plan.prefill(microbatch)
+    ops = list(step.block) if plan.stage_blocks[stage] else []
+    if stage == 0:
+        ops.extend(step.first_stage)
+    if stage == plan.pp - 1:
+        ops.extend(step.last_stage)
+    largest = max((op.activation_bytes for op in ops), default=0)
+    model = plan.model
+    residual = step.dims.tokens * model.hidden_size * model.datatype.bytes
+    return residual + largest
+
+
+def stage_memory(
+    plan: LocalInferencePlan, stage: int, *, batch: int, microbatch: int, capacity: float
+) -> InferenceMemory:
+    return InferenceMemory(
+        stage=stage,
+        weights=stage_parameters(plan, stage) * plan.model.datatype.bytes,
+        kv_cache=kv_cache_bytes(plan, stage, batch),
+        activations=activation_bytes(plan, stage, microbatch),
+        capacity=capacity,
+    )
+
+
+def microbatch_size(pp: int, batch: int) -> tuple[int, int]:
+    """(microbatches, sequences per microbatch): ``m = min(p, b)`` microbatches of ``ceil(b /
+    m)`` sequences keep every stage of a ForwardOnly pipeline busy; p = 1 runs the batch whole."""
+    count = min(pp, batch)
+    return count, -(-batch // count)
+
+
+def memory_per_gpu(plan: LocalInferencePlan, *, batch: int, capacity: float) -> InferenceMemory:
+    """The most loaded stage's memory (largest total; the earliest stage on ties)."""
+    _, size = microbatch_size(plan.pp, batch)
+    stages = [
+        stage_memory(plan, stage, batch=batch, microbatch=size, capacity=capacity)
+        for stage in range(plan.pp)
+    ]
+    return max(stages, key=lambda memory: (memory.total, -memory.stage))
+
+
+def max_batch_that_fits(plan: LocalInferencePlan, *, capacity: float) -> int:
+    """The largest batch whose most loaded stage fits in ``capacity``; 0 if not even one
+    sequence fits. Memory grows with the batch, so a doubling then bisection finds it."""
+
+    def fits(batch: int) -> bool:
+        return memory_per_gpu(plan, batch=batch, capacity=capacity).fits
+
+    if not fits(1):
+        return 0
+    low, high = 1, 2
+    while high <= MAX_BATCH_SEARCHED and fits(high):
+        low, high = high, 2 * high
+    if high > MAX_BATCH_SEARCHED:
+        return low
+    while high - low > 1:
+        middle = (low + high) // 2
+        if fits(middle):
+            low = middle
+        else:
+            high = middle
+    return low

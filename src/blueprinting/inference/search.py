@@ -1,0 +1,135 @@
+"""Search over serving strategies: (t, p, replicas, batch) on a fixed number of GPUs.
+
+Candidates: ``t`` in the divisors of the GPUs per node (TP stays inside a node, where the
+all-reduces of every block are affordable; Narayanan et al. 2021, Section 3.2, takeaway #1),
+``p`` in the divisors of the layer count with ``t * p`` dividing the GPU count, ``replicas =
+gpus / (t p)``, and ``batch`` in the powers of two up to the largest batch that fits (plus that
+largest batch itself). Strategies that break a law are skipped, never repaired. A latency target
+keeps the candidates whose mean decode latency per token is at most the target.
+
+Objectives: ``throughput`` ranks by deployment tokens/s (higher first), ``latency`` by mean decode
+latency per token (lower first); ties go to the fewer GPUs per replica, then the smaller batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from typing import assert_never, final
+
+from blueprinting.errors import ConfigError, InvalidStrategyError
+from blueprinting.hardware.system import SystemSpec
+from blueprinting.inference.analysis import InferenceReport, analyze_inference
+from blueprinting.inference.memory import max_batch_that_fits
+from blueprinting.mapping.transformer import (
+    ForwardOnly,
+    InferenceSpec,
+    PipelineParallel,
+    PipelineSchedule,
+    ReplicaParallel,
+    SingleStage,
+    TensorParallel,
+    TransformerInferenceMappingSpec,
+    TransformerInferenceParallelism,
+)
+from blueprinting.synthesizer.dialects.transformer.inference_derivation import (
+    derive_inference_plan,
+)
+
+
+class Objective(StrEnum):
+    THROUGHPUT = "throughput"
+    LATENCY = "latency"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchOptions:
+    objective: Objective = Objective.THROUGHPUT
+    latency_target_s: float | None = None
+    top: int = 10
+    megatron: bool = True
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.latency_target_s is not None and not self.latency_target_s > 0:
+            problems.append(f"latency target must be > 0 s, got {self.latency_target_s!r}")
+        if self.top < 1:
+            problems.append(f"top must be >= 1, got {self.top!r}")
+        if problems:
+            raise ConfigError(problems)
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def _batches(largest: int) -> list[int]:
+    """Powers of two up to ``largest``, and ``largest`` itself; none when nothing fits."""
+    if largest < 1:
+        return []
+    out = []
+    batch = 1
+    while batch <= largest:
+        out.append(batch)
+        batch *= 2
+    if largest not in out:
+        out.append(largest)
+    return out
+
+
+def _with(spec: InferenceSpec, *, t: int, p: int, replicas: int, batch: int) -> InferenceSpec:
+    schedule: PipelineSchedule = ForwardOnly() if p > 1 else SingleStage()
+    parallelism = TransformerInferenceParallelism(
+        tensor=TensorParallel(
+            degree=t, communication=spec.mapping.parallelism.tensor.communication
+        ),
+        pipeline=PipelineParallel(degree=p, schedule=schedule),
+        replicas=ReplicaParallel(degree=replicas),
+    )
+    workload = replace(spec.mapping.workload, batch_size=batch)
+    return InferenceSpec(
+        model=spec.model,
+        mapping=TransformerInferenceMappingSpec(parallelism=parallelism, workload=workload),
+    )
+
+
+def _key(report: InferenceReport, objective: Objective) -> tuple[float, int, int]:
+    tie = (report.gpus_per_replica, report.spec.mapping.workload.batch_size)
+    match objective:
+        case Objective.THROUGHPUT:
+            return (-report.tokens_per_second, *tie)
+        case Objective.LATENCY:
+            return (report.decode_round_mean_s, *tie)
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def search_inference(
+    spec: InferenceSpec, system: SystemSpec, options: SearchOptions | None = None
+) -> tuple[InferenceReport, ...]:
+    """The best ``options.top`` strategies on ``spec.mapping.world_size`` GPUs, best first."""
+    chosen = SearchOptions() if options is None else options
+    gpus = spec.mapping.world_size
+    capacity = system.accelerator.hbm.capacity_bytes
+    found: list[InferenceReport] = []
+    for t in _divisors(system.gpus_per_node):
+        for p in _divisors(spec.model.num_layers):
+            if gpus % (t * p) != 0:
+                continue
+            replicas = gpus // (t * p)
+            probe = _with(spec, t=t, p=p, replicas=replicas, batch=1)
+            try:
+                plan = derive_inference_plan(probe.model, probe.mapping, megatron=chosen.megatron)
+            except InvalidStrategyError:
+                continue
+            largest = max_batch_that_fits(plan, capacity=capacity)
+            for batch in _batches(largest):
+                candidate = _with(spec, t=t, p=p, replicas=replicas, batch=batch)
+                report = analyze_inference(candidate, system, megatron=chosen.megatron)
+                target = chosen.latency_target_s
+                if target is not None and report.decode_round_mean_s > target:
+                    continue
+                found.append(report)
+    found.sort(key=lambda report: _key(report, chosen.objective))
+    return tuple(found[: chosen.top])

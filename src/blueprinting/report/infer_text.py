@@ -1,0 +1,116 @@
+"""The ``blueprinting infer`` text report and the ``infer --search`` table.
+
+rich is imported inside the functions so that importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from blueprinting.inference.analysis import InferenceReport, PhaseBounds
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+GIB = 1024**3
+MS = 1e3
+
+
+def _bounds_row(name: str, bounds: PhaseBounds) -> tuple[str, ...]:
+    return (
+        name,
+        f"{bounds.modelled_s * MS:.3f}",
+        f"{bounds.compute_s * MS:.3f}",
+        f"{bounds.hbm_s * MS:.3f}",
+        f"{bounds.tp_comm_s * MS:.3f}",
+        f"{bounds.weight_bytes / GIB:.2f}",
+        f"{bounds.kv_cache_bytes / GIB:.2f}",
+        f"{bounds.activation_bytes / GIB:.2f}",
+    )
+
+
+def render_inference(report: InferenceReport, console: Console) -> None:
+    from rich.table import Table
+
+    spec = report.spec
+    workload = spec.mapping.workload
+    console.print(
+        f"[bold]{spec.model.name}[/bold] served on [bold]{spec.mapping.world_size}[/bold] x "
+        f"{report.system.accelerator.name} ({report.system.name})"
+    )
+    console.print(
+        f"strategy: {spec.mapping}  |  {report.replicas} replica(s) of {report.gpus_per_replica} "
+        f"GPUs; batch {workload.batch_size} ({report.microbatches} microbatch(es) of "
+        f"{report.microbatch_size}), prompt {workload.prompt_length}, "
+        f"{workload.generated_tokens} generated tokens, KV cache {workload.kv_cache_datatype}"
+    )
+    times = Table(title="Latency and throughput (per replica unless stated)")
+    times.add_column("figure")
+    times.add_column("value", justify="right")
+    times.add_row(
+        "prefill latency = time to first token", f"{report.prefill_latency_s * MS:.2f} ms"
+    )
+    times.add_row("decode latency per token, mean", f"{report.decode_round_mean_s * MS:.3f} ms")
+    times.add_row(
+        "decode latency per token, final context", f"{report.decode_round_final_s * MS:.3f} ms"
+    )
+    times.add_row("request latency (prefill + all decode)", f"{report.request_latency_s:.3f} s")
+    times.add_row("tokens/s per replica", f"{report.tokens_per_second_per_replica:,.0f}")
+    times.add_row("tokens/s, deployment", f"{report.tokens_per_second:,.0f}")
+    console.print(times)
+
+    bounds = Table(title="Modelled time vs. speed-of-light bounds (one pass of the batch), ms; GiB")
+    for column in ("phase", "modelled", "compute", "HBM", "TP comm", "weights", "KV", "act."):
+        bounds.add_column(column, justify="right" if column != "phase" else "left")
+    bounds.add_row(*_bounds_row("prefill", report.prefill_bounds))
+    bounds.add_row(*_bounds_row("decode (mean step)", report.decode_bounds))
+    console.print(bounds)
+
+    memory = report.memory
+    mem = Table(title=f"Memory per GPU, pipeline stage {memory.stage} (most loaded)")
+    mem.add_column("category")
+    mem.add_column("GiB", justify="right")
+    for name, size in (
+        ("weights", memory.weights),
+        ("KV cache", memory.kv_cache),
+        ("activations", memory.activations),
+    ):
+        mem.add_row(name, f"{size / GIB:.2f}")
+    mem.add_row("[bold]total[/bold]", f"[bold]{memory.total / GIB:.2f}[/bold]")
+    console.print(mem)
+    verdict = "[green]fits[/green]" if memory.fits else "[red]does NOT fit[/red]"
+    console.print(
+        f"{memory.total / GIB:.1f} of {memory.capacity / GIB:.1f} GiB: {verdict}; "
+        f"largest batch that fits: {report.max_batch_that_fits}"
+    )
+
+
+def render_search(reports: tuple[InferenceReport, ...], console: Console, *, title: str) -> None:
+    from rich.table import Table
+
+    table = Table(title=title)
+    for column in (
+        "#",
+        "strategy",
+        "batch",
+        "TTFT ms",
+        "decode ms/token",
+        "tokens/s/replica",
+        "tokens/s",
+        "GiB/GPU",
+        "max batch",
+    ):
+        table.add_column(column, justify="left" if column == "strategy" else "right")
+    for rank, report in enumerate(reports, start=1):
+        table.add_row(
+            str(rank),
+            str(report.spec.mapping),
+            str(report.spec.mapping.workload.batch_size),
+            f"{report.time_to_first_token_s * MS:.1f}",
+            f"{report.decode_round_mean_s * MS:.3f}",
+            f"{report.tokens_per_second_per_replica:,.0f}",
+            f"{report.tokens_per_second:,.0f}",
+            f"{report.memory.total / GIB:.1f}",
+            str(report.max_batch_that_fits),
+        )
+    console.print(table)

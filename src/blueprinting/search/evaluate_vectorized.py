@@ -1,0 +1,890 @@
+"""Vectorized evaluation of a candidate table: the scalar plan's figures, for every row at once.
+
+Every figure here is the one ``blueprinting.api.plan_spec(spec, system,
+PlanOptions(bubble_source=BubbleSource.CONTRACT))`` reports for the same row
+(``tests/search/test_evaluate_vectorized.py`` compares every candidate of a small space field by
+field, relative error <= 1e-9). The search ranks on the seed's *contract* bubble
+(:mod:`blueprinting.analysis.pipeline_contract`), never on the simulated one.
+
+How it stays exact and cheap
+----------------------------
+A figure is either computed by the scalar code itself once per distinct value of the knobs it
+reads (a *key*), or composed with numpy in a one-to-one transcription of the scalar function,
+same names and same order of operations, so that a change to the scalar code is easy to mirror:
+
+================================ ================================= ===============================
+scalar code                      reads                             here
+================================ ================================= ===============================
+``portable_plan`` block/extras   t, sp, recompute scope, b, TP     scalar, per key
+                                 group                             (``_block_costs``)
+``passes.p2p_message``           t, p, d, b, sp                    scalar, per key
+``stage_parameters``             t, p, stage                       scalar, per key
+``system.collective_time`` (DP)  t, p, d, stage                    scalar, per key
+``adam_step_cost``               owned parameters                  scalar, per key
+``layer_activation_bytes`` /     t, b, sp                          scalar, per key
+``checkpoint_bytes``
+``hardware_flops_per_iteration`` recompute, p, v                   scalar, per key
+``critical_stage``,              everything                        numpy (``_critical_stage``,
+``stage_work``, ``bubble_contract``,                               ``_stage_work``, ... below)
+``pipeline_p2p_exposed``,
+``data_parallel_cost``,
+``stage_memory``
+================================ ================================= ===============================
+
+The transcription relies on what the enumeration guarantees (``search/space.py``): an even stage
+layout (``L mod (p*v) == 0``: every stage and every chunk holds the same number of blocks) and a
+schedule in {SingleStage, 1F1B, interleaved 1F1B}. Under an even layout only the first and the
+last pipeline stage can be the critical stage (the middle stages carry neither extra) and only
+they can be the most loaded one in memory (in-flight microbatches do not grow with the stage
+index, and the first stage holds the embedding on top).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, fields
+from typing import final
+
+import numpy as np
+import numpy.typing as npt
+
+from blueprinting.analysis.evaluate import portable_plan
+from blueprinting.analysis.flops import (
+    FlopsConvention,
+    hardware_flops_per_iteration,
+    model_flops_per_iteration,
+)
+from blueprinting.analysis.memory import (
+    DROPOUT_MASK_BYTES,
+    LOGITS_BYTES,
+    TOKEN_ID_BYTES,
+    checkpoint_bytes,
+    layer_activation_bytes,
+    precision_recipe,
+    stage_parameters,
+)
+from blueprinting.analysis.optimizer_step import adam_step_cost
+from blueprinting.analysis.report import JsonValue
+from blueprinting.hardware.collectives import CollectiveKind
+from blueprinting.hardware.system import Engine, LinkTier, ParallelDim, SystemSpec
+from blueprinting.mapping.model import TransformerModelSpec
+from blueprinting.search.space import (
+    RECOMPUTE_CODES,
+    SHARDING_CODES,
+    CandidateTable,
+    RecomputeVariant,
+    ShardingVariant,
+    candidate_to_spec,
+)
+from blueprinting.synthesizer.stages.portable_plan.passes import (
+    PlanContext,
+    p2p_message,
+)
+
+IntArray = npt.NDArray[np.int64]
+FloatArray = npt.NDArray[np.float64]
+BoolArray = npt.NDArray[np.bool_]
+
+_CODE = {variant: RECOMPUTE_CODES.index(variant) for variant in RecomputeVariant}
+_SHARD = {variant: SHARDING_CODES.index(variant) for variant in ShardingVariant}
+_TIER = {tier: index for index, tier in enumerate(LinkTier)}
+
+
+def _ceil_div(numerator: IntArray, denominator: IntArray | int) -> IntArray:
+    return -(-numerator // denominator)
+
+
+def _keys(*columns: npt.NDArray[np.int64] | npt.NDArray[np.bool_]) -> tuple[IntArray, IntArray]:
+    """(one representative row per distinct key, the key index of every row)."""
+    stacked = np.stack([np.asarray(c, dtype=np.int64) for c in columns], axis=1)
+    _, first, inverse = np.unique(stacked, axis=0, return_index=True, return_inverse=True)
+    return first.astype(np.int64), inverse.reshape(-1).astype(np.int64)
+
+
+def _per_key(first: IntArray, inverse: IntArray, value: Callable[[int], float]) -> FloatArray:
+    """``value(representative row)`` for each key, spread over the rows."""
+    return np.array([value(int(i)) for i in first], dtype=np.float64)[inverse]
+
+
+def _per_key_int(first: IntArray, inverse: IntArray, value: Callable[[int], int]) -> IntArray:
+    return np.array([value(int(i)) for i in first], dtype=np.int64)[inverse]
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CandidateFigures:
+    """The scalar report's figures, one array entry per candidate row (names follow
+    ``IterationReport.to_json_dict``; units SI)."""
+
+    # time_breakdown_s
+    forward: FloatArray
+    backward: FloatArray
+    recompute: FloatArray
+    pipeline_bubble: FloatArray
+    tp_comm_exposed: FloatArray
+    pp_comm_exposed: FloatArray
+    dp_comm_exposed: FloatArray
+    optimizer: FloatArray
+    # bubble
+    bubble_contract_s: FloatArray
+    bubble_chunk_time_s: FloatArray
+    bubble_n: IntArray
+    bubble_extra_interleaving: IntArray
+    bubble_imbalance_correction_s: FloatArray
+    critical_stage: IntArray
+    # memory_bytes (the most loaded stage)
+    memory_weights: IntArray
+    memory_gradients: IntArray
+    memory_optimizer_states: IntArray
+    memory_activations: IntArray
+    memory_other: IntArray
+    memory_total: IntArray
+    memory_capacity: int
+    memory_stage: IntArray
+    # dp_comm
+    dp_grad_bytes: IntArray
+    dp_param_gather_bytes: IntArray
+    dp_link_s: FloatArray
+    dp_exposed_s: FloatArray
+    # optimizer_step
+    optimizer_parameters: IntArray
+    optimizer_flops: IntArray
+    optimizer_bytes_moved: IntArray
+    # FLOPs
+    flops_convention: FlopsConvention
+    model_flops_per_iteration: int
+    hardware_flops_key: IntArray
+    hardware_flops_values: tuple[int, ...]
+    peak_flops_per_gpu: float
+    tokens_per_iteration: int
+    world_size: IntArray
+    microbatch_count: IntArray
+
+    def __len__(self) -> int:
+        return int(self.forward.shape[0])
+
+    @property
+    def iteration_time_s(self) -> FloatArray:
+        """``TimeBreakdown.total_s``, summed in its order."""
+        return (
+            self.forward
+            + self.backward
+            + self.recompute
+            + self.pipeline_bubble
+            + self.tp_comm_exposed
+            + self.pp_comm_exposed
+            + self.dp_comm_exposed
+            + self.optimizer
+        )
+
+    @property
+    def memory_headroom(self) -> IntArray:
+        return self.memory_capacity - self.memory_total
+
+    @property
+    def fits_in_memory(self) -> BoolArray:
+        return self.memory_total <= self.memory_capacity
+
+    @property
+    def hardware_flops_per_iteration(self) -> FloatArray:
+        return np.array(self.hardware_flops_values, dtype=np.float64)[self.hardware_flops_key]
+
+    @property
+    def tokens_per_second(self) -> FloatArray:
+        return self.tokens_per_iteration / self.iteration_time_s
+
+    @property
+    def tflops_per_gpu(self) -> FloatArray:
+        return self.model_flops_per_iteration / (self.iteration_time_s * self.world_size) / 1e12
+
+    @property
+    def mfu(self) -> FloatArray:
+        return self.model_flops_per_iteration / (
+            self.iteration_time_s * self.world_size * self.peak_flops_per_gpu
+        )
+
+    @property
+    def hfu(self) -> FloatArray:
+        return self.hardware_flops_per_iteration / (
+            self.iteration_time_s * self.world_size * self.peak_flops_per_gpu
+        )
+
+    def row_json(self, i: int) -> dict[str, JsonValue]:
+        """Row ``i`` as the subset of ``IterationReport.to_json_dict()`` this module computes
+        (same keys, same nesting)."""
+        iteration = float(self.iteration_time_s[i])
+        return {
+            "world_size": int(self.world_size[i]),
+            "microbatch_count": int(self.microbatch_count[i]),
+            "iteration_time_s": iteration,
+            "time_breakdown_s": {
+                "forward": float(self.forward[i]),
+                "backward": float(self.backward[i]),
+                "recompute": float(self.recompute[i]),
+                "pipeline_bubble": float(self.pipeline_bubble[i]),
+                "tp_comm_exposed": float(self.tp_comm_exposed[i]),
+                "pp_comm_exposed": float(self.pp_comm_exposed[i]),
+                "dp_comm_exposed": float(self.dp_comm_exposed[i]),
+                "optimizer": float(self.optimizer[i]),
+            },
+            "bubble": {
+                "contract_s": float(self.bubble_contract_s[i]),
+                "chunk_time_s": float(self.bubble_chunk_time_s[i]),
+                "n_bubble": int(self.bubble_n[i]),
+                "extra_interleaving_bubbles": int(self.bubble_extra_interleaving[i]),
+                "imbalance_correction_s": float(self.bubble_imbalance_correction_s[i]),
+            },
+            "model_flops_per_iteration": self.model_flops_per_iteration,
+            "hardware_flops_per_iteration": self.hardware_flops_values[
+                int(self.hardware_flops_key[i])
+            ],
+            "flops_convention": str(self.flops_convention),
+            "peak_flops_per_gpu": self.peak_flops_per_gpu,
+            "tflops_per_gpu": float(self.tflops_per_gpu[i]),
+            "mfu": float(self.mfu[i]),
+            "hfu": float(self.hfu[i]),
+            "tokens_per_iteration": self.tokens_per_iteration,
+            "tokens_per_second": float(self.tokens_per_second[i]),
+            "memory_bytes": {
+                "weights": int(self.memory_weights[i]),
+                "gradients": int(self.memory_gradients[i]),
+                "optimizer_states": int(self.memory_optimizer_states[i]),
+                "activations": int(self.memory_activations[i]),
+                "other": int(self.memory_other[i]),
+                "total": int(self.memory_total[i]),
+                "capacity": self.memory_capacity,
+                "headroom": int(self.memory_headroom[i]),
+                "stage": int(self.memory_stage[i]),
+            },
+            "fits_in_memory": bool(self.fits_in_memory[i]),
+            "dp_comm": {
+                "grad_bytes": int(self.dp_grad_bytes[i]),
+                "param_gather_bytes": int(self.dp_param_gather_bytes[i]),
+                "link_s": float(self.dp_link_s[i]),
+                "exposed_s": float(self.dp_exposed_s[i]),
+            },
+            "optimizer_step": {
+                "parameters": int(self.optimizer_parameters[i]),
+                "flops": int(self.optimizer_flops[i]),
+                "bytes_moved": int(self.optimizer_bytes_moved[i]),
+                "time_s": float(self.optimizer[i]),
+            },
+        }
+
+
+# --------------------------------------------------------------------------------------------
+# PortablePlanIR pieces, per key (synthesizer/stages/portable_plan/passes.py)
+# --------------------------------------------------------------------------------------------
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _BlockArrays:
+    """``PortablePlanIR.block`` / ``embedding`` / ``lm_head`` terms, spread over the rows."""
+
+    forward_compute: FloatArray
+    forward_comm: FloatArray
+    backward_activation_compute: FloatArray
+    backward_activation_comm: FloatArray
+    backward_weight_compute: FloatArray
+    backward_weight_comm: FloatArray
+    recompute_compute: FloatArray
+    recompute_comm: FloatArray
+    forward_s: FloatArray
+    backward_s: FloatArray
+    backward_with_recompute_s: FloatArray
+    recompute_critical_s: FloatArray
+    embedding_forward_compute: FloatArray
+    embedding_forward_comm: FloatArray
+    embedding_backward_compute: FloatArray
+    embedding_backward_comm: FloatArray
+    embedding_total_s: FloatArray
+    lm_head_forward_compute: FloatArray
+    lm_head_forward_comm: FloatArray
+    lm_head_backward_compute: FloatArray
+    lm_head_backward_comm: FloatArray
+    lm_head_total_s: FloatArray
+
+
+def _scope(recompute: IntArray) -> IntArray:
+    """The derivation's recompute scope: none / attention core / whole block."""
+    full = (recompute == _CODE[RecomputeVariant.FULL_UNIFORM]) | (
+        recompute == _CODE[RecomputeVariant.FULL_BLOCK]
+    )
+    return np.where(full, 2, np.where(recompute == _CODE[RecomputeVariant.SELECTIVE], 1, 0))
+
+
+def _block_costs(
+    table: CandidateTable,
+    model: TransformerModelSpec,
+    system: SystemSpec,
+    groups: dict[ParallelDim, tuple[IntArray, IntArray]],
+    progress: Callable[[int, int], None] | None,
+) -> _BlockArrays:
+    tp_tier, tp_per_node = groups[ParallelDim.TENSOR]
+    first, inverse = _keys(
+        table.tensor,
+        table.sequence_parallel,
+        _scope(table.recompute),
+        table.micro_batch,
+        tp_tier,
+        tp_per_node,
+    )
+    rows = []
+    for done, i in enumerate(first):
+        if progress is not None:
+            progress(done, len(first))
+        plan = portable_plan(candidate_to_spec(table, int(i), model), system)
+        block, emb, lm = plan.block, plan.embedding, plan.lm_head
+        rows.append(
+            (  # in the field order of _BlockArrays
+                block.forward.compute_s,
+                block.forward.comm_exposed_s,
+                block.backward_activation.compute_s,
+                block.backward_activation.comm_exposed_s,
+                block.backward_weight.compute_s,
+                block.backward_weight.comm_exposed_s,
+                block.recompute.compute_s,
+                block.recompute.comm_exposed_s,
+                block.forward_s,
+                block.backward_s,
+                block.backward_with_recompute_s,
+                block.recompute.critical_path_s,
+                emb.forward.compute_s,
+                emb.forward.comm_exposed_s,
+                emb.backward.compute_s,
+                emb.backward.comm_exposed_s,
+                emb.total_s,
+                lm.forward.compute_s,
+                lm.forward.comm_exposed_s,
+                lm.backward.compute_s,
+                lm.backward.comm_exposed_s,
+                lm.total_s,
+            )
+        )
+    if progress is not None:
+        progress(len(first), len(first))
+    values = np.array(rows, dtype=np.float64)[inverse]
+    names = [f.name for f in fields(_BlockArrays)]
+    return _BlockArrays(**{name: values[:, j] for j, name in enumerate(names)})
+
+
+def _p2p_time(table: CandidateTable, model: TransformerModelSpec, system: SystemSpec) -> FloatArray:
+    """``passes.p2p_message`` (the PP message time), per (t, p, d, b, sp)."""
+    first, inverse = _keys(
+        table.tensor, table.pipeline, table.data, table.micro_batch, table.sequence_parallel
+    )
+
+    def value(i: int) -> float:
+        spec = candidate_to_spec(table, i, model)
+        return p2p_message(PlanContext(spec=spec, system=system))[1]
+
+    return _per_key(first, inverse, value)
+
+
+def _groups(
+    table: CandidateTable, system: SystemSpec
+) -> dict[ParallelDim, tuple[IntArray, IntArray]]:
+    """(tier code, ranks per node) of each dimension's group, per (t, p, d)."""
+    first, inverse = _keys(table.tensor, table.pipeline, table.data)
+    out: dict[ParallelDim, tuple[IntArray, IntArray]] = {}
+    for dim in ParallelDim:
+        placed = [
+            system.comm_group(
+                dim,
+                tensor=int(table.tensor[i]),
+                pipeline=int(table.pipeline[i]),
+                data=int(table.data[i]),
+            )
+            for i in first
+        ]
+        tier = np.array([_TIER[g.tier] for g in placed], dtype=np.int64)[inverse]
+        per_node = np.array([g.ranks_per_node for g in placed], dtype=np.int64)[inverse]
+        out[dim] = (tier, per_node)
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# Layout (analysis/stage_layout.py, PortablePlanIR projections) under an even split
+# --------------------------------------------------------------------------------------------
+def _recomputed_per_chunk(table: CandidateTable, blocks_in_chunk: IntArray) -> IntArray:
+    """``passes.recomputed_blocks`` for one chunk of ``blocks_in_chunk`` blocks."""
+    r = table.recompute
+    return np.select(
+        [
+            r == _CODE[RecomputeVariant.NONE],
+            r == _CODE[RecomputeVariant.SELECTIVE],
+            r == _CODE[RecomputeVariant.FULL_UNIFORM],
+            r == _CODE[RecomputeVariant.FULL_BLOCK],
+        ],
+        [
+            np.zeros_like(blocks_in_chunk),
+            blocks_in_chunk,
+            blocks_in_chunk,
+            np.minimum(table.recompute_num_layers, blocks_in_chunk),
+        ],
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Iteration (analysis/iteration.py)
+# --------------------------------------------------------------------------------------------
+def _critical_stage(
+    p: IntArray, stage_blocks: IntArray, stage_recomputed: IntArray, c: _BlockArrays
+) -> IntArray:
+    """``PortablePlanIR.critical_stage`` (first stage on ties) via
+    ``stage_microbatch_compute_s`` of the first and the last stage."""
+    work = stage_blocks * (c.forward_s + c.backward_s)
+    work = work + stage_recomputed * c.recompute_critical_s
+    first = work + c.embedding_total_s
+    first = np.where(p == 1, first + c.lm_head_total_s, first)
+    last = work + c.lm_head_total_s
+    return np.where((p > 1) & (last > first), p - 1, 0)
+
+
+def _stage_work(
+    *,
+    p: IntArray,
+    critical: IntArray,
+    m: IntArray,
+    stage_blocks: IntArray,
+    stage_recomputed: IntArray,
+    c: _BlockArrays,
+) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
+    """``iteration.stage_work``: (forward, backward, recompute, tp_comm_exposed)."""
+    forward = stage_blocks * c.forward_compute
+    backward = stage_blocks * (c.backward_activation_compute + c.backward_weight_compute)
+    recompute = stage_recomputed * c.recompute_compute
+    tp = stage_blocks * (c.forward_comm + c.backward_activation_comm + c.backward_weight_comm)
+    tp = tp + stage_recomputed * c.recompute_comm
+    has_embedding = critical == 0
+    has_lm_head = critical == p - 1
+    forward = np.where(has_embedding, forward + c.embedding_forward_compute, forward)
+    backward = np.where(has_embedding, backward + c.embedding_backward_compute, backward)
+    tp = np.where(has_embedding, tp + (c.embedding_forward_comm + c.embedding_backward_comm), tp)
+    forward = np.where(has_lm_head, forward + c.lm_head_forward_compute, forward)
+    backward = np.where(has_lm_head, backward + c.lm_head_backward_compute, backward)
+    tp = np.where(has_lm_head, tp + (c.lm_head_forward_comm + c.lm_head_backward_comm), tp)
+    return m * forward, m * backward, m * recompute, m * tp
+
+
+def _pipeline_p2p_exposed(table: CandidateTable, m: IntArray, p2p_s: FloatArray) -> FloatArray:
+    """``iteration.pipeline_p2p_exposed`` (forward and backward P2P times are equal)."""
+    p, v = table.pipeline, table.virtual_stages
+    per_microbatch_chunk = p2p_s + p2p_s
+    overlapped = (v > 1) & table.overlap_p2p_comm
+    exposed = np.where(overlapped, (p * v - 1) * per_microbatch_chunk, m * v * per_microbatch_chunk)
+    return np.where(p == 1, 0.0, exposed)
+
+
+# --------------------------------------------------------------------------------------------
+# Data parallelism (analysis/data_parallel.py)
+# --------------------------------------------------------------------------------------------
+def _grad_sync_exposed(
+    total_s: FloatArray,
+    *,
+    blocks_per_chunk: IntArray,
+    virtual_stages: IntArray,
+    pipeline_degree: IntArray,
+    block_backward_s: FloatArray,
+    chunk_backward_s: FloatArray,
+) -> FloatArray:
+    """``data_parallel._grad_sync_exposed``."""
+    blocks = blocks_per_chunk * virtual_stages
+    safe_blocks = np.maximum(blocks, 1)
+    per_block = total_s / safe_blocks
+    chunk_sync = blocks_per_chunk * per_block
+    early_chunks = virtual_stages - 1
+    early_window = pipeline_degree * chunk_backward_s
+    early_exposed = early_chunks * np.maximum(0.0, chunk_sync - early_window)
+    last_chunk_hidden = np.maximum(0, blocks_per_chunk - 1) * per_block
+    last_window = np.maximum(0, blocks_per_chunk - 1) * block_backward_s
+    last_exposed = per_block + np.maximum(0.0, last_chunk_hidden - last_window)
+    return np.where((blocks == 0) | (total_s == 0.0), total_s, early_exposed + last_exposed)
+
+
+# --------------------------------------------------------------------------------------------
+# Memory (analysis/memory.py)
+# --------------------------------------------------------------------------------------------
+def _interleaved_chunk_count(
+    peak: IntArray, m: IntArray, n: IntArray, v: IntArray, chunk: IntArray
+) -> IntArray:
+    """``in_flight_microbatches(...)[chunk]`` of interleaved 1F1B in closed form: the fill loop
+    hands slot (group g, chunk c) ``clip(peak - before, 0, members_g)`` where ``before`` is what
+    the earlier slots hold when full, ``min(g n, m) v + c members_g``."""
+    safe_n = np.maximum(n, 1)
+    groups = _ceil_div(m, safe_n)
+    count = np.zeros_like(peak)
+    g = 0
+    while True:
+        live = g < groups
+        if not live.any():
+            break
+        members = np.where(live, np.minimum(n, m - g * n), 0)
+        before = np.minimum(g * n, m) * v + chunk * members
+        count += np.clip(peak - before, 0, members)
+        if not (live & (peak > before)).any():
+            break
+        g += 1
+    return count
+
+
+def _in_flight(
+    table: CandidateTable, stage: IntArray, m: IntArray
+) -> tuple[IntArray, IntArray, IntArray]:
+    """(sum, first entry, last entry) of ``in_flight_microbatches`` at ``stage``."""
+    p, v = table.pipeline, table.virtual_stages
+    one_f_one_b = np.minimum(p - stage, m)
+    single = np.ones_like(p)
+    n = np.where(table.microbatch_group > 0, table.microbatch_group, p)
+    peak = np.minimum(2 * (p - stage - 1) + (v - 1) * n + 1, m * v)
+    interleaved = v > 1
+    i_total = np.minimum(peak, m * v)
+    i_first = _interleaved_chunk_count(peak, m, n, v, np.zeros_like(v))
+    i_last = _interleaved_chunk_count(peak, m, n, v, v - 1)
+    simple = np.where(p == 1, single, one_f_one_b)
+    return (
+        np.where(interleaved, i_total, simple),
+        np.where(interleaved, i_first, simple),
+        np.where(interleaved, i_last, simple),
+    )
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _StageMemory:
+    weights: IntArray
+    gradients: IntArray
+    optimizer: IntArray
+    activations: IntArray
+    other: IntArray
+
+    @property
+    def total(self) -> IntArray:
+        return self.weights + self.gradients + self.optimizer + self.activations + self.other
+
+
+def _stage_memory(
+    table: CandidateTable,
+    model: TransformerModelSpec,
+    *,
+    stage: IntArray,
+    m: IntArray,
+    layer_full: IntArray,
+    layer_kept: IntArray,
+    checkpoint: IntArray,
+) -> _StageMemory:
+    """``memory.stage_memory`` of ``stage`` (per row) under an even layout."""
+    recipe = precision_recipe(model.datatype)
+    p, t, d, v = table.pipeline, table.tensor, table.data, table.virtual_stages
+    first, inverse = _keys(t, p, stage)
+    params = [
+        stage_parameters(model, candidate_to_spec(table, int(i), model).mapping, int(stage[i]))
+        for i in first
+    ]
+    count = np.array([s.total for s in params], dtype=np.int64)[inverse]
+    largest = np.array([s.largest_unit for s in params], dtype=np.int64)[inverse]
+
+    weights = count * recipe.param
+    gradients = count * recipe.grad
+    optimizer = count * recipe.optimizer
+    sharding = table.sharding
+    sharded = sharding != _SHARD[ShardingVariant.NO_SHARD]
+    grads_sharded = (sharding == _SHARD[ShardingVariant.OPTIM_GRADS]) | (
+        sharding == _SHARD[ShardingVariant.OPTIM_GRADS_PARAMS]
+    )
+    params_sharded = sharding == _SHARD[ShardingVariant.OPTIM_GRADS_PARAMS]
+    optimizer = np.where(sharded, _ceil_div(count * recipe.optimizer, d), optimizer)
+    gradients = np.where(grads_sharded, _ceil_div(count * recipe.grad, d), gradients)
+    gathered = np.minimum(count, np.where(table.overlap_param_gather, 2, 1) * largest)
+    weights = np.where(
+        params_sharded,
+        _ceil_div((count - gathered) * recipe.param, d) + gathered * recipe.param,
+        weights,
+    )
+
+    # stage_activations: every chunk holds L/(p v) blocks.
+    total_in_flight, first_in_flight, last_in_flight = _in_flight(table, stage, m)
+    layers = model.num_layers // (p * v)
+    n = np.maximum(table.recompute_num_layers, 1)
+    r = table.recompute
+    has_blocks = layers > 0
+    stored = np.select(
+        [
+            r == _CODE[RecomputeVariant.NONE],
+            r == _CODE[RecomputeVariant.SELECTIVE],
+            r == _CODE[RecomputeVariant.FULL_UNIFORM],
+            r == _CODE[RecomputeVariant.FULL_BLOCK],
+        ],
+        [
+            total_in_flight * layers * layer_full,
+            total_in_flight * layers * layer_kept,
+            total_in_flight * _ceil_div(layers, n) * checkpoint,
+            total_in_flight
+            * (np.minimum(n, layers) * checkpoint + np.maximum(layers - n, 0) * layer_full),
+        ],
+    )
+    group = np.minimum(n, layers)
+    working = np.select(
+        [
+            r == _CODE[RecomputeVariant.SELECTIVE],
+            r == _CODE[RecomputeVariant.FULL_UNIFORM],
+            r == _CODE[RecomputeVariant.FULL_BLOCK],
+        ],
+        [
+            np.where(has_blocks, layer_full - layer_kept, 0),
+            np.where(group > 0, group * layer_full - checkpoint, 0),
+            np.where(has_blocks, layer_full - checkpoint, 0),
+        ],
+        default=0,
+    )
+    s, h = model.seq_length, model.hidden_size
+    rows = np.where(table.sequence_parallel, -(-s // t), s)
+    b = table.micro_batch
+
+    embedding = np.where(
+        stage == 0,
+        first_in_flight * b * (TOKEN_ID_BYTES * s + DROPOUT_MASK_BYTES * rows * h),
+        0,
+    )
+    vocab = _ceil_div(np.full_like(t, model.padded_vocab_size), t)
+    logits = np.where(
+        stage == p - 1,
+        last_in_flight * b * (LOGITS_BYTES * s * vocab + recipe.activation * rows * h),
+        0,
+    )
+    return _StageMemory(
+        weights=weights,
+        gradients=gradients,
+        optimizer=optimizer,
+        activations=stored + working,
+        other=embedding + logits,
+    )
+
+
+def _layer_bytes(
+    table: CandidateTable, model: TransformerModelSpec
+) -> tuple[IntArray, IntArray, IntArray]:
+    """(``layer_activation_bytes`` with and without the s x s scores, ``checkpoint_bytes``)."""
+    x = precision_recipe(model.datatype).activation
+    first, inverse = _keys(table.tensor, table.micro_batch, table.sequence_parallel)
+
+    def layer(i: int, *, scores: bool) -> int:
+        return layer_activation_bytes(
+            model,
+            micro_batch=int(table.micro_batch[i]),
+            tensor_degree=int(table.tensor[i]),
+            sequence_parallel=bool(table.sequence_parallel[i]),
+            keep_attention_scores=scores,
+            activation_bytes=x,
+        )
+
+    def checkpoint(i: int) -> int:
+        return checkpoint_bytes(
+            model,
+            micro_batch=int(table.micro_batch[i]),
+            tensor_degree=int(table.tensor[i]),
+            sequence_parallel=bool(table.sequence_parallel[i]),
+            activation_bytes=x,
+        )
+
+    return (
+        _per_key_int(first, inverse, lambda i: layer(i, scores=True)),
+        _per_key_int(first, inverse, lambda i: layer(i, scores=False)),
+        _per_key_int(first, inverse, checkpoint),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# The whole evaluation (analysis/evaluate.py evaluate_plan)
+# --------------------------------------------------------------------------------------------
+def evaluate_candidates(
+    table: CandidateTable,
+    model: TransformerModelSpec,
+    system: SystemSpec,
+    *,
+    flops_convention: FlopsConvention = FlopsConvention.MEGATRON_LEGACY,
+    progress: Callable[[int, int], None] | None = None,
+) -> CandidateFigures:
+    """The contract-bubble plan figures of every row of ``table`` (module docstring).
+
+    ``progress(done, total)`` is called while the block costs are computed, the longest step.
+    """
+    if len(table) == 0:
+        raise ValueError("evaluate_candidates needs at least one candidate")
+    t, p, d, v = table.tensor, table.pipeline, table.data, table.virtual_stages
+    m = table.microbatch_count
+    groups = _groups(table, system)
+    c = _block_costs(table, model, system, groups, progress)
+    p2p_s = _p2p_time(table, model, system)
+    # PortablePlanIR._p2p: chunk edges only carry P2P time when p > 1.
+    edge_p2p = np.where(p > 1, p2p_s, 0.0)
+
+    blocks_per_chunk = model.num_layers // (p * v)
+    recomputed_per_chunk = _recomputed_per_chunk(table, blocks_per_chunk)
+    stage_blocks = blocks_per_chunk * v
+    stage_recomputed = recomputed_per_chunk * v
+    critical = _critical_stage(p, stage_blocks, stage_recomputed, c)
+
+    # bubble_contract
+    forward_chunk_s = blocks_per_chunk * c.forward_s + edge_p2p
+    backward_chunk_s = (
+        blocks_per_chunk * c.backward_s + recomputed_per_chunk * c.recompute_critical_s + edge_p2p
+    )
+    missing = p * stage_blocks - model.num_layers
+    correction = np.where(p == 1, 0.0, missing * (c.forward_s + c.backward_with_recompute_s))
+    chunk_time = np.where(p == 1, 0.0, forward_chunk_s + backward_chunk_s)
+    remainder = m % p
+    extra = np.where((p > 1) & (remainder != 0), (v - 1) * (p - remainder), 0)
+    n_bubble = (p - 1) + extra
+    bubble_s: FloatArray = (n_bubble * chunk_time - correction).astype(np.float64, copy=False)
+
+    forward, backward, recompute, tp_exposed = _stage_work(
+        p=p,
+        critical=critical,
+        m=m,
+        stage_blocks=stage_blocks,
+        stage_recomputed=stage_recomputed,
+        c=c,
+    )
+    pp_exposed = _pipeline_p2p_exposed(table, m, p2p_s)
+
+    # data_parallel_cost
+    recipe = precision_recipe(model.datatype)
+    first, inverse = _keys(t, p, d, critical)
+    keyed_params: list[int] = []
+    keyed_times: list[tuple[float, float, float]] = []
+    for i in first:
+        mapping = candidate_to_spec(table, int(i), model).mapping
+        count = stage_parameters(model, mapping, int(critical[i])).total
+        keyed_params.append(count)
+        group = system.comm_group(
+            ParallelDim.DATA, tensor=int(t[i]), pipeline=int(p[i]), data=int(d[i])
+        )
+        if int(d[i]) == 1:
+            keyed_times.append((0.0, 0.0, 0.0))
+            continue
+        keyed_times.append(
+            (
+                system.collective_time(CollectiveKind.ALL_REDUCE, count * recipe.grad, group),
+                system.collective_time(CollectiveKind.REDUCE_SCATTER, count * recipe.grad, group),
+                system.collective_time(CollectiveKind.ALL_GATHER, count * recipe.param, group),
+            )
+        )
+    params = np.array(keyed_params, dtype=np.int64)[inverse]
+    times = np.array(keyed_times, dtype=np.float64)[inverse]
+    all_reduce_s, reduce_scatter_s, all_gather_s = times[:, 0], times[:, 1], times[:, 2]
+    grads_bytes = params * recipe.grad
+    gather_bytes = params * recipe.param
+    stage_forward_s = stage_blocks * c.forward_s
+
+    sharding = table.sharding
+    no_shard = sharding == _SHARD[ShardingVariant.NO_SHARD]
+    zero3 = sharding == _SHARD[ShardingVariant.OPTIM_GRADS_PARAMS]
+    sync = np.where(no_shard, all_reduce_s, np.where(zero3, m * reduce_scatter_s, reduce_scatter_s))
+    gather = np.where(no_shard, 0.0, np.where(zero3, 2 * m * all_gather_s, all_gather_s))
+    sync_exposed = np.where(
+        table.overlap_grad_reduce,
+        _grad_sync_exposed(
+            sync,
+            blocks_per_chunk=blocks_per_chunk,
+            virtual_stages=v,
+            pipeline_degree=p,
+            block_backward_s=c.backward_s,
+            chunk_backward_s=backward_chunk_s,
+        ),
+        sync,
+    )
+    safe_m = np.maximum(m, 1)
+    zero3_overlapped = safe_m * (
+        np.maximum(0.0, gather / (2 * safe_m) - stage_forward_s)
+        + np.maximum(0.0, gather / (2 * safe_m) - backward_chunk_s)
+    )
+    gather_exposed = np.where(
+        table.overlap_param_gather,
+        np.where(zero3, zero3_overlapped, np.maximum(0.0, gather - stage_forward_s)),
+        gather,
+    )
+    single = d == 1
+    dp_link = np.where(single, 0.0, np.where(no_shard, sync, sync + gather))
+    dp_exposed = np.where(
+        single, 0.0, np.where(no_shard, sync_exposed, sync_exposed + gather_exposed)
+    )
+    dp_gather_bytes = np.where(single | no_shard, 0, gather_bytes)
+
+    # adam_step_cost over the owned parameters
+    owned = np.where(no_shard, params, _ceil_div(params, d))
+    owned_values, owned_inverse = np.unique(owned, return_inverse=True)
+    steps = [
+        adam_step_cost(
+            parameters=int(n_owned),
+            param_bytes=recipe.param,
+            grad_bytes=recipe.grad,
+            datatype=model.datatype,
+            system=system,
+        )
+        for n_owned in owned_values
+    ]
+    optimizer_s = np.array([s.time_s for s in steps], dtype=np.float64)[owned_inverse]
+    optimizer_flops = np.array([s.flops for s in steps], dtype=np.int64)[owned_inverse]
+    optimizer_moved = np.array([s.bytes_moved for s in steps], dtype=np.int64)[owned_inverse]
+
+    # memory_per_stage: the first and the last stage, the earlier on ties
+    layer_full, layer_kept, checkpoint = _layer_bytes(table, model)
+    zero = np.zeros_like(p)
+    layer = {"m": m, "layer_full": layer_full, "layer_kept": layer_kept, "checkpoint": checkpoint}
+    at_first = _stage_memory(table, model, stage=zero, **layer)
+    at_last = _stage_memory(table, model, stage=p - 1, **layer)
+    use_last = at_last.total > at_first.total
+
+    def worst(first_values: IntArray, last_values: IntArray) -> IntArray:
+        return np.where(use_last, last_values, first_values)
+
+    # FLOPs
+    first_f, inverse_f = _keys(table.recompute, table.recompute_num_layers, p, v)
+    hardware_values = tuple(
+        hardware_flops_per_iteration(
+            model, candidate_to_spec(table, int(i), model).mapping, flops_convention
+        )
+        for i in first_f
+    )
+    peak = system.accelerator.engine(Engine.MATRIX).rate(model.datatype).peak_flop_per_s
+    return CandidateFigures(
+        forward=forward,
+        backward=backward,
+        recompute=recompute,
+        pipeline_bubble=bubble_s,
+        tp_comm_exposed=tp_exposed,
+        pp_comm_exposed=pp_exposed,
+        dp_comm_exposed=dp_exposed,
+        optimizer=optimizer_s,
+        bubble_contract_s=bubble_s,
+        bubble_chunk_time_s=chunk_time,
+        bubble_n=n_bubble,
+        bubble_extra_interleaving=extra,
+        bubble_imbalance_correction_s=correction,
+        critical_stage=critical,
+        memory_weights=worst(at_first.weights, at_last.weights),
+        memory_gradients=worst(at_first.gradients, at_last.gradients),
+        memory_optimizer_states=worst(at_first.optimizer, at_last.optimizer),
+        memory_activations=worst(at_first.activations, at_last.activations),
+        memory_other=worst(at_first.other, at_last.other),
+        memory_total=worst(at_first.total, at_last.total),
+        memory_capacity=int(system.accelerator.hbm.capacity_bytes),
+        memory_stage=np.where(use_last, p - 1, 0),
+        dp_grad_bytes=grads_bytes,
+        dp_param_gather_bytes=dp_gather_bytes,
+        dp_link_s=dp_link,
+        dp_exposed_s=dp_exposed,
+        optimizer_parameters=owned,
+        optimizer_flops=optimizer_flops,
+        optimizer_bytes_moved=optimizer_moved,
+        flops_convention=flops_convention,
+        model_flops_per_iteration=model_flops_per_iteration(
+            model, table.global_batch_size, flops_convention
+        ),
+        hardware_flops_key=inverse_f,
+        hardware_flops_values=hardware_values,
+        peak_flops_per_gpu=peak,
+        tokens_per_iteration=table.global_batch_size * model.seq_length,
+        world_size=t * p * d,
+        microbatch_count=m,
+    )

@@ -1,0 +1,399 @@
+"""Search: enumerate, evaluate (vectorized), keep what fits in memory, rank, Pareto front, explain.
+
+Ranking objectives (lower score is better; ties keep enumeration order, so results are stable):
+
+- ``iteration-time``: seconds per iteration (the scalar plan's ``iteration_time_s``);
+- ``tokens-per-second``: ``B s / T`` (descending);
+- ``time-to-train``: whole iterations to process ``train_tokens`` tokens times ``T``
+  (``IterationReport.time_to_train_s``);
+- ``gpu-hours``: ``time-to-train x N / 3600``, the cost in GPU-hours.
+
+For one GPU count and one global batch the first three give the same order; ``gpu-hours`` differs
+when the space lists several GPU counts.
+
+A candidate *fits* when its most loaded stage's memory plus the requested headroom is at most the
+HBM capacity (``memory_total + headroom <= capacity``). Every figure uses the seed's contract
+bubble (``BubbleSource.CONTRACT``), never the simulated one.
+
+One Megatron-LM start-up rule is checked here rather than by the vectorized law masks, because
+``mapping/law_names.Law`` does not list it: ``overlap_param_gather => overlap_grad_reduce``
+(``mapping/laws.py`` ``_optimizer_laws``). Its rejections are reported under that name.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TypeAlias, assert_never, final
+
+import numpy as np
+import numpy.typing as npt
+
+from blueprinting.analysis.evaluate import PlanOptions
+from blueprinting.analysis.flops import FlopsConvention
+from blueprinting.analysis.iteration import BubbleSource
+from blueprinting.analysis.report import IterationReport
+from blueprinting.errors import LawViolation, VerificationError
+from blueprinting.hardware.system import SystemSpec
+from blueprinting.mapping.laws import check_training
+from blueprinting.mapping.model import TransformerModelSpec
+from blueprinting.mapping.transformer import (
+    DistributedOptimizer,
+    ForwardOnly,
+    FullRecompute,
+    InterleavedOneForwardOneBackward,
+    NoOptimizerSharding,
+    NoRecompute,
+    OneForwardOneBackward,
+    RecomputeMethod,
+    SelectiveRecompute,
+    ShardedGradients,
+    ShardedParameters,
+    SingleStage,
+    TrainingSpec,
+    TransformerTrainingMappingSpec,
+    ZeroBubbleH1,
+)
+from blueprinting.search.evaluate_vectorized import CandidateFigures, evaluate_candidates
+from blueprinting.search.space import (
+    RECOMPUTE_CODES,
+    SHARDING_CODES,
+    CandidateTable,
+    EnumerationReport,
+    RecomputeVariant,
+    SearchSpace,
+    ShardingVariant,
+    candidate_to_spec,
+    enumerate_strategies,
+)
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+PARAM_GATHER_LAW = "overlap_param_gather_needs_overlap_grad_reduce"
+MEMORY_REASON = "memory_exceeds_capacity"
+DEFAULT_TRAIN_TOKENS = 300_000_000_000
+"""GPT-3's training run (Brown et al. 2020, Section 2.2): 300B tokens."""
+
+
+class Objective(StrEnum):
+    """What the search minimizes (module docstring)."""
+
+    ITERATION_TIME = "iteration-time"
+    TOKENS_PER_SECOND = "tokens-per-second"
+    TIME_TO_TRAIN = "time-to-train"
+    GPU_HOURS = "gpu-hours"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankOptions:
+    objective: Objective = Objective.ITERATION_TIME
+    memory_headroom_bytes: int = 0
+    train_tokens: int = DEFAULT_TRAIN_TOKENS
+    flops_convention: FlopsConvention = FlopsConvention.MEGATRON_LEGACY
+
+
+def objective_score(figures: CandidateFigures, options: RankOptions) -> FloatArray:
+    """The score each candidate is ranked by (lower is better)."""
+    iteration = figures.iteration_time_s
+    iterations = -(-options.train_tokens // figures.tokens_per_iteration)
+    match options.objective:
+        case Objective.ITERATION_TIME:
+            return iteration
+        case Objective.TOKENS_PER_SECOND:
+            return -figures.tokens_per_second
+        case Objective.TIME_TO_TRAIN:
+            return iterations * iteration
+        case Objective.GPU_HOURS:
+            return iterations * iteration * figures.world_size / 3600.0
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def ranking_order(score: FloatArray, eligible: BoolArray) -> IntArray:
+    """Indices of the eligible rows, best score first, enumeration order on ties."""
+    rows = np.flatnonzero(eligible)
+    return rows[np.argsort(score[rows], kind="stable")].astype(np.int64)
+
+
+def pareto_front(time_s: FloatArray, memory: IntArray, eligible: BoolArray) -> IntArray:
+    """Eligible rows no other eligible row beats on both iteration time and peak memory (at
+    least as good on both and better on one), fastest first; of exact duplicates the first."""
+    rows = ranking_order(time_s, eligible)
+    if rows.shape[0] == 0:
+        return rows
+    mem = memory[rows]
+    # Sorted by time (then by memory for equal times), a row is on the front iff its memory is
+    # below every earlier row's.
+    by_time_then_memory = np.lexsort((mem, time_s[rows]))
+    rows, mem = rows[by_time_then_memory], mem[by_time_then_memory]
+    earlier_min = np.minimum.accumulate(np.concatenate(([np.iinfo(np.int64).max], mem[:-1])))
+    return rows[mem < earlier_min]
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SearchResult:
+    """A finished search: the candidates, their figures and the ranking."""
+
+    model: TransformerModelSpec
+    system: SystemSpec
+    space: SearchSpace
+    options: RankOptions
+    table: CandidateTable
+    figures: CandidateFigures
+    enumeration: EnumerationReport
+    param_gather_rejected: BoolArray
+    fits: BoolArray
+    score: FloatArray
+    order: IntArray
+    seconds: float
+
+    @property
+    def candidates_enumerated(self) -> int:
+        return self.enumeration.candidates_enumerated
+
+    @property
+    def candidates_valid(self) -> int:
+        return int((~self.param_gather_rejected).sum())
+
+    @property
+    def candidates_fit(self) -> int:
+        return int(self.order.shape[0])
+
+    @property
+    def memory_limit_bytes(self) -> int:
+        return self.figures.memory_capacity - self.options.memory_headroom_bytes
+
+    def rejections(self) -> dict[str, int]:
+        """Every reason a candidate left the ranking, with its count (a candidate breaking
+        several laws counts under each)."""
+        counts = {str(law): count for law, count in self.enumeration.rejections}
+        counts[PARAM_GATHER_LAW] = int(self.param_gather_rejected.sum())
+        counts[MEMORY_REASON] = int((~self.param_gather_rejected & ~self.fits).sum())
+        return counts
+
+    def pareto(self) -> IntArray:
+        return pareto_front(self.figures.iteration_time_s, self.figures.memory_total, self.fits)
+
+
+def run_search(
+    model: TransformerModelSpec,
+    system: SystemSpec,
+    space: SearchSpace,
+    options: RankOptions | None = None,
+    *,
+    progress: Callable[[int, int], None] | None = None,
+) -> SearchResult:
+    """Enumerate ``space``, evaluate every valid candidate, rank those that fit."""
+    chosen = RankOptions() if options is None else options
+    start = time.perf_counter()
+    enumeration = enumerate_strategies(model, space)
+    table = enumeration.table
+    if len(table) == 0:
+        raise VerificationError(
+            "search: no candidate of the space satisfies the laws "
+            f"(rejections: {dict((str(k), v) for k, v in enumeration.report.rejections)})"
+        )
+    figures = evaluate_candidates(
+        table, model, system, flops_convention=chosen.flops_convention, progress=progress
+    )
+    param_gather_rejected = (
+        table.overlap_param_gather & ~table.overlap_grad_reduce
+        if space.megatron_rules
+        else np.zeros(len(table), dtype=np.bool_)
+    )
+    fits = ~param_gather_rejected & (
+        figures.memory_total + chosen.memory_headroom_bytes <= figures.memory_capacity
+    )
+    score = objective_score(figures, chosen)
+    order = ranking_order(score, fits)
+    return SearchResult(
+        model=model,
+        system=system,
+        space=space,
+        options=chosen,
+        table=table,
+        figures=figures,
+        enumeration=enumeration.report,
+        param_gather_rejected=param_gather_rejected,
+        fits=fits,
+        score=score,
+        order=order,
+        seconds=time.perf_counter() - start,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Why not: where a given strategy stands
+# --------------------------------------------------------------------------------------------
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExcludedByLaw:
+    violations: tuple[LawViolation, ...]
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NotInSpace:
+    """Legal, but a knob takes a value the searched space does not list."""
+
+    row: None = None
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExcludedByMemory:
+    row: int
+    total_bytes: int
+    limit_bytes: int
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Ranked:
+    row: int
+    rank: int
+    of: int
+    score: float
+    best_score: float
+
+    @property
+    def gap(self) -> float:
+        """Relative distance to the best score (0 for the best)."""
+        return (self.score - self.best_score) / abs(self.best_score)
+
+
+Standing: TypeAlias = ExcludedByLaw | NotInSpace | ExcludedByMemory | Ranked
+
+
+def _row_values(mapping: TransformerTrainingMappingSpec) -> dict[str, int | bool]:
+    """The table columns of a strategy (see ``CandidateTable``)."""
+    par = mapping.parallelism
+    values: dict[str, int | bool] = {
+        "tensor": par.tensor.degree,
+        "pipeline": par.pipeline.degree,
+        "data": par.data.degree,
+        "micro_batch": mapping.batch.micro_batch_size,
+        "sequence_parallel": mapping.sequence_parallel,
+        "overlap_grad_reduce": par.data.overlap_grad_reduce,
+        "virtual_stages": 1,
+        "overlap_p2p_comm": False,
+        "microbatch_group": 0,
+        "recompute_num_layers": 0,
+        "overlap_param_gather": False,
+    }
+    match par.pipeline.schedule:
+        case InterleavedOneForwardOneBackward(
+            virtual_stages=v, microbatch_group_size=group, overlap_p2p_comm=overlap
+        ):
+            values["virtual_stages"] = v
+            values["overlap_p2p_comm"] = overlap
+            values["microbatch_group"] = 0 if group is None else group
+        case SingleStage() | OneForwardOneBackward():
+            pass
+        case ZeroBubbleH1() | ForwardOnly():
+            values["virtual_stages"] = -1  # no such schedule in a search table
+        case _ as unreachable_schedule:
+            assert_never(unreachable_schedule)
+    recompute = par.recompute
+    variant: RecomputeVariant
+    match recompute:
+        case NoRecompute():
+            variant = RecomputeVariant.NONE
+        case SelectiveRecompute():
+            variant = RecomputeVariant.SELECTIVE
+        case FullRecompute(method=method, num_layers=n):
+            variant = (
+                RecomputeVariant.FULL_UNIFORM
+                if method is RecomputeMethod.UNIFORM
+                else RecomputeVariant.FULL_BLOCK
+            )
+            values["recompute_num_layers"] = n
+        case _ as unreachable_recompute:
+            assert_never(unreachable_recompute)
+    values["recompute"] = RECOMPUTE_CODES.index(variant)
+    sharding = par.data.optimizer_sharding
+    shard: ShardingVariant
+    match sharding:
+        case NoOptimizerSharding():
+            shard = ShardingVariant.NO_SHARD
+        case DistributedOptimizer(overlap_param_gather=gather):
+            shard = ShardingVariant.OPTIM
+            values["overlap_param_gather"] = gather
+        case ShardedGradients(overlap_param_gather=gather):
+            shard = ShardingVariant.OPTIM_GRADS
+            values["overlap_param_gather"] = gather
+        case ShardedParameters(overlap_param_gather=gather):
+            shard = ShardingVariant.OPTIM_GRADS_PARAMS
+            values["overlap_param_gather"] = gather
+        case _ as unreachable:
+            assert_never(unreachable)
+    values["sharding"] = SHARDING_CODES.index(shard)
+    return values
+
+
+def find_row(table: CandidateTable, mapping: TransformerTrainingMappingSpec) -> int | None:
+    """The row of ``table`` holding ``mapping``, or None."""
+    if mapping.batch.global_batch_size != table.global_batch_size:
+        return None
+    mask = np.ones(len(table), dtype=np.bool_)
+    for column, value in _row_values(mapping).items():
+        mask &= getattr(table, column) == value
+    hits = np.flatnonzero(mask)
+    return int(hits[0]) if hits.shape[0] else None
+
+
+def standing(result: SearchResult, spec: TrainingSpec) -> Standing:
+    """Why ``spec`` is (or is not) where it is in ``result``'s ranking."""
+    violations = check_training(spec.model, spec.mapping, megatron=result.space.megatron_rules)
+    if violations:
+        return ExcludedByLaw(violations=violations)
+    row = find_row(result.table, spec.mapping)
+    if row is None:
+        return NotInSpace()
+    total = int(result.figures.memory_total[row])
+    if not result.fits[row]:
+        return ExcludedByMemory(row=row, total_bytes=total, limit_bytes=result.memory_limit_bytes)
+    position = np.flatnonzero(result.order == row)
+    return Ranked(
+        row=row,
+        rank=int(position[0]) + 1,
+        of=result.candidates_fit,
+        score=float(result.score[row]),
+        best_score=float(result.score[result.order[0]]),
+    )
+
+
+def exact_reports(result: SearchResult, rows: IntArray) -> list[IterationReport]:
+    """The scalar plan of each row (contract bubble), checked against the vectorized figures:
+    a relative difference above 1e-9 in the iteration time or a different memory total is a
+    bug, raised as :class:`VerificationError`."""
+    from blueprinting.api import plan_spec
+
+    options = PlanOptions(
+        flops_convention=result.options.flops_convention,
+        bubble_source=BubbleSource.CONTRACT,
+        megatron_rules=result.space.megatron_rules,
+    )
+    reports = []
+    for row in rows:
+        report = plan_spec(
+            candidate_to_spec(result.table, int(row), result.model), result.system, options
+        )
+        fast = float(result.figures.iteration_time_s[row])
+        exact = report.iteration_time_s
+        if abs(fast - exact) > 1e-9 * abs(exact) or report.memory.total != int(
+            result.figures.memory_total[row]
+        ):
+            raise VerificationError(
+                f"search: the vectorized figures of {report.spec.mapping} differ from the plan "
+                f"(iteration {fast!r} vs {exact!r} s, memory "
+                f"{int(result.figures.memory_total[row])} vs {report.memory.total} bytes)"
+            )
+        reports.append(report)
+    return reports

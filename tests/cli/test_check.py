@@ -1,0 +1,169 @@
+"""``blueprinting check`` and ``blueprinting presets``: golden outputs and exit codes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from blueprinting.cli.main import main
+
+REPO = Path(__file__).resolve().parents[2]
+GPT3 = str(REPO / "examples" / "gpt3-175b-selene.toml")
+LLAMA = str(REPO / "examples" / "llama2-70b-h100.toml")
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err.replace(str(REPO) + "/", "")
+
+
+def test_check_lawful_example(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run(capsys, "check", GPT3) == (
+        0,
+        "ok: gpt3-175b: TP8(rs+ag) PP8(1F1B x3) DP16(dist-opt) recompute=selective  "
+        "[world_size=1024 global_batch=1536 micro_batch=1 microbatches=96]\n",
+        "",
+    )
+    assert _run(capsys, "check", LLAMA) == (
+        0,
+        "ok: llama2-70b: TP8(rs+ag) PP4(1F1B x5) DP16(dist-opt) recompute=selective  "
+        "[world_size=512 global_batch=1024 micro_batch=1 microbatches=64]\n",
+        "",
+    )
+
+
+def test_check_lists_every_violation(capsys: pytest.CaptureFixture[str]) -> None:
+    overrides = (
+        "pipeline_model_parallel_size=5",
+        "world_size=1600",
+        "global_batch_size=1000",
+        "num_attention_heads=100",
+        "microbatch_group_size_per_vp_stage=30",
+    )
+    code, out, err = _run(capsys, "check", GPT3, *(x for o in overrides for x in ("--set", o)))
+    assert (code, out) == (1, "")
+    assert err == (
+        "checking gpt3-175b: TP8(rs+ag) PP5(1F1B x3 N30) DP40(dist-opt) recompute=selective: "
+        "6 law(s) violated:\n"
+        "  - [planner] blocks_per_pipeline_stage: blocks_per_pipeline_stage = 96 / 5 is not "
+        "integral\n"
+        "  - [planner] blocks_per_virtual_chunk: blocks_per_virtual_chunk = 96 / (5 * 3) is not "
+        "integral\n"
+        "  - [planner] attention_heads_per_tensor_rank: attention_heads_per_tensor_rank = "
+        "100 / 8 is not integral\n"
+        "  - [planner] query_groups_vs_tensor: num_query_groups = 100 is neither a multiple nor "
+        "a divisor of t = 8\n"
+        "  - [planner] hidden_per_head: kv_channels = 12288 / 100 is not integral\n"
+        "  - [megatron] microbatch_group_bounds: p <= N <= m fails: 5 <= 30 <= 25\n"
+    )
+
+
+def test_check_without_megatron_rules(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run(
+        capsys,
+        "check",
+        GPT3,
+        "--set",
+        "num_virtual_stages_per_pipeline_rank=4",
+        "--set",
+        "global_batch_size=80",
+        "--no-megatron-rules",
+    )
+    assert (code, err) == (0, "")
+    assert out == (
+        "ok: gpt3-175b: TP8(rs+ag) PP8(1F1B x4) DP16(dist-opt) recompute=selective  "
+        "[world_size=1024 global_batch=80 micro_batch=1 microbatches=5] (planner laws only)\n"
+    )
+    code, _, err = _run(
+        capsys,
+        "check",
+        GPT3,
+        "--set",
+        "num_virtual_stages_per_pipeline_rank=4",
+        "--set",
+        "global_batch_size=80",
+    )
+    assert code == 1
+    assert "[megatron] microbatch_group_bounds: p <= N <= m fails: 8 <= 8 <= 5" in err
+
+
+def test_check_unknown_key_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run(capsys, "check", GPT3, "--set", "tensor_parallel_size=4") == (
+        2,
+        "",
+        "invalid configuration in examples/gpt3-175b-selene.toml:\n"
+        "  - unknown key 'tensor_parallel_size' (did you mean 'tensor_model_parallel_size'?)\n",
+    )
+
+
+def test_check_world_size_law_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run(capsys, "check", GPT3, "--set", "world_size=1000") == (
+        1,
+        "",
+        "checking degrees t=8 p=8 world_size=1000: 1 law(s) violated:\n"
+        "  - [planner] world_size: d = world_size / (t * p) = 1000 / (8 * 8) is not integral\n",
+    )
+
+
+def test_check_malformed_file_exits_2_without_traceback(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[training\nx = "')
+    code, out, err = _run(capsys, "check", str(bad))
+    assert (code, out) == (2, "")
+    assert err.startswith(f"invalid configuration in {bad}:\n  - malformed toml: ")
+    assert "Traceback" not in err
+    code, _, err = _run(capsys, "check", str(tmp_path / "missing.toml"))
+    assert code == 2
+    assert err == (
+        f"invalid configuration in {tmp_path / 'missing.toml'}:\n"
+        "  - cannot read file: No such file or directory\n"
+    )
+
+
+def test_check_unsupported_key_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run(capsys, "check", GPT3, "--set", "context_parallel_size=2") == (
+        2,
+        "",
+        "error: context_parallel_size = 2: context parallelism is not modelled "
+        "(only 1 is accepted)\n",
+    )
+
+
+def test_check_refuses_an_unknown_system_preset(capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run(capsys, "check", GPT3)[0] == 0
+    assert _run(capsys, "check", GPT3, "--set", "system.preset=dgx-a100-08gb") == (
+        2,
+        "",
+        "invalid configuration in examples/gpt3-175b-selene.toml:\n"
+        "  - unknown system preset 'dgx-a100-08gb' (did you mean 'dgx-a100-80gb'?)\n",
+    )
+
+
+def test_presets_lists_models(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = _run(capsys, "presets", "models")
+    assert (code, err) == (0, "")
+    rows = {line.split()[1]: line.split() for line in out.splitlines() if line.startswith("│")}
+    assert rows["gpt3-175b"][2:] == [
+        "│", "96", "│", "12288", "│", "96", "│", "96", "│", "49152", "│", "2048", "│",
+        "51200", "│", "174.62B", "│", "175.00B", "│", "-0.22%", "│",
+    ]  # fmt: skip
+    assert rows["llama3-405b"][-4:] == ["405.85B", "│", "+0.00%", "│"]
+    assert len(rows) == 21
+
+
+def test_presets_lists_systems(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "presets", "systems")
+    assert code == 0
+    rows = {line.split()[1]: line.split() for line in out.splitlines() if line.startswith("│")}
+    assert set(rows) == {
+        "dgx-a100-40gb", "dgx-a100-80gb", "dgx-h100", "dgx-h200", "dgx-b200", "mi300x-8",
+    }  # fmt: skip
+    # A100 SXM datasheet: 312 TFLOP/s bf16 dense, 80 GB at 2.04 TB/s, 300 GB/s NVLink per direction
+    assert rows["dgx-a100-80gb"][5:16:2] == ["8", "312", "80", "2.04", "300", "25"]
+    code, out, _ = _run(capsys, "presets")
+    assert "Model presets" in out
+    assert "System presets" in out

@@ -1,0 +1,72 @@
+"""`blueprinting plan`: text and JSON outputs, overrides, and exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from blueprinting.cli.main import main
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "gpt3-175b-selene.toml"
+
+
+def test_plan_json_from_the_example(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", str(EXAMPLE), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["world_size"] == 1024
+    assert data["iteration_time_s"] == pytest.approx(sum(data["time_breakdown_s"].values()))
+    assert data["strategy"]["tensor_model_parallel_size"] == 8
+
+
+def test_set_overrides_the_file(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", str(EXAMPLE), "--json", "--set", "tensor_model_parallel_size=4"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["strategy"]["tensor_model_parallel_size"] == 4
+    assert data["world_size"] == 1024
+
+
+def test_plan_without_a_file(capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(
+        [
+            "plan",
+            "--model",
+            "gpt3-175b",
+            "--system",
+            "dgx-a100-80gb",
+            "--gpus",
+            "1024",
+            "--set",
+            "tensor_model_parallel_size=8",
+            "--set",
+            "pipeline_model_parallel_size=16",
+            "--set",
+            "global_batch_size=1536",
+            "--json",
+        ]
+    )
+    assert code == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["summary"] == "TP8(ar) PP16(1F1B) DP8(no-shard) recompute=none"
+
+
+def test_text_report_names_every_section(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", str(EXAMPLE)]) == 0
+    out = capsys.readouterr().out
+    for needle in ("Iteration time", "pipeline_bubble", "Memory per GPU", "MFU", "megatron-lm"):
+        assert needle in out
+
+
+def test_illegal_override_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", str(EXAMPLE), "--set", "pipeline_model_parallel_size=7"]) == 1
+    assert "world_size" in capsys.readouterr().err  # 1024 / (8 * 7) is not integral
+    args = ["plan", str(EXAMPLE), "--set", "num_virtual_stages_per_pipeline_rank=5"]
+    assert main(args) == 1
+    assert "blocks_per_virtual_chunk" in capsys.readouterr().err  # 96 / (8 * 5)
+
+
+def test_unknown_key_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", str(EXAMPLE), "--set", "tensor_model_paralel_size=4"]) == 2
+    assert "tensor_model_parallel_size" in capsys.readouterr().err

@@ -1,0 +1,201 @@
+"""The laws: exact messages for representative violations, uneven layouts, inference."""
+
+from __future__ import annotations
+
+import pytest
+
+from blueprinting.errors import InvalidStrategyError, RuleSet
+from blueprinting.mapping.laws import (
+    check_inference,
+    check_training,
+    stage_blocks,
+    validate_training,
+)
+from blueprinting.mapping.presets import model_preset
+from blueprinting.mapping.transformer import (
+    EvenStages,
+    InferenceSpec,
+    OneForwardOneBackward,
+    PipelineParallel,
+    TrainingSpec,
+    UnevenStages,
+    from_mapping,
+    inference_from_mapping,
+)
+
+
+def _spec(**keys: object) -> TrainingSpec:
+    return from_mapping(keys, model=model_preset("gpt3-175b"))
+
+
+def _messages(spec: TrainingSpec, *, megatron: bool = True) -> list[str]:
+    return [str(v) for v in check_training(spec.model, spec.mapping, megatron=megatron)]
+
+
+def test_blocks_per_pipeline_stage_message() -> None:
+    spec = _spec(pipeline_model_parallel_size=7, data_parallel_size=1, global_batch_size=7)
+    assert _messages(spec) == [
+        "[planner] blocks_per_pipeline_stage: blocks_per_pipeline_stage = 96 / 7 is not integral"
+    ]
+    (violation,) = check_training(spec.model, spec.mapping)
+    assert violation.values == (("transformer_blocks", 96), ("p", 7))
+    assert violation.formula == "blocks_per_pipeline_stage = transformer_blocks / p"
+
+
+def test_every_violation_is_reported_at_once() -> None:
+    spec = _spec(
+        tensor_model_parallel_size=5,
+        pipeline_model_parallel_size=2,
+        num_virtual_stages_per_pipeline_rank=5,
+        data_parallel_size=3,
+        sequence_parallel=True,
+        micro_batch_size=2,
+        global_batch_size=20,
+        recompute_granularity="full",
+        recompute_method="uniform",
+        recompute_num_layers=49,
+        overlap_p2p_comm=False,
+    )
+    assert _messages(spec) == [
+        "[planner] local_batch: local_batch = 20 / 3 is not integral",
+        "[planner] microbatch_count: microbatch_count = 20 / (3 * 2) is not integral",
+        "[planner] blocks_per_virtual_chunk: blocks_per_virtual_chunk = 96 / (2 * 5) is not "
+        "integral",
+        "[planner] attention_heads_per_tensor_rank: attention_heads_per_tensor_rank = 96 / 5 is "
+        "not integral",
+        "[planner] query_groups_vs_tensor: num_query_groups = 96 is neither a multiple nor a "
+        "divisor of t = 5",
+        "[planner] ffn_per_tensor_rank: ffn_per_tensor_rank = 49152 / 5 is not integral",
+        # 51200 / 5 = 10240: the padded vocabulary splits.
+        "[planner] recompute_num_layers: recompute_num_layers = 49 is outside 1..48 (blocks per "
+        "pipeline stage)",
+        "[planner] local_sequence: local_sequence = 2048 / 5 is not integral",
+        "[megatron] interleaving_pipeline_degree: interleaving needs p > 2 (or p = 2 with "
+        "overlap_p2p_comm), got p = 2",
+        "[megatron] microbatch_group_remainder: m mod N = 3 mod 2 = 1 is neither 0 nor >= p = 2",
+    ]
+    assert [v.law for v in check_training(spec.model, spec.mapping, megatron=False)] == [
+        "local_batch",
+        "microbatch_count",
+        "blocks_per_virtual_chunk",
+        "attention_heads_per_tensor_rank",
+        "query_groups_vs_tensor",
+        "ffn_per_tensor_rank",
+        "recompute_num_layers",
+        "local_sequence",
+    ]
+
+
+def test_validate_training_raises_with_all_violations() -> None:
+    spec = _spec(pipeline_model_parallel_size=7, data_parallel_size=3, global_batch_size=10)
+    with pytest.raises(InvalidStrategyError) as error:
+        validate_training(spec.model, spec.mapping)
+    assert [v.law for v in error.value.violations] == [
+        "local_batch",
+        "microbatch_count",
+        "blocks_per_pipeline_stage",
+    ]
+    assert str(error.value).startswith(
+        "checking gpt3-175b: TP1(ar) PP7(1F1B) DP3(no-shard) recompute=none: 3 law(s) violated:"
+    )
+
+
+def test_megatron_microbatch_group_rules() -> None:
+    # p = 4, N = 4 (default), m = 6: m mod N = 2 < p.
+    spec = _spec(
+        pipeline_model_parallel_size=4,
+        num_virtual_stages_per_pipeline_rank=2,
+        data_parallel_size=1,
+        global_batch_size=6,
+    )
+    assert [(v.law, v.ruleset) for v in check_training(spec.model, spec.mapping)] == [
+        ("microbatch_group_remainder", RuleSet.MEGATRON)
+    ]
+    # m = 2 < N = p = 4 breaks the bounds and the remainder rule.
+    small = _spec(
+        pipeline_model_parallel_size=4,
+        num_virtual_stages_per_pipeline_rank=2,
+        data_parallel_size=1,
+        global_batch_size=2,
+    )
+    assert [v.message for v in check_training(small.model, small.mapping)] == [
+        "p <= N <= m fails: 4 <= 4 <= 2",
+        "m mod N = 2 mod 4 = 2 is neither 0 nor >= p = 4",
+    ]
+
+
+def test_sequence_parallel_needs_tensor_parallelism() -> None:
+    spec = _spec(sequence_parallel=True, data_parallel_size=1)
+    assert _messages(spec) == [
+        "[megatron] sequence_parallel_needs_tensor: sequence parallelism needs t > 1, got t = 1"
+    ]
+    assert _messages(spec, megatron=False) == []
+
+
+def test_uneven_stages() -> None:
+    pipeline = PipelineParallel(
+        degree=8, schedule=OneForwardOneBackward(), layout=UnevenStages(first_stage_layers=6)
+    )
+    assert stage_blocks(96, pipeline) is None  # 90 / 7 is not integral
+    fits = PipelineParallel(
+        degree=8,
+        schedule=OneForwardOneBackward(),
+        layout=UnevenStages(first_stage_layers=12, last_stage_layers=6),
+    )
+    assert stage_blocks(96, fits) == (12, 13, 13, 13, 13, 13, 13, 6)
+    even = PipelineParallel(degree=8, schedule=OneForwardOneBackward(), layout=EvenStages())
+    assert stage_blocks(96, even) == (12,) * 8
+
+    spec = _spec(
+        pipeline_model_parallel_size=8,
+        decoder_first_pipeline_num_layers=6,
+        data_parallel_size=1,
+        global_batch_size=8,
+    )
+    assert _messages(spec) == [
+        "[planner] blocks_per_middle_stage: blocks_per_middle_stage = 90 / 7 is not a positive "
+        "integer"
+    ]
+    interleaved = _spec(
+        pipeline_model_parallel_size=8,
+        decoder_first_pipeline_num_layers=12,
+        decoder_last_pipeline_num_layers=6,
+        num_virtual_stages_per_pipeline_rank=2,
+        data_parallel_size=1,
+        global_batch_size=8,
+    )
+    assert _messages(interleaved) == [
+        "[planner] blocks_per_virtual_chunk: blocks_per_virtual_chunk = 13 / 2 is not integral "
+        "on the middle stage(s)"
+    ]
+
+
+def _inference(**keys: object) -> InferenceSpec:
+    return inference_from_mapping(keys, model=model_preset("gpt3-175b"))
+
+
+def test_inference_laws() -> None:
+    ok = _inference(
+        tensor_model_parallel_size=8,
+        pipeline_model_parallel_size=4,
+        batch_size=8,
+        prompt_length=1024,
+        generated_tokens=1024,
+    )
+    assert check_inference(ok.model, ok.mapping) == ()
+    bad = _inference(
+        tensor_model_parallel_size=5,
+        pipeline_model_parallel_size=7,
+        sequence_parallel=True,
+        batch_size=8,
+        prompt_length=2047,
+        generated_tokens=2,
+    )
+    assert [v.law for v in check_inference(bad.model, bad.mapping)] == [
+        "blocks_per_pipeline_stage",
+        "attention_heads_per_tensor_rank",
+        "query_groups_vs_tensor",
+        "ffn_per_tensor_rank",
+        "context_length",
+        "local_sequence",
+    ]

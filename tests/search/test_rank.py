@@ -1,0 +1,177 @@
+"""Ranking, the Pareto front, the standing of a strategy (why not) and the search CLI."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import numpy as np
+import pytest
+
+from blueprinting.cli.main import main
+from blueprinting.hardware.presets import system_preset
+from blueprinting.mapping.presets import model_preset
+from blueprinting.mapping.transformer import TrainingSpec
+from blueprinting.search.rank import (
+    MEMORY_REASON,
+    PARAM_GATHER_LAW,
+    ExcludedByLaw,
+    ExcludedByMemory,
+    Objective,
+    Ranked,
+    RankOptions,
+    SearchResult,
+    exact_reports,
+    pareto_front,
+    ranking_order,
+    run_search,
+    standing,
+)
+from blueprinting.search.space import SearchSpace, candidate_to_spec
+from blueprinting.search.strategy_text import format_strategy_text, parse_strategy_text
+
+
+@pytest.fixture(scope="module")
+def result() -> SearchResult:
+    return run_search(
+        model_preset("gpt-7.5b"),
+        system_preset("dgx-a100-40gb"),
+        SearchSpace(gpu_counts=(32,), global_batch_size=64, max_microbatch_size=4),
+    )
+
+
+def test_ranking_order_is_stable_and_filters() -> None:
+    score = np.array([3.0, 1.0, 2.0, 1.0, 0.5])
+    eligible = np.array([True, True, True, True, False])
+    assert ranking_order(score, eligible).tolist() == [1, 3, 2, 0]
+
+
+def test_pareto_front_against_brute_force() -> None:
+    rng = np.random.default_rng(7)
+    time_s = rng.integers(1, 20, 300).astype(np.float64)
+    memory = rng.integers(1, 20, 300).astype(np.int64)
+    eligible = rng.random(300) < 0.8
+    front = set(pareto_front(time_s, memory, eligible).tolist())
+    rows = np.flatnonzero(eligible)
+    for i in rows:
+        dominated = any(
+            (time_s[j] <= time_s[i] and memory[j] <= memory[i])
+            and (time_s[j] < time_s[i] or memory[j] < memory[i])
+            for j in rows
+        )
+        if dominated:
+            assert i not in front
+    # Of undominated rows, exactly one per distinct (time, memory) pair is on the front.
+    undominated = {
+        (time_s[i], memory[i])
+        for i in rows
+        if not any(
+            (time_s[j] <= time_s[i] and memory[j] <= memory[i])
+            and (time_s[j] < time_s[i] or memory[j] < memory[i])
+            for j in rows
+        )
+    }
+    assert {(time_s[i], memory[i]) for i in front} == undominated
+    assert len(front) == len(undominated)
+
+
+def test_search_ranks_fitting_candidates_by_time(result: SearchResult) -> None:
+    times = result.figures.iteration_time_s[result.order]
+    assert np.all(np.diff(times) >= 0)
+    assert np.all(result.fits[result.order])
+    assert result.candidates_fit == int(result.fits.sum())
+    rejections = result.rejections()
+    assert rejections[MEMORY_REASON] + result.candidates_fit == result.candidates_valid
+    assert result.candidates_valid + rejections[PARAM_GATHER_LAW] == len(result.table)
+    # The listed strategies re-plan exactly (exact_reports raises otherwise).
+    reports = exact_reports(result, result.order[:5])
+    assert [r.iteration_time_s for r in reports] == pytest.approx(times[:5].tolist(), rel=1e-9)
+
+
+def test_gpu_hours_objective_orders_by_cost() -> None:
+    found = run_search(
+        model_preset("gpt-1.7b"),
+        system_preset("dgx-a100-80gb"),
+        SearchSpace(gpu_counts=(8, 16), global_batch_size=32, max_microbatch_size=2),
+        RankOptions(objective=Objective.GPU_HOURS, train_tokens=10**9),
+    )
+    f = found.figures
+    iterations = -(-(10**9) // f.tokens_per_iteration)
+    cost = iterations * f.iteration_time_s * f.world_size / 3600
+    assert np.all(np.diff(cost[found.order]) >= 0)
+    assert set(f.world_size[found.order].tolist()) == {8, 16}
+
+
+def _spec(result: SearchResult, text: str) -> TrainingSpec:
+    mapping = parse_strategy_text(text, global_batch_size=64, num_gpus=32)
+    return TrainingSpec(model=result.model, mapping=mapping)
+
+
+def test_standing_of_a_law_rejected_strategy(result: SearchResult) -> None:
+    got = standing(result, _spec(result, "tp=8 pp=5 dp=1"))
+    assert isinstance(got, ExcludedByLaw)
+    assert "blocks_per_pipeline_stage" in {v.law for v in got.violations}
+
+
+def test_standing_of_a_memory_rejected_strategy(result: SearchResult) -> None:
+    got = standing(result, _spec(result, "tp=1 pp=1 mbs=2"))
+    assert isinstance(got, ExcludedByMemory)
+    assert got.total_bytes > got.limit_bytes == 40_000_000_000
+
+
+def test_standing_of_a_ranked_strategy(result: SearchResult) -> None:
+    best = int(result.order[0])
+    third = int(result.order[2])
+    text = format_strategy_text(candidate_to_spec(result.table, third, result.model).mapping)
+    got = standing(result, _spec(result, text))
+    assert isinstance(got, Ranked)
+    assert got.row == third
+    assert got.rank == 3
+    assert got.best_score == float(result.figures.iteration_time_s[best])
+    assert got.gap >= 0
+
+
+ARGS = ["search", "--model", "gpt-1.7b", "--gpus", "8", "--global-batch", "16"]
+
+
+def test_cli_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*ARGS, "--top", "3", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert set(out) >= {
+        "candidates_enumerated",
+        "candidates_valid",
+        "candidates_fit",
+        "rejections",
+        "seconds",
+        "ranked",
+    }
+    assert out["bubble_source"] == "contract"
+    assert [r["rank"] for r in out["ranked"]] == [1, 2, 3]
+    times = [r["iteration_time_s"] for r in out["ranked"]]
+    assert times == sorted(times)
+    assert out["ranked"][0]["megatron_args"][0] == "--tensor-model-parallel-size"
+    assert out["ranked"][0]["bubble"]["used"] == "contract"
+
+
+def test_cli_csv(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*ARGS, "--csv", "-"]) == 0
+    rows = list(csv.reader(io.StringIO(capsys.readouterr().out)))
+    assert rows[0][:3] == ["rank", "strategy", "world_size"]
+    assert [int(r[0]) for r in rows[1:4]] == [1, 2, 3]
+    assert len(rows) > 100
+
+
+def test_cli_explain_and_text(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*ARGS, "--explain", "tp=8 pp=5 dp=1"]) == 0
+    assert "excluded by" in capsys.readouterr().out
+    assert main([*ARGS, "--top", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "bubble: the seed's contract" in text
+    assert "Megatron-LM flags:" in text
+    assert "#2: --tensor-model-parallel-size" in text
+
+
+def test_cli_bad_input_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([*ARGS, "--top", "-1"]) == 2
+    assert "--top must be >= 0" in capsys.readouterr().err

@@ -1,0 +1,267 @@
+"""Hypothesis strategies for Blueprinting values, reusable by every test module.
+
+- :func:`models`: structurally valid models (any positive sizes; laws may fail).
+- :func:`training_specs`: structurally valid training specs whose schedule is the one the degrees
+  imply, so that ``from_mapping(to_mapping(x)) == x``; laws may fail.
+- :func:`lawful_models`, :func:`lawful_training_specs`: specs that satisfy every planner law and
+  every Megatron-LM rule (even stage layouts).
+- :func:`lawful_inference_specs`: inference specs that satisfy every inference law.
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from blueprinting.mapping.model import (
+    Datatype,
+    EmbeddingTying,
+    MlpActivation,
+    Normalization,
+    PositionEmbedding,
+    TransformerModelSpec,
+)
+from blueprinting.mapping.transformer import (
+    AllReduce,
+    BatchSpec,
+    DataParallel,
+    DistributedOptimizer,
+    EvenStages,
+    ForwardOnly,
+    FullRecompute,
+    InferenceSpec,
+    InferenceWorkload,
+    InterleavedOneForwardOneBackward,
+    NoOptimizerSharding,
+    NoRecompute,
+    OneForwardOneBackward,
+    OptimizerSharding,
+    PipelineParallel,
+    PipelineSchedule,
+    RecomputeMethod,
+    RecomputePolicy,
+    ReduceScatterAllGather,
+    ReplicaParallel,
+    SelectiveRecompute,
+    ShardedGradients,
+    ShardedParameters,
+    SingleStage,
+    StageLayout,
+    TensorCommunication,
+    TensorParallel,
+    TrainingSpec,
+    TransformerInferenceMappingSpec,
+    TransformerInferenceParallelism,
+    TransformerTrainingMappingSpec,
+    TransformerTrainingParallelism,
+    UnevenStages,
+    ZeroBubbleH1,
+)
+
+names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-.", min_size=1, max_size=12)
+
+
+@st.composite
+def models(draw: st.DrawFn) -> TransformerModelSpec:
+    heads = draw(st.integers(1, 64))
+    vocab = draw(st.integers(1, 300_000))
+    return TransformerModelSpec(
+        name=draw(names),
+        num_layers=draw(st.integers(1, 200)),
+        hidden_size=draw(st.integers(1, 32768)),
+        num_attention_heads=heads,
+        num_query_groups=draw(st.integers(1, 64)),
+        kv_channels=draw(st.integers(1, 256)),
+        ffn_hidden_size=draw(st.integers(1, 131072)),
+        seq_length=draw(st.integers(1, 131072)),
+        vocab_size=vocab,
+        padded_vocab_size=vocab + draw(st.integers(0, 2048)),
+        activation=draw(st.sampled_from(MlpActivation)),
+        normalization=draw(st.sampled_from(Normalization)),
+        position_embedding=draw(st.sampled_from(PositionEmbedding)),
+        embeddings=draw(st.sampled_from(EmbeddingTying)),
+        add_bias_linear=draw(st.booleans()),
+        datatype=draw(st.sampled_from(Datatype)),
+    )
+
+
+@st.composite
+def optimizer_shardings(draw: st.DrawFn) -> OptimizerSharding:
+    kind = draw(st.sampled_from(["none", "optim", "optim_grads", "optim_grads_params"]))
+    gather = draw(st.booleans())
+    if kind == "optim":
+        return DistributedOptimizer(overlap_param_gather=gather)
+    if kind == "optim_grads":
+        return ShardedGradients(overlap_param_gather=gather)
+    if kind == "optim_grads_params":
+        return ShardedParameters(overlap_param_gather=gather)
+    return NoOptimizerSharding()
+
+
+@st.composite
+def recompute_policies(draw: st.DrawFn, max_layers: int = 64) -> RecomputePolicy:
+    kind = draw(st.sampled_from(["none", "selective", "full"]))
+    if kind == "selective":
+        return SelectiveRecompute()
+    if kind == "full":
+        return FullRecompute(
+            method=draw(st.sampled_from(RecomputeMethod)),
+            num_layers=draw(st.integers(1, max_layers)),
+        )
+    return NoRecompute()
+
+
+@st.composite
+def training_specs(draw: st.DrawFn) -> TrainingSpec:
+    """Round-trippable through flat keys; laws may or may not hold."""
+    p = draw(st.integers(1, 16))
+    v = draw(st.integers(1, 6))
+    schedule: PipelineSchedule
+    if v > 1:
+        schedule = InterleavedOneForwardOneBackward(
+            virtual_stages=v,
+            microbatch_group_size=draw(st.none() | st.integers(1, 32)),
+            overlap_p2p_comm=draw(st.booleans()),
+        )
+    elif p > 1:
+        pipelined: list[PipelineSchedule] = [OneForwardOneBackward(), ZeroBubbleH1()]
+        schedule = draw(st.sampled_from(pipelined))
+    else:
+        schedule = SingleStage()
+    first = draw(st.none() | st.integers(1, 20))
+    last = draw(st.none() | st.integers(1, 20))
+    layout: StageLayout = (
+        EvenStages()
+        if first is None and last is None
+        else UnevenStages(first_stage_layers=first, last_stage_layers=last)
+    )
+    communications: list[TensorCommunication] = [AllReduce(), ReduceScatterAllGather()]
+    communication = draw(st.sampled_from(communications))
+    return TrainingSpec(
+        model=draw(models()),
+        mapping=TransformerTrainingMappingSpec(
+            parallelism=TransformerTrainingParallelism(
+                tensor=TensorParallel(degree=draw(st.integers(1, 16)), communication=communication),
+                pipeline=PipelineParallel(degree=p, schedule=schedule, layout=layout),
+                data=DataParallel(
+                    degree=draw(st.integers(1, 64)),
+                    optimizer_sharding=draw(optimizer_shardings()),
+                    overlap_grad_reduce=draw(st.booleans()),
+                ),
+                recompute=draw(recompute_policies()),
+            ),
+            batch=BatchSpec(
+                global_batch_size=draw(st.integers(1, 4096)),
+                micro_batch_size=draw(st.integers(1, 8)),
+            ),
+        ),
+    )
+
+
+def _divisors(n: int) -> list[int]:
+    return [k for k in range(1, n + 1) if n % k == 0]
+
+
+@st.composite
+def lawful_models(
+    draw: st.DrawFn, tensor_degree: int, layers_multiple: int
+) -> TransformerModelSpec:
+    """A model whose block splits over ``tensor_degree`` and whose layer count is a multiple of
+    ``layers_multiple`` (p * v)."""
+    t = tensor_degree
+    heads = t * draw(st.integers(1, 4))
+    groups = draw(st.sampled_from([g for g in _divisors(heads) if g % t == 0 or t % g == 0]))
+    kv = draw(st.sampled_from([8, 16, 32, 64, 128]))
+    padded = t * 128 * draw(st.integers(1, 40))
+    return TransformerModelSpec(
+        name=draw(names),
+        num_layers=layers_multiple * draw(st.integers(1, 4)),
+        hidden_size=heads * kv,
+        num_attention_heads=heads,
+        num_query_groups=groups,
+        kv_channels=kv,
+        ffn_hidden_size=t * draw(st.integers(1, 512)),
+        seq_length=t * draw(st.integers(2, 512)),
+        vocab_size=padded - draw(st.integers(0, 127)),
+        padded_vocab_size=padded,
+        activation=draw(st.sampled_from(MlpActivation)),
+        normalization=draw(st.sampled_from(Normalization)),
+        position_embedding=draw(st.sampled_from(PositionEmbedding)),
+        embeddings=draw(st.sampled_from(EmbeddingTying)),
+        add_bias_linear=draw(st.booleans()),
+        datatype=draw(st.sampled_from(Datatype)),
+    )
+
+
+@st.composite
+def lawful_training_specs(draw: st.DrawFn) -> TrainingSpec:
+    """Every planner law and Megatron-LM rule holds (even stage layouts)."""
+    t = draw(st.sampled_from([1, 2, 4, 8]))
+    p = draw(st.integers(1, 8))
+    d = draw(st.integers(1, 8))
+    mbs = draw(st.integers(1, 2))
+    schedule: PipelineSchedule
+    v = 1
+    if p > 2 and draw(st.booleans()):
+        v = draw(st.integers(2, 3))
+        group = draw(st.none() | st.integers(p, 2 * p))
+        n = p if group is None else group
+        m = n * draw(st.integers(1, 3))
+        schedule = InterleavedOneForwardOneBackward(
+            virtual_stages=v, microbatch_group_size=group, overlap_p2p_comm=draw(st.booleans())
+        )
+    else:
+        m = draw(st.integers(1, 16))
+        schedule = SingleStage() if p == 1 else OneForwardOneBackward()
+    model = draw(lawful_models(t, p * v))
+    communication: TensorCommunication = (
+        ReduceScatterAllGather() if t > 1 and draw(st.booleans()) else AllReduce()
+    )
+    sharding = draw(optimizer_shardings())
+    overlap_grad = draw(st.booleans())
+    if not isinstance(sharding, NoOptimizerSharding) and sharding.overlap_param_gather:
+        overlap_grad = True
+    return TrainingSpec(
+        model=model,
+        mapping=TransformerTrainingMappingSpec(
+            parallelism=TransformerTrainingParallelism(
+                tensor=TensorParallel(degree=t, communication=communication),
+                pipeline=PipelineParallel(degree=p, schedule=schedule),
+                data=DataParallel(
+                    degree=d, optimizer_sharding=sharding, overlap_grad_reduce=overlap_grad
+                ),
+                recompute=draw(recompute_policies(max_layers=model.num_layers // p)),
+            ),
+            batch=BatchSpec(global_batch_size=d * mbs * m, micro_batch_size=mbs),
+        ),
+    )
+
+
+@st.composite
+def lawful_inference_specs(draw: st.DrawFn) -> InferenceSpec:
+    t = draw(st.sampled_from([1, 2, 4, 8]))
+    p = draw(st.integers(1, 8))
+    model = draw(lawful_models(t, p))
+    prompt = t * draw(st.integers(1, max(1, model.seq_length // (2 * t))))
+    generated = draw(st.integers(1, max(1, model.seq_length - prompt)))
+    schedule: PipelineSchedule = ForwardOnly() if p > 1 else SingleStage()
+    return InferenceSpec(
+        model=model,
+        mapping=TransformerInferenceMappingSpec(
+            parallelism=TransformerInferenceParallelism(
+                tensor=TensorParallel(
+                    degree=t,
+                    communication=ReduceScatterAllGather()
+                    if t > 1 and draw(st.booleans())
+                    else AllReduce(),
+                ),
+                pipeline=PipelineParallel(degree=p, schedule=schedule),
+                replicas=ReplicaParallel(degree=draw(st.integers(1, 8))),
+            ),
+            workload=InferenceWorkload(
+                batch_size=draw(st.integers(1, 64)),
+                prompt_length=prompt,
+                generated_tokens=generated,
+                kv_cache_datatype=draw(st.sampled_from(Datatype)),
+            ),
+        ),
+    )
