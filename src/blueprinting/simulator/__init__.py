@@ -3,7 +3,8 @@
 Data flows one way: :class:`ScheduleCosts` (per-chunk times, from PortablePlanIR or by hand) and a
 :data:`~blueprinting.mapping.transformer.PipelineSchedule` -> :func:`build_schedule` ->
 :class:`CommandDag` -> :func:`simulate` -> :class:`SimulationResult` -> :func:`write_chrome_trace` /
-:func:`plot_timeline`.
+:func:`plot_timeline`. :mod:`blueprinting.simulator.from_plan` builds the costs from a
+PortablePlanIR (imported on its own: it depends on the analysis modules it reads costs from).
 """
 
 from blueprinting.simulator.analytic import (
