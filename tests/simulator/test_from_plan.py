@@ -13,6 +13,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from blueprinting.analysis.bubble_comparison import compare_bubble
 from blueprinting.analysis.evaluate import PlanOptions, portable_plan
@@ -281,3 +283,33 @@ def test_single_stage(gpt3: tuple[TrainingSpec, SystemSpec]) -> None:
         rel_tol=EXACT,
     )
     assert result.makespan_s > result.pipeline_flush_s  # DP reduction after the flush
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    groups=st.integers(min_value=1, max_value=8),
+    interleaved=st.booleans(),
+)
+def test_bubble_conservation_over_batch_sizes(groups: int, interleaved: bool) -> None:
+    """For every legal m = 8k: the bare plan's simulated bubble is (p-1)(tf+tb), and the plan
+    path's pipeline terms add up to the simulated flush of the real plan."""
+    config = load_config(EXAMPLE)
+    assert config.training is not None
+    system = system_from_mapping(dict(config.system), source=config.source)
+    spec = config.training
+    if not interleaved:
+        spec = _with_schedule(spec, OneForwardOneBackward())
+    batch = replace(spec.mapping.batch, global_batch_size=16 * 8 * groups)
+    spec = replace(spec, mapping=replace(spec.mapping, batch=batch))
+    plan = portable_plan(spec, system)
+    tf, tb, _ = _chunk_compute(_bare(plan))
+    bare = simulated_bubble(_bare(plan), spec, system)
+    assert math.isclose(bare.bubble_s, 7 * (tf + tb), rel_tol=MODEL)
+    report = plan_spec(spec, system)
+    b = report.breakdown
+    work = b.forward + b.backward + b.recompute + b.tp_comm_exposed
+    real = simulated_bubble(plan, spec, system)
+    assert math.isclose(work, real.busiest_rank_busy_s, rel_tol=EXACT)
+    assert math.isclose(
+        work + b.pipeline_bubble + b.pp_comm_exposed, real.pipeline_flush_s, rel_tol=EXACT
+    )
