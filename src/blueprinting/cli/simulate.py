@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
 
         from blueprinting.report.simulation_text import render_simulation
 
-        print_report(report.plan, as_json=False)
+        print_report(report.plan, as_json=False, all_stages=bool(args.all_stages))
         render_simulation(report, Console())
     if report.result is None:
         if args.trace is not None or args.plot is not None:
