@@ -90,6 +90,7 @@ class IterationReport:
     def to_json_dict(self) -> dict[str, JsonValue]:
         """The ``plan --json`` object (README documents each key and unit)."""
         memory = self.memory
+        block = self.plan.block
         bubble: dict[str, JsonValue] = {
             "contract_s": self.bubble.bubble_s,
             "chunk_time_s": self.bubble.chunk_time_s,
@@ -132,6 +133,19 @@ class IterationReport:
             },
             "fits_in_memory": memory.fits,
             "memory_total_bytes_per_stage": [stage.total for stage in self.memory_per_stage],
+            "memory_activations_bytes_per_stage": [
+                stage.activations for stage in self.memory_per_stage
+            ],
+            "memory_static_bytes_per_stage": [
+                stage.weights + stage.gradients + stage.optimizer_states
+                for stage in self.memory_per_stage
+            ],
+            "block_time_s": {
+                "forward": block.forward_s,
+                "backward": block.backward_s,
+                "recompute": block.recompute.critical_path_s,
+                "backward_with_recompute": block.backward_with_recompute_s,
+            },
             "dp_comm": {
                 "grad_bytes": self.data_parallel.grad_bytes,
                 "param_gather_bytes": self.data_parallel.param_gather_bytes,
