@@ -12,7 +12,7 @@ from typing import final
 from blueprinting.analysis.data_parallel import DataParallelCost
 from blueprinting.analysis.flops import FlopsConvention
 from blueprinting.analysis.iteration import BubbleSource, TimeBreakdown
-from blueprinting.analysis.memory import MemoryBreakdown
+from blueprinting.analysis.memory import MemoryBreakdown, stage_activations
 from blueprinting.analysis.optimizer_step import OptimizerStepCost
 from blueprinting.analysis.pipeline_contract import BubbleContract
 from blueprinting.hardware.system import SystemSpec
@@ -135,6 +135,10 @@ class IterationReport:
             "memory_total_bytes_per_stage": [stage.total for stage in self.memory_per_stage],
             "memory_activations_bytes_per_stage": [
                 stage.activations for stage in self.memory_per_stage
+            ],
+            "memory_activations_stored_bytes_per_stage": [
+                stage_activations(self.spec.model, self.spec.mapping, stage.stage).layers_stored
+                for stage in self.memory_per_stage
             ],
             "memory_static_bytes_per_stage": [
                 stage.weights + stage.gradients + stage.optimizer_states

@@ -12,7 +12,10 @@ One call per published run::
 and the dotted paths of :data:`REPORT_PATHS` inside ``values`` (SI units; a numeric part indexes
 a list). A path that is absent leaves that figure unpredicted; it does not fail the run.
 Korthikanti et al. 2022 and Calculon measure memory on the first pipeline stage's GPU, hence the
-``.0`` of the per-stage lists; Table 4's backward time includes the recompute forward.
+``.0`` of the per-stage lists. Their activation figures are what the in-flight blocks store
+(Korthikanti Eqs. 1-2 and Table 2), so the prediction is ``layers_stored``, without the transient
+working set recomputation rebuilds in backward (which the plan's memory total does count).
+Table 4's backward time includes the recompute forward.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ REPORT_PATHS: Mapping[str, str] = {
     "iteration_time_s": "iteration_time_s",
     "layer_forward_s": "block_time_s.forward",
     "layer_backward_s": "block_time_s.backward_with_recompute",
-    "activation_memory_bytes": "memory_activations_bytes_per_stage.0",
+    "activation_memory_bytes": "memory_activations_stored_bytes_per_stage.0",
     "static_memory_bytes": "memory_static_bytes_per_stage.0",
 }
 
