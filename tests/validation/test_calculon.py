@@ -417,7 +417,8 @@ def _memory_mismatches(
       equal Calculon's ``block_act_storage_space`` for no recompute and selective recompute,
       except Calculon's known bug 2 (selective without sequence parallelism): it is short of ours
       by exactly ``2 b s h`` bytes; with sequence parallelism but no ``seq_par_ag_redo`` it keeps
-      the gathered QKV and MLP-up inputs (difference 2), ``2 b s h B (t-1)/t`` more. Not compared with ``fused_activation`` (GeLU fused into the
+      the gathered QKV and MLP-up inputs (difference 2), ``2 b s h B (t-1)/t`` more.
+      Not compared with ``fused_activation`` (GeLU fused into the
       MLP-up GEMM, not modelled here): Calculon then usually stores ``b s (ffn/t) B`` less, but
       not under selective recompute with sequence parallelism (record 90). Full recompute:
       Calculon stores nothing per block and checkpoints
