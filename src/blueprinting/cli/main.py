@@ -16,6 +16,7 @@ from blueprinting.errors import BlueprintingError, ConfigError, InvalidStrategyE
 
 # name -> (module, one-line help). Keep alphabetical.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "calibrate": ("blueprinting.cli.calibrate", "fit a system's GEMM efficiency on measured runs"),
     "check": ("blueprinting.cli.check", "check a strategy file against every law"),
     "plan": ("blueprinting.cli.plan", "iteration time, breakdown, memory and MFU of a strategy"),
     "presets": ("blueprinting.cli.presets", "list built-in model and system presets"),

@@ -24,6 +24,7 @@ import importlib
 from collections.abc import Mapping, Sequence
 
 from blueprinting.errors import UnsupportedError
+from blueprinting.hardware.system import SystemSpec
 from blueprinting.validation.comparison import Prediction, Predictor
 from blueprinting.validation.published import PublishedRun
 
@@ -86,5 +87,15 @@ def api_predictor() -> Predictor:
         if not isinstance(values, Mapping):
             raise UnsupportedError(f"plan report of {run.id!r} is not a JSON object")
         return prediction_from_report(values)
+
+    return predict
+
+
+def system_predictor(system: SystemSpec) -> Predictor:
+    """A predictor that costs every run on ``system`` instead of the run's preset (calibration)."""
+    from blueprinting.api import plan_spec
+
+    def predict(run: PublishedRun) -> Prediction:
+        return prediction_from_report(plan_spec(run.training_spec(), system).to_json_dict())
 
     return predict
