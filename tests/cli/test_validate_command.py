@@ -28,17 +28,17 @@ class _Report:
         self.run_id = run_id
 
     def to_json_dict(self) -> dict[str, object]:
-        return {"iteration": {"time_s": 1.0}}
+        return {"iteration_time_s": 1.0}
 
 
 @pytest.fixture
 def fake_api(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     module = types.ModuleType("blueprinting.api")
 
-    def plan(spec: str, *, system: str) -> _Report:
+    def plan_spec(spec: str, system: str) -> _Report:
         return _Report(spec)
 
-    module.plan = plan  # type: ignore[attr-defined]
+    module.plan_spec = plan_spec  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "blueprinting.api", module)
     monkeypatch.setattr(PublishedRun, "training_spec", lambda self: self.id)
     yield

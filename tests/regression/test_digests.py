@@ -367,6 +367,17 @@ def test_configs_are_legal_megatron_strategies() -> None:
             assert 1 <= _int(keys, "recompute_num_layers") <= layers // p, config.name
 
 
+def test_every_config_satisfies_the_laws() -> None:
+    """The real adapter and laws (flat keys -> TrainingSpec -> every law), not a restatement:
+    a config that violates a law would make its digest a digest of an error."""
+    from blueprinting.api import build_spec
+    from blueprinting.mapping.laws import check_training
+
+    for config in load_configs(CONFIGS):
+        spec = build_spec(model=config.model, settings=dict(config.strategy_keys))
+        assert check_training(spec.model, spec.mapping) == (), config.name
+
+
 def test_configs_cover_every_variant() -> None:
     configs = load_configs(CONFIGS)
     schedules, recomputes, shardings, flags = set(), set(), set(), set()

@@ -254,3 +254,301 @@ def test_block_matrix_work_and_tp_bytes_match_calculon(
     for record in ok:
         problems.extend(_check_record(record, per_layer[str(record["id"])]))
     assert problems == [], f"{len(problems)} mismatch(es):\n" + "\n".join(problems[:50])
+
+
+# --------------------------------------------------------------------------------------------
+# Iteration-level gate (issue #5, item 3)
+# --------------------------------------------------------------------------------------------
+# Each ``ok`` training record is translated (validation/calculon.py ``translate``), costed on
+# the system built from the record's own ``sys`` (hardware/calculon.py ``system_from_calculon``,
+# which reproduces Calculon's op and collective times) and compared with Calculon's stats.
+#
+# Records left out, with the reason:
+# - offload (weight / activation / optimizer): Blueprinting models no offload tier traffic;
+# - ``tensor_par_overlap`` ring / pipe: no tiled TP/GEMM overlap in Blueprinting;
+# - ``tensor_par_comm_type = p2p_rs_ag``: the PP send split over TP is not modelled;
+# - inference records: no training strategy;
+# - records Blueprinting's laws refuse and Calculon accepts (checked below, by law):
+#   ``blocks_per_pipeline_stage`` / ``blocks_per_virtual_chunk`` (Calculon rounds blocks per
+#   stage up; Megatron-LM without --decoder-first/last-pipeline-num-layers needs L % (p v) = 0) and
+#   ``hidden_per_head`` (Calculon takes ``attn_size`` freely; h / heads is not integral there);
+#   ``microbatch_group_remainder`` / ``microbatch_group_bounds`` (Megatron-LM's interleaved
+#   schedule needs m mod N = 0 or >= p for its microbatch groups, megatron_rules.md; Calculon takes
+#   any m); ``sequence_parallel_needs_tensor`` (Megatron-LM refuses sequence parallelism at t = 1;
+#   Calculon runs rs_ag at t = 1 as a no-op); ``tp_divides_query_groups`` (multiquery at t > 1:
+#   Calculon replicates the K/V head on every rank, Megatron-LM needs t | query groups; see
+#   difference 1 at the top of this file).
+#
+# Iteration time: the two models differ in two documented, exactly computable terms, removed
+# from ours before comparing ("Calculon-equivalent" time):
+# 1. Megatron-LM's async backward TP communication (portable_plan/passes.py
+#    ``_async_backward_overlap``) hides link time Calculon counts as exposed: added back,
+#    m x blocks x hidden backward TP time;
+# 2. Calculon has no embedding / LM head / loss: the critical stage's extras are taken off,
+#    m x (embedding + LM head) time.
+# What remains differs by the optimizer model (ours: Adam on the owned parameters incl. the
+# embedding; Calculon: 11 FLOP/param per block), the DP overlap model, and the bubble (Calculon's
+# pessimistic interleaving term, schedules.md): median |error| must be <= 5% and every record
+# within 15%.
+CALCULON_TIME_MEDIAN_LIMIT = 0.05
+CALCULON_TIME_MAX_LIMIT = 0.15
+_EXCLUDED_KNOBS = ("offload", "tensor_par_overlap", "p2p_rs_ag")
+_ACCEPTED_BY_CALCULON_ONLY = frozenset(
+    {
+        "blocks_per_pipeline_stage",
+        "blocks_per_virtual_chunk",
+        "hidden_per_head",
+        "microbatch_group_bounds",
+        "microbatch_group_remainder",
+        "sequence_parallel_needs_tensor",
+        "tp_divides_query_groups",
+    }
+)
+
+
+@pytest.fixture(scope="module")
+def iteration_comparison(
+    oracle: tuple[list[Json], dict[str, list[Json]]],
+) -> dict[str, object]:
+    from blueprinting.api import plan_spec
+    from blueprinting.errors import InvalidStrategyError, UnsupportedError
+    from blueprinting.hardware.calculon import system_from_calculon
+    from blueprinting.mapping.laws import check_training
+    from blueprinting.validation.calculon import CalculonRecord, load_oracle, translate
+
+    paths = _oracle_paths()
+    assert paths is not None
+    typed: dict[int, CalculonRecord] = {record.id: record for record in load_oracle(paths[0])}
+    records, _ = oracle
+    compared: list[tuple[int, float, str]] = []
+    excluded: dict[str, int] = {}
+    refused_by_laws: dict[int, frozenset[str]] = {}
+    mismatches: list[str] = []
+    memory_mismatches: list[str] = []
+    for raw in records:
+        if not raw["ok"]:
+            continue
+        record = typed[cast(int, raw["id"])]
+        try:
+            translation = translate(record)
+        except UnsupportedError:
+            excluded["inference"] = excluded.get("inference", 0) + 1
+            continue
+        knobs = [k for k in translation.untranslated if any(x in k for x in _EXCLUDED_KNOBS)]
+        if knobs:
+            key = next(x for x in _EXCLUDED_KNOBS if any(x in k for k in knobs))
+            excluded[key] = excluded.get(key, 0) + 1
+            continue
+        spec = translation.spec
+        violations = check_training(spec.model, spec.mapping)
+        if violations:
+            refused_by_laws[record.id] = frozenset(v.law for v in violations)
+            continue
+        inputs = cast(Json, raw["inputs"])
+        exe = cast(Json, inputs["exe"])
+        system = system_from_calculon(
+            cast(Json, inputs["sys"]),
+            tensor_par_net=_num(exe, "tensor_par_net"),
+            pipeline_par_net=_num(exe, "pipeline_par_net"),
+            data_par_net=_num(exe, "data_par_net"),
+        )
+        try:
+            report = plan_spec(spec, system)
+        except InvalidStrategyError as error:
+            refused_by_laws[record.id] = frozenset(v.law for v in error.violations)
+            continue
+        outputs = cast(Json, raw["outputs"])
+        stats = cast(Json, outputs["stats"])
+        internal = cast(Json, outputs["internal"])
+        plan = report.plan
+        m = spec.mapping.microbatch_count
+        if m != _num(internal, "num_microbatches"):
+            mismatches.append(f"{record.id}: microbatches {m} != {internal['num_microbatches']}")
+        if plan.stages[0].blocks != _num(internal, "blocks_per_proc"):
+            mismatches.append(
+                f"{record.id}: blocks {plan.stages[0].blocks} != {internal['blocks_per_proc']}"
+            )
+        memory_mismatches.extend(
+            _memory_mismatches(
+                record.id,
+                spec,
+                stats,
+                internal,
+                fused_activation=exe["fused_activation"] is True,
+                ag_redo=exe["seq_par_ag_redo"] is True,
+            )
+        )
+        block = plan.block
+        hidden = (block.backward_activation.comm_s - block.backward_activation.comm_exposed_s) + (
+            block.backward_weight.comm_s - block.backward_weight.comm_exposed_s
+        )
+        critical = plan.critical_stage()
+        extras = (plan.embedding.total_s if critical.has_embedding else 0.0) + (
+            plan.lm_head.total_s if critical.has_lm_head else 0.0
+        )
+        ours = report.iteration_time_s + m * critical.blocks * hidden - m * extras
+        theirs = float(cast(float, stats["total_time"]))
+        compared.append((record.id, ours / theirs - 1.0, str(raw["name"])))
+    return {
+        "compared": compared,
+        "excluded": excluded,
+        "refused": refused_by_laws,
+        "mismatches": mismatches,
+        "memory_mismatches": memory_mismatches,
+    }
+
+
+def _memory_mismatches(
+    record_id: int,
+    spec: object,
+    stats: Json,
+    internal: Json,
+    *,
+    fused_activation: bool,
+    ag_redo: bool,
+) -> list[str]:
+    """Per-GPU memory terms defined the same way by both models, compared exactly.
+
+    - weights: Calculon's ``weight_space`` is ``blocks_per_proc x block parameters x B``; the
+      block parameter count must equal ours (``block_parameters_per_rank``) exactly. The bytes
+      differ by definition only where the datatype is fp8 (Calculon 1 B/param; Megatron-LM keeps
+      bf16 weights, precision_recipe) and by our embedding / LM head (Calculon has none).
+    - stored activations of one block (Korthikanti's per-layer figure, ``layer_activation_bytes``)
+      equal Calculon's ``block_act_storage_space`` for no recompute and selective recompute,
+      except Calculon's known bug 2 (selective without sequence parallelism): it is short of ours
+      by exactly ``2 b s h`` bytes; with sequence parallelism but no ``seq_par_ag_redo`` it keeps
+      the gathered QKV and MLP-up inputs (difference 2), ``2 b s h B (t-1)/t`` more.
+      Not compared with ``fused_activation`` (GeLU fused into the
+      MLP-up GEMM, not modelled here): Calculon then usually stores ``b s (ffn/t) B`` less, but
+      not under selective recompute with sequence parallelism (record 90). Full recompute:
+      Calculon stores nothing per block and checkpoints
+      ``b s h B`` (``block_act_checkpoint_size``), ours ``checkpoint_bytes`` (equal without SP).
+    - not compared exactly (documented in analysis/memory.py and calculon_oracle.md bug 4):
+      gradients (Calculon keeps fp32 gradients for one block only), optimizer states (its
+      ``optimizer_sharding`` also shards gradients; no fp16 main gradients), and the in-flight
+      activation total (its factor ``min(m, p)(1 + (p-1)/(v p))`` for every schedule).
+    """
+    from blueprinting.analysis.memory import block_parameters_per_rank, layer_activation_bytes
+    from blueprinting.mapping.transformer import TrainingSpec
+
+    assert isinstance(spec, TrainingSpec)
+    model, mapping = spec.model, spec.mapping
+    t = mapping.tensor_degree
+    width = _num(internal, "bytes_per_element")
+    bpp = _num(internal, "blocks_per_proc")
+    out: list[str] = []
+    params = block_parameters_per_rank(model, t)
+    if bpp * params * width != _num(stats, "weight_space"):
+        out.append(f"{record_id}: weights {bpp * params * width} != {stats['weight_space']}")
+    recompute = mapping.parallelism.recompute
+    if isinstance(recompute, FullRecompute) or fused_activation:
+        return out
+    sp = isinstance(mapping.parallelism.tensor.communication, ReduceScatterAllGather)
+    ours = layer_activation_bytes(
+        model,
+        micro_batch=mapping.batch.micro_batch_size,
+        tensor_degree=t,
+        sequence_parallel=sp,
+        keep_attention_scores=isinstance(recompute, NoRecompute),
+        activation_bytes=width,
+    )
+    theirs = _num(stats, "block_act_storage_space")
+    b, s, h = mapping.batch.micro_batch_size, model.seq_length, model.hidden_size
+    if isinstance(recompute, SelectiveRecompute) and not sp:
+        theirs += 2 * b * s * h
+    if sp and not ag_redo:
+        # Difference 2 (top of file): the gathered QKV and MLP-up inputs are kept whole.
+        theirs -= 2 * b * s * h * width * (t - 1) // t
+    if ours != theirs:
+        out.append(f"{record_id}: block activations {ours} != {theirs}")
+    return out
+
+
+def test_calculon_memory_terms_defined_alike_are_exact(
+    iteration_comparison: dict[str, object],
+) -> None:
+    assert iteration_comparison["memory_mismatches"] == []
+
+
+def test_calculon_microbatches_and_blocks_per_stage_are_exact(
+    iteration_comparison: dict[str, object],
+) -> None:
+    assert iteration_comparison["mismatches"] == []
+
+
+def test_calculon_exclusions_are_the_documented_ones(
+    iteration_comparison: dict[str, object],
+) -> None:
+    excluded = cast(dict[str, int], iteration_comparison["excluded"])
+    refused = cast(dict[int, frozenset[str]], iteration_comparison["refused"])
+    compared = cast(list[tuple[int, float, str]], iteration_comparison["compared"])
+    assert all(laws <= _ACCEPTED_BY_CALCULON_ONLY for laws in refused.values()), refused
+    # A record with several excluded knobs counts under the first of _EXCLUDED_KNOBS.
+    assert excluded == {"inference": 15, "offload": 21, "tensor_par_overlap": 19, "p2p_rs_ag": 24}
+    assert len(refused) == 20
+    assert len(compared) == 114
+    assert len(compared) == 213 - sum(excluded.values()) - len(refused)
+
+
+def test_calculon_iteration_time_within_tolerance(
+    iteration_comparison: dict[str, object],
+) -> None:
+    compared = cast(list[tuple[int, float, str]], iteration_comparison["compared"])
+    errors = sorted(abs(error) for _, error, _ in compared)
+    median = errors[len(errors) // 2]
+    worst = max(compared, key=lambda item: abs(item[1]))
+    assert median <= CALCULON_TIME_MEDIAN_LIMIT, median
+    assert abs(worst[1]) <= CALCULON_TIME_MAX_LIMIT, worst
+
+
+def test_configurations_calculon_rejects_are_rejected_here(
+    oracle: tuple[list[Json], dict[str, list[Json]]],
+) -> None:
+    """Every structural refusal of Calculon is a law violation here; capacity refusals are
+    refused by a law or found not to fit by Blueprinting's memory model, except the documented
+    system-level and offload cases below."""
+    from blueprinting.analysis.memory import memory_per_stage
+    from blueprinting.errors import UnsupportedError
+    from blueprinting.mapping.laws import check_training
+    from blueprinting.validation.calculon import CalculonRejection, load_oracle, translate
+
+    paths = _oracle_paths()
+    assert paths is not None
+    records = {cast(int, raw["id"]): raw for raw in oracle[0]}
+    outcome: dict[tuple[CalculonRejection, str], int] = {}
+    for record in load_oracle(paths[0]):
+        if record.failure is None:
+            continue
+        try:
+            spec = translate(record).spec
+        except UnsupportedError:
+            continue
+        reason = record.failure.rejection
+        if check_training(spec.model, spec.mapping):
+            verdict = "law"
+        elif reason is CalculonRejection.HBM_CAPACITY:
+            inputs = cast(Json, records[record.id]["inputs"])
+            mem1 = cast(Json, cast(Json, inputs["sys"])["mem1"])
+            capacity = int(cast(float, mem1["GiB"]))
+            stages = memory_per_stage(spec.model, spec.mapping, capacity_bytes=capacity)
+            verdict = "fits" if all(stage.fits for stage in stages) else "too big"
+        else:
+            verdict = "accepted"
+        outcome[(reason, verdict)] = outcome.get((reason, verdict), 0) + 1
+    assert outcome == {
+        (CalculonRejection.HBM_CAPACITY, "law"): 40,
+        (CalculonRejection.HBM_CAPACITY, "too big"): 46,
+        (CalculonRejection.TP_UNEVEN_SPLIT, "law"): 13,
+        (CalculonRejection.INTERLEAVING_NOT_A_FACTOR, "law"): 31,
+        (CalculonRejection.INTERLEAVING_EXCEEDS_BLOCKS, "law"): 15,
+        # Offload: Blueprinting has no offload tier; these are its capacity / block-count rules.
+        (CalculonRejection.OFFLOAD_CAPACITY, "law"): 1,
+        (CalculonRejection.OFFLOAD_CAPACITY, "accepted"): 3,
+        (CalculonRejection.OFFLOAD_NEEDS_BLOCKS, "law"): 7,
+        (CalculonRejection.OFFLOAD_NEEDS_BLOCKS, "accepted"): 1,
+        # System-level: the record's sys lacks bfloat16 (system_from_calculon refuses such a
+        # system when asked for that datatype), and t = 16 over 8-GPU NVLink domains, which
+        # Blueprinting places across nodes (legal in Megatron-LM, slow) instead of refusing.
+        (CalculonRejection.UNSUPPORTED_DATATYPE, "accepted"): 1,
+        (CalculonRejection.NETWORK_TOO_SMALL, "accepted"): 1,
+    }

@@ -12,7 +12,7 @@ from typing import final
 from blueprinting.analysis.data_parallel import DataParallelCost
 from blueprinting.analysis.flops import FlopsConvention
 from blueprinting.analysis.iteration import BubbleSource, TimeBreakdown
-from blueprinting.analysis.memory import MemoryBreakdown
+from blueprinting.analysis.memory import MemoryBreakdown, stage_activations
 from blueprinting.analysis.optimizer_step import OptimizerStepCost
 from blueprinting.analysis.pipeline_contract import BubbleContract
 from blueprinting.hardware.system import SystemSpec
@@ -93,6 +93,7 @@ class IterationReport:
     def to_json_dict(self) -> dict[str, JsonValue]:
         """The ``plan --json`` object (README documents each key and unit)."""
         memory = self.memory
+        block = self.plan.block
         bubble: dict[str, JsonValue] = {
             "contract_s": self.bubble.bubble_s,
             "chunk_time_s": self.bubble.chunk_time_s,
@@ -143,6 +144,23 @@ class IterationReport:
             },
             "fits_in_memory": memory.fits,
             "memory_total_bytes_per_stage": [stage.total for stage in self.memory_per_stage],
+            "memory_activations_bytes_per_stage": [
+                stage.activations for stage in self.memory_per_stage
+            ],
+            "memory_activations_stored_bytes_per_stage": [
+                stage_activations(self.spec.model, self.spec.mapping, stage.stage).layers_stored
+                for stage in self.memory_per_stage
+            ],
+            "memory_static_bytes_per_stage": [
+                stage.weights + stage.gradients + stage.optimizer_states
+                for stage in self.memory_per_stage
+            ],
+            "block_time_s": {
+                "forward": block.forward_s,
+                "backward": block.backward_s,
+                "recompute": block.recompute.critical_path_s,
+                "backward_with_recompute": block.backward_with_recompute_s,
+            },
             "dp_comm": {
                 "grad_bytes": self.data_parallel.grad_bytes,
                 "param_gather_bytes": self.data_parallel.param_gather_bytes,

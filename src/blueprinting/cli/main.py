@@ -16,6 +16,7 @@ from blueprinting.errors import BlueprintingError, ConfigError, InvalidStrategyE
 
 # name -> (module, one-line help). Keep alphabetical.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "calibrate": ("blueprinting.cli.calibrate", "fit a system's GEMM efficiency on measured runs"),
     "check": ("blueprinting.cli.check", "check a strategy file against every law"),
     "infer": (
         "blueprinting.cli.infer",

@@ -13,12 +13,15 @@ Efficiency defaults are physical quantities, each overridable by name in ``[syst
 :mod:`blueprinting.hardware.system_mapping`); they are starting points for calibration, not fits:
 
 The figures below are approximate, order-of-magnitude readings of commonly published
-microbenchmarks (cuBLAS / hipBLASLt GEMM sweeps, nccl-tests / rccl-tests, STREAM); none is a fit.
+microbenchmarks (cuBLAS / hipBLASLt GEMM sweeps, nccl-tests / rccl-tests, STREAM); none is a fit
+except the A100 GEMM fraction, fitted on a named subset of measured runs (below).
 
 * GEMMs: :class:`SaturatingGemmEfficiency` with ``peak_fraction`` = the fraction of dense peak
   that large square bf16 GEMMs reach, and ``half_saturation_dim = 128`` (one tensor-core CTA
-  tile edge: a GEMM whose smallest side is one tile reaches half of it). A100 0.85 (large GEMMs
-  reach roughly 250-280 of 312 TFLOP/s); H100 / H200 0.75 (roughly 700-800 of 989); B200 0.70
+  tile edge: a GEMM whose smallest side is one tile reaches half of it). A100 0.71: the one
+  fitted figure, see :data:`A100_GEMM_PEAK_FRACTION` (isolated large GEMMs reach roughly
+  250-280 of 312 TFLOP/s, i.e. 0.8-0.9; in a Megatron layer less); H100 / H200 0.75 (roughly
+  700-800 of 989); B200 0.70
   (early software, assumed lower); MI300X 0.55 (large bf16 GEMMs reported around 650-750 of
   1307 TFLOP/s, e.g. SemiAnalysis, "MI300X vs H100 vs H200 Benchmark Part 1: Training", 2024).
 * Vector engine: constant 0.9 (elementwise ops are memory-bound; the roofline picks HBM).
@@ -70,6 +73,18 @@ HBM_EFFICIENCY = ConstantEfficiency(fraction=0.9)
 NVLINK_EFFICIENCY = ConstantEfficiency(fraction=0.8)
 INFINIBAND_EFFICIENCY = ConstantEfficiency(fraction=0.9)
 INTRA_NODE_LATENCY_S = 10e-6
+
+#: A100 achieved-GEMM fraction, fitted once (not per run) on the named subset "Korthikanti et al.
+#: 2022, Table 4" (forward and backward time of one 22B layer on 8 A100-80GB, t = 8, five
+#: recompute/SP variants: the microbenchmark-like rows of the published fixture), with every other
+#: efficiency at its datasheet / microbenchmark default above and ``half_saturation_dim = 128``.
+#: Least squares of the relative error over those 10 figures, rounded to 0.01, gives 0.71 (max
+#: |error| 1.5%; ``blueprinting calibrate`` reproduces the fit). It is an in-situ figure: it
+#: absorbs what a layer's GEMMs lose in Megatron-LM beyond the bare cuBLAS sweep (fused bias /
+#: GeLU epilogues, launch gaps, clocks under sustained load), which is why it sits below the
+#: 0.85 of an isolated large square GEMM. Held-out error (Narayanan 2021 Table 1, Korthikanti
+#: 2022 Table 5) is reported separately by ``blueprinting validate``.
+A100_GEMM_PEAK_FRACTION = 0.71
 SCALE_OUT_LATENCY_S = 20e-6
 
 
@@ -123,7 +138,10 @@ def _a100(hbm_gb: float, hbm_gbps: float) -> AcceleratorSpec:
     # 2,039 GB/s. fp32 matrix is plain fp32 (TF32 is opt-in in PyTorch; override to 156e12).
     return AcceleratorSpec(
         name=f"A100-SXM4-{hbm_gb:g}GB",
-        matrix=_engine({Datatype.BF16: 312, Datatype.FP16: 312, Datatype.FP32: 19.5}, _gemm(0.85)),
+        matrix=_engine(
+            {Datatype.BF16: 312, Datatype.FP16: 312, Datatype.FP32: 19.5},
+            _gemm(A100_GEMM_PEAK_FRACTION),
+        ),
         vector=_engine(
             {Datatype.BF16: 39, Datatype.FP16: 78, Datatype.FP32: 19.5}, VECTOR_EFFICIENCY
         ),

@@ -396,8 +396,11 @@ def render_rows(table: ValidationTable) -> Table:
 
     out = Table(title="Published runs: measured vs predicted")
     for column in ("run", "metric", "unit", "measured", "predicted", "error", "gate", "note"):
+        # Ids and metric names fold rather than truncate: a row must stay identifiable.
         out.add_column(
-            column, justify="right" if column in {"measured", "predicted", "error"} else "left"
+            column,
+            justify="right" if column in {"measured", "predicted", "error"} else "left",
+            overflow="fold",
         )
     for row in table.rows:
         out.add_row(
@@ -432,6 +435,25 @@ def render_gates(table: ValidationTable) -> Table:
             str(len(result.missing)),
             "PASS" if result.passed else "FAIL",
         )
+    for source in SourceTable:
+        errors = [
+            abs(error)
+            for row in table.rows
+            if row.source_table == source
+            and row.metric.family in {MetricFamily.THROUGHPUT, MetricFamily.LAYER_TIME}
+            and (error := row.relative_error) is not None
+        ]
+        if errors:
+            out.add_row(
+                f"times of {source}",
+                str(len(errors)),
+                _abs_percent(sum(errors) / len(errors)),
+                "-",
+                _abs_percent(max(errors)),
+                "-",
+                "-",
+                "info",
+            )
     for summary in table.families:
         out.add_row(
             f"all rows: {summary.family}",

@@ -322,7 +322,7 @@ def check(
 # The cost model's report
 # --------------------------------------------------------------------------------------------
 def api_report_function() -> ReportFunction:
-    """``blueprinting.api.plan(model=..., system=..., strategy=...).to_json_dict()``.
+    """``blueprinting.api.plan(model=..., system=..., settings=...).to_json_dict()``.
 
     Raises :class:`UnsupportedError` when the cost model is not installed.
     """
@@ -335,7 +335,7 @@ def api_report_function() -> ReportFunction:
         raise UnsupportedError("blueprinting.api has no callable plan()")
 
     def report(config: RegressionConfig) -> JsonValue:
-        result = plan(model=config.model, system=config.system, strategy=dict(config.strategy_keys))
+        result = plan(model=config.model, system=config.system, settings=dict(config.strategy_keys))
         values: JsonValue = result.to_json_dict()
         return values
 

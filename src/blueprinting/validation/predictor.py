@@ -1,43 +1,57 @@
-"""The bridge from the cost model (``blueprinting.api.plan``) to the validation engine.
+"""The bridge from the cost model (``blueprinting.api.plan_spec``) to the validation engine.
 
 This is the only place that knows how a plan report spells the figures the papers measured; the
 rest of :mod:`blueprinting.validation` sees :class:`Prediction` only. ``blueprinting.api`` is
-imported when a predictor is asked for, so this module loads while the cost model does not exist.
+imported when a predictor is asked for, so the validation engine loads without the cost model.
 
-Contract assumed of the cost model (one call per published run)::
+One call per published run::
 
-    report = plan(run.training_spec(), system=run.system)   # system: preset name
-    values = report.to_json_dict()                          # nested dict of JSON scalars
+    report = plan_spec(run.training_spec(), run.system)   # system: preset name
+    values = report.to_json_dict()                        # the ``plan --json`` object
 
-and the dotted paths of :data:`REPORT_PATHS` inside ``values`` (SI units). A path that is absent
-leaves that figure unpredicted; it does not fail the run.
+and the dotted paths of :data:`REPORT_PATHS` inside ``values`` (SI units; a numeric part indexes
+a list). A path that is absent leaves that figure unpredicted; it does not fail the run.
+Korthikanti et al. 2022 and Calculon measure memory on the first pipeline stage's GPU, hence the
+``.0`` of the per-stage lists. Their activation figures are what the in-flight blocks store
+(Korthikanti Eqs. 1-2 and Table 2), so the prediction is ``layers_stored``, without the transient
+working set recomputation rebuilds in backward (which the plan's memory total does count).
+Table 4's backward time includes the recompute forward.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from blueprinting.errors import UnsupportedError
+from blueprinting.hardware.system import SystemSpec
 from blueprinting.validation.comparison import Prediction, Predictor
 from blueprinting.validation.published import PublishedRun
 
-#: Prediction field -> dotted path in ``plan(...).to_json_dict()``.
+#: Prediction field -> dotted path in ``plan_spec(...).to_json_dict()``.
 REPORT_PATHS: Mapping[str, str] = {
-    "iteration_time_s": "iteration.time_s",
-    "layer_forward_s": "block.forward_time_s",
-    "layer_backward_s": "block.backward_time_s",
-    "activation_memory_bytes": "memory.activations_bytes",
-    "static_memory_bytes": "memory.static_bytes",
+    "iteration_time_s": "iteration_time_s",
+    "layer_forward_s": "block_time_s.forward",
+    "layer_backward_s": "block_time_s.backward_with_recompute",
+    "activation_memory_bytes": "memory_activations_stored_bytes_per_stage.0",
+    "static_memory_bytes": "memory_static_bytes_per_stage.0",
 }
 
 
 def _lookup(values: Mapping[str, object], path: str) -> float | None:
     node: object = values
     for part in path.split("."):
-        if not isinstance(node, Mapping) or part not in node:
+        if isinstance(node, Mapping):
+            if part not in node:
+                return None
+            node = node[part]
+        elif isinstance(node, Sequence) and not isinstance(node, str) and part.isdigit():
+            index = int(part)
+            if index >= len(node):
+                return None
+            node = node[index]
+        else:
             return None
-        node = node[part]
     if isinstance(node, bool) or not isinstance(node, int | float):
         return None
     return float(node)
@@ -55,7 +69,7 @@ def prediction_from_report(values: Mapping[str, object]) -> Prediction:
 
 
 def api_predictor() -> Predictor:
-    """A predictor backed by ``blueprinting.api.plan``.
+    """A predictor backed by ``blueprinting.api.plan_spec`` (the plan's default options).
 
     Raises :class:`UnsupportedError` (with the reason) when the cost model is not installed.
     """
@@ -63,15 +77,25 @@ def api_predictor() -> Predictor:
         api = importlib.import_module("blueprinting.api")
     except ImportError as error:
         raise UnsupportedError(f"blueprinting.api cannot be imported ({error})") from error
-    plan = getattr(api, "plan", None)
-    if not callable(plan):
-        raise UnsupportedError("blueprinting.api has no callable plan()")
+    plan_spec = getattr(api, "plan_spec", None)
+    if not callable(plan_spec):
+        raise UnsupportedError("blueprinting.api has no callable plan_spec()")
 
     def predict(run: PublishedRun) -> Prediction:
-        report = plan(run.training_spec(), system=run.system)
+        report = plan_spec(run.training_spec(), run.system)
         values = report.to_json_dict()
         if not isinstance(values, Mapping):
             raise UnsupportedError(f"plan report of {run.id!r} is not a JSON object")
         return prediction_from_report(values)
+
+    return predict
+
+
+def system_predictor(system: SystemSpec) -> Predictor:
+    """A predictor that costs every run on ``system`` instead of the run's preset (calibration)."""
+    from blueprinting.api import plan_spec
+
+    def predict(run: PublishedRun) -> Prediction:
+        return prediction_from_report(plan_spec(run.training_spec(), system).to_json_dict())
 
     return predict

@@ -10,8 +10,10 @@ Costs per task (Calculon's per-layer model, Isaev et al. SC'23, Section 3.1):
 - compute task: matrix FLOPs on the matrix engine (shape-aware efficiency for GEMMs), vector FLOPs
   on the vector engine, HBM traffic ``bytes_read + bytes_written`` at the memory efficiency,
   combined by the system's processing mode (sum or roofline max);
-- collective task: the TP group's link time for its kind and bytes; without TP/GEMM overlap every
-  TP collective is on the critical path (exposed = link time).
+- collective task: the TP group's link time for its kind and bytes; every forward TP collective
+  is on the critical path (exposed = link time); in backward, the input-gradient reduction and the
+  sequence-parallel re-gather of a column-parallel linear overlap a GEMM (Megatron-LM's async
+  backward communication, :func:`_async_backward_overlap`).
 
 The PP P2P message is one microbatch activation ``b*s*h`` (divided by t under sequence parallelism,
 Megatron's scatter-gather optimization of Narayanan et al. 2021, Section 4.1) sent once per chunk
@@ -34,6 +36,11 @@ from blueprinting.mapping.transformer import (
     RecomputeMethod,
     SelectiveRecompute,
     TrainingSpec,
+)
+from blueprinting.synthesizer.dialects.transformer.training import (
+    CollectivePurpose,
+    Partial,
+    SemanticOpName,
 )
 from blueprinting.synthesizer.stages.distributed.ir import (
     CollectiveTask,
@@ -110,11 +117,14 @@ def cost_task_groups(
         return _phase_cost(group, phases, system, tp_group, datatype)
 
     backward = (Phase.BACKWARD_ACTIVATION_GRAD, Phase.BACKWARD_WEIGHT_GRAD)
+    hidden_activation, hidden_weight = _async_backward_overlap(ir.block, system, tp_group, datatype)
     return TaskGroupCosts(
         block=BlockCost(
             forward=phase(ir.block, Phase.FORWARD),
-            backward_activation=phase(ir.block, Phase.BACKWARD_ACTIVATION_GRAD),
-            backward_weight=phase(ir.block, Phase.BACKWARD_WEIGHT_GRAD),
+            backward_activation=_hide(
+                phase(ir.block, Phase.BACKWARD_ACTIVATION_GRAD), hidden_activation
+            ),
+            backward_weight=_hide(phase(ir.block, Phase.BACKWARD_WEIGHT_GRAD), hidden_weight),
             recompute=phase(ir.block, Phase.RECOMPUTE),
         ),
         embedding=ExtraCost(
@@ -207,6 +217,60 @@ def p2p_message(ctx: PlanContext) -> tuple[int, float]:
         size //= mapping.tensor_degree
     group = ctx.group(ParallelDim.PIPELINE)
     return size, ctx.system.collective_time(LinkCollective.P2P, size, group)
+
+
+def _async_backward_overlap(
+    group: TaskGroup, system: SystemSpec, tp_group: CommGroup, datatype: Datatype
+) -> tuple[float, float]:
+    """TP link time hidden behind a GEMM in backward: (activation-grad phase, weight-grad phase).
+
+    Megatron-LM's column-parallel linear backward
+    (``LinearWithGradAccumulationAndAsyncCommunication`` in
+    ``megatron/core/tensor_parallel/layers.py``, on by default since Korthikanti et al. 2022's
+    code, with ``CUDA_DEVICE_MAX_CONNECTIONS=1``) launches the reduction of the input gradient
+    (all-reduce, or reduce-scatter with sequence parallelism) asynchronously and computes the
+    weight gradient meanwhile; with sequence parallelism it also launches the re-gather of the
+    input for the weight gradient before the input-gradient GEMM. Each such collective is hidden up
+    to the time of the GEMM it runs beside: ``hidden = min(link time, GEMM time)``.
+    Collectives that a GEMM waits on (the gather of the output gradient of a row-parallel linear)
+    stay exposed.
+    """
+    gemm_s: dict[tuple[Phase, SemanticOpName], float] = {}
+    for task in group.tasks:
+        if isinstance(task, ComputeTask) and task.gemm is not None:
+            key = (task.phase, task.lineage.op)
+            gemm_s[key] = gemm_s.get(key, 0.0) + _compute_time(task, system, datatype)
+    hidden_activation = hidden_weight = 0.0
+    for task in group.tasks:
+        if not isinstance(task, CollectiveTask):
+            continue
+        op = task.lineage.op
+        if task.phase is Phase.BACKWARD_ACTIVATION_GRAD and isinstance(
+            task.lineage.source, Partial
+        ):
+            beside = gemm_s.get((Phase.BACKWARD_WEIGHT_GRAD, op), 0.0)
+            link = system.collective_time(LinkCollective(task.kind.value), task.bytes, tp_group)
+            hidden_activation += min(link, beside)
+        elif (
+            task.phase is Phase.BACKWARD_WEIGHT_GRAD and task.purpose is CollectivePurpose.REGATHER
+        ):
+            beside = gemm_s.get((Phase.BACKWARD_ACTIVATION_GRAD, op), 0.0)
+            link = system.collective_time(LinkCollective(task.kind.value), task.bytes, tp_group)
+            hidden_weight += min(link, beside)
+    return hidden_activation, hidden_weight
+
+
+def _hide(phase: PhaseCost, hidden_s: float) -> PhaseCost:
+    """``phase`` with ``hidden_s`` of its TP link time taken off the critical path."""
+    if hidden_s == 0.0:
+        return phase
+    return PhaseCost(
+        compute_s=phase.compute_s,
+        comm_s=phase.comm_s,
+        comm_exposed_s=max(0.0, phase.comm_exposed_s - hidden_s),
+        flops=phase.flops,
+        bytes_moved=phase.bytes_moved,
+    )
 
 
 def _compute_time(task: ComputeTask, system: SystemSpec, datatype: Datatype) -> float:
