@@ -310,7 +310,11 @@ _ACCEPTED_BY_CALCULON_ONLY = frozenset(
 def iteration_comparison(
     oracle: tuple[list[Json], dict[str, list[Json]]],
 ) -> dict[str, object]:
+    from blueprinting.analysis.evaluate import PlanOptions
+    from blueprinting.analysis.iteration import BubbleSource
     from blueprinting.api import plan_spec
+
+    CONTRACT_BUBBLE = PlanOptions(bubble_source=BubbleSource.CONTRACT)  # noqa: N806
     from blueprinting.errors import InvalidStrategyError, UnsupportedError
     from blueprinting.hardware.calculon import system_from_calculon
     from blueprinting.mapping.laws import check_training
@@ -353,7 +357,9 @@ def iteration_comparison(
             data_par_net=_num(exe, "data_par_net"),
         )
         try:
-            report = plan_spec(spec, system)
+            # Calculon's bubble is the seed's contract (tests/analysis/test_pipeline_contract.py);
+            # compare like with like.
+            report = plan_spec(spec, system, CONTRACT_BUBBLE)
         except InvalidStrategyError as error:
             refused_by_laws[record.id] = frozenset(v.law for v in error.violations)
             continue
