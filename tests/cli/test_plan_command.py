@@ -70,3 +70,11 @@ def test_illegal_override_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
 def test_unknown_key_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", str(EXAMPLE), "--set", "tensor_model_paralel_size=4"]) == 2
     assert "tensor_model_parallel_size" in capsys.readouterr().err
+
+
+def test_no_simulate_gives_the_analytic_report(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", str(EXAMPLE), "--json", "--no-simulate"]) == 0
+    bubble = json.loads(capsys.readouterr().out)["bubble"]
+    assert bubble["simulated_s"] is None
+    assert bubble["used"] == "contract"
+    assert "simulation turned off" in bubble["simulation_note"]

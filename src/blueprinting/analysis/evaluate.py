@@ -72,6 +72,9 @@ class PlanOptions:
     megatron_rules: bool = True
     train_tokens: int = 300_000_000_000
     """Tokens for the report's time-to-train figure (default: GPT-3's 300B, Brown et al. 2020)."""
+    simulate: bool = True
+    """Run the concrete schedule at all. Off, the report is purely analytic (the contract bubble,
+    ``bubble.simulated_s`` null): what a sweep needs when it wants microseconds per plan."""
 
 
 @lru_cache(maxsize=512)
@@ -161,6 +164,7 @@ def _choose_bubble(
     source: BubbleSource,
     contract_s: float,
     given_simulated_s: float | None,
+    simulate: bool,
 ) -> _BubbleChoice:
     """The bubble (and, when simulated, the exposed P2P time) the total uses.
 
@@ -175,7 +179,11 @@ def _choose_bubble(
         p2p_s: float | None = None
         note = "simulated bubble supplied by the caller; P2P term analytic"
     else:
-        obstacle = simulation_obstacle(schedule, plan, spec.mapping.microbatch_count)
+        obstacle = (
+            simulation_obstacle(schedule, plan, spec.mapping.microbatch_count)
+            if simulate
+            else "simulation turned off (PlanOptions.simulate / --no-simulate)"
+        )
         if obstacle is None:
             simulated = simulated_bubble(plan, spec, system)
             simulated_s, p2p_s = simulated.bubble_s, simulated.p2p_exposed_s
@@ -236,6 +244,7 @@ def evaluate_plan(
         source=options.bubble_source,
         contract_s=contract.bubble_s,
         given_simulated_s=bubble_simulated_s,
+        simulate=options.simulate,
     )
     recipe = precision_recipe(spec.model.datatype)
     params = stage_parameters(spec.model, mapping, critical.index).total

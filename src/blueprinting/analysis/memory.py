@@ -382,6 +382,8 @@ def in_flight_microbatches(
                     take = min(members, peak - taken)
                     counts[chunk] += take
                     taken += take
+                if taken == peak:  # the rest of the table lies beyond the peak
+                    break
             return tuple(counts)
         case ZeroBubbleH1():
             # Deferring W passes keeps 1F1B's worst-case count on every rank (Qi et al. 2023,

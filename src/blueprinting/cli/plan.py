@@ -48,6 +48,12 @@ def add_strategy_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: %(default)s)",
     )
     parser.add_argument(
+        "--no-simulate",
+        action="store_true",
+        help="skip the concrete schedule simulation (purely analytic report; implies the "
+        "contract bubble)",
+    )
+    parser.add_argument(
         "--no-megatron-rules",
         action="store_true",
         help="check only the planner's laws, not Megatron-LM's start-up rules",
@@ -113,6 +119,7 @@ def options_from(args: argparse.Namespace, bubble: BubbleSource | None = None) -
         bubble_source=BubbleSource(args.bubble) if bubble is None else bubble,
         megatron_rules=not args.no_megatron_rules,
         train_tokens=int(args.train_tokens),
+        simulate=not getattr(args, "no_simulate", False),
     )
 
 
