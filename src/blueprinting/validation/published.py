@@ -76,21 +76,21 @@ class FlopsConvention(StrEnum):
 
     def iteration_flops(self, model: TransformerModelSpec, global_batch_size: int) -> float:
         """FLOPs of one training iteration under this convention (``V`` = unpadded vocab, as the
-        papers use 51200)."""
-        batch = float(global_batch_size)
-        s = float(model.seq_length)
-        layers = float(model.num_layers)
-        h = float(model.hidden_size)
-        vocab = float(model.vocab_size)
+        papers use 51200); the formulas live in :mod:`blueprinting.analysis.flops`."""
+        from blueprinting.analysis.flops import narayanan_eq3_flops, narayanan_model_flops
+
+        shape = {
+            "batch": global_batch_size,
+            "seq_length": model.seq_length,
+            "num_layers": model.num_layers,
+            "hidden_size": model.hidden_size,
+            "vocab_size": model.vocab_size,
+        }
         match self:
             case FlopsConvention.NARAYANAN2021_EQ3:
-                return (
-                    96 * batch * s * layers * h * h * (1 + s / (6 * h) + vocab / (16 * layers * h))
-                )
+                return float(narayanan_eq3_flops(**shape))
             case FlopsConvention.KORTHIKANTI2022_MODEL_FLOPS:
-                return (
-                    72 * batch * s * layers * h * h * (1 + s / (6 * h) + vocab / (12 * layers * h))
-                )
+                return float(narayanan_model_flops(**shape))
             case _ as unreachable:
                 assert_never(unreachable)
 
