@@ -52,4 +52,18 @@ def test_only_narayanan_table1_runs_are_costed_synchronously(run_id: str) -> Non
     system = system_for_run(run, system_preset(run.system))
     legacy = run.source_table is SourceTable.NARAYANAN2021_TABLE1
     assert system.async_tp_backward_comm is not legacy
-    assert SYNCHRONOUS_TP_BACKWARD_TABLES == frozenset({SourceTable.NARAYANAN2021_TABLE1})
+    assert frozenset({SourceTable.NARAYANAN2021_TABLE1}) == SYNCHRONOUS_TP_BACKWARD_TABLES
+
+
+def test_system_section_round_trips_the_knob() -> None:
+    from blueprinting.errors import ConfigError
+    from blueprinting.hardware.system_mapping import system_from_mapping, system_to_mapping
+
+    legacy = system_from_mapping({"preset": "dgx-a100-80gb", "async_tp_backward_comm": False})
+    assert legacy.async_tp_backward_comm is False
+    assert legacy == replace(system_preset("dgx-a100-80gb"), async_tp_backward_comm=False)
+    assert system_from_mapping(system_to_mapping(legacy)) == legacy
+    # The default is not written, so existing [system] files and digests stay as they were.
+    assert "async_tp_backward_comm" not in system_to_mapping(system_preset("dgx-a100-80gb"))
+    with pytest.raises(ConfigError, match="async_tp_backward_comm must be true or false"):
+        system_from_mapping({"preset": "dgx-a100-80gb", "async_tp_backward_comm": "no"})
