@@ -396,6 +396,14 @@ class SystemSpec:
     scale_out: LinkSpec
     processing_mode: ProcessingMode = ProcessingMode.ROOFLINE
     network_assignment: NetworkAssignment = field(default_factory=ByRankLayout)
+    #: Whether the software stack overlaps a column-parallel linear's backward TP collective
+    #: with its weight-gradient GEMM (Megatron-LM's ``ColumnParallelLinearWithAsyncAllreduce``,
+    #: first in NVIDIA/Megatron-LM commit cf7efd4f5a, 2021-08-30; on by default since). False
+    #: reproduces the older code, where that all-reduce ran synchronously in the autograd
+    #: backward of ``copy_to_tensor_model_parallel_region``: the Megatron-LM of the SC'21
+    #: artifact (commit 6985e58938, 2021-08-18, Narayanan et al. 2021). A property of the
+    #: software generation, not of the hardware; only validation of pre-Sept-2021 runs sets it.
+    async_tp_backward_comm: bool = True
 
     def __str__(self) -> str:
         return (

@@ -7,6 +7,7 @@ The mapping form (every key optional when a ``preset`` is given; SI units, the u
     name = "my-a100-cluster"
     gpus_per_node = 8
     processing_mode = "roofline"      # or "no_overlap"
+    async_tp_backward_comm = true     # false: Megatron-LM before Sept. 2021 (SystemSpec docs)
     rank_layout = "tp-dp-pp"          # or, Calculon-style, fixed link tiers:
     # fixed_tiers = {tp = "intra_node", pp = "scale_out", dp = "scale_out"}
 
@@ -97,6 +98,7 @@ _TOP_KEYS = (
     "accelerator",
     "intra_node",
     "scale_out",
+    "async_tp_backward_comm",
 )
 _ACCELERATOR_KEYS = ("name", "matrix", "vector", "hbm", "offload")
 _RATE_KEYS = ("peak_flop_per_s", "efficiency")
@@ -182,6 +184,8 @@ def system_to_mapping(system: SystemSpec) -> dict[str, object]:
             result["fixed_tiers"] = {"tp": tensor.value, "pp": pipeline.value, "dp": data.value}
         case _ as unreachable:
             assert_never(unreachable)
+    if not system.async_tp_backward_comm:
+        result["async_tp_backward_comm"] = False
     result["accelerator"] = accelerator
     result["intra_node"] = _link_to_mapping(system.node.link)
     result["scale_out"] = _link_to_mapping(system.scale_out)
@@ -555,6 +559,9 @@ def system_from_mapping(section: Mapping[str, object], *, source: str | None = N
         "system.processing_mode",
         out,
     )
+    async_tp = merged.get("async_tp_backward_comm", True)
+    if not isinstance(async_tp, bool):
+        out.add(f"system.async_tp_backward_comm must be true or false, got {async_tp!r}")
     assignment = _assignment_from_mapping(merged, out)
     accelerator = _accelerator_from_mapping(
         _required(merged, "accelerator", "system", out), "system.accelerator", out
@@ -587,6 +594,7 @@ def system_from_mapping(section: Mapping[str, object], *, source: str | None = N
         scale_out=scale_out,
         processing_mode=mode,
         network_assignment=assignment,
+        async_tp_backward_comm=async_tp is not False,
     )
 
 

@@ -13,7 +13,9 @@ Costs per task (Calculon's per-layer model, Isaev et al. SC'23, Section 3.1):
 - collective task: the TP group's link time for its kind and bytes; every forward TP collective
   is on the critical path (exposed = link time); in backward, the input-gradient reduction and the
   sequence-parallel re-gather of a column-parallel linear overlap a GEMM (Megatron-LM's async
-  backward communication, :func:`_async_backward_overlap`).
+  backward communication, :func:`_async_backward_overlap`), unless the system's
+  ``async_tp_backward_comm`` is off (Megatron-LM before September 2021: every TP collective
+  exposed).
 
 The PP P2P message is one microbatch activation ``b*s*h`` (divided by t under sequence parallelism,
 Megatron's scatter-gather optimization of Narayanan et al. 2021, Section 4.1) sent once per chunk
@@ -117,7 +119,11 @@ def cost_task_groups(
         return _phase_cost(group, phases, system, tp_group, datatype)
 
     backward = (Phase.BACKWARD_ACTIVATION_GRAD, Phase.BACKWARD_WEIGHT_GRAD)
-    hidden_activation, hidden_weight = _async_backward_overlap(ir.block, system, tp_group, datatype)
+    hidden_activation, hidden_weight = (
+        _async_backward_overlap(ir.block, system, tp_group, datatype)
+        if system.async_tp_backward_comm
+        else (0.0, 0.0)
+    )
     return TaskGroupCosts(
         block=BlockCost(
             forward=phase(ir.block, Phase.FORWARD),
