@@ -78,3 +78,20 @@ def test_no_simulate_gives_the_analytic_report(capsys: pytest.CaptureFixture[str
     assert bubble["simulated_s"] is None
     assert bubble["used"] == "contract"
     assert "simulation turned off" in bubble["simulation_note"]
+
+
+def test_nested_system_override_reaches_the_memory_verdict(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = ["plan", str(EXAMPLE), "--json", "--set", "system.accelerator.hbm.capacity_bytes=20e9"]
+    assert main(args) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["memory_bytes"]["capacity"] == 20_000_000_000
+    assert data["fits_in_memory"] is False  # 30.4 GiB per GPU does not fit in 20 GB
+
+
+def test_unknown_system_preset_is_reported_alone(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", str(EXAMPLE), "--system", "dgx-z100"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown system 'dgx-z100' (did you mean 'dgx-h100'?)" in err
+    assert "missing key" not in err

@@ -79,7 +79,7 @@ def load_training(args: argparse.Namespace) -> tuple[TrainingSpec, SystemSpec]:
     from blueprinting.api import build_spec
     from blueprinting.hardware.presets import system_preset
     from blueprinting.hardware.system_mapping import system_from_mapping
-    from blueprinting.mapping.config_file import apply_overrides, load_config
+    from blueprinting.mapping.config_file import apply_overrides, load_config, set_nested
 
     overrides: list[str] = list(args.overrides)
     if args.file is not None:
@@ -107,7 +107,8 @@ def load_training(args: argparse.Namespace) -> tuple[TrainingSpec, SystemSpec]:
         overridden: dict[str, object] = {"preset": system_name}
         for item in system_overrides:
             key, _, value = item.partition("=")
-            overridden[key.removeprefix("system.")] = apply_overrides({}, [f"x={value}"])["x"]
+            path = key.removeprefix("system.").split(".")
+            set_nested(overridden, path, apply_overrides({}, [f"x={value}"])["x"])
         return spec, system_from_mapping(overridden)
     return spec, system_preset(system_name)
 

@@ -549,6 +549,10 @@ def system_from_mapping(section: Mapping[str, object], *, source: str | None = N
     out = ProblemCollector(source=source)
     _unknown_keys(section, _TOP_KEYS, "system", out)
     merged = _with_preset(section, out)
+    if out.problems and "preset" in section:
+        # An unknown preset leaves nothing to merge over: the keys it would have supplied are
+        # not the user's mistake, so report the preset alone.
+        out.raise_if_any()
     name = _string(_required(merged, "name", "system", out), "system.name", out)
     gpus_per_node = _integer(
         _required(merged, "gpus_per_node", "system", out), "system.gpus_per_node", out

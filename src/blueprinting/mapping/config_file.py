@@ -144,6 +144,19 @@ def _section(data: Mapping[str, object], name: str, problems: list[str]) -> dict
     return {str(k): v for k, v in raw.items()}
 
 
+def set_nested(target: dict[str, object], path: list[str], value: object) -> None:
+    """``system.accelerator.hbm.capacity_bytes=...``: set a value deep in the [system] table,
+    creating (or copying, never mutating the caller's) the tables on the way."""
+    head, *rest = path
+    if not rest:
+        target[head] = value
+        return
+    inner = target.get(head)
+    table: dict[str, object] = dict(inner) if isinstance(inner, Mapping) else {}
+    target[head] = table
+    set_nested(table, rest, value)
+
+
 def load_config(path: str | Path, *, overrides: Sequence[str] = ()) -> ConfigFile:
     """Read a strategy file and build its spec (see the module docstring).
 
@@ -172,7 +185,7 @@ def load_config(path: str | Path, *, overrides: Sequence[str] = ()) -> ConfigFil
         key, sep, value = item.partition("=")
         section, dot, rest = key.strip().partition(".")
         if sep and dot and section == "system":
-            system[rest] = parse_value(value)
+            set_nested(system, rest.split("."), parse_value(value))
         elif sep and dot and section == "model":
             model_section[canonical_key(rest)] = parse_value(value)
         else:
