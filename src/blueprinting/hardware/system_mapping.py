@@ -548,10 +548,11 @@ def system_from_mapping(section: Mapping[str, object], *, source: str | None = N
     every problem."""
     out = ProblemCollector(source=source)
     _unknown_keys(section, _TOP_KEYS, "system", out)
+    known = len(out.problems)
     merged = _with_preset(section, out)
-    if out.problems and "preset" in section:
+    if len(out.problems) > known:
         # An unknown preset leaves nothing to merge over: the keys it would have supplied are
-        # not the user's mistake, so report the preset alone.
+        # not the user's mistake, so report the problems so far and stop.
         out.raise_if_any()
     name = _string(_required(merged, "name", "system", out), "system.name", out)
     gpus_per_node = _integer(
