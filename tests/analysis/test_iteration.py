@@ -258,3 +258,22 @@ def test_adam_step_hand_value() -> None:
     assert cost.flops == 11 * 10**9
     assert cost.bytes_moved == 30 * 10**9
     assert cost.time_s == pytest.approx(0.0011 + 0.030)
+
+
+def test_zero3_overlapped_reduce_scatter_hides_per_microbatch() -> None:
+    group = CommGroup(size=4, tier=LinkTier.SCALE_OUT, ranks_per_node=1)
+    cost = data_parallel_cost(
+        data=DataParallel(
+            degree=4, optimizer_sharding=ShardedParameters(), overlap_grad_reduce=True
+        ),
+        stage_parameters=10**9,
+        param_bytes=2,
+        grad_bytes=4,
+        group=group,
+        system=_system(),
+        windows=_windows(m=8),
+    )
+    # Per microbatch RS 0.03 s = 4 blocks x 0.0075; the last block's bucket (0.0075) is exposed
+    # and the other three (0.0225) hide behind three block backwards (0.03): 8 x 0.0075 exposed,
+    # plus the 16 all-gathers of 0.015 s each (no prefetch).
+    assert cost.exposed_s == pytest.approx(8 * 0.0075 + 16 * 0.015)

@@ -143,7 +143,8 @@ def data_parallel_cost(
             )
         case ShardedParameters(overlap_param_gather=overlap_gather):
             m = windows.microbatch_count
-            sync = m * time(CollectiveKind.REDUCE_SCATTER, grads)
+            per_microbatch_sync = time(CollectiveKind.REDUCE_SCATTER, grads)
+            sync = m * per_microbatch_sync
             gather = 2 * m * time(CollectiveKind.ALL_GATHER, params)
             # With prefetching, each gather hides behind the previous unit's compute; what stays
             # exposed is the excess over one forward (before forward) and one backward.
@@ -153,7 +154,12 @@ def data_parallel_cost(
                 gather_exposed = m * (per_fw + per_bw)
             else:
                 gather_exposed = gather
-            sync_exposed = _grad_sync_exposed(sync, windows) if data.overlap_grad_reduce else sync
+            # Each microbatch reduce-scatters its own gradients behind its own backward.
+            sync_exposed = (
+                m * _grad_sync_exposed(per_microbatch_sync, windows)
+                if data.overlap_grad_reduce
+                else sync
+            )
             return DataParallelCost(
                 grad_bytes=grads,
                 param_gather_bytes=params,

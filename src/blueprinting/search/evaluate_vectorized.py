@@ -781,19 +781,22 @@ def evaluate_candidates(
     zero3 = sharding == _SHARD[ShardingVariant.OPTIM_GRADS_PARAMS]
     sync = np.where(no_shard, all_reduce_s, np.where(zero3, m * reduce_scatter_s, reduce_scatter_s))
     gather = np.where(no_shard, 0.0, np.where(zero3, 2 * m * all_gather_s, all_gather_s))
+    safe_m = np.maximum(m, 1)
+    # ZeRO-3 reduce-scatters per microbatch, each behind its own backward.
+    per_sync = np.where(zero3, sync / safe_m, sync)
+    per_sync_exposed = _grad_sync_exposed(
+        per_sync,
+        blocks_per_chunk=blocks_per_chunk,
+        virtual_stages=v,
+        pipeline_degree=p,
+        block_backward_s=c.backward_s,
+        chunk_backward_s=backward_chunk_s,
+    )
     sync_exposed = np.where(
         table.overlap_grad_reduce,
-        _grad_sync_exposed(
-            sync,
-            blocks_per_chunk=blocks_per_chunk,
-            virtual_stages=v,
-            pipeline_degree=p,
-            block_backward_s=c.backward_s,
-            chunk_backward_s=backward_chunk_s,
-        ),
+        np.where(zero3, safe_m * per_sync_exposed, per_sync_exposed),
         sync,
     )
-    safe_m = np.maximum(m, 1)
     zero3_overlapped = safe_m * (
         np.maximum(0.0, gather / (2 * safe_m) - stage_forward_s)
         + np.maximum(0.0, gather / (2 * safe_m) - backward_chunk_s)
