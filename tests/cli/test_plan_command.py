@@ -61,7 +61,11 @@ def test_text_report_names_every_section(capsys: pytest.CaptureFixture[str]) -> 
 
 def test_illegal_override_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", str(EXAMPLE), "--set", "pipeline_model_parallel_size=7"]) == 1
-    assert "world_size" in capsys.readouterr().err  # 1024 / (8 * 7) is not integral
+    err = capsys.readouterr().err
+    # Every law at once: d = 1024 / 56 is not integral, and neither are 96 / 7 and 96 / 21.
+    assert "d = world_size / (t * p) = 1024 / (8 * 7) is not integral" in err
+    assert "blocks_per_pipeline_stage = 96 / 7 is not integral" in err
+    assert "blocks_per_virtual_chunk = 96 / (7 * 3) is not integral" in err
     args = ["plan", str(EXAMPLE), "--set", "num_virtual_stages_per_pipeline_rank=5"]
     assert main(args) == 1
     assert "blocks_per_virtual_chunk" in capsys.readouterr().err  # 96 / (8 * 5)

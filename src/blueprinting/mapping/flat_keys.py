@@ -563,14 +563,9 @@ def from_mapping(
         raise ConfigError(problems)
     if unsupported:
         raise UnsupportedError("; ".join(unsupported))
-    if world_violation is not None:
-        raise InvalidStrategyError(
-            [world_violation], subject=f"degrees t={t} p={p} world_size={world}"
-        )
-
     mbs = _get_int(values, "micro_batch_size") or 1
     gbs = _get_int(values, "global_batch_size") or mbs * d
-    return TrainingSpec(
+    spec = TrainingSpec(
         model=spec_model,
         mapping=TransformerTrainingMappingSpec(
             parallelism=TransformerTrainingParallelism(
@@ -586,6 +581,37 @@ def from_mapping(
             batch=BatchSpec(global_batch_size=gbs, micro_batch_size=mbs),
         ),
     )
+    if world_violation is not None:
+        raise InvalidStrategyError(
+            [world_violation, *_laws_without_data_degree(spec)],
+            subject=f"degrees t={t} p={p} world_size={world}",
+        )
+    return spec
+
+
+# Laws whose values involve d: meaningless while d = world_size / (t * p) is not an integer.
+_DATA_DEGREE_LAWS = frozenset(
+    {
+        "local_batch",
+        "microbatch_count",
+        "microbatch_group_bounds",
+        "microbatch_group_remainder",
+        "num_microbatches_positive",
+    }
+)
+
+
+def _laws_without_data_degree(spec: TrainingSpec) -> list[LawViolation]:
+    """The other laws a strategy with a non-integral d breaks, so that every violation is
+    reported at once. ``spec`` carries a placeholder d that is never returned to the caller;
+    the laws that read d are left out."""
+    from blueprinting.mapping.laws import check_training
+
+    return [
+        violation
+        for violation in check_training(spec.model, spec.mapping)
+        if violation.law not in _DATA_DEGREE_LAWS
+    ]
 
 
 def _pipeline(
