@@ -32,15 +32,17 @@ def resolve_system(system: SystemSpec | str) -> SystemSpec:
     return system_preset(system) if isinstance(system, str) else system
 
 
-def _megatron_args(spec: TrainingSpec, *, megatron_rules: bool) -> tuple[str, ...]:
-    """Megatron-LM's flags; none for a strategy Megatron-LM refuses (reachable only with
-    ``megatron_rules=False``), since no command line runs it."""
+def _megatron_args(
+    spec: TrainingSpec, *, megatron_rules: bool
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """Megatron-LM's flags and, for a strategy Megatron-LM refuses (reachable only with
+    ``megatron_rules=False``), no flags and the rules it breaks: no command line runs it."""
     try:
-        return tuple(to_megatron_args(spec))
-    except InvalidStrategyError:
+        return tuple(to_megatron_args(spec)), ()
+    except InvalidStrategyError as refused:
         if megatron_rules:
             raise
-        return ()
+        return (), tuple(str(violation) for violation in refused.violations)
 
 
 def plan_spec(
@@ -53,12 +55,14 @@ def plan_spec(
     """Check ``spec`` against every law, then evaluate it on ``system``."""
     chosen = PlanOptions() if options is None else options
     validate_training(spec.model, spec.mapping, megatron=chosen.megatron_rules)
+    flags, refusals = _megatron_args(spec, megatron_rules=chosen.megatron_rules)
     return evaluate_plan(
         spec,
         resolve_system(system),
         chosen,
         strategy_keys=to_mapping(spec),
-        megatron_args=_megatron_args(spec, megatron_rules=chosen.megatron_rules),
+        megatron_args=flags,
+        megatron_refusals=refusals,
         bubble_simulated_s=bubble_simulated_s,
     )
 

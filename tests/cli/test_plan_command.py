@@ -99,3 +99,16 @@ def test_unknown_system_preset_is_reported_alone(capsys: pytest.CaptureFixture[s
     err = capsys.readouterr().err
     assert "unknown system 'dgx-z100' (did you mean 'dgx-h100'?)" in err
     assert "missing key" not in err
+
+
+def test_a_strategy_megatron_refuses_gets_no_flags_and_the_reasons(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    zb = ["--set", "num_virtual_stages_per_pipeline_rank=1", "--set", "pipeline_schedule=zb-h1"]
+    assert main(["plan", str(EXAMPLE), *zb]) == 1
+    assert "megatron_schedule_supported" in capsys.readouterr().err
+    assert main(["plan", str(EXAMPLE), *zb, "--no-megatron-rules", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["megatron_args"] == []
+    assert len(data["megatron_refusals"]) == 1
+    assert data["megatron_refusals"][0].startswith("[megatron] megatron_schedule_supported")

@@ -229,6 +229,7 @@ def evaluate_plan(
     *,
     strategy_keys: dict[str, int | bool | str],
     megatron_args: tuple[str, ...],
+    megatron_refusals: tuple[str, ...] = (),
     bubble_simulated_s: float | None = None,
 ) -> IterationReport:
     """Evaluate a strategy that already satisfies the laws (callers check them first)."""
@@ -314,5 +315,6 @@ def evaluate_plan(
         optimizer=optimizer,
         strategy_keys=strategy_keys,
         megatron_args=megatron_args,
+        megatron_refusals=megatron_refusals,
         train_tokens=options.train_tokens,
     )

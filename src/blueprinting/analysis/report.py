@@ -48,6 +48,8 @@ class IterationReport:
     strategy_keys: dict[str, int | bool | str]
     megatron_args: tuple[str, ...]
     train_tokens: int
+    megatron_refusals: tuple[str, ...] = ()
+    """Megatron-LM start-up rules the strategy breaks (then ``megatron_args`` is empty)."""
 
     @property
     def iteration_time_s(self) -> float:
@@ -175,4 +177,5 @@ class IterationReport:
             },
             "strategy": strategy,
             "megatron_args": list(self.megatron_args),
+            "megatron_refusals": list(self.megatron_refusals),
         }

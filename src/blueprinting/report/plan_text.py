@@ -113,4 +113,9 @@ def render_plan(report: IterationReport, console: Console, *, all_stages: bool =
     console.print(
         f"time to train {tokens:.3g} tokens: {report.time_to_train_s(tokens) / 86400:,.1f} days"
     )
-    console.print("megatron-lm flags: " + " ".join(report.megatron_args))
+    if report.megatron_refusals:
+        console.print("megatron-lm flags: none, Megatron-LM refuses this strategy:")
+        for refusal in report.megatron_refusals:
+            console.print(f"  - {refusal}", markup=False)
+    else:
+        console.print("megatron-lm flags: " + " ".join(report.megatron_args))
