@@ -30,10 +30,6 @@ from blueprinting.analysis.flops import (
 )
 from blueprinting.errors import ConfigError
 from blueprinting.mapping.model import (
-    EmbeddingTying,
-    MlpActivation,
-    Normalization,
-    PositionEmbedding,
     TransformerModelSpec,
 )
 from blueprinting.mapping.transformer import (
@@ -53,6 +49,7 @@ from blueprinting.mapping.transformer import (
     TransformerTrainingMappingSpec,
     TransformerTrainingParallelism,
 )
+from tests.synthesizer.models import LLAMA2_70B
 
 
 def gpt(
@@ -73,24 +70,6 @@ def gpt(
 
 
 GPT3_175B = gpt(layers=96, hidden=12288, heads=96, name="gpt3-175b")
-
-LLAMA2_70B = TransformerModelSpec(
-    name="llama2-70b",
-    num_layers=80,
-    hidden_size=8192,
-    num_attention_heads=64,
-    num_query_groups=8,
-    kv_channels=128,
-    ffn_hidden_size=28672,
-    seq_length=4096,
-    vocab_size=32000,
-    padded_vocab_size=32000,
-    activation=MlpActivation.SWIGLU,
-    normalization=Normalization.RMSNORM,
-    position_embedding=PositionEmbedding.ROPE,
-    embeddings=EmbeddingTying.UNTIED,
-    add_bias_linear=False,
-)
 
 
 def training(

@@ -30,8 +30,6 @@ from blueprinting.mapping.model import (
     Datatype,
     EmbeddingTying,
     MlpActivation,
-    Normalization,
-    PositionEmbedding,
     TransformerModelSpec,
 )
 from blueprinting.mapping.transformer import (
@@ -60,6 +58,7 @@ from blueprinting.mapping.transformer import (
     TransformerTrainingParallelism,
     UnevenStages,
 )
+from tests.synthesizer.models import LLAMA2_70B
 
 GIB = 2**30
 
@@ -80,24 +79,6 @@ def gpt(*, layers: int, hidden: int, heads: int, seq: int = 2048) -> Transformer
 
 
 GPT3_175B = gpt(layers=96, hidden=12288, heads=96)
-
-LLAMA2_70B = TransformerModelSpec(
-    name="llama2-70b",
-    num_layers=80,
-    hidden_size=8192,
-    num_attention_heads=64,
-    num_query_groups=8,
-    kv_channels=128,
-    ffn_hidden_size=28672,
-    seq_length=4096,
-    vocab_size=32000,
-    padded_vocab_size=32000,
-    activation=MlpActivation.SWIGLU,
-    normalization=Normalization.RMSNORM,
-    position_embedding=PositionEmbedding.ROPE,
-    embeddings=EmbeddingTying.UNTIED,
-    add_bias_linear=False,
-)
 
 
 def training(
