@@ -45,6 +45,7 @@ Public API (used by training_derivation.py and stages/distributed/passes.py):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TypeAlias, assert_never, final
@@ -709,56 +710,49 @@ class BoundaryCollective:
     after: SemanticOpName  # the op whose output (or whose input's gradient) it carries
 
 
+def _collective_at(
+    boundary: Boundary, op: SemanticOpName, size: int
+) -> Callable[
+    [Direction, CollectivePurpose, CollectiveKind, Placement, Placement], BoundaryCollective
+]:
+    """A maker of the collectives of one boundary: they share the boundary, op and size."""
+
+    def make(
+        direction: Direction,
+        purpose: CollectivePurpose,
+        kind: CollectiveKind,
+        source: Placement,
+        target: Placement,
+    ) -> BoundaryCollective:
+        return BoundaryCollective(
+            boundary=boundary,
+            direction=direction,
+            purpose=purpose,
+            kind=kind,
+            bytes=size,
+            source=source,
+            target=target,
+            after=op,
+        )
+
+    return make
+
+
 def _column_input_collectives(
     boundary: Boundary, op: SemanticOpName, size: int, *, sequence_parallel: bool
 ) -> tuple[BoundaryCollective, ...]:
     """Before a column-parallel GEMM: AG in forward (SP); the input gradient is partial, so
     AR (or RS under SP) in backward; under SP Megatron re-gathers the input for dW."""
     seq, r, p = Shard(dim=ShardDim.SEQ), Replicate(), Partial()
+    make = _collective_at(boundary, op, size)
+    fw, bw = Direction.FORWARD, Direction.BACKWARD
+    edge, regather = CollectivePurpose.BOUNDARY, CollectivePurpose.REGATHER
     if not sequence_parallel:
-        return (
-            BoundaryCollective(
-                boundary=boundary,
-                direction=Direction.BACKWARD,
-                purpose=CollectivePurpose.BOUNDARY,
-                kind=CollectiveKind.ALL_REDUCE,
-                bytes=size,
-                source=p,
-                target=r,
-                after=op,
-            ),
-        )
+        return (make(bw, edge, CollectiveKind.ALL_REDUCE, p, r),)
     return (
-        BoundaryCollective(
-            boundary=boundary,
-            direction=Direction.FORWARD,
-            purpose=CollectivePurpose.BOUNDARY,
-            kind=CollectiveKind.ALL_GATHER,
-            bytes=size,
-            source=seq,
-            target=r,
-            after=op,
-        ),
-        BoundaryCollective(
-            boundary=boundary,
-            direction=Direction.BACKWARD,
-            purpose=CollectivePurpose.BOUNDARY,
-            kind=CollectiveKind.REDUCE_SCATTER,
-            bytes=size,
-            source=p,
-            target=seq,
-            after=op,
-        ),
-        BoundaryCollective(
-            boundary=boundary,
-            direction=Direction.BACKWARD,
-            purpose=CollectivePurpose.REGATHER,
-            kind=CollectiveKind.ALL_GATHER,
-            bytes=size,
-            source=seq,
-            target=r,
-            after=op,
-        ),
+        make(fw, edge, CollectiveKind.ALL_GATHER, seq, r),
+        make(bw, edge, CollectiveKind.REDUCE_SCATTER, p, seq),
+        make(bw, regather, CollectiveKind.ALL_GATHER, seq, r),
     )
 
 
@@ -768,40 +762,13 @@ def _row_output_collectives(
     """After a row-parallel GEMM: AR (or RS under SP) of the partial output in forward; under
     SP the output gradient is all-gathered in backward."""
     seq, r, p = Shard(dim=ShardDim.SEQ), Replicate(), Partial()
+    make = _collective_at(boundary, op, size)
+    fw, bw, edge = Direction.FORWARD, Direction.BACKWARD, CollectivePurpose.BOUNDARY
     if not sequence_parallel:
-        return (
-            BoundaryCollective(
-                boundary=boundary,
-                direction=Direction.FORWARD,
-                purpose=CollectivePurpose.BOUNDARY,
-                kind=CollectiveKind.ALL_REDUCE,
-                bytes=size,
-                source=p,
-                target=r,
-                after=op,
-            ),
-        )
+        return (make(fw, edge, CollectiveKind.ALL_REDUCE, p, r),)
     return (
-        BoundaryCollective(
-            boundary=boundary,
-            direction=Direction.FORWARD,
-            purpose=CollectivePurpose.BOUNDARY,
-            kind=CollectiveKind.REDUCE_SCATTER,
-            bytes=size,
-            source=p,
-            target=seq,
-            after=op,
-        ),
-        BoundaryCollective(
-            boundary=boundary,
-            direction=Direction.BACKWARD,
-            purpose=CollectivePurpose.BOUNDARY,
-            kind=CollectiveKind.ALL_GATHER,
-            bytes=size,
-            source=seq,
-            target=r,
-            after=op,
-        ),
+        make(fw, edge, CollectiveKind.REDUCE_SCATTER, p, seq),
+        make(bw, edge, CollectiveKind.ALL_GATHER, seq, r),
     )
 
 
