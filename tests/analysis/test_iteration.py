@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from blueprinting.analysis.data_parallel import OverlapWindows, data_parallel_cost
+from blueprinting.analysis.data_parallel import DataParallelCost, OverlapWindows, data_parallel_cost
 from blueprinting.analysis.iteration import (
     bubble_contract,
     compose_breakdown,
@@ -185,49 +185,36 @@ def _windows(m: int = 8) -> OverlapWindows:
     )
 
 
-def test_dp_all_reduce_hand_value() -> None:
-    group = CommGroup(size=4, tier=LinkTier.SCALE_OUT, ranks_per_node=1)
-    # 1e9 params x 4 B grads = 4 GB; ring all-reduce 2 (n-1)/n = 1.5 -> 6 GB at 100 GB/s = 0.06 s
-    cost = data_parallel_cost(
-        data=DataParallel(degree=4, optimizer_sharding=NoOptimizerSharding()),
+def _dp(data: DataParallel) -> DataParallelCost:
+    """1e9 parameters on a 4-way DP group across nodes, bf16 params (2 B) and fp32 grads (4 B),
+    8 microbatches."""
+    return data_parallel_cost(
+        data=data,
         stage_parameters=10**9,
         param_bytes=2,
         grad_bytes=4,
-        group=group,
+        group=CommGroup(size=4, tier=LinkTier.SCALE_OUT, ranks_per_node=1),
         system=_system(),
-        windows=_windows(),
+        windows=_windows(m=8),
     )
+
+
+def test_dp_all_reduce_hand_value() -> None:
+    # 1e9 params x 4 B grads = 4 GB; ring all-reduce 2 (n-1)/n = 1.5 -> 6 GB at 100 GB/s = 0.06 s
+    cost = _dp(DataParallel(degree=4, optimizer_sharding=NoOptimizerSharding()))
     assert cost.grad_sync_s == pytest.approx(0.06)
     assert cost.exposed_s == pytest.approx(0.06)
 
 
 def test_dp_overlap_window_hand_value() -> None:
-    group = CommGroup(size=4, tier=LinkTier.SCALE_OUT, ranks_per_node=1)
-    cost = data_parallel_cost(
-        data=DataParallel(degree=4, overlap_grad_reduce=True),
-        stage_parameters=10**9,
-        param_bytes=2,
-        grad_bytes=4,
-        group=group,
-        system=_system(),
-        windows=_windows(),
-    )
+    cost = _dp(DataParallel(degree=4, overlap_grad_reduce=True))
     # per block 0.06 / 4 = 0.015; the last block's bucket is exposed (0.015) plus what the other
     # three (0.045) do not hide behind three block backwards (0.03): 0.015 + 0.015
     assert cost.exposed_s == pytest.approx(0.03)
 
 
 def test_distributed_optimizer_reduce_scatter_and_gather() -> None:
-    group = CommGroup(size=4, tier=LinkTier.SCALE_OUT, ranks_per_node=1)
-    cost = data_parallel_cost(
-        data=DataParallel(degree=4, optimizer_sharding=DistributedOptimizer()),
-        stage_parameters=10**9,
-        param_bytes=2,
-        grad_bytes=4,
-        group=group,
-        system=_system(),
-        windows=_windows(),
-    )
+    cost = _dp(DataParallel(degree=4, optimizer_sharding=DistributedOptimizer()))
     # RS: 4 GB x 3/4 / 100 GB/s = 0.03; AG: 2 GB x 3/4 / 100 GB/s = 0.015
     assert cost.grad_sync_s == pytest.approx(0.03)
     assert cost.param_gather_s == pytest.approx(0.015)
@@ -235,16 +222,7 @@ def test_distributed_optimizer_reduce_scatter_and_gather() -> None:
 
 
 def test_zero3_gathers_params_twice_per_microbatch() -> None:
-    group = CommGroup(size=4, tier=LinkTier.SCALE_OUT, ranks_per_node=1)
-    cost = data_parallel_cost(
-        data=DataParallel(degree=4, optimizer_sharding=ShardedParameters()),
-        stage_parameters=10**9,
-        param_bytes=2,
-        grad_bytes=4,
-        group=group,
-        system=_system(),
-        windows=_windows(m=8),
-    )
+    cost = _dp(DataParallel(degree=4, optimizer_sharding=ShardedParameters()))
     # 8 microbatches x (2 x AG 0.015 + RS 0.03)
     assert cost.param_gather_s == pytest.approx(8 * 0.03)
     assert cost.grad_sync_s == pytest.approx(8 * 0.03)
@@ -261,17 +239,8 @@ def test_adam_step_hand_value() -> None:
 
 
 def test_zero3_overlapped_reduce_scatter_hides_per_microbatch() -> None:
-    group = CommGroup(size=4, tier=LinkTier.SCALE_OUT, ranks_per_node=1)
-    cost = data_parallel_cost(
-        data=DataParallel(
-            degree=4, optimizer_sharding=ShardedParameters(), overlap_grad_reduce=True
-        ),
-        stage_parameters=10**9,
-        param_bytes=2,
-        grad_bytes=4,
-        group=group,
-        system=_system(),
-        windows=_windows(m=8),
+    cost = _dp(
+        DataParallel(degree=4, optimizer_sharding=ShardedParameters(), overlap_grad_reduce=True)
     )
     # Per microbatch RS 0.03 s = 4 blocks x 0.0075; the last block's bucket (0.0075) is exposed
     # and the other three (0.0225) hide behind three block backwards (0.03): 8 x 0.0075 exposed,
