@@ -103,7 +103,9 @@ def test_gpt3_175b_plan_reports_the_selene_strategy() -> None:
         report.plan.forward_chunk_s() + report.plan.backward_chunk_s()
     )
     assert "--tensor-model-parallel-size" in report.megatron_args
-    assert report.fits_in_memory if hasattr(report, "fits_in_memory") else report.memory.fits
+    # 30.4 GiB per GPU against 80 GB: the strategy fits with headroom.
+    assert report.memory.fits
+    assert report.memory.headroom > 40 * 2**30
 
 
 def test_plan_refuses_an_illegal_strategy_with_every_law() -> None:
