@@ -5,6 +5,8 @@ These are formulas, not simulations: the tests compare them with :func:`simulate
 
 from __future__ import annotations
 
+from blueprinting.analysis.pipeline_contract import analytic_bubble
+
 
 def analytic_contract_bubble(
     p: int, v: int, m: int, tf: float, tb: float, *, imbalance_correction: float = 0.0
@@ -20,9 +22,19 @@ def analytic_contract_bubble(
     over-estimates it by (v-1)(p - m mod p)(tf+tb) whenever v >= 2 and m mod p != 0 (a case
     Megatron only runs with a microbatch group size N > p, schedules.md section 4). The extra
     term follows Calculon's pessimistic bubble reasoning (calculon/llm/llm.py).
+
+    The formula itself lives once, in
+    :func:`blueprinting.analysis.pipeline_contract.analytic_bubble`; this is its scalar shorthand
+    for the simulator's cross-checks.
     """
-    extra = (v - 1) * (p - m % p) if m % p != 0 else 0
-    return ((p - 1) + extra) * (tf + tb) - imbalance_correction
+    return analytic_bubble(
+        p=p,
+        v=v,
+        m=m,
+        forward_chunk_s=tf,
+        backward_chunk_s=tb,
+        imbalance_correction_s=imbalance_correction,
+    ).bubble_s
 
 
 def one_f_one_b_peak_inflight(p: int, m: int, r: int) -> int:
