@@ -23,7 +23,6 @@ Megatron-LM pads it). The strategy stays as Megatron-LM flat keys;
 from __future__ import annotations
 
 import importlib
-import math
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -194,10 +193,11 @@ class PublishedRun:
 
 
 def padded_vocab_size(vocab_size: int, tensor_parallel: int) -> int:
-    """Megatron-LM's padding: round ``vocab_size`` up to a multiple of ``128 · t``
-    (``_vocab_size_with_padding`` in ``megatron/training/tokenizer``; see megatron_rules.md)."""
-    multiple = MEGATRON_VOCAB_DIVISIBLE_BY * tensor_parallel
-    return math.ceil(vocab_size / multiple) * multiple
+    """Megatron-LM's padding with its default ``make_vocab_size_divisible_by`` = 128
+    (:func:`blueprinting.mapping.flat_keys.padded_vocab`; see megatron_rules.md)."""
+    from blueprinting.mapping.flat_keys import padded_vocab
+
+    return padded_vocab(vocab_size, MEGATRON_VOCAB_DIVISIBLE_BY, tensor_parallel)
 
 
 def gpt_model(
