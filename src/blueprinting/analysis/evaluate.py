@@ -21,7 +21,12 @@ from blueprinting.analysis.iteration import (
     bubble_contract,
     compose_breakdown,
 )
-from blueprinting.analysis.memory import memory_per_stage, precision_recipe, stage_parameters
+from blueprinting.analysis.memory import (
+    memory_per_stage,
+    most_loaded,
+    precision_recipe,
+    stage_parameters,
+)
 from blueprinting.analysis.optimizer_step import adam_step_cost
 from blueprinting.analysis.report import IterationReport
 from blueprinting.hardware.system import CommGroup, Engine, ParallelDim, SystemSpec
@@ -289,7 +294,7 @@ def evaluate_plan(
     )
     capacity = int(system.accelerator.hbm.capacity_bytes)
     per_stage = memory_per_stage(spec.model, mapping, capacity_bytes=capacity)
-    worst = max(per_stage, key=lambda breakdown: (breakdown.total, -breakdown.stage))
+    worst = most_loaded(per_stage)
     peak = system.accelerator.engine(Engine.MATRIX).rate(spec.model.datatype).peak_flop_per_s
     return IterationReport(
         spec=spec,

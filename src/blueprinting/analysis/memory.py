@@ -610,7 +610,11 @@ def memory_per_gpu(
 ) -> MemoryBreakdown:
     """Memory of the most loaded pipeline stage (the earliest one on ties): the plan fits only if
     this fits."""
-    stages = memory_per_stage(model, mapping, capacity_bytes=capacity_bytes)
+    return most_loaded(memory_per_stage(model, mapping, capacity_bytes=capacity_bytes))
+
+
+def most_loaded(stages: tuple[MemoryBreakdown, ...]) -> MemoryBreakdown:
+    """The stage with the largest total (the earliest one on ties)."""
     return max(stages, key=lambda breakdown: (breakdown.total, -breakdown.stage))
 
 
