@@ -58,3 +58,35 @@ def test_missing_fixture_exits_2(
 ) -> None:
     assert main(["validate", "--fixture", str(tmp_path / "none.toml")]) == 2
     assert "fixture not found" in capsys.readouterr().err
+
+
+def test_json_prints_gates_rows_and_alternatives(
+    fake_api: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import json
+
+    assert main(["validate", "--json"]) == 1
+    document = json.loads(capsys.readouterr().out)
+    assert document["passed"] is False
+    assert [gate["passed"] for gate in document["gates"]] == [False, False, False]
+    # Every time figure of the fake model is 1 s: Korthikanti's 1T full took 94.42 s.
+    (row,) = [
+        r
+        for r in document["rows"]
+        if r["run"] == "korthikanti2022_t5_1T_full" and r["metric"] == "iteration_time_s"
+    ]
+    assert row["measured"] == 94.42 and row["predicted"] == 1.0
+    assert row["relative_error"] == (1.0 - 94.42) / 94.42
+    assert row["gated"] is True
+    alternatives = {(a["run"], a["metric"]) for a in document["alternatives"]}
+    assert ("korthikanti2022_t5_1T_full", "iteration_time_s") in alternatives
+    assert {a["label"] for a in document["alternatives"]} == {"v=2"}
+
+
+def test_rows_view_lists_the_alternative_readings(
+    fake_api: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["validate"]) == 1
+    out = capsys.readouterr().out
+    assert "Ambiguous sources" in out
+    assert "korthikanti2022_t5_1T_seqsel" in out

@@ -2,7 +2,9 @@
 
 Runs every row of ``tests/validation/fixtures/published_runs.toml`` (Narayanan et al. 2021
 Table 1; Korthikanti et al. 2022 Tables 4-5, text, Figures 1 and 7) through
-``blueprinting.api.plan`` and prints measured vs predicted per row and the issue's gates.
+``blueprinting.api.plan`` and prints measured vs predicted per row, the rows' alternative
+readings where a source is ambiguous (never gated), and the issue's gates; ``--json`` prints the
+same as one object.
 Exit status: 0 when every gate passes, 1 when one fails, 2 when the cost model or the fixture is
 missing.
 """
@@ -26,10 +28,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--summary-only", action="store_true", help="print only the gates, not every row"
     )
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print gates, rows and alternative readings as one JSON object",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    from blueprinting.validation.comparison import compare_published, render_gates, render_rows
+    from blueprinting.validation.comparison import (
+        compare_published,
+        render_alternatives,
+        render_gates,
+        render_rows,
+        to_json_dict,
+    )
     from blueprinting.validation.predictor import api_predictor
     from blueprinting.validation.published import default_fixture_path, load_published_runs
 
@@ -43,11 +56,19 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: published-runs fixture not found: {fixture}", file=sys.stderr)
         return 2
     table = compare_published(predict, load_published_runs(fixture))
+    if args.json:
+        import json
+
+        print(json.dumps(to_json_dict(table), indent=2))
+        return 0 if table.passed else 1
 
     from rich.console import Console
 
     console = Console()
     if not args.summary_only:
         console.print(render_rows(table))
+        alternatives = render_alternatives(table)
+        if alternatives is not None:
+            console.print(alternatives)
     console.print(render_gates(table))
     return 0 if table.passed else 1

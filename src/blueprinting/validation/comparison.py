@@ -18,11 +18,17 @@ Relative error is ``(predicted - measured) / measured``. Gates (issue #5 accepta
 
 Rows outside a gate (MFU/HFU, weights+optimizer memory, the 2240-GPU text rows) are still scored
 and shown, as information.
+
+Where a run's sources leave a strategy fact ambiguous, the fixture names the other reading
+(``[[run.alternative]]``, :class:`~blueprinting.validation.published.AlternativeAssumption`). The
+run is scored under the alternative too, as :class:`AlternativeRow` beside its primary row; the
+gates read the primary rows only, so an alternative shows how much a figure hangs on the
+assumption without ever being chosen to pass a gate.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, assert_never, final
@@ -211,10 +217,38 @@ class GateResult:
 
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
+class AlternativeRow:
+    """One figure of a run under an alternative reading, beside its primary prediction."""
+
+    run_id: str
+    label: str
+    reason: str
+    metric: Metric
+    measured: float
+    primary: float | None
+    """Predicted under the fixture's own (primary) reading: the value the gates score."""
+    predicted: float | None
+    """Predicted under the alternative reading."""
+    note: str = ""
+
+    @property
+    def primary_error(self) -> float | None:
+        return None if self.primary is None else (self.primary - self.measured) / self.measured
+
+    @property
+    def relative_error(self) -> float | None:
+        if self.predicted is None:
+            return None
+        return (self.predicted - self.measured) / self.measured
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ValidationTable:
     rows: tuple[ComparisonRow, ...]
     families: tuple[FamilySummary, ...]
     gates: tuple[GateResult, ...]
+    alternatives: tuple[AlternativeRow, ...] = ()
 
     @property
     def passed(self) -> bool:
@@ -344,10 +378,7 @@ def compare_published(
     predictions: dict[str, Prediction] = {}
     failures: dict[str, str] = {}
     for run in runs:
-        try:
-            predictions[run.id] = predict(run)
-        except BlueprintingError as error:
-            failures[run.id] = str(error).splitlines()[0]
+        _predict_into(predict, run, predictions, failures)
     rows: list[ComparisonRow] = []
     for run in runs:
         prediction = predictions.get(run.id, Prediction())
@@ -376,7 +407,59 @@ def compare_published(
         rows=tuple(rows),
         families=tuple(_summaries(rows, family) for family in MetricFamily),
         gates=tuple(_gate_result(gate, rows, by_id) for gate in gates),
+        alternatives=_alternative_rows(predict, runs, rows, predictions),
     )
+
+
+def _predict_into(
+    predict: Predictor,
+    run: PublishedRun,
+    predictions: dict[str, Prediction],
+    failures: dict[str, str],
+) -> None:
+    try:
+        predictions[run.id] = predict(run)
+    except BlueprintingError as error:
+        failures[run.id] = str(error).splitlines()[0]
+
+
+def _alternative_rows(
+    predict: Predictor,
+    runs: Sequence[PublishedRun],
+    rows: Sequence[ComparisonRow],
+    predictions: Mapping[str, Prediction],
+) -> tuple[AlternativeRow, ...]:
+    primary = {(row.run_id, row.metric): row.predicted for row in rows}
+    out: list[AlternativeRow] = []
+    for run in runs:
+        baseline_id = run.measured.baseline_run
+        # A percentage of a baseline row stays a percentage of that row's primary reading.
+        baseline = predictions.get(baseline_id) if baseline_id is not None else None
+        for alternative in run.alternatives:
+            variant = run.under(alternative)
+            variant_predictions: dict[str, Prediction] = {}
+            failures: dict[str, str] = {}
+            _predict_into(predict, variant, variant_predictions, failures)
+            prediction = variant_predictions.get(variant.id, Prediction())
+            for metric in Metric:
+                measured = _measured_value(run, metric)
+                if measured is None:
+                    continue
+                predicted = _predicted_value(variant, metric, prediction, baseline)
+                note = failures.get(variant.id, "")
+                out.append(
+                    AlternativeRow(
+                        run_id=run.id,
+                        label=alternative.label,
+                        reason=alternative.reason,
+                        metric=metric,
+                        measured=measured,
+                        primary=primary.get((run.id, metric)),
+                        predicted=predicted,
+                        note=note if note or predicted is not None else "not predicted",
+                    )
+                )
+    return tuple(out)
 
 
 # --------------------------------------------------------------------------------------------
@@ -388,6 +471,56 @@ def _percent(value: float | None) -> str:
 
 def _abs_percent(value: float | None) -> str:
     return "-" if value is None else f"{100.0 * value:.1f}%"
+
+
+def to_json_dict(table: ValidationTable) -> dict[str, object]:
+    """The table as plain JSON values (``blueprinting validate --json``); errors are fractions."""
+    return {
+        "passed": table.passed,
+        "gates": [
+            {
+                "name": result.gate.name,
+                "rows": result.count,
+                "mae": result.mae,
+                "mae_limit": result.gate.mae_limit,
+                "max_error": result.max_error,
+                "max_limit": result.gate.max_limit,
+                "missing": list(result.missing),
+                "passed": result.passed,
+            }
+            for result in table.gates
+        ],
+        "rows": [
+            {
+                "run": row.run_id,
+                "source_table": str(row.source_table),
+                "metric": str(row.metric),
+                "unit": row.metric.unit,
+                "measured": row.measured,
+                "predicted": row.predicted,
+                "relative_error": row.relative_error,
+                "gated": row.gated,
+                "note": row.note,
+            }
+            for row in table.rows
+        ],
+        "alternatives": [
+            {
+                "run": row.run_id,
+                "label": row.label,
+                "reason": row.reason,
+                "metric": str(row.metric),
+                "unit": row.metric.unit,
+                "measured": row.measured,
+                "primary": row.primary,
+                "primary_relative_error": row.primary_error,
+                "predicted": row.predicted,
+                "relative_error": row.relative_error,
+                "note": row.note,
+            }
+            for row in table.alternatives
+        ],
+    }
 
 
 def render_rows(table: ValidationTable) -> Table:
@@ -413,6 +546,40 @@ def render_rows(table: ValidationTable) -> Table:
             "yes" if row.gated else "info",
             row.note,
         )
+    return out
+
+
+def render_alternatives(table: ValidationTable) -> Table | None:
+    """The alternative readings beside the primary ones (``None`` when the fixture has none)."""
+    if not table.alternatives:
+        return None
+    from rich.table import Table
+
+    out = Table(
+        title="Ambiguous sources: the other reading of a run (information, never gated)",
+        caption_justify="left",
+    )
+    for column in ("run", "reading", "metric", "measured", "primary", "error", "alt.", "error"):
+        out.add_column(
+            column,
+            justify="left" if column in {"run", "reading", "metric"} else "right",
+            overflow="fold",
+        )
+    for row in table.alternatives:
+        out.add_row(
+            row.run_id,
+            row.label,
+            str(row.metric),
+            f"{row.measured:.4g}",
+            "-" if row.primary is None else f"{row.primary:.4g}",
+            _percent(row.primary_error),
+            "-" if row.predicted is None else f"{row.predicted:.4g}",
+            _percent(row.relative_error),
+        )
+    for reason in dict.fromkeys(
+        f"{row.run_id} [{row.label}]: {row.reason}" for row in table.alternatives
+    ):
+        out.caption = reason if out.caption is None else f"{out.caption}\n{reason}"
     return out
 
 

@@ -144,6 +144,22 @@ MEASURED_KEYS: tuple[str, ...] = (
 
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
+class AlternativeAssumption:
+    """Another reading of a strategy fact that the run's sources leave ambiguous.
+
+    The run's own ``strategy`` is the fixture's primary reading (the one the shared reference
+    records); an alternative is scored beside it, labelled, and never enters a gate: a planner
+    must not pick, per row, whichever reading fits its model best. ``strategy`` holds only the
+    flat keys that change.
+    """
+
+    label: str
+    reason: str
+    strategy: Mapping[str, FlatValue]
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
 class PublishedRun:
     """One published measurement: where it comes from, the model, the strategy and the figures."""
 
@@ -161,6 +177,26 @@ class PublishedRun:
     notes: tuple[str, ...] = ()
     assumptions: tuple[str, ...] = ()
     implied_iteration_time_s: float | None = None
+    alternatives: tuple[AlternativeAssumption, ...] = ()
+
+    def under(self, alternative: AlternativeAssumption) -> PublishedRun:
+        """This run read with ``alternative``'s strategy keys (id ``<id>[<label>]``)."""
+        return PublishedRun(
+            id=f"{self.id}[{alternative.label}]",
+            source_table=self.source_table,
+            provenance=self.provenance,
+            system=self.system,
+            gpu=self.gpu,
+            num_gpus=self.num_gpus,
+            peak_tflops_16bit=self.peak_tflops_16bit,
+            model=self.model,
+            params_b=self.params_b,
+            strategy_keys=MappingProxyType({**self.strategy_keys, **alternative.strategy}),
+            measured=self.measured,
+            notes=self.notes,
+            assumptions=(*self.assumptions, f"{alternative.label}: {alternative.reason}"),
+            implied_iteration_time_s=self.implied_iteration_time_s,
+        )
 
     @property
     def global_batch_size(self) -> int:
@@ -327,6 +363,55 @@ def _datatype(strategy: Mapping[str, FlatValue]) -> Datatype:
     return Datatype.FP32
 
 
+def _flat_keys(
+    raw: Mapping[str, object], where: str, problems: ProblemCollector
+) -> dict[str, FlatValue]:
+    keys: dict[str, FlatValue] = {}
+    for key, value in raw.items():
+        if isinstance(value, bool | int | str):
+            keys[key] = value
+        else:
+            problems.add(f"{where}.{key} must be an integer, boolean or string")
+    return keys
+
+
+def _alternatives(
+    raw: Mapping[str, object],
+    strategy: Mapping[str, FlatValue],
+    where: str,
+    problems: ProblemCollector,
+) -> tuple[AlternativeAssumption, ...]:
+    value = raw.get("alternative", [])
+    if not isinstance(value, list):
+        problems.add(f"{where}.alternative must be an array of tables ([[run.alternative]])")
+        return ()
+    alternatives: list[AlternativeAssumption] = []
+    for index, item in enumerate(value):
+        item_where = f"{where}.alternative[{index}]"
+        table = _table(item, item_where, problems)
+        keys = _flat_keys(
+            _table(table.get("strategy"), f"{item_where}.strategy", problems),
+            f"{item_where}.strategy",
+            problems,
+        )
+        if not keys:
+            problems.add(f"{item_where}.strategy must change at least one key")
+        same = sorted(key for key, flat in keys.items() if strategy.get(key) == flat)
+        if same:
+            problems.add(f"{item_where}.strategy repeats the run's own value of {', '.join(same)}")
+        alternatives.append(
+            AlternativeAssumption(
+                label=_str(table, "label", item_where, problems),
+                reason=_str(table, "reason", item_where, problems),
+                strategy=MappingProxyType(keys),
+            )
+        )
+    labels = [alternative.label for alternative in alternatives]
+    if len(set(labels)) != len(labels):
+        problems.add(f"{where}.alternative labels must be distinct, got {labels}")
+    return tuple(alternatives)
+
+
 def _run(raw: Mapping[str, object], where: str, problems: ProblemCollector) -> PublishedRun | None:
     run_id = _str(raw, "id", where, problems)
     where = f"run {run_id!r}" if run_id else where
@@ -336,12 +421,7 @@ def _run(raw: Mapping[str, object], where: str, problems: ProblemCollector) -> P
     measured_raw = _table(raw.get("measured"), f"{where}.measured", problems)
     derived_raw = _table(raw.get("derived", {}), f"{where}.derived", problems)
 
-    strategy: dict[str, FlatValue] = {}
-    for key, value in strategy_raw.items():
-        if isinstance(value, bool | int | str):
-            strategy[key] = value
-        else:
-            problems.add(f"{where}.strategy.{key} must be an integer, boolean or string")
+    strategy = _flat_keys(strategy_raw, f"{where}.strategy", problems)
     for key in ("tensor_model_parallel_size", "global_batch_size"):
         _int(strategy_raw, key, f"{where}.strategy", problems)
 
@@ -402,6 +482,7 @@ def _run(raw: Mapping[str, object], where: str, problems: ProblemCollector) -> P
         implied_iteration_time_s=_float_or_none(
             derived_raw, "implied_iteration_time_s", f"{where}.derived", problems
         ),
+        alternatives=_alternatives(raw, strategy, where, problems),
     )
 
 
