@@ -19,7 +19,12 @@ from blueprinting.analysis.report import IterationReport
 from blueprinting.errors import ConfigError, InvalidStrategyError
 from blueprinting.hardware.presets import system_preset
 from blueprinting.hardware.system import SystemSpec
-from blueprinting.mapping.flat_keys import from_mapping, to_mapping, to_megatron_args
+from blueprinting.mapping.flat_keys import (
+    from_mapping,
+    megatron_args_of_lawful,
+    to_mapping,
+    to_megatron_args,
+)
 from blueprinting.mapping.laws import validate_training
 from blueprinting.mapping.model import TransformerModelSpec
 from blueprinting.mapping.presets import model_preset
@@ -36,7 +41,10 @@ def _megatron_args(
     spec: TrainingSpec, *, megatron_rules: bool
 ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """Megatron-LM's flags and, for a strategy Megatron-LM refuses (reachable only with
-    ``megatron_rules=False``), no flags and the rules it breaks: no command line runs it."""
+    ``megatron_rules=False``), no flags and the rules it breaks: no command line runs it.
+    With ``megatron_rules`` the caller has validated ``spec`` under them already."""
+    if megatron_rules:
+        return tuple(megatron_args_of_lawful(spec)), ()
     try:
         return tuple(to_megatron_args(spec)), ()
     except InvalidStrategyError as refused:

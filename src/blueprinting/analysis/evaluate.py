@@ -291,6 +291,7 @@ def evaluate_plan(
         pp_comm_exposed_s=chosen.pp_comm_exposed_s,
         dp_exposed_s=dp.exposed_s,
         optimizer_s=optimizer.time_s,
+        critical=critical,
     )
     capacity = int(system.accelerator.hbm.capacity_bytes)
     per_stage = memory_per_stage(spec.model, mapping, capacity_bytes=capacity)

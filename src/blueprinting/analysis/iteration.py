@@ -188,11 +188,13 @@ def compose_breakdown(
     dp_exposed_s: float,
     optimizer_s: float,
     pp_comm_exposed_s: float | None = None,
+    critical: StagePlan | None = None,
 ) -> TimeBreakdown:
     """The critical stage's iteration breakdown; ``pp_comm_exposed_s`` None means the analytic
-    P2P term (:func:`pipeline_p2p_exposed`)."""
+    P2P term (:func:`pipeline_p2p_exposed`); ``critical`` is ``plan.critical_stage()``, passed
+    by a caller that has it already."""
     m = mapping.microbatch_count
-    work = stage_work(plan, plan.critical_stage(), m)
+    work = stage_work(plan, plan.critical_stage() if critical is None else critical, m)
     return TimeBreakdown(
         forward=work.forward,
         backward=work.backward,

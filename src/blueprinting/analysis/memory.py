@@ -148,6 +148,20 @@ class PrecisionRecipe:
         return self.param + self.grad + self.optimizer
 
 
+_BF16_RECIPE = PrecisionRecipe(
+    name=str(Datatype.BF16), param=2, grad=4, main_param=4, main_grad=0, moments=8, activation=2
+)
+_FP8_RECIPE = PrecisionRecipe(
+    name=str(Datatype.FP8), param=2, grad=4, main_param=4, main_grad=0, moments=8, activation=2
+)
+_FP16_RECIPE = PrecisionRecipe(
+    name=str(Datatype.FP16), param=2, grad=2, main_param=4, main_grad=4, moments=8, activation=2
+)
+_FP32_RECIPE = PrecisionRecipe(
+    name=str(Datatype.FP32), param=4, grad=4, main_param=0, main_grad=0, moments=8, activation=4
+)
+
+
 def precision_recipe(datatype: Datatype) -> PrecisionRecipe:
     """Megatron-LM's recipe for a training datatype (dist_optimizer.md table).
 
@@ -159,36 +173,14 @@ def precision_recipe(datatype: Datatype) -> PrecisionRecipe:
     can keep some GEMM inputs in fp8).
     """
     match datatype:
-        case Datatype.BF16 | Datatype.FP8:
-            return PrecisionRecipe(
-                name=str(datatype),
-                param=2,
-                grad=4,
-                main_param=4,
-                main_grad=0,
-                moments=8,
-                activation=2,
-            )
+        case Datatype.BF16:
+            return _BF16_RECIPE
+        case Datatype.FP8:
+            return _FP8_RECIPE
         case Datatype.FP16:
-            return PrecisionRecipe(
-                name=str(datatype),
-                param=2,
-                grad=2,
-                main_param=4,
-                main_grad=4,
-                moments=8,
-                activation=2,
-            )
+            return _FP16_RECIPE
         case Datatype.FP32:
-            return PrecisionRecipe(
-                name=str(datatype),
-                param=4,
-                grad=4,
-                main_param=0,
-                main_grad=0,
-                moments=8,
-                activation=4,
-            )
+            return _FP32_RECIPE
         case _ as unreachable:
             assert_never(unreachable)
 
@@ -248,11 +240,18 @@ def stage_parameters(
     model: TransformerModelSpec, mapping: TransformerTrainingMappingSpec, stage: int
 ) -> StageParameters:
     """Parameters per TP rank on pipeline stage ``stage`` (0 = first)."""
+    return _stage_parameters(model, mapping, stage, _StageInvariants.of(model, mapping))
+
+
+def _stage_parameters(
+    model: TransformerModelSpec,
+    mapping: TransformerTrainingMappingSpec,
+    stage: int,
+    inv: _StageInvariants,
+) -> StageParameters:
     p = mapping.pipeline_degree
-    t = mapping.tensor_degree
     _check_stage(stage, p)
-    blocks = sum(chunk_layer_counts(model, mapping.parallelism.pipeline)[stage])
-    word = _ceil_div(model.padded_vocab_size, t) * model.hidden_size
+    word = inv.word_embedding
     embedding = 0
     if stage == 0:
         match model.position_embedding:
@@ -275,8 +274,8 @@ def stage_parameters(
                 assert_never(unreachable_tying)
     return StageParameters(
         stage=stage,
-        blocks=blocks,
-        block_parameters=block_parameters_per_rank(model, t),
+        blocks=sum(inv.chunks[stage]),
+        block_parameters=inv.block_parameters,
         embedding=embedding,
         output_layer=output_layer,
         final_norm=final_norm,
@@ -422,47 +421,43 @@ def stage_activations(
     model: TransformerModelSpec, mapping: TransformerTrainingMappingSpec, stage: int
 ) -> StageActivations:
     """Peak activation memory of one TP rank on pipeline stage ``stage``."""
+    return _stage_activations(model, mapping, stage, _StageInvariants.of(model, mapping))
+
+
+def _stage_activations(
+    model: TransformerModelSpec,
+    mapping: TransformerTrainingMappingSpec,
+    stage: int,
+    inv: _StageInvariants,
+) -> StageActivations:
     p = mapping.pipeline_degree
     t = mapping.tensor_degree
     _check_stage(stage, p)
     b = mapping.batch.micro_batch_size
     sp = mapping.sequence_parallel
-    x = precision_recipe(model.datatype).activation
+    x = inv.recipe.activation
     in_flight = in_flight_microbatches(
         mapping.parallelism.pipeline.schedule,
         pipeline_degree=p,
         stage=stage,
         microbatches=mapping.microbatch_count,
     )
-    chunks = chunk_layer_counts(model, mapping.parallelism.pipeline)[stage]
-
-    def layer(*, scores: bool) -> int:
-        return layer_activation_bytes(
-            model,
-            micro_batch=b,
-            tensor_degree=t,
-            sequence_parallel=sp,
-            keep_attention_scores=scores,
-            activation_bytes=x,
-        )
-
-    checkpoint = checkpoint_bytes(
-        model, micro_batch=b, tensor_degree=t, sequence_parallel=sp, activation_bytes=x
-    )
+    chunks = inv.chunks[stage]
+    checkpoint = inv.checkpoint
     pairs = tuple(zip(in_flight, chunks, strict=True))
     stored: int
     working = 0
     recompute = mapping.parallelism.recompute
     match recompute:
         case NoRecompute():
-            stored = sum(count * layers for count, layers in pairs) * layer(scores=True)
+            stored = sum(count * layers for count, layers in pairs) * inv.layer_full
         case SelectiveRecompute():
-            kept = layer(scores=False)
+            kept = inv.layer_kept
             stored = sum(count * layers for count, layers in pairs) * kept
             # The recomputed attention core of the block in backward (its s x s tensors).
-            working = layer(scores=True) - kept if max(chunks) > 0 else 0
+            working = inv.layer_full - kept if max(chunks) > 0 else 0
         case FullRecompute(method=method, num_layers=n):
-            full = layer(scores=True)
+            full = inv.layer_full
             # A recomputed group's first input is its checkpoint, already counted as stored.
             match method:
                 case RecomputeMethod.UNIFORM:
@@ -499,6 +494,53 @@ def stage_activations(
         embedding=embedding,
         logits=logits,
     )
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _StageInvariants:
+    """What every stage of one strategy shares: computed once per plan, not once per stage
+    (a plan evaluates every stage; a sweep evaluates many plans)."""
+
+    recipe: PrecisionRecipe
+    chunks: tuple[tuple[int, ...], ...]
+    block_parameters: int
+    word_embedding: int
+    layer_full: int
+    layer_kept: int
+    checkpoint: int
+
+    @classmethod
+    def of(
+        cls, model: TransformerModelSpec, mapping: TransformerTrainingMappingSpec
+    ) -> _StageInvariants:
+        t = mapping.tensor_degree
+        b = mapping.batch.micro_batch_size
+        sp = mapping.sequence_parallel
+        recipe = precision_recipe(model.datatype)
+        x = recipe.activation
+
+        def layer(*, scores: bool) -> int:
+            return layer_activation_bytes(
+                model,
+                micro_batch=b,
+                tensor_degree=t,
+                sequence_parallel=sp,
+                keep_attention_scores=scores,
+                activation_bytes=x,
+            )
+
+        return cls(
+            recipe=recipe,
+            chunks=chunk_layer_counts(model, mapping.parallelism.pipeline),
+            block_parameters=block_parameters_per_rank(model, t),
+            word_embedding=_ceil_div(model.padded_vocab_size, t) * model.hidden_size,
+            layer_full=layer(scores=True),
+            layer_kept=layer(scores=False),
+            checkpoint=checkpoint_bytes(
+                model, micro_batch=b, tensor_degree=t, sequence_parallel=sp, activation_bytes=x
+            ),
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -549,13 +591,27 @@ def stage_memory(
     capacity_bytes: int,
 ) -> MemoryBreakdown:
     """Memory of one GPU on pipeline stage ``stage`` against an HBM capacity in bytes."""
+    _check_capacity(capacity_bytes)
+    return _stage_memory(model, mapping, stage, capacity_bytes, _StageInvariants.of(model, mapping))
+
+
+def _check_capacity(capacity_bytes: int) -> None:
     if type(capacity_bytes) is not int or capacity_bytes < 1:
         raise ConfigError(
             [f"capacity_bytes must be a positive integer, got {capacity_bytes!r}"],
             source="memory analysis",
         )
-    recipe = precision_recipe(model.datatype)
-    params = stage_parameters(model, mapping, stage)
+
+
+def _stage_memory(
+    model: TransformerModelSpec,
+    mapping: TransformerTrainingMappingSpec,
+    stage: int,
+    capacity_bytes: int,
+    inv: _StageInvariants,
+) -> MemoryBreakdown:
+    recipe = inv.recipe
+    params = _stage_parameters(model, mapping, stage, inv)
     count = params.total
     d = mapping.data_degree
     weights = count * recipe.param
@@ -577,7 +633,7 @@ def stage_memory(
             weights = _sharded(count - gathered, recipe.param, d) + gathered * recipe.param
         case _ as unreachable:
             assert_never(unreachable)
-    acts = stage_activations(model, mapping, stage)
+    acts = _stage_activations(model, mapping, stage, inv)
     activations = acts.layers_stored + acts.recompute_working
     other = acts.embedding + acts.logits
     total = weights + gradients + optimizer + activations + other
@@ -599,8 +655,10 @@ def memory_per_stage(
     model: TransformerModelSpec, mapping: TransformerTrainingMappingSpec, *, capacity_bytes: int
 ) -> tuple[MemoryBreakdown, ...]:
     """:func:`stage_memory` for every pipeline stage, stage 0 first."""
+    _check_capacity(capacity_bytes)
+    inv = _StageInvariants.of(model, mapping)
     return tuple(
-        stage_memory(model, mapping, stage=stage, capacity_bytes=capacity_bytes)
+        _stage_memory(model, mapping, stage, capacity_bytes, inv)
         for stage in range(mapping.pipeline_degree)
     )
 

@@ -895,6 +895,12 @@ def to_megatron_args(spec: TrainingSpec) -> list[str]:
     from blueprinting.mapping.laws import validate_training
 
     validate_training(spec.model, spec.mapping, megatron=True)
+    return megatron_args_of_lawful(spec)
+
+
+def megatron_args_of_lawful(spec: TrainingSpec) -> list[str]:
+    """:func:`to_megatron_args` for a spec the caller has just validated with the Megatron rule
+    set (``validate_training(..., megatron=True)``): the same flags, without checking twice."""
     mapping = spec.mapping
     par = mapping.parallelism
     args = [
