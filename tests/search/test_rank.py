@@ -11,6 +11,7 @@ import pytest
 
 from blueprinting.cli.main import main
 from blueprinting.hardware.presets import system_preset
+from blueprinting.mapping.law_names import Law
 from blueprinting.mapping.presets import model_preset
 from blueprinting.mapping.transformer import TrainingSpec
 from blueprinting.search.rank import (
@@ -83,7 +84,16 @@ def test_search_ranks_fitting_candidates_by_time(result: SearchResult) -> None:
     assert result.candidates_fit == int(result.fits.sum())
     rejections = result.rejections()
     assert rejections[MEMORY_REASON] + result.candidates_fit == result.candidates_valid
-    assert result.candidates_valid + rejections[PARAM_GATHER_LAW] == len(result.table)
+    # Megatron's overlap_param_gather rule is applied by the enumeration: nothing evaluated
+    # breaks it, and what it refused is counted there.
+    assert result.candidates_valid == len(result.table)
+    table = result.table
+    assert not np.any(table.overlap_param_gather & ~table.overlap_grad_reduce)
+    assert np.any(table.overlap_param_gather)
+    assert rejections[PARAM_GATHER_LAW] == result.enumeration.rejected(
+        Law.MEGATRON_OVERLAP_PARAM_GATHER
+    )
+    assert rejections[PARAM_GATHER_LAW] > 0
     # The listed strategies re-plan exactly (exact_reports raises otherwise).
     reports = exact_reports(result, result.order[:5])
     assert [r.iteration_time_s for r in reports] == pytest.approx(times[:5].tolist(), rel=1e-9)

@@ -162,9 +162,16 @@ def _brute_force(
                                                     broken.append(
                                                         Law.MEGATRON_SEQUENCE_PARALLEL_NEEDS_TP
                                                     )
-                                            enumerated += len(frees)
-                                            for law in broken:
-                                                rejections[law] += len(frees)
+                                            lawful_frees = []
+                                            for sh, ga, gr in frees:
+                                                enumerated += 1
+                                                also = list(broken)
+                                                if space.megatron_rules and ga and not gr:
+                                                    also.append(Law.MEGATRON_OVERLAP_PARAM_GATHER)
+                                                for law in also:
+                                                    rejections[law] += 1
+                                                if not also:
+                                                    lawful_frees.append((sh, ga, gr))
                                             if broken:
                                                 continue
                                             core: Row = (
@@ -179,7 +186,7 @@ def _brute_force(
                                                 layers,
                                             )
                                             core += (int(p2p), g)
-                                            for sh, ga, gr in frees:
+                                            for sh, ga, gr in lawful_frees:
                                                 valid.add(
                                                     (
                                                         *core,
@@ -277,8 +284,12 @@ def test_gpt3_175b_count_is_pinned() -> None:
     )
     assert 480 * 23 * 20 * 6 == 1_324_800
     assert result.report.candidates_enumerated == 1_324_800 + 55_968
-    assert result.report.candidates_valid == 68_250
-    assert len(result.table) == 68_250
+    # 4,875 law-abiding core rows (all d > 1) x the 11 of 14 free options Megatron accepts.
+    assert result.report.candidates_valid == 4_875 * 11 == 53_625
+    assert len(result.table) == 53_625
+    # The 3 free options with overlap_param_gather but not overlap_grad_reduce, on every one of
+    # the 97,800 core rows with d > 1, whatever else those rows break.
+    assert result.report.rejected(Law.MEGATRON_OVERLAP_PARAM_GATHER) == 3 * 97_800
     assert result.report.rejected(Law.WORLD_SIZE) == 0
     # Pipeline degrees that do not divide 96 (64, 128, ..., 1024 for some t) are refused.
     assert set(np.unique(result.table.pipeline).tolist()) == {1, 2, 4, 8, 16, 32}

@@ -4,9 +4,12 @@ vectorized filter of the strategy search (:mod:`blueprinting.search.laws_vectori
 Both report violations under these names, so a rejection count from the search and a violation
 from ``check_training`` refer to the same rule; the one exception is ``megatron_microbatch_group``,
 the search's union of the checker's ``microbatch_group_bounds`` and ``microbatch_group_remainder``
-(``world_size`` is checked by ``from_mapping``). Notation: t, p, d tensor/pipeline/data degrees, N
-GPUs, v virtual stages, L blocks, B global batch, b micro-batch size, m = B // (d*b) microbatches,
-G microbatch group size per virtual stage (``None`` means Megatron's default, p).
+(``world_size`` is checked by ``from_mapping``). ``overlap_param_gather_needs_overlap_grad_reduce``
+reads only the data-parallel overlap knobs, so the search applies it per option of those knobs
+(:func:`blueprinting.search.laws_vectorized.free_option_violations`). Notation: t, p, d
+tensor/pipeline/data degrees, N GPUs, v virtual stages, L blocks, B global batch, b micro-batch
+size, m = B // (d*b) microbatches, G microbatch group size per virtual stage (``None`` means
+Megatron's default, p).
 
 Sources: the seed spec ("Composition and divisibility laws", "Tensor-parallel mapping"),
 ``/work/shared/reference/megatron_rules.md`` (Megatron-LM ``arguments.py``,
@@ -42,6 +45,7 @@ class Law(StrEnum):
     MEGATRON_INTERLEAVING_MIN_PIPELINE = "interleaving_pipeline_degree"
     MEGATRON_MICROBATCH_GROUP = "megatron_microbatch_group"
     MEGATRON_SEQUENCE_PARALLEL_NEEDS_TP = "sequence_parallel_needs_tensor"
+    MEGATRON_OVERLAP_PARAM_GATHER = "overlap_param_gather_needs_overlap_grad_reduce"
 
     @property
     def ruleset(self) -> RuleSet:
@@ -83,6 +87,8 @@ class Law(StrEnum):
                 return "v > 1 => p <= G <= m and (m mod G == 0 or m mod G >= p), G defaults to p"
             case Law.MEGATRON_SEQUENCE_PARALLEL_NEEDS_TP:
                 return "sequence parallel => t > 1"
+            case Law.MEGATRON_OVERLAP_PARAM_GATHER:
+                return "overlap_param_gather => overlap_grad_reduce"
             case _ as unreachable:
                 assert_never(unreachable)
 

@@ -45,6 +45,21 @@ class LawColumns:
     microbatch_group: IntArray
 
 
+#: Laws that read only the free knobs (the data-parallel overlaps), not :class:`LawColumns`.
+FREE_OPTION_LAWS: tuple[Law, ...] = (Law.MEGATRON_OVERLAP_PARAM_GATHER,)
+
+
+def free_option_violations(
+    overlap_param_gather: BoolArray, overlap_grad_reduce: BoolArray, *, megatron_rules: bool
+) -> dict[Law, BoolArray]:
+    """Violation mask of every applied law of :data:`FREE_OPTION_LAWS`, one entry per option
+    (Megatron-LM ``megatron/training/arguments.py``: "Must use --overlap-param-gather with
+    --overlap-grad-reduce")."""
+    if not megatron_rules:
+        return {}
+    return {Law.MEGATRON_OVERLAP_PARAM_GATHER: overlap_param_gather & ~overlap_grad_reduce}
+
+
 def applied_laws(*, megatron_rules: bool) -> tuple[Law, ...]:
     """The laws a search applies: the planner's always, Megatron-LM's unless dropped."""
     return PLANNER_LAWS + MEGATRON_LAWS if megatron_rules else PLANNER_LAWS
@@ -57,7 +72,8 @@ def law_violations(
     *,
     megatron_rules: bool,
 ) -> dict[Law, BoolArray]:
-    """Violation mask of every applied law (see ``Law.formula`` for each condition)."""
+    """Violation mask of every applied law that reads ``columns`` (all but
+    :data:`FREE_OPTION_LAWS`; see ``Law.formula`` for each condition)."""
     c = columns
     t, p, d, v, b = c.tensor, c.pipeline, c.data, c.virtual_stages, c.micro_batch
     big_l = model.num_layers

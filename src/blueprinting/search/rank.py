@@ -15,9 +15,9 @@ A candidate *fits* when its most loaded stage's memory plus the requested headro
 HBM capacity (``memory_total + headroom <= capacity``). Every figure uses the seed's contract
 bubble (``BubbleSource.CONTRACT``), never the simulated one.
 
-One Megatron-LM start-up rule is checked here rather than by the vectorized law masks, because
-``mapping/law_names.Law`` does not list it: ``overlap_param_gather => overlap_grad_reduce``
-(``mapping/laws.py`` ``_optimizer_laws``). Its rejections are reported under that name.
+Every law, including Megatron-LM's ``overlap_param_gather => overlap_grad_reduce``, is applied by
+the enumeration (``search/space.py``) before evaluation; a candidate that reaches the ranking is
+lawful, and only memory can still exclude it.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from blueprinting.analysis.iteration import BubbleSource
 from blueprinting.analysis.report import IterationReport
 from blueprinting.errors import LawViolation, VerificationError
 from blueprinting.hardware.system import SystemSpec
+from blueprinting.mapping.law_names import Law
 from blueprinting.mapping.laws import check_training
 from blueprinting.mapping.model import TransformerModelSpec
 from blueprinting.mapping.transformer import (
@@ -73,7 +74,7 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
-PARAM_GATHER_LAW = "overlap_param_gather_needs_overlap_grad_reduce"
+PARAM_GATHER_LAW = str(Law.MEGATRON_OVERLAP_PARAM_GATHER)
 MEMORY_REASON = "memory_exceeds_capacity"
 DEFAULT_TRAIN_TOKENS = 300_000_000_000
 """GPT-3's training run (Brown et al. 2020, Section 2.2): 300B tokens."""
@@ -147,7 +148,6 @@ class SearchResult:
     table: CandidateTable
     figures: CandidateFigures
     enumeration: EnumerationReport
-    param_gather_rejected: BoolArray
     fits: BoolArray
     score: FloatArray
     order: IntArray
@@ -159,7 +159,7 @@ class SearchResult:
 
     @property
     def candidates_valid(self) -> int:
-        return int((~self.param_gather_rejected).sum())
+        return len(self.table)
 
     @property
     def candidates_fit(self) -> int:
@@ -173,8 +173,7 @@ class SearchResult:
         """Every reason a candidate left the ranking, with its count (a candidate breaking
         several laws counts under each)."""
         counts = {str(law): count for law, count in self.enumeration.rejections}
-        counts[PARAM_GATHER_LAW] = int(self.param_gather_rejected.sum())
-        counts[MEMORY_REASON] = int((~self.param_gather_rejected & ~self.fits).sum())
+        counts[MEMORY_REASON] = int((~self.fits).sum())
         return counts
 
     def pareto(self) -> IntArray:
@@ -202,14 +201,7 @@ def run_search(
     figures = evaluate_candidates(
         table, model, system, flops_convention=chosen.flops_convention, progress=progress
     )
-    param_gather_rejected = (
-        table.overlap_param_gather & ~table.overlap_grad_reduce
-        if space.megatron_rules
-        else np.zeros(len(table), dtype=np.bool_)
-    )
-    fits = ~param_gather_rejected & (
-        figures.memory_total + chosen.memory_headroom_bytes <= figures.memory_capacity
-    )
+    fits = figures.memory_total + chosen.memory_headroom_bytes <= figures.memory_capacity
     score = objective_score(figures, chosen)
     order = ranking_order(score, fits)
     return SearchResult(
@@ -220,7 +212,6 @@ def run_search(
         table=table,
         figures=figures,
         enumeration=enumeration.report,
-        param_gather_rejected=param_gather_rejected,
         fits=fits,
         score=score,
         order=order,

@@ -39,8 +39,11 @@ with d = 1; free-knob weight 14 for d > 1 (no_shard + 3 sharded x 2 param-gather
 grad-reduce overlaps) and 1 for d = 1, summing to 34*14 + 4 = 480; v: 1 + 11 interleaved divisors
 of 96 x 2 P2P overlaps = 23; b: 20 divisors of 1536; sp 2 x recompute 3 = 6. That is
 480 * 23 * 20 * 6 = 1,324,800, plus 55,968 interleaved candidates with G = m (m > p, m mod p != 0):
-1,380,768 enumerated, of which 68,250 pass every law (``tests/search/test_space.py`` pins both,
-``benchmarks/bench_search_space.py`` times it: about 20 ms on one core).
+1,380,768 enumerated, of which 53,625 pass every law: 4,875 law-abiding core rows (all with d > 1)
+times the 11 free options Megatron accepts (3 of the 14, a sharded variant with
+overlap_param_gather but not overlap_grad_reduce, break ``--overlap-param-gather``'s rule;
+``tests/search/test_space.py`` pins the counts, ``benchmarks/bench_search_space.py`` times it:
+about 20 ms on one core).
 
 Comparison with Calculon (calculon-ai/calculon at caa4b11, ``calculon/llm/optimal_execution.py``):
 its loops run tp over divisors of N dividing h and heads (1..32, crossing nodes), pp over divisors
@@ -57,8 +60,8 @@ seq_par_ag_redo and p2p_rs_ag have no Megatron-LM flag we model (x8 offloads, up
 x3 TP overlap); we add what Megatron has and Calculon lacks: four sharding strategies with
 overlap_param_gather, overlap_grad_reduce, overlap_p2p_comm and the microbatch group size.
 Calculon also generates only law-abiding structures (its tp/pp/ppint/mbs generators pre-filter)
-and rejects the rest inside its model, so its 11.7M are to be compared with our 68,250 valid
-candidates rather than our 1.38M enumerated: our space is about 170x smaller for this case
+and rejects the rest inside its model, so its 11.7M are to be compared with our 53,625 valid
+candidates rather than our 1.38M enumerated: our space is about 220x smaller for this case
 because its x8 offload and x8 network-placement axes have no counterpart and because Megatron's
 interleaving rules (G = p needs m mod p == 0, p > 2) remove combinations Calculon evaluates.
 """
@@ -101,7 +104,13 @@ from blueprinting.mapping.transformer import (
     TransformerTrainingMappingSpec,
     TransformerTrainingParallelism,
 )
-from blueprinting.search.laws_vectorized import LawColumns, applied_laws, law_violations
+from blueprinting.search.laws_vectorized import (
+    FREE_OPTION_LAWS,
+    LawColumns,
+    applied_laws,
+    free_option_violations,
+    law_violations,
+)
 from blueprinting.search.strategy_text import format_strategy_text, parse_strategy_text
 
 __all__ = [
@@ -365,17 +374,29 @@ def enumerate_strategies(model: TransformerModelSpec, space: SearchSpace) -> Enu
     )
     masks = law_violations(columns, model, gbs, megatron_rules=space.megatron_rules)
     free_sharding, free_gather, free_grad = _free_options(space)
+    free_masks = free_option_violations(free_gather, free_grad, megatron_rules=space.megatron_rules)
     weight = np.where(d > 1, free_sharding.shape[0], 1)
     rejected = np.zeros(t.shape[0], dtype=np.bool_)
+    free_rejected = np.zeros(free_sharding.shape[0], dtype=np.bool_)
+    multi_rows = int((d > 1).sum())
     counts: list[tuple[Law, int]] = []
     for law in applied_laws(megatron_rules=space.megatron_rules):
+        if law in FREE_OPTION_LAWS:
+            # Broken by each of its free options on every d > 1 row (d = 1 has none).
+            free_mask = free_masks[law]
+            free_rejected |= free_mask
+            counts.append((law, int(free_mask.sum()) * multi_rows))
+            continue
         mask = masks[law]
         rejected |= mask
         counts.append((law, int(weight[mask].sum())))
     keep = ~rejected
+    legal_free = np.flatnonzero(~free_rejected)
 
-    rows, k = _ragged(weight[keep])
+    rows, k = _ragged(np.where(d[keep] > 1, legal_free.shape[0], 1))
     multi = d[keep][rows] > 1
+    # Index of the free option of each expanded row (0, unused, where d = 1 or none is legal).
+    option = legal_free[np.where(multi, k, 0)] if legal_free.shape[0] else np.zeros_like(k)
     no_shard = SHARDING_CODES.index(ShardingVariant.NO_SHARD)
     table = CandidateTable(
         global_batch_size=gbs,
@@ -390,9 +411,9 @@ def enumerate_strategies(model: TransformerModelSpec, space: SearchSpace) -> Enu
         recompute_num_layers=rec_layers[keep][rows],
         overlap_p2p_comm=p2p[keep][rows],
         microbatch_group=group[keep][rows],
-        sharding=np.where(multi, free_sharding[np.where(multi, k, 0)], no_shard),
-        overlap_param_gather=multi & free_gather[np.where(multi, k, 0)],
-        overlap_grad_reduce=multi & free_grad[np.where(multi, k, 0)],
+        sharding=np.where(multi, free_sharding[option], no_shard),
+        overlap_param_gather=multi & free_gather[option],
+        overlap_grad_reduce=multi & free_grad[option],
     )
     report = EnumerationReport(
         candidates_enumerated=int(weight.sum()),
