@@ -28,7 +28,7 @@ assumption without ever being chosen to pass a gate.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, assert_never, final
@@ -381,17 +381,9 @@ def compare_published(
         _predict_into(predict, run, predictions, failures)
     rows: list[ComparisonRow] = []
     for run in runs:
-        prediction = predictions.get(run.id, Prediction())
         baseline_id = run.measured.baseline_run
         baseline = predictions.get(baseline_id) if baseline_id is not None else None
-        for metric in Metric:
-            measured = _measured_value(run, metric)
-            if measured is None:
-                continue
-            predicted = _predicted_value(run, metric, prediction, baseline)
-            note = failures.get(run.id, "")
-            if predicted is None and not note:
-                note = "not predicted"
+        for metric, measured, predicted, note in _figures(run, predictions, failures, baseline):
             rows.append(
                 ComparisonRow(
                     run_id=run.id,
@@ -409,6 +401,25 @@ def compare_published(
         gates=tuple(_gate_result(gate, rows, by_id) for gate in gates),
         alternatives=_alternative_rows(predict, runs, rows, predictions),
     )
+
+
+def _figures(
+    run: PublishedRun,
+    predictions: Mapping[str, Prediction],
+    failures: Mapping[str, str],
+    baseline: Prediction | None,
+) -> Iterator[tuple[Metric, float, float | None, str]]:
+    """(metric, measured, predicted, note) of every figure ``run`` has a measurement of."""
+    prediction = predictions.get(run.id, Prediction())
+    for metric in Metric:
+        measured = _measured_value(run, metric)
+        if measured is None:
+            continue
+        predicted = _predicted_value(run, metric, prediction, baseline)
+        note = failures.get(run.id, "")
+        if predicted is None and not note:
+            note = "not predicted"
+        yield metric, measured, predicted, note
 
 
 def _predict_into(
@@ -440,13 +451,9 @@ def _alternative_rows(
             variant_predictions: dict[str, Prediction] = {}
             failures: dict[str, str] = {}
             _predict_into(predict, variant, variant_predictions, failures)
-            prediction = variant_predictions.get(variant.id, Prediction())
-            for metric in Metric:
-                measured = _measured_value(run, metric)
-                if measured is None:
-                    continue
-                predicted = _predicted_value(variant, metric, prediction, baseline)
-                note = failures.get(variant.id, "")
+            for metric, measured, predicted, note in _figures(
+                variant, variant_predictions, failures, baseline
+            ):
                 out.append(
                     AlternativeRow(
                         run_id=run.id,
@@ -456,7 +463,7 @@ def _alternative_rows(
                         measured=measured,
                         primary=primary.get((run.id, metric)),
                         predicted=predicted,
-                        note=note if note or predicted is not None else "not predicted",
+                        note=note,
                     )
                 )
     return tuple(out)
@@ -523,18 +530,22 @@ def to_json_dict(table: ValidationTable) -> dict[str, object]:
     }
 
 
+def _columns(out: Table, columns: Sequence[str], *, numeric: set[str]) -> Table:
+    # Ids and metric names fold rather than truncate: a row must stay identifiable.
+    for column in columns:
+        out.add_column(column, justify="right" if column in numeric else "left", overflow="fold")
+    return out
+
+
 def render_rows(table: ValidationTable) -> Table:
     """Per-row comparison as a ``rich`` table (rich is imported here, not at module load)."""
     from rich.table import Table
 
-    out = Table(title="Published runs: measured vs predicted")
-    for column in ("run", "metric", "unit", "measured", "predicted", "error", "gate", "note"):
-        # Ids and metric names fold rather than truncate: a row must stay identifiable.
-        out.add_column(
-            column,
-            justify="right" if column in {"measured", "predicted", "error"} else "left",
-            overflow="fold",
-        )
+    out = _columns(
+        Table(title="Published runs: measured vs predicted"),
+        ("run", "metric", "unit", "measured", "predicted", "error", "gate", "note"),
+        numeric={"measured", "predicted", "error"},
+    )
     for row in table.rows:
         out.add_row(
             row.run_id,
@@ -555,16 +566,14 @@ def render_alternatives(table: ValidationTable) -> Table | None:
         return None
     from rich.table import Table
 
-    out = Table(
-        title="Ambiguous sources: the other reading of a run (information, never gated)",
-        caption_justify="left",
+    out = _columns(
+        Table(
+            title="Ambiguous sources: the other reading of a run (information, never gated)",
+            caption_justify="left",
+        ),
+        ("run", "reading", "metric", "measured", "primary", "error", "alt.", "error"),
+        numeric={"measured", "primary", "error", "alt."},
     )
-    for column in ("run", "reading", "metric", "measured", "primary", "error", "alt.", "error"):
-        out.add_column(
-            column,
-            justify="left" if column in {"run", "reading", "metric"} else "right",
-            overflow="fold",
-        )
     for row in table.alternatives:
         out.add_row(
             row.run_id,

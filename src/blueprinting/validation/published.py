@@ -25,7 +25,7 @@ from __future__ import annotations
 import importlib
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 from types import MappingProxyType
@@ -181,21 +181,12 @@ class PublishedRun:
 
     def under(self, alternative: AlternativeAssumption) -> PublishedRun:
         """This run read with ``alternative``'s strategy keys (id ``<id>[<label>]``)."""
-        return PublishedRun(
+        return replace(
+            self,
             id=f"{self.id}[{alternative.label}]",
-            source_table=self.source_table,
-            provenance=self.provenance,
-            system=self.system,
-            gpu=self.gpu,
-            num_gpus=self.num_gpus,
-            peak_tflops_16bit=self.peak_tflops_16bit,
-            model=self.model,
-            params_b=self.params_b,
             strategy_keys=MappingProxyType({**self.strategy_keys, **alternative.strategy}),
-            measured=self.measured,
-            notes=self.notes,
             assumptions=(*self.assumptions, f"{alternative.label}: {alternative.reason}"),
-            implied_iteration_time_s=self.implied_iteration_time_s,
+            alternatives=(),
         )
 
     @property
