@@ -247,16 +247,19 @@ def mfu(
     model_flops: float, iteration_time_s: float, world_size: int, peak_flops_per_gpu: float
 ) -> float:
     """Model FLOPs utilization (fraction, not percent): model FLOPs / (time * GPUs * peak)."""
-    _require_positive_numbers(peak_flops_per_gpu=peak_flops_per_gpu)
-    return achieved_flops_per_gpu(model_flops, iteration_time_s, world_size) / peak_flops_per_gpu
+    _require_positive_numbers(
+        iteration_time_s=iteration_time_s,
+        world_size=world_size,
+        peak_flops_per_gpu=peak_flops_per_gpu,
+    )
+    return model_flops / (iteration_time_s * world_size * peak_flops_per_gpu)
 
 
 def hfu(
     hardware_flops: float, iteration_time_s: float, world_size: int, peak_flops_per_gpu: float
 ) -> float:
     """Hardware FLOPs utilization (fraction): hardware FLOPs / (time * GPUs * peak)."""
-    _require_positive_numbers(peak_flops_per_gpu=peak_flops_per_gpu)
-    return achieved_flops_per_gpu(hardware_flops, iteration_time_s, world_size) / peak_flops_per_gpu
+    return mfu(hardware_flops, iteration_time_s, world_size, peak_flops_per_gpu)
 
 
 def implied_iteration_time_s(flops: float, world_size: int, flops_per_gpu: float) -> float:

@@ -88,6 +88,7 @@ from blueprinting.mapping.transformer import (
     TransformerTrainingMappingSpec,
     ZeroBubbleH1,
 )
+from blueprinting.synthesizer.dialects.transformer.inference import kv_groups_per_rank
 
 TOKEN_ID_BYTES = 8
 """Megatron-LM feeds int64 token ids to the embedding."""
@@ -190,7 +191,7 @@ def precision_recipe(datatype: Datatype) -> PrecisionRecipe:
 # --------------------------------------------------------------------------------------------
 def _kv_width_per_rank(model: TransformerModelSpec, tensor_degree: int) -> int:
     """K (or V) width on one TP rank: groups are split over t, or replicated when t > groups."""
-    return model.kv_channels * max(1, model.num_query_groups // tensor_degree)
+    return model.kv_channels * kv_groups_per_rank(model, tensor_degree)
 
 
 def block_parameters_per_rank(model: TransformerModelSpec, tensor_degree: int) -> int:
@@ -249,9 +250,34 @@ def _stage_parameters(
     stage: int,
     inv: _StageInvariants,
 ) -> StageParameters:
-    p = mapping.pipeline_degree
+    _check_stage(stage, mapping.pipeline_degree)
+    return stage_parameter_counts(
+        model,
+        tensor_degree=mapping.tensor_degree,
+        pipeline_degree=mapping.pipeline_degree,
+        stage=stage,
+        blocks=sum(inv.chunks[stage]),
+        block_parameters=inv.block_parameters,
+    )
+
+
+def stage_parameter_counts(
+    model: TransformerModelSpec,
+    *,
+    tensor_degree: int,
+    pipeline_degree: int,
+    stage: int,
+    blocks: int,
+    block_parameters: int | None = None,
+) -> StageParameters:
+    """Parameters per TP rank of stage ``stage`` holding ``blocks`` blocks: the blocks, the
+    word (and learned position) embedding on the first stage, the final norm and the LM head on
+    the last (Megatron-LM keeps a copy of tied embeddings there when p > 1). Training and
+    serving share it; ``block_parameters`` defaults to :func:`block_parameters_per_rank`."""
+    p = pipeline_degree
+    t = tensor_degree
     _check_stage(stage, p)
-    word = inv.word_embedding
+    word = _ceil_div(model.padded_vocab_size, t) * model.hidden_size
     embedding = 0
     if stage == 0:
         match model.position_embedding:
@@ -274,8 +300,10 @@ def _stage_parameters(
                 assert_never(unreachable_tying)
     return StageParameters(
         stage=stage,
-        blocks=sum(inv.chunks[stage]),
-        block_parameters=inv.block_parameters,
+        blocks=blocks,
+        block_parameters=(
+            block_parameters_per_rank(model, t) if block_parameters is None else block_parameters
+        ),
         embedding=embedding,
         output_layer=output_layer,
         final_norm=final_norm,
@@ -505,7 +533,6 @@ class _StageInvariants:
     recipe: PrecisionRecipe
     chunks: tuple[tuple[int, ...], ...]
     block_parameters: int
-    word_embedding: int
     layer_full: int
     layer_kept: int
     checkpoint: int
@@ -534,7 +561,6 @@ class _StageInvariants:
             recipe=recipe,
             chunks=chunk_layer_counts(model, mapping.parallelism.pipeline),
             block_parameters=block_parameters_per_rank(model, t),
-            word_embedding=_ceil_div(model.padded_vocab_size, t) * model.hidden_size,
             layer_full=layer(scores=True),
             layer_kept=layer(scores=False),
             checkpoint=checkpoint_bytes(

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import final
 
+from blueprinting.analysis import flops
 from blueprinting.analysis.data_parallel import DataParallelCost
 from blueprinting.analysis.flops import FlopsConvention
 from blueprinting.analysis.iteration import BubbleSource, TimeBreakdown
@@ -61,7 +62,9 @@ class IterationReport:
 
     @property
     def tokens_per_iteration(self) -> int:
-        return self.spec.mapping.batch.global_batch_size * self.spec.model.seq_length
+        return flops.tokens_per_iteration(
+            self.spec.model, self.spec.mapping.batch.global_batch_size
+        )
 
     @property
     def tokens_per_second(self) -> float:
@@ -71,26 +74,39 @@ class IterationReport:
     def tflops_per_gpu(self) -> float:
         """Model FLOPs per second per GPU, in TFLOP/s (Megatron's reported throughput figure
         uses the same numerator under the named convention)."""
-        return self.model_flops_per_iteration / (self.iteration_time_s * self.world_size) / 1e12
+        achieved = flops.achieved_flops_per_gpu(
+            self.model_flops_per_iteration, self.iteration_time_s, self.world_size
+        )
+        return achieved / 1e12
 
     @property
     def mfu(self) -> float:
         """Model FLOPs utilization (Chowdhery et al. 2022, PaLM, Appendix B)."""
-        return self.model_flops_per_iteration / (
-            self.iteration_time_s * self.world_size * self.peak_flops_per_gpu
+        return flops.mfu(
+            self.model_flops_per_iteration,
+            self.iteration_time_s,
+            self.world_size,
+            self.peak_flops_per_gpu,
         )
 
     @property
     def hfu(self) -> float:
         """Hardware FLOPs utilization: counts recomputed forwards (Korthikanti et al. 2022)."""
-        return self.hardware_flops_per_iteration / (
-            self.iteration_time_s * self.world_size * self.peak_flops_per_gpu
+        return flops.hfu(
+            self.hardware_flops_per_iteration,
+            self.iteration_time_s,
+            self.world_size,
+            self.peak_flops_per_gpu,
         )
 
     def time_to_train_s(self, tokens: int) -> float:
         """Seconds to process ``tokens`` tokens at this iteration rate (whole iterations)."""
-        iterations = -(-tokens // self.tokens_per_iteration)
-        return iterations * self.iteration_time_s
+        return flops.time_to_train_s(
+            self.spec.model,
+            self.spec.mapping.batch.global_batch_size,
+            tokens,
+            self.iteration_time_s,
+        )
 
     def to_json_dict(self) -> dict[str, JsonValue]:
         """The ``plan --json`` object (README documents each key and unit)."""
@@ -129,7 +145,9 @@ class IterationReport:
             "tokens_per_second": self.tokens_per_second,
             "time_to_train": {
                 "tokens": self.train_tokens,
-                "iterations": -(-self.train_tokens // self.tokens_per_iteration),
+                "iterations": flops.iterations_to_train(
+                    self.spec.model, self.spec.mapping.batch.global_batch_size, self.train_tokens
+                ),
                 "seconds": self.time_to_train_s(self.train_tokens),
                 "days": self.time_to_train_s(self.train_tokens) / 86400,
             },

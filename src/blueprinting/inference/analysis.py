@@ -45,8 +45,7 @@ from dataclasses import dataclass, replace
 from typing import final
 
 from blueprinting.hardware.collectives import CollectiveKind as LinkCollective
-from blueprinting.hardware.efficiency import GemmShape as HardwareGemmShape
-from blueprinting.hardware.system import CommGroup, Engine, ParallelDim, SystemSpec
+from blueprinting.hardware.system import CommGroup, ParallelDim, SystemSpec
 from blueprinting.inference.memory import (
     InferenceMemory,
     max_batch_that_fits,
@@ -67,6 +66,7 @@ from blueprinting.synthesizer.dialects.transformer.inference_derivation import (
     LocalInferencePlan,
     derive_inference_plan,
 )
+from blueprinting.synthesizer.stages.portable_plan.passes import work_time
 
 JsonScalar = int | float | str | bool | None
 JsonValue = JsonScalar | list["JsonValue"] | dict[str, "JsonValue"]
@@ -127,17 +127,8 @@ class StepCost:
 
 
 def op_time(op: InferenceOp, system: SystemSpec, plan: LocalInferencePlan) -> float:
-    """One op's time, as a training compute task is costed."""
-    datatype = plan.model.datatype
-    shape = (
-        None
-        if op.gemm is None
-        else HardwareGemmShape(m=op.gemm.m, n=op.gemm.n, k=op.gemm.k, batch=op.gemm.batch)
-    )
-    flop_time = system.compute_time(op.work.matrix_flops, Engine.MATRIX, datatype, shape)
-    flop_time += system.compute_time(op.work.vector_flops, Engine.VECTOR, datatype)
-    mem_time = system.memory_time(op.work.bytes_read + op.work.bytes_written)
-    return system.processing_time(flop_time, mem_time)
+    """One op's time, by the rule that costs a training compute task."""
+    return work_time(op.work, op.gemm, system, plan.model.datatype)
 
 
 def _cost(

@@ -27,10 +27,9 @@ Sources and choices
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import assert_never, final
+from typing import final
 
-from blueprinting.analysis.memory import block_parameters_per_rank
-from blueprinting.mapping.model import EmbeddingTying, PositionEmbedding
+from blueprinting.analysis.memory import stage_parameter_counts
 from blueprinting.synthesizer.dialects.transformer.inference import kv_cache_bytes_per_token
 from blueprinting.synthesizer.dialects.transformer.inference_derivation import (
     LocalInferencePlan,
@@ -65,30 +64,15 @@ class InferenceMemory:
 
 
 def stage_parameters(plan: LocalInferencePlan, stage: int) -> int:
-    """Parameters one TP rank of pipeline stage ``stage`` holds (module docstring)."""
-    model, t, p = plan.model, plan.tp, plan.pp
-    h = model.hidden_size
-    word = -(-model.padded_vocab_size // t) * h
-    total = plan.stage_blocks[stage] * block_parameters_per_rank(model, t)
-    if stage == 0:
-        total += word
-        match model.position_embedding:
-            case PositionEmbedding.LEARNED_ABSOLUTE:
-                total += model.seq_length * h
-            case PositionEmbedding.ROPE | PositionEmbedding.NONE:
-                pass
-            case _ as unreachable:
-                assert_never(unreachable)
-    if stage == p - 1:
-        total += model.norm_parameters
-        match model.embeddings:
-            case EmbeddingTying.UNTIED:
-                total += word
-            case EmbeddingTying.TIED:
-                total += word if p > 1 else 0
-            case _ as unreachable_tying:
-                assert_never(unreachable_tying)
-    return total
+    """Parameters one TP rank of pipeline stage ``stage`` holds: training's count
+    (:func:`blueprinting.analysis.memory.stage_parameter_counts`) of the same blocks."""
+    return stage_parameter_counts(
+        plan.model,
+        tensor_degree=plan.tp,
+        pipeline_degree=plan.pp,
+        stage=stage,
+        blocks=plan.stage_blocks[stage],
+    ).total
 
 
 def kv_cache_bytes(plan: LocalInferencePlan, stage: int, batch: int) -> int:

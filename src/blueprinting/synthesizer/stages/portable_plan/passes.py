@@ -41,8 +41,10 @@ from blueprinting.mapping.transformer import (
 )
 from blueprinting.synthesizer.dialects.transformer.training import (
     CollectivePurpose,
+    GemmShape,
     Partial,
     SemanticOpName,
+    Work,
 )
 from blueprinting.synthesizer.stages.distributed.ir import (
     CollectiveTask,
@@ -281,14 +283,19 @@ def _hide(phase: PhaseCost, hidden_s: float) -> PhaseCost:
 
 def _compute_time(task: ComputeTask, system: SystemSpec, datatype: Datatype) -> float:
     """One compute task's time (module docstring)."""
+    return work_time(task.work, task.gemm, system, datatype)
+
+
+def work_time(work: Work, gemm: GemmShape | None, system: SystemSpec, datatype: Datatype) -> float:
+    """The time of one op's work on ``system``: matrix FLOPs at the GEMM shape's efficiency plus
+    vector FLOPs, against its HBM traffic, combined by the system's processing mode. Training
+    tasks and serving ops are costed by this one rule."""
     shape = (
-        None
-        if task.gemm is None
-        else HardwareGemmShape(m=task.gemm.m, n=task.gemm.n, k=task.gemm.k, batch=task.gemm.batch)
+        None if gemm is None else HardwareGemmShape(m=gemm.m, n=gemm.n, k=gemm.k, batch=gemm.batch)
     )
-    flop_time = system.compute_time(task.work.matrix_flops, Engine.MATRIX, datatype, shape)
-    flop_time += system.compute_time(task.work.vector_flops, Engine.VECTOR, datatype)
-    mem_time = system.memory_time(task.bytes_read + task.bytes_written)
+    flop_time = system.compute_time(work.matrix_flops, Engine.MATRIX, datatype, shape)
+    flop_time += system.compute_time(work.vector_flops, Engine.VECTOR, datatype)
+    mem_time = system.memory_time(work.bytes_read + work.bytes_written)
     return system.processing_time(flop_time, mem_time)
 
 
