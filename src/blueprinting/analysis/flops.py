@@ -54,13 +54,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import assert_never, final
 
-from blueprinting.analysis.stage_layout import chunk_layer_counts
+from blueprinting.analysis.stage_layout import chunk_layer_counts, fully_recomputed_blocks
 from blueprinting.errors import ConfigError
 from blueprinting.mapping.model import TransformerModelSpec
 from blueprinting.mapping.transformer import (
     FullRecompute,
     NoRecompute,
-    RecomputeMethod,
     SelectiveRecompute,
     TransformerTrainingMappingSpec,
 )
@@ -170,25 +169,18 @@ def model_flops_per_iteration(
 def recomputed_blocks_per_microbatch(
     model: TransformerModelSpec, mapping: TransformerTrainingMappingSpec
 ) -> int:
-    """Blocks whose forward runs twice per microbatch under full recomputation.
-
-    ``uniform``: every block (Megatron-LM checkpoints groups of ``num_layers`` blocks and
-    re-runs all of them). ``block``: the first ``num_layers`` blocks of each model chunk
-    (Megatron-LM's ``TransformerBlock`` applies the count per chunk, so per virtual stage).
-    """
+    """Blocks whose forward runs twice per microbatch under full recomputation, summed over
+    every model chunk (:func:`~blueprinting.analysis.stage_layout.fully_recomputed_blocks`:
+    all of them for ``uniform``, the first ``num_layers`` of each chunk for ``block``)."""
     recompute = mapping.parallelism.recompute
     match recompute:
         case NoRecompute() | SelectiveRecompute():
             return 0
         case FullRecompute(method=method, num_layers=n):
-            match method:
-                case RecomputeMethod.UNIFORM:
-                    return model.num_layers
-                case RecomputeMethod.BLOCK:
-                    chunks = chunk_layer_counts(model, mapping.parallelism.pipeline)
-                    return sum(min(n, count) for stage in chunks for count in stage)
-                case _ as unreachable:
-                    assert_never(unreachable)
+            chunks = chunk_layer_counts(model, mapping.parallelism.pipeline)
+            return sum(
+                fully_recomputed_blocks(method, n, count) for stage in chunks for count in stage
+            )
         case _ as unreachable:
             assert_never(unreachable)
 

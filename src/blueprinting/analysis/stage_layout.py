@@ -21,6 +21,7 @@ from blueprinting.mapping.model import TransformerModelSpec
 from blueprinting.mapping.transformer import (
     EvenStages,
     PipelineParallel,
+    RecomputeMethod,
     UnevenStages,
     virtual_stages_of,
 )
@@ -82,3 +83,18 @@ def chunk_layer_counts(
     """Blocks of each virtual chunk on each physical stage: ``result[stage][chunk]``."""
     v = virtual_stages_of(pipeline.schedule)
     return tuple(_spread(count, v) for count in stage_layer_counts(model, pipeline))
+
+
+def fully_recomputed_blocks(method: RecomputeMethod, num_layers: int, blocks_in_chunk: int) -> int:
+    """Blocks of one model chunk whose forward runs again in backward under full recompute.
+
+    ``uniform`` checkpoints groups of ``num_layers`` blocks and re-runs all of them; ``block``
+    re-runs the first ``num_layers`` blocks of each chunk and stores the rest (Megatron-LM
+    ``transformer_block.py`` ``_checkpointed_forward``, applied per model chunk)."""
+    match method:
+        case RecomputeMethod.UNIFORM:
+            return blocks_in_chunk
+        case RecomputeMethod.BLOCK:
+            return min(num_layers, blocks_in_chunk)
+        case _ as unreachable:
+            assert_never(unreachable)

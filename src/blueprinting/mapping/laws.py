@@ -384,6 +384,25 @@ def _training_schedule_laws(p: int, pipeline: PipelineParallel) -> list[LawViola
     return []
 
 
+def interleaving_degree_ok(pipeline_degree: int, overlap_p2p_comm: bool) -> bool:
+    """Megatron-LM runs the interleaved schedule only with p > 2, or p = 2 with P2P overlap
+    (``schedules.md`` section 3; Megatron-LM issue #750)."""
+    p = pipeline_degree
+    return p > 2 or (p == 2 and overlap_p2p_comm)
+
+
+def microbatch_group_in_bounds(pipeline_degree: int, group: int, microbatches: int) -> bool:
+    """``p <= N <= m`` for the interleaved schedule's microbatch group N (``schedules.md`` 3)."""
+    return pipeline_degree <= group <= microbatches
+
+
+def microbatch_group_remainder_ok(pipeline_degree: int, group: int, microbatches: int) -> bool:
+    """``m mod N = 0 or m mod N >= p``: a smaller last group stalls the schedule
+    (``schedules.md`` section 3)."""
+    remainder = microbatches % group
+    return remainder == 0 or remainder >= pipeline_degree
+
+
 def _megatron_interleaving_laws(
     pipeline: PipelineParallel, microbatches: int
 ) -> list[LawViolation]:
@@ -395,7 +414,7 @@ def _megatron_interleaving_laws(
         case InterleavedOneForwardOneBackward(
             microbatch_group_size=group, overlap_p2p_comm=overlap
         ):
-            if not (p > 2 or (p == 2 and overlap)):
+            if not interleaving_degree_ok(p, overlap):
                 out.append(
                     _violation(
                         "interleaving_pipeline_degree",
@@ -409,7 +428,7 @@ def _megatron_interleaving_laws(
                 )
             n = p if group is None else group
             m = microbatches
-            if not p <= n <= m:
+            if not microbatch_group_in_bounds(p, n, m):
                 out.append(
                     _violation(
                         "microbatch_group_bounds",
@@ -421,7 +440,7 @@ def _megatron_interleaving_laws(
                         m=m,
                     )
                 )
-            if m % n != 0 and m % n < p:
+            if not microbatch_group_remainder_ok(p, n, m):
                 out.append(
                     _violation(
                         "microbatch_group_remainder",

@@ -20,6 +20,11 @@ from enum import IntEnum
 from typing import assert_never, final
 
 from blueprinting.errors import InvalidStrategyError, LawViolation, RuleSet
+from blueprinting.mapping.laws import (
+    interleaving_degree_ok,
+    microbatch_group_in_bounds,
+    microbatch_group_remainder_ok,
+)
 from blueprinting.mapping.transformer import (
     ForwardOnly,
     InterleavedOneForwardOneBackward,
@@ -104,7 +109,7 @@ def megatron_violations(
             n = p if group is None else group
             if sv != v:
                 bad("chunk_count", "costs v == schedule v", f"costs give v = {v}, schedule {sv}")
-            if p < 2 or (p == 2 and not overlap):
+            if not interleaving_degree_ok(p, overlap):
                 bad(
                     "interleaving_degree",
                     "p > 2 or (p == 2 and overlap_p2p_comm)",
@@ -112,7 +117,7 @@ def megatron_violations(
                     p=p,
                     overlap_p2p_comm=overlap,
                 )
-            if not p <= n <= m:
+            if not microbatch_group_in_bounds(p, n, m):
                 bad(
                     "microbatch_group_size_range",
                     "p <= N <= m",
@@ -121,7 +126,7 @@ def megatron_violations(
                     p=p,
                     m=m,
                 )
-            elif m % n != 0 and m % n < p:
+            elif not microbatch_group_remainder_ok(p, n, m):
                 bad(
                     "microbatch_group_remainder",
                     "m % N == 0 or m % N >= p",

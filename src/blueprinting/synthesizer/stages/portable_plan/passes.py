@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar, assert_never, final
 
-from blueprinting.analysis.stage_layout import chunk_layer_counts
+from blueprinting.analysis.stage_layout import chunk_layer_counts, fully_recomputed_blocks
 from blueprinting.hardware.collectives import CollectiveKind as LinkCollective
 from blueprinting.hardware.efficiency import GemmShape as HardwareGemmShape
 from blueprinting.hardware.system import CommGroup, Engine, ParallelDim, SystemSpec
@@ -35,7 +35,6 @@ from blueprinting.mapping.model import Datatype
 from blueprinting.mapping.transformer import (
     FullRecompute,
     NoRecompute,
-    RecomputeMethod,
     SelectiveRecompute,
     TrainingSpec,
 )
@@ -81,23 +80,16 @@ class PlanContext:
 
 
 def recomputed_blocks(spec: TrainingSpec, blocks_in_chunk: int) -> int:
-    """Blocks of a chunk whose forward is recomputed in backward.
-
-    Full recompute ``uniform`` checkpoints every ``num_layers`` blocks and recomputes them all;
-    ``block`` recomputes the first ``num_layers`` blocks of each chunk and stores the rest
-    (Megatron ``transformer_block.py`` ``_checkpointed_forward``). Selective recompute applies to
-    every block (its cost is the attention core only)."""
+    """Blocks of a chunk whose forward is recomputed in backward: full recompute per
+    :func:`~blueprinting.analysis.stage_layout.fully_recomputed_blocks`; selective recompute
+    applies to every block (its cost is the attention core only)."""
     match spec.mapping.parallelism.recompute:
         case NoRecompute():
             return 0
         case SelectiveRecompute():
             return blocks_in_chunk
-        case FullRecompute(method=RecomputeMethod.UNIFORM):
-            return blocks_in_chunk
-        case FullRecompute(method=RecomputeMethod.BLOCK, num_layers=k):
-            return min(k, blocks_in_chunk)
-        case FullRecompute():
-            raise AssertionError("FullRecompute.method is a RecomputeMethod")
+        case FullRecompute(method=method, num_layers=n):
+            return fully_recomputed_blocks(method, n, blocks_in_chunk)
         case _ as unreachable:
             assert_never(unreachable)
 
