@@ -85,8 +85,8 @@ def build_spec(
     if gpus is not None:
         if "world_size" in keys and keys["world_size"] != gpus:
             raise ConfigError([f"gpus = {gpus} conflicts with world_size = {keys['world_size']}"])
-        if "data_parallel_size" not in keys:
-            keys["world_size"] = gpus
+        # Always passed on: from_mapping refuses a data_parallel_size that disagrees with it.
+        keys["world_size"] = gpus
     return from_mapping(keys, model=base)
 
 
