@@ -139,8 +139,21 @@ def test_check_refuses_an_unknown_system_preset(capsys: pytest.CaptureFixture[st
         2,
         "",
         "invalid configuration in examples/gpt3-175b-selene.toml:\n"
-        "  - unknown system preset 'dgx-a100-08gb' (did you mean 'dgx-a100-80gb'?)\n",
+        "  - system.preset: unknown system 'dgx-a100-08gb' (did you mean 'dgx-a100-80gb'?); "
+        "presets: dgx-a100-40gb, dgx-a100-80gb, dgx-h100, dgx-h200, dgx-b200, mi300x-8\n",
     )
+
+
+def test_check_refuses_what_plan_refuses_in_the_system_section(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A misspelt [system] key: check used to say ok while plan refused the file."""
+    args = (GPT3, "--set", "system.gpus_per_nod=4")
+    check = _run(capsys, "check", *args)
+    plan = _run(capsys, "plan", *args)
+    assert check[0] == plan[0] == 2
+    assert "gpus_per_nod" in check[2]
+    assert check[2] == plan[2]
 
 
 def test_presets_lists_models(capsys: pytest.CaptureFixture[str]) -> None:

@@ -10,10 +10,8 @@ from __future__ import annotations
 import argparse
 
 from blueprinting.errors import ConfigError, InvalidStrategyError
-from blueprinting.hardware.presets import SYSTEM_PRESETS
 from blueprinting.mapping.config_file import ConfigFile, load_config
 from blueprinting.mapping.laws import check_inference, check_training
-from blueprinting.mapping.presets import did_you_mean
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -34,14 +32,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _check_system_preset(config: ConfigFile) -> None:
-    """Refuse an unknown ``[system] preset`` (with a did-you-mean)."""
-    preset = config.system.get("preset")
-    if preset is None:
-        return
-    if str(preset) not in SYSTEM_PRESETS:
-        hint = did_you_mean(str(preset), tuple(SYSTEM_PRESETS))
-        raise ConfigError([f"unknown system preset {preset!r}{hint}"], source=config.source)
+def _check_system(config: ConfigFile) -> None:
+    """Validate the ``[system]`` section as ``plan`` and ``infer`` build it (every problem,
+    an unknown preset with a did-you-mean), so ``check`` never passes a file they refuse."""
+    if config.system:
+        from blueprinting.hardware.system_mapping import system_from_mapping
+
+        system_from_mapping(dict(config.system), source=config.source)
 
 
 def summary(config: ConfigFile) -> str:
@@ -69,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     overrides: list[str] = list(args.overrides)
     megatron = not bool(args.no_megatron_rules)
     config = load_config(str(args.file), overrides=overrides)
-    _check_system_preset(config)
+    _check_system(config)
     if config.training is not None:
         spec_text = str(config.training)
         violations = check_training(
