@@ -405,9 +405,16 @@ def _p2p(plan: LocalInferencePlan, system: SystemSpec, size: int) -> float:
 
 
 def analyze_inference(
-    spec: InferenceSpec, system: SystemSpec, *, megatron: bool = True
+    spec: InferenceSpec,
+    system: SystemSpec,
+    *,
+    megatron: bool = True,
+    max_batch: int | None = None,
 ) -> InferenceReport:
-    """Check ``spec`` against every law, then evaluate it on ``system`` (module docstring)."""
+    """Check ``spec`` against every law, then evaluate it on ``system`` (module docstring).
+
+    ``max_batch``: the largest batch that fits, when the caller has it already (it does not
+    depend on the batch size, so a search over batches computes it once per layout)."""
     plan = derive_inference_plan(spec.model, spec.mapping, megatron=megatron)
     workload = plan.workload
     batch, prompt, generated = (
@@ -460,7 +467,9 @@ def analyze_inference(
         decode_round_final_s=rounds[-1],
         decode_total_s=sum(rounds) if generated > 1 else 0.0,
         memory=memory_per_gpu(plan, batch=batch, capacity=capacity),
-        max_batch_that_fits=max_batch_that_fits(plan, capacity=capacity),
+        max_batch_that_fits=(
+            max_batch_that_fits(plan, capacity=capacity) if max_batch is None else max_batch
+        ),
         prefill_bounds=_bounds([prefill_whole], system, plan),
         decode_bounds=_bounds(decode_bounds_costs, system, plan),
         strategy_keys=inference_to_mapping(spec),

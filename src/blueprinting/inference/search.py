@@ -126,7 +126,9 @@ def search_inference(
             largest = max_batch_that_fits(plan, capacity=capacity)
             for batch in _batches(largest):
                 candidate = _with(spec, t=t, p=p, replicas=replicas, batch=batch)
-                report = analyze_inference(candidate, system, megatron=chosen.megatron)
+                report = analyze_inference(
+                    candidate, system, megatron=chosen.megatron, max_batch=largest
+                )
                 target = chosen.latency_target_s
                 if target is not None and report.decode_round_mean_s > target:
                     continue
