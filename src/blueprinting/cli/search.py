@@ -17,12 +17,11 @@ from typing import TYPE_CHECKING, TextIO, assert_never
 
 from blueprinting.analysis.flops import FlopsConvention
 from blueprinting.errors import ConfigError
+from blueprinting.report.memory_table import GIB
 
 if TYPE_CHECKING:
     from blueprinting.analysis.report import IterationReport, JsonValue
     from blueprinting.search.rank import SearchResult, Standing
-
-GIB = 1024**3
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -8,11 +8,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from blueprinting.inference.analysis import InferenceReport, PhaseBounds
+from blueprinting.report.memory_table import GIB, fit_verdict, memory_table
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-GIB = 1024**3
 MS = 1e3
 
 
@@ -67,18 +67,18 @@ def render_inference(report: InferenceReport, console: Console) -> None:
     console.print(bounds)
 
     memory = report.memory
-    mem = Table(title=f"Memory per GPU, pipeline stage {memory.stage} (most loaded)")
-    mem.add_column("category")
-    mem.add_column("GiB", justify="right")
-    for name, size in (
-        ("weights", memory.weights),
-        ("KV cache", memory.kv_cache),
-        ("activations", memory.activations),
-    ):
-        mem.add_row(name, f"{size / GIB:.2f}")
-    mem.add_row("[bold]total[/bold]", f"[bold]{memory.total / GIB:.2f}[/bold]")
-    console.print(mem)
-    verdict = "[green]fits[/green]" if memory.fits else "[red]does NOT fit[/red]"
+    console.print(
+        memory_table(
+            memory.stage,
+            (
+                ("weights", memory.weights),
+                ("KV cache", memory.kv_cache),
+                ("activations", memory.activations),
+            ),
+            memory.total,
+        )
+    )
+    verdict = fit_verdict(memory.fits)
     console.print(
         f"{memory.total / GIB:.1f} of {memory.capacity / GIB:.1f} GiB: {verdict}; "
         f"largest batch that fits: {report.max_batch_that_fits}"

@@ -8,11 +8,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from blueprinting.analysis.report import IterationReport
+from blueprinting.report.memory_table import GIB, fit_verdict, memory_table
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-GIB = 1024**3
 BAR_WIDTH = 40
 
 
@@ -60,20 +60,20 @@ def render_plan(report: IterationReport, console: Console, *, all_stages: bool =
         console.print(f"bubble: {report.bubble_simulation_note}", markup=False)
 
     memory = report.memory
-    mem = Table(title=f"Memory per GPU, pipeline stage {memory.stage} (most loaded)")
-    mem.add_column("category")
-    mem.add_column("GiB", justify="right")
-    for name, size in (
-        ("weights", memory.weights),
-        ("gradients", memory.gradients),
-        ("optimizer states", memory.optimizer_states),
-        ("activations", memory.activations),
-        ("other (embedding, logits)", memory.other),
-    ):
-        mem.add_row(name, f"{size / GIB:.2f}")
-    mem.add_row("[bold]total[/bold]", f"[bold]{memory.total / GIB:.2f}[/bold]")
-    console.print(mem)
-    verdict = "[green]fits[/green]" if memory.fits else "[red]does NOT fit[/red]"
+    console.print(
+        memory_table(
+            memory.stage,
+            (
+                ("weights", memory.weights),
+                ("gradients", memory.gradients),
+                ("optimizer states", memory.optimizer_states),
+                ("activations", memory.activations),
+                ("other (embedding, logits)", memory.other),
+            ),
+            memory.total,
+        )
+    )
+    verdict = fit_verdict(memory.fits)
     console.print(
         f"[{_bar(memory.total / memory.capacity)}] {memory.total / GIB:.1f} of "
         f"{memory.capacity / GIB:.1f} GiB: {verdict}, headroom {memory.headroom / GIB:.2f} GiB"

@@ -1,0 +1,31 @@
+"""The per-GPU memory table that the ``plan`` and ``infer`` text reports share.
+
+rich is imported inside the function so that importing this module stays cheap.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+GIB = 1024**3
+
+
+def memory_table(stage: int, rows: Sequence[tuple[str, float]], total: float) -> Table:
+    """Categories in GiB, then a bold total, for the most loaded pipeline stage."""
+    from rich.table import Table
+
+    table = Table(title=f"Memory per GPU, pipeline stage {stage} (most loaded)")
+    table.add_column("category")
+    table.add_column("GiB", justify="right")
+    for name, size in rows:
+        table.add_row(name, f"{size / GIB:.2f}")
+    table.add_row("[bold]total[/bold]", f"[bold]{total / GIB:.2f}[/bold]")
+    return table
+
+
+def fit_verdict(fits: bool) -> str:
+    return "[green]fits[/green]" if fits else "[red]does NOT fit[/red]"
