@@ -268,12 +268,7 @@ def evaluate_plan(
         stage_parameters=params,
         param_bytes=recipe.param,
         grad_bytes=recipe.grad,
-        group=system.comm_group(
-            ParallelDim.DATA,
-            tensor=mapping.tensor_degree,
-            pipeline=mapping.pipeline_degree,
-            data=mapping.data_degree,
-        ),
+        group=PlanContext(spec=spec, system=system).group(ParallelDim.DATA),
         system=system,
         windows=windows,
     )

@@ -112,14 +112,22 @@ def collective_link_time(
     Calculon's ``Network.time``: ``latency + S * scalar * (1 + offset/n) / (bw * eff)``; the
     efficiency is looked up at the message size ``S``. ``group_size == 1`` costs 0.
     """
+    if group_size == 1 and size_bytes >= 0:
+        return 0.0
+    latency, bandwidth = collective_alpha_beta(kind, size_bytes, group_size, link)
+    return latency + size_bytes / bandwidth
+
+
+def collective_alpha_beta(
+    kind: CollectiveKind, size_bytes: float, group_size: int, link: LinkSpec
+) -> tuple[float, float]:
+    """(latency s, effective bytes/s) of :func:`collective_link_time`: the time is
+    ``latency + size / effective``, with ``effective = bw * eff(size) / wire factor``; the
+    event-driven simulator schedules transfers from these two numbers."""
     if size_bytes < 0:
         raise ConfigError([f"collective size must be >= 0 bytes, got {size_bytes!r}"])
     if group_size < 1:
         raise ConfigError([f"collective group size must be >= 1, got {group_size!r}"])
-    if group_size == 1:
-        return 0.0
-    cost = link.costs.of(kind)
+    wire = link.costs.of(kind).wire_factor(group_size)
     fraction = efficiency_fraction(link.efficiency, size_bytes)
-    return link.latency_s + size_bytes * cost.wire_factor(group_size) / (
-        link.bandwidth_bytes_per_s * fraction
-    )
+    return link.latency_s, link.bandwidth_bytes_per_s * fraction / wire

@@ -34,8 +34,7 @@ from typing import final
 from blueprinting.analysis.data_parallel import OverlapWindows, data_parallel_cost
 from blueprinting.analysis.memory import precision_recipe, stage_parameters
 from blueprinting.errors import UnsupportedError, VerificationError
-from blueprinting.hardware.collectives import CollectiveKind
-from blueprinting.hardware.efficiency import efficiency_fraction
+from blueprinting.hardware.collectives import CollectiveKind, collective_alpha_beta
 from blueprinting.hardware.system import ParallelDim, SystemSpec
 from blueprinting.mapping.transformer import PipelineSchedule, TrainingSpec, ZeroBubbleH1
 from blueprinting.simulator.commands import build_schedule
@@ -43,6 +42,7 @@ from blueprinting.simulator.costs import DpBucket, Matrix, ScheduleCosts
 from blueprinting.simulator.engine import SimulationResult, simulate
 from blueprinting.simulator.schedules import megatron_violations
 from blueprinting.synthesizer.stages.portable_plan.ir import PortablePlanIR
+from blueprinting.synthesizer.stages.portable_plan.passes import PlanContext
 
 MAX_SIMULATED_PASSES = 250_000
 """Compute passes (p x v x m x passes per microbatch-chunk) above which the plan path does not
@@ -115,7 +115,6 @@ def _p2p_link(
     plan: PortablePlanIR, spec: TrainingSpec, system: SystemSpec
 ) -> tuple[float, float, float]:
     """(latency, bytes, effective bandwidth) of one P2P message on the PP group's link."""
-    mapping = spec.mapping
     if plan.pipeline_degree == 1 or plan.p2p_bytes == 0:
         return 0.0, 0.0, math.inf
     if not math.isclose(plan.p2p_forward_s, plan.p2p_backward_s, rel_tol=P2P_TOLERANCE):
@@ -123,23 +122,18 @@ def _p2p_link(
             "simulating a plan: the simulator models one P2P time for both directions, the plan "
             f"has forward {plan.p2p_forward_s} s and backward {plan.p2p_backward_s} s"
         )
-    group = system.comm_group(
-        ParallelDim.PIPELINE,
-        tensor=mapping.tensor_degree,
-        pipeline=mapping.pipeline_degree,
-        data=mapping.data_degree,
-    )
-    link = system.link(group.tier)
+    group = PlanContext(spec=spec, system=system).group(ParallelDim.PIPELINE)
     size = float(plan.p2p_bytes)
-    wire = link.costs.of(CollectiveKind.P2P).wire_factor(group.size)
-    bandwidth = link.bandwidth_bytes_per_s * efficiency_fraction(link.efficiency, size) / wire
-    time = link.latency_s + size / bandwidth
+    latency, bandwidth = collective_alpha_beta(
+        CollectiveKind.P2P, size, group.size, system.link(group.tier)
+    )
+    time = latency + size / bandwidth
     if not math.isclose(time, plan.p2p_forward_s, rel_tol=P2P_TOLERANCE):
         raise VerificationError(
             f"simulating a plan: P2P time {time} s on the {group.tier} link differs from "
             f"PortablePlanIR's p2p_forward_s {plan.p2p_forward_s} s"
         )
-    return link.latency_s, size, bandwidth
+    return latency, size, bandwidth
 
 
 def _dp_buckets(
@@ -149,12 +143,7 @@ def _dp_buckets(
     if mapping.data_degree == 1:
         return ()
     recipe = precision_recipe(spec.model.datatype)
-    group = system.comm_group(
-        ParallelDim.DATA,
-        tensor=mapping.tensor_degree,
-        pipeline=mapping.pipeline_degree,
-        data=mapping.data_degree,
-    )
+    group = PlanContext(spec=spec, system=system).group(ParallelDim.DATA)
     v = plan.virtual_stages
     out: list[tuple[DpBucket, ...]] = []
     for stage in plan.stages:

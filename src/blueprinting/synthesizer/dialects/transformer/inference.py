@@ -52,7 +52,7 @@ Public API (used by inference_derivation.py and blueprinting.inference):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import final
 
@@ -380,18 +380,7 @@ def inference_step_work(
     e, h = model.datatype.bytes, model.hidden_size
     first = tuple(_adopt(op, model, local, dims.tokens) for op in first_stage_ops(model, local))
     # LM head on the last position of each sequence; the final norm on every token row.
-    head_dims = BlockDims(
-        micro_batch=dims.batch,
-        seq_length=1,
-        gemm_tokens=dims.batch,
-        token_rows=local.token_rows,
-        hidden=local.hidden,
-        heads=local.heads,
-        groups=local.groups,
-        kv_channels=local.kv_channels,
-        ffn=local.ffn,
-        vocab=local.vocab,
-    )
+    head_dims = replace(local, seq_length=1, gemm_tokens=dims.batch)
     last = tuple(
         _adopt(op, model, head_dims, dims.batch)
         for op in last_stage_ops(model, head_dims)

@@ -289,19 +289,8 @@ class BlockDims:
 
 
 def global_dims(model: TransformerModelSpec, micro_batch: int) -> BlockDims:
-    tokens = micro_batch * model.seq_length
-    return BlockDims(
-        micro_batch=micro_batch,
-        seq_length=model.seq_length,
-        gemm_tokens=tokens,
-        token_rows=tokens,
-        hidden=model.hidden_size,
-        heads=model.num_attention_heads,
-        groups=model.num_query_groups,
-        kv_channels=model.kv_channels,
-        ffn=model.ffn_hidden_size,
-        vocab=model.padded_vocab_size,
-    )
+    """The unsharded dimensions: one rank holding everything."""
+    return local_dims(model, micro_batch, tp=1, sequence_parallel=False)
 
 
 def local_dims(

@@ -44,6 +44,7 @@ from blueprinting.synthesizer.dialects.transformer.training import (
     Partial,
     SemanticOpName,
     Work,
+    activation_bytes,
 )
 from blueprinting.synthesizer.stages.distributed.ir import (
     CollectiveTask,
@@ -211,8 +212,7 @@ def p2p_message(ctx: PlanContext) -> tuple[int, float]:
     if mapping.pipeline_degree == 1:
         return 0, 0.0
     model = ctx.spec.model
-    size = mapping.batch.micro_batch_size * model.seq_length * model.hidden_size
-    size *= model.datatype.bytes
+    size = activation_bytes(model, mapping.batch.micro_batch_size)
     if mapping.sequence_parallel:
         size //= mapping.tensor_degree
     group = ctx.group(ParallelDim.PIPELINE)
