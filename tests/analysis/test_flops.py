@@ -320,6 +320,19 @@ def test_korthikanti_table5_mfu_and_hfu() -> None:
     mapping = training(global_batch=64, t=8, p=8, recompute=SelectiveRecompute())
     ours = hardware_flops_per_iteration(GPT3_175B, mapping, FlopsConvention.MEGATRON_LEGACY)
     assert 100 * hfu(ours, 13.75, 64, 312e12) == pytest.approx(51.85, abs=0.01)
+    # By hand, B = 64: model FLOPs 72 B s L h^2 + 12 B s^2 L h + 6 B s h V plus one attention-core
+    # forward per layer, 4 B s^2 h L: 72 B s L h^2 + 16 B s^2 L h + 6 B s h V
+    # = 72 B s L h^2 (1 + 2s/(9h) + V/(12 L h)).
+    b = 64
+    by_hand = 72 * b * S * L * H * H + 16 * b * S * S * L * H + 6 * b * S * H * V
+    assert by_hand == 142_358_168_494_669_824
+    assert ours == by_hand
+    # HFU = F / (time x GPUs x peak) = 142,358,168,494,669,824 / (13.75 x 64 x 312e12 =
+    # 2.7456e17) = 0.5184957 -> 51.84957%.
+    assert 13.75 * 64 * 312e12 == 2.7456e17
+    percent = 100 * 142_358_168_494_669_824 / 2.7456e17
+    assert percent == pytest.approx(51.84957, abs=1e-5)
+    assert 100 * hfu(ours, 13.75, 64, 312e12) == pytest.approx(percent, rel=1e-12)
 
 
 def _shared_reference() -> Path | None:

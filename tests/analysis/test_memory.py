@@ -434,6 +434,8 @@ def test_gpt3_breakdown_by_hand() -> None:
         )
     )
     assert breakdown.total == 29_598_050_816
+    # By hand: (2 + 4 + 12/16) P = 27 P / 4, 96 x 34 / 8 + 10 = 418 sbh, 8 x 3,162,112 other.
+    assert 27 * params // 4 + 418 * SBH + 8 * (8 * 2048 + 2048 * 12288 // 8) == 29_598_050_816
     assert breakdown.fits
     assert breakdown.headroom == 80 * 10**9 - 29_598_050_816
     # Most loaded: stage 0 (embedding + 8 microbatches in flight).
@@ -443,6 +445,13 @@ def test_gpt3_breakdown_by_hand() -> None:
     last = stages[7]
     # Last stage: 1 microbatch in flight, fp32 logits [s b, V/t] and the LM-head input.
     assert last.other == 4 * 2048 * 51200 // 8 + 2 * 2048 * 12288 // 8
+    # Last stage: 12 blocks, the tied word-embedding copy (51200 h / 8) and the final LayerNorm
+    # (2h); 1F1B rank 7 holds min(p - 7, m) = 1 microbatch: 12 x 34 / 8 + 10 = 61 sbh.
+    last_params = 12 * bp + 51200 * 12288 // 8 + 2 * 12288
+    assert last_params == 2_797_590_528
+    assert (last.weights, last.gradients) == (2 * last_params, 4 * last_params)
+    assert last.optimizer_states == 12 * last_params // 16
+    assert last.activations == 61 * SBH
 
 
 def test_does_not_fit() -> None:
@@ -451,6 +460,24 @@ def test_does_not_fit() -> None:
     assert not breakdown.fits
     assert breakdown.headroom < 0
     assert breakdown.headroom == breakdown.capacity - breakdown.total
+    # By hand, stage 0 (most loaded: the embedding and the deepest in-flight count). Parameters
+    # as in test_gpt3_breakdown_by_hand (12 blocks: 3 chunks of 4 layers); d = 1, no sharding:
+    # 2 + 4 + 12 = 18 bytes per parameter.
+    params = 2_822_731_776
+    assert breakdown.stage == 0
+    assert breakdown.weights == 2 * params
+    assert breakdown.gradients == 4 * params
+    assert breakdown.optimizer_states == 12 * params
+    # No SP, no recompute: 23 sbh per layer (Table 2, t = 8); rank 0 holds 31 chunk forwards
+    # of 4 layers (test_korthikanti_fig1_175b_is_exact_in_layers) = 124 layers, nothing rebuilt.
+    assert breakdown.activations == 124 * 23 * SBH == 71_772_930_048
+    # 15 chunk-0 forwards in flight x (8 s token-id bytes + s h dropout-mask bytes, not / t
+    # without SP).
+    assert breakdown.other == 15 * (8 * 2048 + SBH) == 377_733_120
+    total = 18 * params + 71_772_930_048 + 377_733_120
+    assert total == 122_959_835_136
+    assert breakdown.total == total
+    assert breakdown.headroom == 80 * 10**9 - 122_959_835_136 == -42_959_835_136
 
 
 def test_zero3_weights_and_gathered_unit() -> None:
@@ -606,6 +633,14 @@ def test_activations_non_increasing_none_selective_full(
         assert none[stage] >= selective[stage] >= full[stage]
 
 
+BYTES_PER_PARAMETER = {
+    Datatype.BF16: (2, 4, 12),
+    Datatype.FP8: (2, 4, 12),
+    Datatype.FP16: (2, 2, 16),
+    Datatype.FP32: (4, 4, 8),
+}
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     model=small_models(),
@@ -645,6 +680,17 @@ def test_memory_non_increasing_in_data_degree(
             breakdown.other,
         )
         assert breakdown.total == sum(parts)
+        # Independently of the recipe code: Megatron's dist_optimizer.md bytes per parameter as
+        # (param, grad, optimizer side): bf16 / fp8 (2, 4, 12), fp16 (2, 2, 16), fp32 (4, 4, 8);
+        # no sharding keeps all of it, the distributed optimizer divides the last by d.
+        count = stage_parameters(model, mapping, breakdown.stage).total
+        param, grad, optimizer = BYTES_PER_PARAMETER[model.datatype]
+        if isinstance(sharding, NoOptimizerSharding | DistributedOptimizer):
+            assert (breakdown.weights, breakdown.gradients) == (param * count, grad * count)
+        if isinstance(sharding, NoOptimizerSharding):
+            assert breakdown.optimizer_states == optimizer * count
+        elif isinstance(sharding, DistributedOptimizer):
+            assert breakdown.optimizer_states == -(-optimizer * count // d)
         totals.append(breakdown.total)
     assert totals[1] <= totals[0]
     if isinstance(sharding, NoOptimizerSharding):

@@ -39,6 +39,12 @@ README_KEYS = {
 }
 
 
+# Sequence lengths (Brown et al. 2020; Touvron et al. 2023; Llama Team 2024 pre-training
+# context) and dense bf16 peaks (A100 and H100 SXM datasheets), for the independent checks.
+SEQUENCE = {"gpt3-175b": 2048, "llama2-70b": 4096, "llama3-8b": 8192}
+PEAK_BF16 = {"dgx-a100-80gb": 312e12, "dgx-h100": 989e12}
+
+
 @pytest.mark.parametrize(
     ("model", "system", "gpus", "settings"),
     [
@@ -91,6 +97,16 @@ def test_report_invariants(model: str, system: str, gpus: int, settings: dict[st
     assert as_json.keys() >= README_KEYS
     assert set(as_json["time_breakdown_s"]) == set(parts)
     assert as_json["memory_bytes"]["total"] == memory.total
+    # Independent of the report's own properties: the inputs fix these.
+    assert world == gpus
+    global_batch = settings["global_batch_size"]
+    assert isinstance(global_batch, int)
+    assert report.tokens_per_iteration == global_batch * SEQUENCE[model]
+    assert report.peak_flops_per_gpu == PEAK_BF16[system]
+    # HFU / MFU is the FLOPs ratio (same time, GPUs and peak in both denominators).
+    assert report.hfu / report.mfu == pytest.approx(
+        report.hardware_flops_per_iteration / report.model_flops_per_iteration, rel=1e-12
+    )
 
 
 def test_gpt3_175b_plan_reports_the_selene_strategy() -> None:
@@ -105,7 +121,58 @@ def test_gpt3_175b_plan_reports_the_selene_strategy() -> None:
     assert "--tensor-model-parallel-size" in report.megatron_args
     # 30.4 GiB per GPU against 80 GB: the strategy fits with headroom.
     assert report.memory.fits
-    assert report.memory.headroom > 40 * 2**30
+
+    # Independent figures (Narayanan et al. 2021 / Korthikanti et al. 2022 by hand).
+    b_global, s, layers, h, vocab = 1536, 2048, 96, 12288, 51200
+    assert report.world_size == 1024  # 8 x 8 x 16
+    assert report.tokens_per_iteration == 1536 * 2048 == 3_145_728
+    assert report.peak_flops_per_gpu == 312e12  # A100 bf16 dense, datasheet
+    # Model FLOPs, Korthikanti et al. 2022, Appendix A: 72 B s L h^2 (1 + s/(6h) + V/(12 L h))
+    # = 72 B s L h^2 + 12 B s^2 L h + 6 B s h V, with Megatron's padded vocabulary V = 51200
+    # (the legacy convention counts the LM head on the padded vocabulary, as Megatron-LM does;
+    # the unpadded 50257 would give 3,385,978,038,062,678,016).
+    model_flops = (
+        72 * b_global * s * layers * h * h
+        + 12 * b_global * s * s * layers * h
+        + 6 * b_global * s * h * vocab
+    )
+    assert model_flops == 3_386_196_746_387_324_928
+    assert report.model_flops_per_iteration == model_flops
+    # Selective recompute re-runs the attention core forward once per layer: QK^T and
+    # attention-over-V over the full s x s matrix, 2 x 2 b s^2 h = 4 B s^2 h per layer.
+    hardware_flops = model_flops + 4 * b_global * s * s * h * layers
+    assert hardware_flops == 3_416_596_043_872_075_776
+    assert report.hardware_flops_per_iteration == hardware_flops
+
+    # Memory of stage 0, one GPU (t = 8, SP, selective, distributed optimizer over d = 16, bf16).
+    # Parameters per TP rank (tests/analysis/test_memory.py): block 12h^2/8 + 7h/8 + 2h + 4h =
+    # 226,576,896; stage 0 has 96 / 8 = 12 blocks, the word embedding 51200 h / 8 and the learned
+    # positions 2048 h (replicated).
+    block = 12 * h * h // 8 + 7 * h // 8 + 2 * h + 4 * h
+    assert block == 226_576_896
+    params = 12 * block + vocab * h // 8 + s * h
+    assert params == 2_822_731_776
+    memory = report.memory
+    assert memory.stage == 0
+    assert memory.weights == 2 * params == 5_645_463_552  # bf16
+    assert memory.gradients == 4 * params == 11_290_927_104  # fp32 main grads
+    assert memory.optimizer_states == 12 * params // 16 == 2_117_048_832  # 12 B / d
+    # Activations (Korthikanti et al. 2022, Table 2, SP + selective: 34 s b h / t per layer;
+    # s b h = 2048 * 12288 = 25,165,824). Interleaved rank 0 peaks at min(2 (p-1) + (v-1) p + 1,
+    # m v) = min(14 + 16 + 1, 288) = 31 chunk forwards of 96 / 24 = 4 layers: 124 layers x 34/8
+    # = 527 sbh, plus one layer's recomputed s x s tensors 5 a s / h sbh / t = 80/8 = 10 sbh:
+    # 537 sbh.
+    sbh = s * 1 * h
+    assert 31 * 4 * 34 // 8 + 80 // 8 == 537
+    assert memory.activations == 537 * sbh == 13_514_047_488
+    # Other: 15 of the 31 in flight are chunk-0 forwards (8 + 7 over groups of p = 8), each
+    # holding int64 token ids (8 s b) and the embedding dropout mask (s b h / t, 1 byte).
+    assert memory.other == 15 * (8 * s + s * h // 8) == 47_431_680
+    total = 5_645_463_552 + 11_290_927_104 + 2_117_048_832 + 13_514_047_488 + 47_431_680
+    assert total == 32_614_918_656
+    assert memory.total == total
+    assert memory.capacity == 80 * 10**9  # 80 GB HBM2e
+    assert memory.headroom == 80 * 10**9 - 32_614_918_656 == 47_385_081_344
 
 
 def test_plan_refuses_an_illegal_strategy_with_every_law() -> None:

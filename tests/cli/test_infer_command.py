@@ -22,6 +22,48 @@ def test_text_report(capsys: pytest.CaptureFixture[str]) -> None:
     assert "largest batch that fits: 274" in out
 
 
+def test_largest_batch_274_by_hand() -> None:
+    """Llama 2 70B, t = 8, p = 1, prompt 2048 + 256 generated, bf16, on an 80 GB H100.
+
+    Weights per GPU: 80 blocks x 106,971,136 (test_memory.py's Llama t = 8 block) + the word
+    embedding and the untied LM head (32000 x 8192 / 8 each) + the final norm 8192, x 2 B =
+    17,246,470,144 B. Per sequence: KV cache 2 x 80 layers x 1 group x 128 x 2304 tokens x 2 B =
+    94,371,840 B; activations (one microbatch of the whole batch) the residual stream 2048 x
+    8192 x 2 B plus the largest op, a residual add (reads two streams, writes one: 3 x that) =
+    4 x 33,554,432 = 134,217,728 B. So total(b) = 17,246,470,144 + 228,589,568 b, and
+    (80e9 - 17,246,470,144) / 228,589,568 = 274.52: 274 fits, 275 does not.
+    """
+    from blueprinting.hardware.presets import system_preset
+    from blueprinting.inference.memory import memory_per_gpu
+    from blueprinting.mapping.config_file import load_config
+    from blueprinting.synthesizer.dialects.transformer.inference_derivation import (
+        derive_inference_plan,
+    )
+
+    weights = 2 * (80 * 106_971_136 + 2 * 32000 * 8192 // 8 + 8192)
+    assert weights == 17_246_470_144
+    kv = 2 * 80 * 1 * 128 * (2048 + 256) * 2
+    activations = 4 * 2048 * 8192 * 2
+    per_sequence = kv + activations
+    assert (kv, activations, per_sequence) == (94_371_840, 134_217_728, 228_589_568)
+    capacity = 80 * 10**9
+    assert (capacity - weights) // per_sequence == 274
+    assert system_preset("dgx-h100").accelerator.hbm.capacity_bytes == capacity
+
+    spec = load_config(SERVING).inference
+    assert spec is not None
+    plan = derive_inference_plan(spec.model, spec.mapping)
+    for batch, fits in ((274, True), (275, False)):
+        memory = memory_per_gpu(plan, batch=batch, capacity=capacity)
+        assert (memory.weights, memory.kv_cache, memory.activations) == (
+            weights,
+            kv * batch,
+            activations * batch,
+        )
+        assert memory.total == weights + per_sequence * batch
+        assert memory.fits is fits
+
+
 def test_json_keys(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["infer", str(SERVING), "--json", "--set", "batch_size=1"]) == 0
     data = json.loads(capsys.readouterr().out)

@@ -66,10 +66,18 @@ def test_set_works_as_in_plan(capsys: pytest.CaptureFixture[str]) -> None:
     assert values["microbatch_count"] == 48
     simulation = values["simulation"]
     assert isinstance(simulation, dict)
-    # 48 microbatches, 3 chunks, 8 ranks: 2304 forward and 2304 backward passes, plus sends.
+    # 48 microbatches through p v = 8 x 3 = 24 virtual stages: 24 x 48 = 1152 forward and 1152
+    # backward passes (2304 compute commands), plus sends (simulator/commands.py).
     commands = simulation["commands"]
     assert isinstance(commands, int)
     assert commands > 2 * 8 * 3 * 48
+    # Sends: every virtual stage but the last sends each forward on, every one but the first
+    # each input gradient back: 2 x (24 - 1) x 48 = 2208. DP buckets (d = 16 > 1): one per
+    # model chunk per rank, 24. Total 2304 + 2208 + 24 = 4536.
+    p, v, m = 8, 3, 48
+    expected = 2 * p * v * m + 2 * (p * v - 1) * m + p * v
+    assert expected == 4536
+    assert commands == expected
 
 
 def test_legal_group_size_shows_the_contract_overestimate(

@@ -215,6 +215,38 @@ def test_pipeline_stages_add_latency() -> None:
     assert two.microbatch_size == 2
     assert two.decode_round_mean_s > 0
     assert two.memory.weights < one.memory.weights
+    # TINY's block: QKV h (q + 2k) = 64 (64 + 2 x 16) = 6144, output 64 x 64 = 4096, SwiGLU up
+    # 64 x 256 = 16384, down 128 x 64 = 8192, two RMSNorms 2 x 64 = 128: 34,944 (no biases).
+    block = 6144 + 4096 + 16384 + 8192 + 128
+    assert block == TINY.block_parameters == 34_944
+    # One stage: 4 blocks, the word embedding and the untied LM head (256 x 64 each), the final
+    # norm (64); bf16.
+    assert one.memory.weights == 2 * (4 * block + 2 * 256 * 64 + 64) == 345_216
+    # Two stages: 2 blocks each; stage 0 adds the embedding, stage 1 the LM head and the final
+    # norm, so stage 1 is the most loaded (KV cache and activations are the same on both).
+    assert two.memory.stage == 1
+    assert two.memory.weights == 2 * (2 * block + 256 * 64 + 64) == 172_672
+    # KV cache: 2 (K, V) x layers x 2 groups x 8 channels x (16 + 8) tokens x 4 sequences x 2 B.
+    assert one.memory.kv_cache == 2 * 4 * 2 * 8 * 24 * 4 * 2 == 24_576
+    assert two.memory.kv_cache == 2 * 2 * 2 * 8 * 24 * 4 * 2 == 12_288
+    # Activations: the residual stream (tokens x h x 2 B) plus the largest op, the SwiGLU
+    # activation (reads 2f = 256, writes f = 128 per token): tokens x (128 + 768) bytes, with
+    # 4 x 16 tokens on one stage and microbatches of 2 x 16 on two.
+    assert one.memory.activations == 64 * (128 + 768) == 57_344
+    assert two.memory.activations == 32 * (128 + 768) == 28_672
+    # Latency: the two-stage pipeline pays P2P hops on the intra-node link (10 us latency +
+    # bytes / (450 GB/s x 0.8)). Prefill of m = 2 microbatches of 2 x 16 tokens: T0 + T1 + P2P
+    # + max(T0, T1, P2P) >= 2 P2P with P2P = 10 us + 2 x 16 x 64 x 2 B / 360 GB/s.
+    link = 450e9 * 0.8
+    prefill_p2p = 10e-6 + 2 * 16 * 64 * 2 / link
+    assert two.prefill_latency_s > 2 * prefill_p2p
+    assert two.prefill_latency_s > one.prefill_latency_s
+    # A decode round is at least the hidden state forward (2 x 64 x 2 B) plus the sampled
+    # token ids back (2 x 8 B): two hops, where one stage has none.
+    decode_hops = (10e-6 + 2 * 64 * 2 / link) + (10e-6 + 2 * 8 / link)
+    assert two.decode_round_mean_s > decode_hops
+    assert two.decode_round_mean_s > one.decode_round_mean_s
+    assert one.decode_round_mean_s < 10e-6
 
 
 # ---- Llama 2 70B at TP8 on a DGX H100 ------------------------------------------------------
@@ -244,6 +276,87 @@ def test_llama2_70b_tp8_dgx_h100() -> None:
     prefill = report.prefill_bounds
     assert prefill.compute_s > prefill.hbm_s
     assert report.prefill_latency_s == pytest.approx(0.087, rel=0.1)
+
+    # --- decode, by hand (p = 1, one microbatch: the round is one step of the stage) ----------
+    h, q, kv, up, f, vocab = 8192, 1024, 128, 7168, 3584, 4000  # widths per rank (t = 8)
+    # Bytes read per step: every block's weights, the final norm and the LM head, but only one
+    # row of the embedding (not the whole table the memory holds).
+    block_bytes = 2 * (h * (q + 2 * kv) + q * h + h * up + f * h + 2 * h)
+    weights = 80 * block_bytes + 2 * h + 2 * h * vocab + 2 * h
+    assert weights == 17_180_950_528
+    assert weights == report.memory.weights - 2 * vocab * h + 2 * h
+    assert decode.weight_bytes == weights
+    # KV cache: step j = 1..255 reads K and V of 2048 + j positions (one group per rank):
+    # mean 2048 + 128 = 2176 positions x 2 x 128 channels x 2 B x 80 layers.
+    kv_bytes = 80 * 2 * 128 * 2176 * 2
+    assert kv_bytes == 89_128_960
+    assert decode.kv_cache_bytes == kv_bytes
+    # Activations per block (one token, 2 B): norms read + write h (2 x 32768); QKV reads h,
+    # writes q + 2k (16384 + 2560); QK^T reads q (2048); attention-over-V writes q (2048);
+    # output projection reads q, writes h (2048 + 16384); residual adds read 2h, write h
+    # (2 x 49152); MLP up reads h, writes u (16384 + 14336); SwiGLU reads u, writes f
+    # (14336 + 7168); MLP down reads f, writes h (7168 + 16384). Plus the embedding (8 B token
+    # id + a row), the final norm and the LM head (reads h, writes V/t).
+    per_block = 2 * 32768 + 18944 + 2048 + 2048 + 18432 + 2 * 49152 + 30720 + 21504 + 23552
+    assert per_block == 281_088
+    activations = 80 * per_block + (8 + 2 * h) + 2 * 2 * h + (2 * h + 2 * vocab)
+    assert activations == 22_560_584
+    assert decode.activation_bytes == activations
+    bandwidth = 3350e9
+    assert decode.hbm_s == pytest.approx((weights + kv_bytes + activations) / bandwidth, rel=1e-12)
+    # Modelled: every op is HBM-bound at batch 1 (a 1-row GEMM reaches 0.75 x 1/129 of 989
+    # TFLOP/s = 5.75 TFLOP/s against 2 FLOPs per 2 B at 0.9 x 3.35 TB/s = 3.0 TB/s), except the
+    # fused softmax, which touches no HBM: 5 FLOPs per (query, key) pair on the vector engine,
+    # 8 heads x 2176 keys x 80 layers at 0.9 x 133.8 TFLOP/s. TP collectives on NVLink (latency
+    # 10 us, 450 GB/s x 0.8): 2 x 80 + 1 all-reduces of h x 2 B (wire factor 2 x 7/8) and one
+    # all-gather of the V x 2 B logits (7/8).
+    link = 450e9 * 0.8
+    tp_comm = 161 * (10e-6 + 2 * h * 2 * 7 / 8 / link) + (10e-6 + 2 * 32000 * 7 / 8 / link)
+    assert decode.tp_comm_s == pytest.approx(tp_comm, rel=1e-12)
+    softmax = 5 * 8 * 2176 * 80 / (133.8e12 * 0.9)
+    expected = (weights + kv_bytes + activations) / (bandwidth * 0.9) + softmax + tp_comm
+    assert expected == pytest.approx(7.3686e-3, rel=1e-4)
+    assert decode.modelled_s == pytest.approx(expected, rel=1e-9)
+    assert report.decode_round_mean_s == pytest.approx(expected, rel=1e-9)
+
+    # --- prefill, by hand -------------------------------------------------------------------
+    # Matrix FLOPs (t = 8): per block 2 P x GEMM weights per rank + causal attention
+    # 4 d (a/t) P (P + 1) / 2; the LM head on the last token only.
+    tokens = 2048
+    gemm_weights = h * (q + 2 * kv) + q * h + h * up + f * h
+    per_block_flops = 2 * tokens * gemm_weights + 4 * 128 * 8 * tokens * (tokens + 1) // 2
+    assert per_block_flops == 446_680_793_088
+    matrix = 80 * per_block_flops + 2 * h * vocab
+    assert prefill.matrix_flops == matrix == 35_734_528_983_040
+    # TP collectives: the same 161 all-reduces, now of P x h x 2 B, and the logits all-gather.
+    prefill_comm = 161 * (10e-6 + tokens * h * 2 * 2 * 7 / 8 / link) + (
+        10e-6 + 2 * 32000 * 7 / 8 / link
+    )
+    assert prefill.tp_comm_s == pytest.approx(prefill_comm, rel=1e-12)
+    # On an ideal system (every accelerator efficiency 1; links unchanged) the block GEMMs are
+    # compute-bound (>= 600 FLOP/B against a balance of 295), the element-wise ops, the
+    # embedding and the 1-row LM head are HBM-bound, and the fused softmax is vector work over
+    # the P (P + 1) / 2 causal pairs: the prefill is exactly
+    #   block GEMMs / 989 TFLOP/s + softmax / 133.8 TFLOP/s + element-wise bytes / 3.35 TB/s
+    #   + TP collectives.
+    ideal = analyze_inference(spec, _ideal(system))
+    softmax_flops = 80 * 5 * 8 * tokens * (tokens + 1) // 2
+    row = tokens * h * 2  # one h-wide activation of the prompt, bf16
+    # per block: 2 norms (read + write + h weights), 2 residual adds (3 rows), SwiGLU
+    # (reads u, writes f per token)
+    elementwise = 80 * (2 * (2 * row + 2 * h) + 2 * 3 * row + tokens * (up + f) * 2)
+    elementwise += (8 * tokens + 2 * row) + (2 * row + 2 * h)  # embedding, final norm
+    elementwise += 2 * h * vocab + 2 * h + 2 * vocab  # LM head weights, last input, logits
+    assert elementwise == 30_569_193_280
+    ideal_prefill = (
+        80 * per_block_flops / 989e12
+        + softmax_flops / 133.8e12
+        + elementwise / bandwidth
+        + prefill_comm
+    )
+    assert ideal.prefill_latency_s == pytest.approx(ideal_prefill, rel=1e-9)
+    # The real efficiencies only slow it down.
+    assert report.prefill_latency_s > ideal.prefill_latency_s
 
 
 # ---- memory --------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from math import gcd
 
@@ -272,6 +273,51 @@ def test_tiny_spaces_exercise_every_law() -> None:
     assert fired == set(Law) - {Law.WORLD_SIZE}
 
 
+def _recount_gpt3_175b() -> tuple[int, int, int, int, int]:
+    """A second count of the default space for GPT-3 175B (L = 96, 96 heads, s = 2048, ffn
+    49152, V = 51200) on N = 1024 GPUs of 8 per node with B = 1536, by the generation rules of
+    the space.py module docstring and the Law formulas of mapping/law_names.py, specialised by
+    hand: t | 8 also divides the heads, ffn, vocabulary and sequence, so the TP divisibility laws
+    never fire, and the one full recompute variant is uniform with num_layers = 1. Core rows are
+    counted once and weighted by their free options: 14 when d > 1 (no_shard + 3 sharded x 2
+    param-gather overlaps, x 2 grad-reduce overlaps), of which Megatron accepts 11 (not the 3
+    sharded ones with overlap_param_gather but not overlap_grad_reduce); 1 when d = 1.
+
+    Returns (enumerated, G = m candidates, core rows with d > 1, lawful core rows, valid)."""
+    n, big_b, big_l = 1024, 1536, 96
+    enumerated = extra_group = core_d = lawful_core = valid = 0
+    pairs = [(t, p) for t in (1, 2, 4, 8) for p in range(1, n // t + 1) if (n // t) % p == 0]
+    virtual = [v for v in range(1, big_l + 1) if big_l % v == 0]
+    micro = [b for b in range(1, big_b + 1) if big_b % b == 0]
+    for (t, p), v, b in itertools.product(pairs, virtual, micro):
+        d = n // (t * p)
+        m = big_b // (d * b)
+        # G = 0 is Megatron's default (p); G = m is added where it matters.
+        groups = (0, m) if v > 1 and m > p and m % p else (0,)
+        p2ps = (False, True) if v > 1 else (False,)
+        recomputes = ("none", "selective", "full-uniform")
+        for p2p, group, sp, recompute in itertools.product(p2ps, groups, (False, True), recomputes):
+            weight = 14 if d > 1 else 1
+            enumerated += weight
+            extra_group += weight if group else 0
+            core_d += d > 1
+            g = group or p
+            broken = (
+                big_b % (d * b) != 0,  # microbatch_count (and local_batch)
+                big_l % p != 0,  # blocks_per_pipeline_stage
+                big_l % (p * v) != 0,  # blocks_per_virtual_chunk
+                v > 1 and p == 1,  # schedule_matches_pipeline
+                recompute == "full-uniform" and big_l // p < 1,  # recompute_num_layers
+                v > 1 and not (p > 2 or (p == 2 and p2p)),  # interleaving_pipeline_degree
+                v > 1 and not (p <= g <= m and (m % g == 0 or m % g >= p)),  # microbatch group
+                sp and t == 1,  # sequence_parallel_needs_tensor
+            )
+            if not any(broken):
+                lawful_core += 1
+                valid += 11 if d > 1 else 1
+    return enumerated, extra_group, core_d, lawful_core, valid
+
+
 def test_gpt3_175b_count_is_pinned() -> None:
     """(t, p) pairs: t in {1,2,4,8} (divisors of gcd(1024, 8)), p over the divisors of 1024/t:
     11 + 10 + 9 + 8 = 38, 4 of them with d = 1. Free-knob weight: d > 1 gives (no_shard + 3
@@ -294,6 +340,18 @@ def test_gpt3_175b_count_is_pinned() -> None:
     # Pipeline degrees that do not divide 96 (64, 128, ..., 1024 for some t) are refused.
     assert set(np.unique(result.table.pipeline).tolist()) == {1, 2, 4, 8, 16, 32}
     assert set(np.unique(result.table.tensor).tolist()) == {1, 2, 4, 8}
+    # The pinned figures, recounted by independent loops.
+    enumerated, extra_group, core_d, lawful_core, valid = _recount_gpt3_175b()
+    assert (enumerated, extra_group, core_d, lawful_core, valid) == (
+        1_380_768,
+        55_968,
+        97_800,
+        4_875,
+        53_625,
+    )
+    assert result.report.candidates_enumerated == enumerated
+    assert result.report.candidates_valid == valid == len(result.table)
+    assert result.report.rejected(Law.MEGATRON_OVERLAP_PARAM_GATHER) == 3 * core_d
 
 
 def test_gpt3_contains_the_megatron_paper_strategy() -> None:
