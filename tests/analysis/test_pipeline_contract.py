@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pytest
 
@@ -13,6 +11,7 @@ from blueprinting.analysis.pipeline_contract import (
     extra_interleaving_bubbles,
     imbalance_correction,
 )
+from blueprinting.validation.calculon import default_oracle_path
 
 
 def test_contract_hand_values() -> None:
@@ -39,21 +38,10 @@ def test_imbalance_correction_counts_missing_blocks() -> None:
     assert imbalance_correction(p=4, max_blocks_per_stage=2, total_blocks=5, block_fw_bw_s=3.0) == 9
 
 
-def _oracle_path() -> Path | None:
-    env = os.environ.get("BLUEPRINTING_CALCULON_ORACLE")
-    if env:
-        return Path(env)
-    for parent in Path(__file__).resolve().parents:
-        candidate = parent / "shared" / "reference" / "calculon_oracle.json"
-        if candidate.is_file():
-            return candidate
-    return None
-
-
 def test_contract_equals_calculon_bubble_time_on_every_record() -> None:
     """Fed Calculon's chunk times, the contract reproduces Calculon's bubble_time (same formula;
     source: calculon/llm/llm.py at caa4b11, the oracle's version)."""
-    path = _oracle_path()
+    path = default_oracle_path()
     if path is None:
         pytest.skip("calculon_oracle.json not found (set BLUEPRINTING_CALCULON_ORACLE)")
     records = [

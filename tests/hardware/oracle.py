@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 from functools import cache
 from pathlib import Path
 
 import pytest
+
+from blueprinting.validation.calculon import default_oracle_path
 
 ORACLE_NAME = "calculon_oracle.json"
 LAYERS_NAME = "calculon_oracle_layers.json.gz"
@@ -23,17 +24,8 @@ Json = dict[str, object]
 
 
 def oracle_path() -> Path | None:
-    explicit = os.environ.get("BLUEPRINTING_CALCULON_ORACLE")
-    if explicit:
-        return Path(explicit)
-    shared = os.environ.get("BLUEPRINTING_SHARED")
-    if shared:
-        return Path(shared) / "reference" / ORACLE_NAME
-    for parent in Path(__file__).resolve().parents:
-        candidate = parent / "shared" / "reference" / ORACLE_NAME
-        if candidate.is_file():
-            return candidate
-    return None
+    """The oracle the whole suite reads (``validation.calculon.default_oracle_path``)."""
+    return default_oracle_path()
 
 
 @cache

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 from pathlib import Path
 from typing import cast
 
@@ -55,6 +54,7 @@ from blueprinting.synthesizer.dialects.transformer.training_derivation import (
     derive_training_block,
 )
 from blueprinting.synthesizer.stages.distributed.ir import Phase
+from blueprinting.validation.calculon import default_oracle_path
 
 Json = dict[str, object]
 
@@ -77,21 +77,9 @@ KV_SUFFIXES = ("_Key", "_Value")
 
 
 def _oracle_paths() -> tuple[Path, Path] | None:
-    env = os.environ.get("BLUEPRINTING_CALCULON_ORACLE")
-    if env:
-        main = Path(env)
-        return main, main.with_name("calculon_oracle_layers.json.gz")
-    candidates = []
-    shared_env = os.environ.get("BLUEPRINTING_SHARED")
-    if shared_env:
-        candidates.append(Path(shared_env) / "reference")
-    for parent in Path(__file__).resolve().parents:
-        candidates.append(parent.parent / "shared" / "reference")
-        candidates.append(parent / "shared" / "reference")
-    for ref in candidates:
-        if (ref / "calculon_oracle.json").is_file():
-            return ref / "calculon_oracle.json", ref / "calculon_oracle_layers.json.gz"
-    return None
+    """The oracle (``default_oracle_path``) and its per-layer companion beside it."""
+    main = default_oracle_path()
+    return None if main is None else (main, main.with_name("calculon_oracle_layers.json.gz"))
 
 
 @pytest.fixture(scope="module")
