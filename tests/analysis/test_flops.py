@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -49,6 +47,7 @@ from blueprinting.mapping.transformer import (
     TransformerTrainingMappingSpec,
     TransformerTrainingParallelism,
 )
+from tests.reference import shared_reference
 from tests.synthesizer.models import LLAMA2_70B
 
 
@@ -335,18 +334,8 @@ def test_korthikanti_table5_mfu_and_hfu() -> None:
     assert 100 * hfu(ours, 13.75, 64, 312e12) == pytest.approx(percent, rel=1e-12)
 
 
-def _shared_reference() -> Path | None:
-    env = os.environ.get("BLUEPRINTING_SHARED")
-    candidates = [Path(env)] if env else []
-    candidates += [parent / "shared" for parent in Path(__file__).resolve().parents]
-    for candidate in candidates:
-        if (candidate / "reference" / "published_runs.json").is_file():
-            return candidate / "reference"
-    return None
-
-
 def test_fixture_matches_shared_published_runs() -> None:
-    reference = _shared_reference()
+    reference = shared_reference()
     if reference is None:
         pytest.skip("shared/reference/published_runs.json not found (set BLUEPRINTING_SHARED)")
     rows = json.loads((reference / "published_runs.json").read_text())

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -58,6 +56,7 @@ from blueprinting.mapping.transformer import (
     TransformerTrainingParallelism,
     UnevenStages,
 )
+from tests.reference import shared_reference
 from tests.synthesizer.models import LLAMA2_70B
 
 GIB = 2**30
@@ -368,18 +367,8 @@ def test_korthikanti_fig7_percentages(
         assert 100 * value / baseline == pytest.approx(published, rel=0.05)
 
 
-def _shared_reference() -> Path | None:
-    env = os.environ.get("BLUEPRINTING_SHARED")
-    candidates = [Path(env)] if env else []
-    candidates += [parent / "shared" for parent in Path(__file__).resolve().parents]
-    for candidate in candidates:
-        if (candidate / "reference" / "published_runs.json").is_file():
-            return candidate / "reference"
-    return None
-
-
 def test_fixture_matches_shared_published_runs() -> None:
-    reference = _shared_reference()
+    reference = shared_reference()
     if reference is None:
         pytest.skip("shared/reference/published_runs.json not found (set BLUEPRINTING_SHARED)")
     rows = {row["id"]: row for row in json.loads((reference / "published_runs.json").read_text())}
