@@ -281,23 +281,24 @@ def _block_laws(model: TransformerModelSpec, tensor: TensorParallel) -> list[Law
     return out
 
 
-def _sequence_laws(
-    tensor: TensorParallel, sequence: int, sequence_name: str, *, megatron: bool
-) -> list[LawViolation]:
+def _sequence_laws(tensor: TensorParallel, sequence: int, sequence_name: str) -> list[LawViolation]:
+    """Planner and Megatron rules of sequence parallelism; callers keep the Megatron ones only
+    under the Megatron rule set."""
     t = tensor.degree
     out: list[LawViolation] = []
     match tensor.communication:
         case ReduceScatterAllGather():
             if sequence % t != 0:
                 out.append(
-                    LawViolation(
-                        law="local_sequence",
-                        formula=f"local_sequence = {sequence_name} / t (RS+AG)",
-                        values=((sequence_name, sequence), ("t", t)),
-                        message=f"local_sequence = {sequence} / {t} is not integral",
+                    _violation(
+                        "local_sequence",
+                        f"local_sequence = {sequence_name} / t (RS+AG)",
+                        f"local_sequence = {sequence} / {t} is not integral",
+                        RuleSet.PLANNER,
+                        **{sequence_name: sequence, "t": t},
                     )
                 )
-            if megatron and t == 1:
+            if t == 1:
                 out.append(
                     _violation(
                         "sequence_parallel_needs_tensor",
@@ -314,6 +315,19 @@ def _sequence_laws(
     return out
 
 
+def _single_stage_laws(p: int) -> list[LawViolation]:
+    if p == 1:
+        return []
+    return [
+        _violation(
+            "schedule_matches_pipeline",
+            "SingleStage <=> p = 1",
+            f"SingleStage needs p = 1, got p = {p}",
+            p=p,
+        )
+    ]
+
+
 # --------------------------------------------------------------------------------------------
 # Training
 # --------------------------------------------------------------------------------------------
@@ -321,15 +335,7 @@ def _training_schedule_laws(p: int, pipeline: PipelineParallel) -> list[LawViola
     schedule = pipeline.schedule
     match schedule:
         case SingleStage():
-            if p != 1:
-                return [
-                    _violation(
-                        "schedule_matches_pipeline",
-                        "SingleStage <=> p = 1",
-                        f"SingleStage needs p = 1, got p = {p}",
-                        p=p,
-                    )
-                ]
+            return _single_stage_laws(p)
         case OneForwardOneBackward():
             if p == 1:
                 return [
@@ -560,15 +566,13 @@ def check_training(
     out.extend(_block_laws(model, mapping.parallelism.tensor))
     out.extend(_recompute_laws(model, mapping))
 
-    megatron_out = _sequence_laws(
-        mapping.parallelism.tensor, model.seq_length, "sequence_length", megatron=megatron
-    )
+    megatron_out = _sequence_laws(mapping.parallelism.tensor, model.seq_length, "sequence_length")
     out.extend(x for x in megatron_out if x.ruleset is RuleSet.PLANNER)
     if not megatron:
         return tuple(out)
 
     out.extend(x for x in megatron_out if x.ruleset is RuleSet.MEGATRON)
-    microbatches = gbs // (d * mbs)
+    microbatches = mapping.microbatch_count
     if microbatches < 1:
         out.append(
             _violation(
@@ -605,15 +609,7 @@ def _inference_schedule_laws(p: int, pipeline: PipelineParallel) -> list[LawViol
     schedule = pipeline.schedule
     match schedule:
         case SingleStage():
-            if p != 1:
-                return [
-                    _violation(
-                        "schedule_matches_pipeline",
-                        "SingleStage <=> p = 1",
-                        f"SingleStage needs p = 1, got p = {p}",
-                        p=p,
-                    )
-                ]
+            return _single_stage_laws(p)
         case ForwardOnly():
             if p == 1:
                 return [
@@ -671,9 +667,7 @@ def check_inference(
                 seq_length=model.seq_length,
             )
         )
-    sequence = _sequence_laws(
-        mapping.parallelism.tensor, workload.prompt_length, "prompt_length", megatron=megatron
-    )
+    sequence = _sequence_laws(mapping.parallelism.tensor, workload.prompt_length, "prompt_length")
     out.extend(x for x in sequence if x.ruleset is RuleSet.PLANNER)
     if megatron:
         out.extend(x for x in sequence if x.ruleset is RuleSet.MEGATRON)
