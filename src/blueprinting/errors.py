@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import final
+from typing import TypeGuard, final
 
 
 class RuleSet(StrEnum):
@@ -85,6 +85,23 @@ class DeadlockError(BlueprintingError):
     def __init__(self, message: str, *, stuck: Sequence[str] = ()) -> None:
         self.stuck: tuple[str, ...] = tuple(stuck)
         super().__init__(message)
+
+
+def is_positive_int(value: object) -> TypeGuard[int]:
+    """An ``int`` of at least 1; ``bool`` (an ``int`` subclass) is refused, as is ``1.0``."""
+    return type(value) is int and value >= 1
+
+
+def positive_int_problems(owner: str | None, /, **values: object) -> list[str]:
+    """One problem per value that is not a positive integer, in argument order:
+    ``"{owner}.{key} must be a positive integer, got {value!r}"`` (without ``"{owner}."`` when
+    ``owner`` is None). Callers decide whether and how to raise."""
+    prefix = "" if owner is None else f"{owner}."
+    return [
+        f"{prefix}{key} must be a positive integer, got {value!r}"
+        for key, value in values.items()
+        if not is_positive_int(value)
+    ]
 
 
 @dataclass(slots=True)

@@ -61,11 +61,7 @@ def load_inference(args: argparse.Namespace) -> tuple[InferenceSpec, SystemSpec]
         raise ConfigError(
             ["this file holds a [training] spec; use `blueprinting plan`"], source=config.source
         )
-    section = dict(config.system)
-    if args.system is not None:
-        section = {"preset": args.system}
-    if not section:
-        raise ConfigError(["the file has no [system] section; pass --system"], source=config.source)
+    section = config.system_section(args.system)
     return config.inference, system_from_mapping(section, source=config.source)
 
 

@@ -79,7 +79,11 @@ def load_training(args: argparse.Namespace) -> tuple[TrainingSpec, SystemSpec]:
     from blueprinting.api import build_spec
     from blueprinting.hardware.presets import system_preset
     from blueprinting.hardware.system_mapping import system_from_mapping
-    from blueprinting.mapping.config_file import apply_overrides, load_config, set_nested
+    from blueprinting.mapping.config_file import (
+        apply_overrides,
+        load_config,
+        route_section_overrides,
+    )
 
     overrides: list[str] = list(args.overrides)
     if args.file is not None:
@@ -91,25 +95,18 @@ def load_training(args: argparse.Namespace) -> tuple[TrainingSpec, SystemSpec]:
                 ["this file holds an [inference] spec; use `blueprinting infer`"],
                 source=config.source,
             )
-        section = dict(config.system)
-        if args.system is not None:
-            section = {"preset": args.system}
-        if not section:
-            raise ConfigError(["the file has no [system] section; pass --system"])
+        section = config.system_section(args.system)
         return config.training, system_from_mapping(section, source=config.source)
     if args.model is None:
         raise ConfigError(["give a strategy FILE, or --model (with --gpus and --set keys)"])
-    system_overrides = [o for o in overrides if o.startswith("system.")]
-    flat = apply_overrides({}, [o for o in overrides if not o.startswith("system.")])
-    spec = build_spec(model=args.model, gpus=args.gpus, settings=flat)
     system_name = args.system or "dgx-a100-80gb"
-    if system_overrides:
-        overridden: dict[str, object] = {"preset": system_name}
-        for item in system_overrides:
-            key, _, value = item.partition("=")
-            path = key.removeprefix("system.").split(".")
-            set_nested(overridden, path, apply_overrides({}, [f"x={value}"])["x"])
-        return spec, system_from_mapping(overridden)
+    system: dict[str, object] = {"preset": system_name}
+    # Without a file there is no [model] table: model.* stays a flat key.
+    flat_overrides = route_section_overrides(overrides, system)
+    flat = apply_overrides({}, flat_overrides)
+    spec = build_spec(model=args.model, gpus=args.gpus, settings=flat)
+    if len(flat_overrides) < len(overrides):  # some system.* override was applied
+        return spec, system_from_mapping(system)
     return spec, system_preset(system_name)
 
 

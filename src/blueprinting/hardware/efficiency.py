@@ -32,7 +32,7 @@ import itertools
 from dataclasses import dataclass
 from typing import TypeAlias, assert_never, final
 
-from blueprinting.errors import ConfigError
+from blueprinting.errors import ConfigError, positive_int_problems
 
 
 # Validators take ``object``: a config file can put any value in a float field.
@@ -65,11 +65,7 @@ class GemmShape:
     batch: int = 1
 
     def __post_init__(self) -> None:
-        bad = [
-            f"GemmShape.{key} must be a positive integer, got {value!r}"
-            for key, value in (("m", self.m), ("n", self.n), ("k", self.k), ("batch", self.batch))
-            if type(value) is not int or value < 1
-        ]
+        bad = positive_int_problems("GemmShape", m=self.m, n=self.n, k=self.k, batch=self.batch)
         if bad:
             raise ConfigError(bad)
 

@@ -45,7 +45,7 @@ from enum import StrEnum
 from functools import lru_cache
 from typing import TypeAlias, assert_never, final
 
-from blueprinting.errors import ConfigError, UnsupportedError
+from blueprinting.errors import ConfigError, UnsupportedError, positive_int_problems
 from blueprinting.hardware.collectives import (
     CollectiveCosts,
     CollectiveKind,
@@ -101,14 +101,6 @@ class RankLayout(StrEnum):
     @property
     def order(self) -> tuple[ParallelDim, ...]:
         return tuple(ParallelDim(part) for part in self.value.split("-"))
-
-
-def _require_positive_int(owner: str, **values: int) -> list[str]:
-    return [
-        f"{owner}.{key} must be a positive integer, got {value!r}"
-        for key, value in values.items()
-        if type(value) is not int or value < 1
-    ]
 
 
 def _require_positive_number(owner: str, **values: float) -> list[str]:
@@ -236,7 +228,7 @@ class NodeSpec:
     link: LinkSpec
 
     def __post_init__(self) -> None:
-        problems = _require_positive_int("NodeSpec", gpus_per_node=self.gpus_per_node)
+        problems = positive_int_problems("NodeSpec", gpus_per_node=self.gpus_per_node)
         if problems:
             raise ConfigError(problems)
 
@@ -295,7 +287,7 @@ class CommGroup:
     ranks_per_node: int
 
     def __post_init__(self) -> None:
-        problems = _require_positive_int(
+        problems = positive_int_problems(
             "CommGroup", size=self.size, ranks_per_node=self.ranks_per_node
         )
         if problems:
@@ -337,7 +329,7 @@ def place_group(
     group has in one of its nodes (the per-node share of the slowest group); the group uses the
     scale-out link iff any group spans more than one node.
     """
-    problems = _require_positive_int(
+    problems = positive_int_problems(
         "place_group", tensor=tensor, pipeline=pipeline, data=data, gpus_per_node=gpus_per_node
     )
     if problems:

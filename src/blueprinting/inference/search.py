@@ -22,15 +22,14 @@ from blueprinting.hardware.system import SystemSpec
 from blueprinting.inference.analysis import InferenceReport, analyze_inference
 from blueprinting.inference.memory import max_batch_that_fits
 from blueprinting.mapping.transformer import (
-    ForwardOnly,
     InferenceSpec,
     PipelineParallel,
-    PipelineSchedule,
     ReplicaParallel,
-    SingleStage,
     TensorParallel,
     TransformerInferenceMappingSpec,
     TransformerInferenceParallelism,
+    divisors,
+    inference_schedule,
 )
 from blueprinting.synthesizer.dialects.transformer.inference_derivation import (
     derive_inference_plan,
@@ -60,10 +59,6 @@ class SearchOptions:
             raise ConfigError(problems)
 
 
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
-
-
 def _batches(largest: int) -> list[int]:
     """Powers of two up to ``largest``, and ``largest`` itself; none when nothing fits."""
     if largest < 1:
@@ -79,12 +74,11 @@ def _batches(largest: int) -> list[int]:
 
 
 def _with(spec: InferenceSpec, *, t: int, p: int, replicas: int, batch: int) -> InferenceSpec:
-    schedule: PipelineSchedule = ForwardOnly() if p > 1 else SingleStage()
     parallelism = TransformerInferenceParallelism(
         tensor=TensorParallel(
             degree=t, communication=spec.mapping.parallelism.tensor.communication
         ),
-        pipeline=PipelineParallel(degree=p, schedule=schedule),
+        pipeline=PipelineParallel(degree=p, schedule=inference_schedule(p)),
         replicas=ReplicaParallel(degree=replicas),
     )
     workload = replace(spec.mapping.workload, batch_size=batch)
@@ -113,8 +107,8 @@ def search_inference(
     gpus = spec.mapping.world_size
     capacity = system.accelerator.hbm.capacity_bytes
     found: list[InferenceReport] = []
-    for t in _divisors(system.gpus_per_node):
-        for p in _divisors(spec.model.num_layers):
+    for t in divisors(system.gpus_per_node):
+        for p in divisors(spec.model.num_layers):
             if gpus % (t * p) != 0:
                 continue
             replicas = gpus // (t * p)

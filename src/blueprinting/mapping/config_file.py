@@ -22,7 +22,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import final
 
-from blueprinting.errors import ConfigError
+from blueprinting.errors import ConfigError, is_positive_int, positive_int_problems
 from blueprinting.mapping.flat_keys import (
     FlatValue,
     canonical_key,
@@ -49,14 +49,31 @@ class ConfigFile:
     """What a strategy file holds: one training or one inference spec, and the raw system
     section that :mod:`blueprinting.hardware` interprets."""
 
-    training: TrainingSpec | None
-    inference: InferenceSpec | None
+    spec: TrainingSpec | InferenceSpec
     system: Mapping[str, object] = field(default_factory=lambda: MappingProxyType({}))
     source: str
 
+    @property
+    def training(self) -> TrainingSpec | None:
+        return self.spec if isinstance(self.spec, TrainingSpec) else None
+
+    @property
+    def inference(self) -> InferenceSpec | None:
+        return self.spec if isinstance(self.spec, InferenceSpec) else None
+
+    def system_section(self, preset: str | None = None) -> dict[str, object]:
+        """The [system] table the hardware is built from: ``{"preset": preset}`` when a preset
+        is given (the CLI's ``--system``, which replaces the file's section), else the file's.
+        A :class:`ConfigError` naming the file when there is neither."""
+        section: dict[str, object] = {"preset": preset} if preset is not None else dict(self.system)
+        if not section:
+            raise ConfigError(
+                ["the file has no [system] section; pass --system"], source=self.source
+            )
+        return section
+
     def __str__(self) -> str:
-        spec = self.training if self.training is not None else self.inference
-        return str(spec)
+        return str(self.spec)
 
 
 # --------------------------------------------------------------------------------------------
@@ -77,6 +94,31 @@ def parse_value(text: str) -> FlatValue | float:
     if lowered in ("true", "false"):
         return lowered == "true"
     return stripped
+
+
+def route_section_overrides(
+    overrides: Sequence[str],
+    system: dict[str, object],
+    model: dict[str, object] | None = None,
+) -> list[str]:
+    """Apply the section-qualified overrides in place and return the others, in order.
+
+    ``system.A.B=V`` sets ``system[A][B]`` (:func:`set_nested`); ``model.KEY=V`` sets
+    ``model[KEY]`` when a ``model`` table is given (a strategy file's preset/hf_config live
+    there). Values are parsed with :func:`parse_value`. What is returned are flat keys for
+    :func:`apply_overrides`, malformed items included so that it reports them.
+    """
+    flat: list[str] = []
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        section, dot, rest = key.strip().partition(".")
+        if sep and dot and section == "system":
+            set_nested(system, rest.split("."), parse_value(value))
+        elif sep and dot and section == "model" and model is not None:
+            model[canonical_key(rest)] = parse_value(value)
+        else:
+            flat.append(item)
+    return flat
 
 
 def apply_overrides(flat: Mapping[str, object], overrides: Sequence[str]) -> dict[str, object]:
@@ -180,16 +222,7 @@ def load_config(path: str | Path, *, overrides: Sequence[str] = ()) -> ConfigFil
 
     # Section-qualified overrides address [model]'s preset/hf_config and [system]; the rest are
     # flat keys.
-    flat_overrides: list[str] = []
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        section, dot, rest = key.strip().partition(".")
-        if sep and dot and section == "system":
-            set_nested(system, rest.split("."), parse_value(value))
-        elif sep and dot and section == "model":
-            model_section[canonical_key(rest)] = parse_value(value)
-        else:
-            flat_overrides.append(item)
+    flat_overrides = route_section_overrides(overrides, system, model_section)
 
     base = _base_model(model_section, file, problems)
     model_keys = {k: v for k, v in model_section.items() if k not in ("preset", "hf_config")}
@@ -204,17 +237,14 @@ def load_config(path: str | Path, *, overrides: Sequence[str] = ()) -> ConfigFil
         raise ConfigError(problems, source=source)
     try:
         flat = apply_overrides(flat, flat_overrides)
-        if "training" in data:
-            spec = from_mapping(flat, model=base)
-            return ConfigFile(
-                training=spec, inference=None, system=MappingProxyType(system), source=source
-            )
-        inference_spec = inference_from_mapping(flat, model=base)
+        spec: TrainingSpec | InferenceSpec = (
+            from_mapping(flat, model=base)
+            if "training" in data
+            else inference_from_mapping(flat, model=base)
+        )
     except ConfigError as error:
         raise ConfigError(error.problems, source=source) from None
-    return ConfigFile(
-        training=None, inference=inference_spec, system=MappingProxyType(system), source=source
-    )
+    return ConfigFile(spec=spec, system=MappingProxyType(system), source=source)
 
 
 def _base_model(
@@ -293,14 +323,12 @@ def model_from_hf_config(
 
     def get_int(key: str, default: int | None = None) -> int:
         value = data.get(key, default)
-        if type(value) is not int or value < 1:
-            problems.append(
-                f"{key} must be a positive integer, got {value!r}"
-                if key in data
-                else f"{key} is required"
-            )
-            return 1
-        return value
+        if is_positive_int(value):
+            return value
+        problems.extend(
+            positive_int_problems(None, **{key: value}) if key in data else [f"{key} is required"]
+        )
+        return 1
 
     def get_bool(key: str, default: bool) -> bool:
         value = data.get(key, default)
@@ -315,8 +343,8 @@ def model_from_hf_config(
     kv_channels = data.get("head_dim")
     if kv_channels is None:
         kv_channels = hidden // heads
-    elif type(kv_channels) is not int or kv_channels < 1:
-        problems.append(f"head_dim must be a positive integer, got {kv_channels!r}")
+    elif not is_positive_int(kv_channels):
+        problems.extend(positive_int_problems(None, head_dim=kv_channels))
         kv_channels = 1
     act = data.get("hidden_act", "silu")
     activation = MlpActivation.SWIGLU
@@ -368,4 +396,5 @@ __all__ = [
     "load_config",
     "model_from_hf_config",
     "parse_value",
+    "route_section_overrides",
 ]

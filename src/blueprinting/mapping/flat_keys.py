@@ -48,7 +48,6 @@ from blueprinting.mapping.model import (
 )
 from blueprinting.mapping.presets import did_you_mean
 from blueprinting.mapping.transformer import (
-    AllReduce,
     BatchSpec,
     DataParallel,
     DistributedOptimizer,
@@ -71,9 +70,9 @@ from blueprinting.mapping.transformer import (
     SelectiveRecompute,
     ShardedGradients,
     ShardedParameters,
+    ShardingVariant,
     SingleStage,
     StageLayout,
-    TensorCommunication,
     TensorParallel,
     TrainingSpec,
     TransformerInferenceMappingSpec,
@@ -82,6 +81,9 @@ from blueprinting.mapping.transformer import (
     TransformerTrainingParallelism,
     UnevenStages,
     ZeroBubbleH1,
+    inference_schedule,
+    tensor_communication,
+    training_schedule,
 )
 
 FlatValue = int | bool | str
@@ -113,8 +115,6 @@ def _choice(*choices: str) -> _Key:
     return _Key(kind=_Kind.STR, choices=choices)
 
 
-SHARDING_STRATEGIES = ("no_shard", "optim", "optim_grads", "optim_grads_params")
-
 # Keys only a training run has; inference_from_mapping refuses them by name.
 TRAINING_KEYS: Mapping[str, _Key] = {
     "data_parallel_size": _int(),
@@ -130,7 +130,7 @@ TRAINING_KEYS: Mapping[str, _Key] = {
     "decoder_first_pipeline_num_layers": _int(),
     "decoder_last_pipeline_num_layers": _int(),
     "use_distributed_optimizer": _bool(),
-    "data_parallel_sharding_strategy": _choice(*SHARDING_STRATEGIES),
+    "data_parallel_sharding_strategy": _choice(*(s.value for s in ShardingVariant)),
     "overlap_grad_reduce": _bool(),
     "overlap_param_gather": _bool(),
     "recompute_granularity": _choice("full", "selective"),
@@ -545,9 +545,7 @@ def from_mapping(
         d = max(world // (t * p), 1)
 
     schedule, layout = _pipeline(values, p, spec_model, problems)
-    communication: TensorCommunication = (
-        ReduceScatterAllGather() if values.get("sequence_parallel") is True else AllReduce()
-    )
+    communication = tensor_communication(values.get("sequence_parallel") is True)
     sharding = _sharding(values, problems)
     recompute = _recompute(values, problems)
 
@@ -663,10 +661,8 @@ def _pipeline(
     if v > 1:
         # Megatron-LM's flag is --no-overlap-p2p-communication: overlap is on unless refused.
         return (
-            InterleavedOneForwardOneBackward(
-                virtual_stages=v,
-                microbatch_group_size=group,
-                overlap_p2p_comm=overlap is not False,
+            training_schedule(
+                p, v, microbatch_group_size=group, overlap_p2p_comm=overlap is not False
             ),
             layout,
         )
@@ -680,15 +676,13 @@ def _pipeline(
             "overlap_p2p_comm = true needs an interleaved schedule (Megatron-LM turns it off "
             "otherwise; Blueprinting refuses instead)"
         )
-    schedule: PipelineSchedule = SingleStage() if p == 1 else OneForwardOneBackward()
-    return schedule, layout
+    return training_schedule(p), layout
 
 
 def _sharding(values: Mapping[str, FlatValue], problems: list[str]) -> OptimizerSharding:
     use_dist = _get_bool(values, "use_distributed_optimizer")
     strategy = _get_str(values, "data_parallel_sharding_strategy")
     gather = values.get("overlap_param_gather") is True
-    sharding: OptimizerSharding
     if strategy is None:
         strategy = "optim" if use_dist else "no_shard"
     elif strategy == "no_shard" and use_dist is True:
@@ -701,21 +695,15 @@ def _sharding(values: Mapping[str, FlatValue], problems: list[str]) -> Optimizer
             "use_distributed_optimizer = false conflicts with "
             f"data_parallel_sharding_strategy = {strategy}"
         )
-    if strategy == "optim":
-        sharding = DistributedOptimizer(overlap_param_gather=gather)
-    elif strategy == "optim_grads":
-        sharding = ShardedGradients(overlap_param_gather=gather)
-    elif strategy == "optim_grads_params":
-        sharding = ShardedParameters(overlap_param_gather=gather)
-    else:
-        sharding = NoOptimizerSharding()
-        if gather:
-            problems.append(
-                "overlap_param_gather = true needs a sharded optimizer "
-                "(use_distributed_optimizer or a data_parallel_sharding_strategy other than "
-                "no_shard)"
-            )
-    return sharding
+    # _parse_keys admitted only the enum's values as the strategy.
+    variant = ShardingVariant(strategy)
+    if variant is ShardingVariant.NO_SHARD and gather:
+        problems.append(
+            "overlap_param_gather = true needs a sharded optimizer "
+            "(use_distributed_optimizer or a data_parallel_sharding_strategy other than "
+            "no_shard)"
+        )
+    return variant.build(overlap_param_gather=gather)
 
 
 def _recompute(values: Mapping[str, FlatValue], problems: list[str]) -> RecomputePolicy:
@@ -838,16 +826,17 @@ def _layout_keys(layout: StageLayout) -> dict[str, FlatValue]:
 
 
 def _sharding_keys(sharding: OptimizerSharding) -> dict[str, FlatValue]:
+    strategy = ShardingVariant.of(sharding).value
     match sharding:
         case NoOptimizerSharding():
             return {
                 "use_distributed_optimizer": False,
-                "data_parallel_sharding_strategy": "no_shard",
+                "data_parallel_sharding_strategy": strategy,
             }
         case DistributedOptimizer() | ShardedGradients() | ShardedParameters():
             return {
                 "use_distributed_optimizer": True,
-                "data_parallel_sharding_strategy": _strategy_name(sharding),
+                "data_parallel_sharding_strategy": strategy,
                 "overlap_param_gather": sharding.overlap_param_gather,
             }
         case _ as unreachable:
@@ -866,20 +855,6 @@ def _recompute_keys(recompute: RecomputePolicy) -> dict[str, FlatValue]:
                 "recompute_method": method.value,
                 "recompute_num_layers": layers,
             }
-        case _ as unreachable:
-            assert_never(unreachable)
-
-
-def _strategy_name(
-    sharding: DistributedOptimizer | ShardedGradients | ShardedParameters,
-) -> str:
-    match sharding:
-        case DistributedOptimizer():
-            return "optim"
-        case ShardedGradients():
-            return "optim_grads"
-        case ShardedParameters():
-            return "optim_grads_params"
         case _ as unreachable:
             assert_never(unreachable)
 
@@ -910,11 +885,11 @@ def megatron_args_of_lawful(spec: TrainingSpec) -> list[str]:
         str(mapping.pipeline_degree),
     ]
     args += _schedule_args(par.pipeline.schedule)
-    args += _layout_args(par.pipeline.layout)
+    args += _flags(_layout_keys(par.pipeline.layout))
     if mapping.sequence_parallel:
         args.append("--sequence-parallel")
     args += _sharding_args(par.data)
-    args += _recompute_args(par.recompute)
+    args += _flags(_recompute_keys(par.recompute))
     args += [
         "--micro-batch-size",
         str(mapping.batch.micro_batch_size),
@@ -945,11 +920,10 @@ def _schedule_args(schedule: PipelineSchedule) -> list[str]:
             assert_never(unreachable)
 
 
-def _layout_args(layout: StageLayout) -> list[str]:
+def _flags(keys: Mapping[str, FlatValue]) -> list[str]:
+    """Canonical keys as ``--dashed-key value`` flag pairs."""
     return [
-        item
-        for key, value in _layout_keys(layout).items()
-        for item in (f"--{key.replace('_', '-')}", str(value))
+        item for key, value in keys.items() for item in (f"--{key.replace('_', '-')}", str(value))
     ]
 
 
@@ -965,7 +939,7 @@ def _sharding_args(data: DataParallel) -> list[str]:
             args += [
                 "--use-megatron-fsdp",
                 "--data-parallel-sharding-strategy",
-                _strategy_name(sharding),
+                ShardingVariant.of(sharding).value,
             ]
         case _ as unreachable:
             assert_never(unreachable)
@@ -974,14 +948,6 @@ def _sharding_args(data: DataParallel) -> list[str]:
     if not isinstance(sharding, NoOptimizerSharding) and sharding.overlap_param_gather:
         args.append("--overlap-param-gather")
     return args
-
-
-def _recompute_args(recompute: RecomputePolicy) -> list[str]:
-    return [
-        item
-        for key, value in _recompute_keys(recompute).items()
-        for item in (f"--{key.replace('_', '-')}", str(value))
-    ]
 
 
 def _model_args(model: TransformerModelSpec) -> list[str]:
@@ -1067,10 +1033,8 @@ def inference_from_mapping(
         raise UnsupportedError("; ".join(unsupported))
     kv_key = _get_str(values, "kv_cache_datatype")
     kv_datatype = Datatype(kv_key) if kv_key is not None else spec_model.datatype
-    schedule: PipelineSchedule = ForwardOnly() if p > 1 else SingleStage()
-    communication: TensorCommunication = (
-        ReduceScatterAllGather() if values.get("sequence_parallel") is True else AllReduce()
-    )
+    schedule = inference_schedule(p)
+    communication = tensor_communication(values.get("sequence_parallel") is True)
     return InferenceSpec(
         model=spec_model,
         mapping=TransformerInferenceMappingSpec(

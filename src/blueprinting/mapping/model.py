@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import assert_never, final
 
-from blueprinting.errors import ConfigError
+from blueprinting.errors import ConfigError, positive_int_problems
 
 
 class Datatype(StrEnum):
@@ -94,21 +94,18 @@ class TransformerModelSpec:
     published_parameters: int | None = None
 
     def __post_init__(self) -> None:
-        problems = [
-            f"{key} must be a positive integer, got {value!r}"
-            for key, value in (
-                ("num_layers", self.num_layers),
-                ("hidden_size", self.hidden_size),
-                ("num_attention_heads", self.num_attention_heads),
-                ("num_query_groups", self.num_query_groups),
-                ("kv_channels", self.kv_channels),
-                ("ffn_hidden_size", self.ffn_hidden_size),
-                ("seq_length", self.seq_length),
-                ("vocab_size", self.vocab_size),
-                ("padded_vocab_size", self.padded_vocab_size),
-            )
-            if type(value) is not int or value < 1
-        ]
+        problems = positive_int_problems(
+            None,
+            num_layers=self.num_layers,
+            hidden_size=self.hidden_size,
+            num_attention_heads=self.num_attention_heads,
+            num_query_groups=self.num_query_groups,
+            kv_channels=self.kv_channels,
+            ffn_hidden_size=self.ffn_hidden_size,
+            seq_length=self.seq_length,
+            vocab_size=self.vocab_size,
+            padded_vocab_size=self.padded_vocab_size,
+        )
         if problems:
             raise ConfigError(problems, source=f"model {self.name!r}")
 

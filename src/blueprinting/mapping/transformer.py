@@ -23,18 +23,20 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TypeAlias, assert_never, final
 
-from blueprinting.errors import ConfigError
+from blueprinting.errors import ConfigError, positive_int_problems
 from blueprinting.mapping.model import Datatype, TransformerModelSpec
 
 
 def _require_positive(owner: str, **values: int) -> None:
-    bad = [
-        f"{owner}.{key} must be a positive integer, got {value!r}"
-        for key, value in values.items()
-        if type(value) is not int or value < 1
-    ]
+    bad = positive_int_problems(owner, **values)
     if bad:
         raise ConfigError(bad)
+
+
+def divisors(n: int) -> list[int]:
+    """The divisors of ``n`` in increasing order: the degrees an axis of size ``n`` can split
+    into (the strategy searches enumerate t, p and v over them)."""
+    return [k for k in range(1, n + 1) if n % k == 0]
 
 
 # --------------------------------------------------------------------------------------------
@@ -60,6 +62,11 @@ class ReduceScatterAllGather:
 
 
 TensorCommunication: TypeAlias = AllReduce | ReduceScatterAllGather
+
+
+def tensor_communication(sequence_parallel: bool) -> TensorCommunication:
+    """Megatron's ``sequence_parallel`` flag as the TP boundary it selects."""
+    return ReduceScatterAllGather() if sequence_parallel else AllReduce()
 
 
 @final
@@ -151,6 +158,30 @@ PipelineSchedule: TypeAlias = (
     | ForwardOnly
     | ZeroBubbleH1
 )
+
+
+def training_schedule(
+    pipeline_degree: int,
+    virtual_stages: int = 1,
+    *,
+    microbatch_group_size: int | None = None,
+    overlap_p2p_comm: bool = False,
+) -> PipelineSchedule:
+    """The training schedule the degrees imply: interleaved 1F1B for v > 1 (also with p = 1,
+    which the laws then reject: nothing is repaired), SingleStage for p = 1, else 1F1B. The
+    group size and P2P overlap belong to the interleaved schedule and are unused otherwise."""
+    if virtual_stages > 1:
+        return InterleavedOneForwardOneBackward(
+            virtual_stages=virtual_stages,
+            microbatch_group_size=microbatch_group_size,
+            overlap_p2p_comm=overlap_p2p_comm,
+        )
+    return SingleStage() if pipeline_degree == 1 else OneForwardOneBackward()
+
+
+def inference_schedule(pipeline_degree: int) -> PipelineSchedule:
+    """The inference schedule: ForwardOnly for p > 1, SingleStage for p = 1."""
+    return ForwardOnly() if pipeline_degree > 1 else SingleStage()
 
 
 def virtual_stages_of(schedule: PipelineSchedule) -> int:
@@ -268,6 +299,45 @@ class ShardedParameters:
 OptimizerSharding: TypeAlias = (
     NoOptimizerSharding | DistributedOptimizer | ShardedGradients | ShardedParameters
 )
+
+
+class ShardingVariant(StrEnum):
+    """Megatron's ``data_parallel_sharding_strategy`` values, one per :data:`OptimizerSharding`
+    variant. The member order is the search tables' sharding code (``SHARDING_CODES``)."""
+
+    NO_SHARD = "no_shard"
+    OPTIM = "optim"
+    OPTIM_GRADS = "optim_grads"
+    OPTIM_GRADS_PARAMS = "optim_grads_params"
+
+    @staticmethod
+    def of(sharding: OptimizerSharding) -> ShardingVariant:
+        match sharding:
+            case NoOptimizerSharding():
+                return ShardingVariant.NO_SHARD
+            case DistributedOptimizer():
+                return ShardingVariant.OPTIM
+            case ShardedGradients():
+                return ShardingVariant.OPTIM_GRADS
+            case ShardedParameters():
+                return ShardingVariant.OPTIM_GRADS_PARAMS
+            case _ as unreachable:
+                assert_never(unreachable)
+
+    def build(self, *, overlap_param_gather: bool = False) -> OptimizerSharding:
+        """The variant's ADT value. ``no_shard`` has no parameter gather to overlap: the flag is
+        dropped here, and each caller refuses ``overlap_param_gather`` with it in its own words."""
+        match self:
+            case ShardingVariant.NO_SHARD:
+                return NoOptimizerSharding()
+            case ShardingVariant.OPTIM:
+                return DistributedOptimizer(overlap_param_gather=overlap_param_gather)
+            case ShardingVariant.OPTIM_GRADS:
+                return ShardedGradients(overlap_param_gather=overlap_param_gather)
+            case ShardingVariant.OPTIM_GRADS_PARAMS:
+                return ShardedParameters(overlap_param_gather=overlap_param_gather)
+            case _ as unreachable:
+                assert_never(unreachable)
 
 
 @final
@@ -541,6 +611,7 @@ __all__ = [
     "SelectiveRecompute",
     "ShardedGradients",
     "ShardedParameters",
+    "ShardingVariant",
     "SingleStage",
     "StageLayout",
     "TensorCommunication",
@@ -554,10 +625,14 @@ __all__ = [
     "UnevenStages",
     "check_inference",
     "check_training",
+    "divisors",
     "from_mapping",
     "inference_from_mapping",
+    "inference_schedule",
+    "tensor_communication",
     "to_mapping",
     "to_megatron_args",
+    "training_schedule",
     "validate_inference",
     "validate_training",
     "virtual_stages_of",

@@ -48,7 +48,6 @@ from blueprinting.mapping.transformer import (
     NoOptimizerSharding,
     NoRecompute,
     OneForwardOneBackward,
-    RecomputeMethod,
     SelectiveRecompute,
     ShardedGradients,
     ShardedParameters,
@@ -292,39 +291,23 @@ def _row_values(mapping: TransformerTrainingMappingSpec) -> dict[str, int | bool
         case _ as unreachable_schedule:
             assert_never(unreachable_schedule)
     recompute = par.recompute
-    variant: RecomputeVariant
+    values["recompute"] = RECOMPUTE_CODES.index(RecomputeVariant.of(recompute))
     match recompute:
-        case NoRecompute():
-            variant = RecomputeVariant.NONE
-        case SelectiveRecompute():
-            variant = RecomputeVariant.SELECTIVE
-        case FullRecompute(method=method, num_layers=n):
-            variant = (
-                RecomputeVariant.FULL_UNIFORM
-                if method is RecomputeMethod.UNIFORM
-                else RecomputeVariant.FULL_BLOCK
-            )
+        case FullRecompute(num_layers=n):
             values["recompute_num_layers"] = n
+        case NoRecompute() | SelectiveRecompute():
+            pass
         case _ as unreachable_recompute:
             assert_never(unreachable_recompute)
-    values["recompute"] = RECOMPUTE_CODES.index(variant)
     sharding = par.data.optimizer_sharding
-    shard: ShardingVariant
+    values["sharding"] = SHARDING_CODES.index(ShardingVariant.of(sharding))
     match sharding:
+        case DistributedOptimizer() | ShardedGradients() | ShardedParameters():
+            values["overlap_param_gather"] = sharding.overlap_param_gather
         case NoOptimizerSharding():
-            shard = ShardingVariant.NO_SHARD
-        case DistributedOptimizer(overlap_param_gather=gather):
-            shard = ShardingVariant.OPTIM
-            values["overlap_param_gather"] = gather
-        case ShardedGradients(overlap_param_gather=gather):
-            shard = ShardingVariant.OPTIM_GRADS
-            values["overlap_param_gather"] = gather
-        case ShardedParameters(overlap_param_gather=gather):
-            shard = ShardingVariant.OPTIM_GRADS_PARAMS
-            values["overlap_param_gather"] = gather
+            pass
         case _ as unreachable:
             assert_never(unreachable)
-    values["sharding"] = SHARDING_CODES.index(shard)
     return values
 
 

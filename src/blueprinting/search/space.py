@@ -76,33 +76,26 @@ from typing import assert_never, final
 import numpy as np
 import numpy.typing as npt
 
-from blueprinting.errors import ConfigError
+from blueprinting.errors import ConfigError, is_positive_int
 from blueprinting.mapping.law_names import Law
 from blueprinting.mapping.model import TransformerModelSpec
 from blueprinting.mapping.transformer import (
-    AllReduce,
     BatchSpec,
     DataParallel,
-    DistributedOptimizer,
     FullRecompute,
-    InterleavedOneForwardOneBackward,
-    NoOptimizerSharding,
     NoRecompute,
-    OneForwardOneBackward,
-    OptimizerSharding,
     PipelineParallel,
-    PipelineSchedule,
     RecomputeMethod,
     RecomputePolicy,
-    ReduceScatterAllGather,
     SelectiveRecompute,
-    ShardedGradients,
-    ShardedParameters,
-    SingleStage,
+    ShardingVariant,
     TensorParallel,
     TrainingSpec,
     TransformerTrainingMappingSpec,
     TransformerTrainingParallelism,
+    divisors,
+    tensor_communication,
+    training_schedule,
 )
 from blueprinting.search.laws_vectorized import (
     FREE_OPTION_LAWS,
@@ -144,14 +137,37 @@ class RecomputeVariant(StrEnum):
     def is_full(self) -> bool:
         return self in (RecomputeVariant.FULL_UNIFORM, RecomputeVariant.FULL_BLOCK)
 
+    @staticmethod
+    def of(recompute: RecomputePolicy) -> RecomputeVariant:
+        match recompute:
+            case NoRecompute():
+                return RecomputeVariant.NONE
+            case SelectiveRecompute():
+                return RecomputeVariant.SELECTIVE
+            case FullRecompute(method=method):
+                match method:
+                    case RecomputeMethod.UNIFORM:
+                        return RecomputeVariant.FULL_UNIFORM
+                    case RecomputeMethod.BLOCK:
+                        return RecomputeVariant.FULL_BLOCK
+                    case _ as unreachable_method:
+                        assert_never(unreachable_method)
+            case _ as unreachable:
+                assert_never(unreachable)
 
-class ShardingVariant(StrEnum):
-    """Megatron's ``data_parallel_sharding_strategy`` values."""
-
-    NO_SHARD = "no_shard"
-    OPTIM = "optim"
-    OPTIM_GRADS = "optim_grads"
-    OPTIM_GRADS_PARAMS = "optim_grads_params"
+    def build(self, num_layers: int) -> RecomputePolicy:
+        """The variant's ADT value; ``num_layers`` is read by the full variants only."""
+        match self:
+            case RecomputeVariant.NONE:
+                return NoRecompute()
+            case RecomputeVariant.SELECTIVE:
+                return SelectiveRecompute()
+            case RecomputeVariant.FULL_UNIFORM:
+                return FullRecompute(method=RecomputeMethod.UNIFORM, num_layers=num_layers)
+            case RecomputeVariant.FULL_BLOCK:
+                return FullRecompute(method=RecomputeMethod.BLOCK, num_layers=num_layers)
+            case _ as unreachable:
+                assert_never(unreachable)
 
 
 class MicrobatchGroupPolicy(StrEnum):
@@ -162,6 +178,8 @@ class MicrobatchGroupPolicy(StrEnum):
 
 
 RECOMPUTE_CODES: tuple[RecomputeVariant, ...] = tuple(RecomputeVariant)
+# ShardingVariant is defined beside OptimizerSharding (mapping/transformer.py) and re-exported
+# here; tables store its member index, so the member order is part of the table format.
 SHARDING_CODES: tuple[ShardingVariant, ...] = tuple(ShardingVariant)
 
 
@@ -207,7 +225,7 @@ class SearchSpace:
         ):
             if value is None and key == "max_microbatch_size":
                 continue
-            if type(value) is not int or value < 1:
+            if not is_positive_int(value):
                 problems.append(f"SearchSpace.{key} must be positive integers, got {value!r}")
         _no_duplicates("gpu_counts", self.gpu_counts, problems)
         _no_duplicates("sequence_parallel", self.sequence_parallel, problems)
@@ -285,10 +303,6 @@ class Enumeration:
 # --------------------------------------------------------------------------------------------
 # Enumeration
 # --------------------------------------------------------------------------------------------
-def _divisors(n: int) -> list[int]:
-    return [k for k in range(1, n + 1) if n % k == 0]
-
-
 def _ragged(counts: IntArray) -> tuple[IntArray, IntArray]:
     """Expand row i into counts[i] rows: (source row, option index within the row)."""
     rows = np.repeat(np.arange(counts.shape[0], dtype=np.int64), counts)
@@ -319,12 +333,12 @@ def enumerate_strategies(model: TransformerModelSpec, space: SearchSpace) -> Enu
     triples: list[tuple[int, int, int]] = []
     for n in space.gpu_counts:
         tp_limit = n if space.allow_cross_node_tp else gcd(n, space.gpus_per_node)
-        for t in _divisors(tp_limit):
-            triples.extend((n, t, p) for p in _divisors(n // t))
+        for t in divisors(tp_limit):
+            triples.extend((n, t, p) for p in divisors(n // t))
     triple = np.array(triples, dtype=np.int64).reshape(-1, 3)
-    vs = np.array(_divisors(model.num_layers), dtype=np.int64)
+    vs = np.array(divisors(model.num_layers), dtype=np.int64)
     cap = gbs if space.max_microbatch_size is None else space.max_microbatch_size
-    mbs = np.array([b for b in _divisors(gbs) if b <= cap], dtype=np.int64)
+    mbs = np.array([b for b in divisors(gbs) if b <= cap], dtype=np.int64)
     sps = np.array(space.sequence_parallel, dtype=np.bool_)
     rec_rows = [
         (RECOMPUTE_CODES.index(r), layers)
@@ -426,74 +440,34 @@ def enumerate_strategies(model: TransformerModelSpec, space: SearchSpace) -> Enu
 # --------------------------------------------------------------------------------------------
 # One row as the ADT value
 # --------------------------------------------------------------------------------------------
-def _schedule(p: int, v: int, group: int, overlap_p2p: bool) -> PipelineSchedule:
-    if v > 1:
-        return InterleavedOneForwardOneBackward(
-            virtual_stages=v,
-            microbatch_group_size=group if group > 0 else None,
-            overlap_p2p_comm=overlap_p2p,
-        )
-    if p == 1:
-        return SingleStage()
-    return OneForwardOneBackward()
-
-
-def _recompute(variant: RecomputeVariant, layers: int) -> RecomputePolicy:
-    match variant:
-        case RecomputeVariant.NONE:
-            return NoRecompute()
-        case RecomputeVariant.SELECTIVE:
-            return SelectiveRecompute()
-        case RecomputeVariant.FULL_UNIFORM:
-            return FullRecompute(method=RecomputeMethod.UNIFORM, num_layers=layers)
-        case RecomputeVariant.FULL_BLOCK:
-            return FullRecompute(method=RecomputeMethod.BLOCK, num_layers=layers)
-        case _ as unreachable:
-            assert_never(unreachable)
-
-
-def _sharding(variant: ShardingVariant, overlap_param_gather: bool) -> OptimizerSharding:
-    match variant:
-        case ShardingVariant.NO_SHARD:
-            return NoOptimizerSharding()
-        case ShardingVariant.OPTIM:
-            return DistributedOptimizer(overlap_param_gather=overlap_param_gather)
-        case ShardingVariant.OPTIM_GRADS:
-            return ShardedGradients(overlap_param_gather=overlap_param_gather)
-        case ShardingVariant.OPTIM_GRADS_PARAMS:
-            return ShardedParameters(overlap_param_gather=overlap_param_gather)
-        case _ as unreachable:
-            assert_never(unreachable)
-
-
 def candidate_to_spec(table: CandidateTable, i: int, model: TransformerModelSpec) -> TrainingSpec:
     """Row ``i`` of ``table`` as a :class:`TrainingSpec` for ``model``."""
     p = int(table.pipeline[i])
+    group = int(table.microbatch_group[i])
     parallelism = TransformerTrainingParallelism(
         tensor=TensorParallel(
             degree=int(table.tensor[i]),
-            communication=ReduceScatterAllGather()
-            if bool(table.sequence_parallel[i])
-            else AllReduce(),
+            communication=tensor_communication(bool(table.sequence_parallel[i])),
         ),
         pipeline=PipelineParallel(
             degree=p,
-            schedule=_schedule(
+            schedule=training_schedule(
                 p,
                 int(table.virtual_stages[i]),
-                int(table.microbatch_group[i]),
-                bool(table.overlap_p2p_comm[i]),
+                # Code 0 is Megatron's default group size (p).
+                microbatch_group_size=group if group > 0 else None,
+                overlap_p2p_comm=bool(table.overlap_p2p_comm[i]),
             ),
         ),
         data=DataParallel(
             degree=int(table.data[i]),
-            optimizer_sharding=_sharding(
-                SHARDING_CODES[int(table.sharding[i])], bool(table.overlap_param_gather[i])
+            optimizer_sharding=SHARDING_CODES[int(table.sharding[i])].build(
+                overlap_param_gather=bool(table.overlap_param_gather[i])
             ),
             overlap_grad_reduce=bool(table.overlap_grad_reduce[i]),
         ),
-        recompute=_recompute(
-            RECOMPUTE_CODES[int(table.recompute[i])], int(table.recompute_num_layers[i])
+        recompute=RECOMPUTE_CODES[int(table.recompute[i])].build(
+            int(table.recompute_num_layers[i])
         ),
     )
     batch = BatchSpec(

@@ -36,7 +36,6 @@ from typing import assert_never
 
 from blueprinting.errors import ConfigError
 from blueprinting.mapping.transformer import (
-    AllReduce,
     BatchSpec,
     DataParallel,
     DistributedOptimizer,
@@ -55,11 +54,14 @@ from blueprinting.mapping.transformer import (
     SelectiveRecompute,
     ShardedGradients,
     ShardedParameters,
+    ShardingVariant,
     SingleStage,
     TensorParallel,
     TransformerTrainingMappingSpec,
     TransformerTrainingParallelism,
     ZeroBubbleH1,
+    tensor_communication,
+    training_schedule,
 )
 
 _KEYS = (
@@ -85,7 +87,7 @@ _KEYS = (
 _TRUE = ("on", "true", "yes", "1")
 _FALSE = ("off", "false", "no", "0")
 _RECOMPUTE = ("none", "selective", "full", "full-uniform", "full-block")
-_SHARDING = ("no_shard", "optim", "optim_grads", "optim_grads_params")
+_SHARDING = tuple(s.value for s in ShardingVariant)
 
 
 class _Reader:
@@ -179,9 +181,7 @@ def parse_strategy_text(
         raise ConfigError(problems, source="strategy text")
     return TransformerTrainingMappingSpec(
         parallelism=TransformerTrainingParallelism(
-            tensor=TensorParallel(
-                degree=t, communication=ReduceScatterAllGather() if sp else AllReduce()
-            ),
+            tensor=TensorParallel(degree=t, communication=tensor_communication(sp)),
             pipeline=PipelineParallel(degree=p, schedule=schedule),
             data=DataParallel(
                 degree=d, optimizer_sharding=sharding, overlap_grad_reduce=overlap_grad
@@ -207,16 +207,11 @@ def _parse_recompute(r: _Reader) -> RecomputePolicy:
 
 
 def _parse_sharding(r: _Reader) -> OptimizerSharding:
-    kind = r.choice("sharding", _SHARDING, "no_shard")
+    variant = ShardingVariant(r.choice("sharding", _SHARDING, ShardingVariant.NO_SHARD))
     gather = r.flag("overlap_param_gather")
-    if kind == "no_shard":
+    if variant is ShardingVariant.NO_SHARD:
         r.refuse("overlap_param_gather", "needs a sharded optimizer (sharding=no_shard)")
-        return NoOptimizerSharding()
-    if kind == "optim":
-        return DistributedOptimizer(overlap_param_gather=gather)
-    if kind == "optim_grads":
-        return ShardedGradients(overlap_param_gather=gather)
-    return ShardedParameters(overlap_param_gather=gather)
+    return variant.build(overlap_param_gather=gather)
 
 
 def _parse_schedule(r: _Reader, p: int, v: int) -> PipelineSchedule:
@@ -234,11 +229,9 @@ def _parse_schedule(r: _Reader, p: int, v: int) -> PipelineSchedule:
     if v == 1:
         r.refuse("overlap_p2p", "only the interleaved schedule (v > 1) has it")
         r.refuse("group", "only the interleaved schedule (v > 1) has it")
-        return SingleStage() if p == 1 else OneForwardOneBackward()
+        return training_schedule(p)
     group = None if group_text == "default" else r.integer("group", None)
-    return InterleavedOneForwardOneBackward(
-        virtual_stages=v, microbatch_group_size=group, overlap_p2p_comm=overlap_p2p
-    )
+    return training_schedule(p, v, microbatch_group_size=group, overlap_p2p_comm=overlap_p2p)
 
 
 def _on(flag: bool) -> str:
@@ -288,15 +281,12 @@ def format_strategy_text(mapping: TransformerTrainingMappingSpec) -> str:
         case _ as unreachable_recompute:
             assert_never(unreachable_recompute)
     sharding = par.data.optimizer_sharding
+    words.append(f"sharding={ShardingVariant.of(sharding)}")
     match sharding:
         case NoOptimizerSharding():
-            words.append("sharding=no_shard")
-        case DistributedOptimizer(overlap_param_gather=gather):
-            words += ["sharding=optim", f"overlap_param_gather={_on(gather)}"]
-        case ShardedGradients(overlap_param_gather=gather):
-            words += ["sharding=optim_grads", f"overlap_param_gather={_on(gather)}"]
-        case ShardedParameters(overlap_param_gather=gather):
-            words += ["sharding=optim_grads_params", f"overlap_param_gather={_on(gather)}"]
+            pass
+        case DistributedOptimizer() | ShardedGradients() | ShardedParameters():
+            words.append(f"overlap_param_gather={_on(sharding.overlap_param_gather)}")
         case _ as unreachable_sharding:
             assert_never(unreachable_sharding)
     words.append(f"overlap_grad={_on(par.data.overlap_grad_reduce)}")

@@ -56,7 +56,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import final
 
-from blueprinting.errors import ConfigError
+from blueprinting.errors import ConfigError, positive_int_problems
 from blueprinting.mapping.model import Datatype, MlpActivation, TransformerModelSpec
 from blueprinting.synthesizer.dialects.transformer.training import (
     ATTENTION_CORE,
@@ -92,11 +92,9 @@ class InferenceStepDims:
     cached_tokens: int
 
     def __post_init__(self) -> None:
-        problems = [
-            f"InferenceStepDims.{key} must be a positive integer, got {value!r}"
-            for key, value in (("batch", self.batch), ("new_tokens", self.new_tokens))
-            if type(value) is not int or value < 1
-        ]
+        problems = positive_int_problems(
+            "InferenceStepDims", batch=self.batch, new_tokens=self.new_tokens
+        )
         if type(self.cached_tokens) is not int or self.cached_tokens < 0:
             problems.append(
                 f"InferenceStepDims.cached_tokens must be >= 0, got {self.cached_tokens!r}"
