@@ -5,7 +5,7 @@ and the laws against an independent brute-force recomputation."""
 from __future__ import annotations
 
 from fractions import Fraction
-from typing import assert_never
+from typing import assert_never, get_args
 
 import pytest
 from hypothesis import given, settings
@@ -33,6 +33,7 @@ from blueprinting.mapping.transformer import (
     ReduceScatterAllGather,
     SelectiveRecompute,
     ShardedGradients,
+    ShardedParameters,
     SingleStage,
     TensorCommunication,
     TensorParallel,
@@ -121,15 +122,22 @@ def _describe(schedule: PipelineSchedule) -> str:
 
 
 def test_every_schedule_variant_is_matchable() -> None:
-    assert [
-        _describe(s)
-        for s in (
-            SingleStage(),
-            OneForwardOneBackward(),
-            InterleavedOneForwardOneBackward(virtual_stages=2),
-            ForwardOnly(),
-        )
-    ] == ["none", "1f1b", "interleaved/2", "forward"]
+    """Every member of the union (a new variant must be added here, or this fails)."""
+    examples: dict[type, PipelineSchedule] = {
+        SingleStage: SingleStage(),
+        OneForwardOneBackward: OneForwardOneBackward(),
+        InterleavedOneForwardOneBackward: InterleavedOneForwardOneBackward(virtual_stages=2),
+        ForwardOnly: ForwardOnly(),
+        ZeroBubbleH1: ZeroBubbleH1(),
+    }
+    assert set(examples) == set(get_args(PipelineSchedule))
+    assert [_describe(s) for s in examples.values()] == [
+        "none",
+        "1f1b",
+        "interleaved/2",
+        "forward",
+        "zb-h1",
+    ]
 
 
 # --------------------------------------------------------------------------------------------
@@ -190,7 +198,8 @@ def _brute_force_laws(
         broken.add(("local_sequence", planner))
     if isinstance(schedule, SingleStage) and p != 1:
         broken.add(("schedule_matches_pipeline", planner))
-    if isinstance(schedule, OneForwardOneBackward | InterleavedOneForwardOneBackward) and p < 2:
+    pipelined = OneForwardOneBackward | InterleavedOneForwardOneBackward | ZeroBubbleH1
+    if isinstance(schedule, pipelined) and p < 2:
         broken.add(("schedule_matches_pipeline", planner))
     if isinstance(schedule, ForwardOnly):
         broken.add(("training_schedule", planner))
@@ -216,6 +225,8 @@ def _brute_force_laws(
     # Megatron-LM rules
     if sp and t == 1:
         broken.add(("sequence_parallel_needs_tensor", megatron))
+    if isinstance(schedule, ZeroBubbleH1):  # Megatron-LM ships no ZB-H1 schedule
+        broken.add(("megatron_schedule_supported", megatron))
     m = gbs // (d * mbs)
     if m == 0:
         broken.add(("num_microbatches_positive", megatron))
@@ -246,6 +257,7 @@ def _any_training(draw: st.DrawFn) -> tuple[TransformerModelSpec, TransformerTra
         SingleStage(),
         OneForwardOneBackward(),
         ForwardOnly(),
+        ZeroBubbleH1(),
         InterleavedOneForwardOneBackward(
             virtual_stages=v,
             microbatch_group_size=draw(st.none() | st.integers(1, 12)),
@@ -272,12 +284,14 @@ def _any_training(draw: st.DrawFn) -> tuple[TransformerModelSpec, TransformerTra
         NoOptimizerSharding(),
         DistributedOptimizer(overlap_param_gather=draw(st.booleans())),
         ShardedGradients(overlap_param_gather=draw(st.booleans())),
+        ShardedParameters(overlap_param_gather=draw(st.booleans())),
     ]
     sharding = draw(st.sampled_from(shardings))
     recomputes: list[RecomputePolicy] = [
         NoRecompute(),
         SelectiveRecompute(),
         FullRecompute(method=RecomputeMethod.BLOCK, num_layers=draw(st.integers(1, 20))),
+        FullRecompute(method=RecomputeMethod.UNIFORM, num_layers=draw(st.integers(1, 20))),
     ]
     recompute = draw(st.sampled_from(recomputes))
     communications: list[TensorCommunication] = [AllReduce(), ReduceScatterAllGather()]
