@@ -36,13 +36,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from blueprinting.validation.comparison import (
-        compare_published,
+    from blueprinting.report.validation_text import (
         render_alternatives,
         render_gates,
         render_rows,
-        to_json_dict,
     )
+    from blueprinting.validation.comparison import compare_published, to_json_dict
     from blueprinting.validation.predictor import api_predictor
     from blueprinting.validation.published import default_fixture_path, load_published_runs
 

@@ -2,5 +2,6 @@
 regression digests (issue #5).
 
 ``published`` loads the measured-run fixture, ``comparison`` scores a predictor against it,
-``calculon`` reads and translates the Calculon oracle, ``digests`` keeps reports stable.
+``calculon`` reads and translates the Calculon oracle, ``digests`` keeps reports stable;
+``fields`` holds the typed field readers their loaders share.
 """

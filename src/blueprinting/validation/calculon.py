@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from types import MappingProxyType
-from typing import TypeVar, assert_never, final
+from typing import assert_never, final
 
 from blueprinting.errors import ConfigError, ProblemCollector, UnsupportedError
 from blueprinting.mapping.model import (
@@ -75,13 +75,12 @@ from blueprinting.mapping.transformer import (
     TransformerTrainingMappingSpec,
     TransformerTrainingParallelism,
 )
+from blueprinting.validation.fields import MappingNoun, as_mapping, boolean, choice, integer, string
 from blueprinting.validation.published import padded_vocab_size
 
 ORACLE_ENV = "BLUEPRINTING_CALCULON_ORACLE"
 #: Calculon hard-codes this vocabulary (``Llm.Application.num_parameters``).
 CALCULON_VOCAB_SIZE = 51200
-
-_E = TypeVar("_E", bound=StrEnum)
 
 
 class CalculonGroup(StrEnum):
@@ -246,87 +245,49 @@ def default_oracle_path() -> Path | None:
 
 
 def _mapping(value: object, where: str, problems: ProblemCollector) -> Mapping[str, object]:
-    if not isinstance(value, dict):
-        problems.add(f"{where} must be an object")
-        return {}
-    return value
-
-
-def _int(raw: Mapping[str, object], key: str, where: str, problems: ProblemCollector) -> int:
-    value = raw.get(key)
-    if type(value) is not int:
-        problems.add(f"{where}.{key} must be an integer, got {value!r}")
-        return 0
-    return value
-
-
-def _bool(raw: Mapping[str, object], key: str, where: str, problems: ProblemCollector) -> bool:
-    value = raw.get(key)
-    if type(value) is not bool:
-        problems.add(f"{where}.{key} must be a boolean, got {value!r}")
-        return False
-    return value
-
-
-def _str(raw: Mapping[str, object], key: str, where: str, problems: ProblemCollector) -> str:
-    value = raw.get(key)
-    if not isinstance(value, str):
-        problems.add(f"{where}.{key} must be a string, got {value!r}")
-        return ""
-    return value
+    return as_mapping(value, where, problems, noun=MappingNoun.JSON_OBJECT)
 
 
 def _app(raw: Mapping[str, object], where: str, problems: ProblemCollector) -> CalculonApp:
     return CalculonApp(
-        hidden=_int(raw, "hidden", where, problems),
-        feedforward=_int(raw, "feedforward", where, problems),
-        seq_size=_int(raw, "seq_size", where, problems),
-        attn_heads=_int(raw, "attn_heads", where, problems),
-        attn_size=_int(raw, "attn_size", where, problems),
-        num_blocks=_int(raw, "num_blocks", where, problems),
+        hidden=integer(raw, "hidden", where, problems, fallback=0),
+        feedforward=integer(raw, "feedforward", where, problems, fallback=0),
+        seq_size=integer(raw, "seq_size", where, problems, fallback=0),
+        attn_heads=integer(raw, "attn_heads", where, problems, fallback=0),
+        attn_size=integer(raw, "attn_size", where, problems, fallback=0),
+        num_blocks=integer(raw, "num_blocks", where, problems, fallback=0),
     )
-
-
-def _choice(
-    enum: type[_E], raw: Mapping[str, object], key: str, where: str, problems: ProblemCollector
-) -> _E:
-    value = _str(raw, key, where, problems)
-    try:
-        return enum(value)
-    except ValueError:
-        problems.add(f"{where}.{key}: unknown value {value!r}")
-        return next(iter(enum))
 
 
 def _exe(raw: Mapping[str, object], where: str, problems: ProblemCollector) -> CalculonExecution:
     return CalculonExecution(
-        num_procs=_int(raw, "num_procs", where, problems),
-        tensor_par=_int(raw, "tensor_par", where, problems),
-        pipeline_par=_int(raw, "pipeline_par", where, problems),
-        data_par=_int(raw, "data_par", where, problems),
-        tensor_par_net=_int(raw, "tensor_par_net", where, problems),
-        pipeline_par_net=_int(raw, "pipeline_par_net", where, problems),
-        data_par_net=_int(raw, "data_par_net", where, problems),
-        batch_size=_int(raw, "batch_size", where, problems),
-        microbatch_size=_int(raw, "microbatch_size", where, problems),
-        datatype=_choice(Datatype, raw, "datatype", where, problems),
-        fused_activation=_bool(raw, "fused_activation", where, problems),
-        attention_type=_choice(CalculonAttention, raw, "attention_type", where, problems),
-        activation_recompute=_choice(
+        num_procs=integer(raw, "num_procs", where, problems, fallback=0),
+        tensor_par=integer(raw, "tensor_par", where, problems, fallback=0),
+        pipeline_par=integer(raw, "pipeline_par", where, problems, fallback=0),
+        data_par=integer(raw, "data_par", where, problems, fallback=0),
+        tensor_par_net=integer(raw, "tensor_par_net", where, problems, fallback=0),
+        pipeline_par_net=integer(raw, "pipeline_par_net", where, problems, fallback=0),
+        data_par_net=integer(raw, "data_par_net", where, problems, fallback=0),
+        batch_size=integer(raw, "batch_size", where, problems, fallback=0),
+        microbatch_size=integer(raw, "microbatch_size", where, problems, fallback=0),
+        datatype=choice(Datatype, raw, "datatype", where, problems),
+        fused_activation=boolean(raw, "fused_activation", where, problems),
+        attention_type=choice(CalculonAttention, raw, "attention_type", where, problems),
+        activation_recompute=choice(
             CalculonRecompute, raw, "activation_recompute", where, problems
         ),
-        pipeline_interleaving=_int(raw, "pipeline_interleaving", where, problems),
-        optimizer_sharding=_bool(raw, "optimizer_sharding", where, problems),
-        tensor_par_comm_type=_choice(
+        pipeline_interleaving=integer(raw, "pipeline_interleaving", where, problems, fallback=0),
+        optimizer_sharding=boolean(raw, "optimizer_sharding", where, problems),
+        tensor_par_comm_type=choice(
             CalculonTensorComm, raw, "tensor_par_comm_type", where, problems
         ),
-        tensor_par_overlap=_str(raw, "tensor_par_overlap", where, problems),
-        seq_par_ag_redo=_bool(raw, "seq_par_ag_redo", where, problems),
-        data_par_overlap=_bool(raw, "data_par_overlap", where, problems),
-        weight_offload=_bool(raw, "weight_offload", where, problems),
-        activations_offload=_bool(raw, "activations_offload", where, problems),
-        optimizer_offload=_bool(raw, "optimizer_offload", where, problems),
-        training=_bool(raw, "training", where, problems),
+        tensor_par_overlap=string(raw, "tensor_par_overlap", where, problems),
+        seq_par_ag_redo=boolean(raw, "seq_par_ag_redo", where, problems),
+        data_par_overlap=boolean(raw, "data_par_overlap", where, problems),
+        weight_offload=boolean(raw, "weight_offload", where, problems),
+        activations_offload=boolean(raw, "activations_offload", where, problems),
+        optimizer_offload=boolean(raw, "optimizer_offload", where, problems),
+        training=boolean(raw, "training", where, problems),
     )
 
 
@@ -347,7 +308,7 @@ def _stats(
 def parse_record(raw: Mapping[str, object], problems: ProblemCollector) -> CalculonRecord:
     where = f"record {raw.get('id')!r}"
     inputs = _mapping(raw.get("inputs"), f"{where}.inputs", problems)
-    ok = _bool(raw, "ok", where, problems)
+    ok = boolean(raw, "ok", where, problems)
     stats: dict[str, float | None] = {}
     failure: CalculonFailure | None = None
     if ok:
@@ -358,16 +319,16 @@ def parse_record(raw: Mapping[str, object], problems: ProblemCollector) -> Calcu
     else:
         error = _mapping(raw.get("error"), f"{where}.error", problems)
         failure = CalculonFailure(
-            stage=_str(error, "stage", f"{where}.error", problems),
-            error_type=_str(error, "error_type", f"{where}.error", problems),
-            error=_str(error, "error", f"{where}.error", problems),
+            stage=string(error, "stage", f"{where}.error", problems),
+            error_type=string(error, "error_type", f"{where}.error", problems),
+            error=string(error, "error", f"{where}.error", problems),
         )
     return CalculonRecord(
-        id=_int(raw, "id", where, problems),
-        group=_choice(CalculonGroup, raw, "group", where, problems),
-        name=_str(raw, "name", where, problems),
-        model_name=_str(inputs, "model_name", f"{where}.inputs", problems),
-        system_name=_str(inputs, "system_name", f"{where}.inputs", problems),
+        id=integer(raw, "id", where, problems, fallback=0),
+        group=choice(CalculonGroup, raw, "group", where, problems),
+        name=string(raw, "name", where, problems),
+        model_name=string(inputs, "model_name", f"{where}.inputs", problems),
+        system_name=string(inputs, "system_name", f"{where}.inputs", problems),
         app=_app(_mapping(inputs.get("app"), f"{where}.app", problems), f"{where}.app", problems),
         exe=_exe(_mapping(inputs.get("exe"), f"{where}.exe", problems), f"{where}.exe", problems),
         ok=ok,

@@ -30,15 +30,14 @@ from blueprinting.hardware.efficiency import SaturatingGemmEfficiency
 from blueprinting.hardware.system import DatatypeRate, SystemSpec
 from blueprinting.validation.comparison import (
     ComparisonRow,
-    MetricFamily,
     ValidationTable,
     compare_published,
+    error_stats,
+    time_rows,
 )
 from blueprinting.validation.predictor import system_predictor
 from blueprinting.validation.published import PublishedRun, SourceTable
 
-#: Families whose figures are times (or throughputs, i.e. inverse times) and so move with GEMMs.
-TIME_FAMILIES = frozenset({MetricFamily.THROUGHPUT, MetricFamily.LAYER_TIME})
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
 
 
@@ -76,10 +75,10 @@ class ErrorSummary:
 
     @staticmethod
     def of(rows: Sequence[ComparisonRow]) -> ErrorSummary:
-        errors = [abs(e) for row in rows if (e := row.relative_error) is not None]
-        if not errors:
+        stats = error_stats(row.relative_error for row in rows)
+        if stats.mae is None or stats.max_error is None:
             return ErrorSummary(count=0, mae=math.nan, max_error=math.nan)
-        return ErrorSummary(count=len(errors), mae=sum(errors) / len(errors), max_error=max(errors))
+        return ErrorSummary(count=stats.count, mae=stats.mae, max_error=stats.max_error)
 
 
 @final
@@ -93,14 +92,6 @@ class CalibrationResult:
     table: ValidationTable
 
 
-def _time_rows(table: ValidationTable, tables: frozenset[SourceTable]) -> list[ComparisonRow]:
-    return [
-        row
-        for row in table.rows
-        if row.source_table in tables and row.metric.family in TIME_FAMILIES
-    ]
-
-
 def _objective(
     system: SystemSpec,
     fraction: float,
@@ -108,7 +99,7 @@ def _objective(
     tables: frozenset[SourceTable],
 ) -> float:
     table = compare_published(system_predictor(with_gemm_peak_fraction(system, fraction)), runs)
-    rows = _time_rows(table, tables)
+    rows = time_rows(table.rows, tables)
     errors = [e for row in rows if (e := row.relative_error) is not None]
     if not errors:
         raise ConfigError(
@@ -146,16 +137,17 @@ def fit_gemm_peak_fraction(
     fraction = round(round((a + b) / 2 / resolution) * resolution, 6)
     fitted = with_gemm_peak_fraction(system, fraction)
     table = compare_published(system_predictor(fitted), runs)
-    held_out = {
-        source: ErrorSummary.of(_time_rows(table, frozenset({source})))
+    held_out_rows = {
+        source: time_rows(table.rows, {source})
         for source in SourceTable
-        if source not in fit_tables and _time_rows(table, frozenset({source}))
+        if source not in fit_tables
     }
+    held_out = {source: ErrorSummary.of(rows) for source, rows in held_out_rows.items() if rows}
     return CalibrationResult(
         system=fitted,
         peak_fraction=fraction,
         fit_tables=fit_tables,
-        fit=ErrorSummary.of(_time_rows(table, fit_tables)),
+        fit=ErrorSummary.of(time_rows(table.rows, fit_tables)),
         held_out=held_out,
         table=table,
     )

@@ -28,16 +28,13 @@ assumption without ever being chosen to pass a gate.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, assert_never, final
+from typing import assert_never, final
 
 from blueprinting.errors import BlueprintingError
 from blueprinting.validation.published import FlopsConvention, PublishedRun, SourceTable
-
-if TYPE_CHECKING:
-    from rich.table import Table
 
 #: Issue #5: mean |relative error| of iteration time / TFLOP/s (Narayanan T1 + Korthikanti T5).
 THROUGHPUT_MAE_LIMIT = 0.05
@@ -78,6 +75,10 @@ class MetricFamily(StrEnum):
     LAYER_TIME = "per-layer time"
     ACTIVATION_MEMORY = "activation memory"
     STATIC_MEMORY = "weights+grads+optimizer memory"
+
+
+#: Families whose figures are times (or throughputs, i.e. inverse times) and so move with GEMMs.
+TIME_FAMILIES = frozenset({MetricFamily.THROUGHPUT, MetricFamily.LAYER_TIME})
 
 
 class Metric(StrEnum):
@@ -164,6 +165,34 @@ ACTIVATION_MEMORY_GATE = Gate(
 GATES: tuple[Gate, ...] = (THROUGHPUT_GATE, LAYER_TIME_GATE, ACTIVATION_MEMORY_GATE)
 
 
+def relative_error(predicted: float | None, measured: float) -> float | None:
+    """``(predicted - measured) / measured``; ``None`` when there is no prediction."""
+    if predicted is None:
+        return None
+    return (predicted - measured) / measured
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ErrorStats:
+    """Mean and largest |relative error| over ``count`` predicted figures (``None`` if none)."""
+
+    count: int
+    mae: float | None
+    max_error: float | None
+
+
+def error_stats(errors: Iterable[float | None]) -> ErrorStats:
+    """:class:`ErrorStats` of signed relative errors; ``None`` entries (not predicted) are left
+    out."""
+    absolute = [abs(error) for error in errors if error is not None]
+    return ErrorStats(
+        count=len(absolute),
+        mae=sum(absolute) / len(absolute) if absolute else None,
+        max_error=max(absolute) if absolute else None,
+    )
+
+
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ComparisonRow:
@@ -179,9 +208,7 @@ class ComparisonRow:
 
     @property
     def relative_error(self) -> float | None:
-        if self.predicted is None:
-            return None
-        return (self.predicted - self.measured) / self.measured
+        return relative_error(self.predicted, self.measured)
 
 
 @final
@@ -233,13 +260,11 @@ class AlternativeRow:
 
     @property
     def primary_error(self) -> float | None:
-        return None if self.primary is None else (self.primary - self.measured) / self.measured
+        return relative_error(self.primary, self.measured)
 
     @property
     def relative_error(self) -> float | None:
-        if self.predicted is None:
-            return None
-        return (self.predicted - self.measured) / self.measured
+        return relative_error(self.predicted, self.measured)
 
 
 @final
@@ -332,19 +357,24 @@ def _measured_value(run: PublishedRun, metric: Metric) -> float | None:
             assert_never(unreachable)
 
 
-def _summaries(rows: Sequence[ComparisonRow], family: MetricFamily) -> FamilySummary:
-    errors = [
-        abs(error)
-        for row in rows
-        if row.metric.family == family and (error := row.relative_error) is not None
+def time_rows(
+    rows: Iterable[ComparisonRow], tables: Collection[SourceTable]
+) -> list[ComparisonRow]:
+    """The rows of ``tables`` whose figure is a time (:data:`TIME_FAMILIES`), in order."""
+    return [
+        row for row in rows if row.source_table in tables and row.metric.family in TIME_FAMILIES
     ]
-    missing = sum(1 for row in rows if row.metric.family == family and row.predicted is None)
+
+
+def _summaries(rows: Sequence[ComparisonRow], family: MetricFamily) -> FamilySummary:
+    members = [row for row in rows if row.metric.family == family]
+    stats = error_stats(row.relative_error for row in members)
     return FamilySummary(
         family=family,
-        count=len(errors),
-        missing=missing,
-        mae=sum(errors) / len(errors) if errors else None,
-        max_error=max(errors) if errors else None,
+        count=stats.count,
+        missing=sum(1 for row in members if row.predicted is None),
+        mae=stats.mae,
+        max_error=stats.max_error,
     )
 
 
@@ -352,12 +382,12 @@ def _gate_result(
     gate: Gate, rows: Sequence[ComparisonRow], runs: dict[str, PublishedRun]
 ) -> GateResult:
     covered = [row for row in rows if gate.covers(runs[row.run_id], row.metric)]
-    errors = [abs(error) for row in covered if (error := row.relative_error) is not None]
+    stats = error_stats(row.relative_error for row in covered)
     return GateResult(
         gate=gate,
-        count=len(errors),
-        mae=sum(errors) / len(errors) if errors else None,
-        max_error=max(errors) if errors else None,
+        count=stats.count,
+        mae=stats.mae,
+        max_error=stats.max_error,
         missing=tuple(f"{row.run_id}:{row.metric}" for row in covered if row.predicted is None),
     )
 
@@ -470,16 +500,8 @@ def _alternative_rows(
 
 
 # --------------------------------------------------------------------------------------------
-# Rendering
+# JSON (the text rendering is blueprinting.report.validation_text)
 # --------------------------------------------------------------------------------------------
-def _percent(value: float | None) -> str:
-    return "-" if value is None else f"{100.0 * value:+.1f}%"
-
-
-def _abs_percent(value: float | None) -> str:
-    return "-" if value is None else f"{100.0 * value:.1f}%"
-
-
 def to_json_dict(table: ValidationTable) -> dict[str, object]:
     """The table as plain JSON values (``blueprinting validate --json``); errors are fractions."""
     return {
@@ -528,117 +550,3 @@ def to_json_dict(table: ValidationTable) -> dict[str, object]:
             for row in table.alternatives
         ],
     }
-
-
-def _columns(out: Table, columns: Sequence[str], *, numeric: set[str]) -> Table:
-    # Ids and metric names fold rather than truncate: a row must stay identifiable.
-    for column in columns:
-        out.add_column(column, justify="right" if column in numeric else "left", overflow="fold")
-    return out
-
-
-def render_rows(table: ValidationTable) -> Table:
-    """Per-row comparison as a ``rich`` table (rich is imported here, not at module load)."""
-    from rich.table import Table
-
-    out = _columns(
-        Table(title="Published runs: measured vs predicted"),
-        ("run", "metric", "unit", "measured", "predicted", "error", "gate", "note"),
-        numeric={"measured", "predicted", "error"},
-    )
-    for row in table.rows:
-        out.add_row(
-            row.run_id,
-            str(row.metric),
-            row.metric.unit,
-            f"{row.measured:.4g}",
-            "-" if row.predicted is None else f"{row.predicted:.4g}",
-            _percent(row.relative_error),
-            "yes" if row.gated else "info",
-            row.note,
-        )
-    return out
-
-
-def render_alternatives(table: ValidationTable) -> Table | None:
-    """The alternative readings beside the primary ones (``None`` when the fixture has none)."""
-    if not table.alternatives:
-        return None
-    from rich.table import Table
-
-    out = _columns(
-        Table(
-            title="Ambiguous sources: the other reading of a run (information, never gated)",
-            caption_justify="left",
-        ),
-        ("run", "reading", "metric", "measured", "primary", "error", "alt.", "error"),
-        numeric={"measured", "primary", "error", "alt."},
-    )
-    for row in table.alternatives:
-        out.add_row(
-            row.run_id,
-            row.label,
-            str(row.metric),
-            f"{row.measured:.4g}",
-            "-" if row.primary is None else f"{row.primary:.4g}",
-            _percent(row.primary_error),
-            "-" if row.predicted is None else f"{row.predicted:.4g}",
-            _percent(row.relative_error),
-        )
-    for reason in dict.fromkeys(
-        f"{row.run_id} [{row.label}]: {row.reason}" for row in table.alternatives
-    ):
-        out.caption = reason if out.caption is None else f"{out.caption}\n{reason}"
-    return out
-
-
-def render_gates(table: ValidationTable) -> Table:
-    """Gate and per-family summary as a ``rich`` table."""
-    from rich.table import Table
-
-    out = Table(title="Accuracy gates (issue #5)")
-    for column in ("gate", "rows", "MAE", "limit", "max", "limit", "missing", "result"):
-        out.add_column(column)
-    for result in table.gates:
-        limit = result.gate.mae_limit
-        out.add_row(
-            result.gate.name,
-            str(result.count),
-            _abs_percent(result.mae),
-            "-" if limit is None else _abs_percent(limit),
-            _abs_percent(result.max_error),
-            _abs_percent(result.gate.max_limit),
-            str(len(result.missing)),
-            "PASS" if result.passed else "FAIL",
-        )
-    for source in SourceTable:
-        errors = [
-            abs(error)
-            for row in table.rows
-            if row.source_table == source
-            and row.metric.family in {MetricFamily.THROUGHPUT, MetricFamily.LAYER_TIME}
-            and (error := row.relative_error) is not None
-        ]
-        if errors:
-            out.add_row(
-                f"times of {source}",
-                str(len(errors)),
-                _abs_percent(sum(errors) / len(errors)),
-                "-",
-                _abs_percent(max(errors)),
-                "-",
-                "-",
-                "info",
-            )
-    for summary in table.families:
-        out.add_row(
-            f"all rows: {summary.family}",
-            str(summary.count),
-            _abs_percent(summary.mae),
-            "-",
-            _abs_percent(summary.max_error),
-            "-",
-            str(summary.missing),
-            "info",
-        )
-    return out

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib
 import json
 import math
 import sys
@@ -35,11 +34,13 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TypeAlias, final
 
-from blueprinting.errors import BlueprintingError, ConfigError, ProblemCollector, UnsupportedError
+from blueprinting.errors import BlueprintingError, ConfigError, ProblemCollector
+from blueprinting.mapping.flat_keys import FlatValue
+from blueprinting.validation.fields import flat_key_values
+from blueprinting.validation.predictor import cost_model_function
 
 JsonScalar: TypeAlias = bool | int | float | str | None
 JsonValue: TypeAlias = JsonScalar | Sequence["JsonValue"] | Mapping[str, "JsonValue"]
-FlatValue: TypeAlias = int | bool | str
 
 FLOAT_FORMAT = ".12g"
 SCHEMA_VERSION = 1
@@ -207,14 +208,7 @@ def load_configs(path: Path = DEFAULT_CONFIGS) -> tuple[RegressionConfig, ...]:
         if not isinstance(strategy, dict):
             problems.add(f"config[{index}].strategy must be a table")
             continue
-        keys: dict[str, FlatValue] = {}
-        for key, value in strategy.items():
-            if isinstance(value, bool | int | str):
-                keys[key] = value
-            else:
-                problems.add(
-                    f"config[{index}].strategy.{key} must be an integer, boolean or string"
-                )
+        keys = flat_key_values(strategy, f"config[{index}].strategy", problems)
         if bad:
             continue
         configs.append(
@@ -326,13 +320,7 @@ def api_report_function() -> ReportFunction:
 
     Raises :class:`UnsupportedError` when the cost model is not installed.
     """
-    try:
-        api = importlib.import_module("blueprinting.api")
-    except ImportError as error:
-        raise UnsupportedError(f"blueprinting.api cannot be imported ({error})") from error
-    plan = getattr(api, "plan", None)
-    if not callable(plan):
-        raise UnsupportedError("blueprinting.api has no callable plan()")
+    plan = cost_model_function("plan")
 
     def report(config: RegressionConfig) -> JsonValue:
         result = plan(model=config.model, system=config.system, settings=dict(config.strategy_keys))

@@ -28,8 +28,9 @@ is costed on its system with ``async_tp_backward_comm = False``
 from __future__ import annotations
 
 import importlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from blueprinting.errors import UnsupportedError
 from blueprinting.hardware.system import SystemSpec
@@ -89,18 +90,28 @@ def prediction_from_report(values: Mapping[str, object]) -> Prediction:
     )
 
 
-def api_predictor() -> Predictor:
-    """A predictor backed by ``blueprinting.api.plan_spec`` (the plan's default options).
+def cost_model_function(name: str) -> Callable[..., Any]:
+    """``blueprinting.api.<name>``, imported now (the engine itself loads without the cost model).
 
-    Raises :class:`UnsupportedError` (with the reason) when the cost model is not installed.
+    Raises :class:`UnsupportedError` (with the reason) when the cost model is not installed or
+    has no such function.
     """
     try:
         api = importlib.import_module("blueprinting.api")
     except ImportError as error:
         raise UnsupportedError(f"blueprinting.api cannot be imported ({error})") from error
-    plan_spec = getattr(api, "plan_spec", None)
-    if not callable(plan_spec):
-        raise UnsupportedError("blueprinting.api has no callable plan_spec()")
+    function: object = getattr(api, name, None)
+    if not callable(function):
+        raise UnsupportedError(f"blueprinting.api has no callable {name}()")
+    return function
+
+
+def api_predictor() -> Predictor:
+    """A predictor backed by ``blueprinting.api.plan_spec`` (the plan's default options).
+
+    Raises :class:`UnsupportedError` (with the reason) when the cost model is not installed.
+    """
+    plan_spec = cost_model_function("plan_spec")
 
     from blueprinting.hardware.presets import system_preset
 

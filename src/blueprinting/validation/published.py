@@ -22,16 +22,16 @@ Megatron-LM pads it). The strategy stays as Megatron-LM flat keys;
 
 from __future__ import annotations
 
-import importlib
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from pathlib import Path
 from types import MappingProxyType
-from typing import TypeAlias, TypeVar, assert_never, final
+from typing import assert_never, final
 
-from blueprinting.errors import ConfigError, ProblemCollector, UnsupportedError
+from blueprinting.errors import ConfigError, ProblemCollector
+from blueprinting.mapping.flat_keys import FlatValue, from_mapping, padded_vocab
 from blueprinting.mapping.model import (
     Datatype,
     EmbeddingTying,
@@ -41,9 +41,17 @@ from blueprinting.mapping.model import (
     TransformerModelSpec,
 )
 from blueprinting.mapping.transformer import TrainingSpec
-
-FlatValue: TypeAlias = int | bool | str
-_E = TypeVar("_E", bound=StrEnum)
+from blueprinting.validation.fields import (
+    MappingNoun,
+    as_mapping,
+    enum_or_none,
+    flat_key_values,
+    integer,
+    number_or_none,
+    positive_number,
+    string,
+    strings,
+)
 
 #: Megatron-LM's ``--make-vocab-size-divisible-by`` default (``megatron/training/arguments.py``).
 MEGATRON_VOCAB_DIVISIBLE_BY = 128
@@ -199,31 +207,13 @@ class PublishedRun:
         return value
 
     def training_spec(self) -> TrainingSpec:
-        """The run as a :class:`TrainingSpec`, via ``blueprinting.mapping.flat_keys.from_mapping``.
-
-        Raises :class:`UnsupportedError` while that adapter is not part of this installation.
-        """
-        try:
-            flat_keys = importlib.import_module("blueprinting.mapping.flat_keys")
-        except ImportError as error:
-            raise UnsupportedError(
-                f"building the strategy of {self.id!r}: blueprinting.mapping.flat_keys is not "
-                f"available ({error})"
-            ) from error
-        spec = flat_keys.from_mapping(dict(self.strategy_keys), model=self.model)
-        if not isinstance(spec, TrainingSpec):
-            raise UnsupportedError(
-                f"building the strategy of {self.id!r}: from_mapping returned "
-                f"{type(spec).__name__}, not TrainingSpec"
-            )
-        return spec
+        """The run as a :class:`TrainingSpec`, built by the flat-key adapter (``from_mapping``)."""
+        return from_mapping(dict(self.strategy_keys), model=self.model)
 
 
 def padded_vocab_size(vocab_size: int, tensor_parallel: int) -> int:
     """Megatron-LM's padding with its default ``make_vocab_size_divisible_by`` = 128
     (:func:`blueprinting.mapping.flat_keys.padded_vocab`; see megatron_rules.md)."""
-    from blueprinting.mapping.flat_keys import padded_vocab
-
     return padded_vocab(vocab_size, MEGATRON_VOCAB_DIVISIBLE_BY, tensor_parallel)
 
 
@@ -278,72 +268,12 @@ def default_fixture_path() -> Path:
 # Loading
 # --------------------------------------------------------------------------------------------
 def _table(value: object, where: str, problems: ProblemCollector) -> Mapping[str, object]:
-    if not isinstance(value, dict):
-        problems.add(f"{where} must be a table")
-        return {}
-    return value
+    return as_mapping(value, where, problems, noun=MappingNoun.TOML_TABLE)
 
 
-def _int(table: Mapping[str, object], key: str, where: str, problems: ProblemCollector) -> int:
-    value = table.get(key)
-    if type(value) is not int:
-        problems.add(f"{where}.{key} must be an integer, got {value!r}")
-        return 1
-    return value
-
-
-def _str(table: Mapping[str, object], key: str, where: str, problems: ProblemCollector) -> str:
-    value = table.get(key)
-    if not isinstance(value, str):
-        problems.add(f"{where}.{key} must be a string, got {value!r}")
-        return ""
-    return value
-
-
-def _float_or_none(
-    table: Mapping[str, object], key: str, where: str, problems: ProblemCollector
-) -> float | None:
-    value = table.get(key)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        problems.add(f"{where}.{key} must be a number, got {value!r}")
-        return None
-    return float(value)
-
-
-def _positive_float(
-    table: Mapping[str, object], key: str, where: str, problems: ProblemCollector
-) -> float:
-    value = _float_or_none(table, key, where, problems)
-    if value is None or value <= 0:
-        problems.add(f"{where}.{key} must be a positive number, got {table.get(key)!r}")
-        return 1.0
-    return value
-
-
-def _strings(
-    table: Mapping[str, object], key: str, where: str, problems: ProblemCollector
-) -> tuple[str, ...]:
-    value = table.get(key, [])
-    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
-        problems.add(f"{where}.{key} must be a list of strings")
-        return ()
-    return tuple(str(item) for item in value)
-
-
-def _enum_or_none(
-    enum: type[_E], table: Mapping[str, object], key: str, where: str, problems: ProblemCollector
-) -> _E | None:
-    value = table.get(key)
-    if value is None:
-        return None
-    try:
-        return enum(str(value))
-    except ValueError:
-        choices = ", ".join(member.value for member in enum)
-        problems.add(f"{where}.{key} must be one of {choices}, got {value!r}")
-        return None
+def _int(raw: Mapping[str, object], key: str, where: str, problems: ProblemCollector) -> int:
+    # 1 on error, not 0: gpt_model divides by these while the loader goes on collecting.
+    return integer(raw, key, where, problems, fallback=1)
 
 
 def _datatype(strategy: Mapping[str, FlatValue]) -> Datatype:
@@ -352,18 +282,6 @@ def _datatype(strategy: Mapping[str, FlatValue]) -> Datatype:
     if strategy.get("bf16") is True:
         return Datatype.BF16
     return Datatype.FP32
-
-
-def _flat_keys(
-    raw: Mapping[str, object], where: str, problems: ProblemCollector
-) -> dict[str, FlatValue]:
-    keys: dict[str, FlatValue] = {}
-    for key, value in raw.items():
-        if isinstance(value, bool | int | str):
-            keys[key] = value
-        else:
-            problems.add(f"{where}.{key} must be an integer, boolean or string")
-    return keys
 
 
 def _alternatives(
@@ -380,7 +298,7 @@ def _alternatives(
     for index, item in enumerate(value):
         item_where = f"{where}.alternative[{index}]"
         table = _table(item, item_where, problems)
-        keys = _flat_keys(
+        keys = flat_key_values(
             _table(table.get("strategy"), f"{item_where}.strategy", problems),
             f"{item_where}.strategy",
             problems,
@@ -392,8 +310,8 @@ def _alternatives(
             problems.add(f"{item_where}.strategy repeats the run's own value of {', '.join(same)}")
         alternatives.append(
             AlternativeAssumption(
-                label=_str(table, "label", item_where, problems),
-                reason=_str(table, "reason", item_where, problems),
+                label=string(table, "label", item_where, problems),
+                reason=string(table, "reason", item_where, problems),
                 strategy=MappingProxyType(keys),
             )
         )
@@ -404,15 +322,15 @@ def _alternatives(
 
 
 def _run(raw: Mapping[str, object], where: str, problems: ProblemCollector) -> PublishedRun | None:
-    run_id = _str(raw, "id", where, problems)
+    run_id = string(raw, "id", where, problems)
     where = f"run {run_id!r}" if run_id else where
-    source_table = _enum_or_none(SourceTable, raw, "source_table", where, problems)
+    source_table = enum_or_none(SourceTable, raw, "source_table", where, problems)
     model_raw = _table(raw.get("model"), f"{where}.model", problems)
     strategy_raw = _table(raw.get("strategy"), f"{where}.strategy", problems)
     measured_raw = _table(raw.get("measured"), f"{where}.measured", problems)
     derived_raw = _table(raw.get("derived", {}), f"{where}.derived", problems)
 
-    strategy = _flat_keys(strategy_raw, f"{where}.strategy", problems)
+    strategy = flat_key_values(strategy_raw, f"{where}.strategy", problems)
     for key in ("tensor_model_parallel_size", "global_batch_size"):
         _int(strategy_raw, key, f"{where}.strategy", problems)
 
@@ -420,7 +338,7 @@ def _run(raw: Mapping[str, object], where: str, problems: ProblemCollector) -> P
     if unknown:
         problems.add(f"{where}.measured has unknown keys: {', '.join(unknown)}")
     figures = {
-        key: _float_or_none(measured_raw, key, f"{where}.measured", problems)
+        key: number_or_none(measured_raw, key, f"{where}.measured", problems)
         for key in MEASURED_KEYS
     }
     baseline_run = raw.get("baseline_run")
@@ -429,17 +347,17 @@ def _run(raw: Mapping[str, object], where: str, problems: ProblemCollector) -> P
         baseline_run = None
     measured = MeasuredFigures(
         **figures,
-        flops_convention=_enum_or_none(FlopsConvention, raw, "flops_convention", where, problems),
-        mfu_convention=_enum_or_none(FlopsConvention, raw, "mfu_convention", where, problems),
+        flops_convention=enum_or_none(FlopsConvention, raw, "flops_convention", where, problems),
+        mfu_convention=enum_or_none(FlopsConvention, raw, "mfu_convention", where, problems),
         baseline_run=baseline_run,
     )
 
     model_where = f"{where}.model"
-    params_b = _float_or_none(model_raw, "params_b", model_where, problems)
+    params_b = number_or_none(model_raw, "params_b", model_where, problems)
     tensor = strategy.get("tensor_model_parallel_size", 1)
     try:
         model = gpt_model(
-            name=_str(model_raw, "name", model_where, problems),
+            name=string(model_raw, "name", model_where, problems),
             num_layers=_int(model_raw, "num_layers", model_where, problems),
             hidden_size=_int(model_raw, "hidden_size", model_where, problems),
             num_attention_heads=_int(model_raw, "num_attention_heads", model_where, problems),
@@ -459,18 +377,18 @@ def _run(raw: Mapping[str, object], where: str, problems: ProblemCollector) -> P
     return PublishedRun(
         id=run_id,
         source_table=source_table,
-        provenance=_str(raw, "provenance", where, problems),
-        system=_str(raw, "system", where, problems),
-        gpu=_str(raw, "gpu", where, problems),
+        provenance=string(raw, "provenance", where, problems),
+        system=string(raw, "system", where, problems),
+        gpu=string(raw, "gpu", where, problems),
         num_gpus=_int(raw, "num_gpus", where, problems),
-        peak_tflops_16bit=_positive_float(raw, "peak_tflops_16bit", where, problems),
+        peak_tflops_16bit=positive_number(raw, "peak_tflops_16bit", where, problems),
         model=model,
         params_b=params_b,
         strategy_keys=MappingProxyType(strategy),
         measured=measured,
-        notes=_strings(raw, "notes", where, problems),
-        assumptions=_strings(raw, "assumptions", where, problems),
-        implied_iteration_time_s=_float_or_none(
+        notes=strings(raw, "notes", where, problems),
+        assumptions=strings(raw, "assumptions", where, problems),
+        implied_iteration_time_s=number_or_none(
             derived_raw, "implied_iteration_time_s", f"{where}.derived", problems
         ),
         alternatives=_alternatives(raw, strategy, where, problems),
