@@ -22,12 +22,15 @@ from blueprinting.mapping.model import (
 )
 from blueprinting.mapping.transformer import (
     AllReduce,
+    AttentionBackend,
+    AttentionKernel,
     BatchSpec,
     DataParallel,
     DistributedOptimizer,
     EvenStages,
     ForwardOnly,
     FullRecompute,
+    FusedAttention,
     InferenceSpec,
     InferenceWorkload,
     InterleavedOneForwardOneBackward,
@@ -54,6 +57,7 @@ from blueprinting.mapping.transformer import (
     TransformerTrainingMappingSpec,
     TransformerTrainingParallelism,
     UnevenStages,
+    UnfusedAttention,
     ZeroBubbleH1,
 )
 
@@ -153,7 +157,19 @@ def training_specs(draw: st.DrawFn) -> TrainingSpec:
                 global_batch_size=draw(st.integers(1, 4096)),
                 micro_batch_size=draw(st.integers(1, 8)),
             ),
+            attention=draw(attention_kernels()),
         ),
+    )
+
+
+def attention_kernels() -> st.SearchStrategy[AttentionKernel]:
+    return st.sampled_from(
+        [
+            FusedAttention(),
+            FusedAttention(backend=AttentionBackend.FLASH),
+            UnfusedAttention(),
+            UnfusedAttention(backend=AttentionBackend.LOCAL),
+        ]
     )
 
 
@@ -232,6 +248,10 @@ def lawful_training_specs(draw: st.DrawFn) -> TrainingSpec:
                 recompute=draw(recompute_policies(max_layers=model.num_layers // p)),
             ),
             batch=BatchSpec(global_batch_size=d * mbs * m, micro_batch_size=mbs),
+            # Transformer Engine's fused kernels take 16-bit inputs only (fused_attention_support).
+            attention=draw(attention_kernels())
+            if model.datatype is not Datatype.FP32
+            else UnfusedAttention(),
         ),
     )
 

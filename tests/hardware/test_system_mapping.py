@@ -86,7 +86,7 @@ def test_every_problem_is_reported_at_once() -> None:
     assert raised.value.problems == (
         "system: unknown key 'gpus_per_nod' (did you mean 'gpus_per_node'?); known keys: "
         "preset, name, gpus_per_node, processing_mode, rank_layout, fixed_tiers, accelerator, "
-        "intra_node, scale_out, async_tp_backward_comm",
+        "intra_node, scale_out, async_tp_backward_comm, runtime",
         "system.processing_mode: unknown value 'rooflin' (did you mean 'roofline'?); "
         "choices: no_overlap, roofline",
         "system.accelerator.hbm.efficiency: ConstantEfficiency.fraction must be a fraction in "

@@ -271,9 +271,9 @@ def test_to_mapping_of_the_gpt3_strategy() -> None:
         "overlap_param_gather": False,
         "overlap_grad_reduce": False,
         "recompute_granularity": "selective",
+        "attention_backend": "auto",
         "micro_batch_size": 1,
         "global_batch_size": 1536,
-        "model_name": "gpt3-175b",
     }
 
 

@@ -26,6 +26,7 @@ def test_names_and_rulesets() -> None:
         "megatron_microbatch_group",
         "sequence_parallel_needs_tensor",
         "overlap_param_gather_needs_overlap_grad_reduce",
+        "fused_attention_support",
     ]
     assert all(law.ruleset is RuleSet.MEGATRON for law in MEGATRON_LAWS)
     assert all(law.ruleset is RuleSet.PLANNER for law in PLANNER_LAWS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections import Counter
 from math import gcd
@@ -11,7 +12,7 @@ import pytest
 
 from blueprinting.errors import ConfigError
 from blueprinting.mapping.law_names import MEGATRON_LAWS, PLANNER_LAWS, Law
-from blueprinting.mapping.model import TransformerModelSpec
+from blueprinting.mapping.model import Datatype, TransformerModelSpec
 from blueprinting.mapping.transformer import (
     AllReduce,
     DistributedOptimizer,
@@ -269,8 +270,22 @@ def test_tiny_spaces_exercise_every_law() -> None:
         _, rejections, valid = _brute_force(TINY, space)
         fired |= {law for law, count in rejections.items() if count}
         assert valid
-    # world_size holds by construction (p runs over divisors of N/t).
-    assert fired == set(Law) - {Law.WORLD_SIZE}
+    # world_size holds by construction (p runs over divisors of N/t); the fused-attention rule
+    # reads only the model (test_an_fp32_model_breaks_the_fused_attention_rule_everywhere).
+    assert fired == set(Law) - {Law.WORLD_SIZE, Law.MEGATRON_FUSED_ATTENTION_SUPPORT}
+
+
+def test_an_fp32_model_breaks_the_fused_attention_rule_everywhere() -> None:
+    """The search plans Megatron's default (fused) attention, which Transformer Engine runs only
+    on 16-bit inputs: every candidate of an fp32 model breaks that rule, none of a bf16 one."""
+    space = TINY_SPACES[0]
+    for datatype, expected_all in ((Datatype.FP32, True), (Datatype.BF16, False)):
+        model = dataclasses.replace(TINY, datatype=datatype)
+        report = enumerate_strategies(model, space).report
+        rejected = report.rejected(Law.MEGATRON_FUSED_ATTENTION_SUPPORT)
+        assert report.candidates_enumerated > 0
+        assert rejected == (report.candidates_enumerated if expected_all else 0)
+        assert (report.candidates_valid == 0) is expected_all
 
 
 def _recount_gpt3_175b() -> tuple[int, int, int, int, int]:

@@ -16,6 +16,7 @@ from blueprinting.mapping.model import (
 )
 from blueprinting.mapping.transformer import (
     AllReduce,
+    AttentionKernel,
     BatchSpec,
     DataParallel,
     NoRecompute,
@@ -26,6 +27,7 @@ from blueprinting.mapping.transformer import (
     TensorParallel,
     TransformerTrainingMappingSpec,
     TransformerTrainingParallelism,
+    UnfusedAttention,
 )
 
 GPT3_175B = TransformerModelSpec(
@@ -68,7 +70,10 @@ def training_mapping(
     pp: int = 1,
     dp: int = 1,
     micro_batch: int = 1,
+    attention: AttentionKernel | None = None,
 ) -> TransformerTrainingMappingSpec:
+    """Korthikanti's unfused attention unless ``attention`` says otherwise: the golden figures
+    of these tests are that algebra's."""
     return TransformerTrainingMappingSpec(
         parallelism=TransformerTrainingParallelism(
             tensor=TensorParallel(
@@ -79,4 +84,5 @@ def training_mapping(
             recompute=recompute if recompute is not None else NoRecompute(),
         ),
         batch=BatchSpec(global_batch_size=micro_batch * dp * 8, micro_batch_size=micro_batch),
+        attention=attention if attention is not None else UnfusedAttention(),
     )

@@ -48,6 +48,7 @@ from blueprinting.mapping.transformer import (
     TensorParallel,
     TransformerTrainingMappingSpec,
     TransformerTrainingParallelism,
+    UnfusedAttention,
 )
 from blueprinting.synthesizer.dialects.transformer.training import CollectivePurpose
 from blueprinting.synthesizer.dialects.transformer.training_derivation import (
@@ -153,6 +154,7 @@ def _specs(record: Json) -> tuple[TransformerModelSpec, TransformerTrainingMappi
             global_batch_size=_num(exe, "batch_size"),
             micro_batch_size=_num(exe, "microbatch_size"),
         ),
+        attention=UnfusedAttention(),  # Calculon's attention stores the s x s scores
     )
     return model, mapping
 

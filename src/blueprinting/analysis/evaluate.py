@@ -32,6 +32,7 @@ from blueprinting.analysis.report import IterationReport
 from blueprinting.hardware.system import CommGroup, Engine, ParallelDim, SystemSpec
 from blueprinting.mapping.model import TransformerModelSpec
 from blueprinting.mapping.transformer import (
+    AttentionKernel,
     BatchSpec,
     DataParallel,
     DistributedOptimizer,
@@ -88,9 +89,11 @@ def _local_block(
     tensor: TensorParallel,
     recompute: RecomputePolicy,
     micro_batch: int,
+    attention: AttentionKernel,
 ) -> DistributedTaskIR:
-    """The local TP block depends only on the model, the TP variant, the recompute policy and
-    the micro batch (training_derivation.derive_block_plan reads nothing else), so strategies
+    """The local TP block depends only on the model, the TP variant, the recompute policy, the
+    micro batch and the attention kernel (training_derivation.derive_block_plan reads nothing
+    else), so strategies
     that differ in PP, DP or batch share it. The derivation runs on a canonical single-stage
     mapping with exactly those choices."""
     canonical = TransformerTrainingMappingSpec(
@@ -101,6 +104,7 @@ def _local_block(
             recompute=recompute,
         ),
         batch=BatchSpec(global_batch_size=micro_batch, micro_batch_size=micro_batch),
+        attention=attention,
     )
     return derive_training_block(model, canonical)
 
@@ -112,12 +116,13 @@ def _local_block_costs(
     tensor: TensorParallel,
     recompute: RecomputePolicy,
     micro_batch: int,
+    attention: AttentionKernel,
     system: SystemSpec,
     tp_group: CommGroup,
 ) -> TaskGroupCosts:
     """The costed local block, shared like :func:`_local_block` by strategies that differ only
     in PP, DP or batch (the costs read nothing else)."""
-    ir = _local_block(model, tensor, recompute, micro_batch)
+    ir = _local_block(model, tensor, recompute, micro_batch, attention)
     return cost_task_groups(ir, system, tp_group, model.datatype)
 
 
@@ -132,6 +137,7 @@ def portable_plan(spec: TrainingSpec, system: SystemSpec) -> PortablePlanIR:
         tensor=parallelism.tensor,
         recompute=parallelism.recompute,
         micro_batch=spec.mapping.batch.micro_batch_size,
+        attention=spec.mapping.attention,
         system=system,
         tp_group=ctx.group(ParallelDim.TENSOR),
     )

@@ -31,6 +31,12 @@ except the A100 GEMM fraction, fitted on a named subset of measured runs (below)
   H100 without NVLS); MI300X Infinity Fabric 0.7 (RCCL rings over a mesh of 64 GB/s links).
 * InfiniBand: constant 0.9 of one NIC's line rate (NCCL inter-node busbw ~22-23 GB/s per HDR
   NIC, ~45 GB/s per NDR NIC).
+* Fused attention: measured causal forward + backward kernel rates
+  (:mod:`blueprinting.hardware.attention`): A100 FlashAttention-2, H100 / H200 FlashAttention-2,
+  B200 FlashAttention-4 (one in-step point on H100's curve shape); MI300X none (a fused kernel is
+  timed as its matrix products at the GEMM efficiency).
+* Runtime memory (:class:`~blueprinting.hardware.system.RuntimeMemory`): the CUDA context, NCCL
+  buffers per communicator and cuBLAS workspaces, each with its source there.
 * Latencies: 10 us intra-node, 20 us scale-out (the order of NCCL small-message all-reduce
   latency), as in Calculon's A100 system file.
 
@@ -44,6 +50,11 @@ from difflib import get_close_matches
 from types import MappingProxyType
 
 from blueprinting.errors import ConfigError
+from blueprinting.hardware.attention import (
+    A100_FLASH_ATTENTION_2,
+    B200_FLASH_ATTENTION_4,
+    H100_FLASH_ATTENTION_2,
+)
 from blueprinting.hardware.efficiency import (
     ConstantEfficiency,
     Efficiency,
@@ -150,6 +161,7 @@ def _a100(hbm_gb: float, hbm_gbps: float) -> AcceleratorSpec:
             bandwidth_bytes_per_s=hbm_gbps * GIGA,
             efficiency=HBM_EFFICIENCY,
         ),
+        attention=A100_FLASH_ATTENTION_2,
     )
 
 
@@ -172,6 +184,7 @@ def _hopper(name: str, hbm_gb: float, hbm_gbps: float) -> AcceleratorSpec:
             bandwidth_bytes_per_s=hbm_gbps * GIGA,
             efficiency=HBM_EFFICIENCY,
         ),
+        attention=H100_FLASH_ATTENTION_2,
     )
 
 
@@ -195,6 +208,7 @@ def _b200() -> AcceleratorSpec:
             bandwidth_bytes_per_s=8000 * GIGA,
             efficiency=HBM_EFFICIENCY,
         ),
+        attention=B200_FLASH_ATTENTION_4,
     )
 
 

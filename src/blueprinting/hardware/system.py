@@ -10,6 +10,7 @@ A system is one accelerator type replicated over nodes::
     ├── node: NodeSpec(gpus_per_node, link: LinkSpec)       intra-node (NVLink, Infinity Fabric)
     ├── scale_out: LinkSpec                                 per-GPU scale-out NIC (InfiniBand)
     ├── processing_mode: ProcessingMode                     no_overlap (sum) | roofline (max)
+    ├── runtime: RuntimeMemory                              CUDA context, NCCL buffers, allocator
     └── network_assignment: ByRankLayout(layout) | FixedTiers(tensor, pipeline, data)
 
 Units are SI throughout: FLOP/s, bytes, bytes/s, seconds. Link bandwidths are per GPU and per
@@ -46,6 +47,7 @@ from functools import lru_cache
 from typing import TypeAlias, assert_never, final
 
 from blueprinting.errors import ConfigError, UnsupportedError, positive_int_problems
+from blueprinting.hardware.attention import AttentionKernelRates
 from blueprinting.hardware.collectives import (
     CollectiveCosts,
     CollectiveKind,
@@ -176,6 +178,9 @@ class AcceleratorSpec:
     vector: ComputeEngineSpec
     hbm: MemorySpec
     offload: MemorySpec | None = None
+    #: Measured fused-attention throughput; ``None``: a fused kernel is timed as its matrix
+    #: products at the GEMM efficiency (:meth:`SystemSpec.attention_time`).
+    attention: AttentionKernelRates | None = None
 
     def engine(self, engine: Engine) -> ComputeEngineSpec:
         match engine:
@@ -377,6 +382,60 @@ def _enumerate_groups(size: int, stride: int, world: int, gpus_per_node: int) ->
 # --------------------------------------------------------------------------------------------
 # The system
 # --------------------------------------------------------------------------------------------
+MIB = 2**20
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RuntimeMemory:
+    """Device memory a training process holds beside its tensors, per GPU.
+
+    - ``cuda_context_bytes``: the CUDA context with lazily loaded kernels (CUDA >= 11.7, PyTorch's
+      default ``CUDA_MODULE_LOADING=LAZY``): 287,047,680 bytes measured with one tensor
+      (pytorch/pytorch PR #86509), "around 400MB" per the PyTorch maintainers
+      (pytorch/pytorch #109888), 426 MiB on an RTX 6000 Ada (unslothai/unsloth-zoo PR #1053).
+      Default 512 MiB: the 426 MiB reading plus the kernels of Transformer Engine, cuDNN and
+      cuBLAS a training step loads. Outside the caching allocator (nvidia-smi sees it,
+      ``max_memory_reserved`` does not).
+    - ``nccl_bytes_per_communicator`` / ``nccl_bytes_per_pair_communicator``: device buffers of
+      one NCCL communicator that has run a collective, on a group of more than two / of two
+      ranks: 688 MB and 544 MB measured on 4 A100 with NVLink, one 4 MB all-reduce per group
+      (NVIDIA/nccl #964); NCCL's maintainers: memory is linear in the channel count and a ring
+      keeps two connections whatever the scale (NVIDIA/nccl #986). Outside the allocator.
+    - ``workspace_bytes``: cuBLAS / cuBLASLt workspaces, which PyTorch allocates through its
+      caching allocator (``CUBLAS_WORKSPACE_CONFIG`` default ``:4096:8``, 8 x 4 MiB per handle;
+      Transformer Engine's cuBLASLt workspace, 32 MiB on Hopper): 64 MiB, inside the allocator.
+    """
+
+    cuda_context_bytes: int = 512 * MIB
+    nccl_bytes_per_communicator: int = 688_000_000
+    nccl_bytes_per_pair_communicator: int = 544_000_000
+    workspace_bytes: int = 64 * MIB
+
+    def __post_init__(self) -> None:
+        bad = [
+            f"RuntimeMemory.{name} must be a non-negative integer (bytes), got {value!r}"
+            for name, value in (
+                ("cuda_context_bytes", self.cuda_context_bytes),
+                ("nccl_bytes_per_communicator", self.nccl_bytes_per_communicator),
+                ("nccl_bytes_per_pair_communicator", self.nccl_bytes_per_pair_communicator),
+                ("workspace_bytes", self.workspace_bytes),
+            )
+            if type(value) is not int or value < 0
+        ]
+        if bad:
+            raise ConfigError(bad)
+
+    def nccl_bytes(self, group_size: int) -> int:
+        """Buffers of one communicator over ``group_size`` ranks (none for a single rank: no
+        NCCL communicator runs there)."""
+        if group_size <= 1:
+            return 0
+        if group_size == 2:
+            return self.nccl_bytes_per_pair_communicator
+        return self.nccl_bytes_per_communicator
+
+
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SystemSpec:
@@ -396,6 +455,7 @@ class SystemSpec:
     #: artifact (commit 6985e58938, 2021-08-18, Narayanan et al. 2021). A property of the
     #: software generation, not of the hardware; only validation of pre-Sept-2021 runs sets it.
     async_tp_backward_comm: bool = True
+    runtime: RuntimeMemory = field(default_factory=RuntimeMemory)
 
     def __str__(self) -> str:
         return (
@@ -453,6 +513,19 @@ class SystemSpec:
         rate = self.accelerator.engine(engine).rate(datatype)
         fraction = efficiency_fraction(rate.efficiency, flops, shape)
         return flops / (rate.peak_flop_per_s * fraction)
+
+    def attention_time(
+        self, flops: float, *, seq_length: int, head_dim: int, datatype: Datatype, gemm: GemmShape
+    ) -> float:
+        """A fused attention kernel's time: ``flops`` (FlashAttention's convention,
+        :mod:`blueprinting.hardware.attention`) at the accelerator's measured rate, or, where
+        none is measured, as the matrix products ``gemm`` at the GEMM efficiency."""
+        if flops == 0:
+            return 0.0
+        rates = self.accelerator.attention
+        if rates is None:
+            return self.compute_time(flops, Engine.MATRIX, datatype, gemm)
+        return flops / rates.flop_per_s(seq_length=seq_length, head_dim=head_dim)
 
     def memory_time(self, size_bytes: float) -> float:
         """``bytes / (hbm_bw * efficiency(bytes))`` (Calculon ``Memory.throughput``)."""

@@ -24,6 +24,18 @@ The mapping form (every key optional when a ``preset`` is given; SI units, the u
     bandwidth_bytes_per_s = 2039e9
     efficiency = 0.9
     # [system.accelerator.offload] has the same keys (Calculon's mem2)
+    [system.accelerator.attention]    # measured fused-attention rates (causal, fwd+bwd)
+    kernel = "FlashAttention-2"
+    source = "my cluster's flash-attention benchmark"
+    head_dims = [64, 128]
+    seq_lengths = [2048, 8192]
+    tflops = [[140, 165], [155, 182]]  # one row per head dim, one value per sequence length
+
+    [system.runtime]                  # device memory beside the tensors (RuntimeMemory)
+    cuda_context_bytes = 536870912
+    nccl_bytes_per_communicator = 688000000
+    nccl_bytes_per_pair_communicator = 544000000
+    workspace_bytes = 67108864
 
     [system.intra_node]               # and [system.scale_out]
     bandwidth_bytes_per_s = 300e9     # per GPU, per direction
@@ -58,6 +70,7 @@ from pathlib import Path
 from typing import TypeVar, assert_never
 
 from blueprinting.errors import BlueprintingError, ConfigError, ProblemCollector
+from blueprinting.hardware.attention import AttentionKernelRates
 from blueprinting.hardware.collectives import CollectiveCost, CollectiveCosts, CollectiveKind
 from blueprinting.hardware.efficiency import (
     ConstantEfficiency,
@@ -78,6 +91,7 @@ from blueprinting.hardware.system import (
     NodeSpec,
     ProcessingMode,
     RankLayout,
+    RuntimeMemory,
     SystemSpec,
 )
 from blueprinting.mapping.model import Datatype
@@ -99,14 +113,22 @@ _TOP_KEYS = (
     "intra_node",
     "scale_out",
     "async_tp_backward_comm",
+    "runtime",
 )
-_ACCELERATOR_KEYS = ("name", "matrix", "vector", "hbm", "offload")
+_ACCELERATOR_KEYS = ("name", "matrix", "vector", "hbm", "offload", "attention")
+_ATTENTION_KEYS = ("kernel", "source", "head_dims", "seq_lengths", "tflops")
+_RUNTIME_KEYS = (
+    "cuda_context_bytes",
+    "nccl_bytes_per_communicator",
+    "nccl_bytes_per_pair_communicator",
+    "workspace_bytes",
+)
 _RATE_KEYS = ("peak_flop_per_s", "efficiency")
 _MEMORY_KEYS = ("capacity_bytes", "bandwidth_bytes_per_s", "efficiency")
 _LINK_KEYS = ("bandwidth_bytes_per_s", "latency_s", "efficiency", "processor_usage", "costs")
 _FIXED_TIER_KEYS = ("tp", "pp", "dp")
 # Keys whose value is one indivisible choice: an override replaces it instead of merging into it.
-_REPLACED_WHOLE = frozenset({"efficiency"})
+_REPLACED_WHOLE = frozenset({"efficiency", "attention"})
 
 
 # --------------------------------------------------------------------------------------------
@@ -172,6 +194,15 @@ def system_to_mapping(system: SystemSpec) -> dict[str, object]:
     }
     if system.accelerator.offload is not None:
         accelerator["offload"] = _memory_to_mapping(system.accelerator.offload)
+    rates = system.accelerator.attention
+    if rates is not None:
+        accelerator["attention"] = {
+            "kernel": rates.kernel,
+            "source": rates.source,
+            "head_dims": list(rates.head_dims),
+            "seq_lengths": list(rates.seq_lengths),
+            "tflops": [list(row) for row in rates.tflops],
+        }
     result: dict[str, object] = {
         "name": system.name,
         "gpus_per_node": system.node.gpus_per_node,
@@ -189,6 +220,13 @@ def system_to_mapping(system: SystemSpec) -> dict[str, object]:
     result["accelerator"] = accelerator
     result["intra_node"] = _link_to_mapping(system.node.link)
     result["scale_out"] = _link_to_mapping(system.scale_out)
+    runtime = system.runtime
+    result["runtime"] = {
+        "cuda_context_bytes": runtime.cuda_context_bytes,
+        "nccl_bytes_per_communicator": runtime.nccl_bytes_per_communicator,
+        "nccl_bytes_per_pair_communicator": runtime.nccl_bytes_per_pair_communicator,
+        "workspace_bytes": runtime.workspace_bytes,
+    }
     return result
 
 
@@ -500,11 +538,82 @@ def _accelerator_from_mapping(
         if "offload" in table
         else None
     )
+    attention = (
+        _attention_from_mapping(table["attention"], f"{where}.attention", out)
+        if "attention" in table
+        else None
+    )
     if name is None or matrix is None or vector is None or hbm is None:
         return None
-    if "offload" in table and offload is None:
+    if ("offload" in table and offload is None) or ("attention" in table and attention is None):
         return None
-    return AcceleratorSpec(name=name, matrix=matrix, vector=vector, hbm=hbm, offload=offload)
+    return AcceleratorSpec(
+        name=name, matrix=matrix, vector=vector, hbm=hbm, offload=offload, attention=attention
+    )
+
+
+def _int_list(value: object, where: str, out: ProblemCollector) -> tuple[int, ...] | None:
+    if not isinstance(value, list) or not value:
+        out.add(f"{where} must be a non-empty list of integers, got {value!r}")
+        return None
+    items = [_integer(item, f"{where}[{i}]", out) for i, item in enumerate(value)]
+    return None if any(item is None for item in items) else tuple(int(i or 0) for i in items)
+
+
+def _attention_from_mapping(
+    value: object, where: str, out: ProblemCollector
+) -> AttentionKernelRates | None:
+    table = _table(value, where, out)
+    if table is None:
+        return None
+    _unknown_keys(table, _ATTENTION_KEYS, where, out)
+    kernel = _string(_required(table, "kernel", where, out), f"{where}.kernel", out)
+    source = _string(table.get("source", "user-supplied"), f"{where}.source", out)
+    dims = _int_list(_required(table, "head_dims", where, out), f"{where}.head_dims", out)
+    seqs = _int_list(_required(table, "seq_lengths", where, out), f"{where}.seq_lengths", out)
+    raw = _required(table, "tflops", where, out)
+    rows: list[tuple[float, ...]] = []
+    if not isinstance(raw, list):
+        if raw is not _MISSING:
+            out.add(f"{where}.tflops must be a list of rows of numbers, got {raw!r}")
+        return None
+    for i, row in enumerate(raw):
+        if not isinstance(row, list):
+            out.add(f"{where}.tflops[{i}] must be a list of numbers, got {row!r}")
+            return None
+        numbers = [_number(x, f"{where}.tflops[{i}][{j}]", out) for j, x in enumerate(row)]
+        if any(x is None for x in numbers):
+            return None
+        rows.append(tuple(float(x or 0.0) for x in numbers))
+    if kernel is None or source is None or dims is None or seqs is None:
+        return None
+    return _checked(
+        out,
+        where,
+        lambda: AttentionKernelRates(
+            kernel=kernel, source=source, head_dims=dims, seq_lengths=seqs, tflops=tuple(rows)
+        ),
+    )
+
+
+def _runtime_from_mapping(value: object, where: str, out: ProblemCollector) -> RuntimeMemory | None:
+    table = _table(value, where, out)
+    if table is None:
+        return None
+    _unknown_keys(table, _RUNTIME_KEYS, where, out)
+    defaults = RuntimeMemory()
+    values: dict[str, int] = {}
+    for key in _RUNTIME_KEYS:
+        raw = table.get(key, getattr(defaults, key))
+        if isinstance(raw, float) and raw.is_integer():
+            raw = int(raw)  # TOML/JSON exponent notation (64e6) reads as a float
+        if type(raw) is not int or raw < 0:
+            out.add(f"{where}.{key} must be a non-negative integer (bytes), got {raw!r}")
+            continue
+        values[key] = raw
+    if len(values) != len(_RUNTIME_KEYS):
+        return None
+    return RuntimeMemory(**values)
 
 
 def _merge(base: Mapping[str, object], override: Mapping[str, object]) -> dict[str, object]:
@@ -577,6 +686,11 @@ def system_from_mapping(section: Mapping[str, object], *, source: str | None = N
     scale_out = _link_from_mapping(
         _required(merged, "scale_out", "system", out), "system.scale_out", out
     )
+    runtime = (
+        _runtime_from_mapping(merged["runtime"], "system.runtime", out)
+        if "runtime" in merged
+        else RuntimeMemory()
+    )
     node = (
         None
         if gpus_per_node is None or intra is None
@@ -590,6 +704,7 @@ def system_from_mapping(section: Mapping[str, object], *, source: str | None = N
         or accelerator is None
         or node is None
         or scale_out is None
+        or runtime is None
     ):
         raise ConfigError(["system: incomplete"], source=source)  # pragma: no cover
     return SystemSpec(
@@ -600,6 +715,7 @@ def system_from_mapping(section: Mapping[str, object], *, source: str | None = N
         processing_mode=mode,
         network_assignment=assignment,
         async_tp_backward_comm=async_tp is not False,
+        runtime=runtime,
     )
 
 

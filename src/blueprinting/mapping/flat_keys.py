@@ -48,12 +48,15 @@ from blueprinting.mapping.model import (
 )
 from blueprinting.mapping.presets import did_you_mean
 from blueprinting.mapping.transformer import (
+    AttentionBackend,
+    AttentionKernel,
     BatchSpec,
     DataParallel,
     DistributedOptimizer,
     EvenStages,
     ForwardOnly,
     FullRecompute,
+    FusedAttention,
     InferenceSpec,
     InferenceWorkload,
     InterleavedOneForwardOneBackward,
@@ -81,6 +84,7 @@ from blueprinting.mapping.transformer import (
     TransformerTrainingParallelism,
     UnevenStages,
     ZeroBubbleH1,
+    attention_kernel,
     inference_schedule,
     tensor_communication,
     training_schedule,
@@ -139,6 +143,8 @@ TRAINING_KEYS: Mapping[str, _Key] = {
     "recompute_activations": _bool(),
     "micro_batch_size": _int(),
     "global_batch_size": _int(),
+    "attention_backend": _choice(*(b.value for b in AttentionBackend)),
+    "use_flash_attn": _bool(),
 }
 
 # Keys both training and inference accept.
@@ -548,6 +554,7 @@ def from_mapping(
     communication = tensor_communication(values.get("sequence_parallel") is True)
     sharding = _sharding(values, problems)
     recompute = _recompute(values, problems)
+    attention = _attention(values, problems)
 
     unsupported = _unsupported_sizes(values)
     if "pipeline_model_parallel_layout" in values:
@@ -577,6 +584,7 @@ def from_mapping(
                 recompute=recompute,
             ),
             batch=BatchSpec(global_batch_size=gbs, micro_batch_size=mbs),
+            attention=attention,
         ),
     )
     if world_violation is not None:
@@ -706,6 +714,23 @@ def _sharding(values: Mapping[str, FlatValue], problems: list[str]) -> Optimizer
     return variant.build(overlap_param_gather=gather)
 
 
+def _attention(values: Mapping[str, FlatValue], problems: list[str]) -> AttentionKernel:
+    """``attention_backend`` (Megatron's default ``auto``: a fused kernel) or the legacy
+    ``use_flash_attn = true`` (= ``flash``); both given must agree."""
+    backend = _get_str(values, "attention_backend")
+    flash = _get_bool(values, "use_flash_attn")
+    if flash is True and backend not in (None, AttentionBackend.FLASH.value):
+        problems.append(
+            f"use_flash_attn = true selects attention_backend = flash, which conflicts with "
+            f"attention_backend = {backend}"
+        )
+        return FusedAttention()
+    if backend is None:
+        return FusedAttention(backend=AttentionBackend.FLASH) if flash else FusedAttention()
+    # _parse_keys admitted only the enum's values.
+    return attention_kernel(AttentionBackend(backend))
+
+
 def _recompute(values: Mapping[str, FlatValue], problems: list[str]) -> RecomputePolicy:
     granularity = _get_str(values, "recompute_granularity")
     legacy = _get_bool(values, "recompute_activations")
@@ -786,6 +811,7 @@ def to_mapping(spec: TrainingSpec) -> dict[str, FlatValue]:
     out |= _sharding_keys(par.data.optimizer_sharding)
     out["overlap_grad_reduce"] = par.data.overlap_grad_reduce
     out |= _recompute_keys(par.recompute)
+    out["attention_backend"] = mapping.attention.backend.value
     out["micro_batch_size"] = mapping.batch.micro_batch_size
     out["global_batch_size"] = mapping.batch.global_batch_size
     out |= _model_to_mapping(spec.model)
@@ -890,6 +916,9 @@ def megatron_args_of_lawful(spec: TrainingSpec) -> list[str]:
         args.append("--sequence-parallel")
     args += _sharding_args(par.data)
     args += _flags(_recompute_keys(par.recompute))
+    if mapping.attention.backend is not AttentionBackend.AUTO:
+        # auto is Megatron-LM's default: the flag is spelled out only when it differs.
+        args += ["--attention-backend", mapping.attention.backend.value]
     args += [
         "--micro-batch-size",
         str(mapping.batch.micro_batch_size),

@@ -46,6 +46,7 @@ class Law(StrEnum):
     MEGATRON_MICROBATCH_GROUP = "megatron_microbatch_group"
     MEGATRON_SEQUENCE_PARALLEL_NEEDS_TP = "sequence_parallel_needs_tensor"
     MEGATRON_OVERLAP_PARAM_GATHER = "overlap_param_gather_needs_overlap_grad_reduce"
+    MEGATRON_FUSED_ATTENTION_SUPPORT = "fused_attention_support"
 
     @property
     def ruleset(self) -> RuleSet:
@@ -89,6 +90,8 @@ class Law(StrEnum):
                 return "sequence parallel => t > 1"
             case Law.MEGATRON_OVERLAP_PARAM_GATHER:
                 return "overlap_param_gather => overlap_grad_reduce"
+            case Law.MEGATRON_FUSED_ATTENTION_SUPPORT:
+                return "fused attention => datatype in {fp16, bf16, fp8} and kv_channels <= 256"
             case _ as unreachable:
                 assert_never(unreachable)
 

@@ -28,13 +28,15 @@ from __future__ import annotations
 from typing import assert_never
 
 from blueprinting.errors import InvalidStrategyError, LawViolation, RuleSet
-from blueprinting.mapping.model import PositionEmbedding, TransformerModelSpec
+from blueprinting.mapping.law_names import Law
+from blueprinting.mapping.model import Datatype, PositionEmbedding, TransformerModelSpec
 from blueprinting.mapping.transformer import (
     AllReduce,
     DistributedOptimizer,
     EvenStages,
     ForwardOnly,
     FullRecompute,
+    FusedAttention,
     InterleavedOneForwardOneBackward,
     NoOptimizerSharding,
     NoRecompute,
@@ -49,6 +51,7 @@ from blueprinting.mapping.transformer import (
     TransformerInferenceMappingSpec,
     TransformerTrainingMappingSpec,
     UnevenStages,
+    UnfusedAttention,
     ZeroBubbleH1,
 )
 
@@ -522,6 +525,45 @@ def _optimizer_laws(mapping: TransformerTrainingMappingSpec) -> list[LawViolatio
             assert_never(unreachable)
 
 
+#: The widest head Transformer Engine's fused kernels take (FlashAttention-2 and cuDNN fused
+#: attention: head dimension <= 256; ``transformer_engine/pytorch/attention`` backend filters).
+FUSED_ATTENTION_MAX_HEAD_DIM = 256
+
+
+def fused_attention_supported(model: TransformerModelSpec) -> bool:
+    """Whether Transformer Engine's fused kernels run this model's attention: 16-bit (or fp8
+    with bf16 attention) inputs and a head dimension of at most 256."""
+    return model.datatype is not Datatype.FP32 and model.kv_channels <= FUSED_ATTENTION_MAX_HEAD_DIM
+
+
+def _attention_laws(
+    model: TransformerModelSpec, mapping: TransformerTrainingMappingSpec
+) -> list[LawViolation]:
+    attention = mapping.attention
+    match attention:
+        case FusedAttention(backend=backend):
+            if fused_attention_supported(model):
+                return []
+            return [
+                _violation(
+                    "fused_attention_support",
+                    Law.MEGATRON_FUSED_ATTENTION_SUPPORT.formula,
+                    f"attention_backend = {backend} needs a fused kernel, which takes fp16/bf16 "
+                    f"inputs and kv_channels <= {FUSED_ATTENTION_MAX_HEAD_DIM} (got "
+                    f"{model.datatype}, kv_channels = {model.kv_channels}); Transformer Engine's "
+                    "auto backend would run unfused attention instead: set "
+                    "attention_backend = unfused to plan that",
+                    RuleSet.MEGATRON,
+                    datatype=model.datatype.value,
+                    kv_channels=model.kv_channels,
+                )
+            ]
+        case UnfusedAttention():
+            return []
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
 def check_training(
     model: TransformerModelSpec,
     mapping: TransformerTrainingMappingSpec,
@@ -587,6 +629,7 @@ def check_training(
         )
     out.extend(_megatron_interleaving_laws(pipeline, microbatches))
     out.extend(_optimizer_laws(mapping))
+    out.extend(_attention_laws(model, mapping))
     return tuple(out)
 
 

@@ -414,6 +414,78 @@ RecomputePolicy: TypeAlias = NoRecompute | SelectiveRecompute | FullRecompute
 
 
 # --------------------------------------------------------------------------------------------
+# The attention kernel (Megatron-LM ``--attention-backend``)
+# --------------------------------------------------------------------------------------------
+class AttentionBackend(StrEnum):
+    """Megatron-LM's ``--attention-backend`` (``megatron/core/transformer/enums.py``
+    ``AttnBackend``; default ``auto``). ``auto``, ``flash`` and ``fused`` run a fused kernel
+    (Transformer Engine's FlashAttention or cuDNN FusedAttention); ``unfused`` runs Transformer
+    Engine's ``UnfusedDotProductAttention`` and ``local`` Megatron-Core's own
+    ``DotProductAttention``: both materialize the ``s x s`` scores."""
+
+    AUTO = "auto"
+    FLASH = "flash"
+    FUSED = "fused"
+    UNFUSED = "unfused"
+    LOCAL = "local"
+
+
+_FUSED_BACKENDS = frozenset({AttentionBackend.AUTO, AttentionBackend.FLASH, AttentionBackend.FUSED})
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FusedAttention:
+    """A fused attention kernel (Dao et al. 2022, FlashAttention, Section 3; cuDNN fused
+    attention in Transformer Engine): no ``s x s`` tensor reaches HBM; the forward saves its
+    output and the per-row softmax statistics (fp32 log-sum-exp), and the backward recomputes
+    the scores by design. Megatron-Core's default since 2023."""
+
+    backend: AttentionBackend = AttentionBackend.AUTO
+
+    def __post_init__(self) -> None:
+        if self.backend not in _FUSED_BACKENDS:
+            raise ConfigError(
+                [
+                    f"FusedAttention backend must be one of auto, flash, fused, "
+                    f"got {self.backend.value!r}"
+                ]
+            )
+
+    def __str__(self) -> str:
+        return "fused" if self.backend is AttentionBackend.AUTO else f"fused({self.backend})"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnfusedAttention:
+    """Attention as separate batched GEMMs, softmax and dropout kernels that store the
+    ``s x s`` scores for backward: Megatron-LM 2021-2022 (Korthikanti et al. 2022, Section 4.1,
+    the runs of Narayanan 2021 and Korthikanti 2022)."""
+
+    backend: AttentionBackend = AttentionBackend.UNFUSED
+
+    def __post_init__(self) -> None:
+        if self.backend in _FUSED_BACKENDS:
+            raise ConfigError(
+                [f"UnfusedAttention backend must be unfused or local, got {self.backend.value!r}"]
+            )
+
+    def __str__(self) -> str:
+        return "unfused" if self.backend is AttentionBackend.UNFUSED else f"unfused({self.backend})"
+
+
+AttentionKernel: TypeAlias = FusedAttention | UnfusedAttention
+
+
+def attention_kernel(backend: AttentionBackend) -> AttentionKernel:
+    """The kernel a Megatron ``--attention-backend`` value selects."""
+    if backend in _FUSED_BACKENDS:
+        return FusedAttention(backend=backend)
+    return UnfusedAttention(backend=backend)
+
+
+# --------------------------------------------------------------------------------------------
 # Top-level records
 # --------------------------------------------------------------------------------------------
 @final
@@ -449,6 +521,7 @@ class BatchSpec:
 class TransformerTrainingMappingSpec:
     parallelism: TransformerTrainingParallelism
     batch: BatchSpec
+    attention: AttentionKernel = field(default_factory=FusedAttention)
 
     # Derived projections: computed, never stored or serialized. Divisions are exact only when
     # the laws hold; these use floor division and callers check laws first.

@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from blueprinting.mapping.law_names import MEGATRON_LAWS, PLANNER_LAWS, Law
+from blueprinting.mapping.laws import fused_attention_supported
 from blueprinting.mapping.model import TransformerModelSpec
 
 IntArray = npt.NDArray[np.int64]
@@ -108,4 +109,9 @@ def law_violations(
         )
         masks[Law.MEGATRON_MICROBATCH_GROUP] = interleaved & ~group_ok
         masks[Law.MEGATRON_SEQUENCE_PARALLEL_NEEDS_TP] = c.sequence_parallel & (t <= 1)
+        # The search plans Megatron's default (fused) attention on every row: the rule reads
+        # only the model.
+        masks[Law.MEGATRON_FUSED_ATTENTION_SUPPORT] = np.full(
+            t.shape, not fused_attention_supported(model), dtype=np.bool_
+        )
     return masks

@@ -74,6 +74,7 @@ from blueprinting.mapping.transformer import (
     TrainingSpec,
     TransformerTrainingMappingSpec,
     TransformerTrainingParallelism,
+    UnfusedAttention,
 )
 from blueprinting.validation.fields import MappingNoun, as_mapping, boolean, choice, integer, string
 from blueprinting.validation.published import padded_vocab_size
@@ -468,6 +469,9 @@ def translate(record: CalculonRecord) -> CalculonTranslation:
     mapping = TransformerTrainingMappingSpec(
         parallelism=parallelism,
         batch=BatchSpec(global_batch_size=exe.batch_size, micro_batch_size=exe.microbatch_size),
+        # Calculon models attention as separate batched matmuls and a softmax over the stored
+        # s x s scores (calculon/llm/layers.py): the unfused kernel.
+        attention=UnfusedAttention(),
     )
     model = translate_model(record.app, exe, name=record.model_name)
     return CalculonTranslation(

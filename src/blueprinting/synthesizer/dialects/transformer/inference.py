@@ -58,6 +58,7 @@ from typing import final
 
 from blueprinting.errors import ConfigError, positive_int_problems
 from blueprinting.mapping.model import Datatype, MlpActivation, TransformerModelSpec
+from blueprinting.mapping.transformer import UnfusedAttention
 from blueprinting.synthesizer.dialects.transformer.training import (
     ATTENTION_CORE,
     BlockDims,
@@ -332,7 +333,9 @@ def _block(
     model: TransformerModelSpec, dims: InferenceStepDims, local: BlockDims, kv_datatype: Datatype
 ) -> tuple[InferenceOp, ...]:
     out: list[InferenceOp] = []
-    for op in block_ops(model, local):
+    # Serving prices its own fused attention (_attention): the training block's unfused core
+    # is only the marker of where it goes.
+    for op in block_ops(model, local, attention=UnfusedAttention()):
         if op.name in ATTENTION_CORE:
             if op.name is SemanticOpName.ATTENTION_SCORES:
                 out.extend(_attention(model, dims, local, kv_datatype))

@@ -50,12 +50,18 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TypeAlias, assert_never, final
 
+from blueprinting.hardware.attention import (
+    BACKWARD_FLOPS_PER_PAIR_DIM,
+    FORWARD_FLOPS_PER_PAIR_DIM,
+    causal_attention_pairs,
+)
 from blueprinting.mapping.model import (
     MlpActivation,
     Normalization,
     PositionEmbedding,
     TransformerModelSpec,
 )
+from blueprinting.mapping.transformer import AttentionKernel, FusedAttention, UnfusedAttention
 
 
 # --------------------------------------------------------------------------------------------
@@ -69,6 +75,7 @@ class OpKind(StrEnum):
     ELEMENTWISE = "elementwise"
     NORM = "norm"
     SOFTMAX = "softmax"
+    FUSED_ATTENTION = "fused_attention"
     GATHER = "gather"
     CROSS_ENTROPY = "cross_entropy"
 
@@ -101,6 +108,7 @@ class SemanticOpName(StrEnum):
     SOFTMAX = "softmax"
     ATTENTION_DROPOUT = "attention_dropout"
     ATTENTION_OVER_VALUES = "attention_over_values"
+    CORE_ATTENTION = "core_attention"  # the fused kernel (Megatron's core_attention module)
     OUTPUT_PROJECTION = "output_projection"
     ATTENTION_RESIDUAL = "attention_residual"
     POST_ATTENTION_NORM = "post_attention_norm"
@@ -116,9 +124,11 @@ class SemanticOpName(StrEnum):
     CROSS_ENTROPY = "cross_entropy"
 
 
-#: The attention core that selective recompute re-runs (Korthikanti et al. 2022, Section 5).
+#: The attention core that selective recompute re-runs (Korthikanti et al. 2022, Section 5;
+#: Megatron's ``--recompute-modules core_attn``): the unfused ops, or the fused kernel.
 ATTENTION_CORE: frozenset[SemanticOpName] = frozenset(
     {
+        SemanticOpName.CORE_ATTENTION,
         SemanticOpName.ATTENTION_SCORES,
         SemanticOpName.SOFTMAX,
         SemanticOpName.ATTENTION_DROPOUT,
@@ -253,6 +263,21 @@ class GemmShape:
 
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
+class AttentionShape:
+    """A fused causal attention kernel over ``batch_heads`` (sequence, head) pairs of
+    ``seq_length`` tokens with head dimension ``head_dim``: what its measured rate is looked up
+    by (:mod:`blueprinting.hardware.attention`)."""
+
+    batch_heads: int
+    seq_length: int
+    head_dim: int
+
+    def __str__(self) -> str:
+        return f"flash[{self.batch_heads}x{self.seq_length}x{self.head_dim}]"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SemanticOp:
     """One semantic operation of a block (or of a stage extra) with its work per phase."""
 
@@ -264,6 +289,7 @@ class SemanticOp:
     activation_grad: Work
     weight_grad: Work
     gemm: GemmShape | None = None
+    attention: AttentionShape | None = None
 
 
 @final
@@ -471,28 +497,14 @@ def _residual(
     )
 
 
-def block_ops(model: TransformerModelSpec, dims: BlockDims) -> tuple[SemanticOp, ...]:
-    """The block's semantic ops in forward order, evaluated on ``dims`` (global or local)."""
-    e = model.datatype.bytes
-    bias = model.add_bias_linear
-    rows, m, h, kv = dims.token_rows, dims.gemm_tokens, dims.hidden, dims.kv_channels
+def _unfused_attention_ops(
+    dims: BlockDims, *, width_bytes: int, kv: int, score_elems: int
+) -> tuple[SemanticOp, ...]:
+    """Korthikanti et al. 2022's attention core: ``Q K^T``, softmax, dropout and ``A V`` as
+    separate kernels over the full ``s x s`` scores."""
+    e = width_bytes
     b, s = dims.micro_batch, dims.seq_length
-    q_width = dims.heads * kv
-    qkv_width = (dims.heads + 2 * dims.groups) * kv
-    up_width = 2 * dims.ffn if model.activation is MlpActivation.SWIGLU else dims.ffn
-    score_elems = b * dims.heads * s * s
-    ffn_elems = m * dims.ffn
-    act_fw, act_bw, act_inputs = _activation_flops(model.activation)
     return (
-        _norm(SemanticOpName.INPUT_NORM, model, rows, width_bytes=e),
-        _gemm(
-            SemanticOpName.QKV_PROJECTION,
-            TpSharding.COLUMN,
-            ShardDim.HEADS,
-            GemmShape(m=m, n=h, k=qkv_width),
-            bias=bias,
-            width_bytes=e,
-        ),
         _bmm(
             SemanticOpName.ATTENTION_SCORES,
             GemmShape(m=s, n=kv, k=s, batch=b * dims.heads),
@@ -537,6 +549,80 @@ def block_ops(model: TransformerModelSpec, dims: BlockDims) -> tuple[SemanticOp,
             GemmShape(m=s, n=s, k=kv, batch=b * dims.heads),
             width_bytes=e,
         ),
+    )
+
+
+#: The fused kernel keeps one fp32 log-sum-exp per (query, head) for its backward
+#: (FlashAttention-2, Dao 2023, Algorithm 1 line 13; cuDNN's ``softmax_stats``).
+SOFTMAX_STATISTIC_BYTES = 4
+
+
+def _fused_attention_op(dims: BlockDims, *, width_bytes: int, kv: int) -> SemanticOp:
+    """The fused causal kernel (FlashAttention's FLOP convention, :mod:`blueprinting.hardware.
+    attention`): forward ``4 d`` FLOPs per attended pair, backward ``10 d`` (it recomputes the
+    scores); it reads Q, K, V once and writes the output and the softmax statistics; its
+    backward reads those and ``dO`` and writes ``dQ``, ``dK``, ``dV``. Dropout runs inside the
+    kernel from its RNG state (no mask is stored)."""
+    e = width_bytes
+    b, s = dims.micro_batch, dims.seq_length
+    pairs = b * dims.heads * causal_attention_pairs(s)
+    q = b * s * dims.heads * kv
+    k = b * s * dims.groups * kv  # V is the same size
+    stats = b * dims.heads * s * SOFTMAX_STATISTIC_BYTES
+    return SemanticOp(
+        name=SemanticOpName.CORE_ATTENTION,
+        kind=OpKind.FUSED_ATTENTION,
+        sharding=TpSharding.HEADS,
+        shard_dim=ShardDim.HEADS,
+        attention=AttentionShape(batch_heads=b * dims.heads, seq_length=s, head_dim=kv),
+        forward=Work(
+            matrix_flops=FORWARD_FLOPS_PER_PAIR_DIM * kv * pairs,
+            bytes_read=(q + 2 * k) * e,
+            bytes_written=q * e + stats,
+        ),
+        activation_grad=Work(
+            matrix_flops=BACKWARD_FLOPS_PER_PAIR_DIM * kv * pairs,
+            bytes_read=(3 * q + 2 * k) * e + stats,
+            bytes_written=(q + 2 * k) * e,
+        ),
+        weight_grad=Work(),
+    )
+
+
+def block_ops(
+    model: TransformerModelSpec, dims: BlockDims, *, attention: AttentionKernel
+) -> tuple[SemanticOp, ...]:
+    """The block's semantic ops in forward order, evaluated on ``dims`` (global or local), with
+    the attention core as ``attention`` runs it."""
+    e = model.datatype.bytes
+    bias = model.add_bias_linear
+    rows, m, h, kv = dims.token_rows, dims.gemm_tokens, dims.hidden, dims.kv_channels
+    b, s = dims.micro_batch, dims.seq_length
+    q_width = dims.heads * kv
+    qkv_width = (dims.heads + 2 * dims.groups) * kv
+    up_width = 2 * dims.ffn if model.activation is MlpActivation.SWIGLU else dims.ffn
+    score_elems = b * dims.heads * s * s
+    ffn_elems = m * dims.ffn
+    act_fw, act_bw, act_inputs = _activation_flops(model.activation)
+    core: tuple[SemanticOp, ...]
+    match attention:
+        case FusedAttention():
+            core = (_fused_attention_op(dims, width_bytes=e, kv=kv),)
+        case UnfusedAttention():
+            core = _unfused_attention_ops(dims, width_bytes=e, kv=kv, score_elems=score_elems)
+        case _ as unreachable:
+            assert_never(unreachable)
+    return (
+        _norm(SemanticOpName.INPUT_NORM, model, rows, width_bytes=e),
+        _gemm(
+            SemanticOpName.QKV_PROJECTION,
+            TpSharding.COLUMN,
+            ShardDim.HEADS,
+            GemmShape(m=m, n=h, k=qkv_width),
+            bias=bias,
+            width_bytes=e,
+        ),
+        *core,
         _gemm(
             SemanticOpName.OUTPUT_PROJECTION,
             TpSharding.ROW,
@@ -860,6 +946,7 @@ class LocalBlockPlan:
     sequence_parallel: bool
     recompute: RecomputeScope
     strategy: str  # one-line summary of the strategy it was derived from
+    attention: AttentionKernel
 
     @property
     def local(self) -> BlockDims:

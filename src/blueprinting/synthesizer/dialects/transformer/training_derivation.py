@@ -105,6 +105,7 @@ def derive_block_plan(
                 sequence_parallel=sequence_parallel,
                 recompute=_recompute_scope(recompute),
                 strategy=str(mapping.parallelism),
+                attention=mapping.attention,
             )
         case _ as unreachable:
             assert_never(unreachable)

@@ -35,6 +35,7 @@ from typing import TypeAlias, assert_never, final
 
 from blueprinting.errors import VerificationError
 from blueprinting.synthesizer.dialects.transformer.training import (
+    AttentionShape,
     CollectiveKind,
     CollectivePurpose,
     GemmShape,
@@ -139,6 +140,7 @@ class ComputeTask:
     work: Work
     lineage: Lineage
     gemm: GemmShape | None = None
+    attention: AttentionShape | None = None
     deps: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:

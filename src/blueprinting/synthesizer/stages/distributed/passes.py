@@ -98,6 +98,7 @@ class _GroupBuilder:
                 kind=op.kind,
                 work=work,
                 gemm=op.gemm,
+                attention=op.attention,
                 deps=_clean(deps),
                 lineage=Lineage(
                     op=op.name,
@@ -238,7 +239,7 @@ class LowerToDistributedTasks:
         block = _lower_group(
             "block",
             plan,
-            block_ops(model, local),
+            block_ops(model, local, attention=plan.attention),
             boundary_collectives(model, b, tp=tp, sequence_parallel=sp),
             plan.recomputes,
         )

@@ -39,6 +39,7 @@ from blueprinting.mapping.transformer import (
     TrainingSpec,
 )
 from blueprinting.synthesizer.dialects.transformer.training import (
+    AttentionShape,
     CollectivePurpose,
     GemmShape,
     Partial,
@@ -275,17 +276,34 @@ def _hide(phase: PhaseCost, hidden_s: float) -> PhaseCost:
 
 def _compute_time(task: ComputeTask, system: SystemSpec, datatype: Datatype) -> float:
     """One compute task's time (module docstring)."""
-    return work_time(task.work, task.gemm, system, datatype)
+    return work_time(task.work, task.gemm, system, datatype, task.attention)
 
 
-def work_time(work: Work, gemm: GemmShape | None, system: SystemSpec, datatype: Datatype) -> float:
-    """The time of one op's work on ``system``: matrix FLOPs at the GEMM shape's efficiency plus
-    vector FLOPs, against its HBM traffic, combined by the system's processing mode. Training
-    tasks and serving ops are costed by this one rule."""
+def work_time(
+    work: Work,
+    gemm: GemmShape | None,
+    system: SystemSpec,
+    datatype: Datatype,
+    attention: AttentionShape | None = None,
+) -> float:
+    """The time of one op's work on ``system``: matrix FLOPs at the GEMM shape's efficiency (a
+    fused attention kernel's at its measured rate, ``SystemSpec.attention_time``) plus vector
+    FLOPs, against its HBM traffic, combined by the system's processing mode. Training tasks and
+    serving ops are costed by this one rule."""
     shape = (
         None if gemm is None else HardwareGemmShape(m=gemm.m, n=gemm.n, k=gemm.k, batch=gemm.batch)
     )
-    flop_time = system.compute_time(work.matrix_flops, Engine.MATRIX, datatype, shape)
+    if attention is None:
+        flop_time = system.compute_time(work.matrix_flops, Engine.MATRIX, datatype, shape)
+    else:
+        s, d = attention.seq_length, attention.head_dim
+        flop_time = system.attention_time(
+            work.matrix_flops,
+            seq_length=s,
+            head_dim=d,
+            datatype=datatype,
+            gemm=HardwareGemmShape(m=s, n=d, k=s, batch=attention.batch_heads),
+        )
     flop_time += system.compute_time(work.vector_flops, Engine.VECTOR, datatype)
     mem_time = system.memory_time(work.bytes_read + work.bytes_written)
     return system.processing_time(flop_time, mem_time)

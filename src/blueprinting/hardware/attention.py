@@ -1,0 +1,159 @@
+"""Measured throughput of fused attention kernels, and how a training step's kernel is timed.
+
+A fused attention kernel (FlashAttention, Dao et al. 2022; cuDNN fused attention in Transformer
+Engine) is neither a GEMM nor an elementwise op: its throughput depends on the sequence length
+(tiles per head), the head dimension and the mask, and it is published as achieved TFLOP/s per
+kernel, not as a GEMM fraction. :class:`AttentionKernelRates` holds one such measurement table
+(causal, forward + backward, by head dimension and sequence length) and interpolates it.
+
+FLOP convention: the one the measurements use (``flash-attention/benchmarks``
+``benchmark_flash_attention.py``): a forward counts ``4 * b * heads * s^2 * d``, halved for a
+causal mask; a backward 2.5 times the forward (it recomputes ``Q K^T`` and runs four more matrix
+products); forward + backward 3.5 times. :func:`causal_attention_pairs` and the ``FORWARD_`` /
+``BACKWARD_`` factors below are that convention, so that time = FLOPs / measured rate is exact
+at the measured points.
+
+Interpolation: linear in ``log2(seq_length)`` between the measured sequence lengths and linear in
+the head dimension between the measured ones, clamped at both ends (a kernel below the shortest
+measured sequence is taken at the shortest one's rate: an optimistic bound, said here).
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from dataclasses import dataclass
+from typing import final
+
+from blueprinting.errors import ConfigError, positive_int_problems
+
+#: FlashAttention's FLOPs per attended (query, key) pair and head dimension: ``Q K^T`` and ``P V``.
+FORWARD_FLOPS_PER_PAIR_DIM = 4
+#: The backward is 2.5 x the forward in the same convention (``benchmark_flash_attention.py``).
+BACKWARD_FLOPS_PER_PAIR_DIM = 10
+
+
+def causal_attention_pairs(seq_length: int) -> int:
+    """(query, key) pairs of one head under a causal mask in FlashAttention's convention,
+    ``s^2 / 2`` (rounded down; the diagonal's ``s / 2`` is within the convention's slack)."""
+    return seq_length * seq_length // 2
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttentionKernelRates:
+    """Achieved causal forward + backward throughput of one fused kernel on one accelerator.
+
+    ``tflops[i][j]`` is the rate at ``head_dims[i]`` and ``seq_lengths[j]`` in TFLOP/s
+    (FlashAttention's convention, module docstring); ``source`` names the measurement.
+    """
+
+    kernel: str
+    source: str
+    head_dims: tuple[int, ...]
+    seq_lengths: tuple[int, ...]
+    tflops: tuple[tuple[float, ...], ...]
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        for name, axis in (("head_dims", self.head_dims), ("seq_lengths", self.seq_lengths)):
+            if not axis or list(axis) != sorted(set(axis)):
+                problems.append(f"{name} must be non-empty and strictly increasing, got {axis}")
+            problems += positive_int_problems(
+                "AttentionKernelRates", **{f"{name}[{i}]": v for i, v in enumerate(axis)}
+            )
+        if len(self.tflops) != len(self.head_dims) or any(
+            len(row) != len(self.seq_lengths) for row in self.tflops
+        ):
+            problems.append(
+                f"tflops must be {len(self.head_dims)} rows of {len(self.seq_lengths)} values"
+            )
+        if any(not (rate > 0 and math.isfinite(rate)) for row in self.tflops for rate in row):
+            problems.append("every tflops value must be positive and finite")
+        if problems:
+            raise ConfigError(problems, source=f"attention kernel rates {self.kernel!r}")
+
+    def flop_per_s(self, *, seq_length: int, head_dim: int) -> float:
+        """The interpolated rate in FLOP/s (module docstring)."""
+        rows = [self._along_seq(row, seq_length) for row in self.tflops]
+        return _interpolate(self.head_dims, rows, float(head_dim)) * 1e12
+
+    def _along_seq(self, row: tuple[float, ...], seq_length: int) -> float:
+        logs = tuple(math.log2(s) for s in self.seq_lengths)
+        return _interpolate(logs, list(row), math.log2(max(seq_length, 1)))
+
+
+def _interpolate(xs: tuple[float, ...] | tuple[int, ...], ys: list[float], x: float) -> float:
+    if x <= xs[0]:
+        return ys[0]
+    if x >= xs[-1]:
+        return ys[-1]
+    j = bisect_right(xs, x)
+    x0, x1 = xs[j - 1], xs[j]
+    w = (x - x0) / (x1 - x0)
+    return ys[j - 1] * (1 - w) + ys[j] * w
+
+
+def _table(
+    kernel: str,
+    source: str,
+    seq_lengths: tuple[int, ...],
+    rows: dict[int, tuple[float, ...]],
+) -> AttentionKernelRates:
+    dims = tuple(sorted(rows))
+    return AttentionKernelRates(
+        kernel=kernel,
+        source=source,
+        head_dims=dims,
+        seq_lengths=seq_lengths,
+        tflops=tuple(rows[d] for d in dims),
+    )
+
+
+_FA2_SEQ = (512, 1024, 2048, 4096, 8192, 16384)
+
+#: A100 80GB SXM4, FlashAttention-2, causal, forward + backward, bf16/fp16
+#: (``shared/reference/microbenchmarks.md`` section 3.1, ``fa2_readme``).
+A100_FLASH_ATTENTION_2 = _table(
+    "FlashAttention-2",
+    "microbenchmarks.md 3.1 (fa2_readme): A100 80GB SXM4, causal, fwd+bwd",
+    _FA2_SEQ,
+    {64: (88, 119, 140, 156, 165, 171), 128: (99, 133, 155, 173, 182, 189)},
+)
+
+#: H100 80GB SXM5, FlashAttention-2, causal, forward + backward (microbenchmarks.md 3.1). The
+#: only forward + backward Hopper table there; cuDNN fused attention and FlashAttention-3 are
+#: published forward-only (3.2), so Hopper's fused attention is priced at FA2's rates (a lower
+#: bound on what Transformer Engine's cuDNN backend reaches). H200: the Azure FA2 figure at 8k,
+#: d = 128 (329.3 TFLOP/s) equals H100's (327.9), so H200 uses the same table.
+H100_FLASH_ATTENTION_2 = _table(
+    "FlashAttention-2",
+    "microbenchmarks.md 3.1 (fa2_readme): H100 80GB SXM5, causal, fwd+bwd",
+    _FA2_SEQ,
+    {64: (141, 192, 232, 257, 273, 284), 128: (163, 221, 265, 294, 308, 328)},
+)
+
+
+def _scaled(
+    base: AttentionKernelRates, factor: float, kernel: str, source: str
+) -> AttentionKernelRates:
+    return AttentionKernelRates(
+        kernel=kernel,
+        source=source,
+        head_dims=base.head_dims,
+        seq_lengths=base.seq_lengths,
+        tflops=tuple(tuple(rate * factor for rate in row) for row in base.tflops),
+    )
+
+
+#: B200: one measured point, FlashAttention-4 inside a Llama-3.1-8B training step, causal
+#: forward + backward at 8k tokens: 834 TFLOP/s (microbenchmarks.md 3.3, ``mlengr_upgrade``).
+#: The curve's shape over sequence length and head dimension is H100 FA2's, scaled so that its
+#: d = 128, 8k point equals that measurement (834 / 308): an assumption, stated.
+B200_FLASH_ATTENTION_4 = _scaled(
+    H100_FLASH_ATTENTION_2,
+    834 / 308,
+    "FlashAttention-4",
+    "microbenchmarks.md 3.3 (mlengr_upgrade): B200, causal fwd+bwd at 8k = 834 TFLOP/s; "
+    "shape of H100 FA2 (3.1)",
+)
