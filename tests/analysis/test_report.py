@@ -160,19 +160,30 @@ def test_gpt3_175b_plan_reports_the_selene_strategy() -> None:
     # Activations (Korthikanti et al. 2022, Table 2, SP + selective: 34 s b h / t per layer;
     # s b h = 2048 * 12288 = 25,165,824). Interleaved rank 0 peaks at min(2 (p-1) + (v-1) p + 1,
     # m v) = min(14 + 16 + 1, 288) = 31 chunk forwards of 96 / 24 = 4 layers: 124 layers x 34/8
-    # = 527 sbh, plus one layer's recomputed s x s tensors 5 a s / h sbh / t = 80/8 = 10 sbh:
-    # 537 sbh.
+    # = 527 sbh, plus what selective recompute rebuilds of one layer's attention core in
+    # backward: with Megatron-Core's default fused kernel only its fp32 softmax statistics,
+    # 4 (a/t) s = 4 * 12 * 2048 bytes (no s x s tensor; unfused it would be 10 sbh).
     sbh = s * 1 * h
-    assert 31 * 4 * 34 // 8 + 80 // 8 == 537
-    assert memory.activations == 537 * sbh == 13_514_047_488
+    assert 31 * 4 * 34 // 8 == 527
+    assert memory.activations == 527 * sbh + 4 * 12 * 2048 == 13_262_487_552
     # Other: 15 of the 31 in flight are chunk-0 forwards (8 + 7 over groups of p = 8), each
     # holding int64 token ids (8 s b) and the embedding dropout mask (s b h / t, 1 byte).
     assert memory.other == 15 * (8 * s + s * h // 8) == 47_431_680
-    total = 5_645_463_552 + 11_290_927_104 + 2_117_048_832 + 13_514_047_488 + 47_431_680
-    assert total == 32_614_918_656
+    total = 5_645_463_552 + 11_290_927_104 + 2_117_048_832 + 13_262_487_552 + 47_431_680
+    assert total == 32_363_358_720
     assert memory.total == total
     assert memory.capacity == 80 * 10**9  # 80 GB HBM2e
-    assert memory.headroom == 80 * 10**9 - 32_614_918_656 == 47_385_081_344
+    # The peaks: a block's backward gradients x s (u + f)/t + 2 x (s/t) h + x s h (the SP
+    # re-gather), x = 2, u = f = 4h: the transient and the allocator's reserve.
+    working = 2 * s * (2 * 4 * h // 8) + 2 * 2 * (s // 8) * h + 2 * s * h
+    assert working == 113_246_208
+    assert memory.allocated_peak == total + working + 64 * 2**20 == 32_543_713_792
+    assert memory.allocator_reserved_peak == 32_543_713_792 + working
+    # Outside the allocator: the CUDA context (512 MiB) and NCCL buffers of the world, TP,
+    # DP, PP and model-parallel groups (688 MB each) and the tied-embedding pair (544 MB).
+    nccl = 5 * 688_000_000 + 544_000_000
+    assert memory.reserved_peak == 32_656_960_000 + 512 * 2**20 + nccl == 37_177_830_912
+    assert memory.headroom == 80 * 10**9 - 37_177_830_912 == 42_822_169_088
 
 
 def test_plan_refuses_an_illegal_strategy_with_every_law() -> None:

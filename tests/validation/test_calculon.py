@@ -445,7 +445,8 @@ def _memory_mismatches(
         micro_batch=mapping.batch.micro_batch_size,
         tensor_degree=t,
         sequence_parallel=sp,
-        keep_attention_scores=isinstance(recompute, NoRecompute),
+        attention=UnfusedAttention(),
+        keep_attention_core=isinstance(recompute, NoRecompute),
         activation_bytes=width,
     )
     theirs = _num(stats, "block_act_storage_space")

@@ -295,7 +295,9 @@ def evaluate_plan(
         critical=critical,
     )
     capacity = int(system.accelerator.hbm.capacity_bytes)
-    per_stage = memory_per_stage(spec.model, mapping, capacity_bytes=capacity)
+    per_stage = memory_per_stage(
+        spec.model, mapping, capacity_bytes=capacity, runtime=system.runtime
+    )
     worst = most_loaded(per_stage)
     peak = system.accelerator.engine(Engine.MATRIX).rate(spec.model.datatype).peak_flop_per_s
     return IterationReport(

@@ -42,8 +42,13 @@ Choices (each one a documented approximation)
 - "other": token ids (int64) and the embedding dropout mask per in-flight microbatch on the first
   stage (Megatron's estimate counts the same two), and on the last stage the LM-head input plus the
   fp32 logits ``[s*b, V/t]`` kept by the vocab-parallel cross entropy for its backward.
-- Not counted: CUDA context, allocator fragmentation, NCCL and communication buffers, the
-  activation-gradient buffers of the block in backward, checkpoint/optimizer temporaries.
+- Fused attention (:class:`FusedAttention`, Megatron-Core's default) stores no ``s x s``
+  tensor, only the kernel's fp32 softmax statistics; :class:`UnfusedAttention` stores
+  Korthikanti's ``s x s`` terms (:func:`attention_core_bytes`).
+- The peaks (:class:`StageOverheads`, :class:`MemoryBreakdown`): the step's transient working
+  set (a block's backward gradients, the last stage's 16-bit logits), cuBLAS workspaces, the
+  caching allocator's reserve, the CUDA context and NCCL's buffers per communicator, each with
+  its source. Not counted: checkpoint and optimizer-step temporaries, pinned host memory.
 
 Differences from Calculon (``calculon_oracle.md``, "stats — memory per GPU")
 ----------------------------------------------------------------------------
@@ -59,10 +64,15 @@ under-counts by ``2 b s h`` bytes per block (its known bug 2).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import assert_never, final
+from typing import TYPE_CHECKING, TypeVar, assert_never, final
 
 from blueprinting.analysis.stage_layout import chunk_layer_counts
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 from blueprinting.errors import ConfigError, UnsupportedError
+from blueprinting.hardware.system import RuntimeMemory
 from blueprinting.mapping.model import (
     Datatype,
     EmbeddingTying,
@@ -72,9 +82,11 @@ from blueprinting.mapping.model import (
     TransformerModelSpec,
 )
 from blueprinting.mapping.transformer import (
+    AttentionKernel,
     DistributedOptimizer,
     ForwardOnly,
     FullRecompute,
+    FusedAttention,
     InterleavedOneForwardOneBackward,
     NoOptimizerSharding,
     NoRecompute,
@@ -86,9 +98,11 @@ from blueprinting.mapping.transformer import (
     ShardedParameters,
     SingleStage,
     TransformerTrainingMappingSpec,
+    UnfusedAttention,
     ZeroBubbleH1,
 )
 from blueprinting.synthesizer.dialects.transformer.inference import kv_groups_per_rank
+from blueprinting.synthesizer.dialects.transformer.training import SOFTMAX_STATISTIC_BYTES
 
 TOKEN_ID_BYTES = 8
 """Megatron-LM feeds int64 token ids to the embedding."""
@@ -326,10 +340,17 @@ def layer_activation_bytes(
     micro_batch: int,
     tensor_degree: int,
     sequence_parallel: bool,
-    keep_attention_scores: bool,
+    attention: AttentionKernel,
+    keep_attention_core: bool,
     activation_bytes: int,
 ) -> int:
     """Bytes one block stores for its backward, for one microbatch on one TP rank.
+
+    ``keep_attention_core``: whether the attention core's own saved tensors are kept (not under
+    selective recompute, which re-runs the core in backward): with :class:`UnfusedAttention`
+    the ``s x s`` terms below, with :class:`FusedAttention` only the kernel's fp32 softmax
+    statistics ``4 (a/t) s`` bytes (FlashAttention-2, Dao 2023, Algorithm 1: one log-sum-exp per
+    query row and head; its output is the output projection's input, counted in ``split``).
 
     Korthikanti et al. 2022, Section 4.1, per op (``x`` = activation bytes, masks 1 byte; widths
     per TP rank: q = heads*kv_channels/t, k = v = K width, u = MLP up width/t, f = ffn/t):
@@ -358,11 +379,75 @@ def layer_activation_bytes(
     f = _ceil_div(model.ffn_hidden_size, t)
     unsplit = rows * (4 * x * h + 2 * DROPOUT_MASK_BYTES * h)
     split = s * x * (2 * q + 2 * kv + up + f)
-    scores = 0
-    if keep_attention_scores:
-        heads = _ceil_div(model.num_attention_heads, t)
-        scores = s * s * heads * (2 * x + DROPOUT_MASK_BYTES)
-    return micro_batch * (unsplit + split + scores)
+    core = attention_core_bytes(model, tensor_degree=t, attention=attention, activation_bytes=x)
+    return micro_batch * (unsplit + split + (core if keep_attention_core else 0))
+
+
+def attention_core_bytes(
+    model: TransformerModelSpec,
+    *,
+    tensor_degree: int,
+    attention: AttentionKernel,
+    activation_bytes: int,
+) -> int:
+    """What the attention core alone saves for its backward, per sequence on one TP rank
+    (:func:`layer_activation_bytes`): unfused, the softmax output, its dropout mask and the
+    dropout output ``(2x + 1) (a/t) s^2``; fused, the softmax statistics ``4 (a/t) s``."""
+    s = model.seq_length
+    heads = _ceil_div(model.num_attention_heads, tensor_degree)
+    match attention:
+        case UnfusedAttention():
+            return s * s * heads * (2 * activation_bytes + DROPOUT_MASK_BYTES)
+        case FusedAttention():
+            return s * heads * SOFTMAX_STATISTIC_BYTES
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def backward_working_bytes(
+    model: TransformerModelSpec,
+    *,
+    micro_batch: int,
+    tensor_degree: int,
+    sequence_parallel: bool,
+    attention: AttentionKernel,
+    activation_bytes: int,
+) -> int:
+    """The gradients one block's backward holds at once beyond what is stored, per TP rank:
+    the MLP's two internal gradients (of the activation function's input and output,
+    ``x s (u + f)``), the residual-stream gradient coming in and going out (``2 x rows h``),
+    with sequence parallelism the re-gathered ``s x h`` input of a column-parallel GEMM for its
+    weight gradient (Megatron-LM ``tensor_parallel/layers.py``), and with unfused attention the
+    gradient of the ``s x s`` scores (``x (a/t) s^2``). The largest transient of the step on a
+    stage with blocks; Korthikanti et al. 2022 count stored activations only."""
+    t = tensor_degree
+    s = model.seq_length
+    h = model.hidden_size
+    x = activation_bytes
+    rows = _ceil_div(s, t) if sequence_parallel else s
+    up = _ceil_div(model.mlp_up_width, t)
+    f = _ceil_div(model.ffn_hidden_size, t)
+    working = x * s * (up + f) + 2 * x * rows * h
+    if sequence_parallel:
+        working += x * s * h
+    match attention:
+        case UnfusedAttention():
+            working += x * s * s * _ceil_div(model.num_attention_heads, t)
+        case FusedAttention():
+            pass
+        case _ as unreachable:
+            assert_never(unreachable)
+    return micro_batch * working
+
+
+def logits_transient_bytes(
+    model: TransformerModelSpec, *, micro_batch: int, tensor_degree: int, activation_bytes: int
+) -> int:
+    """The last stage's 16-bit logits ``[s b, V/t]``: the LM head's output before the
+    vocab-parallel cross entropy casts it to fp32 in forward, and the logits' gradient cast
+    back for the LM head's backward (the fp32 logits themselves are stored: ``other``)."""
+    vocab = _ceil_div(model.padded_vocab_size, tensor_degree)
+    return micro_batch * model.seq_length * vocab * activation_bytes
 
 
 def checkpoint_bytes(
@@ -536,6 +621,8 @@ class _StageInvariants:
     layer_full: int
     layer_kept: int
     checkpoint: int
+    backward_working: int
+    logits_transient: int
 
     @classmethod
     def of(
@@ -547,13 +634,16 @@ class _StageInvariants:
         recipe = precision_recipe(model.datatype)
         x = recipe.activation
 
-        def layer(*, scores: bool) -> int:
+        attention = mapping.attention
+
+        def layer(*, core: bool) -> int:
             return layer_activation_bytes(
                 model,
                 micro_batch=b,
                 tensor_degree=t,
                 sequence_parallel=sp,
-                keep_attention_scores=scores,
+                attention=attention,
+                keep_attention_core=core,
                 activation_bytes=x,
             )
 
@@ -561,10 +651,21 @@ class _StageInvariants:
             recipe=recipe,
             chunks=chunk_layer_counts(model, mapping.parallelism.pipeline),
             block_parameters=block_parameters_per_rank(model, t),
-            layer_full=layer(scores=True),
-            layer_kept=layer(scores=False),
+            layer_full=layer(core=True),
+            layer_kept=layer(core=False),
             checkpoint=checkpoint_bytes(
                 model, micro_batch=b, tensor_degree=t, sequence_parallel=sp, activation_bytes=x
+            ),
+            backward_working=backward_working_bytes(
+                model,
+                micro_batch=b,
+                tensor_degree=t,
+                sequence_parallel=sp,
+                attention=attention,
+                activation_bytes=x,
+            ),
+            logits_transient=logits_transient_bytes(
+                model, micro_batch=b, tensor_degree=t, activation_bytes=x
             ),
         )
 
@@ -574,10 +675,102 @@ class _StageInvariants:
 # --------------------------------------------------------------------------------------------
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
-class MemoryBreakdown:
-    """Bytes per GPU (one TP rank of pipeline stage ``stage``) by category.
+class StageOverheads:
+    """What one GPU of a stage holds beyond its parameters, optimizer and stored activations.
 
-    ``total`` is the exact sum of the five categories; ``headroom = capacity - total`` (negative
+    Inside the caching allocator: ``transient``, the largest working set of the step on top of
+    the stored activations (:func:`backward_working_bytes` on a stage with blocks, the last
+    stage's 16-bit logits :func:`logits_transient_bytes`, whichever is larger: the LM head's
+    backward finishes before the last block's begins); ``workspace``, cuBLAS / cuBLASLt
+    workspaces; ``allocator_reserve``, what the caching allocator holds cached and free at the
+    peak. Outside it: ``cuda_context`` and ``nccl_buffers`` (one set per communicator the rank
+    runs collectives on, :func:`communicator_sizes`).
+
+    The reserve is a model with this basis: PyTorch's ``CUDACachingAllocator`` never returns a
+    segment to the driver during training (only ``empty_cache`` does) and serves a request from
+    a cached block only if one is large enough, splitting it; the transient working set is
+    requested in other sizes (gradients of ``u``- and ``h``-wide tensors) than the stored
+    activations freed around it, layer after layer, so its blocks stay cached beside the live
+    ones: the reserve at the peak is taken as one transient working set.
+    """
+
+    transient: int
+    workspace: int
+    allocator_reserve: int
+    cuda_context: int
+    nccl_buffers: int
+
+
+def communicator_sizes(
+    mapping: TransformerTrainingMappingSpec, *, stage: int, tied: bool
+) -> tuple[int, ...]:
+    """The sizes of the NCCL communicators a rank of ``stage`` runs collectives on (PyTorch
+    creates a communicator lazily, at a group's first collective): the world (start-up
+    barriers, loss and timer reductions), TP, DP (gradient reduction, the distributed
+    optimizer's gathers), PP (send / receive between neighbours), the model-parallel group
+    (the gradient-norm all-reduce across t x p) when both t and p exceed 1, and, with tied
+    embeddings and p > 1, the two-rank embedding group of the first and last stage
+    (Megatron-Core ``parallel_state.py``)."""
+    t, p, d = mapping.tensor_degree, mapping.pipeline_degree, mapping.data_degree
+    sizes = [t * p * d, t, d, p]
+    if t > 1 and p > 1:
+        sizes.append(t * p)
+    if tied and p > 1 and stage in (0, p - 1):
+        sizes.append(2)
+    return tuple(size for size in sizes if size > 1)
+
+
+def stage_overheads(
+    model: TransformerModelSpec,
+    mapping: TransformerTrainingMappingSpec,
+    *,
+    stage: int,
+    runtime: RuntimeMemory,
+) -> StageOverheads:
+    """:class:`StageOverheads` of one GPU on ``stage`` (the search calls it once per distinct
+    key; the plan once per stage)."""
+    return _stage_overheads(model, mapping, stage, runtime, _StageInvariants.of(model, mapping))
+
+
+def _stage_overheads(
+    model: TransformerModelSpec,
+    mapping: TransformerTrainingMappingSpec,
+    stage: int,
+    runtime: RuntimeMemory,
+    inv: _StageInvariants,
+) -> StageOverheads:
+    _check_stage(stage, mapping.pipeline_degree)
+    has_blocks = sum(inv.chunks[stage]) > 0
+    working = inv.backward_working if has_blocks else 0
+    logits = inv.logits_transient if stage == mapping.pipeline_degree - 1 else 0
+    tied = model.embeddings is EmbeddingTying.TIED
+    sizes = communicator_sizes(mapping, stage=stage, tied=tied)
+    return StageOverheads(
+        transient=max(working, logits),
+        workspace=runtime.workspace_bytes,
+        allocator_reserve=working,
+        cuda_context=runtime.cuda_context_bytes,
+        nccl_buffers=sum(runtime.nccl_bytes(size) for size in sizes),
+    )
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MemoryBreakdown:
+    """Bytes per GPU (one TP rank of pipeline stage ``stage``) by category, and its two peaks.
+
+    ``total`` is the exact sum of the five categories Korthikanti et al. 2022 count (weights,
+    gradients, optimizer states, stored activations, other buffers). The peaks add the memory
+    that accounting leaves out (:class:`StageOverheads`):
+
+    - ``allocated_peak = total + transient + workspace``: what ``torch.cuda.max_memory_allocated``
+      would report;
+    - ``allocator_reserved_peak = allocated_peak + allocator_reserve``: what
+      ``torch.cuda.max_memory_reserved`` would report;
+    - ``reserved_peak = allocator_reserved_peak + cuda_context + nccl_buffers``: the device
+      memory nvidia-smi would show at the peak, what decides an out-of-memory failure.
+
+    ``fits`` is ``reserved_peak <= capacity``; ``headroom = capacity - reserved_peak`` (negative
     when it does not fit).
     """
 
@@ -587,6 +780,14 @@ class MemoryBreakdown:
     activations: int
     other: int
     total: int
+    transient: int
+    workspace: int
+    allocator_reserve: int
+    cuda_context: int
+    nccl_buffers: int
+    allocated_peak: int
+    allocator_reserved_peak: int
+    reserved_peak: int
     capacity: int
     fits: bool
     headroom: int
@@ -597,12 +798,89 @@ class MemoryBreakdown:
         problems = []
         if self.total != sum(parts):
             problems.append(f"total {self.total} is not the sum of its categories {sum(parts)}")
-        if self.headroom != self.capacity - self.total:
-            problems.append(f"headroom {self.headroom} != capacity - total")
-        if self.fits != (self.total <= self.capacity):
-            problems.append(f"fits={self.fits} contradicts total <= capacity")
+        if self.allocated_peak != self.total + self.transient + self.workspace:
+            problems.append("allocated_peak != total + transient + workspace")
+        if self.allocator_reserved_peak != self.allocated_peak + self.allocator_reserve:
+            problems.append("allocator_reserved_peak != allocated_peak + allocator_reserve")
+        if self.reserved_peak != (
+            self.allocator_reserved_peak + self.cuda_context + self.nccl_buffers
+        ):
+            problems.append(
+                "reserved_peak != allocator_reserved_peak + cuda_context + nccl_buffers"
+            )
+        if self.headroom != self.capacity - self.reserved_peak:
+            problems.append(f"headroom {self.headroom} != capacity - reserved_peak")
+        if self.fits != (self.reserved_peak <= self.capacity):
+            problems.append(f"fits={self.fits} contradicts reserved_peak <= capacity")
         if problems:
             raise ConfigError(problems, source="MemoryBreakdown")
+
+    def fits_with(self, headroom_bytes: int) -> bool:
+        """Whether the device peak leaves at least ``headroom_bytes`` free."""
+        return self.reserved_peak + headroom_bytes <= self.capacity
+
+
+_Bytes = TypeVar("_Bytes", int, "npt.NDArray[np.int64]")
+
+
+def peak_bytes(
+    *,
+    total: _Bytes,
+    transient: _Bytes,
+    workspace: _Bytes,
+    allocator_reserve: _Bytes,
+    cuda_context: _Bytes,
+    nccl_buffers: _Bytes,
+) -> tuple[_Bytes, _Bytes, _Bytes]:
+    """(``allocated_peak``, ``allocator_reserved_peak``, ``reserved_peak``) from the parts
+    (:class:`MemoryBreakdown`): the one composition, on integers (the plan) or on arrays of
+    them (the search)."""
+    allocated = total + transient + workspace
+    allocator_reserved = allocated + allocator_reserve
+    return allocated, allocator_reserved, allocator_reserved + cuda_context + nccl_buffers
+
+
+def assemble_breakdown(
+    *,
+    weights: int,
+    gradients: int,
+    optimizer_states: int,
+    activations: int,
+    other: int,
+    overheads: StageOverheads,
+    capacity: int,
+    stage: int,
+) -> MemoryBreakdown:
+    """The one composition of the parts into the peaks (the plan and the search both use it)."""
+    total = weights + gradients + optimizer_states + activations + other
+    allocated, allocator_reserved, reserved = peak_bytes(
+        total=total,
+        transient=overheads.transient,
+        workspace=overheads.workspace,
+        allocator_reserve=overheads.allocator_reserve,
+        cuda_context=overheads.cuda_context,
+        nccl_buffers=overheads.nccl_buffers,
+    )
+    return MemoryBreakdown(
+        weights=weights,
+        gradients=gradients,
+        optimizer_states=optimizer_states,
+        activations=activations,
+        other=other,
+        total=total,
+        transient=overheads.transient,
+        workspace=overheads.workspace,
+        allocator_reserve=overheads.allocator_reserve,
+        cuda_context=overheads.cuda_context,
+        nccl_buffers=overheads.nccl_buffers,
+        allocated_peak=allocated,
+        allocator_reserved_peak=allocator_reserved,
+        reserved_peak=reserved,
+        capacity=capacity,
+        fits=reserved <= capacity,
+        headroom=capacity - reserved,
+        stage=stage,
+    )
 
 
 def _sharded(count: int, bytes_per: int, data_degree: int) -> int:
@@ -615,10 +893,19 @@ def stage_memory(
     *,
     stage: int,
     capacity_bytes: int,
+    runtime: RuntimeMemory | None = None,
 ) -> MemoryBreakdown:
-    """Memory of one GPU on pipeline stage ``stage`` against an HBM capacity in bytes."""
+    """Memory of one GPU on pipeline stage ``stage`` against an HBM capacity in bytes
+    (``runtime``: the system's :class:`RuntimeMemory`, its defaults when not given)."""
     _check_capacity(capacity_bytes)
-    return _stage_memory(model, mapping, stage, capacity_bytes, _StageInvariants.of(model, mapping))
+    return _stage_memory(
+        model,
+        mapping,
+        stage,
+        capacity_bytes,
+        runtime=runtime if runtime is not None else RuntimeMemory(),
+        inv=_StageInvariants.of(model, mapping),
+    )
 
 
 def _check_capacity(capacity_bytes: int) -> None:
@@ -634,6 +921,8 @@ def _stage_memory(
     mapping: TransformerTrainingMappingSpec,
     stage: int,
     capacity_bytes: int,
+    *,
+    runtime: RuntimeMemory,
     inv: _StageInvariants,
 ) -> MemoryBreakdown:
     recipe = inv.recipe
@@ -660,46 +949,52 @@ def _stage_memory(
         case _ as unreachable:
             assert_never(unreachable)
     acts = _stage_activations(model, mapping, stage, inv)
-    activations = acts.layers_stored + acts.recompute_working
-    other = acts.embedding + acts.logits
-    total = weights + gradients + optimizer + activations + other
-    return MemoryBreakdown(
+    return assemble_breakdown(
         weights=weights,
         gradients=gradients,
         optimizer_states=optimizer,
-        activations=activations,
-        other=other,
-        total=total,
+        activations=acts.layers_stored + acts.recompute_working,
+        other=acts.embedding + acts.logits,
+        overheads=_stage_overheads(model, mapping, stage, runtime, inv),
         capacity=capacity_bytes,
-        fits=total <= capacity_bytes,
-        headroom=capacity_bytes - total,
         stage=stage,
     )
 
 
 def memory_per_stage(
-    model: TransformerModelSpec, mapping: TransformerTrainingMappingSpec, *, capacity_bytes: int
+    model: TransformerModelSpec,
+    mapping: TransformerTrainingMappingSpec,
+    *,
+    capacity_bytes: int,
+    runtime: RuntimeMemory | None = None,
 ) -> tuple[MemoryBreakdown, ...]:
     """:func:`stage_memory` for every pipeline stage, stage 0 first."""
     _check_capacity(capacity_bytes)
     inv = _StageInvariants.of(model, mapping)
+    chosen = runtime if runtime is not None else RuntimeMemory()
     return tuple(
-        _stage_memory(model, mapping, stage, capacity_bytes, inv)
+        _stage_memory(model, mapping, stage, capacity_bytes, runtime=chosen, inv=inv)
         for stage in range(mapping.pipeline_degree)
     )
 
 
 def memory_per_gpu(
-    model: TransformerModelSpec, mapping: TransformerTrainingMappingSpec, *, capacity_bytes: int
+    model: TransformerModelSpec,
+    mapping: TransformerTrainingMappingSpec,
+    *,
+    capacity_bytes: int,
+    runtime: RuntimeMemory | None = None,
 ) -> MemoryBreakdown:
     """Memory of the most loaded pipeline stage (the earliest one on ties): the plan fits only if
     this fits."""
-    return most_loaded(memory_per_stage(model, mapping, capacity_bytes=capacity_bytes))
+    return most_loaded(
+        memory_per_stage(model, mapping, capacity_bytes=capacity_bytes, runtime=runtime)
+    )
 
 
 def most_loaded(stages: tuple[MemoryBreakdown, ...]) -> MemoryBreakdown:
-    """The stage with the largest total (the earliest one on ties)."""
-    return max(stages, key=lambda breakdown: (breakdown.total, -breakdown.stage))
+    """The stage with the largest device peak ``reserved_peak`` (the earliest one on ties)."""
+    return max(stages, key=lambda breakdown: (breakdown.reserved_peak, -breakdown.stage))
 
 
 # --------------------------------------------------------------------------------------------

@@ -158,12 +158,26 @@ class IterationReport:
                 "activations": memory.activations,
                 "other": memory.other,
                 "total": memory.total,
+                "transient": memory.transient,
+                "workspace": memory.workspace,
+                "allocated_peak": memory.allocated_peak,
+                "allocator_reserve": memory.allocator_reserve,
+                "allocator_reserved_peak": memory.allocator_reserved_peak,
+                "cuda_context": memory.cuda_context,
+                "nccl_buffers": memory.nccl_buffers,
+                "reserved_peak": memory.reserved_peak,
                 "capacity": memory.capacity,
                 "headroom": memory.headroom,
                 "stage": memory.stage,
             },
             "fits_in_memory": memory.fits,
             "memory_total_bytes_per_stage": [stage.total for stage in self.memory_per_stage],
+            "memory_allocated_peak_bytes_per_stage": [
+                stage.allocated_peak for stage in self.memory_per_stage
+            ],
+            "memory_reserved_peak_bytes_per_stage": [
+                stage.reserved_peak for stage in self.memory_per_stage
+            ],
             "memory_activations_bytes_per_stage": [
                 stage.activations for stage in self.memory_per_stage
             ],

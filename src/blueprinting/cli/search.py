@@ -153,6 +153,7 @@ def _json_object(
             "strategy_text": _strategy_text(result, int(row)),
             "iteration_time_s": float(result.figures.iteration_time_s[row]),
             "memory_total_bytes": int(result.figures.memory_total[row]),
+            "memory_reserved_peak_bytes": int(result.figures.memory_reserved_peak[row]),
         }
         for row in result.pareto()
     ]

@@ -60,13 +60,15 @@ from blueprinting.analysis.memory import (
     TOKEN_ID_BYTES,
     checkpoint_bytes,
     layer_activation_bytes,
+    peak_bytes,
     precision_recipe,
+    stage_overheads,
     stage_parameters,
 )
 from blueprinting.analysis.optimizer_step import adam_step_cost
 from blueprinting.analysis.report import JsonValue
 from blueprinting.hardware.collectives import CollectiveKind
-from blueprinting.hardware.system import Engine, LinkTier, ParallelDim, SystemSpec
+from blueprinting.hardware.system import Engine, LinkTier, ParallelDim, RuntimeMemory, SystemSpec
 from blueprinting.mapping.model import TransformerModelSpec
 from blueprinting.search.space import (
     RECOMPUTE_CODES,
@@ -139,6 +141,14 @@ class CandidateFigures:
     memory_activations: IntArray
     memory_other: IntArray
     memory_total: IntArray
+    memory_transient: IntArray
+    memory_workspace: IntArray
+    memory_allocator_reserve: IntArray
+    memory_cuda_context: IntArray
+    memory_nccl_buffers: IntArray
+    memory_allocated_peak: IntArray
+    memory_allocator_reserved_peak: IntArray
+    memory_reserved_peak: IntArray
     memory_capacity: int
     memory_stage: IntArray
     # dp_comm
@@ -179,11 +189,11 @@ class CandidateFigures:
 
     @property
     def memory_headroom(self) -> IntArray:
-        return self.memory_capacity - self.memory_total
+        return self.memory_capacity - self.memory_reserved_peak
 
     @property
     def fits_in_memory(self) -> BoolArray:
-        return self.memory_total <= self.memory_capacity
+        return self.memory_reserved_peak <= self.memory_capacity
 
     @property
     def hardware_flops_per_iteration(self) -> FloatArray:
@@ -252,6 +262,14 @@ class CandidateFigures:
                 "activations": int(self.memory_activations[i]),
                 "other": int(self.memory_other[i]),
                 "total": int(self.memory_total[i]),
+                "transient": int(self.memory_transient[i]),
+                "workspace": int(self.memory_workspace[i]),
+                "allocated_peak": int(self.memory_allocated_peak[i]),
+                "allocator_reserve": int(self.memory_allocator_reserve[i]),
+                "allocator_reserved_peak": int(self.memory_allocator_reserved_peak[i]),
+                "cuda_context": int(self.memory_cuda_context[i]),
+                "nccl_buffers": int(self.memory_nccl_buffers[i]),
+                "reserved_peak": int(self.memory_reserved_peak[i]),
                 "capacity": self.memory_capacity,
                 "headroom": int(self.memory_headroom[i]),
                 "stage": int(self.memory_stage[i]),
@@ -556,16 +574,34 @@ class _StageMemory:
     optimizer: IntArray
     activations: IntArray
     other: IntArray
+    transient: IntArray
+    workspace: IntArray
+    allocator_reserve: IntArray
+    cuda_context: IntArray
+    nccl_buffers: IntArray
 
     @property
     def total(self) -> IntArray:
         return self.weights + self.gradients + self.optimizer + self.activations + self.other
+
+    @property
+    def peaks(self) -> tuple[IntArray, IntArray, IntArray]:
+        """``memory.peak_bytes`` per row."""
+        return peak_bytes(
+            total=self.total,
+            transient=self.transient,
+            workspace=self.workspace,
+            allocator_reserve=self.allocator_reserve,
+            cuda_context=self.cuda_context,
+            nccl_buffers=self.nccl_buffers,
+        )
 
 
 def _stage_memory(
     table: CandidateTable,
     model: TransformerModelSpec,
     *,
+    runtime: RuntimeMemory,
     stage: IntArray,
     m: IntArray,
     layer_full: IntArray,
@@ -651,12 +687,32 @@ def _stage_memory(
         last_in_flight * b * (LOGITS_BYTES * s * vocab + recipe.activation * rows * h),
         0,
     )
+    # stage_overheads reads t, p, d, b, sp and the stage (even layout: every stage has blocks).
+    first_o, inverse_o = _keys(t, p, d, b, table.sequence_parallel, stage)
+    overheads = [
+        stage_overheads(
+            model,
+            candidate_to_spec(table, int(i), model).mapping,
+            stage=int(stage[i]),
+            runtime=runtime,
+        )
+        for i in first_o
+    ]
+
+    def overhead(name: str) -> IntArray:
+        return np.array([getattr(o, name) for o in overheads], dtype=np.int64)[inverse_o]
+
     return _StageMemory(
         weights=weights,
         gradients=gradients,
         optimizer=optimizer,
         activations=stored + working,
         other=embedding + logits,
+        transient=overhead("transient"),
+        workspace=overhead("workspace"),
+        allocator_reserve=overhead("allocator_reserve"),
+        cuda_context=overhead("cuda_context"),
+        nccl_buffers=overhead("nccl_buffers"),
     )
 
 
@@ -667,13 +723,15 @@ def _layer_bytes(
     x = precision_recipe(model.datatype).activation
     first, inverse = _keys(table.tensor, table.micro_batch, table.sequence_parallel)
 
-    def layer(i: int, *, scores: bool) -> int:
+    def layer(i: int, *, core: bool) -> int:
         return layer_activation_bytes(
             model,
             micro_batch=int(table.micro_batch[i]),
             tensor_degree=int(table.tensor[i]),
             sequence_parallel=bool(table.sequence_parallel[i]),
-            keep_attention_scores=scores,
+            # every candidate plans the attention kernel candidate_to_spec gives it
+            attention=candidate_to_spec(table, i, model).mapping.attention,
+            keep_attention_core=core,
             activation_bytes=x,
         )
 
@@ -687,8 +745,8 @@ def _layer_bytes(
         )
 
     return (
-        _per_key_int(first, inverse, lambda i: layer(i, scores=True)),
-        _per_key_int(first, inverse, lambda i: layer(i, scores=False)),
+        _per_key_int(first, inverse, lambda i: layer(i, core=True)),
+        _per_key_int(first, inverse, lambda i: layer(i, core=False)),
         _per_key_int(first, inverse, checkpoint),
     )
 
@@ -834,9 +892,10 @@ def evaluate_candidates(
     layer_full, layer_kept, checkpoint = _layer_bytes(table, model)
     zero = np.zeros_like(p)
     layer = {"m": m, "layer_full": layer_full, "layer_kept": layer_kept, "checkpoint": checkpoint}
-    at_first = _stage_memory(table, model, stage=zero, **layer)
-    at_last = _stage_memory(table, model, stage=p - 1, **layer)
-    use_last = at_last.total > at_first.total
+    at_first = _stage_memory(table, model, runtime=system.runtime, stage=zero, **layer)
+    at_last = _stage_memory(table, model, runtime=system.runtime, stage=p - 1, **layer)
+    first_peaks, last_peaks = at_first.peaks, at_last.peaks
+    use_last = last_peaks[2] > first_peaks[2]  # memory.most_loaded: by reserved_peak
 
     def worst(first_values: IntArray, last_values: IntArray) -> IntArray:
         return np.where(use_last, last_values, first_values)
@@ -871,6 +930,14 @@ def evaluate_candidates(
         memory_activations=worst(at_first.activations, at_last.activations),
         memory_other=worst(at_first.other, at_last.other),
         memory_total=worst(at_first.total, at_last.total),
+        memory_transient=worst(at_first.transient, at_last.transient),
+        memory_workspace=worst(at_first.workspace, at_last.workspace),
+        memory_allocator_reserve=worst(at_first.allocator_reserve, at_last.allocator_reserve),
+        memory_cuda_context=worst(at_first.cuda_context, at_last.cuda_context),
+        memory_nccl_buffers=worst(at_first.nccl_buffers, at_last.nccl_buffers),
+        memory_allocated_peak=worst(first_peaks[0], last_peaks[0]),
+        memory_allocator_reserved_peak=worst(first_peaks[1], last_peaks[1]),
+        memory_reserved_peak=worst(first_peaks[2], last_peaks[2]),
         memory_capacity=int(system.accelerator.hbm.capacity_bytes),
         memory_stage=np.where(use_last, p - 1, 0),
         dp_grad_bytes=grads_bytes,

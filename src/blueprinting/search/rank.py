@@ -12,8 +12,8 @@ For one GPU count and one global batch the first three give the same order; ``gp
 when the space lists several GPU counts.
 
 A candidate *fits* when its most loaded stage's memory plus the requested headroom is at most the
-HBM capacity (``memory_total + headroom <= capacity``). Every figure uses the seed's contract
-bubble (``BubbleSource.CONTRACT``), never the simulated one.
+HBM capacity (``memory_reserved_peak + headroom <= capacity``: the device peak, issue #19).
+Every figure uses the seed's contract bubble (``BubbleSource.CONTRACT``), never the simulated one.
 
 Every law, including Megatron-LM's ``overlap_param_gather => overlap_grad_reduce``, is applied by
 the enumeration (``search/space.py``) before evaluation; a candidate that reaches the ranking is
@@ -176,7 +176,9 @@ class SearchResult:
         return counts
 
     def pareto(self) -> IntArray:
-        return pareto_front(self.figures.iteration_time_s, self.figures.memory_total, self.fits)
+        return pareto_front(
+            self.figures.iteration_time_s, self.figures.memory_reserved_peak, self.fits
+        )
 
 
 def run_search(
@@ -200,7 +202,7 @@ def run_search(
     figures = evaluate_candidates(
         table, model, system, flops_convention=chosen.flops_convention, progress=progress
     )
-    fits = figures.memory_total + chosen.memory_headroom_bytes <= figures.memory_capacity
+    fits = figures.memory_reserved_peak + chosen.memory_headroom_bytes <= figures.memory_capacity
     score = objective_score(figures, chosen)
     order = ranking_order(score, fits)
     return SearchResult(
@@ -330,7 +332,7 @@ def standing(result: SearchResult, spec: TrainingSpec) -> Standing:
     row = find_row(result.table, spec.mapping)
     if row is None:
         return NotInSpace()
-    total = int(result.figures.memory_total[row])
+    total = int(result.figures.memory_reserved_peak[row])
     if not result.fits[row]:
         return ExcludedByMemory(row=row, total_bytes=total, limit_bytes=result.memory_limit_bytes)
     position = np.flatnonzero(result.order == row)
@@ -361,13 +363,14 @@ def exact_reports(result: SearchResult, rows: IntArray) -> list[IterationReport]
         )
         fast = float(result.figures.iteration_time_s[row])
         exact = report.iteration_time_s
-        if abs(fast - exact) > 1e-9 * abs(exact) or report.memory.total != int(
-            result.figures.memory_total[row]
+        if abs(fast - exact) > 1e-9 * abs(exact) or report.memory.reserved_peak != int(
+            result.figures.memory_reserved_peak[row]
         ):
             raise VerificationError(
                 f"search: the vectorized figures of {report.spec.mapping} differ from the plan "
-                f"(iteration {fast!r} vs {exact!r} s, memory "
-                f"{int(result.figures.memory_total[row])} vs {report.memory.total} bytes)"
+                f"(iteration {fast!r} vs {exact!r} s, reserved memory peak "
+                f"{int(result.figures.memory_reserved_peak[row])} vs "
+                f"{report.memory.reserved_peak} bytes)"
             )
         reports.append(report)
     return reports
