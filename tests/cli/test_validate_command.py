@@ -90,3 +90,34 @@ def test_rows_view_lists_the_alternative_readings(
     out = capsys.readouterr().out
     assert "Ambiguous sources" in out
     assert "korthikanti2022_t5_1T_seqsel" in out
+
+
+def test_json_gains_the_memory_object(fake_api: None, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    assert main(["validate", "--json"]) == 1
+    document = json.loads(capsys.readouterr().out)
+    assert {"passed", "gates", "rows", "alternatives", "memory"} <= set(document)
+    memory = document["memory"]
+    assert memory["passed"] is False
+    assert memory["excluded_runs"] == 28
+    assert len(memory["rows"]) == 52
+    # The fake report has no memory figures: every row is unpredicted, every gate fails.
+    assert {row["note"] for row in memory["rows"]} == {"not predicted"}
+    assert [gate["passed"] for gate in memory["gates"]] == [False, False, False]
+
+
+def test_missing_memory_fixture_exits_2(
+    fake_api: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["validate", "--memory-fixture", str(tmp_path / "none.toml")]) == 2
+    assert "measured-memory fixture not found" in capsys.readouterr().err
+
+
+def test_text_report_shows_the_memory_tables(
+    fake_api: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["validate"]) == 1
+    out = capsys.readouterr().out
+    assert "Measured memory: measured vs predicted" in out
+    assert "Memory gates (issue 19)" in out

@@ -3,9 +3,12 @@
 Runs every row of ``tests/validation/fixtures/published_runs.toml`` (Narayanan et al. 2021
 Table 1; Korthikanti et al. 2022 Tables 4-5, text, Figures 1 and 7) through
 ``blueprinting.api.plan`` and prints measured vs predicted per row, the rows' alternative
-readings where a source is ambiguous (never gated), and the issue's gates; ``--json`` prints the
-same as one object.
-Exit status: 0 when every gate passes, 1 when one fails, 2 when the cost model or the fixture is
+readings where a source is ambiguous (never gated), and the issue's gates. Then the measured
+memory of ``tests/validation/fixtures/measured_memory.toml`` (Megatron-LM functional tests, a
+Megatron-Core 0.14 tutorial on 8 H100s; issue 19): both predicted peaks per run, the fit verdicts
+against the outcomes, the runs not planned and why, and the memory gates. ``--json`` prints the
+same as one object (the memory part under ``memory``).
+Exit status: 0 when every gate passes, 1 when one fails, 2 when the cost model or a fixture is
 missing.
 """
 
@@ -26,6 +29,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="published-runs TOML (default: tests/validation/fixtures/published_runs.toml)",
     )
     parser.add_argument(
+        "--memory-fixture",
+        type=Path,
+        default=None,
+        help="measured-memory TOML (default: tests/validation/fixtures/measured_memory.toml)",
+    )
+    parser.add_argument(
         "--summary-only", action="store_true", help="print only the gates, not every row"
     )
     parser.add_argument(
@@ -36,17 +45,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from blueprinting.report.memory_validation_text import (
+        render_memory_exclusions,
+        render_memory_gates,
+        render_memory_rows,
+    )
     from blueprinting.report.validation_text import (
         render_alternatives,
         render_gates,
         render_rows,
     )
+    from blueprinting.validation import measured_memory
     from blueprinting.validation.comparison import compare_published, to_json_dict
     from blueprinting.validation.predictor import api_predictor
     from blueprinting.validation.published import default_fixture_path, load_published_runs
 
     try:
         predict = api_predictor()
+        predict_memory = measured_memory.api_memory_predictor()
     except UnsupportedError as error:
         print(f"error: the cost model is not available: {error}", file=sys.stderr)
         return 2
@@ -54,12 +70,27 @@ def run(args: argparse.Namespace) -> int:
     if not fixture.is_file():
         print(f"error: published-runs fixture not found: {fixture}", file=sys.stderr)
         return 2
+    memory_fixture: Path = (
+        args.memory_fixture
+        if args.memory_fixture is not None
+        else measured_memory.default_fixture_path()
+    )
+    if not memory_fixture.is_file():
+        print(f"error: measured-memory fixture not found: {memory_fixture}", file=sys.stderr)
+        return 2
     table = compare_published(predict, load_published_runs(fixture))
+    memory = measured_memory.compare_measured_memory(
+        predict_memory, measured_memory.load_measured_memory(memory_fixture)
+    )
+    passed = table.passed and memory.passed
     if args.json:
         import json
 
-        print(json.dumps(to_json_dict(table), indent=2))
-        return 0 if table.passed else 1
+        document = to_json_dict(table)
+        document["passed"] = passed
+        document["memory"] = measured_memory.memory_to_json_dict(memory)
+        print(json.dumps(document, indent=2))
+        return 0 if passed else 1
 
     from rich.console import Console
 
@@ -70,4 +101,8 @@ def run(args: argparse.Namespace) -> int:
         if alternatives is not None:
             console.print(alternatives)
     console.print(render_gates(table))
-    return 0 if table.passed else 1
+    if not args.summary_only:
+        console.print(render_memory_rows(memory))
+        console.print(render_memory_exclusions(memory))
+    console.print(render_memory_gates(memory))
+    return 0 if passed else 1
