@@ -41,7 +41,7 @@ from typing import assert_never, final
 
 from blueprinting.errors import BlueprintingError, ConfigError, ProblemCollector, UnsupportedError
 from blueprinting.mapping.flat_keys import FlatValue, canonical_key, from_mapping
-from blueprinting.mapping.transformer import TrainingSpec
+from blueprinting.mapping.transformer import AttentionBackend, TrainingSpec
 from blueprinting.validation.fields import (
     MappingNoun,
     as_mapping,
@@ -67,17 +67,6 @@ class MeasurementSource(StrEnum):
     MEGATRON_FUNCTIONAL_TEST = "megatron_functional_test"
     MEGATRON_OFFLOADING_README = "megatron_offloading_readme"
     VUISENG9_TUTORIAL = "vuiseng9_tutorial"
-
-
-class AttentionBackend(StrEnum):
-    """Megatron-LM's ``--attention-backend`` (``megatron/training/arguments.py``; ``auto`` lets
-    Transformer Engine choose among flash and fused attention)."""
-
-    AUTO = "auto"
-    FLASH = "flash"
-    FUSED = "fused"
-    UNFUSED = "unfused"
-    LOCAL = "local"
 
 
 class ReportedStage(StrEnum):
@@ -290,21 +279,8 @@ class MeasuredMemoryRun:
 def _from_mapping_with_attention_backend(
     keys: Mapping[str, FlatValue], backend: AttentionBackend
 ) -> TrainingSpec:
-    """``from_mapping`` with ``attention_backend`` among the keys.
-
-    FALLBACK (issue 19 merge: reduce the body to
-    ``return from_mapping({**keys, "attention_backend": backend.value})``): before issue 19
-    ``from_mapping`` does not know the key and refuses it as unknown; the spec is then built
-    without it.
-    """
-    try:
-        return from_mapping({**keys, "attention_backend": backend.value})
-    except ConfigError as error:
-        if not any(
-            problem.startswith("unknown key 'attention_backend'") for problem in error.problems
-        ):
-            raise
-    return from_mapping(keys)
+    """``from_mapping`` with the run's ``attention_backend`` among the keys."""
+    return from_mapping({**keys, "attention_backend": backend.value})
 
 
 def default_fixture_path() -> Path:
@@ -519,11 +495,6 @@ def _predicted_figure(
     memory_bytes: Mapping[str, object] = memory if isinstance(memory, Mapping) else {}
     per_stage = values.get(peak.per_stage_key)
     most_loaded = memory_bytes.get(peak.value)
-    # FALLBACK (issue 19 merge: delete these three lines): the plan JSON before issue 19 has one
-    # memory figure, memory_bytes["total"] (per stage: memory_total_bytes_per_stage), for both.
-    if per_stage is None and most_loaded is None:
-        per_stage = values.get("memory_total_bytes_per_stage")
-        most_loaded = memory_bytes.get("total")
     match stage:
         case ReportedStage.FIRST | ReportedStage.LAST:
             return _stage_number(per_stage, stage)
