@@ -24,6 +24,7 @@ from blueprinting.mapping.flat_keys import (
     from_mapping,
     to_mapping,
 )
+from blueprinting.mapping.transformer import AttentionBackend
 from blueprinting.report.memory_validation_text import (
     render_memory_exclusions,
     render_memory_gates,
@@ -31,7 +32,6 @@ from blueprinting.report.memory_validation_text import (
 )
 from blueprinting.validation.measured_memory import (
     MEDIAN_ERROR_LIMIT,
-    AttentionBackend,
     ExclusionReason,
     FigureKind,
     MeasuredMemoryRun,
