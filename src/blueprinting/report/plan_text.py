@@ -71,12 +71,29 @@ def render_plan(report: IterationReport, console: Console, *, all_stages: bool =
                 ("other (embedding, logits)", memory.other),
             ),
             memory.total,
+            (
+                (
+                    "allocated peak (max_memory_allocated)",
+                    (("transient working set", memory.transient), ("workspaces", memory.workspace)),
+                    memory.allocated_peak,
+                ),
+                (
+                    "reserved peak (device, nvidia-smi)",
+                    (
+                        ("allocator reserve", memory.allocator_reserve),
+                        ("CUDA context", memory.cuda_context),
+                        ("NCCL buffers", memory.nccl_buffers),
+                    ),
+                    memory.reserved_peak,
+                ),
+            ),
         )
     )
     verdict = fit_verdict(memory.fits)
     console.print(
-        f"[{_bar(memory.total / memory.capacity)}] {memory.total / GIB:.1f} of "
-        f"{memory.capacity / GIB:.1f} GiB: {verdict}, headroom {memory.headroom / GIB:.2f} GiB"
+        f"[{_bar(memory.reserved_peak / memory.capacity)}] {memory.reserved_peak / GIB:.1f} of "
+        f"{memory.capacity / GIB:.1f} GiB at the reserved peak: {verdict}, "
+        f"headroom {memory.headroom / GIB:.2f} GiB"
     )
 
     if all_stages:

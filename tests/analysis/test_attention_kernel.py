@@ -1,0 +1,150 @@
+"""Attention as implemented (issue #19, part 1): the kernel sum type at the boundary, its laws,
+the fused kernel's work and time, and what each kernel stores for backward."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from blueprinting.analysis.memory import attention_core_bytes, layer_activation_bytes
+from blueprinting.api import plan
+from blueprinting.errors import ConfigError, InvalidStrategyError
+from blueprinting.hardware.attention import A100_FLASH_ATTENTION_2, H100_FLASH_ATTENTION_2
+from blueprinting.hardware.presets import system_preset
+from blueprinting.mapping.flat_keys import from_mapping, to_mapping, to_megatron_args
+from blueprinting.mapping.model import Datatype
+from blueprinting.mapping.presets import model_preset
+from blueprinting.mapping.transformer import (
+    AttentionBackend,
+    FusedAttention,
+    UnfusedAttention,
+)
+from blueprinting.synthesizer.dialects.transformer.training import (
+    OpKind,
+    SemanticOpName,
+    block_ops,
+    local_dims,
+)
+from blueprinting.synthesizer.stages.portable_plan.passes import work_time
+
+GPT3 = model_preset("gpt3-175b")
+KEYS = {"tensor_model_parallel_size": 8, "data_parallel_size": 1, "global_batch_size": 8}
+
+
+def test_the_default_is_megatron_cores_fused_kernel_and_the_flags_round_trip() -> None:
+    spec = from_mapping(KEYS, model=GPT3)
+    assert spec.mapping.attention == FusedAttention(backend=AttentionBackend.AUTO)
+    assert "--attention-backend" not in to_megatron_args(spec)  # auto is Megatron's default
+    unfused = from_mapping({**KEYS, "attention_backend": "unfused"}, model=GPT3)
+    assert unfused.mapping.attention == UnfusedAttention()
+    assert to_mapping(unfused)["attention_backend"] == "unfused"
+    args = to_megatron_args(unfused)
+    assert args[args.index("--attention-backend") + 1] == "unfused"
+    flash = from_mapping({**KEYS, "use_flash_attn": True}, model=GPT3)
+    assert flash.mapping.attention == FusedAttention(backend=AttentionBackend.FLASH)
+    assert from_mapping(to_mapping(unfused), model=GPT3).mapping == unfused.mapping
+
+
+def test_bad_attention_keys_are_all_reported_with_a_suggestion() -> None:
+    with pytest.raises(ConfigError) as raised:
+        from_mapping({**KEYS, "attention_backend": "flsh"}, model=GPT3)
+    assert "did you mean 'flash'" in str(raised.value)
+    with pytest.raises(ConfigError, match="use_flash_attn = true selects attention_backend"):
+        from_mapping({**KEYS, "use_flash_attn": True, "attention_backend": "local"}, model=GPT3)
+    with pytest.raises(ConfigError, match="FusedAttention backend must be one of"):
+        FusedAttention(backend=AttentionBackend.LOCAL)
+
+
+def test_fused_kernels_refuse_fp32_and_wide_heads_by_name() -> None:
+    fp32 = dataclasses.replace(GPT3, datatype=Datatype.FP32)
+    with pytest.raises(InvalidStrategyError) as raised:
+        plan(from_mapping(KEYS, model=fp32), system="dgx-a100-80gb")
+    laws = {v.law for v in raised.value.violations}
+    assert laws == {"fused_attention_support"}
+    # unfused attention plans the same model
+    plan(from_mapping({**KEYS, "attention_backend": "unfused"}, model=fp32), system="dgx-a100-80gb")
+
+
+def test_the_fused_op_does_the_causal_work_in_flash_attentions_convention() -> None:
+    dims = local_dims(GPT3, 1, tp=8, sequence_parallel=True)
+    fused = [op for op in block_ops(GPT3, dims, attention=FusedAttention())]
+    core = [op for op in fused if op.kind is OpKind.FUSED_ATTENTION]
+    assert [op.name for op in core] == [SemanticOpName.CORE_ATTENTION]
+    op = core[0]
+    # 12 heads per rank, s = 2048, d = 128: 4 d pairs forward, 10 d backward, pairs = s^2 / 2.
+    pairs = 12 * 2048 * 2048 // 2
+    assert op.forward.matrix_flops == 4 * 128 * pairs == 12_884_901_888
+    assert op.activation_grad.matrix_flops == 10 * 128 * pairs
+    assert op.weight_grad.is_empty
+    unfused = block_ops(GPT3, dims, attention=UnfusedAttention())
+    assert {op.name for op in unfused} - {op.name for op in fused} == {
+        SemanticOpName.ATTENTION_SCORES,
+        SemanticOpName.SOFTMAX,
+        SemanticOpName.ATTENTION_DROPOUT,
+        SemanticOpName.ATTENTION_OVER_VALUES,
+    }
+    # On A100 the kernel runs at FA2's measured 155 TFLOP/s at s = 2048, d = 128 (a table point):
+    # time = FLOPs / rate exactly (the HBM traffic is far below the compute time).
+    a100 = system_preset("dgx-a100-80gb")
+    assert op.attention is not None
+    forward_s = work_time(op.forward, op.gemm, a100, GPT3.datatype, op.attention)
+    assert forward_s == pytest.approx(12_884_901_888 / 155e12, rel=1e-12)
+
+
+def test_measured_rates_interpolate_in_log_sequence_length_and_clamp() -> None:
+    rate = H100_FLASH_ATTENTION_2.flop_per_s
+    assert rate(seq_length=4096, head_dim=128) == 294e12
+    # halfway in log2 between 4096 (294) and 8192 (308)
+    assert rate(seq_length=5793, head_dim=128) == pytest.approx(301e12, rel=1e-3)
+    assert rate(seq_length=131072, head_dim=128) == 328e12  # beyond the table: the last point
+    assert rate(seq_length=256, head_dim=64) == 141e12
+    assert A100_FLASH_ATTENTION_2.flop_per_s(seq_length=2048, head_dim=96) == pytest.approx(
+        (140 + 155) / 2 * 1e12
+    )
+
+
+def test_what_each_kernel_stores_for_backward() -> None:
+    """Korthikanti's s x s terms (2x + 1) (a/t) s^2 against FlashAttention's fp32 log-sum-exp
+    4 (a/t) s, per sequence on one TP rank; the rest of the block is the same."""
+    unfused = attention_core_bytes(
+        GPT3, tensor_degree=8, attention=UnfusedAttention(), activation_bytes=2
+    )
+    fused = attention_core_bytes(
+        GPT3, tensor_degree=8, attention=FusedAttention(), activation_bytes=2
+    )
+    assert unfused == 5 * 12 * 2048 * 2048 == 251_658_240
+    assert fused == 4 * 12 * 2048 == 98_304
+
+    def layer(attention: FusedAttention | UnfusedAttention) -> int:
+        return layer_activation_bytes(
+            GPT3,
+            micro_batch=1,
+            tensor_degree=8,
+            sequence_parallel=True,
+            attention=attention,
+            keep_attention_core=True,
+            activation_bytes=2,
+        )
+
+    assert layer(UnfusedAttention()) - layer(FusedAttention()) == unfused - fused
+
+
+def test_the_fused_plan_is_faster_and_smaller_than_the_unfused_one() -> None:
+    keys = {
+        "tensor_model_parallel_size": 8,
+        "pipeline_model_parallel_size": 16,
+        "global_batch_size": 1536,
+        "sequence_parallel": True,
+    }
+    fused = plan(model="gpt3-175b", system="dgx-a100-80gb", gpus=1024, settings=keys)
+    unfused = plan(
+        model="gpt3-175b",
+        system="dgx-a100-80gb",
+        gpus=1024,
+        settings={**keys, "attention_backend": "unfused"},
+    )
+    assert fused.iteration_time_s < unfused.iteration_time_s
+    assert fused.memory.activations < unfused.memory.activations
+    # The same model FLOPs: the convention counts the model, not the kernel.
+    assert fused.model_flops_per_iteration == unfused.model_flops_per_iteration
