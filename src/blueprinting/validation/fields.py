@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from enum import StrEnum
+from pathlib import Path
 from typing import TypeVar
 
 from blueprinting.errors import ProblemCollector
@@ -23,6 +24,16 @@ class MappingNoun(StrEnum):
 
     TOML_TABLE = "a table"
     JSON_OBJECT = "an object"
+
+
+def fixture_path(name: str) -> Path:
+    """``tests/validation/fixtures/<name>`` of the checkout this package is in."""
+    return Path(__file__).resolve().parents[3] / "tests" / "validation" / "fixtures" / name
+
+
+def toml_table(value: object, where: str, problems: ProblemCollector) -> Mapping[str, object]:
+    """``value`` as a TOML table (:func:`as_mapping`), the problem reported otherwise."""
+    return as_mapping(value, where, problems, noun=MappingNoun.TOML_TABLE)
 
 
 def as_mapping(

@@ -43,15 +43,15 @@ from blueprinting.errors import BlueprintingError, ConfigError, ProblemCollector
 from blueprinting.mapping.flat_keys import FlatValue, canonical_key, from_mapping
 from blueprinting.mapping.transformer import AttentionBackend, TrainingSpec
 from blueprinting.validation.fields import (
-    MappingNoun,
-    as_mapping,
     boolean,
     choice,
+    fixture_path,
     flat_key_values,
     integer,
     number_or_none,
     string,
     strings,
+    toml_table,
 )
 
 #: Issue 19: median |relative error| of the peaks over the runs that plan.
@@ -285,20 +285,13 @@ def _from_mapping_with_attention_backend(
 
 def default_fixture_path() -> Path:
     """``tests/validation/fixtures/measured_memory.toml`` of the checkout this module is in."""
-    return (
-        Path(__file__).resolve().parents[3]
-        / "tests"
-        / "validation"
-        / "fixtures"
-        / "measured_memory.toml"
-    )
+    return fixture_path("measured_memory.toml")
 
 
 # --------------------------------------------------------------------------------------------
 # Loading
 # --------------------------------------------------------------------------------------------
-def _table(value: object, where: str, problems: ProblemCollector) -> Mapping[str, object]:
-    return as_mapping(value, where, problems, noun=MappingNoun.TOML_TABLE)
+_table = toml_table
 
 
 def _numbers(

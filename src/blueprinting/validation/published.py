@@ -42,15 +42,15 @@ from blueprinting.mapping.model import (
 )
 from blueprinting.mapping.transformer import TrainingSpec
 from blueprinting.validation.fields import (
-    MappingNoun,
-    as_mapping,
     enum_or_none,
+    fixture_path,
     flat_key_values,
     integer,
     number_or_none,
     positive_number,
     string,
     strings,
+    toml_table,
 )
 
 #: Megatron-LM's ``--make-vocab-size-divisible-by`` default (``megatron/training/arguments.py``).
@@ -255,20 +255,13 @@ def gpt_model(
 
 def default_fixture_path() -> Path:
     """``tests/validation/fixtures/published_runs.toml`` of the checkout this module is in."""
-    return (
-        Path(__file__).resolve().parents[3]
-        / "tests"
-        / "validation"
-        / "fixtures"
-        / "published_runs.toml"
-    )
+    return fixture_path("published_runs.toml")
 
 
 # --------------------------------------------------------------------------------------------
 # Loading
 # --------------------------------------------------------------------------------------------
-def _table(value: object, where: str, problems: ProblemCollector) -> Mapping[str, object]:
-    return as_mapping(value, where, problems, noun=MappingNoun.TOML_TABLE)
+_table = toml_table
 
 
 def _int(raw: Mapping[str, object], key: str, where: str, problems: ProblemCollector) -> int:
