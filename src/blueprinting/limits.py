@@ -35,3 +35,7 @@ MAX_FILE_BYTES = 16 * 1024 * 1024
 def int_limit_text() -> str:
     """How messages name :data:`MAX_INT`."""
     return f"2**63 - 1 = {MAX_INT}"
+
+
+#: Strategy, system and config.json documents: nesting depth (tables and arrays within each other).
+MAX_DOCUMENT_DEPTH = 64
