@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TypeGuard, final
 
+from blueprinting.limits import MAX_INT, int_limit_text
+
 
 class RuleSet(StrEnum):
     """Which body of rules a violation belongs to.
@@ -88,20 +90,30 @@ class DeadlockError(BlueprintingError):
 
 
 def is_positive_int(value: object) -> TypeGuard[int]:
-    """An ``int`` of at least 1; ``bool`` (an ``int`` subclass) is refused, as is ``1.0``."""
-    return type(value) is int and value >= 1
+    """An ``int`` from 1 to ``MAX_INT`` (2**63 - 1); ``bool`` (an ``int`` subclass) is refused,
+    as is ``1.0``."""
+    return type(value) is int and 1 <= value <= MAX_INT
+
+
+def positive_int_problem(name: str, value: object) -> str | None:
+    """``"{name} must be a positive integer, got {value!r}"``, or the same naming the limit when
+    ``value`` is an integer above ``MAX_INT``; None when ``value`` is a positive integer."""
+    if is_positive_int(value):
+        return None
+    if type(value) is int and value > MAX_INT:
+        return f"{name} must be a positive integer at most {int_limit_text()}, got {value!r}"
+    return f"{name} must be a positive integer, got {value!r}"
 
 
 def positive_int_problems(owner: str | None, /, **values: object) -> list[str]:
     """One problem per value that is not a positive integer, in argument order:
     ``"{owner}.{key} must be a positive integer, got {value!r}"`` (without ``"{owner}."`` when
     ``owner`` is None). Callers decide whether and how to raise."""
+    if all(type(value) is int and 1 <= value <= MAX_INT for value in values.values()):
+        return []  # the common case, on every IR value's construction: no message built
     prefix = "" if owner is None else f"{owner}."
-    return [
-        f"{prefix}{key} must be a positive integer, got {value!r}"
-        for key, value in values.items()
-        if not is_positive_int(value)
-    ]
+    problems = (positive_int_problem(f"{prefix}{key}", value) for key, value in values.items())
+    return [problem for problem in problems if problem is not None]
 
 
 @dataclass(slots=True)

@@ -474,8 +474,8 @@ def test_search_space_reports_every_problem() -> None:
             sharding=(ShardingVariant.OPTIM, ShardingVariant.OPTIM),
         )
     assert info.value.problems == (
-        "SearchSpace.global_batch_size must be positive integers, got -1",
-        "SearchSpace.gpu_counts must be positive integers, got 0",
+        "SearchSpace.global_batch_size must be a positive integer, got -1",
+        "SearchSpace.gpu_counts must be a positive integer, got 0",
         "SearchSpace.gpu_counts has repeated values: (0, 8, 8)",
         "SearchSpace.sequence_parallel must not be empty",
         "SearchSpace.sharding has repeated values: "

@@ -62,8 +62,6 @@ or has one under a ``system`` key).
 from __future__ import annotations
 
 import difflib
-import json
-import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
@@ -94,6 +92,7 @@ from blueprinting.hardware.system import (
     RuntimeMemory,
     SystemSpec,
 )
+from blueprinting.mapping.documents import parse_json, parse_toml, read_text
 from blueprinting.mapping.model import Datatype
 
 _E = TypeVar("_E", ProcessingMode, RankLayout, LinkTier, Datatype)
@@ -756,23 +755,16 @@ def load_system(path: str | Path) -> SystemSpec:
     """Read a system from a ``.toml`` or ``.json`` file: the whole file, or its ``system`` table."""
     file = Path(path)
     source = str(file)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except OSError as error:
-        raise ConfigError([f"cannot read system file: {error.strerror}"], source=source) from None
     document: object
-    try:
-        match file.suffix.lower():
-            case ".toml":
-                document = tomllib.loads(text)
-            case ".json":
-                document = json.loads(text)
-            case other:
-                raise ConfigError(
-                    [f"system file must end in .toml or .json, got {other!r}"], source=source
-                )
-    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as error:
-        raise ConfigError([f"cannot parse system file: {error}"], source=source) from None
+    match file.suffix.lower():
+        case ".toml":
+            document = parse_toml(read_text(file, what="system file"), source)
+        case ".json":
+            document = parse_json(read_text(file, what="system file"), source)
+        case other:
+            raise ConfigError(
+                [f"system file must end in .toml or .json, got {other!r}"], source=source
+            )
     out = ProblemCollector(source=source)
     table = _table(document, "system file", out)
     out.raise_if_any()

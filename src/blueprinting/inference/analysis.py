@@ -42,7 +42,10 @@ Decisions (README, "infer --json", repeats them with units):
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import final
+from typing import TypeAlias, final
+
+import numpy as np
+import numpy.typing as npt
 
 from blueprinting.hardware.collectives import CollectiveKind as LinkCollective
 from blueprinting.hardware.system import CommGroup, ParallelDim, SystemSpec
@@ -52,6 +55,7 @@ from blueprinting.inference.memory import (
     memory_per_gpu,
     microbatch_size,
 )
+from blueprinting.limits import MAX_EXACT_DECODE_STEPS
 from blueprinting.mapping.flat_keys import inference_to_mapping
 from blueprinting.mapping.transformer import InferenceSpec
 from blueprinting.synthesizer.dialects.transformer.inference import (
@@ -170,23 +174,38 @@ def stage_costs(
     return tuple(out)
 
 
-def decode_stage_costs(
+AttentionCache: TypeAlias = dict[
+    tuple[int, bool, int, tuple[int, ...]], tuple["npt.NDArray[np.float64]", "StepCost"]
+]
+"""One block's decode attention over a list of cache lengths, by (t, sequence parallel, batch,
+cache lengths): each step's time and the steps' costs summed. Valid for one model, system and
+KV-cache datatype only: a search over the layouts of one spec shares one."""
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DecodeCosts:
+    """The decode steps on a list of cache lengths: per step, the slowest stage's time and the
+    sum of the stages' times; ``totals_sum``: the whole steps' costs (every stage) summed over
+    the steps."""
+
+    slowest_stage_s: tuple[float, ...]
+    stages_sum_s: tuple[float, ...]
+    totals_sum: StepCost
+
+
+def _attention_costs(
     plan: LocalInferencePlan,
     system: SystemSpec,
     tp_group: CommGroup,
     *,
     batch: int,
     cached: list[int],
-) -> list[tuple[StepCost, ...]]:
-    """:func:`stage_costs` of the decode steps on each cache length in ``cached``. Only the
-    attention ops depend on the context, so the rest of the step is costed once."""
-    first = plan.decode(batch, cached[0])
-    fixed = replace(
-        first, block=tuple(op for op in first.block if op.name not in CONTEXT_DEPENDENT)
-    )
-    fixed_costs = stage_costs(fixed, plan, system, tp_group)
-    out = []
-    for cache in cached:
+) -> tuple[npt.NDArray[np.float64], StepCost]:
+    """One block's attention on each cache length: the times, and the costs summed."""
+    times = np.empty(len(cached), dtype=np.float64)
+    summed = StepCost()
+    for i, cache in enumerate(cached):
         dims = InferenceStepDims(batch=batch, new_tokens=1, cached_tokens=cache)
         ops = attention_ops(
             plan.model,
@@ -195,14 +214,64 @@ def decode_stage_costs(
             sequence_parallel=plan.sequence_parallel,
             kv_datatype=plan.workload.kv_cache_datatype,
         )
+        # Attention has no collective: the TP group (placement) does not enter its cost.
         attention = _cost(ops, (), system, plan, tp_group)
-        out.append(
-            tuple(
-                cost + attention.times(blocks)
-                for cost, blocks in zip(fixed_costs, plan.stage_blocks, strict=True)
-            )
-        )
-    return out
+        times[i] = attention.time_s
+        summed = summed + attention
+    return times, summed
+
+
+def decode_stage_costs(
+    plan: LocalInferencePlan,
+    system: SystemSpec,
+    tp_group: CommGroup,
+    *,
+    batch: int,
+    cached: list[int],
+    attention_cache: AttentionCache | None = None,
+) -> DecodeCosts:
+    """:func:`stage_costs` of the decode steps on each cache length in ``cached``. Only the
+    attention ops depend on the context, so the rest of the step is costed once and each step
+    adds one block's attention times the stage's block count. ``attention_cache`` (see
+    :data:`AttentionCache`) keeps the attention costs across calls."""
+    first = plan.decode(batch, cached[0])
+    fixed = replace(
+        first, block=tuple(op for op in first.block if op.name not in CONTEXT_DEPENDENT)
+    )
+    fixed_costs = stage_costs(fixed, plan, system, tp_group)
+    key = (plan.tp, plan.sequence_parallel, batch, tuple(cached))
+    memo = attention_cache.get(key) if attention_cache is not None else None
+    if memo is None:
+        memo = _attention_costs(plan, system, tp_group, batch=batch, cached=cached)
+        if attention_cache is not None:
+            attention_cache[key] = memo
+    attention_s, attention_sum = memo
+    blocks_total = sum(plan.stage_blocks)
+    # A stage's time is fixed_s + blocks x attention_s: only its distinct (fixed_s, blocks)
+    # pairs (first, middle, last stages) can be the slowest.
+    kinds = {
+        (cost.time_s, blocks) for cost, blocks in zip(fixed_costs, plan.stage_blocks, strict=True)
+    }
+    slowest = np.max([fixed_s + attention_s * blocks for fixed_s, blocks in kinds], axis=0)
+    sums = sum(cost.time_s for cost in fixed_costs) + attention_s * blocks_total
+    return DecodeCosts(
+        slowest_stage_s=tuple(slowest.tolist()),
+        stages_sum_s=tuple(sums.tolist()),
+        totals_sum=_total(fixed_costs).times(len(cached)) + attention_sum.times(blocks_total),
+    )
+
+
+def decode_contexts(prompt: int, generated: int) -> list[int]:
+    """The cache lengths of the decode steps costed: ``prompt + j - 1`` for steps ``j = 1 ..
+    g - 1`` (``[prompt]`` when ``g = 1``). Beyond ``MAX_EXACT_DECODE_STEPS`` steps, that many
+    evenly spaced steps, the first and the last included."""
+    steps = generated - 1
+    if steps < 1:
+        return [prompt]
+    if steps <= MAX_EXACT_DECODE_STEPS:
+        return [prompt + j for j in range(steps)]
+    last = MAX_EXACT_DECODE_STEPS - 1
+    return [prompt + (k * (steps - 1)) // last for k in range(MAX_EXACT_DECODE_STEPS)]
 
 
 def _total(costs: tuple[StepCost, ...]) -> StepCost:
@@ -228,10 +297,24 @@ def decode_round(
     stage_times: tuple[float, ...], microbatches: int, p2p_s: float, back_s: float
 ) -> float:
     """One decode round: ``max(m max_s T_s, sum_s T_s + (p - 1) P2P + P2P_back)``; p = 1: T_0."""
-    if len(stage_times) == 1:
-        return microbatches * stage_times[0]
-    recurrence = sum(stage_times) + (len(stage_times) - 1) * p2p_s + back_s
-    return max(microbatches * max(stage_times), recurrence)
+    return _decode_round(
+        max(stage_times),
+        sum(stage_times),
+        stages=len(stage_times),
+        microbatches=microbatches,
+        p2p_s=p2p_s,
+        back_s=back_s,
+    )
+
+
+def _decode_round(
+    slowest_s: float, sum_s: float, *, stages: int, microbatches: int, p2p_s: float, back_s: float
+) -> float:
+    """:func:`decode_round` from the slowest stage's time and the sum of the stages' times."""
+    if stages == 1:
+        return microbatches * slowest_s
+    recurrence = sum_s + (stages - 1) * p2p_s + back_s
+    return max(microbatches * slowest_s, recurrence)
 
 
 @final
@@ -265,24 +348,24 @@ class PhaseBounds:
         }
 
 
-def _bounds(costs: list[StepCost], system: SystemSpec, plan: LocalInferencePlan) -> PhaseBounds:
-    """Mean over ``costs`` (each one pass of the whole batch through every stage)."""
-    n = len(costs)
+def _bounds(total: StepCost, n: int, system: SystemSpec, plan: LocalInferencePlan) -> PhaseBounds:
+    """Mean over ``n`` passes of the whole batch through every stage whose costs sum to
+    ``total``."""
     accelerator = system.accelerator
     datatype = plan.model.datatype
     matrix_peak = accelerator.matrix.rate(datatype).peak_flop_per_s
     vector_peak = accelerator.vector.rate(datatype).peak_flop_per_s
     bandwidth = accelerator.hbm.bandwidth_bytes_per_s
-    matrix = sum(c.matrix_flops for c in costs) / n
-    vector = sum(c.vector_flops for c in costs) / n
-    weights = sum(c.weight_bytes for c in costs) / n
-    kv = sum(c.kv_cache_bytes for c in costs) / n
-    activations = sum(c.activation_bytes for c in costs) / n
+    matrix = total.matrix_flops / n
+    vector = total.vector_flops / n
+    weights = total.weight_bytes / n
+    kv = total.kv_cache_bytes / n
+    activations = total.activation_bytes / n
     return PhaseBounds(
         compute_s=matrix / matrix_peak + vector / vector_peak,
         hbm_s=(weights + kv + activations) / bandwidth,
-        tp_comm_s=sum(c.tp_comm_s for c in costs) / n,
-        modelled_s=sum(c.time_s for c in costs) / n,
+        tp_comm_s=total.tp_comm_s / n,
+        modelled_s=total.time_s / n,
         matrix_flops=matrix,
         vector_flops=vector,
         weight_bytes=weights,
@@ -410,11 +493,13 @@ def analyze_inference(
     *,
     megatron: bool = True,
     max_batch: int | None = None,
+    attention_cache: AttentionCache | None = None,
 ) -> InferenceReport:
     """Check ``spec`` against every law, then evaluate it on ``system`` (module docstring).
 
     ``max_batch``: the largest batch that fits, when the caller has it already (it does not
-    depend on the batch size, so a search over batches computes it once per layout)."""
+    depend on the batch size, so a search over batches computes it once per layout);
+    ``attention_cache``: see :data:`AttentionCache` (a search shares one)."""
     plan = derive_inference_plan(spec.model, spec.mapping, megatron=megatron)
     workload = plan.workload
     batch, prompt, generated = (
@@ -438,18 +523,31 @@ def analyze_inference(
     )
     decode_p2p = _p2p(plan, system, activation)
     decode_back = _p2p(plan, system, size * TOKEN_ID_BYTES)
-    cached = [prompt + j - 1 for j in range(1, generated)] or [prompt]
-    per_microbatch = decode_stage_costs(plan, system, tp_group, batch=size, cached=cached)
+    cached = decode_contexts(prompt, generated)
+    per_microbatch = decode_stage_costs(
+        plan, system, tp_group, batch=size, cached=cached, attention_cache=attention_cache
+    )
     rounds = [
-        decode_round(tuple(c.time_s for c in stages), count, decode_p2p, decode_back)
-        for stages in per_microbatch
+        _decode_round(
+            slowest,
+            total,
+            stages=plan.pp,
+            microbatches=count,
+            p2p_s=decode_p2p,
+            back_s=decode_back,
+        )
+        for slowest, total in zip(
+            per_microbatch.slowest_stage_s, per_microbatch.stages_sum_s, strict=True
+        )
     ]
     whole_batch = (
         per_microbatch
         if size == batch
-        else decode_stage_costs(plan, system, tp_group, batch=batch, cached=cached)
+        else decode_stage_costs(
+            plan, system, tp_group, batch=batch, cached=cached, attention_cache=attention_cache
+        )
     )
-    decode_bounds_costs = [_total(stages) for stages in whole_batch]
+    decode_mean = sum(rounds) / len(rounds)
     prefill_whole = _total(
         prefill_stages
         if size == batch
@@ -463,14 +561,21 @@ def analyze_inference(
         microbatch_size=size,
         prefill_latency_s=prefill_latency,
         decode_steps=generated - 1,
-        decode_round_mean_s=sum(rounds) / len(rounds),
+        decode_round_mean_s=decode_mean,
         decode_round_final_s=rounds[-1],
-        decode_total_s=sum(rounds) if generated > 1 else 0.0,
+        # Exactly the sum of the rounds when every step is costed; else the sampled mean x steps.
+        decode_total_s=(
+            0.0
+            if generated <= 1
+            else sum(rounds)
+            if len(rounds) == generated - 1
+            else decode_mean * (generated - 1)
+        ),
         memory=memory_per_gpu(plan, batch=batch, capacity=capacity),
         max_batch_that_fits=(
             max_batch_that_fits(plan, capacity=capacity) if max_batch is None else max_batch
         ),
-        prefill_bounds=_bounds([prefill_whole], system, plan),
-        decode_bounds=_bounds(decode_bounds_costs, system, plan),
+        prefill_bounds=_bounds(prefill_whole, 1, system, plan),
+        decode_bounds=_bounds(whole_batch.totals_sum, len(cached), system, plan),
         strategy_keys=inference_to_mapping(spec),
     )

@@ -30,7 +30,10 @@ from dataclasses import dataclass
 from typing import final
 
 from blueprinting.analysis.memory import stage_parameter_counts
-from blueprinting.synthesizer.dialects.transformer.inference import kv_cache_bytes_per_token
+from blueprinting.synthesizer.dialects.transformer.inference import (
+    InferenceStepWork,
+    kv_cache_bytes_per_token,
+)
 from blueprinting.synthesizer.dialects.transformer.inference_derivation import (
     LocalInferencePlan,
 )
@@ -86,7 +89,10 @@ def kv_cache_bytes(plan: LocalInferencePlan, stage: int, batch: int) -> int:
 
 def activation_bytes(plan: LocalInferencePlan, stage: int, microbatch: int) -> int:
     """Residual stream plus the largest op's activations in one microbatch's prefill."""
-    step = plan.prefill(microbatch)
+    return _activation_bytes(plan, stage, plan.prefill(microbatch))
+
+
+def _activation_bytes(plan: LocalInferencePlan, stage: int, step: InferenceStepWork) -> int:
     ops = list(step.block) if plan.stage_blocks[stage] else []
     if stage == 0:
         ops.extend(step.first_stage)
@@ -101,11 +107,27 @@ def activation_bytes(plan: LocalInferencePlan, stage: int, microbatch: int) -> i
 def stage_memory(
     plan: LocalInferencePlan, stage: int, *, batch: int, microbatch: int, capacity: float
 ) -> InferenceMemory:
+    return _stage_memory(plan, stage, batch=batch, step=plan.prefill(microbatch), capacity=capacity)
+
+
+def _stage_memory(
+    plan: LocalInferencePlan,
+    stage: int,
+    *,
+    batch: int,
+    step: InferenceStepWork,
+    capacity: float,
+    weights: int | None = None,
+) -> InferenceMemory:
     return InferenceMemory(
         stage=stage,
-        weights=stage_parameters(plan, stage) * plan.model.datatype.bytes,
+        weights=(
+            stage_parameters(plan, stage) * plan.model.datatype.bytes
+            if weights is None
+            else weights
+        ),
         kv_cache=kv_cache_bytes(plan, stage, batch),
-        activations=activation_bytes(plan, stage, microbatch),
+        activations=_activation_bytes(plan, stage, step),
         capacity=capacity,
     )
 
@@ -117,12 +139,28 @@ def microbatch_size(pp: int, batch: int) -> tuple[int, int]:
     return count, -(-batch // count)
 
 
-def memory_per_gpu(plan: LocalInferencePlan, *, batch: int, capacity: float) -> InferenceMemory:
-    """The most loaded stage's memory (largest total; the earliest stage on ties)."""
+def stage_weight_bytes(plan: LocalInferencePlan) -> tuple[int, ...]:
+    """Weight bytes of one GPU of each stage, stage 0 first (independent of the batch)."""
+    return tuple(
+        stage_parameters(plan, stage) * plan.model.datatype.bytes for stage in range(plan.pp)
+    )
+
+
+def memory_per_gpu(
+    plan: LocalInferencePlan,
+    *,
+    batch: int,
+    capacity: float,
+    weights: tuple[int, ...] | None = None,
+) -> InferenceMemory:
+    """The most loaded stage's memory (largest total; the earliest stage on ties). ``weights``:
+    :func:`stage_weight_bytes` of ``plan`` when the caller has it already."""
     _, size = microbatch_size(plan.pp, batch)
+    step = plan.prefill(size)  # the same prefill on every stage: derived once
+    per_stage = stage_weight_bytes(plan) if weights is None else weights
     stages = [
-        stage_memory(plan, stage, batch=batch, microbatch=size, capacity=capacity)
-        for stage in range(plan.pp)
+        _stage_memory(plan, stage, batch=batch, step=step, capacity=capacity, weights=w)
+        for stage, w in enumerate(per_stage)
     ]
     return max(stages, key=lambda memory: (memory.total, -memory.stage))
 
@@ -131,8 +169,10 @@ def max_batch_that_fits(plan: LocalInferencePlan, *, capacity: float) -> int:
     """The largest batch whose most loaded stage fits in ``capacity``; 0 if not even one
     sequence fits. Memory grows with the batch, so a doubling then bisection finds it."""
 
+    weights = stage_weight_bytes(plan)
+
     def fits(batch: int) -> bool:
-        return memory_per_gpu(plan, batch=batch, capacity=capacity).fits
+        return memory_per_gpu(plan, batch=batch, capacity=capacity, weights=weights).fits
 
     if not fits(1):
         return 0

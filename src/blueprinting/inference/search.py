@@ -19,7 +19,7 @@ from typing import assert_never, final
 
 from blueprinting.errors import ConfigError, InvalidStrategyError
 from blueprinting.hardware.system import SystemSpec
-from blueprinting.inference.analysis import InferenceReport, analyze_inference
+from blueprinting.inference.analysis import AttentionCache, InferenceReport, analyze_inference
 from blueprinting.inference.memory import max_batch_that_fits
 from blueprinting.mapping.transformer import (
     InferenceSpec,
@@ -107,6 +107,8 @@ def search_inference(
     gpus = spec.mapping.world_size
     capacity = system.accelerator.hbm.capacity_bytes
     found: list[InferenceReport] = []
+    # One model, system and KV datatype throughout: the layouts share decode attention costs.
+    attention: AttentionCache = {}
     for t in divisors(system.gpus_per_node):
         for p in divisors(spec.model.num_layers):
             if gpus % (t * p) != 0:
@@ -121,7 +123,11 @@ def search_inference(
             for batch in _batches(largest):
                 candidate = _with(spec, t=t, p=p, replicas=replicas, batch=batch)
                 report = analyze_inference(
-                    candidate, system, megatron=chosen.megatron, max_batch=largest
+                    candidate,
+                    system,
+                    megatron=chosen.megatron,
+                    max_batch=largest,
+                    attention_cache=attention,
                 )
                 target = chosen.latency_target_s
                 if target is not None and report.decode_round_mean_s > target:

@@ -14,8 +14,6 @@ run sections are merged; ``model.preset=...`` and ``system.KEY=...`` address tho
 
 from __future__ import annotations
 
-import json
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +21,7 @@ from types import MappingProxyType
 from typing import final
 
 from blueprinting.errors import ConfigError, is_positive_int, positive_int_problems
+from blueprinting.mapping.documents import parse_json, parse_toml, parse_yaml, read_text
 from blueprinting.mapping.flat_keys import (
     FlatValue,
     canonical_key,
@@ -144,33 +143,19 @@ def apply_overrides(flat: Mapping[str, object], overrides: Sequence[str]) -> dic
 # --------------------------------------------------------------------------------------------
 def _read_mapping(path: Path) -> Mapping[str, object]:
     source = str(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise ConfigError([f"cannot read file: {error.strerror or error}"], source=source) from None
     suffix = path.suffix.lower()
-    data: object
-    if suffix == ".toml":
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as error:
-            raise ConfigError([f"malformed toml: {error}"], source=source) from None
-    elif suffix == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise ConfigError([f"malformed json: {error}"], source=source) from None
-    elif suffix in (".yaml", ".yml"):
-        import yaml
-
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as error:
-            raise ConfigError([f"malformed yaml: {error}"], source=source) from None
-    else:
+    if suffix not in (".toml", ".json", ".yaml", ".yml"):
         raise ConfigError(
             [f"unknown file type {suffix!r}: use .toml, .json, .yaml or .yml"], source=source
         )
+    text = read_text(path)
+    data: object
+    if suffix == ".toml":
+        data = parse_toml(text, source)
+    elif suffix == ".json":
+        data = parse_json(text, source)
+    else:
+        data = parse_yaml(text, source)
     if not isinstance(data, Mapping):
         raise ConfigError(["the file must hold a table/object at top level"], source=source)
     return data
@@ -307,14 +292,7 @@ def model_from_hf_config(
     else:
         file = Path(path_or_mapping)
         source = str(file)
-        try:
-            loaded: object = json.loads(file.read_text(encoding="utf-8"))
-        except OSError as error:
-            raise ConfigError(
-                [f"cannot read file: {error.strerror or error}"], source=source
-            ) from None
-        except json.JSONDecodeError as error:
-            raise ConfigError([f"malformed json: {error}"], source=source) from None
+        loaded = parse_json(read_text(file), source)
         if not isinstance(loaded, Mapping):
             raise ConfigError(["config.json must hold an object"], source=source)
         data = loaded

@@ -38,6 +38,7 @@ from blueprinting.errors import (
     LawViolation,
     UnsupportedError,
 )
+from blueprinting.limits import MAX_INT, int_limit_text
 from blueprinting.mapping.model import (
     Datatype,
     EmbeddingTying,
@@ -209,6 +210,14 @@ def canonical_key(raw: str) -> str:
     return ALIASES.get(key, key)
 
 
+def _given(keys: Mapping[str, object]) -> frozenset[str]:
+    """The canonical names of the keys given a value, parsed or not: a key whose value is wrong
+    has its own problem and is never also reported missing."""
+    # YAML and JSON callers can hand non-string keys despite the annotation.
+    names: list[object] = [k for k, v in keys.items() if v is not None]
+    return frozenset(canonical_key(k) for k in names if isinstance(k, str))
+
+
 def _parse_keys(
     keys: Mapping[str, object],
     allowed: Mapping[str, _Key],
@@ -261,6 +270,10 @@ def _parse_value(key: str, value: object, spec: _Key) -> FlatValue | _Problem:
                 return wrong
             if value < 1:
                 return _Problem(f"{key} must be a positive integer, got {value!r}")
+            if value > MAX_INT:
+                return _Problem(
+                    f"{key} must be a positive integer at most {int_limit_text()}, got {value!r}"
+                )
             return value
         case _Kind.BOOL:
             return value if type(value) is bool else wrong
@@ -325,17 +338,20 @@ def _model(
     base: TransformerModelSpec | None,
     tensor_degree: int,
     problems: list[str],
+    given: frozenset[str] = frozenset(),
 ) -> TransformerModelSpec | None:
     if base is None:
+        present = given | set(values)
         missing = [
             k
             for k in ("num_layers", "hidden_size", "num_attention_heads", "seq_length")
-            if k not in values
+            if k not in present
         ]
-        if "vocab_size" not in values and "padded_vocab_size" not in values:
+        if "vocab_size" not in present and "padded_vocab_size" not in present:
             missing.append("vocab_size")
         if missing:
             problems.append("no model preset given and model key(s) missing: " + ", ".join(missing))
+        if missing or any(k not in values for k in given & MODEL_KEYS.keys()):
             return None
 
     def pick(key: str, from_base: int, fallback: int = 0) -> int:
@@ -527,7 +543,9 @@ def from_mapping(
 
     t = _get_int(values, "tensor_model_parallel_size") or 1
     p = _get_int(values, "pipeline_model_parallel_size") or 1
-    spec_model = _model({k: v for k, v in values.items() if k in MODEL_KEYS}, model, t, problems)
+    spec_model = _model(
+        {k: v for k, v in values.items() if k in MODEL_KEYS}, model, t, problems, _given(keys)
+    )
 
     # Data-parallel degree: Megatron derives it as world_size // (t * p * cp).
     d = _get_int(values, "data_parallel_size")
@@ -1051,8 +1069,11 @@ def inference_from_mapping(
     values = _parse_keys(keys, allowed, problems, refused)
     t = _get_int(values, "tensor_model_parallel_size") or 1
     p = _get_int(values, "pipeline_model_parallel_size") or 1
-    spec_model = _model({k: v for k, v in values.items() if k in MODEL_KEYS}, model, t, problems)
-    missing = [k for k in ("batch_size", "prompt_length", "generated_tokens") if k not in values]
+    spec_model = _model(
+        {k: v for k, v in values.items() if k in MODEL_KEYS}, model, t, problems, _given(keys)
+    )
+    given = _given(keys)
+    missing = [k for k in ("batch_size", "prompt_length", "generated_tokens") if k not in given]
     if missing:
         problems.append(f"inference key(s) missing: {', '.join(missing)}")
     unsupported = _unsupported_sizes(values)

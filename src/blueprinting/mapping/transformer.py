@@ -24,6 +24,7 @@ from enum import StrEnum
 from typing import TypeAlias, assert_never, final
 
 from blueprinting.errors import ConfigError, positive_int_problems
+from blueprinting.mapping.divisors import divisors
 from blueprinting.mapping.model import Datatype, TransformerModelSpec
 
 
@@ -31,12 +32,6 @@ def _require_positive(owner: str, **values: int) -> None:
     bad = positive_int_problems(owner, **values)
     if bad:
         raise ConfigError(bad)
-
-
-def divisors(n: int) -> list[int]:
-    """The divisors of ``n`` in increasing order: the degrees an axis of size ``n`` can split
-    into (the strategy searches enumerate t, p and v over them)."""
-    return [k for k in range(1, n + 1) if n % k == 0]
 
 
 # --------------------------------------------------------------------------------------------

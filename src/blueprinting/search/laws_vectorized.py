@@ -81,16 +81,18 @@ def law_violations(
     # Guards keep the modulo defined on rows whose degrees are already illegal (d = 0 never comes
     # out of the enumeration, but a hand-built table may hold it); those rows fail world_size.
     d_safe = np.maximum(d, 1)
-    microbatches = global_batch_size // (d_safe * b)
+    # Products of two user numbers (d*b, p*v) can pass int64; the quotient forms are exact.
+    local_batch = global_batch_size // d_safe
+    microbatches = local_batch // b
     interleaved = v > 1
     groups = model.num_query_groups
 
     masks: dict[Law, BoolArray] = {
         Law.WORLD_SIZE: t * p * d != c.num_gpus,
         Law.LOCAL_BATCH: global_batch_size % d_safe != 0,
-        Law.MICROBATCH_COUNT: global_batch_size % (d_safe * b) != 0,
+        Law.MICROBATCH_COUNT: (global_batch_size % d_safe != 0) | (local_batch % b != 0),
         Law.BLOCKS_PER_PIPELINE_STAGE: big_l % p != 0,
-        Law.BLOCKS_PER_VIRTUAL_CHUNK: big_l % (p * v) != 0,
+        Law.BLOCKS_PER_VIRTUAL_CHUNK: (big_l % p != 0) | ((big_l // p) % v != 0),
         Law.SEQUENCE_PARALLEL_DIVISIBILITY: c.sequence_parallel & (model.seq_length % t != 0),
         Law.ATTENTION_HEADS_DIVISIBILITY: model.num_attention_heads % t != 0,
         Law.QUERY_GROUPS_DIVISIBILITY: (groups % t != 0) & (t % groups != 0),

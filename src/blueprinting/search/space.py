@@ -76,7 +76,9 @@ from typing import assert_never, final
 import numpy as np
 import numpy.typing as npt
 
-from blueprinting.errors import ConfigError, is_positive_int
+from blueprinting.errors import ConfigError, positive_int_problem
+from blueprinting.limits import MAX_SEARCH_CANDIDATES, MAX_SEARCH_ROWS
+from blueprinting.mapping.divisors import divisor_count
 from blueprinting.mapping.law_names import Law
 from blueprinting.mapping.model import TransformerModelSpec
 from blueprinting.mapping.transformer import (
@@ -225,8 +227,9 @@ class SearchSpace:
         ):
             if value is None and key == "max_microbatch_size":
                 continue
-            if not is_positive_int(value):
-                problems.append(f"SearchSpace.{key} must be positive integers, got {value!r}")
+            problem = positive_int_problem(f"SearchSpace.{key}", value)
+            if problem is not None:
+                problems.append(problem)
         _no_duplicates("gpu_counts", self.gpu_counts, problems)
         _no_duplicates("sequence_parallel", self.sequence_parallel, problems)
         _no_duplicates("recompute", self.recompute, problems)
@@ -271,7 +274,7 @@ class CandidateTable:
     @property
     def microbatch_count(self) -> IntArray:
         """m = B / (d*b), exact on rows that satisfy the laws."""
-        return self.global_batch_size // (self.data * self.micro_batch)
+        return (self.global_batch_size // self.data) // self.micro_batch
 
 
 @final
@@ -327,9 +330,49 @@ def _free_options(space: SearchSpace) -> tuple[IntArray, BoolArray, BoolArray]:
     )
 
 
+def _micro_batches(space: SearchSpace) -> list[int]:
+    cap = (
+        space.global_batch_size if space.max_microbatch_size is None else space.max_microbatch_size
+    )
+    return [b for b in divisors(space.global_batch_size) if b <= cap]
+
+
+def space_rows(model: TransformerModelSpec, space: SearchSpace) -> int:
+    """An upper bound on the law-relevant rows :func:`enumerate_strategies` builds, from divisor
+    counts alone (nothing is enumerated): every interleaved row is counted with all its P2P and
+    group options."""
+    pairs = 0
+    for n in space.gpu_counts:
+        tp_limit = n if space.allow_cross_node_tp else gcd(n, space.gpus_per_node)
+        pairs += sum(divisor_count(n // t) for t in divisors(tp_limit))
+    recompute = sum(len(space.recompute_num_layers) if r.is_full else 1 for r in space.recompute)
+    per_v = 1 + 2 * len(space.overlap_p2p_comm) * (divisor_count(model.num_layers) - 1)
+    return pairs * per_v * len(_micro_batches(space)) * len(space.sequence_parallel) * recompute
+
+
+def _refuse_size(what: str, value: int, limit: int, hint: str) -> ConfigError:
+    return ConfigError(
+        [f"search space too large: {what} = {value:,} exceeds the limit of {limit:,}; {hint}"],
+        source="search space",
+    )
+
+
 def enumerate_strategies(model: TransformerModelSpec, space: SearchSpace) -> Enumeration:
-    """Every strategy of ``space`` for ``model`` that satisfies the laws, plus the rejections."""
+    """Every strategy of ``space`` for ``model`` that satisfies the laws, plus the rejections.
+
+    The space is sized first (:func:`space_rows`) and refused beyond ``MAX_SEARCH_ROWS``; the
+    lawful candidates are counted before they are expanded and refused beyond
+    ``MAX_SEARCH_CANDIDATES`` (both ``ConfigError``)."""
     gbs = space.global_batch_size
+    bound = space_rows(model, space)
+    if bound > MAX_SEARCH_ROWS:
+        raise _refuse_size(
+            "law-relevant rows (GPU counts x t x p x v x micro-batch x sp x recompute)",
+            bound,
+            MAX_SEARCH_ROWS,
+            "search fewer GPU counts, cap --max-micro-batch, or choose a GPU count or global "
+            "batch with fewer divisors",
+        )
     triples: list[tuple[int, int, int]] = []
     for n in space.gpu_counts:
         tp_limit = n if space.allow_cross_node_tp else gcd(n, space.gpus_per_node)
@@ -337,8 +380,7 @@ def enumerate_strategies(model: TransformerModelSpec, space: SearchSpace) -> Enu
             triples.extend((n, t, p) for p in divisors(n // t))
     triple = np.array(triples, dtype=np.int64).reshape(-1, 3)
     vs = np.array(divisors(model.num_layers), dtype=np.int64)
-    cap = gbs if space.max_microbatch_size is None else space.max_microbatch_size
-    mbs = np.array([b for b in divisors(gbs) if b <= cap], dtype=np.int64)
+    mbs = np.array(_micro_batches(space), dtype=np.int64)
     sps = np.array(space.sequence_parallel, dtype=np.bool_)
     rec_rows = [
         (RECOMPUTE_CODES.index(r), layers)
@@ -354,8 +396,9 @@ def enumerate_strategies(model: TransformerModelSpec, space: SearchSpace) -> Enu
     v, b, sp = vs[i_v], mbs[i_b], sps[i_sp]
     rec_code, rec_layers = rec[i_rec, 0], rec[i_rec, 1]
 
-    # Interleaved rows: P2P overlap x group size.
-    m = gbs // (d * b)
+    # Interleaved rows: P2P overlap x group size. (B // d) // b = B // (d*b) without the product,
+    # which can pass int64 when N and B are both large.
+    m = (gbs // d) // b
     interleaved = v > 1
     whole_group = (
         interleaved
@@ -406,6 +449,14 @@ def enumerate_strategies(model: TransformerModelSpec, space: SearchSpace) -> Enu
         counts.append((law, int(weight[mask].sum())))
     keep = ~rejected
     legal_free = np.flatnonzero(~free_rejected)
+    lawful = int(np.where(d[keep] > 1, legal_free.shape[0], 1).sum())
+    if lawful > MAX_SEARCH_CANDIDATES:
+        raise _refuse_size(
+            "lawful candidates",
+            lawful,
+            MAX_SEARCH_CANDIDATES,
+            "narrow the space (fewer GPU counts, --max-micro-batch)",
+        )
 
     rows, k = _ragged(np.where(d[keep] > 1, legal_free.shape[0], 1))
     multi = d[keep][rows] > 1
