@@ -702,7 +702,7 @@ class StageOverheads:
 
 
 def communicator_sizes(
-    mapping: TransformerTrainingMappingSpec, *, stage: int, tied: bool
+    *, tensor: int, pipeline: int, data: int, stage: int, tied: bool
 ) -> tuple[int, ...]:
     """The sizes of the NCCL communicators a rank of ``stage`` runs collectives on (PyTorch
     creates a communicator lazily, at a group's first collective): the world (start-up
@@ -711,13 +711,42 @@ def communicator_sizes(
     (the gradient-norm all-reduce across t x p) when both t and p exceed 1, and, with tied
     embeddings and p > 1, the two-rank embedding group of the first and last stage
     (Megatron-Core ``parallel_state.py``)."""
-    t, p, d = mapping.tensor_degree, mapping.pipeline_degree, mapping.data_degree
+    t, p, d = tensor, pipeline, data
     sizes = [t * p * d, t, d, p]
     if t > 1 and p > 1:
         sizes.append(t * p)
     if tied and p > 1 and stage in (0, p - 1):
         sizes.append(2)
     return tuple(size for size in sizes if size > 1)
+
+
+def nccl_buffer_bytes(
+    runtime: RuntimeMemory, *, tensor: int, pipeline: int, data: int, stage: int, tied: bool
+) -> int:
+    """NCCL's device buffers on one rank: one set per communicator of
+    :func:`communicator_sizes` (:meth:`RuntimeMemory.nccl_bytes`)."""
+    sizes = communicator_sizes(tensor=tensor, pipeline=pipeline, data=data, stage=stage, tied=tied)
+    return sum(runtime.nccl_bytes(size) for size in sizes)
+
+
+def overhead_parts(
+    *, working: _Bytes, logits: _Bytes, nccl_buffers: _Bytes, runtime: RuntimeMemory
+) -> tuple[_Bytes, _Bytes, _Bytes, _Bytes, _Bytes]:
+    """(transient, workspace, allocator_reserve, cuda_context, nccl_buffers) of
+    :class:`StageOverheads` from a stage's backward working set (0 without blocks), its logits
+    transient (0 off the last stage) and its NCCL buffers: the one composition, on integers
+    (the plan) or arrays of them (the search)."""
+    import numpy as np
+
+    transient = np.maximum(working, logits)
+    zero = working * 0
+    return (
+        transient,
+        zero + runtime.workspace_bytes,
+        working,
+        zero + runtime.cuda_context_bytes,
+        nccl_buffers,
+    )
 
 
 def stage_overheads(
@@ -727,8 +756,7 @@ def stage_overheads(
     stage: int,
     runtime: RuntimeMemory,
 ) -> StageOverheads:
-    """:class:`StageOverheads` of one GPU on ``stage`` (the search calls it once per distinct
-    key; the plan once per stage)."""
+    """:class:`StageOverheads` of one GPU on ``stage``."""
     return _stage_overheads(model, mapping, stage, runtime, _StageInvariants.of(model, mapping))
 
 
@@ -741,16 +769,26 @@ def _stage_overheads(
 ) -> StageOverheads:
     _check_stage(stage, mapping.pipeline_degree)
     has_blocks = sum(inv.chunks[stage]) > 0
-    working = inv.backward_working if has_blocks else 0
-    logits = inv.logits_transient if stage == mapping.pipeline_degree - 1 else 0
-    tied = model.embeddings is EmbeddingTying.TIED
-    sizes = communicator_sizes(mapping, stage=stage, tied=tied)
+    parts = overhead_parts(
+        working=inv.backward_working if has_blocks else 0,
+        logits=inv.logits_transient if stage == mapping.pipeline_degree - 1 else 0,
+        nccl_buffers=nccl_buffer_bytes(
+            runtime,
+            tensor=mapping.tensor_degree,
+            pipeline=mapping.pipeline_degree,
+            data=mapping.data_degree,
+            stage=stage,
+            tied=model.embeddings is EmbeddingTying.TIED,
+        ),
+        runtime=runtime,
+    )
+    transient, workspace, reserve, context, nccl = (int(part) for part in parts)
     return StageOverheads(
-        transient=max(working, logits),
-        workspace=runtime.workspace_bytes,
-        allocator_reserve=working,
-        cuda_context=runtime.cuda_context_bytes,
-        nccl_buffers=sum(runtime.nccl_bytes(size) for size in sizes),
+        transient=transient,
+        workspace=workspace,
+        allocator_reserve=reserve,
+        cuda_context=context,
+        nccl_buffers=nccl,
     )
 
 

@@ -58,18 +58,21 @@ from blueprinting.analysis.memory import (
     DROPOUT_MASK_BYTES,
     LOGITS_BYTES,
     TOKEN_ID_BYTES,
+    backward_working_bytes,
     checkpoint_bytes,
     layer_activation_bytes,
+    logits_transient_bytes,
+    nccl_buffer_bytes,
+    overhead_parts,
     peak_bytes,
     precision_recipe,
-    stage_overheads,
     stage_parameters,
 )
 from blueprinting.analysis.optimizer_step import adam_step_cost
 from blueprinting.analysis.report import JsonValue
 from blueprinting.hardware.collectives import CollectiveKind
 from blueprinting.hardware.system import Engine, LinkTier, ParallelDim, RuntimeMemory, SystemSpec
-from blueprinting.mapping.model import TransformerModelSpec
+from blueprinting.mapping.model import EmbeddingTying, TransformerModelSpec
 from blueprinting.search.space import (
     RECOMPUTE_CODES,
     SHARDING_CODES,
@@ -607,6 +610,8 @@ def _stage_memory(
     layer_full: IntArray,
     layer_kept: IntArray,
     checkpoint: IntArray,
+    working_bytes: IntArray,
+    logits_bytes: IntArray,
 ) -> _StageMemory:
     """``memory.stage_memory`` of ``stage`` (per row) under an even layout."""
     recipe = precision_recipe(model.datatype)
@@ -687,41 +692,54 @@ def _stage_memory(
         last_in_flight * b * (LOGITS_BYTES * s * vocab + recipe.activation * rows * h),
         0,
     )
-    # stage_overheads reads t, p, d, b, sp and the stage (even layout: every stage has blocks).
-    first_o, inverse_o = _keys(t, p, d, b, table.sequence_parallel, stage)
-    overheads = [
-        stage_overheads(
-            model,
-            candidate_to_spec(table, int(i), model).mapping,
-            stage=int(stage[i]),
-            runtime=runtime,
-        )
-        for i in first_o
-    ]
-
-    def overhead(name: str) -> IntArray:
-        return np.array([getattr(o, name) for o in overheads], dtype=np.int64)[inverse_o]
-
+    # memory.stage_overheads: under an even layout every stage holds blocks; the NCCL buffers
+    # read t, p, d and whether the stage is the first or the last.
+    edge = np.where(stage == 0, 0, np.where(stage == p - 1, 2, 1))
+    first_n, inverse_n = _keys(t, p, d, edge)
+    tied = model.embeddings is EmbeddingTying.TIED
+    nccl = np.array(
+        [
+            nccl_buffer_bytes(
+                runtime,
+                tensor=int(t[i]),
+                pipeline=int(p[i]),
+                data=int(d[i]),
+                stage=int(stage[i]),
+                tied=tied,
+            )
+            for i in first_n
+        ],
+        dtype=np.int64,
+    )[inverse_n]
+    transient, workspace, reserve, context, nccl_buffers = overhead_parts(
+        working=np.where(has_blocks, working_bytes, 0),
+        logits=np.where(stage == p - 1, logits_bytes, 0),
+        nccl_buffers=nccl,
+        runtime=runtime,
+    )
     return _StageMemory(
         weights=weights,
         gradients=gradients,
         optimizer=optimizer,
         activations=stored + working,
         other=embedding + logits,
-        transient=overhead("transient"),
-        workspace=overhead("workspace"),
-        allocator_reserve=overhead("allocator_reserve"),
-        cuda_context=overhead("cuda_context"),
-        nccl_buffers=overhead("nccl_buffers"),
+        transient=transient,
+        workspace=workspace,
+        allocator_reserve=reserve,
+        cuda_context=context,
+        nccl_buffers=nccl_buffers,
     )
 
 
 def _layer_bytes(
     table: CandidateTable, model: TransformerModelSpec
-) -> tuple[IntArray, IntArray, IntArray]:
-    """(``layer_activation_bytes`` with and without the s x s scores, ``checkpoint_bytes``)."""
+) -> tuple[IntArray, IntArray, IntArray, IntArray, IntArray]:
+    """(``layer_activation_bytes`` with and without the attention core, ``checkpoint_bytes``,
+    ``backward_working_bytes``, ``logits_transient_bytes``): what reads only t, b and sp."""
     x = precision_recipe(model.datatype).activation
     first, inverse = _keys(table.tensor, table.micro_batch, table.sequence_parallel)
+    # every candidate plans the attention kernel candidate_to_spec gives it (one for all rows)
+    attention = candidate_to_spec(table, 0, model).mapping.attention
 
     def layer(i: int, *, core: bool) -> int:
         return layer_activation_bytes(
@@ -729,8 +747,7 @@ def _layer_bytes(
             micro_batch=int(table.micro_batch[i]),
             tensor_degree=int(table.tensor[i]),
             sequence_parallel=bool(table.sequence_parallel[i]),
-            # every candidate plans the attention kernel candidate_to_spec gives it
-            attention=candidate_to_spec(table, i, model).mapping.attention,
+            attention=attention,
             keep_attention_core=core,
             activation_bytes=x,
         )
@@ -744,10 +761,30 @@ def _layer_bytes(
             activation_bytes=x,
         )
 
+    def working(i: int) -> int:
+        return backward_working_bytes(
+            model,
+            micro_batch=int(table.micro_batch[i]),
+            tensor_degree=int(table.tensor[i]),
+            sequence_parallel=bool(table.sequence_parallel[i]),
+            attention=attention,
+            activation_bytes=x,
+        )
+
+    def logits(i: int) -> int:
+        return logits_transient_bytes(
+            model,
+            micro_batch=int(table.micro_batch[i]),
+            tensor_degree=int(table.tensor[i]),
+            activation_bytes=x,
+        )
+
     return (
         _per_key_int(first, inverse, lambda i: layer(i, core=True)),
         _per_key_int(first, inverse, lambda i: layer(i, core=False)),
         _per_key_int(first, inverse, checkpoint),
+        _per_key_int(first, inverse, working),
+        _per_key_int(first, inverse, logits),
     )
 
 
@@ -889,9 +926,16 @@ def evaluate_candidates(
     optimizer_moved = np.array([s.bytes_moved for s in steps], dtype=np.int64)[owned_inverse]
 
     # memory_per_stage: the first and the last stage, the earlier on ties
-    layer_full, layer_kept, checkpoint = _layer_bytes(table, model)
+    layer_full, layer_kept, checkpoint, working, logits = _layer_bytes(table, model)
     zero = np.zeros_like(p)
-    layer = {"m": m, "layer_full": layer_full, "layer_kept": layer_kept, "checkpoint": checkpoint}
+    layer = {
+        "m": m,
+        "layer_full": layer_full,
+        "layer_kept": layer_kept,
+        "checkpoint": checkpoint,
+        "working_bytes": working,
+        "logits_bytes": logits,
+    }
     at_first = _stage_memory(table, model, runtime=system.runtime, stage=zero, **layer)
     at_last = _stage_memory(table, model, runtime=system.runtime, stage=p - 1, **layer)
     first_peaks, last_peaks = at_first.peaks, at_last.peaks
