@@ -21,6 +21,7 @@ from blueprinting.mapping.model import (
     TransformerModelSpec,
 )
 from blueprinting.mapping.transformer import (
+    DENSE_RECOMPUTE_MODULES,
     AllReduce,
     AttentionBackend,
     AttentionKernel,
@@ -105,7 +106,8 @@ def optimizer_shardings(draw: st.DrawFn) -> OptimizerSharding:
 def recompute_policies(draw: st.DrawFn, max_layers: int = 64) -> RecomputePolicy:
     kind = draw(st.sampled_from(["none", "selective", "full"]))
     if kind == "selective":
-        return SelectiveRecompute()
+        modules = draw(st.frozensets(st.sampled_from(sorted(DENSE_RECOMPUTE_MODULES)), min_size=1))
+        return SelectiveRecompute(modules=modules)
     if kind == "full":
         return FullRecompute(
             method=draw(st.sampled_from(RecomputeMethod)),

@@ -9,7 +9,7 @@ import pytest
 
 from blueprinting.analysis.memory import attention_core_bytes, layer_activation_bytes
 from blueprinting.api import plan
-from blueprinting.errors import ConfigError, InvalidStrategyError
+from blueprinting.errors import ConfigError, InvalidStrategyError, UnsupportedError
 from blueprinting.hardware.attention import A100_FLASH_ATTENTION_2, H100_FLASH_ATTENTION_2
 from blueprinting.hardware.presets import system_preset
 from blueprinting.mapping.flat_keys import from_mapping, to_mapping, to_megatron_args
@@ -18,6 +18,9 @@ from blueprinting.mapping.presets import model_preset
 from blueprinting.mapping.transformer import (
     AttentionBackend,
     FusedAttention,
+    RecomputeModule,
+    SelectiveRecompute,
+    TrainingSpec,
     UnfusedAttention,
 )
 from blueprinting.synthesizer.dialects.transformer.training import (
@@ -123,7 +126,7 @@ def test_what_each_kernel_stores_for_backward() -> None:
             tensor_degree=8,
             sequence_parallel=True,
             attention=attention,
-            keep_attention_core=True,
+            recomputed=frozenset(),
             activation_bytes=2,
         )
 
@@ -148,3 +151,60 @@ def test_the_fused_plan_is_faster_and_smaller_than_the_unfused_one() -> None:
     assert fused.memory.activations < unfused.memory.activations
     # The same model FLOPs: the convention counts the model, not the kernel.
     assert fused.model_flops_per_iteration == unfused.model_flops_per_iteration
+
+
+# --- Megatron's --recompute-modules (issue #19, part 1) ------------------------------------------
+def _selective(modules: str) -> TrainingSpec:
+    return from_mapping(
+        {
+            **KEYS,
+            "sequence_parallel": True,
+            "recompute_granularity": "selective",
+            "recompute_modules": modules,
+        },
+        model=GPT3,
+    )
+
+
+def test_recompute_modules_round_trip_through_keys_and_flags() -> None:
+    spec = _selective("mlp, core_attn")
+    assert spec.mapping.parallelism.recompute == SelectiveRecompute(
+        modules=frozenset({RecomputeModule.CORE_ATTN, RecomputeModule.MLP})
+    )
+    assert str(spec.mapping.parallelism.recompute) == "selective(core_attn+mlp)"
+    assert to_mapping(spec)["recompute_modules"] == "core_attn mlp"
+    args = to_megatron_args(spec)
+    at = args.index("--recompute-modules")
+    assert args[at + 1 : at + 3] == ["core_attn", "mlp"]
+    assert from_mapping(to_mapping(spec), model=GPT3).mapping == spec.mapping
+    # the default module set is Megatron's default: no flag
+    assert "--recompute-modules" not in to_megatron_args(_selective("core_attn"))
+
+
+def test_bad_recompute_modules_are_reported() -> None:
+    with pytest.raises(ConfigError) as raised:
+        from_mapping({**KEYS, "recompute_modules": "mlpp"}, model=GPT3)
+    text = str(raised.value)
+    assert "recompute_modules needs recompute_granularity = selective" in text
+    assert "did you mean 'mlp'" in text
+    with pytest.raises(UnsupportedError, match="moe_act recomputes a mixture-of-experts"):
+        _selective("core_attn moe_act")
+
+
+def test_recomputing_the_mlp_stores_less_and_recomputes_its_gemms() -> None:
+    """GPT-3 175B, t = 8, SP, b = 1: the MLP module drops the activation function's input and
+    output, x s (u + f) / t = 2 * 2048 * 2 * 6144 bytes per layer, and re-runs the MLP's
+    forward GEMMs 2 (h u + f h) = 16 h^2 FLOPs per token per layer."""
+    core = _selective("core_attn")
+    both = _selective("core_attn mlp")
+    saved = 2 * 2048 * (6144 + 6144)
+    a = plan(core, system="dgx-a100-80gb")
+    b = plan(both, system="dgx-a100-80gb")
+    # stage 0 of p = 1: L layers x 1 microbatch in flight store less; the recomputed MLP's
+    # activations are rebuilt for one layer in backward (the working set grows by as much).
+    assert a.memory.activations - b.memory.activations == 96 * saved - saved
+    h = 12288
+    tokens = 8 * 2048
+    extra = b.hardware_flops_per_iteration - a.hardware_flops_per_iteration
+    assert extra == tokens * 96 * 16 * h * h
+    assert b.plan.block.recompute.critical_path_s > a.plan.block.recompute.critical_path_s

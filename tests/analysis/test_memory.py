@@ -46,6 +46,7 @@ from blueprinting.mapping.transformer import (
     PipelineParallel,
     PipelineSchedule,
     RecomputeMethod,
+    RecomputeModule,
     RecomputePolicy,
     ReduceScatterAllGather,
     SelectiveRecompute,
@@ -209,7 +210,7 @@ def _layer(t: int, *, sp: bool, scores: bool, model: TransformerModelSpec = GPT3
         tensor_degree=t,
         sequence_parallel=sp,
         attention=UnfusedAttention(),  # Korthikanti's figures store the s x s scores
-        keep_attention_core=scores,
+        recomputed=frozenset() if scores else frozenset({RecomputeModule.CORE_ATTN}),
         activation_bytes=2,
     )
 

@@ -41,6 +41,7 @@ from blueprinting.mapping.transformer import (
     NoRecompute,
     OneForwardOneBackward,
     PipelineParallel,
+    RecomputeModule,
     RecomputePolicy,
     ReduceScatterAllGather,
     SelectiveRecompute,
@@ -446,7 +447,9 @@ def _memory_mismatches(
         tensor_degree=t,
         sequence_parallel=sp,
         attention=UnfusedAttention(),
-        keep_attention_core=isinstance(recompute, NoRecompute),
+        recomputed=frozenset()
+        if isinstance(recompute, NoRecompute)
+        else frozenset({RecomputeModule.CORE_ATTN}),
         activation_bytes=width,
     )
     theirs = _num(stats, "block_act_storage_space")

@@ -60,6 +60,7 @@ from blueprinting.mapping.model import TransformerModelSpec
 from blueprinting.mapping.transformer import (
     FullRecompute,
     NoRecompute,
+    RecomputeModule,
     SelectiveRecompute,
     TransformerTrainingMappingSpec,
 )
@@ -121,21 +122,23 @@ def forward_flops_per_token(model: TransformerModelSpec, *, causal: bool) -> For
 
 def _recomputable_forward_per_token(
     model: TransformerModelSpec, convention: FlopsConvention
-) -> tuple[int, int]:
-    """(one block's forward, one block's attention-core forward) per token, in the convention's
-    own terms: 6ND's block is 2 * block parameters and has no separate attention core."""
+) -> tuple[int, int, int]:
+    """(one block's forward, its attention-core forward, its MLP forward) per token, in the
+    convention's own terms: 6ND's block is 2 * block parameters and has no separate attention
+    core; every convention counts the MLP as its GEMMs, ``2 (h u + f h)`` = 2 * MLP weights."""
+    mlp = forward_flops_per_token(model, causal=False).mlp
     match convention:
         case FlopsConvention.MEGATRON_LEGACY:
             ops = forward_flops_per_token(model, causal=False)
-            return ops.block, ops.attention_core
+            return ops.block, ops.attention_core, mlp
         case FlopsConvention.MEGATRON_CAUSAL:
             ops = forward_flops_per_token(model, causal=True)
-            return ops.block, ops.attention_core
+            return ops.block, ops.attention_core, mlp
         case FlopsConvention.SIX_ND:
-            return 2 * model.block_parameters, 0
+            return 2 * model.block_parameters, 0, mlp
         case FlopsConvention.SIX_ND_ATTENTION:
             core = forward_flops_per_token(model, causal=True).attention_core
-            return 2 * model.block_parameters + core, core
+            return 2 * model.block_parameters + core, core, mlp
         case _ as unreachable:
             assert_never(unreachable)
 
@@ -192,13 +195,17 @@ def recompute_flops_per_iteration(
 ) -> int:
     """The forward work recomputation adds to one iteration (Korthikanti et al. 2022, Sec. 5)."""
     tokens = tokens_per_iteration(model, mapping.batch.global_batch_size)
-    block, core = _recomputable_forward_per_token(model, convention)
+    block, core, mlp = _recomputable_forward_per_token(model, convention)
     recompute = mapping.parallelism.recompute
     match recompute:
         case NoRecompute():
             return 0
-        case SelectiveRecompute():
-            return tokens * model.num_layers * core
+        case SelectiveRecompute(modules=modules):
+            # the norms' FLOPs are not GEMM FLOPs: no convention counts them
+            per_layer = (core if RecomputeModule.CORE_ATTN in modules else 0) + (
+                mlp if RecomputeModule.MLP in modules else 0
+            )
+            return tokens * model.num_layers * per_layer
         case FullRecompute():
             return tokens * recomputed_blocks_per_microbatch(model, mapping) * block
         case _ as unreachable:

@@ -93,6 +93,7 @@ from blueprinting.mapping.transformer import (
     OneForwardOneBackward,
     PipelineSchedule,
     RecomputeMethod,
+    RecomputeModule,
     SelectiveRecompute,
     ShardedGradients,
     ShardedParameters,
@@ -341,16 +342,21 @@ def layer_activation_bytes(
     tensor_degree: int,
     sequence_parallel: bool,
     attention: AttentionKernel,
-    keep_attention_core: bool,
+    recomputed: frozenset[RecomputeModule],
     activation_bytes: int,
 ) -> int:
     """Bytes one block stores for its backward, for one microbatch on one TP rank.
 
-    ``keep_attention_core``: whether the attention core's own saved tensors are kept (not under
-    selective recompute, which re-runs the core in backward): with :class:`UnfusedAttention`
-    the ``s x s`` terms below, with :class:`FusedAttention` only the kernel's fp32 softmax
-    statistics ``4 (a/t) s`` bytes (FlashAttention-2, Dao 2023, Algorithm 1: one log-sum-exp per
-    query row and head; its output is the output projection's input, counted in ``split``).
+    ``recomputed``: the modules selective recomputation re-runs in backward, whose own saved
+    tensors are therefore not stored (empty: everything is stored). ``core_attn``: the attention
+    core's tensors, with :class:`UnfusedAttention` the ``s x s`` terms below, with
+    :class:`FusedAttention` only the kernel's fp32 softmax statistics ``4 (a/t) s`` bytes
+    (FlashAttention-2, Dao 2023, Algorithm 1: one log-sum-exp per query row and head; its
+    output is the output projection's input, counted in ``split``). ``mlp``: the activation
+    function's input and output ``x (u + f)`` (the MLP's input is the checkpoint, kept).
+    ``layernorm``: the two norms' outputs, the QKV and MLP-up GEMM inputs ``2 x h`` per row
+    (Megatron-Core recomputes a separate norm module; Transformer Engine's fused
+    ``LayerNormLinear`` has none to recompute).
 
     Korthikanti et al. 2022, Section 4.1, per op (``x`` = activation bytes, masks 1 byte; widths
     per TP rank: q = heads*kv_channels/t, k = v = K width, u = MLP up width/t, f = ffn/t):
@@ -377,10 +383,14 @@ def layer_activation_bytes(
     kv = _kv_width_per_rank(model, t)
     up = _ceil_div(model.mlp_up_width, t)
     f = _ceil_div(model.ffn_hidden_size, t)
-    unsplit = rows * (4 * x * h + 2 * DROPOUT_MASK_BYTES * h)
-    split = s * x * (2 * q + 2 * kv + up + f)
-    core = attention_core_bytes(model, tensor_degree=t, attention=attention, activation_bytes=x)
-    return micro_batch * (unsplit + split + (core if keep_attention_core else 0))
+    norm_inputs = rows * (2 * x * h + 2 * DROPOUT_MASK_BYTES * h)  # with the dropout masks
+    norm_outputs = 0 if RecomputeModule.LAYERNORM in recomputed else rows * 2 * x * h
+    attention_split = s * x * (2 * q + 2 * kv)
+    mlp_split = 0 if RecomputeModule.MLP in recomputed else s * x * (up + f)
+    core = 0
+    if RecomputeModule.CORE_ATTN not in recomputed:
+        core = attention_core_bytes(model, tensor_degree=t, attention=attention, activation_bytes=x)
+    return micro_batch * (norm_inputs + norm_outputs + attention_split + mlp_split + core)
 
 
 def attention_core_bytes(
@@ -636,14 +646,17 @@ class _StageInvariants:
 
         attention = mapping.attention
 
-        def layer(*, core: bool) -> int:
+        recompute = mapping.parallelism.recompute
+        modules = recompute.modules if isinstance(recompute, SelectiveRecompute) else frozenset()
+
+        def layer(*, recomputed: frozenset[RecomputeModule]) -> int:
             return layer_activation_bytes(
                 model,
                 micro_batch=b,
                 tensor_degree=t,
                 sequence_parallel=sp,
                 attention=attention,
-                keep_attention_core=core,
+                recomputed=recomputed,
                 activation_bytes=x,
             )
 
@@ -651,8 +664,8 @@ class _StageInvariants:
             recipe=recipe,
             chunks=chunk_layer_counts(model, mapping.parallelism.pipeline),
             block_parameters=block_parameters_per_rank(model, t),
-            layer_full=layer(core=True),
-            layer_kept=layer(core=False),
+            layer_full=layer(recomputed=frozenset()),
+            layer_kept=layer(recomputed=modules),
             checkpoint=checkpoint_bytes(
                 model, micro_batch=b, tensor_degree=t, sequence_parallel=sp, activation_bytes=x
             ),

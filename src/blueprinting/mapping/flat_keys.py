@@ -49,6 +49,8 @@ from blueprinting.mapping.model import (
 )
 from blueprinting.mapping.presets import did_you_mean
 from blueprinting.mapping.transformer import (
+    DEFAULT_RECOMPUTE_MODULES,
+    DENSE_RECOMPUTE_MODULES,
     AttentionBackend,
     AttentionKernel,
     BatchSpec,
@@ -68,6 +70,7 @@ from blueprinting.mapping.transformer import (
     PipelineParallel,
     PipelineSchedule,
     RecomputeMethod,
+    RecomputeModule,
     RecomputePolicy,
     ReduceScatterAllGather,
     ReplicaParallel,
@@ -142,6 +145,9 @@ TRAINING_KEYS: Mapping[str, _Key] = {
     "recompute_method": _choice(*(m.value for m in RecomputeMethod)),
     "recompute_num_layers": _int(),
     "recompute_activations": _bool(),
+    # Megatron takes a list (--recompute-modules core_attn mlp); here one string of names
+    # separated by spaces or commas.
+    "recompute_modules": _Key(kind=_Kind.STR),
     "micro_batch_size": _int(),
     "global_batch_size": _int(),
     "attention_backend": _choice(*(b.value for b in AttentionBackend)),
@@ -571,10 +577,10 @@ def from_mapping(
     schedule, layout = _pipeline(values, p, spec_model, problems)
     communication = tensor_communication(values.get("sequence_parallel") is True)
     sharding = _sharding(values, problems)
-    recompute = _recompute(values, problems)
+    unsupported = _unsupported_sizes(values)
+    recompute = _recompute(values, problems, unsupported)
     attention = _attention(values, problems)
 
-    unsupported = _unsupported_sizes(values)
     if "pipeline_model_parallel_layout" in values:
         unsupported.append(
             "pipeline_model_parallel_layout is not supported: give "
@@ -749,7 +755,41 @@ def _attention(values: Mapping[str, FlatValue], problems: list[str]) -> Attentio
     return attention_kernel(AttentionBackend(backend))
 
 
-def _recompute(values: Mapping[str, FlatValue], problems: list[str]) -> RecomputePolicy:
+def _recompute_modules(
+    text: str, problems: list[str], unsupported: list[str]
+) -> frozenset[RecomputeModule]:
+    """Megatron's ``--recompute-modules`` names (separated by spaces or commas; a YAML-style
+    ``[a, b]`` is read too); the MoE and MLA ones need layers Blueprinting does not model yet
+    (issue 13): unsupported, by name."""
+    cleaned = text.strip().strip("[]").replace("'", " ").replace('"', " ")
+    names = [name for name in cleaned.replace(",", " ").split() if name]
+    if not names:
+        problems.append("recompute_modules must name at least one module, got an empty string")
+        return frozenset()
+    known = [m.value for m in RecomputeModule]
+    modules: set[RecomputeModule] = set()
+    for name in names:
+        if name not in known:
+            hint = did_you_mean(name, known)
+            problems.append(
+                f"recompute_modules: unknown module {name!r}{hint}; modules: {', '.join(known)}"
+            )
+            continue
+        module = RecomputeModule(name)
+        if module not in DENSE_RECOMPUTE_MODULES:
+            unsupported.append(
+                f"recompute_modules: {name} recomputes a mixture-of-experts or latent-attention "
+                "layer, which Blueprinting does not model yet; dense blocks take "
+                + ", ".join(sorted(m.value for m in DENSE_RECOMPUTE_MODULES))
+            )
+            continue
+        modules.add(module)
+    return frozenset(modules)
+
+
+def _recompute(
+    values: Mapping[str, FlatValue], problems: list[str], unsupported: list[str]
+) -> RecomputePolicy:
     granularity = _get_str(values, "recompute_granularity")
     legacy = _get_bool(values, "recompute_activations")
     method = _get_str(values, "recompute_method")
@@ -768,7 +808,16 @@ def _recompute(values: Mapping[str, FlatValue], problems: list[str]) -> Recomput
                 f"{', '.join(extra)} need(s) recompute_granularity = full, got "
                 f"{granularity or 'no recompute'}"
             )
-        return NoRecompute() if granularity is None else SelectiveRecompute()
+        modules_text = _get_str(values, "recompute_modules")
+        if granularity is None:
+            if modules_text is not None:
+                problems.append("recompute_modules needs recompute_granularity = selective")
+                _recompute_modules(modules_text, problems, unsupported)  # report bad names too
+            return NoRecompute()
+        if modules_text is None:
+            return SelectiveRecompute()
+        modules = _recompute_modules(modules_text, problems, unsupported)
+        return SelectiveRecompute(modules=modules) if modules else SelectiveRecompute()
     if method is None or layers is None:
         missing = [k for k in ("recompute_method", "recompute_num_layers") if k not in values]
         problems.append(f"recompute_granularity = full needs {' and '.join(missing)}")
@@ -891,8 +940,13 @@ def _recompute_keys(recompute: RecomputePolicy) -> dict[str, FlatValue]:
     match recompute:
         case NoRecompute():
             return {}
-        case SelectiveRecompute():
-            return {"recompute_granularity": "selective"}
+        case SelectiveRecompute(modules=modules):
+            if modules == DEFAULT_RECOMPUTE_MODULES:
+                return {"recompute_granularity": "selective"}
+            return {
+                "recompute_granularity": "selective",
+                "recompute_modules": " ".join(sorted(m.value for m in modules)),
+            }
         case FullRecompute(method=method, num_layers=layers):
             return {
                 "recompute_granularity": "full",
@@ -967,11 +1021,18 @@ def _schedule_args(schedule: PipelineSchedule) -> list[str]:
             assert_never(unreachable)
 
 
+#: Keys whose value is a list on Megatron-LM's command line (one argument per name).
+_LIST_FLAGS = frozenset({"recompute_modules"})
+
+
 def _flags(keys: Mapping[str, FlatValue]) -> list[str]:
-    """Canonical keys as ``--dashed-key value`` flag pairs."""
-    return [
-        item for key, value in keys.items() for item in (f"--{key.replace('_', '-')}", str(value))
-    ]
+    """Canonical keys as ``--dashed-key value`` flag pairs (list-valued keys: one argument per
+    name)."""
+    args: list[str] = []
+    for key, value in keys.items():
+        args.append(f"--{key.replace('_', '-')}")
+        args += str(value).split() if key in _LIST_FLAGS else [str(value)]
+    return args
 
 
 def _sharding_args(data: DataParallel) -> list[str]:

@@ -381,13 +381,42 @@ class NoRecompute:
         return "none"
 
 
+class RecomputeModule(StrEnum):
+    """Megatron-LM's ``--recompute-modules`` (``transformer_config.py`` ``recompute_modules``,
+    default ``["core_attn"]``): the submodules selective recomputation re-runs in backward."""
+
+    CORE_ATTN = "core_attn"
+    MLP = "mlp"
+    LAYERNORM = "layernorm"
+    MOE_ACT = "moe_act"
+    MOE = "moe"
+    SHARED_EXPERTS = "shared_experts"
+    MLA_UP_PROJ = "mla_up_proj"
+
+
+#: The modules a dense GPT/Llama block has; the others need MoE or MLA layers.
+DENSE_RECOMPUTE_MODULES: frozenset[RecomputeModule] = frozenset(
+    {RecomputeModule.CORE_ATTN, RecomputeModule.MLP, RecomputeModule.LAYERNORM}
+)
+DEFAULT_RECOMPUTE_MODULES: frozenset[RecomputeModule] = frozenset({RecomputeModule.CORE_ATTN})
+
+
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SelectiveRecompute:
-    """Recompute the attention core (QK^T, softmax, dropout, attention over V) in backward."""
+    """Recompute ``modules`` of every block in backward (Korthikanti et al. 2022, Section 5:
+    the attention core; Megatron-Core's ``--recompute-modules`` adds the MLP and the norms)."""
+
+    modules: frozenset[RecomputeModule] = DEFAULT_RECOMPUTE_MODULES
+
+    def __post_init__(self) -> None:
+        if not self.modules:
+            raise ConfigError(["SelectiveRecompute needs at least one recompute module"])
 
     def __str__(self) -> str:
-        return "selective"
+        if self.modules == DEFAULT_RECOMPUTE_MODULES:
+            return "selective"
+        return "selective(" + "+".join(sorted(m.value for m in self.modules)) + ")"
 
 
 @final

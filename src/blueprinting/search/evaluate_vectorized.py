@@ -73,6 +73,7 @@ from blueprinting.analysis.report import JsonValue
 from blueprinting.hardware.collectives import CollectiveKind
 from blueprinting.hardware.system import Engine, LinkTier, ParallelDim, RuntimeMemory, SystemSpec
 from blueprinting.mapping.model import EmbeddingTying, TransformerModelSpec
+from blueprinting.mapping.transformer import SelectiveRecompute
 from blueprinting.search.space import (
     RECOMPUTE_CODES,
     SHARDING_CODES,
@@ -741,6 +742,10 @@ def _layer_bytes(
     # every candidate plans the attention kernel candidate_to_spec gives it (one for all rows)
     attention = candidate_to_spec(table, 0, model).mapping.attention
 
+    # the modules the space's one selective variant recomputes (Megatron's default)
+    selective = RecomputeVariant.SELECTIVE.build(1)
+    modules = selective.modules if isinstance(selective, SelectiveRecompute) else frozenset()
+
     def layer(i: int, *, core: bool) -> int:
         return layer_activation_bytes(
             model,
@@ -748,7 +753,7 @@ def _layer_bytes(
             tensor_degree=int(table.tensor[i]),
             sequence_parallel=bool(table.sequence_parallel[i]),
             attention=attention,
-            keep_attention_core=core,
+            recomputed=frozenset() if core else modules,
             activation_bytes=x,
         )
 

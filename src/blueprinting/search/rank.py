@@ -44,6 +44,7 @@ from blueprinting.mapping.transformer import (
     DistributedOptimizer,
     ForwardOnly,
     FullRecompute,
+    FusedAttention,
     InterleavedOneForwardOneBackward,
     NoOptimizerSharding,
     NoRecompute,
@@ -314,8 +315,15 @@ def _row_values(mapping: TransformerTrainingMappingSpec) -> dict[str, int | bool
 
 
 def find_row(table: CandidateTable, mapping: TransformerTrainingMappingSpec) -> int | None:
-    """The row of ``table`` holding ``mapping``, or None."""
+    """The row of ``table`` holding ``mapping``, or None (also for a choice the space never
+    varies and fixes at Megatron's default: the attention kernel, selective recompute's
+    modules)."""
     if mapping.batch.global_batch_size != table.global_batch_size:
+        return None
+    if mapping.attention != FusedAttention():
+        return None
+    recompute = mapping.parallelism.recompute
+    if isinstance(recompute, SelectiveRecompute) and recompute != SelectiveRecompute():
         return None
     mask = np.ones(len(table), dtype=np.bool_)
     for column, value in _row_values(mapping).items():

@@ -61,7 +61,13 @@ from blueprinting.mapping.model import (
     PositionEmbedding,
     TransformerModelSpec,
 )
-from blueprinting.mapping.transformer import AttentionKernel, FusedAttention, UnfusedAttention
+from blueprinting.mapping.transformer import (
+    DEFAULT_RECOMPUTE_MODULES,
+    AttentionKernel,
+    FusedAttention,
+    RecomputeModule,
+    UnfusedAttention,
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -931,8 +937,22 @@ def last_stage_collectives(
 # --------------------------------------------------------------------------------------------
 class RecomputeScope(StrEnum):
     NONE = "none"
-    ATTENTION_CORE = "attention_core"  # selective: QK^T, softmax, dropout, attention over V
+    SELECTIVE = "selective"  # the ops of the recompute modules (RECOMPUTE_MODULE_OPS)
     WHOLE_BLOCK = "whole_block"  # full: the whole forward incl. its TP collectives
+
+
+#: The block ops each of Megatron's dense ``--recompute-modules`` re-runs in backward
+#: (Megatron-Core ``transformer_layer.py``: ``core_attn`` checkpoints the core attention,
+#: ``mlp`` the whole MLP with its TP collectives, ``layernorm`` the two norms' outputs).
+RECOMPUTE_MODULE_OPS: dict[RecomputeModule, frozenset[SemanticOpName]] = {
+    RecomputeModule.CORE_ATTN: ATTENTION_CORE,
+    RecomputeModule.MLP: frozenset(
+        {SemanticOpName.MLP_UP, SemanticOpName.MLP_ACTIVATION, SemanticOpName.MLP_DOWN}
+    ),
+    RecomputeModule.LAYERNORM: frozenset(
+        {SemanticOpName.INPUT_NORM, SemanticOpName.POST_ATTENTION_NORM}
+    ),
+}
 
 
 @final
@@ -947,6 +967,7 @@ class LocalBlockPlan:
     recompute: RecomputeScope
     strategy: str  # one-line summary of the strategy it was derived from
     attention: AttentionKernel
+    recompute_modules: frozenset[RecomputeModule] = DEFAULT_RECOMPUTE_MODULES
 
     @property
     def local(self) -> BlockDims:
@@ -962,8 +983,8 @@ class LocalBlockPlan:
         match self.recompute:
             case RecomputeScope.NONE:
                 return False
-            case RecomputeScope.ATTENTION_CORE:
-                return op in ATTENTION_CORE
+            case RecomputeScope.SELECTIVE:
+                return any(op in RECOMPUTE_MODULE_OPS[m] for m in self.recompute_modules)
             case RecomputeScope.WHOLE_BLOCK:
                 return True
             case _ as unreachable:

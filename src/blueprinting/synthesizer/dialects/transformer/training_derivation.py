@@ -23,6 +23,7 @@ from typing import assert_never
 from blueprinting.errors import InvalidStrategyError, LawViolation
 from blueprinting.mapping.model import TransformerModelSpec
 from blueprinting.mapping.transformer import (
+    DEFAULT_RECOMPUTE_MODULES,
     AllReduce,
     DataParallel,
     ForwardOnly,
@@ -106,6 +107,11 @@ def derive_block_plan(
                 recompute=_recompute_scope(recompute),
                 strategy=str(mapping.parallelism),
                 attention=mapping.attention,
+                recompute_modules=(
+                    recompute.modules
+                    if isinstance(recompute, SelectiveRecompute)
+                    else DEFAULT_RECOMPUTE_MODULES
+                ),
             )
         case _ as unreachable:
             assert_never(unreachable)
@@ -151,7 +157,7 @@ def _recompute_scope(recompute: RecomputePolicy) -> RecomputeScope:
         case NoRecompute():
             return RecomputeScope.NONE
         case SelectiveRecompute():
-            return RecomputeScope.ATTENTION_CORE
+            return RecomputeScope.SELECTIVE
         case FullRecompute():
             return RecomputeScope.WHOLE_BLOCK
         case _ as unreachable:

@@ -202,7 +202,16 @@ def _lower_group(
         return produced
 
     forward(Phase.FORWARD, list(ops))
-    recomputed = forward(Phase.RECOMPUTE, [op for op in ops if recomputes(op.name)])
+    # Each contiguous run of recomputed ops restarts from what the forward stored before it
+    # (a checkpoint input), so it is its own chain with no dependency on the previous run.
+    recomputed: dict[SemanticOpName, str] = {}
+    segment: list[SemanticOp] = []
+    for op in (*ops, None):
+        if op is not None and recomputes(op.name):
+            segment.append(op)
+        elif segment:
+            recomputed |= forward(Phase.RECOMPUTE, segment)
+            segment = []
 
     frontier: str | None = None
     for op in reversed(ops):
@@ -276,12 +285,17 @@ class LowerToDistributedTasks:
 # Verification
 # --------------------------------------------------------------------------------------------
 def _check_chain(group: TaskGroup, phases: tuple[Phase, ...], problems: list[str]) -> None:
+    """Consecutive tasks of ``phases`` hand each other their placements; in the recompute
+    phase a task with no dependency starts a new chain (a recomputed segment starts from a
+    stored input)."""
     current: Placement | None = None
     for task in group.tasks:
         if task.phase not in phases:
             continue
         if isinstance(task, CollectiveTask) and task.purpose is not CollectivePurpose.BOUNDARY:
             continue
+        if task.phase is Phase.RECOMPUTE and not task.deps:
+            current = None
         if current is not None and task.lineage.source != current:
             problems.append(
                 f"{group.name}/{task.id}: consumes {task.lineage.source} but the "
