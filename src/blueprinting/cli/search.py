@@ -24,6 +24,10 @@ if TYPE_CHECKING:
     from blueprinting.search.rank import SearchResult, Standing
 
 
+#: --memory-headroom-gib above this (2**33 GiB, 9.2 EB) is no headroom any GPU has.
+MAX_HEADROOM_GIB = 2.0**33
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from blueprinting.search.rank import DEFAULT_TRAIN_TOKENS, Objective
 
@@ -90,8 +94,11 @@ def _result(args: argparse.Namespace) -> SearchResult:
     problems = []
     if args.top < 0:
         problems.append(f"--top must be >= 0, got {args.top}")
-    if args.memory_headroom_gib < 0:
-        problems.append(f"--memory-headroom-gib must be >= 0, got {args.memory_headroom_gib}")
+    if not 0 <= args.memory_headroom_gib < MAX_HEADROOM_GIB:  # NaN fails both
+        problems.append(
+            f"--memory-headroom-gib must be >= 0 and below {MAX_HEADROOM_GIB:g}, "
+            f"got {args.memory_headroom_gib}"
+        )
     if args.train_tokens < 1:
         problems.append(f"--train-tokens must be >= 1, got {args.train_tokens}")
     if problems:
