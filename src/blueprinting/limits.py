@@ -12,7 +12,7 @@ MAX_INT = 2**63 - 1
 #: ``blueprinting search``: upper bound on the law-relevant rows of a space (GPU counts x t x p x
 #: v x micro-batch x sp x recompute, interleaved rows counted with their P2P and group options),
 #: computed from divisor counts before anything is enumerated. GPT-3 175B on 1024 GPUs, B = 1536
-#: has 218,880; the limit keeps enumeration under about a second and a gigabyte.
+#: has 205,200; the limit keeps enumeration under about a second and a gigabyte.
 MAX_SEARCH_ROWS = 4_000_000
 
 #: ``blueprinting search``: lawful candidates evaluated (after the law filter, before the free

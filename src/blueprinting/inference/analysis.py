@@ -28,7 +28,10 @@ Decisions (README, "infer --json", repeats them with units):
   stage (``P2P_back``: the sampled token ids, 8 bytes per sequence, back to stage 0).
   ``decode_latency_per_token_s.mean`` averages the rounds over the ``g - 1`` steps,
   ``.final`` is the last one (context ``prompt + g - 1``). With ``g = 1`` there is no decode
-  step: both report the step that would come next (cache = prompt).
+  step: both report the step that would come next (cache = prompt). Beyond
+  ``MAX_EXACT_DECODE_STEPS`` (4,096) steps the rounds are costed at that many evenly spaced
+  steps, the first and the last included (:func:`decode_contexts`): the mean is theirs and the
+  total is the mean times ``g - 1``, so a generation of 2**40 tokens answers at once.
 * **Throughput**: a static batch: ``b * g`` tokens per ``prefill + sum of decode rounds``,
   per replica; times ``replicas`` for the deployment.
 * **Bounds** (speed of light, per phase): the work of one pass of the whole batch through all
