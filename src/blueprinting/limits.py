@@ -39,3 +39,26 @@ def int_limit_text() -> str:
 
 #: Strategy, system and config.json documents: nesting depth (tables and arrays within each other).
 MAX_DOCUMENT_DEPTH = 64
+
+#: ``plan``, ``simulate`` and ``infer`` evaluate every pipeline stage (memory per stage, stage
+#: costs): at most this many stages (about a second at 1,024). Megatron-LM runs use tens.
+MAX_PIPELINE_STAGES = 1024
+
+#: ``plan`` and ``simulate`` cost every model chunk (p x v virtual stages) one by one.
+MAX_PIPELINE_CHUNKS = 8192
+
+
+def stage_limit_problem(stages: int, virtual_stages: int = 1) -> str | None:
+    """The message refusing more than :data:`MAX_PIPELINE_STAGES` stages or
+    :data:`MAX_PIPELINE_CHUNKS` model chunks; None within both."""
+    if stages > MAX_PIPELINE_STAGES:
+        return (
+            f"pipeline_model_parallel_size = {stages} exceeds the limit of {MAX_PIPELINE_STAGES} "
+            "pipeline stages that are evaluated one by one (MAX_PIPELINE_STAGES)"
+        )
+    if stages * virtual_stages > MAX_PIPELINE_CHUNKS:
+        return (
+            f"p x v = {stages} x {virtual_stages} = {stages * virtual_stages} model chunks exceed "
+            f"the limit of {MAX_PIPELINE_CHUNKS} that are costed one by one (MAX_PIPELINE_CHUNKS)"
+        )
+    return None

@@ -217,3 +217,46 @@ def test_no_traceback_reaches_stderr_in_a_subprocess(argv: tuple[str, ...]) -> N
     assert done.returncode == 2
     assert "Traceback" not in done.stderr
     assert done.stderr.startswith("invalid configuration")
+
+
+def test_pipelines_beyond_the_stage_limits_are_refused_after_the_laws(tmp_path: Path) -> None:
+    code, err = _answer(
+        tmp_path,
+        "plan",
+        "--model",
+        "gpt-1.7b",
+        "--gpus",
+        "1048576",
+        "--set",
+        "pipeline_model_parallel_size=1048576",
+        "--set",
+        "num_layers=1048576",
+        "--set",
+        "global_batch_size=1",
+    )
+    assert (code, err) == (
+        2,
+        "invalid configuration:\n  - pipeline_model_parallel_size = 1048576 exceeds the limit of "
+        "1024 pipeline stages that are evaluated one by one (MAX_PIPELINE_STAGES)\n",
+    )
+    code, err = _answer(
+        tmp_path,
+        "simulate",
+        "--model",
+        "gpt-1.7b",
+        "--gpus",
+        "4",
+        "--set",
+        "pipeline_model_parallel_size=4",
+        "--set",
+        "num_layers=1048576",
+        "--set",
+        "num_virtual_stages_per_pipeline_rank=262144",
+        "--set",
+        "global_batch_size=4",
+    )
+    assert (code, err) == (
+        2,
+        "invalid configuration:\n  - p x v = 4 x 262144 = 1048576 model chunks exceed the limit "
+        "of 8192 that are costed one by one (MAX_PIPELINE_CHUNKS)\n",
+    )

@@ -50,6 +50,7 @@ from typing import TypeAlias, final
 import numpy as np
 import numpy.typing as npt
 
+from blueprinting.errors import ConfigError
 from blueprinting.hardware.collectives import CollectiveKind as LinkCollective
 from blueprinting.hardware.system import CommGroup, ParallelDim, SystemSpec
 from blueprinting.inference.memory import (
@@ -58,7 +59,7 @@ from blueprinting.inference.memory import (
     memory_per_gpu,
     microbatch_size,
 )
-from blueprinting.limits import MAX_EXACT_DECODE_STEPS
+from blueprinting.limits import MAX_EXACT_DECODE_STEPS, stage_limit_problem
 from blueprinting.mapping.flat_keys import inference_to_mapping
 from blueprinting.mapping.transformer import InferenceSpec
 from blueprinting.synthesizer.dialects.transformer.inference import (
@@ -504,6 +505,9 @@ def analyze_inference(
     depend on the batch size, so a search over batches computes it once per layout);
     ``attention_cache``: see :data:`AttentionCache` (a search shares one)."""
     plan = derive_inference_plan(spec.model, spec.mapping, megatron=megatron)
+    too_many = stage_limit_problem(plan.pp)
+    if too_many is not None:
+        raise ConfigError([too_many])
     workload = plan.workload
     batch, prompt, generated = (
         workload.batch_size,
