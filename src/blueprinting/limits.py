@@ -18,7 +18,7 @@ MAX_SEARCH_ROWS = 4_000_000
 #: ``blueprinting search``: lawful candidates evaluated (after the law filter, before the free
 #: optimizer options multiply them); GPT-3 175B on 1024 GPUs has 53,625, evaluated at about
 #: 40,000 a second on one slow core.
-MAX_SEARCH_CANDIDATES = 250_000
+MAX_SEARCH_CANDIDATES = 120_000
 
 #: ``blueprinting infer``: decode steps costed one by one; beyond this many the decode rounds are
 #: costed at this many evenly spaced contexts (first and last included) and averaged.
@@ -62,3 +62,8 @@ def stage_limit_problem(stages: int, virtual_stages: int = 1) -> str | None:
             f"the limit of {MAX_PIPELINE_CHUNKS} that are costed one by one (MAX_PIPELINE_CHUNKS)"
         )
     return None
+
+
+#: ``blueprinting search``: strategies listed in text or JSON (``--top``, 0 for all), each
+#: re-planned by the scalar planner; ``--csv`` writes every candidate without that limit.
+MAX_SEARCH_LISTED = 50
