@@ -12,13 +12,13 @@ MAX_INT = 2**63 - 1
 #: ``blueprinting search``: upper bound on the law-relevant rows of a space (GPU counts x t x p x
 #: v x micro-batch x sp x recompute, interleaved rows counted with their P2P and group options),
 #: computed from divisor counts before anything is enumerated. GPT-3 175B on 1024 GPUs, B = 1536
-#: has 218,880; the limit keeps enumeration under about a second and a gigabyte.
+#: has 205,200; the limit keeps enumeration under about a second and a gigabyte.
 MAX_SEARCH_ROWS = 4_000_000
 
 #: ``blueprinting search``: lawful candidates evaluated (after the law filter, before the free
 #: optimizer options multiply them); GPT-3 175B on 1024 GPUs has 53,625, evaluated at about
 #: 40,000 a second on one slow core.
-MAX_SEARCH_CANDIDATES = 250_000
+MAX_SEARCH_CANDIDATES = 120_000
 
 #: ``blueprinting infer``: decode steps costed one by one; beyond this many the decode rounds are
 #: costed at this many evenly spaced contexts (first and last included) and averaged.
@@ -39,3 +39,31 @@ def int_limit_text() -> str:
 
 #: Strategy, system and config.json documents: nesting depth (tables and arrays within each other).
 MAX_DOCUMENT_DEPTH = 64
+
+#: ``plan``, ``simulate`` and ``infer`` evaluate every pipeline stage (memory per stage, stage
+#: costs): at most this many stages (about a second at 1,024). Megatron-LM runs use tens.
+MAX_PIPELINE_STAGES = 1024
+
+#: ``plan`` and ``simulate`` cost every model chunk (p x v virtual stages) one by one.
+MAX_PIPELINE_CHUNKS = 8192
+
+
+def stage_limit_problem(stages: int, virtual_stages: int = 1) -> str | None:
+    """The message refusing more than :data:`MAX_PIPELINE_STAGES` stages or
+    :data:`MAX_PIPELINE_CHUNKS` model chunks; None within both."""
+    if stages > MAX_PIPELINE_STAGES:
+        return (
+            f"pipeline_model_parallel_size = {stages} exceeds the limit of {MAX_PIPELINE_STAGES} "
+            "pipeline stages that are evaluated one by one (MAX_PIPELINE_STAGES)"
+        )
+    if stages * virtual_stages > MAX_PIPELINE_CHUNKS:
+        return (
+            f"p x v = {stages} x {virtual_stages} = {stages * virtual_stages} model chunks exceed "
+            f"the limit of {MAX_PIPELINE_CHUNKS} that are costed one by one (MAX_PIPELINE_CHUNKS)"
+        )
+    return None
+
+
+#: ``blueprinting search``: strategies listed in text or JSON (``--top``, 0 for all), each
+#: re-planned by the scalar planner; ``--csv`` writes every candidate without that limit.
+MAX_SEARCH_LISTED = 50

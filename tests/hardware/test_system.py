@@ -18,6 +18,8 @@ from blueprinting.hardware.system import (
     ParallelDim,
     ProcessingMode,
     RankLayout,
+    _enumerate_groups,
+    _enumerate_groups_by_rank,
     place_group,
 )
 from blueprinting.mapping.model import Datatype
@@ -168,3 +170,24 @@ def test_placement_matches_brute_force(
         layout, dim, tensor=tensor, pipeline=pipeline, data=data, gpus_per_node=gpus_per_node
     )
     assert actual == expected
+
+
+@given(
+    size=st.integers(min_value=1, max_value=40),
+    stride=st.integers(min_value=1, max_value=30),
+    groups=st.integers(min_value=1, max_value=6),
+    gpus_per_node=st.sampled_from([1, 2, 3, 4, 6, 8, 16]),
+)
+def test_group_placement_closed_form_matches_visiting_every_rank(
+    size: int, stride: int, groups: int, gpus_per_node: int
+) -> None:
+    """Issue #18: the placement of a group no longer visits every rank of the world."""
+    world = size * stride * groups
+    assert _enumerate_groups(size, stride, world, gpus_per_node) == _enumerate_groups_by_rank(
+        size, stride, world, gpus_per_node
+    )
+
+
+def test_group_placement_of_a_huge_world_is_immediate() -> None:
+    # d = 2**61 replicas of t = 3 (not aligned with 8 GPUs per node): the enumeration case.
+    assert _enumerate_groups(2**61, 3, 3 * 2**61, 8) == (2, True)

@@ -3,6 +3,7 @@ the pipeline formulas, KV-cache memory, and the refusal of training-only constru
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 
 import pytest
@@ -14,10 +15,12 @@ from blueprinting.hardware.presets import system_preset
 from blueprinting.hardware.system import ComputeEngineSpec, SystemSpec
 from blueprinting.inference.analysis import (
     analyze_inference,
+    decode_contexts,
     decode_round,
     pipeline_fill_latency,
 )
 from blueprinting.inference.memory import kv_cache_bytes, max_batch_that_fits, memory_per_gpu
+from blueprinting.limits import MAX_EXACT_DECODE_STEPS
 from blueprinting.mapping.flat_keys import inference_from_mapping
 from blueprinting.mapping.model import (
     Datatype,
@@ -447,3 +450,35 @@ def test_laws_are_reported_all_at_once() -> None:
         derive_inference_plan(spec.model, spec.mapping)
     laws = {v.law for v in caught.value.violations}
     assert {"attention_heads_per_tensor_rank", "blocks_per_pipeline_stage"} <= laws
+
+
+def test_decode_contexts_are_every_step_up_to_the_limit() -> None:
+    assert decode_contexts(2048, 1) == [2048]
+    assert decode_contexts(2048, 4) == [2048, 2049, 2050]
+    steps = MAX_EXACT_DECODE_STEPS
+    assert decode_contexts(10, steps + 1) == list(range(10, 10 + steps))
+
+
+def test_decode_contexts_beyond_the_limit_are_evenly_spaced_with_both_ends() -> None:
+    generated = 2**40
+    contexts = decode_contexts(7, generated)
+    assert len(contexts) == MAX_EXACT_DECODE_STEPS
+    assert contexts[0] == 7
+    assert contexts[-1] == 7 + generated - 2  # the last step's cache: prompt + g - 2
+    assert contexts == sorted(set(contexts))
+
+
+def test_a_huge_generation_answers_at_once_from_sampled_steps() -> None:
+    """Issue #18: 2**40 generated tokens cost 4,096 steps, not 2**40."""
+    system = system_preset("dgx-h100")
+    model = model_preset("llama2-7b")
+    spec = _spec(model, prompt_length=16, generated_tokens=2**40)
+    start = time.perf_counter()
+    report = analyze_inference(spec, system)
+    assert time.perf_counter() - start < 5.0
+    assert report.decode_steps == 2**40 - 1
+    assert report.decode_total_s == report.decode_round_mean_s * (2**40 - 1)
+    exact = analyze_inference(_spec(model, prompt_length=16, generated_tokens=64), system)
+    # The first sampled step is the exact run's first step: the mean grows with the context.
+    assert report.decode_round_mean_s > exact.decode_round_mean_s
+    assert exact.decode_total_s == pytest.approx(exact.decode_round_mean_s * 63, rel=1e-12)

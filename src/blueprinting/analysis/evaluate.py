@@ -29,7 +29,9 @@ from blueprinting.analysis.memory import (
 )
 from blueprinting.analysis.optimizer_step import adam_step_cost
 from blueprinting.analysis.report import IterationReport
+from blueprinting.errors import ConfigError
 from blueprinting.hardware.system import CommGroup, Engine, ParallelDim, SystemSpec
+from blueprinting.limits import stage_limit_problem
 from blueprinting.mapping.model import TransformerModelSpec
 from blueprinting.mapping.transformer import (
     AttentionKernel,
@@ -243,8 +245,14 @@ def evaluate_plan(
     megatron_refusals: tuple[str, ...] = (),
     bubble_simulated_s: float | None = None,
 ) -> IterationReport:
-    """Evaluate a strategy that already satisfies the laws (callers check them first)."""
+    """Evaluate a strategy that already satisfies the laws (callers check them first).
+
+    Refuses (``ConfigError``) more than ``MAX_PIPELINE_STAGES`` stages or
+    ``MAX_PIPELINE_CHUNKS`` model chunks: each is evaluated."""
     mapping = spec.mapping
+    too_many = stage_limit_problem(mapping.pipeline_degree, mapping.virtual_stages)
+    if too_many is not None:
+        raise ConfigError([too_many])
     plan = portable_plan(spec, system)
     m = mapping.microbatch_count
     critical = plan.critical_stage()

@@ -17,11 +17,16 @@ from typing import TYPE_CHECKING, TextIO, assert_never
 
 from blueprinting.analysis.flops import FlopsConvention
 from blueprinting.errors import ConfigError
+from blueprinting.limits import MAX_SEARCH_LISTED
 from blueprinting.report.memory_table import GIB
 
 if TYPE_CHECKING:
     from blueprinting.analysis.report import IterationReport, JsonValue
     from blueprinting.search.rank import SearchResult, Standing
+
+
+#: --memory-headroom-gib above this (2**33 GiB, 9.2 EB) is no headroom any GPU has.
+MAX_HEADROOM_GIB = 2.0**33
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -90,8 +95,13 @@ def _result(args: argparse.Namespace) -> SearchResult:
     problems = []
     if args.top < 0:
         problems.append(f"--top must be >= 0, got {args.top}")
-    if args.memory_headroom_gib < 0:
-        problems.append(f"--memory-headroom-gib must be >= 0, got {args.memory_headroom_gib}")
+    elif args.top > MAX_SEARCH_LISTED and args.csv is None:
+        problems.append(_listing_problem(f"--top {args.top}", args.top))
+    if not 0 <= args.memory_headroom_gib < MAX_HEADROOM_GIB:  # NaN fails both
+        problems.append(
+            f"--memory-headroom-gib must be >= 0 and below {MAX_HEADROOM_GIB:g}, "
+            f"got {args.memory_headroom_gib}"
+        )
     if args.train_tokens < 1:
         problems.append(f"--train-tokens must be >= 1, got {args.train_tokens}")
     if problems:
@@ -123,6 +133,14 @@ def _result(args: argparse.Namespace) -> SearchResult:
             bar.update(task, completed=done, total=total)
 
         return run_search(model, system, space, options, progress=tick)
+
+
+def _listing_problem(what: str, count: int) -> str:
+    return (
+        f"{what} lists {count:,} strategies, each re-planned by the scalar planner; the limit "
+        f"is {MAX_SEARCH_LISTED} (MAX_SEARCH_LISTED): use a smaller --top, or --csv for every "
+        "candidate"
+    )
 
 
 def _listed(result: SearchResult, top: int) -> list[int]:
@@ -359,6 +377,8 @@ def run(args: argparse.Namespace) -> int:
                 write_csv(result, stream)
         return 0
     rows = _listed(result, args.top)
+    if len(rows) > MAX_SEARCH_LISTED:
+        raise ConfigError([_listing_problem("--top 0", len(rows))], source="search")
     reports = exact_reports(result, result.order[: len(rows)])
     if args.json:
         json.dump(_json_object(result, reports, rows), sys.stdout, indent=2)

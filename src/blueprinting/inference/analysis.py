@@ -28,7 +28,10 @@ Decisions (README, "infer --json", repeats them with units):
   stage (``P2P_back``: the sampled token ids, 8 bytes per sequence, back to stage 0).
   ``decode_latency_per_token_s.mean`` averages the rounds over the ``g - 1`` steps,
   ``.final`` is the last one (context ``prompt + g - 1``). With ``g = 1`` there is no decode
-  step: both report the step that would come next (cache = prompt).
+  step: both report the step that would come next (cache = prompt). Beyond
+  ``MAX_EXACT_DECODE_STEPS`` (4,096) steps the rounds are costed at that many evenly spaced
+  steps, the first and the last included (:func:`decode_contexts`): the mean is theirs and the
+  total is the mean times ``g - 1``, so a generation of 2**40 tokens answers at once.
 * **Throughput**: a static batch: ``b * g`` tokens per ``prefill + sum of decode rounds``,
   per replica; times ``replicas`` for the deployment.
 * **Bounds** (speed of light, per phase): the work of one pass of the whole batch through all
@@ -47,6 +50,7 @@ from typing import TypeAlias, final
 import numpy as np
 import numpy.typing as npt
 
+from blueprinting.errors import ConfigError
 from blueprinting.hardware.collectives import CollectiveKind as LinkCollective
 from blueprinting.hardware.system import CommGroup, ParallelDim, SystemSpec
 from blueprinting.inference.memory import (
@@ -55,7 +59,7 @@ from blueprinting.inference.memory import (
     memory_per_gpu,
     microbatch_size,
 )
-from blueprinting.limits import MAX_EXACT_DECODE_STEPS
+from blueprinting.limits import MAX_EXACT_DECODE_STEPS, stage_limit_problem
 from blueprinting.mapping.flat_keys import inference_to_mapping
 from blueprinting.mapping.transformer import InferenceSpec
 from blueprinting.synthesizer.dialects.transformer.inference import (
@@ -501,6 +505,9 @@ def analyze_inference(
     depend on the batch size, so a search over batches computes it once per layout);
     ``attention_cache``: see :data:`AttentionCache` (a search shares one)."""
     plan = derive_inference_plan(spec.model, spec.mapping, megatron=megatron)
+    too_many = stage_limit_problem(plan.pp)
+    if too_many is not None:
+        raise ConfigError([too_many])
     workload = plan.workload
     batch, prompt, generated = (
         workload.batch_size,

@@ -68,7 +68,10 @@ def parse_json(text: str, source: str) -> object:
 def parse_yaml(text: str, source: str) -> object:
     import yaml
 
-    loader = yaml.SafeLoader(text)
+    try:
+        loader = yaml.SafeLoader(text)
+    except yaml.YAMLError as error:  # the reader refuses control characters up front
+        raise ConfigError([f"malformed yaml: {error}"], source=source) from None
     try:
         node = loader.get_single_node()
         if node is None:

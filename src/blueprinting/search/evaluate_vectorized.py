@@ -70,10 +70,12 @@ from blueprinting.analysis.memory import (
 )
 from blueprinting.analysis.optimizer_step import adam_step_cost
 from blueprinting.analysis.report import JsonValue
+from blueprinting.errors import ConfigError
 from blueprinting.hardware.collectives import CollectiveKind
 from blueprinting.hardware.system import Engine, LinkTier, ParallelDim, RuntimeMemory, SystemSpec
+from blueprinting.limits import MAX_INT, int_limit_text
 from blueprinting.mapping.model import EmbeddingTying, TransformerModelSpec
-from blueprinting.mapping.transformer import SelectiveRecompute
+from blueprinting.mapping.transformer import SelectiveRecompute, UnfusedAttention
 from blueprinting.search.space import (
     RECOMPUTE_CODES,
     SHARDING_CODES,
@@ -793,6 +795,37 @@ def _layer_bytes(
     )
 
 
+def _check_int64_range(table: CandidateTable, model: TransformerModelSpec) -> None:
+    """Refuse a table whose byte counts could pass int64 (the columns are int64 and numpy wraps
+    silently). No stage of any candidate stores more than ``4 L B`` layers' activations of one
+    sequence (in-flight microbatches x layers per stage x micro-batch <= 2 L B, doubled for
+    working sets) plus 64 bytes per parameter."""
+    x = precision_recipe(model.datatype).activation
+    per_sequence = layer_activation_bytes(
+        model,
+        micro_batch=1,
+        tensor_degree=1,
+        sequence_parallel=False,
+        # an upper bound whatever the kernel: unfused attention stores the s x s scores
+        attention=UnfusedAttention(),
+        recomputed=frozenset(),
+        activation_bytes=x,
+    )
+    bound = 4 * model.num_layers * table.global_batch_size * per_sequence
+    bound += 64 * model.num_parameters
+    if bound > MAX_INT:
+        raise ConfigError(
+            [
+                "search: byte counts could exceed the int64 limit "
+                f"{int_limit_text()}: 4 x num_layers x global_batch x one sequence's layer "
+                f"activations + 64 B x parameters = 4 x {model.num_layers} x "
+                f"{table.global_batch_size} x {per_sequence} + 64 x {model.num_parameters} = "
+                f"{bound:.3e}; use a smaller global batch"
+            ],
+            source="search",
+        )
+
+
 # --------------------------------------------------------------------------------------------
 # The whole evaluation (analysis/evaluate.py evaluate_plan)
 # --------------------------------------------------------------------------------------------
@@ -810,6 +843,7 @@ def evaluate_candidates(
     """
     if len(table) == 0:
         raise ValueError("evaluate_candidates needs at least one candidate")
+    _check_int64_range(table, model)
     t, p, d, v = table.tensor, table.pipeline, table.data, table.virtual_stages
     m = table.microbatch_count
     groups = _groups(table, system)

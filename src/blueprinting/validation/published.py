@@ -22,7 +22,6 @@ Megatron-LM pads it). The strategy stays as Megatron-LM flat keys;
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -31,6 +30,7 @@ from types import MappingProxyType
 from typing import assert_never, final
 
 from blueprinting.errors import ConfigError, ProblemCollector
+from blueprinting.mapping.documents import parse_toml, read_text
 from blueprinting.mapping.flat_keys import FlatValue, from_mapping, padded_vocab
 from blueprinting.mapping.model import (
     Datatype,
@@ -392,10 +392,9 @@ def load_published_runs(path: Path | None = None) -> tuple[PublishedRun, ...]:
     """Read the fixture (default :func:`default_fixture_path`), reporting every problem at once."""
     source = path if path is not None else default_fixture_path()
     problems = ProblemCollector(source=str(source))
-    try:
-        document = tomllib.loads(source.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as error:
-        raise ConfigError([f"cannot read published runs: {error}"], source=str(source)) from error
+    document = parse_toml(read_text(source, what="published runs"), str(source))
+    if not isinstance(document, dict):
+        raise ConfigError(["expected [[run]] tables"], source=str(source))
     raw_runs = document.get("run")
     if not isinstance(raw_runs, list):
         raise ConfigError(["expected [[run]] tables"], source=str(source))
