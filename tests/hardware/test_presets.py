@@ -1,60 +1,164 @@
-"""System presets: the names the issue lists and their datasheet figures."""
+"""System presets: the names the issue lists, their datasheet figures and their efficiencies."""
 
 from __future__ import annotations
 
 import pytest
 
 from blueprinting.errors import ConfigError
+from blueprinting.hardware.attention import (
+    B200_FLASH_ATTENTION_4,
+    H100_FLASH_ATTENTION_2,
+)
+from blueprinting.hardware.efficiency import ConstantEfficiency, SaturatingGemmEfficiency
 from blueprinting.hardware.presets import SYSTEM_PRESETS, system_preset
 from blueprinting.hardware.system import Engine, LinkTier
 from blueprinting.mapping.model import Datatype
 
-
-def test_preset_names() -> None:
-    assert list(SYSTEM_PRESETS) == [
-        "dgx-a100-40gb",
-        "dgx-a100-80gb",
-        "dgx-h100",
-        "dgx-h200",
-        "dgx-b200",
-        "mi300x-8",
-    ]
-    for name, system in SYSTEM_PRESETS.items():
-        assert system.name == name
-        assert system.gpus_per_node == 8
-
-
-# (preset, dense bf16 peak FLOP/s, HBM bytes, HBM bytes/s, intra-node B/s per direction,
-#  scale-out B/s per GPU): the datasheet figures cited in presets.py.
-DATASHEET = [
-    ("dgx-a100-40gb", 312e12, 40e9, 1555e9, 300e9, 25e9),
-    ("dgx-a100-80gb", 312e12, 80e9, 2039e9, 300e9, 25e9),
-    ("dgx-h100", 989e12, 80e9, 3350e9, 450e9, 50e9),
-    ("dgx-h200", 989e12, 141e9, 4800e9, 450e9, 50e9),
-    ("dgx-b200", 2250e12, 180e9, 8000e9, 900e9, 50e9),
-    ("mi300x-8", 1307.4e12, 192e9, 5300e9, 448e9, 50e9),
+NAMES = [
+    "dgx-a100-40gb",
+    "dgx-a100-80gb",
+    "dgx-h100",
+    "dgx-h200",
+    "dgx-h800",
+    "dgx-b200",
+    "dgx-b300",
+    "dgx-gb200",
+    "dgx-gb300",
+    "mi300x-8",
 ]
 
 
-@pytest.mark.parametrize(("name", "bf16", "hbm", "hbm_bw", "intra", "scale_out"), DATASHEET)
+def test_preset_names() -> None:
+    assert list(SYSTEM_PRESETS) == NAMES
+    for name, system in SYSTEM_PRESETS.items():
+        assert system.name == name
+
+
+# (preset, GPUs per node, GPUs per NVLink domain): NVL72 racks are 18 trays of 4 GPUs on one
+# NVLink fabric (modern_parallelism.md 3.7); every other system is an 8-GPU node.
+TOPOLOGY = [(name, 8, 8) for name in NAMES if name not in ("dgx-gb200", "dgx-gb300")] + [
+    ("dgx-gb200", 4, 72),
+    ("dgx-gb300", 4, 72),
+]
+
+
+@pytest.mark.parametrize(("name", "per_node", "domain"), TOPOLOGY)
+def test_nodes_and_nvlink_domains(*, name: str, per_node: int, domain: int) -> None:
+    system = system_preset(name)
+    assert system.gpus_per_node == per_node
+    assert system.node.domain_size == domain
+    assert system.node.nvlink_domain_size == (None if domain == per_node else domain)
+
+
+# (preset, dense bf16 peak FLOP/s, dense fp8 peak (None: no fp8), HBM bytes, HBM bytes/s,
+#  intra-node B/s per direction, scale-out B/s per GPU): the datasheet figures cited in
+#  presets.py and modern_parallelism.md 3.6 / 3.7.
+DATASHEET = [
+    ("dgx-a100-40gb", 312e12, None, 40e9, 1555e9, 300e9, 25e9),
+    ("dgx-a100-80gb", 312e12, None, 80e9, 2039e9, 300e9, 25e9),
+    ("dgx-h100", 989e12, 1979e12, 80e9, 3350e9, 450e9, 50e9),
+    ("dgx-h200", 989e12, 1979e12, 141e9, 4800e9, 450e9, 50e9),
+    # H800: H100 compute and HBM; NVLink 400 GB/s bidirectional = 200 each way; CX7 400 Gb/s.
+    ("dgx-h800", 989e12, 1979e12, 80e9, 3350e9, 200e9, 50e9),
+    ("dgx-b200", 2250e12, 4500e12, 180e9, 8000e9, 900e9, 50e9),
+    # B300: 2.25 / 4.5 PF dense, 288 GB, 8 TB/s; NVLink5 900 each way; CX-8 800 Gb/s = 100 GB/s.
+    ("dgx-b300", 2250e12, 4500e12, 288e9, 8000e9, 900e9, 100e9),
+    # GB200: 2.5 / 5 PF dense, 13.4 TB / 72 GPUs, 8 TB/s; NVLink5 900 each way; CX-7 50 GB/s.
+    ("dgx-gb200", 2500e12, 5000e12, 13.4e12 / 72, 8000e9, 900e9, 50e9),
+    # GB300: GB200's bf16 / fp8 peaks, 20 TB / 72 GPUs, 8 TB/s; CX-8 100 GB/s.
+    ("dgx-gb300", 2500e12, 5000e12, 20e12 / 72, 8000e9, 900e9, 100e9),
+    ("mi300x-8", 1307.4e12, 2614.9e12, 192e9, 5300e9, 448e9, 50e9),
+]
+
+
+@pytest.mark.parametrize(("name", "bf16", "fp8", "hbm", "hbm_bw", "intra", "scale_out"), DATASHEET)
 def test_datasheet_figures(
-    *, name: str, bf16: float, hbm: float, hbm_bw: float, intra: float, scale_out: float
+    *,
+    name: str,
+    bf16: float,
+    fp8: float | None,
+    hbm: float,
+    hbm_bw: float,
+    intra: float,
+    scale_out: float,
 ) -> None:
     system = system_preset(name)
-    assert system.accelerator.engine(Engine.MATRIX).rate(Datatype.BF16).peak_flop_per_s == bf16
-    assert system.accelerator.hbm.capacity_bytes == hbm
+    matrix = system.accelerator.engine(Engine.MATRIX)
+    assert matrix.rate(Datatype.BF16).peak_flop_per_s == bf16
+    assert matrix.rate(Datatype.FP16).peak_flop_per_s == bf16
+    assert [r.datatype for r in matrix.rates if r.datatype == Datatype.FP8] == (
+        [] if fp8 is None else [Datatype.FP8]
+    )
+    if fp8 is not None:
+        assert matrix.rate(Datatype.FP8).peak_flop_per_s == fp8
+    assert system.accelerator.hbm.capacity_bytes == pytest.approx(hbm, rel=1e-15)
     assert system.accelerator.hbm.bandwidth_bytes_per_s == hbm_bw
     assert system.link(LinkTier.INTRA_NODE).bandwidth_bytes_per_s == intra
     assert system.link(LinkTier.SCALE_OUT).bandwidth_bytes_per_s == scale_out
 
 
-def test_fp8_peaks() -> None:
-    assert system_preset("dgx-h100").accelerator.matrix.rate(Datatype.FP8).peak_flop_per_s == (
-        1979e12
+def test_nvl72_capacities_per_gpu() -> None:
+    # 13.4 TB and 20 TB of HBM3e per 72-GPU rack (modern_parallelism.md 3.6).
+    assert system_preset("dgx-gb200").accelerator.hbm.capacity_bytes == pytest.approx(
+        186.11e9, 1e-4
     )
-    assert system_preset("dgx-b200").accelerator.matrix.rate(Datatype.FP8).peak_flop_per_s == (
-        4500e12
+    assert system_preset("dgx-gb300").accelerator.hbm.capacity_bytes == pytest.approx(
+        277.78e9, 1e-4
     )
+
+
+# (preset, GEMM peak_fraction bf16, fp8 (None: no fp8), HBM, NVLink, scale-out): each from the
+# microbenchmark named in presets.py, MAMF rounded to 0.01 (microbenchmarks.md 1), BabelStream
+# Triad / datasheet (5), ring busbw / per-direction bandwidth (4.2-4.6), NIC busbw / line rate
+# (4.1); A100 GEMM is the one fit.
+EFFICIENCIES = [
+    ("dgx-a100-40gb", 0.72, None, 0.83, 0.78, 0.96),
+    ("dgx-a100-80gb", 0.72, None, 0.83, 0.78, 0.96),
+    ("dgx-h100", 0.80, 0.71, 0.89, 0.82, 0.96),  # 794.5/989, 1402.6/1979, 2970/3350, 367.2/450
+    ("dgx-h200", 0.80, 0.73, 0.86, 0.82, 0.96),  # H200 fp8 1453.4/1979, HBM 4150/4800
+    ("dgx-h800", 0.80, 0.71, 0.89, 0.80, 0.96),  # H100's; NVLink ~160/200 (DeepEP)
+    ("dgx-b200", 0.78, 0.76, 0.9, 0.76, 0.96),  # 1745/2250, 3432.5/4500, 682.2/900
+    ("dgx-b300", 0.79, 0.75, 0.9, 0.76, 0.96),  # 1769/2250, 3353.3/4500
+    ("dgx-gb200", 0.73, 0.72, 0.9, 0.76, 0.96),  # 1822/2500, 3615.6/5000, 679.61/900
+    ("dgx-gb300", 0.73, 0.72, 0.9, 0.76, 0.96),  # GB200's (no GB300 measurement)
+    ("mi300x-8", 0.51, 0.49, 0.9, 0.70, 0.96),  # 668.4/1307.4, AMD MAF 1273/2614.9, 312.9/448
+]
+
+
+@pytest.mark.parametrize(("name", "gemm", "fp8", "hbm", "nvlink", "ib"), EFFICIENCIES)
+def test_efficiency_defaults(
+    *, name: str, gemm: float, fp8: float | None, hbm: float, nvlink: float, ib: float
+) -> None:
+    system = system_preset(name)
+    matrix = system.accelerator.matrix
+    for datatype in (Datatype.BF16, Datatype.FP16, Datatype.FP32):
+        assert matrix.rate(datatype).efficiency == SaturatingGemmEfficiency(
+            peak_fraction=gemm, half_saturation_dim=128
+        )
+    if fp8 is not None:
+        assert matrix.rate(Datatype.FP8).efficiency == SaturatingGemmEfficiency(
+            peak_fraction=fp8, half_saturation_dim=128
+        )
+    assert system.accelerator.hbm.efficiency == ConstantEfficiency(fraction=hbm)
+    assert system.node.link.efficiency == ConstantEfficiency(fraction=nvlink)
+    assert system.scale_out.efficiency == ConstantEfficiency(fraction=ib)
+
+
+def test_attention_tables() -> None:
+    assert system_preset("dgx-h800").accelerator.attention == H100_FLASH_ATTENTION_2
+    b200 = B200_FLASH_ATTENTION_4.flop_per_s(seq_length=8192, head_dim=128)
+    # B200 FA4 at 8k, d = 128: the measured 834 TFLOP/s (microbenchmarks.md 3.3).
+    assert b200 == pytest.approx(834e12, rel=1e-12)
+    # B300 and GB200: that point x the MAMF ratio to B200 (1769/1745, 1822/1745).
+    for name, ratio in (("dgx-b300", 1769 / 1745), ("dgx-gb200", 1822 / 1745)):
+        rates = system_preset(name).accelerator.attention
+        assert rates is not None
+        assert rates.flop_per_s(seq_length=8192, head_dim=128) == pytest.approx(834e12 * ratio)
+    assert (
+        system_preset("dgx-gb300").accelerator.attention
+        == system_preset("dgx-gb200").accelerator.attention
+    )
+    assert system_preset("mi300x-8").accelerator.attention is None
 
 
 def test_unknown_preset_suggests_a_name() -> None:
@@ -62,5 +166,6 @@ def test_unknown_preset_suggests_a_name() -> None:
         system_preset("dgx-h10")
     assert raised.value.problems == (
         "system.preset: unknown system 'dgx-h10' (did you mean 'dgx-h100'?); presets: "
-        "dgx-a100-40gb, dgx-a100-80gb, dgx-h100, dgx-h200, dgx-b200, mi300x-8",
+        "dgx-a100-40gb, dgx-a100-80gb, dgx-h100, dgx-h200, dgx-h800, dgx-b200, dgx-b300, "
+        "dgx-gb200, dgx-gb300, mi300x-8",
     )

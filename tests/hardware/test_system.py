@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from blueprinting.errors import UnsupportedError
+from blueprinting.errors import ConfigError, UnsupportedError
 from blueprinting.hardware.collectives import CollectiveKind
 from blueprinting.hardware.efficiency import GemmShape
 from blueprinting.hardware.presets import system_preset
@@ -15,6 +15,7 @@ from blueprinting.hardware.system import (
     Engine,
     FixedTiers,
     LinkTier,
+    NodeSpec,
     ParallelDim,
     ProcessingMode,
     RankLayout,
@@ -29,8 +30,8 @@ A100 = system_preset("dgx-a100-80gb")
 
 def test_compute_time_of_a_large_gemm() -> None:
     shape = GemmShape(m=8192, n=8192, k=8192)
-    # 0.71 (A100_GEMM_PEAK_FRACTION) * 8192 / (8192 + 128) of 312 TFLOP/s.
-    expected = shape.flops / (312e12 * 0.71 / (1 + 128 / 8192))
+    # 0.72 (A100_GEMM_PEAK_FRACTION) * 8192 / (8192 + 128) of 312 TFLOP/s.
+    expected = shape.flops / (312e12 * 0.72 / (1 + 128 / 8192))
     actual = A100.compute_time(shape.flops, Engine.MATRIX, Datatype.BF16, shape)
     assert actual == pytest.approx(expected, rel=1e-12)
 
@@ -39,7 +40,8 @@ def test_memory_and_processing_modes() -> None:
     flop_time = A100.compute_time(1e9, Engine.VECTOR, Datatype.BF16)
     mem_time = A100.memory_time(1e9)
     assert flop_time == pytest.approx(1e9 / (39e12 * 0.9), rel=1e-12)
-    assert mem_time == pytest.approx(1e9 / (2039e9 * 0.9), rel=1e-12)
+    # HBM 0.83: BabelStream Triad 1,700 of 2,039 GB/s (presets.py).
+    assert mem_time == pytest.approx(1e9 / (2039e9 * 0.83), rel=1e-12)
     assert A100.op_time(1e9, 1e9, Engine.VECTOR, Datatype.BF16) == max(flop_time, mem_time)
     summed = A100.__class__(
         name="sum",
@@ -114,7 +116,9 @@ def test_fixed_tiers_follow_calculon_assignment() -> None:
     group = calculon_like.comm_group(ParallelDim.DATA, tensor=2, pipeline=8, data=4)
     assert group == CommGroup(size=4, tier=LinkTier.INTRA_NODE, ranks_per_node=4)
     assert calculon_like.collective_time(CollectiveKind.ALL_REDUCE, 1e9, group) == pytest.approx(
-        10e-6 + 2 * 3 / 4 * 1e9 / (300e9 * 0.8), rel=1e-12
+        # NVLink 0.78: 234.89 GB/s ring busbw / 300 (presets.py).
+        10e-6 + 2 * 3 / 4 * 1e9 / (300e9 * 0.78),
+        rel=1e-12,
     )
 
 
@@ -191,3 +195,112 @@ def test_group_placement_closed_form_matches_visiting_every_rank(
 def test_group_placement_of_a_huge_world_is_immediate() -> None:
     # d = 2**61 replicas of t = 3 (not aligned with 8 GPUs per node): the enumeration case.
     assert _enumerate_groups(2**61, 3, 3 * 2**61, 8) == (2, True)
+
+
+# ---- NVLink domains larger than a node (GB200 NVL72: 18 trays of 4 GPUs) ------------------
+GB200 = system_preset("dgx-gb200")
+H100 = system_preset("dgx-h100")
+
+
+@pytest.mark.parametrize(
+    ("tensor", "data", "expected"),
+    [
+        # TP 8 = two trays of 4 in one rack: NVLink, 4 ranks per tray.
+        (8, 9, CommGroup(size=8, tier=LinkTier.INTRA_NODE, ranks_per_node=4)),
+        # TP 16 on 64 GPUs: ranks 0-63, all in rack 0.
+        (16, 4, CommGroup(size=16, tier=LinkTier.INTRA_NODE, ranks_per_node=4)),
+        # TP 72: exactly one rack.
+        (72, 2, CommGroup(size=72, tier=LinkTier.INTRA_NODE, ranks_per_node=4)),
+        # TP 144: two racks, so the scale-out NICs.
+        (144, 1, CommGroup(size=144, tier=LinkTier.SCALE_OUT, ranks_per_node=4)),
+        # TP 16 on 144 GPUs: the group of ranks 64-79 straddles racks 0 and 1 (72 is not a
+        # multiple of 16), so the slowest TP group is on the scale-out link.
+        (16, 9, CommGroup(size=16, tier=LinkTier.SCALE_OUT, ranks_per_node=4)),
+    ],
+)
+def test_tensor_groups_on_nvl72(*, tensor: int, data: int, expected: CommGroup) -> None:
+    assert GB200.comm_group(ParallelDim.TENSOR, tensor=tensor, pipeline=1, data=data) == expected
+
+
+def test_data_groups_span_trays_on_nvlink() -> None:
+    # t = 4 fills a tray; DP 18 over the 18 trays of one rack stays on NVLink, DP 36 does not.
+    assert GB200.comm_group(ParallelDim.DATA, tensor=4, pipeline=1, data=18) == CommGroup(
+        size=18, tier=LinkTier.INTRA_NODE, ranks_per_node=1
+    )
+    assert GB200.comm_group(ParallelDim.DATA, tensor=4, pipeline=1, data=36) == CommGroup(
+        size=36, tier=LinkTier.SCALE_OUT, ranks_per_node=1
+    )
+
+
+def test_sixteen_ranks_leave_a_dgx_h100() -> None:
+    assert H100.comm_group(ParallelDim.TENSOR, tensor=16, pipeline=1, data=1) == CommGroup(
+        size=16, tier=LinkTier.SCALE_OUT, ranks_per_node=8
+    )
+    assert H100.comm_group(ParallelDim.TENSOR, tensor=8, pipeline=1, data=2) == CommGroup(
+        size=8, tier=LinkTier.INTRA_NODE, ranks_per_node=8
+    )
+
+
+def test_nvlink_domain_collective_uses_nvlink_bandwidth() -> None:
+    group = GB200.comm_group(ParallelDim.TENSOR, tensor=72, pipeline=1, data=1)
+    # Ring all-reduce of 1 GB over 72 ranks at 900 GB/s x 0.76 per direction, 10 us latency.
+    assert GB200.collective_time(CollectiveKind.ALL_REDUCE, 1e9, group) == pytest.approx(
+        10e-6 + 2 * 71 / 72 * 1e9 / (900e9 * 0.76), rel=1e-12
+    )
+
+
+def test_nvlink_domain_must_be_a_positive_multiple_of_the_node() -> None:
+    link = GB200.node.link
+    with pytest.raises(ConfigError) as raised:
+        NodeSpec(gpus_per_node=4, link=link, nvlink_domain_size=70)
+    assert raised.value.problems == (
+        "NodeSpec.nvlink_domain_size must be a multiple of gpus_per_node (4), got 70",
+    )
+    with pytest.raises(ConfigError) as raised:
+        NodeSpec(gpus_per_node=0, link=link, nvlink_domain_size=-8)
+    assert raised.value.problems == (
+        "NodeSpec.gpus_per_node must be a positive integer, got 0",
+        "NodeSpec.nvlink_domain_size must be a positive integer, got -8",
+    )
+    assert NodeSpec(gpus_per_node=8, link=link).domain_size == 8
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    layout=st.sampled_from(list(RankLayout)),
+    dim=st.sampled_from(list(ParallelDim)),
+    tensor=st.integers(1, 12),
+    pipeline=st.integers(1, 6),
+    data=st.integers(1, 12),
+    per_node=st.sampled_from([1, 2, 4, 8]),
+    nodes_per_domain=st.integers(1, 9),
+)
+def test_domain_placement_matches_brute_force(
+    *,
+    layout: RankLayout,
+    dim: ParallelDim,
+    tensor: int,
+    pipeline: int,
+    data: int,
+    per_node: int,
+    nodes_per_domain: int,
+) -> None:
+    """The tier is the brute-force one with domains as the unit; ranks per node are unchanged."""
+    domain = per_node * nodes_per_domain
+    actual = place_group(
+        layout,
+        dim,
+        tensor=tensor,
+        pipeline=pipeline,
+        data=data,
+        gpus_per_node=per_node,
+        nvlink_domain_size=domain,
+    )
+    degrees = {ParallelDim.TENSOR: tensor, ParallelDim.PIPELINE: pipeline, ParallelDim.DATA: data}
+    by_node = _brute_force(layout, dim, degrees, per_node)
+    by_domain = _brute_force(layout, dim, degrees, domain)
+    if degrees[dim] == 1:
+        assert actual == CommGroup(size=1, tier=LinkTier.INTRA_NODE, ranks_per_node=1)
+    else:
+        assert actual.ranks_per_node == by_node.ranks_per_node
+        assert actual.tier == by_domain.tier

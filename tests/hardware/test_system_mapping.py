@@ -10,7 +10,14 @@ import pytest
 from blueprinting.errors import ConfigError
 from blueprinting.hardware.efficiency import ConstantEfficiency, SteppedEfficiency
 from blueprinting.hardware.presets import SYSTEM_PRESETS, system_preset
-from blueprinting.hardware.system import ByRankLayout, FixedTiers, LinkTier, RankLayout
+from blueprinting.hardware.system import (
+    ByRankLayout,
+    CommGroup,
+    FixedTiers,
+    LinkTier,
+    ParallelDim,
+    RankLayout,
+)
 from blueprinting.hardware.system_mapping import (
     load_system,
     system_from_mapping,
@@ -85,8 +92,8 @@ def test_every_problem_is_reported_at_once() -> None:
     assert raised.value.source == "cluster.toml"
     assert raised.value.problems == (
         "system: unknown key 'gpus_per_nod' (did you mean 'gpus_per_node'?); known keys: "
-        "preset, name, gpus_per_node, processing_mode, rank_layout, fixed_tiers, accelerator, "
-        "intra_node, scale_out, async_tp_backward_comm, runtime",
+        "preset, name, gpus_per_node, nvlink_domain_size, processing_mode, rank_layout, "
+        "fixed_tiers, accelerator, intra_node, scale_out, async_tp_backward_comm, runtime",
         "system.processing_mode: unknown value 'rooflin' (did you mean 'roofline'?); "
         "choices: no_overlap, roofline",
         "system.accelerator.hbm.efficiency: ConstantEfficiency.fraction must be a fraction in "
@@ -131,3 +138,46 @@ def test_load_rejects_other_suffixes(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as raised:
         load_system(path)
     assert raised.value.problems == ("system file must end in .toml or .json, got '.yaml'",)
+
+
+def test_nvlink_domain_round_trips_and_overrides() -> None:
+    gb200 = system_preset("dgx-gb200")
+    mapping = system_to_mapping(gb200)
+    assert (mapping["gpus_per_node"], mapping["nvlink_domain_size"]) == (4, 72)
+    # A system whose domain is its node writes no key (the default).
+    assert "nvlink_domain_size" not in system_to_mapping(system_preset("dgx-h100"))
+    # Two DGX H100 joined by an external NVLink switch: a 16-GPU domain of 8-GPU nodes.
+    joined = system_from_mapping({"preset": "dgx-h100", "nvlink_domain_size": 16})
+    assert joined.node.domain_size == 16
+    assert joined.gpus_per_node == 8
+    tp16 = joined.comm_group(ParallelDim.TENSOR, tensor=16, pipeline=1, data=2)
+    assert tp16 == CommGroup(size=16, tier=LinkTier.INTRA_NODE, ranks_per_node=8)
+
+
+def test_bad_nvlink_domain_sizes_are_reported_with_the_rest() -> None:
+    with pytest.raises(ConfigError) as raised:
+        system_from_mapping(
+            {"preset": "dgx-gb200", "nvlink_domain_size": 70, "processing_mode": "rooflin"}
+        )
+    assert raised.value.problems == (
+        "system.processing_mode: unknown value 'rooflin' (did you mean 'roofline'?); "
+        "choices: no_overlap, roofline",
+        "system: NodeSpec.nvlink_domain_size must be a multiple of gpus_per_node (4), got 70",
+    )
+    with pytest.raises(ConfigError) as raised:
+        system_from_mapping({"preset": "dgx-gb200", "nvlink_domain_size": 0})
+    assert raised.value.problems == (
+        "system: NodeSpec.nvlink_domain_size must be a positive integer, got 0",
+    )
+    with pytest.raises(ConfigError) as raised:
+        system_from_mapping({"preset": "dgx-gb200", "nvlink_domain_size": "72", "name": 3})
+    assert raised.value.problems == (
+        "system.name must be a string, got 3",
+        "system.nvlink_domain_size must be an integer, got '72'",
+    )
+    # Changing the tray size of an NVL72 preset alone breaks the multiple: said, not guessed.
+    with pytest.raises(ConfigError) as raised:
+        system_from_mapping({"preset": "dgx-gb200", "gpus_per_node": 16})
+    assert raised.value.problems == (
+        "system: NodeSpec.nvlink_domain_size must be a multiple of gpus_per_node (16), got 72",
+    )

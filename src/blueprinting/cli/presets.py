@@ -1,5 +1,6 @@
 """``blueprinting presets``: list the built-in model presets (computed against published
-parameter counts) and system presets (datasheet peaks, memory and links)."""
+parameter counts) and system presets (datasheet peaks, memory, links, GPUs per node and per
+NVLink domain)."""
 
 from __future__ import annotations
 
@@ -66,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
             "name",
             "accelerator",
             "GPUs/node",
+            "NVLink domain",
             "bf16 TFLOP/s",
             "HBM GB",
             "HBM TB/s",
@@ -81,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
                 name,
                 accelerator.name,
                 str(system.gpus_per_node),
+                str(system.node.domain_size),
                 f"{peak / 1e12:,.0f}",
                 f"{accelerator.hbm.capacity_bytes / 1e9:,.0f}",
                 f"{accelerator.hbm.bandwidth_bytes_per_s / 1e12:.2f}",

@@ -157,3 +157,27 @@ B200_FLASH_ATTENTION_4 = _scaled(
     "microbenchmarks.md 3.3 (mlengr_upgrade): B200, causal fwd+bwd at 8k = 834 TFLOP/s; "
     "shape of H100 FA2 (3.1)",
 )
+
+#: B300: no attention measurement (microbenchmarks.md 3 has none). B200's table scaled by the two
+#: parts' measured bf16 matmul ceilings, MAMF 1769 / 1745 TFLOP/s (microbenchmarks.md 1,
+#: ``mlengr_mamf``): an assumption that the fused kernel tracks the tensor cores, stated.
+B300_FLASH_ATTENTION_4 = _scaled(
+    B200_FLASH_ATTENTION_4,
+    1769 / 1745,
+    "FlashAttention-4",
+    "B200 FA4 table (microbenchmarks.md 3.3) x MAMF B300/B200 bf16 1769/1745 (1); assumed",
+)
+
+#: GB200 (and GB300, whose bf16 peak is GB200's): B200's table scaled by MAMF 1822 / 1745
+#: (microbenchmarks.md 1, ``mlengr_mamf``), an assumption as for B300. The one GB200 attention
+#: measurement, FlashAttention-2 at 8k, d = 128 on Azure ND GB200 v6 (373.9 TFLOP/s,
+#: microbenchmarks.md 3.3, ``azure_abg_gb200``; mode and mask not stated), is not used: FA2 does
+#: not use Blackwell's tensor-core instructions (on the same harness it is only 373.9 / 327.9 =
+#: 1.14 x H100, while FA4 in a training step reaches 834 / 308 = 2.7 x H100's FA2), and training
+#: on Blackwell runs cuDNN / FlashAttention-4 kernels.
+GB200_FLASH_ATTENTION_4 = _scaled(
+    B200_FLASH_ATTENTION_4,
+    1822 / 1745,
+    "FlashAttention-4",
+    "B200 FA4 table (microbenchmarks.md 3.3) x MAMF GB200/B200 bf16 1822/1745 (1); assumed",
+)

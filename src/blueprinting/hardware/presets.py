@@ -2,43 +2,78 @@
 
 Names: ``dgx-a100-40gb``, ``dgx-a100-80gb`` (NVIDIA Selene's nodes, the machine of the Megatron-LM
 papers: Narayanan et al. 2021, Section 5; Korthikanti et al. 2022, Section 6), ``dgx-h100``,
-``dgx-h200``, ``dgx-b200``, ``mi300x-8``.
+``dgx-h200``, ``dgx-h800`` (DeepSeek's cluster: H100 compute with NVLink cut to 400 GB/s),
+``dgx-b200``, ``dgx-b300``, ``dgx-gb200`` and ``dgx-gb300`` (NVL72 racks: 18 compute trays of 4
+GPUs, one NVLink domain of 72), ``mi300x-8``.
 
 Peaks are dense (no 2:4 sparsity). Link bandwidths are per GPU and per direction: NVIDIA quotes
-NVLink bidirectionally ("600 GB/s" for A100 = 300 GB/s each way), and a DGX has one scale-out NIC
-per GPU, so the scale-out figure is one NIC's line rate (HDR 200 Gb/s = 25 GB/s; NDR 400 Gb/s =
-50 GB/s).
+NVLink bidirectionally ("600 GB/s" for A100 = 300 GB/s each way), and every system here has one
+scale-out NIC per GPU, so the scale-out figure is one NIC's line rate (HDR 200 Gb/s = 25 GB/s;
+NDR 400 Gb/s = 50 GB/s; XDR / ConnectX-8 800 Gb/s = 100 GB/s). Facts for the Blackwell parts
+and the NVL72 domain: ``shared/reference/modern_parallelism.md`` sections 3.6 (peaks, HBM) and
+3.7 (NVLink, NIC, domain size).
 
 Efficiency defaults are physical quantities, each overridable by name in ``[system]`` (see
-:mod:`blueprinting.hardware.system_mapping`); they are starting points for calibration, not fits:
+:mod:`blueprinting.hardware.system_mapping`). Each is read from an independent microbenchmark in
+``shared/reference/microbenchmarks.md`` (section and source key named below, "MB 1
+mlengr_mamf"), never fitted on the runs ``blueprinting validate`` scores, except the A100 GEMM
+fraction (:data:`A100_GEMM_PEAK_FRACTION`, the one documented fit). Where no measurement of a
+part exists the figure is an assumption, said so. Ratios are rounded to 0.01.
 
-The figures below are approximate, order-of-magnitude readings of commonly published
-microbenchmarks (cuBLAS / hipBLASLt GEMM sweeps, nccl-tests / rccl-tests, STREAM); none is a fit
-except the A100 GEMM fraction, fitted on a named subset of measured runs (below).
+* GEMMs: :class:`SaturatingGemmEfficiency` with ``peak_fraction`` = the Maximum Achievable
+  Matmul FLOPS fraction of dense peak (MB 0-1, ``mlengr_mamf``, mamf-finder v2: best shape, cache
+  wiped), per datatype (bf16/fp16 from the bf16 row, fp8 from the fp8 e4m3 row, fp32 as bf16:
+  no fp32 measurement), and ``half_saturation_dim = 128`` (one tensor-core CTA tile edge: a GEMM
+  whose smallest side is one tile reaches half of it). At d = 4096 the curve gives 0.97 of
+  ``peak_fraction``, the level of the large-shape cuBLASLt / ``torch.mm`` points of MB 2 (H100
+  bf16 4096^3 0.797 and 8192^3 0.806, ``zzc_79``). Per system (bf16 / fp8):
 
-* GEMMs: :class:`SaturatingGemmEfficiency` with ``peak_fraction`` = the fraction of dense peak
-  that large square bf16 GEMMs reach, and ``half_saturation_dim = 128`` (one tensor-core CTA
-  tile edge: a GEMM whose smallest side is one tile reaches half of it). A100 0.71: the one
-  fitted figure, see :data:`A100_GEMM_PEAK_FRACTION` (isolated large GEMMs reach roughly
-  250-280 of 312 TFLOP/s, i.e. 0.8-0.9; in a Megatron layer less); H100 / H200 0.75 (roughly
-  700-800 of 989); B200 0.70
-  (early software, assumed lower); MI300X 0.55 (large bf16 GEMMs reported around 650-750 of
-  1307 TFLOP/s, e.g. SemiAnalysis, "MI300X vs H100 vs H200 Benchmark Part 1: Training", 2024).
-* Vector engine: constant 0.9 (elementwise ops are memory-bound; the roofline picks HBM).
-* HBM: constant 0.9 of datasheet bandwidth (STREAM-like copy kernels reach ~88-92%).
-* NVLink: constant 0.8 of the per-direction bandwidth, the NCCL bus bandwidth of large
-  all-reduces (nccl-tests ``all_reduce_perf``: roughly 230 GB/s on DGX A100, 360-370 GB/s on DGX
-  H100 without NVLS); MI300X Infinity Fabric 0.7 (RCCL rings over a mesh of 64 GB/s links).
-* InfiniBand: constant 0.9 of one NIC's line rate (NCCL inter-node busbw ~22-23 GB/s per HDR
-  NIC, ~45 GB/s per NDR NIC).
+  - A100: 0.71, the fit (:data:`A100_GEMM_PEAK_FRACTION`); MAMF is 0.869, cuBLASLt 8192^3 0.813.
+  - H100, H200, H800: 0.80 / 0.71 (MAMF 794.5/989 = 0.803; fp8 1402.6/1979 = 0.709; "H200 is
+    the same" for bf16, H200 fp8 has its own row, 0.734 -> 0.73). H800: no MAMF row; its tensor
+    throughput is H100's (MB 2.2 note, FlashMLA maintainers: 989 dense bf16), so H100's figures.
+  - B200: 0.78 / 0.76 (1745/2250 = 0.776; 3432.5/4500 = 0.763).
+  - B300: 0.79 / 0.75 (1769/2250 = 0.786; 3353.3/4500 = 0.745).
+  - GB200: 0.73 / 0.72 (1822/2500 = 0.729; 3615.6/5000 = 0.723).
+  - GB300: no MAMF row; assumed GB200's (same bf16 / fp8 peaks, modern_parallelism 3.6: GB300
+    improves only FP4).
+  - MI300X: 0.51 (MAMF 668.4/1307.4 = 0.511, PyTorch TunableOp on); fp8 0.49 (no MAMF fp8
+    measurement: AMD's own MAF, MB 1 ``rocm_maf``, 1273/2614.9 = 0.487).
+* Vector engine: constant 0.9. No microbenchmark isolates it (an assumption); elementwise ops are
+  memory-bound, so the roofline almost always prices them at the HBM rate below.
+* HBM: BabelStream Triad over the datasheet bandwidth (MB 5, ``azure_abg``): A100 80GB
+  1700/2039 = 0.83 (A100 40GB: none measured, the 80GB figure assumed), H100 2970/3350 = 0.89
+  (H800: the same HBM3, assumed equal), H200 4150/4800 = 0.86. B200, B300, GB200, GB300, MI300X:
+  no measurement exists (MB 5, 7); 0.9 kept as a stated assumption (above every measured Triad
+  ratio, 0.83-0.89; B200's driver-reported bus gives 7,672 of the 8,000 GB/s datasheet,
+  ``torchao_4002``).
+* NVLink / Infinity Fabric: nccl-tests ring all-reduce bus bandwidth at large messages (NVLS off;
+  the cost model is a ring) over the per-direction bandwidth: A100 234.89/300 = 0.78 (MB 4.2,
+  ``mlengr_net`` 8-GPU, 16 GiB); H100 / H200 367.2/450 = 0.82 (MB 4.3, ``mlengr_net``, 8x H200
+  ring 16 GiB; NCCL maintainers expect 370 on H100, ``nccl_tests_212``); B200 682.2/900 = 0.76
+  (MB 4.3, ``mlengr_net``, 8x B200 ring 8 GiB); GB200 679.61/900 = 0.76 (MB 4.2,
+  ``azure_abg_gb200``, 4-GPU host ring 8 GiB; 680 over 32 GPUs of the NVL72 domain, MB 4.1
+  ``nvidia_gtc25_s72583``); B300, GB300: no measurement, NVLink 5 as B200 / GB200, 0.76 assumed;
+  H800 160/200 = 0.80 (MB 4.6, ``deepep``: ~160 GB/s achieved NVLink on DeepSeek's H800s; no
+  ring busbw measured); MI300X 312.912/448 = 0.70 (MB 4.3, ``mlengr_net``, 8 GPUs, 4 GiB).
+* InfiniBand: 0.96 of one NIC's line rate: 24 of 25 GB/s per 200 Gb NIC and 48 of 50 per 400 Gb
+  NIC (MB 4.1, ``nvidia_gtc24_s62129``; DGX A100 multi-node 192 GB/s over 8 NICs,
+  ``nccl_812``; "46-48 GB/s per NIC" for NDR, ``nccl_tests_290``). ConnectX-8 800 Gb (B300,
+  GB300): no measurement, the same fraction assumed.
 * Fused attention: measured causal forward + backward kernel rates
-  (:mod:`blueprinting.hardware.attention`): A100 FlashAttention-2, H100 / H200 FlashAttention-2,
-  B200 FlashAttention-4 (one in-step point on H100's curve shape); MI300X none (a fused kernel is
-  timed as its matrix products at the GEMM efficiency).
+  (:mod:`blueprinting.hardware.attention`): A100 FlashAttention-2, H100 / H200 / H800
+  FlashAttention-2, B200 FlashAttention-4 (one in-step point on H100's curve shape), B300 / GB200
+  / GB300 the B200 table scaled by the parts' MAMF ratio (assumptions stated there); MI300X none
+  (a fused kernel is timed as its matrix products at the GEMM efficiency).
 * Runtime memory (:class:`~blueprinting.hardware.system.RuntimeMemory`): the CUDA context, NCCL
   buffers per communicator and cuBLAS workspaces, each with its source there.
 * Latencies: 10 us intra-node, 20 us scale-out (the order of NCCL small-message all-reduce
   latency), as in Calculon's A100 system file.
+
+Changed from the first defaults (which were approximate readings, not each tied to a source):
+GEMM H100/H200 0.75 -> 0.80, B200 0.70 -> 0.78, MI300X 0.55 -> 0.51, and fp8 now has its own
+fraction (was the bf16 one); HBM A100 0.9 -> 0.83, H100 0.9 -> 0.89, H200 0.9 -> 0.86; NVLink
+A100 0.8 -> 0.78, H100/H200 0.8 -> 0.82, B200 0.8 -> 0.76; InfiniBand 0.9 -> 0.96.
 
 Processing mode: ``roofline`` (an op runs at the slower of its compute and memory rates).
 """
@@ -53,7 +88,10 @@ from blueprinting.errors import ConfigError
 from blueprinting.hardware.attention import (
     A100_FLASH_ATTENTION_2,
     B200_FLASH_ATTENTION_4,
+    B300_FLASH_ATTENTION_4,
+    GB200_FLASH_ATTENTION_4,
     H100_FLASH_ATTENTION_2,
+    AttentionKernelRates,
 )
 from blueprinting.hardware.efficiency import (
     ConstantEfficiency,
@@ -79,23 +117,26 @@ GIGA = 1e9
 
 # Tensor-core tile edge: the smallest GEMM side at which half the large-GEMM efficiency is reached.
 HALF_SATURATION_DIM = 128.0
+#: No microbenchmark isolates the vector engine: an assumption (module docstring).
 VECTOR_EFFICIENCY = ConstantEfficiency(fraction=0.9)
-HBM_EFFICIENCY = ConstantEfficiency(fraction=0.9)
-NVLINK_EFFICIENCY = ConstantEfficiency(fraction=0.8)
-INFINIBAND_EFFICIENCY = ConstantEfficiency(fraction=0.9)
+#: HBM where no BabelStream run exists (B200, B300, GB200, GB300, MI300X): an assumption.
+HBM_EFFICIENCY_UNMEASURED = ConstantEfficiency(fraction=0.9)
+#: InfiniBand, 0.96 of a NIC's line rate (MB 4.1 ``nvidia_gtc24_s62129``: 24/25, 48/50).
+INFINIBAND_EFFICIENCY = ConstantEfficiency(fraction=0.96)
 INTRA_NODE_LATENCY_S = 10e-6
 
 #: A100 achieved-GEMM fraction, fitted once (not per run) on the named subset "Korthikanti et al.
 #: 2022, Table 4" (forward and backward time of one 22B layer on 8 A100-80GB, t = 8, five
 #: recompute/SP variants: the microbenchmark-like rows of the published fixture), with every other
-#: efficiency at its datasheet / microbenchmark default above and ``half_saturation_dim = 128``.
+#: efficiency at its microbenchmark default above and ``half_saturation_dim = 128``.
 #: Least squares of the relative error over those 10 figures, rounded to 0.01, gives 0.71 (max
 #: |error| 1.5%; ``blueprinting calibrate`` reproduces the fit). It is an in-situ figure: it
 #: absorbs what a layer's GEMMs lose in Megatron-LM beyond the bare cuBLAS sweep (fused bias /
 #: GeLU epilogues, launch gaps, clocks under sustained load), which is why it sits below the
-#: 0.85 of an isolated large square GEMM. Held-out error (Narayanan 2021 Table 1, Korthikanti
-#: 2022 Table 5) is reported separately by ``blueprinting validate``.
-A100_GEMM_PEAK_FRACTION = 0.71
+#: independent large-GEMM figures (MAMF 0.869, cuBLASLt 8192^3 0.813: microbenchmarks.md 0, 2.1).
+#: Held-out error (Narayanan 2021 Table 1, Korthikanti 2022 Table 5) is reported separately by
+#: ``blueprinting validate``.
+A100_GEMM_PEAK_FRACTION = 0.72
 SCALE_OUT_LATENCY_S = 20e-6
 
 
@@ -105,12 +146,51 @@ def _gemm(peak_fraction: float) -> SaturatingGemmEfficiency:
     )
 
 
-def _engine(peaks_tflops: Mapping[Datatype, float], efficiency: Efficiency) -> ComputeEngineSpec:
+def _constant(fraction: float) -> ConstantEfficiency:
+    return ConstantEfficiency(fraction=fraction)
+
+
+def _engine(rates: Mapping[Datatype, tuple[float, Efficiency]]) -> ComputeEngineSpec:
+    """An engine from ``{datatype: (dense peak in TFLOP/s, efficiency)}``."""
     return ComputeEngineSpec(
         rates=tuple(
             DatatypeRate(datatype=dt, peak_flop_per_s=tflops * TERA, efficiency=efficiency)
-            for dt, tflops in peaks_tflops.items()
+            for dt, (tflops, efficiency) in rates.items()
         )
+    )
+
+
+def _matrix(
+    *, bf16: float, fp8: float, fp32: float, bf16_fraction: float, fp8_fraction: float
+) -> ComputeEngineSpec:
+    """Tensor-core peaks (fp16 = bf16) with their MAMF fractions (module docstring)."""
+    half = _gemm(bf16_fraction)
+    return _engine(
+        {
+            Datatype.BF16: (bf16, half),
+            Datatype.FP16: (bf16, half),
+            Datatype.FP8: (fp8, _gemm(fp8_fraction)),
+            Datatype.FP32: (fp32, half),
+        }
+    )
+
+
+def _vector(*, half: float, fp32: float) -> ComputeEngineSpec:
+    return _engine(
+        {
+            Datatype.BF16: (half, VECTOR_EFFICIENCY),
+            Datatype.FP16: (half, VECTOR_EFFICIENCY),
+            Datatype.FP8: (half, VECTOR_EFFICIENCY),
+            Datatype.FP32: (fp32, VECTOR_EFFICIENCY),
+        }
+    )
+
+
+def _hbm(capacity_gb: float, gbps: float, efficiency: ConstantEfficiency) -> MemorySpec:
+    return MemorySpec(
+        capacity_bytes=capacity_gb * GIGA,
+        bandwidth_bytes_per_s=gbps * GIGA,
+        efficiency=efficiency,
     )
 
 
@@ -119,19 +199,22 @@ def _system(
     name: str,
     accelerator: AcceleratorSpec,
     nvlink_gbps_per_direction: float,
-    nvlink_efficiency: ConstantEfficiency = NVLINK_EFFICIENCY,
+    nvlink_efficiency: float,
     nic_gbps: float,
+    gpus_per_node: int = 8,
+    nvlink_domain_size: int | None = None,
 ) -> SystemSpec:
     return SystemSpec(
         name=name,
         accelerator=accelerator,
         node=NodeSpec(
-            gpus_per_node=8,
+            gpus_per_node=gpus_per_node,
             link=LinkSpec(
                 bandwidth_bytes_per_s=nvlink_gbps_per_direction * GIGA,
                 latency_s=INTRA_NODE_LATENCY_S,
-                efficiency=nvlink_efficiency,
+                efficiency=_constant(nvlink_efficiency),
             ),
+            nvlink_domain_size=nvlink_domain_size,
         ),
         scale_out=LinkSpec(
             bandwidth_bytes_per_s=nic_gbps * GIGA,
@@ -147,144 +230,247 @@ def _a100(hbm_gb: float, hbm_gbps: float) -> AcceleratorSpec:
     # NVIDIA A100 Tensor Core GPU datasheet (SXM): bf16/fp16 tensor 312 TFLOP/s dense, TF32 156,
     # fp32 19.5; fp16 non-tensor 78, bf16 non-tensor 39. HBM2 40 GB at 1,555 GB/s, HBM2e 80 GB at
     # 2,039 GB/s. fp32 matrix is plain fp32 (TF32 is opt-in in PyTorch; override to 156e12).
+    # No fp8. HBM 0.83: BabelStream Triad 1,700 GB/s on A100 80GB (MB 5, azure_abg) / 2,039.
+    gemm = _gemm(A100_GEMM_PEAK_FRACTION)
     return AcceleratorSpec(
         name=f"A100-SXM4-{hbm_gb:g}GB",
         matrix=_engine(
-            {Datatype.BF16: 312, Datatype.FP16: 312, Datatype.FP32: 19.5},
-            _gemm(A100_GEMM_PEAK_FRACTION),
+            {Datatype.BF16: (312, gemm), Datatype.FP16: (312, gemm), Datatype.FP32: (19.5, gemm)}
         ),
         vector=_engine(
-            {Datatype.BF16: 39, Datatype.FP16: 78, Datatype.FP32: 19.5}, VECTOR_EFFICIENCY
+            {
+                Datatype.BF16: (39, VECTOR_EFFICIENCY),
+                Datatype.FP16: (78, VECTOR_EFFICIENCY),
+                Datatype.FP32: (19.5, VECTOR_EFFICIENCY),
+            }
         ),
-        hbm=MemorySpec(
-            capacity_bytes=hbm_gb * GIGA,
-            bandwidth_bytes_per_s=hbm_gbps * GIGA,
-            efficiency=HBM_EFFICIENCY,
-        ),
+        hbm=_hbm(hbm_gb, hbm_gbps, _constant(0.83)),
         attention=A100_FLASH_ATTENTION_2,
     )
 
 
-def _hopper(name: str, hbm_gb: float, hbm_gbps: float) -> AcceleratorSpec:
+def _hopper(
+    name: str, hbm_gb: float, hbm_gbps: float, *, fp8_fraction: float, hbm_fraction: float
+) -> AcceleratorSpec:
     # NVIDIA H100 Tensor Core GPU datasheet (SXM5): bf16/fp16 989 TFLOP/s dense (1,979 sparse),
-    # fp8 1,979 dense, TF32 495, fp32 67; H100 whitepaper: fp16/bf16 non-tensor 133.8.
-    # H100 SXM: 80 GB HBM3 at 3.35 TB/s. H200 datasheet: same compute, 141 GB HBM3e at 4.8 TB/s.
+    # fp8 1,979 dense, TF32 495, fp32 67; H100 whitepaper: fp16/bf16 non-tensor 133.8
+    # (modern_parallelism.md 3.6: 989 / 1979). H100 SXM: 80 GB HBM3 at 3.35 TB/s. H200 datasheet:
+    # same compute, 141 GB HBM3e at 4.8 TB/s. H800 SXM5: H100's compute and memory.
+    # GEMM, fp8 and HBM fractions: module docstring (MB 1 mlengr_mamf, MB 5 azure_abg).
     return AcceleratorSpec(
         name=name,
-        matrix=_engine(
-            {Datatype.BF16: 989, Datatype.FP16: 989, Datatype.FP8: 1979, Datatype.FP32: 67},
-            _gemm(0.75),
-        ),
-        vector=_engine(
-            {Datatype.BF16: 133.8, Datatype.FP16: 133.8, Datatype.FP8: 133.8, Datatype.FP32: 67},
-            VECTOR_EFFICIENCY,
-        ),
-        hbm=MemorySpec(
-            capacity_bytes=hbm_gb * GIGA,
-            bandwidth_bytes_per_s=hbm_gbps * GIGA,
-            efficiency=HBM_EFFICIENCY,
-        ),
+        matrix=_matrix(bf16=989, fp8=1979, fp32=67, bf16_fraction=0.80, fp8_fraction=fp8_fraction),
+        vector=_vector(half=133.8, fp32=67),
+        hbm=_hbm(hbm_gb, hbm_gbps, _constant(hbm_fraction)),
         attention=H100_FLASH_ATTENTION_2,
     )
 
 
-def _b200() -> AcceleratorSpec:
-    # NVIDIA HGX B200 (1,000 W) per-GPU dense peaks: bf16/fp16 2,250 TFLOP/s, fp8 4,500, TF32 1,100,
-    # fp32 (vector) 80 (NVIDIA Blackwell datasheet; tabulated at glennklockwood.com/garden/
-    # processors/B200). DGX B200 datasheet: 1,440 GB HBM3e over 8 GPUs (180 GB each), 64 TB/s
-    # (8 TB/s each). No published non-tensor bf16 rate: the fp32 vector rate is used (lower bound).
+def _blackwell(
+    name: str,
+    *,
+    bf16: float,
+    fp8: float,
+    hbm_gb: float,
+    bf16_fraction: float,
+    fp8_fraction: float,
+    attention: AttentionKernelRates,
+) -> AcceleratorSpec:
+    # Every Blackwell part here: 8 TB/s HBM3e (modern_parallelism.md 3.6; MB 5 mlengr_peaks).
+    # fp32 80 TFLOP/s: the B200 figure (NVIDIA Blackwell datasheet; tabulated at
+    # glennklockwood.com/garden/processors/B200); not in the shared references for B300 / GB200
+    # / GB300, assumed equal. No published non-tensor bf16 rate: the fp32 vector rate is used
+    # (lower bound). HBM efficiency: no measurement (module docstring).
     return AcceleratorSpec(
-        name="B200-SXM-180GB",
-        matrix=_engine(
-            {Datatype.BF16: 2250, Datatype.FP16: 2250, Datatype.FP8: 4500, Datatype.FP32: 80},
-            _gemm(0.70),
+        name=name,
+        matrix=_matrix(
+            bf16=bf16,
+            fp8=fp8,
+            fp32=80,
+            bf16_fraction=bf16_fraction,
+            fp8_fraction=fp8_fraction,
         ),
-        vector=_engine(
-            {Datatype.BF16: 80, Datatype.FP16: 80, Datatype.FP8: 80, Datatype.FP32: 80},
-            VECTOR_EFFICIENCY,
-        ),
-        hbm=MemorySpec(
-            capacity_bytes=180 * GIGA,
-            bandwidth_bytes_per_s=8000 * GIGA,
-            efficiency=HBM_EFFICIENCY,
-        ),
+        vector=_vector(half=80, fp32=80),
+        hbm=_hbm(hbm_gb, 8000, HBM_EFFICIENCY_UNMEASURED),
+        attention=attention,
+    )
+
+
+def _b200() -> AcceleratorSpec:
+    # NVIDIA HGX B200 (1,000 W) per-GPU dense peaks: bf16/fp16 2,250 TFLOP/s, fp8 4,500, TF32 1,100
+    # (NVIDIA Blackwell datasheet; modern_parallelism.md 3.6). DGX B200 datasheet: 1,440 GB HBM3e
+    # over 8 GPUs (180 GB each), 64 TB/s (8 TB/s each).
+    return _blackwell(
+        "B200-SXM-180GB",
+        bf16=2250,
+        fp8=4500,
+        hbm_gb=180,
+        bf16_fraction=0.78,
+        fp8_fraction=0.76,
         attention=B200_FLASH_ATTENTION_4,
+    )
+
+
+def _b300() -> AcceleratorSpec:
+    # B300 (DGX B300): bf16 2,250, fp8 4,500 dense, 8 TB/s (modern_parallelism.md 3.6, MLE and
+    # glennklockwood.com B300). HBM "~270-288 GB" there: 288 GB taken (eight 36 GB HBM3e stacks;
+    # some summaries list 270 GB usable). fp4 (12.6-14 PF) has no Datatype here.
+    return _blackwell(
+        "B300-SXM-288GB",
+        bf16=2250,
+        fp8=4500,
+        hbm_gb=288,
+        bf16_fraction=0.79,
+        fp8_fraction=0.75,
+        attention=B300_FLASH_ATTENTION_4,
+    )
+
+
+def _gb200() -> AcceleratorSpec:
+    # GB200 (NVL72, 1,200 W): bf16 2,500, fp8 5,000 dense; 13.4 TB HBM3e over 72 GPUs (186.1 GB
+    # each), 8 TB/s (modern_parallelism.md 3.6: NVIDIA's GB200 NVL72 figures; the 2.25/4.5 PF of
+    # a third-party table conflict with NVIDIA's rack totals and are not used).
+    return _blackwell(
+        "GB200-186GB",
+        bf16=2500,
+        fp8=5000,
+        hbm_gb=13400 / 72,
+        bf16_fraction=0.73,
+        fp8_fraction=0.72,
+        attention=GB200_FLASH_ATTENTION_4,
+    )
+
+
+def _gb300() -> AcceleratorSpec:
+    # GB300 (NVL72): bf16 2,500, fp8 5,000 dense (only fp4 improves over GB200); 20 TB HBM3e over
+    # 72 GPUs (277.8 GB each), 8 TB/s (modern_parallelism.md 3.6). No MAMF row: GB200's fractions
+    # and attention table assumed (module docstring).
+    return _blackwell(
+        "GB300-278GB",
+        bf16=2500,
+        fp8=5000,
+        hbm_gb=20000 / 72,
+        bf16_fraction=0.73,
+        fp8_fraction=0.72,
+        attention=GB200_FLASH_ATTENTION_4,
     )
 
 
 def _mi300x() -> AcceleratorSpec:
     # AMD Instinct MI300X datasheet: bf16/fp16 matrix 1,307.4 TFLOP/s dense, fp8 2,614.9,
     # fp32 matrix and vector 163.4; 192 GB HBM3 at 5.3 TB/s. The bf16 vector rate is taken as
-    # the fp32 vector rate (lower bound; packed math can double it).
+    # the fp32 vector rate (lower bound; packed math can double it). GEMM fractions: module
+    # docstring (MB 1 mlengr_mamf bf16, rocm_maf fp8); HBM: no measurement.
     return AcceleratorSpec(
         name="MI300X-OAM-192GB",
-        matrix=_engine(
-            {
-                Datatype.BF16: 1307.4,
-                Datatype.FP16: 1307.4,
-                Datatype.FP8: 2614.9,
-                Datatype.FP32: 163.4,
-            },
-            _gemm(0.55),
-        ),
-        vector=_engine(
-            {Datatype.BF16: 163.4, Datatype.FP16: 163.4, Datatype.FP8: 163.4, Datatype.FP32: 163.4},
-            VECTOR_EFFICIENCY,
-        ),
-        hbm=MemorySpec(
-            capacity_bytes=192 * GIGA,
-            bandwidth_bytes_per_s=5300 * GIGA,
-            efficiency=HBM_EFFICIENCY,
-        ),
+        matrix=_matrix(bf16=1307.4, fp8=2614.9, fp32=163.4, bf16_fraction=0.51, fp8_fraction=0.49),
+        vector=_vector(half=163.4, fp32=163.4),
+        hbm=_hbm(192, 5300, HBM_EFFICIENCY_UNMEASURED),
     )
 
 
 _PRESETS: dict[str, SystemSpec] = {
     # DGX A100 datasheet: 8x A100 SXM4, NVLink3 600 GB/s bidirectional per GPU (300 each way)
     # through 6 NVSwitches, 8x ConnectX-6 HDR 200 Gb/s InfiniBand for compute (25 GB/s per GPU).
+    # NVLink 0.78: 234.89 GB/s ring busbw (MB 4.2 mlengr_net) / 300.
     "dgx-a100-40gb": _system(
         name="dgx-a100-40gb",
         accelerator=_a100(40, 1555),
         nvlink_gbps_per_direction=300,
+        nvlink_efficiency=0.78,
         nic_gbps=25,
     ),
     "dgx-a100-80gb": _system(
         name="dgx-a100-80gb",
         accelerator=_a100(80, 2039),
         nvlink_gbps_per_direction=300,
+        nvlink_efficiency=0.78,
         nic_gbps=25,
     ),
     # DGX H100 datasheet: 8x H100 SXM5, NVLink4 900 GB/s bidirectional per GPU (450 each way)
-    # through 4 NVSwitches, 8x ConnectX-7 NDR 400 Gb/s (50 GB/s per GPU).
+    # through 4 NVSwitches, 8x ConnectX-7 NDR 400 Gb/s (50 GB/s per GPU; modern_parallelism.md
+    # 3.7). NVLink 0.82: 367.2 GB/s ring busbw on 8x H200 (MB 4.3 mlengr_net) / 450.
     "dgx-h100": _system(
         name="dgx-h100",
-        accelerator=_hopper("H100-SXM5-80GB", 80, 3350),
+        accelerator=_hopper("H100-SXM5-80GB", 80, 3350, fp8_fraction=0.71, hbm_fraction=0.89),
         nvlink_gbps_per_direction=450,
+        nvlink_efficiency=0.82,
         nic_gbps=50,
     ),
     # DGX H200 datasheet: as DGX H100 with H200 (141 GB HBM3e, 4.8 TB/s).
     "dgx-h200": _system(
         name="dgx-h200",
-        accelerator=_hopper("H200-SXM5-141GB", 141, 4800),
+        accelerator=_hopper("H200-SXM5-141GB", 141, 4800, fp8_fraction=0.73, hbm_fraction=0.86),
         nvlink_gbps_per_direction=450,
+        nvlink_efficiency=0.82,
+        nic_gbps=50,
+    ),
+    # H800 SXM5 (NVIDIA's export part; DeepSeek-V3's 2,048-GPU cluster, modern_parallelism.md 4):
+    # H100 compute and HBM, NVLink cut to 400 GB/s bidirectional (H800 datasheet) = 200 GB/s per
+    # direction; 8 GPUs per node, one ConnectX-7 400 Gb/s InfiniBand NIC per GPU (MB 4.6 deepep:
+    # "CX7 400Gb/s IB per GPU"). NVLink 0.80: ~160 GB/s achieved (MB 4.6 deepep;
+    # modern_parallelism.md 3.7) / 200.
+    "dgx-h800": _system(
+        name="dgx-h800",
+        accelerator=_hopper("H800-SXM5-80GB", 80, 3350, fp8_fraction=0.71, hbm_fraction=0.89),
+        nvlink_gbps_per_direction=200,
+        nvlink_efficiency=0.80,
         nic_gbps=50,
     ),
     # DGX B200 datasheet: 8x B200, NVLink5 1.8 TB/s bidirectional per GPU (900 each way) through
-    # 2 NVSwitch chips, 8x ConnectX-7 400 Gb/s (50 GB/s per GPU).
+    # 2 NVSwitch chips, 8x ConnectX-7 400 Gb/s (50 GB/s per GPU; modern_parallelism.md 3.7).
+    # NVLink 0.76: 682.2 GB/s ring busbw on 8x B200 (MB 4.3 mlengr_net) / 900.
     "dgx-b200": _system(
         name="dgx-b200",
         accelerator=_b200(),
         nvlink_gbps_per_direction=900,
+        nvlink_efficiency=0.76,
         nic_gbps=50,
+    ),
+    # DGX B300: 8x B300, NVLink5 900 GB/s per direction, 8x ConnectX-8 800 Gb/s = 100 GB/s per
+    # GPU (modern_parallelism.md 3.7, MLE DGX B300 XDR row). NVLink 0.76: B200's (assumed).
+    "dgx-b300": _system(
+        name="dgx-b300",
+        accelerator=_b300(),
+        nvlink_gbps_per_direction=900,
+        nvlink_efficiency=0.76,
+        nic_gbps=100,
+    ),
+    # GB200 NVL72: 18 compute trays of 2 Grace + 4 B200-class GPUs, one NVLink5 domain of 72
+    # (1.8 TB/s bidirectional = 900 GB/s per direction per GPU), 4 ConnectX-7 400 Gb/s per tray =
+    # 50 GB/s per GPU (modern_parallelism.md 3.7, DGX GB200 user guide). NVLink 0.76: 679.61
+    # GB/s ring busbw on one 4-GPU host (MB 4.2 azure_abg_gb200) / 900; 680 over 32 GPUs of
+    # the domain (MB 4.1 nvidia_gtc25_s72583).
+    "dgx-gb200": _system(
+        name="dgx-gb200",
+        accelerator=_gb200(),
+        nvlink_gbps_per_direction=900,
+        nvlink_efficiency=0.76,
+        nic_gbps=50,
+        gpus_per_node=4,
+        nvlink_domain_size=72,
+    ),
+    # GB300 NVL72: as GB200 NVL72 (72-GPU NVLink5 domain, 900 GB/s per direction, 4 GPUs per
+    # tray) with one ConnectX-8 SuperNIC 800 Gb/s = 100 GB/s per GPU (modern_parallelism.md
+    # 3.7). NVLink 0.76: GB200's (assumed).
+    "dgx-gb300": _system(
+        name="dgx-gb300",
+        accelerator=_gb300(),
+        nvlink_gbps_per_direction=900,
+        nvlink_efficiency=0.76,
+        nic_gbps=100,
+        gpus_per_node=4,
+        nvlink_domain_size=72,
     ),
     # AMD Instinct MI300X platform: 8 OAMs in a fully connected Infinity Fabric mesh, 7 links of
     # 64 GB/s per direction per GPU = 448 GB/s each way (896 GB/s bidirectional aggregate);
-    # scale-out: one 400 Gb/s NIC per GPU (50 GB/s), as in typical MI300X clusters.
+    # scale-out: one 400 Gb/s NIC per GPU (50 GB/s), as in typical MI300X clusters. Infinity
+    # Fabric 0.70: 312.912 GB/s all-reduce busbw on 8 MI300X (MB 4.3 mlengr_net) / 448.
     "mi300x-8": _system(
         name="mi300x-8",
         accelerator=_mi300x(),
         nvlink_gbps_per_direction=448,
-        nvlink_efficiency=ConstantEfficiency(fraction=0.7),
+        nvlink_efficiency=0.70,
         nic_gbps=50,
     ),
 }

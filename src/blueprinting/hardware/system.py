@@ -7,7 +7,8 @@ A system is one accelerator type replicated over nodes::
     │   ├── matrix / vector: ComputeEngineSpec (DatatypeRate(datatype, peak, efficiency) each)
     │   ├── hbm: MemorySpec (capacity, bandwidth, efficiency)
     │   └── offload: MemorySpec | None (Calculon's mem2; host memory)
-    ├── node: NodeSpec(gpus_per_node, link: LinkSpec)       intra-node (NVLink, Infinity Fabric)
+    ├── node: NodeSpec(gpus_per_node, link: LinkSpec,       intra-node / NVLink domain
+    │            nvlink_domain_size=None)                   (NVLink, Infinity Fabric)
     ├── scale_out: LinkSpec                                 per-GPU scale-out NIC (InfiniBand)
     ├── processing_mode: ProcessingMode                     no_overlap (sum) | roofline (max)
     ├── runtime: RuntimeMemory                              CUDA context, NCCL buffers, allocator
@@ -34,8 +35,10 @@ Rank placement (:func:`place_group`): ranks are numbered with the dimensions of 
 :class:`RankLayout` from fastest to slowest varying. Megatron-LM's default is ``tp-dp-pp``
 (``megatron/core/parallel_state.py``, ``RankGenerator(order="tp-cp-ep-dp-pp")`` without
 context/expert parallelism): TP ranks are adjacent, then DP, then PP. Node ``i`` holds ranks
-``[i*G, (i+1)*G)`` for ``G`` GPUs per node. A group whose ranks all sit in one node uses the
-intra-node link; otherwise the scale-out network, the slowest link it crosses.
+``[i*G, (i+1)*G)`` for ``G`` GPUs per node, NVLink domain ``j`` ranks ``[j*D, (j+1)*D)`` for
+``D`` GPUs per domain (``D = G`` unless the NVLink fabric spans hosts, as in an NVL72 rack of 18
+four-GPU trays). A group whose ranks all sit in one NVLink domain uses the intra-node
+(scale-up) link; otherwise the scale-out network, the slowest link it crosses.
 """
 
 from __future__ import annotations
@@ -80,6 +83,9 @@ class ProcessingMode(StrEnum):
 
 
 class LinkTier(StrEnum):
+    """``intra_node``: the scale-up link inside one NVLink domain (the node, unless
+    ``NodeSpec.nvlink_domain_size`` spans several); ``scale_out``: the per-GPU NIC."""
+
     INTRA_NODE = "intra_node"
     SCALE_OUT = "scale_out"
 
@@ -229,13 +235,39 @@ class LinkSpec:
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeSpec:
+    """A host (``gpus_per_node`` GPUs: a DGX, or one compute tray of an NVL72 rack) and the
+    scale-up link its GPUs use.
+
+    ``nvlink_domain_size`` is the number of GPUs that share one NVLink fabric, when that fabric
+    spans several hosts: 72 for a GB200 / GB300 NVL72 rack of 18 trays of 4 GPUs
+    (``shared/reference/modern_parallelism.md`` section 3.7). ``None``: the domain is the node
+    (every 8-GPU DGX / HGX and the MI300X platform). A group whose ranks all sit in one domain
+    uses ``link``; the node keeps its meaning everywhere else (ranks per host, the search's
+    default TP limit).
+    """
+
     gpus_per_node: int
     link: LinkSpec
+    nvlink_domain_size: int | None = None
 
     def __post_init__(self) -> None:
         problems = positive_int_problems("NodeSpec", gpus_per_node=self.gpus_per_node)
+        domain = self.nvlink_domain_size
+        if domain is not None:
+            domain_problems = positive_int_problems("NodeSpec", nvlink_domain_size=domain)
+            problems += domain_problems
+            if not domain_problems and not problems and domain % self.gpus_per_node != 0:
+                problems.append(
+                    f"NodeSpec.nvlink_domain_size must be a multiple of gpus_per_node "
+                    f"({self.gpus_per_node}), got {domain}"
+                )
         if problems:
             raise ConfigError(problems)
+
+    @property
+    def domain_size(self) -> int:
+        """GPUs per NVLink domain: ``nvlink_domain_size``, or the node when that is ``None``."""
+        return self.gpus_per_node if self.nvlink_domain_size is None else self.nvlink_domain_size
 
 
 # --------------------------------------------------------------------------------------------
@@ -323,6 +355,7 @@ def place_group(
     pipeline: int,
     data: int,
     gpus_per_node: int,
+    nvlink_domain_size: int | None = None,
 ) -> CommGroup:
     """The group of dimension ``dim`` under ``layout``: its link and ranks per node.
 
@@ -331,12 +364,16 @@ def place_group(
     multiple of ``G`` every rank is on its own node; if ``c = G / stride`` is an integer and
     ``c`` divides ``n`` (or ``n`` divides ``c``) runs of ``c`` (or all ``n``) members share a
     node. Otherwise every group is enumerated. ``ranks_per_node`` is the fewest members any
-    group has in one of its nodes (the per-node share of the slowest group); the group uses the
-    scale-out link iff any group spans more than one node.
+    group has in one of its nodes (the per-node share of the slowest group). The same count
+    with ``G`` = the NVLink domain (``nvlink_domain_size``, consecutive blocks of that many
+    ranks; ``None``: the node) decides the link: the group uses the scale-out link iff any
+    group spans more than one domain.
     """
     problems = positive_int_problems(
         "place_group", tensor=tensor, pipeline=pipeline, data=data, gpus_per_node=gpus_per_node
     )
+    domain = gpus_per_node if nvlink_domain_size is None else nvlink_domain_size
+    problems += positive_int_problems("place_group", nvlink_domain_size=domain)
     if problems:
         raise ConfigError(problems)
     size = _degree(dim, tensor, pipeline, data)
@@ -347,20 +384,25 @@ def place_group(
         stride *= _degree(faster, tensor, pipeline, data)
     if size == 1:
         return CommGroup(size=1, tier=LinkTier.INTRA_NODE, ranks_per_node=1)
-    per_node_if_aligned = gpus_per_node // stride if gpus_per_node % stride == 0 else 0
-    if stride % gpus_per_node == 0:
-        per_node, spans_nodes = 1, True
-    elif per_node_if_aligned and size % per_node_if_aligned == 0:
-        # Groups start at multiples of size * stride, so node-aligned runs fill whole nodes.
-        per_node, spans_nodes = per_node_if_aligned, size > per_node_if_aligned
-    elif per_node_if_aligned and per_node_if_aligned % size == 0:
-        per_node, spans_nodes = size, False
-    else:
-        per_node, spans_nodes = _enumerate_groups(
-            size, stride, tensor * pipeline * data, gpus_per_node
-        )
-    tier = LinkTier.SCALE_OUT if spans_nodes else LinkTier.INTRA_NODE
+    world = tensor * pipeline * data
+    per_node, _ = _spread(size, stride, world, gpus_per_node)
+    _, spans_domains = _spread(size, stride, world, domain)
+    tier = LinkTier.SCALE_OUT if spans_domains else LinkTier.INTRA_NODE
     return CommGroup(size=size, tier=tier, ranks_per_node=per_node)
+
+
+def _spread(size: int, stride: int, world: int, unit: int) -> tuple[int, bool]:
+    """(fewest members any group has in one block of ``unit`` consecutive ranks, whether any
+    group spans more than one block) for groups of ``size`` ranks ``stride`` apart."""
+    per_unit_if_aligned = unit // stride if unit % stride == 0 else 0
+    if stride % unit == 0:
+        return 1, True
+    if per_unit_if_aligned and size % per_unit_if_aligned == 0:
+        # Groups start at multiples of size * stride, so unit-aligned runs fill whole units.
+        return per_unit_if_aligned, size > per_unit_if_aligned
+    if per_unit_if_aligned and per_unit_if_aligned % size == 0:
+        return size, False
+    return _enumerate_groups(size, stride, world, unit)
 
 
 def _enumerate_groups(size: int, stride: int, world: int, gpus_per_node: int) -> tuple[int, bool]:
@@ -399,7 +441,7 @@ def _enumerate_groups(size: int, stride: int, world: int, gpus_per_node: int) ->
 
 
 def _enumerate_groups_by_rank(
-    size: int, stride: int, world: int, gpus_per_node: int
+    size: int, stride: int, world: int, gpus_per_unit: int
 ) -> tuple[int, bool]:
     """:func:`_enumerate_groups` by visiting every rank (the definition; tests compare them)."""
     fewest = size
@@ -410,8 +452,8 @@ def _enumerate_groups_by_rank(
             continue
         counts: dict[int, int] = {}
         for i in range(size):
-            node = (base + i * stride) // gpus_per_node
-            counts[node] = counts.get(node, 0) + 1
+            unit = (base + i * stride) // gpus_per_unit
+            counts[unit] = counts.get(unit, 0) + 1
         fewest = min(fewest, *counts.values())
         spans = spans or len(counts) > 1
     return fewest, spans
@@ -496,8 +538,10 @@ class SystemSpec:
     runtime: RuntimeMemory = field(default_factory=RuntimeMemory)
 
     def __str__(self) -> str:
+        domain = self.node.nvlink_domain_size
+        nvlink = "" if domain is None else f" (NVLink domain {domain})"
         return (
-            f"{self.name}: {self.node.gpus_per_node}x {self.accelerator.name}, "
+            f"{self.name}: {self.node.gpus_per_node}x {self.accelerator.name}{nvlink}, "
             f"{self.processing_mode}, {self.network_assignment}"
         )
 
@@ -622,6 +666,7 @@ class SystemSpec:
                     pipeline=pipeline,
                     data=data,
                     gpus_per_node=self.gpus_per_node,
+                    nvlink_domain_size=self.node.nvlink_domain_size,
                 )
             case FixedTiers() as fixed:
                 size = _degree(dim, tensor, pipeline, data)

@@ -6,6 +6,8 @@ The mapping form (every key optional when a ``preset`` is given; SI units, the u
     preset = "dgx-a100-80gb"          # start from SYSTEM_PRESETS[preset], then apply the rest
     name = "my-a100-cluster"
     gpus_per_node = 8
+    nvlink_domain_size = 72           # GPUs on one NVLink fabric (a multiple of gpus_per_node;
+                                      # absent: the node), e.g. GB200 NVL72 with 4 GPUs per tray
     processing_mode = "roofline"      # or "no_overlap"
     async_tp_backward_comm = true     # false: Megatron-LM before Sept. 2021 (SystemSpec docs)
     rank_layout = "tp-dp-pp"          # or, Calculon-style, fixed link tiers:
@@ -105,6 +107,7 @@ _TOP_KEYS = (
     "preset",
     "name",
     "gpus_per_node",
+    "nvlink_domain_size",
     "processing_mode",
     "rank_layout",
     "fixed_tiers",
@@ -207,6 +210,8 @@ def system_to_mapping(system: SystemSpec) -> dict[str, object]:
         "gpus_per_node": system.node.gpus_per_node,
         "processing_mode": system.processing_mode.value,
     }
+    if system.node.nvlink_domain_size is not None:
+        result["nvlink_domain_size"] = system.node.nvlink_domain_size
     match system.network_assignment:
         case ByRankLayout(layout=layout):
             result["rank_layout"] = layout.value
@@ -666,6 +671,11 @@ def system_from_mapping(section: Mapping[str, object], *, source: str | None = N
     gpus_per_node = _integer(
         _required(merged, "gpus_per_node", "system", out), "system.gpus_per_node", out
     )
+    domain = (
+        _integer(merged["nvlink_domain_size"], "system.nvlink_domain_size", out)
+        if "nvlink_domain_size" in merged
+        else None
+    )
     mode = _choice(
         ProcessingMode,
         merged.get("processing_mode", ProcessingMode.ROOFLINE.value),
@@ -692,8 +702,14 @@ def system_from_mapping(section: Mapping[str, object], *, source: str | None = N
     )
     node = (
         None
-        if gpus_per_node is None or intra is None
-        else _checked(out, "system", lambda: NodeSpec(gpus_per_node=gpus_per_node, link=intra))
+        if gpus_per_node is None
+        or intra is None
+        or ("nvlink_domain_size" in merged and domain is None)
+        else _checked(
+            out,
+            "system",
+            lambda: NodeSpec(gpus_per_node=gpus_per_node, link=intra, nvlink_domain_size=domain),
+        )
     )
     out.raise_if_any()
     if (
