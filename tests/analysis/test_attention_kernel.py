@@ -7,7 +7,11 @@ import dataclasses
 
 import pytest
 
-from blueprinting.analysis.memory import attention_core_bytes, layer_activation_bytes
+from blueprinting.analysis.memory import (
+    MemoryPeak,
+    attention_core_bytes,
+    layer_activation_bytes,
+)
 from blueprinting.api import plan
 from blueprinting.errors import ConfigError, InvalidStrategyError, UnsupportedError
 from blueprinting.hardware.attention import A100_FLASH_ATTENTION_2, H100_FLASH_ATTENTION_2
@@ -208,3 +212,35 @@ def test_recomputing_the_mlp_stores_less_and_recomputes_its_gemms() -> None:
     extra = b.hardware_flops_per_iteration - a.hardware_flops_per_iteration
     assert extra == tokens * 96 * 16 * h * h
     assert b.plan.block.recompute.critical_path_s > a.plan.block.recompute.critical_path_s
+
+
+def test_the_peak_falls_where_the_larger_transient_is() -> None:
+    """A small block with a wide vocabulary (h = 64, s = 128, V = 65536, t = 1, bf16, fused):
+    one block's backward gradients x s (u + f) + 2 x s h = 2*128*512 + 4*128*64 = 163,840 bytes,
+    the last stage's 16-bit logits x s V = 2*128*65536 = 16,777,216: the loss's backward sets
+    the last stage's peak, a block's backward the first stage's."""
+    small = dataclasses.replace(
+        GPT3,
+        name="wide-vocab",
+        num_layers=4,
+        hidden_size=64,
+        num_attention_heads=4,
+        num_query_groups=4,
+        kv_channels=16,
+        ffn_hidden_size=256,
+        seq_length=128,
+        vocab_size=65536,
+        padded_vocab_size=65536,
+        published_parameters=None,
+    )
+    spec = from_mapping(
+        {"pipeline_model_parallel_size": 2, "data_parallel_size": 1, "global_batch_size": 4},
+        model=small,
+    )
+    report = plan(spec, system="dgx-h100")
+    first, last = report.memory_per_stage
+    assert (first.peak, first.transient) == (MemoryPeak.BLOCK_BACKWARD, 163_840)
+    assert (last.peak, last.transient) == (MemoryPeak.LOSS_BACKWARD, 16_777_216)
+    memory = report.to_json_dict()["memory_bytes"]
+    assert isinstance(memory, dict)
+    assert memory["peak_at"] == report.memory.peak.value

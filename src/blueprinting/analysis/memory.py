@@ -64,6 +64,7 @@ under-counts by ``2 b s h`` bytes per block (its known bug 2).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import TYPE_CHECKING, TypeVar, assert_never, final
 
 from blueprinting.analysis.stage_layout import chunk_layer_counts
@@ -712,6 +713,7 @@ class StageOverheads:
     allocator_reserve: int
     cuda_context: int
     nccl_buffers: int
+    peak: MemoryPeak
 
 
 def communicator_sizes(
@@ -740,6 +742,35 @@ def nccl_buffer_bytes(
     :func:`communicator_sizes` (:meth:`RuntimeMemory.nccl_bytes`)."""
     sizes = communicator_sizes(tensor=tensor, pipeline=pipeline, data=data, stage=stage, tied=tied)
     return sum(runtime.nccl_bytes(size) for size in sizes)
+
+
+class MemoryPeak(StrEnum):
+    """Where in the iteration a stage's peak falls (:class:`StageOverheads`): at the first
+    backward after the schedule's warm-up, when every in-flight microbatch is stored, with one
+    block's backward gradients live (``block_backward``) or, on the last stage when larger, the
+    16-bit logits and their gradient of the loss's backward (``loss_backward``); ``stored``: no
+    transient on top of the stored state (a stage without blocks or logits)."""
+
+    STORED = "stored"
+    BLOCK_BACKWARD = "block_backward"
+    LOSS_BACKWARD = "loss_backward"
+
+
+#: :class:`MemoryPeak` by the index :func:`peak_phase_index` returns.
+PEAK_PHASES: tuple[MemoryPeak, ...] = (
+    MemoryPeak.STORED,
+    MemoryPeak.BLOCK_BACKWARD,
+    MemoryPeak.LOSS_BACKWARD,
+)
+
+
+def peak_phase_index(*, working: _Bytes, logits: _Bytes) -> _Bytes:
+    """The index into :data:`PEAK_PHASES` of the transient that sets the peak (the one
+    comparison, on integers or arrays of them)."""
+    import numpy as np
+
+    index: _Bytes = np.where(logits > working, 2, np.where(working > 0, 1, 0))  # type: ignore[assignment]
+    return index
 
 
 def overhead_parts(
@@ -782,9 +813,11 @@ def _stage_overheads(
 ) -> StageOverheads:
     _check_stage(stage, mapping.pipeline_degree)
     has_blocks = sum(inv.chunks[stage]) > 0
+    working = inv.backward_working if has_blocks else 0
+    logits = inv.logits_transient if stage == mapping.pipeline_degree - 1 else 0
     parts = overhead_parts(
-        working=inv.backward_working if has_blocks else 0,
-        logits=inv.logits_transient if stage == mapping.pipeline_degree - 1 else 0,
+        working=working,
+        logits=logits,
         nccl_buffers=nccl_buffer_bytes(
             runtime,
             tensor=mapping.tensor_degree,
@@ -802,6 +835,7 @@ def _stage_overheads(
         allocator_reserve=reserve,
         cuda_context=context,
         nccl_buffers=nccl,
+        peak=PEAK_PHASES[int(peak_phase_index(working=working, logits=logits))],
     )
 
 
@@ -843,6 +877,7 @@ class MemoryBreakdown:
     fits: bool
     headroom: int
     stage: int = 0
+    peak: MemoryPeak = MemoryPeak.STORED
 
     def __post_init__(self) -> None:
         parts = (self.weights, self.gradients, self.optimizer_states, self.activations, self.other)
@@ -931,6 +966,7 @@ def assemble_breakdown(
         fits=reserved <= capacity,
         headroom=capacity - reserved,
         stage=stage,
+        peak=overheads.peak,
     )
 
 

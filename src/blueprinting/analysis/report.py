@@ -169,6 +169,7 @@ class IterationReport:
                 "capacity": memory.capacity,
                 "headroom": memory.headroom,
                 "stage": memory.stage,
+                "peak_at": memory.peak.value,
             },
             "fits_in_memory": memory.fits,
             "memory_total_bytes_per_stage": [stage.total for stage in self.memory_per_stage],

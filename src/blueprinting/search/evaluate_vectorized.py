@@ -57,6 +57,7 @@ from blueprinting.analysis.flops import (
 from blueprinting.analysis.memory import (
     DROPOUT_MASK_BYTES,
     LOGITS_BYTES,
+    PEAK_PHASES,
     TOKEN_ID_BYTES,
     backward_working_bytes,
     checkpoint_bytes,
@@ -65,6 +66,7 @@ from blueprinting.analysis.memory import (
     nccl_buffer_bytes,
     overhead_parts,
     peak_bytes,
+    peak_phase_index,
     precision_recipe,
     stage_parameters,
 )
@@ -155,6 +157,7 @@ class CandidateFigures:
     memory_allocated_peak: IntArray
     memory_allocator_reserved_peak: IntArray
     memory_reserved_peak: IntArray
+    memory_peak: IntArray  # index into memory.PEAK_PHASES
     memory_capacity: int
     memory_stage: IntArray
     # dp_comm
@@ -279,6 +282,7 @@ class CandidateFigures:
                 "capacity": self.memory_capacity,
                 "headroom": int(self.memory_headroom[i]),
                 "stage": int(self.memory_stage[i]),
+                "peak_at": PEAK_PHASES[int(self.memory_peak[i])].value,
             },
             "fits_in_memory": bool(self.fits_in_memory[i]),
             "dp_comm": {
@@ -585,6 +589,7 @@ class _StageMemory:
     allocator_reserve: IntArray
     cuda_context: IntArray
     nccl_buffers: IntArray
+    peak: IntArray  # index into memory.PEAK_PHASES
 
     @property
     def total(self) -> IntArray:
@@ -714,11 +719,10 @@ def _stage_memory(
         ],
         dtype=np.int64,
     )[inverse_n]
+    backward_working = np.where(has_blocks, working_bytes, 0)
+    logits_transient = np.where(stage == p - 1, logits_bytes, 0)
     transient, workspace, reserve, context, nccl_buffers = overhead_parts(
-        working=np.where(has_blocks, working_bytes, 0),
-        logits=np.where(stage == p - 1, logits_bytes, 0),
-        nccl_buffers=nccl,
-        runtime=runtime,
+        working=backward_working, logits=logits_transient, nccl_buffers=nccl, runtime=runtime
     )
     return _StageMemory(
         weights=weights,
@@ -731,6 +735,7 @@ def _stage_memory(
         allocator_reserve=reserve,
         cuda_context=context,
         nccl_buffers=nccl_buffers,
+        peak=peak_phase_index(working=backward_working, logits=logits_transient),
     )
 
 
@@ -1021,6 +1026,7 @@ def evaluate_candidates(
         memory_allocated_peak=worst(first_peaks[0], last_peaks[0]),
         memory_allocator_reserved_peak=worst(first_peaks[1], last_peaks[1]),
         memory_reserved_peak=worst(first_peaks[2], last_peaks[2]),
+        memory_peak=worst(at_first.peak, at_last.peak),
         memory_capacity=int(system.accelerator.hbm.capacity_bytes),
         memory_stage=np.where(use_last, p - 1, 0),
         dp_grad_bytes=grads_bytes,
