@@ -92,8 +92,8 @@ def render_plan(report: IterationReport, console: Console, *, all_stages: bool =
     verdict = fit_verdict(memory.fits)
     console.print(
         f"[{_bar(memory.reserved_peak / memory.capacity)}] {memory.reserved_peak / GIB:.1f} of "
-        f"{memory.capacity / GIB:.1f} GiB at the reserved peak: {verdict}, "
-        f"headroom {memory.headroom / GIB:.2f} GiB"
+        f"{memory.capacity / GIB:.1f} GiB at the reserved peak ({memory.peak.value}): "
+        f"{verdict}, headroom {memory.headroom / GIB:.2f} GiB"
     )
 
     if all_stages:
