@@ -27,6 +27,12 @@ def test_names_and_rulesets() -> None:
         "sequence_parallel_needs_tensor",
         "overlap_param_gather_needs_overlap_grad_reduce",
         "fused_attention_support",
+        "tp_comm_overlap_needs_sequence_parallel",
+        "tp_comm_overlap_buffer_shape",
+    ]
+    assert [law for law in Law if not law.searched] == [
+        Law.MEGATRON_TP_COMM_OVERLAP_NEEDS_SP,
+        Law.MEGATRON_TP_COMM_OVERLAP_BUFFER,
     ]
     assert all(law.ruleset is RuleSet.MEGATRON for law in MEGATRON_LAWS)
     assert all(law.ruleset is RuleSet.PLANNER for law in PLANNER_LAWS)

@@ -41,6 +41,7 @@ from blueprinting.mapping.transformer import (
     NoOptimizerSharding,
     PipelineParallel,
     RecomputePolicy,
+    ReduceScatterAllGather,
     ShardedGradients,
     ShardedParameters,
     SingleStage,
@@ -125,7 +126,12 @@ def _local_block_costs(
     """The costed local block, shared like :func:`_local_block` by strategies that differ only
     in PP, DP or batch (the costs read nothing else)."""
     ir = _local_block(model, tensor, recompute, micro_batch, attention)
-    return cost_task_groups(ir, system, tp_group, model.datatype)
+    overlap = (
+        tensor.communication.overlap
+        if isinstance(tensor.communication, ReduceScatterAllGather)
+        else None
+    )
+    return cost_task_groups(ir, system, tp_group, model.datatype, overlap)
 
 
 def portable_plan(spec: TrainingSpec, system: SystemSpec) -> PortablePlanIR:

@@ -137,6 +137,45 @@ def stage_work(plan: PortablePlanIR, stage: StagePlan, microbatches: int) -> Sta
     )
 
 
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageTpComm:
+    """A stage's TP communication over one iteration: link time, the part on the critical path
+    (``exposed_s`` is the breakdown's ``tp_comm_exposed``), and what overlapping it cost the
+    GEMMs (``overlap_compute_s``, inside forward / backward / recompute)."""
+
+    link_s: float
+    exposed_s: float
+    overlap_compute_s: float
+
+    @property
+    def hidden_s(self) -> float:
+        return self.link_s - self.exposed_s
+
+
+def stage_tp_comm(plan: PortablePlanIR, stage: StagePlan, microbatches: int) -> StageTpComm:
+    """m x the TP communication of the stage's blocks and extras (the same terms as
+    :func:`stage_work`'s ``tp_comm_exposed``)."""
+    block = plan.block
+    phases = [
+        (stage.blocks, block.forward),
+        (stage.blocks, block.backward_activation),
+        (stage.blocks, block.backward_weight),
+        (stage.recomputed_blocks, block.recompute),
+    ]
+    for present, extra in (
+        (stage.has_embedding, plan.embedding),
+        (stage.has_lm_head, plan.lm_head),
+    ):
+        if present:
+            phases += [(1, extra.forward), (1, extra.backward)]
+    return StageTpComm(
+        link_s=microbatches * sum(n * ph.comm_s for n, ph in phases),
+        exposed_s=microbatches * sum(n * ph.comm_exposed_s for n, ph in phases),
+        overlap_compute_s=microbatches * sum(n * ph.overlap_compute_s for n, ph in phases),
+    )
+
+
 def bubble_contract(plan: PortablePlanIR, microbatches: int) -> BubbleContract:
     """The seed's contract fed with this plan's chunk critical paths."""
     p = plan.pipeline_degree

@@ -12,7 +12,7 @@ from typing import final
 from blueprinting.analysis import flops
 from blueprinting.analysis.data_parallel import DataParallelCost
 from blueprinting.analysis.flops import FlopsConvention
-from blueprinting.analysis.iteration import BubbleSource, TimeBreakdown
+from blueprinting.analysis.iteration import BubbleSource, TimeBreakdown, stage_tp_comm
 from blueprinting.analysis.memory import MemoryBreakdown, stage_activations
 from blueprinting.analysis.optimizer_step import OptimizerStepCost
 from blueprinting.analysis.pipeline_contract import BubbleContract
@@ -108,6 +108,39 @@ class IterationReport:
             self.iteration_time_s,
         )
 
+    def _tp_comm_json(self) -> dict[str, JsonValue]:
+        """TP communication per block phase and over the iteration of the critical stage: link
+        time, the part hidden behind GEMMs, the part exposed, and what hiding it costs the GEMMs
+        (``overlap_compute_s``, already inside the compute terms)."""
+        block = self.plan.block
+        phases: dict[str, JsonValue] = {}
+        for name, phase in (
+            ("forward", block.forward),
+            ("backward_activation", block.backward_activation),
+            ("backward_weight", block.backward_weight),
+            ("recompute", block.recompute),
+        ):
+            phases[name] = {
+                "link_s": phase.comm_s,
+                "hidden_s": phase.comm_hidden_s,
+                "exposed_s": phase.comm_exposed_s,
+                "overlap_compute_s": phase.overlap_compute_s,
+            }
+        total = stage_tp_comm(
+            self.plan, self.plan.critical_stage(), self.spec.mapping.microbatch_count
+        )
+        overlap = str(self.spec.mapping.tp_comm_overlap)
+        return {
+            "overlap": overlap or "none",
+            "block": phases,
+            "iteration": {
+                "link_s": total.link_s,
+                "hidden_s": total.hidden_s,
+                "exposed_s": total.exposed_s,
+                "overlap_compute_s": total.overlap_compute_s,
+            },
+        }
+
     def to_json_dict(self) -> dict[str, JsonValue]:
         """The ``plan --json`` object (README documents each key and unit)."""
         memory = self.memory
@@ -196,6 +229,7 @@ class IterationReport:
                 "recompute": block.recompute.critical_path_s,
                 "backward_with_recompute": block.backward_with_recompute_s,
             },
+            "tp_comm": self._tp_comm_json(),
             "dp_comm": {
                 "grad_bytes": self.data_parallel.grad_bytes,
                 "param_gather_bytes": self.data_parallel.param_gather_bytes,

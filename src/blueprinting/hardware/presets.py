@@ -246,6 +246,8 @@ def _a100(hbm_gb: float, hbm_gbps: float) -> AcceleratorSpec:
         ),
         hbm=_hbm(hbm_gb, hbm_gbps, _constant(0.83)),
         attention=A100_FLASH_ATTENTION_2,
+        # 108 SMs (NVIDIA A100 Tensor Core GPU Architecture whitepaper, Table 1).
+        sm_count=108,
     )
 
 
@@ -263,6 +265,9 @@ def _hopper(
         vector=_vector(half=133.8, fp32=67),
         hbm=_hbm(hbm_gb, hbm_gbps, _constant(hbm_fraction)),
         attention=H100_FLASH_ATTENTION_2,
+        # 132 SMs on H100 SXM5 (NVIDIA H100 Tensor Core GPU Architecture whitepaper, Table 2);
+        # H200 and H800 SXM keep the GH100 die's 132.
+        sm_count=132,
     )
 
 
@@ -275,6 +280,7 @@ def _blackwell(
     bf16_fraction: float,
     fp8_fraction: float,
     attention: AttentionKernelRates,
+    sm_count: int,
 ) -> AcceleratorSpec:
     # Every Blackwell part here: 8 TB/s HBM3e (modern_parallelism.md 3.6; MB 5 mlengr_peaks).
     # fp32 80 TFLOP/s: the B200 figure (NVIDIA Blackwell datasheet; tabulated at
@@ -293,6 +299,7 @@ def _blackwell(
         vector=_vector(half=80, fp32=80),
         hbm=_hbm(hbm_gb, 8000, HBM_EFFICIENCY_UNMEASURED),
         attention=attention,
+        sm_count=sm_count,
     )
 
 
@@ -308,6 +315,8 @@ def _b200() -> AcceleratorSpec:
         bf16_fraction=0.78,
         fp8_fraction=0.76,
         attention=B200_FLASH_ATTENTION_4,
+        # 148 SMs per B200 GPU (NVIDIA Blackwell datasheet; GB200's GPU is the same die).
+        sm_count=148,
     )
 
 
@@ -323,6 +332,8 @@ def _b300() -> AcceleratorSpec:
         bf16_fraction=0.79,
         fp8_fraction=0.75,
         attention=B300_FLASH_ATTENTION_4,
+        # 160 SMs per Blackwell Ultra GPU (NVIDIA technical blog, Inside Blackwell Ultra, 2025).
+        sm_count=160,
     )
 
 
@@ -338,6 +349,8 @@ def _gb200() -> AcceleratorSpec:
         bf16_fraction=0.73,
         fp8_fraction=0.72,
         attention=GB200_FLASH_ATTENTION_4,
+        # 148 SMs per B200 GPU (NVIDIA Blackwell datasheet; GB200's GPU is the same die).
+        sm_count=148,
     )
 
 
@@ -353,6 +366,8 @@ def _gb300() -> AcceleratorSpec:
         bf16_fraction=0.73,
         fp8_fraction=0.72,
         attention=GB200_FLASH_ATTENTION_4,
+        # 160 SMs per Blackwell Ultra GPU (NVIDIA technical blog, Inside Blackwell Ultra, 2025).
+        sm_count=160,
     )
 
 

@@ -187,6 +187,13 @@ class AcceleratorSpec:
     #: Measured fused-attention throughput; ``None``: a fused kernel is timed as its matrix
     #: products at the GEMM efficiency (:meth:`SystemSpec.attention_time`).
     attention: AttentionKernelRates | None = None
+    #: Streaming multiprocessors (datasheet), for the share a communication kernel takes from a
+    #: GEMM (Transformer Engine userbuffer overlap); ``None``: unknown, no SM share is charged.
+    sm_count: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.sm_count is not None and self.sm_count < 1:
+            raise ConfigError(f"accelerator sm_count must be positive, got {self.sm_count}")
 
     def engine(self, engine: Engine) -> ComputeEngineSpec:
         match engine:

@@ -117,7 +117,7 @@ _TOP_KEYS = (
     "async_tp_backward_comm",
     "runtime",
 )
-_ACCELERATOR_KEYS = ("name", "matrix", "vector", "hbm", "offload", "attention")
+_ACCELERATOR_KEYS = ("name", "matrix", "vector", "hbm", "offload", "attention", "sm_count")
 _ATTENTION_KEYS = ("kernel", "source", "head_dims", "seq_lengths", "tflops")
 _RUNTIME_KEYS = (
     "cuda_context_bytes",
@@ -196,6 +196,8 @@ def system_to_mapping(system: SystemSpec) -> dict[str, object]:
     }
     if system.accelerator.offload is not None:
         accelerator["offload"] = _memory_to_mapping(system.accelerator.offload)
+    if system.accelerator.sm_count is not None:
+        accelerator["sm_count"] = system.accelerator.sm_count
     rates = system.accelerator.attention
     if rates is not None:
         accelerator["attention"] = {
@@ -547,12 +549,26 @@ def _accelerator_from_mapping(
         if "attention" in table
         else None
     )
+    sm_count = (
+        _integer(table["sm_count"], f"{where}.sm_count", out) if "sm_count" in table else None
+    )
     if name is None or matrix is None or vector is None or hbm is None:
         return None
     if ("offload" in table and offload is None) or ("attention" in table and attention is None):
         return None
+    if sm_count is not None and sm_count < 1:
+        out.add(f"{where}.sm_count must be a positive integer, got {sm_count}")
+        return None
+    if "sm_count" in table and sm_count is None:
+        return None
     return AcceleratorSpec(
-        name=name, matrix=matrix, vector=vector, hbm=hbm, offload=offload, attention=attention
+        name=name,
+        matrix=matrix,
+        vector=vector,
+        hbm=hbm,
+        offload=offload,
+        attention=attention,
+        sm_count=sm_count,
     )
 
 

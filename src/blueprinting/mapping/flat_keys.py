@@ -51,9 +51,13 @@ from blueprinting.mapping.presets import did_you_mean
 from blueprinting.mapping.transformer import (
     DEFAULT_RECOMPUTE_MODULES,
     DENSE_RECOMPUTE_MODULES,
+    TE_PIPELINE_SPLITS,
+    AllReduce,
     AttentionBackend,
     AttentionKernel,
     BatchSpec,
+    BulkOverlap,
+    ColumnBackwardOverlap,
     DataParallel,
     DistributedOptimizer,
     EvenStages,
@@ -65,8 +69,10 @@ from blueprinting.mapping.transformer import (
     InterleavedOneForwardOneBackward,
     NoOptimizerSharding,
     NoRecompute,
+    NoTpCommOverlap,
     OneForwardOneBackward,
     OptimizerSharding,
+    PipelinedDgradReduceScatter,
     PipelineParallel,
     PipelineSchedule,
     RecomputeMethod,
@@ -80,13 +86,16 @@ from blueprinting.mapping.transformer import (
     ShardingVariant,
     SingleStage,
     StageLayout,
+    TensorCommunication,
     TensorParallel,
+    TpCommOverlap,
     TrainingSpec,
     TransformerInferenceMappingSpec,
     TransformerInferenceParallelism,
     TransformerTrainingMappingSpec,
     TransformerTrainingParallelism,
     UnevenStages,
+    UserbufferOverlap,
     ZeroBubbleH1,
     attention_kernel,
     inference_schedule,
@@ -152,6 +161,18 @@ TRAINING_KEYS: Mapping[str, _Key] = {
     "global_batch_size": _int(),
     "attention_backend": _choice(*(b.value for b in AttentionBackend)),
     "use_flash_attn": _bool(),
+    # Transformer Engine userbuffer overlap (model_parallel_config.py l.265-340 @d98e8a64); the
+    # switches default true, Megatron-LM's CLI spells them --disable-... (and --no-...).
+    "tp_comm_overlap": _bool(),
+    "tp_comm_overlap_ag": _bool(),
+    "disable_tp_comm_overlap_ag": _bool(),
+    "tp_comm_overlap_rs": _bool(),
+    "disable_tp_comm_overlap_rs": _bool(),
+    "tp_comm_bulk_dgrad": _bool(),
+    "disable_tp_comm_bulk_dgrad": _bool(),
+    "tp_comm_bulk_wgrad": _bool(),
+    "disable_tp_comm_bulk_wgrad": _bool(),
+    "tp_comm_overlap_rs_dgrad": _bool(),
 }
 
 # Keys both training and inference accept.
@@ -575,7 +596,7 @@ def from_mapping(
         d = max(world // (t * p), 1)
 
     schedule, layout = _pipeline(values, p, spec_model, problems)
-    communication = tensor_communication(values.get("sequence_parallel") is True)
+    communication = _training_tensor_communication(values, problems)
     sharding = _sharding(values, problems)
     unsupported = _unsupported_sizes(values)
     recompute = _recompute(values, problems, unsupported)
@@ -642,6 +663,75 @@ def _laws_without_data_degree(spec: TrainingSpec) -> list[LawViolation]:
         for violation in check_training(spec.model, spec.mapping)
         if violation.law not in _DATA_DEGREE_LAWS
     ]
+
+
+#: The userbuffer switches that default true (each also spelled ``disable_<name>``).
+_TP_OVERLAP_SWITCHES = (
+    "tp_comm_overlap_ag",
+    "tp_comm_overlap_rs",
+    "tp_comm_bulk_dgrad",
+    "tp_comm_bulk_wgrad",
+)
+
+
+def _training_tensor_communication(
+    values: Mapping[str, FlatValue], problems: list[str]
+) -> TensorCommunication:
+    """``sequence_parallel`` and the ``tp_comm_*`` keys as the TP boundary and its overlap."""
+    overlap = _tp_comm_overlap(values, problems)
+    if values.get("sequence_parallel") is True:
+        return ReduceScatterAllGather(overlap=overlap)
+    if isinstance(overlap, UserbufferOverlap):
+        problems.append(
+            "tp_comm_overlap = true needs sequence_parallel = true (Megatron-LM asserts it at "
+            "start-up, megatron/training/arguments.py l.1441)"
+        )
+    return AllReduce()
+
+
+def _tp_comm_overlap(values: Mapping[str, FlatValue], problems: list[str]) -> TpCommOverlap:
+    """The ``tp_comm_*`` keys as a :data:`TpCommOverlap` (Megatron-LM's defaults: every switch
+    on, ``tp_comm_overlap_rs_dgrad`` off; rs_dgrad turns both bulk overlaps off, TE
+    ``module/base.py`` l.517-536 @d0067d0d). A switch given without ``tp_comm_overlap = true``,
+    or a bulk switch set true beside ``tp_comm_overlap_rs_dgrad = true``, is refused: Megatron-LM
+    would ignore it."""
+    switches: dict[str, bool] = {}
+    for name in _TP_OVERLAP_SWITCHES:
+        on, off = _get_bool(values, name), _get_bool(values, f"disable_{name}")
+        if on is not None and off is not None and on == off:
+            problems.append(f"{name} = {on} conflicts with disable_{name} = {off}")
+        elif on is not None:
+            switches[name] = on
+        elif off is not None:
+            switches[name] = not off
+    rs_dgrad = _get_bool(values, "tp_comm_overlap_rs_dgrad")
+    given = [*switches, *(["tp_comm_overlap_rs_dgrad"] if rs_dgrad is not None else [])]
+    if _get_bool(values, "tp_comm_overlap") is not True:
+        if given:
+            problems.append(
+                f"{', '.join(given)} needs tp_comm_overlap = true (Megatron-LM ignores the "
+                "tp_comm_* switches otherwise; Blueprinting refuses instead)"
+            )
+        return NoTpCommOverlap()
+    column: ColumnBackwardOverlap
+    if rs_dgrad is True:
+        bulk = [n for n in ("tp_comm_bulk_dgrad", "tp_comm_bulk_wgrad") if switches.get(n)]
+        if bulk:
+            problems.append(
+                f"tp_comm_overlap_rs_dgrad = true turns {' and '.join(bulk)} off (Transformer "
+                "Engine module/base.py l.517-536); set them false or drop them"
+            )
+        column = PipelinedDgradReduceScatter()
+    else:
+        column = BulkOverlap(
+            dgrad=switches.get("tp_comm_bulk_dgrad", True),
+            wgrad=switches.get("tp_comm_bulk_wgrad", True),
+        )
+    return UserbufferOverlap(
+        all_gather=switches.get("tp_comm_overlap_ag", True),
+        reduce_scatter=switches.get("tp_comm_overlap_rs", True),
+        column_backward=column,
+    )
 
 
 def _pipeline(
@@ -873,6 +963,7 @@ def to_mapping(spec: TrainingSpec) -> dict[str, FlatValue]:
         "data_parallel_size": mapping.data_degree,
         "sequence_parallel": mapping.sequence_parallel,
     }
+    out |= _tp_overlap_keys(mapping.tp_comm_overlap)
     out |= _schedule_keys(par.pipeline.schedule)
     out |= _layout_keys(par.pipeline.layout)
     out |= _sharding_keys(par.data.optimizer_sharding)
@@ -883,6 +974,63 @@ def to_mapping(spec: TrainingSpec) -> dict[str, FlatValue]:
     out["global_batch_size"] = mapping.batch.global_batch_size
     out |= _model_to_mapping(spec.model)
     return out
+
+
+def _tp_overlap_keys(overlap: TpCommOverlap) -> dict[str, FlatValue]:
+    """The ``tp_comm_*`` keys of an overlap (none when off). TE's split count is not a
+    Megatron-LM key (it lives in ``--tp-comm-overlap-cfg``): the inverse holds for the default."""
+    match overlap:
+        case NoTpCommOverlap():
+            return {}
+        case UserbufferOverlap(all_gather=ag, reduce_scatter=rs, column_backward=column):
+            out: dict[str, FlatValue] = {
+                "tp_comm_overlap": True,
+                "tp_comm_overlap_ag": ag,
+                "tp_comm_overlap_rs": rs,
+            }
+            match column:
+                case BulkOverlap(dgrad=dgrad, wgrad=wgrad):
+                    out |= {"tp_comm_bulk_dgrad": dgrad, "tp_comm_bulk_wgrad": wgrad}
+                case PipelinedDgradReduceScatter():
+                    out |= {
+                        "tp_comm_bulk_dgrad": False,
+                        "tp_comm_bulk_wgrad": False,
+                        "tp_comm_overlap_rs_dgrad": True,
+                    }
+                case _ as unreachable:
+                    assert_never(unreachable)
+            return out
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def _tp_overlap_args(overlap: TpCommOverlap) -> list[str]:
+    """Megatron-LM's flags for an overlap: ``--tp-comm-overlap`` and each switch that differs
+    from its default. A non-default split count needs a ``--tp-comm-overlap-cfg`` file."""
+    match overlap:
+        case NoTpCommOverlap():
+            return []
+        case UserbufferOverlap():
+            pass
+        case _ as unreachable:
+            assert_never(unreachable)
+    splits = [overlap.reduce_scatter_splits]
+    if isinstance(overlap.column_backward, PipelinedDgradReduceScatter):
+        splits.append(overlap.column_backward.splits)
+    if any(n != TE_PIPELINE_SPLITS for n in splits):
+        raise UnsupportedError(
+            f"a pipelined reduce-scatter in {splits} chunks (Transformer Engine's default is "
+            f"{TE_PIPELINE_SPLITS}) needs a --tp-comm-overlap-cfg file; Blueprinting writes none"
+        )
+    keys = _tp_overlap_keys(overlap)
+    args = ["--tp-comm-overlap"]
+    if keys.get("tp_comm_overlap_rs_dgrad") is True:
+        args.append("--tp-comm-overlap-rs-dgrad")
+        switches: tuple[str, ...] = _TP_OVERLAP_SWITCHES[:2]
+    else:
+        switches = _TP_OVERLAP_SWITCHES
+    args += [f"--disable-{n.replace('_', '-')}" for n in switches if keys[n] is False]
+    return args
 
 
 def _schedule_keys(schedule: PipelineSchedule) -> dict[str, FlatValue]:
@@ -986,6 +1134,7 @@ def megatron_args_of_lawful(spec: TrainingSpec) -> list[str]:
     args += _flags(_layout_keys(par.pipeline.layout))
     if mapping.sequence_parallel:
         args.append("--sequence-parallel")
+    args += _tp_overlap_args(mapping.tp_comm_overlap)
     args += _sharding_args(par.data)
     args += _flags(_recompute_keys(par.recompute))
     if mapping.attention.backend is not AttentionBackend.AUTO:

@@ -47,6 +47,17 @@ class Law(StrEnum):
     MEGATRON_SEQUENCE_PARALLEL_NEEDS_TP = "sequence_parallel_needs_tensor"
     MEGATRON_OVERLAP_PARAM_GATHER = "overlap_param_gather_needs_overlap_grad_reduce"
     MEGATRON_FUSED_ATTENTION_SUPPORT = "fused_attention_support"
+    MEGATRON_TP_COMM_OVERLAP_NEEDS_SP = "tp_comm_overlap_needs_sequence_parallel"
+    MEGATRON_TP_COMM_OVERLAP_BUFFER = "tp_comm_overlap_buffer_shape"
+
+    @property
+    def searched(self) -> bool:
+        """Whether the strategy search can produce a violation: it plans no TP communication
+        overlap, so the userbuffer laws are the scalar checker's only."""
+        return self not in (
+            Law.MEGATRON_TP_COMM_OVERLAP_NEEDS_SP,
+            Law.MEGATRON_TP_COMM_OVERLAP_BUFFER,
+        )
 
     @property
     def ruleset(self) -> RuleSet:
@@ -92,6 +103,10 @@ class Law(StrEnum):
                 return "overlap_param_gather => overlap_grad_reduce"
             case Law.MEGATRON_FUSED_ATTENTION_SUPPORT:
                 return "fused attention => datatype in {fp16, bf16, fp8} and kv_channels <= 256"
+            case Law.MEGATRON_TP_COMM_OVERLAP_NEEDS_SP:
+                return "tp_comm_overlap => sequence parallel and t > 1"
+            case Law.MEGATRON_TP_COMM_OVERLAP_BUFFER:
+                return "tp_comm_overlap => (seq_length * micro_batch) mod t == 0"
             case _ as unreachable:
                 assert_never(unreachable)
 

@@ -40,6 +40,7 @@ from blueprinting.mapping.transformer import (
     InterleavedOneForwardOneBackward,
     NoOptimizerSharding,
     NoRecompute,
+    NoTpCommOverlap,
     OneForwardOneBackward,
     PipelineParallel,
     ReduceScatterAllGather,
@@ -48,10 +49,12 @@ from blueprinting.mapping.transformer import (
     ShardedParameters,
     SingleStage,
     TensorParallel,
+    TpCommOverlap,
     TransformerInferenceMappingSpec,
     TransformerTrainingMappingSpec,
     UnevenStages,
     UnfusedAttention,
+    UserbufferOverlap,
     ZeroBubbleH1,
 )
 
@@ -315,6 +318,56 @@ def _sequence_laws(tensor: TensorParallel, sequence: int, sequence_name: str) ->
             pass
         case _ as unreachable:
             assert_never(unreachable)
+    return out
+
+
+def _tp_comm_overlap_laws(
+    tensor: TensorParallel, overlap: TpCommOverlap, sequence: int, micro_batch: int
+) -> list[LawViolation]:
+    """Megatron-LM / Transformer Engine start-up rules of ``--tp-comm-overlap``.
+
+    - ``tp_comm_overlap_needs_sequence_parallel``: ``assert args.sequence_parallel``
+      (``megatron/training/arguments.py`` l.1441-1442 @d98e8a64), after SP is switched off
+      silently at t = 1 (l.1432-1439); the typed overlap lives inside RS+AG, so what is left to
+      check is t > 1.
+    - ``tp_comm_overlap_buffer_shape``: the userbuffer is ``[(seq_length * micro_batch) / cp,
+      hidden]`` (``megatron/training/initialize.py`` l.217-226) and each rank's local tensor must
+      fill a 1/t of it exactly (TE ``pytorch/csrc/extensions/comm_gemm_overlap.cpp`` l.345-349
+      @d0067d0d), so ``(s * b) mod t == 0`` (cp = 1 here).
+    """
+    match overlap:
+        case UserbufferOverlap():
+            pass
+        case NoTpCommOverlap():
+            return []
+        case _ as unreachable:
+            assert_never(unreachable)
+    t = tensor.degree
+    out: list[LawViolation] = []
+    if t == 1:
+        out.append(
+            _violation(
+                "tp_comm_overlap_needs_sequence_parallel",
+                Law.MEGATRON_TP_COMM_OVERLAP_NEEDS_SP.formula,
+                "tp_comm_overlap needs sequence parallelism with t > 1 (Megatron-LM turns "
+                "sequence parallelism off at t = 1, then asserts), got t = 1",
+                RuleSet.MEGATRON,
+                t=t,
+            )
+        )
+    if (sequence * micro_batch) % t != 0:
+        out.append(
+            _violation(
+                "tp_comm_overlap_buffer_shape",
+                Law.MEGATRON_TP_COMM_OVERLAP_BUFFER.formula,
+                f"the userbuffer of seq_length * micro_batch = {sequence} * {micro_batch} = "
+                f"{sequence * micro_batch} rows does not split into t = {t} equal parts",
+                RuleSet.MEGATRON,
+                seq_length=sequence,
+                micro_batch=micro_batch,
+                t=t,
+            )
+        )
     return out
 
 
@@ -630,6 +683,11 @@ def check_training(
     out.extend(_megatron_interleaving_laws(pipeline, microbatches))
     out.extend(_optimizer_laws(mapping))
     out.extend(_attention_laws(model, mapping))
+    out.extend(
+        _tp_comm_overlap_laws(
+            mapping.parallelism.tensor, mapping.tp_comm_overlap, model.seq_length, mbs
+        )
+    )
     return tuple(out)
 
 

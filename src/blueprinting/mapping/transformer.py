@@ -46,14 +46,111 @@ class AllReduce:
         return "ar"
 
 
+#: Transformer Engine's default number of chunks of a pipelined reduce-scatter
+#: (``transformer_engine/pytorch/module/base.py`` l.336-396 @d0067d0d: ``num_splits`` 4 for the
+#: ``pipeline`` and ``bulk`` methods).
+TE_PIPELINE_SPLITS = 4
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BulkOverlap:
+    """Transformer Engine's ``bulk`` backward overlap of a column-parallel linear (qkv, fc1;
+    ``layernorm_linear.py`` l.706-713 @d0067d0d): ``dgrad`` runs the all-gather of the
+    sequence-parallel input (needed by the weight gradient) beside the dgrad GEMM
+    (Megatron ``tp_comm_bulk_dgrad``, TE ``ub_bulk_dgrad``); ``wgrad`` runs the reduce-scatter of
+    the input gradient beside the wgrad GEMM (``tp_comm_bulk_wgrad``, ``ub_bulk_wgrad``). A
+    collective not bulk-overlapped keeps Megatron's async overlap."""
+
+    dgrad: bool = True
+    wgrad: bool = True
+
+    def __str__(self) -> str:
+        parts = [name for name, on in (("dgrad", self.dgrad), ("wgrad", self.wgrad)) if on]
+        return "bulk=" + ("+".join(parts) if parts else "none")
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PipelinedDgradReduceScatter:
+    """``--tp-comm-overlap-rs-dgrad`` (TE ``ub_overlap_rs_dgrad``, base.py l.517-536): the
+    reduce-scatter of a column-parallel linear's input gradient is pipelined behind its dgrad
+    GEMM in ``splits`` chunks; both bulk overlaps are off (the re-gather keeps the async
+    overlap)."""
+
+    splits: int = TE_PIPELINE_SPLITS
+
+    def __post_init__(self) -> None:
+        _require_positive("PipelinedDgradReduceScatter", splits=self.splits)
+
+    def __str__(self) -> str:
+        return f"rs_dgrad/{self.splits}"
+
+
+ColumnBackwardOverlap: TypeAlias = BulkOverlap | PipelinedDgradReduceScatter
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NoTpCommOverlap:
+    """Megatron's default: no userbuffer overlap (``tp_comm_overlap`` false)."""
+
+    def __str__(self) -> str:
+        return ""
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UserbufferOverlap:
+    """``--tp-comm-overlap``: Transformer Engine's userbuffer communication-GEMM overlap
+    (Megatron-LM ``model_parallel_config.py`` l.265-340 @d98e8a64; TE ``module/base.py``
+    l.336-396 @d0067d0d), per GEMM class:
+
+    - ``all_gather`` (``tp_comm_overlap_ag``): ring-exchange all-gather in t chunks before the
+      column-parallel fprop GEMMs (qkv, fc1) and before the row-parallel dgrad GEMMs (proj, fc2);
+    - ``reduce_scatter`` (``tp_comm_overlap_rs``): pipelined reduce-scatter in
+      ``reduce_scatter_splits`` chunks after the row-parallel fprop GEMMs (proj, fc2);
+    - ``column_backward``: bulk overlaps (default) or the pipelined dgrad reduce-scatter.
+    """
+
+    all_gather: bool = True
+    reduce_scatter: bool = True
+    reduce_scatter_splits: int = TE_PIPELINE_SPLITS
+    column_backward: ColumnBackwardOverlap = field(default_factory=BulkOverlap)
+
+    def __post_init__(self) -> None:
+        _require_positive("UserbufferOverlap", reduce_scatter_splits=self.reduce_scatter_splits)
+
+    def __str__(self) -> str:
+        parts = [
+            *(["ag=ring"] if self.all_gather else []),
+            *([f"rs=pipe/{self.reduce_scatter_splits}"] if self.reduce_scatter else []),
+            str(self.column_backward),
+        ]
+        return "ub(" + ",".join(parts) + ")"
+
+
+TpCommOverlap: TypeAlias = NoTpCommOverlap | UserbufferOverlap
+
+
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReduceScatterAllGather:
     """Sequence parallelism (Korthikanti et al. 2022, Section 4.2.2): reduce-scatter after the
-    row-parallel GEMM, all-gather before the column-parallel one; norms and dropout run on s/t."""
+    row-parallel GEMM, all-gather before the column-parallel one; norms and dropout run on s/t.
+    ``overlap`` says whether and how Transformer Engine hides these collectives behind GEMMs
+    (Megatron requires sequence parallelism for it, so it lives here)."""
+
+    overlap: TpCommOverlap = field(default_factory=NoTpCommOverlap)
 
     def __str__(self) -> str:
-        return "rs+ag"
+        match self.overlap:
+            case NoTpCommOverlap():
+                return "rs+ag"
+            case UserbufferOverlap():
+                return f"rs+ag {self.overlap}"
+            case _ as unreachable:
+                assert_never(unreachable)
 
 
 TensorCommunication: TypeAlias = AllReduce | ReduceScatterAllGather
@@ -574,6 +671,18 @@ class TransformerTrainingMappingSpec:
         return isinstance(self.parallelism.tensor.communication, ReduceScatterAllGather)
 
     @property
+    def tp_comm_overlap(self) -> TpCommOverlap:
+        """The userbuffer overlap of the TP collectives (none without sequence parallelism)."""
+        communication = self.parallelism.tensor.communication
+        match communication:
+            case ReduceScatterAllGather(overlap=overlap):
+                return overlap
+            case AllReduce():
+                return NoTpCommOverlap()
+            case _ as unreachable:
+                assert_never(unreachable)
+
+    @property
     def local_batch(self) -> int:
         return self.batch.global_batch_size // self.data_degree
 
@@ -684,8 +793,11 @@ from blueprinting.mapping.laws import (  # noqa: E402
 )
 
 __all__ = [
+    "TE_PIPELINE_SPLITS",
     "AllReduce",
     "BatchSpec",
+    "BulkOverlap",
+    "ColumnBackwardOverlap",
     "DataParallel",
     "Datatype",
     "DistributedOptimizer",
@@ -697,10 +809,12 @@ __all__ = [
     "InterleavedOneForwardOneBackward",
     "NoOptimizerSharding",
     "NoRecompute",
+    "NoTpCommOverlap",
     "OneForwardOneBackward",
     "OptimizerSharding",
     "PipelineParallel",
     "PipelineSchedule",
+    "PipelinedDgradReduceScatter",
     "RecomputeMethod",
     "RecomputePolicy",
     "ReduceScatterAllGather",
@@ -713,6 +827,7 @@ __all__ = [
     "StageLayout",
     "TensorCommunication",
     "TensorParallel",
+    "TpCommOverlap",
     "TrainingSpec",
     "TransformerInferenceMappingSpec",
     "TransformerInferenceParallelism",
@@ -720,6 +835,7 @@ __all__ = [
     "TransformerTrainingMappingSpec",
     "TransformerTrainingParallelism",
     "UnevenStages",
+    "UserbufferOverlap",
     "check_inference",
     "check_training",
     "divisors",

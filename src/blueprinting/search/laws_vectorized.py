@@ -62,8 +62,10 @@ def free_option_violations(
 
 
 def applied_laws(*, megatron_rules: bool) -> tuple[Law, ...]:
-    """The laws a search applies: the planner's always, Megatron-LM's unless dropped."""
-    return PLANNER_LAWS + MEGATRON_LAWS if megatron_rules else PLANNER_LAWS
+    """The laws a search applies: the planner's always, Megatron-LM's unless dropped; never
+    those of knobs the search does not vary (``Law.searched``)."""
+    laws = PLANNER_LAWS + MEGATRON_LAWS if megatron_rules else PLANNER_LAWS
+    return tuple(law for law in laws if law.searched)
 
 
 def law_violations(

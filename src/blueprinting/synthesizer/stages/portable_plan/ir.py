@@ -31,6 +31,9 @@ class PhaseCost:
     ``compute_s`` is the serial compute time of its tasks; ``comm_s`` the link time of its TP
     collectives; ``comm_exposed_s`` the part of that on the critical path (equal to ``comm_s``
     unless communication is overlapped). ``flops`` and ``bytes_moved`` are local counts.
+    ``overlap_compute_s`` is the part of ``compute_s`` that overlapping TP communication costs the
+    GEMMs (chunked GEMMs' lower efficiency, SMs held by communication kernels; 0 without
+    userbuffer overlap).
     """
 
     compute_s: float
@@ -38,6 +41,11 @@ class PhaseCost:
     comm_exposed_s: float = 0.0
     flops: int = 0
     bytes_moved: int = 0
+    overlap_compute_s: float = 0.0
+
+    @property
+    def comm_hidden_s(self) -> float:
+        return self.comm_s - self.comm_exposed_s
 
     @property
     def critical_path_s(self) -> float:
@@ -50,6 +58,7 @@ class PhaseCost:
             comm_exposed_s=self.comm_exposed_s * factor,
             flops=self.flops * factor,
             bytes_moved=self.bytes_moved * factor,
+            overlap_compute_s=self.overlap_compute_s * factor,
         )
 
 

@@ -15,7 +15,11 @@ Costs per task (Calculon's per-layer model, Isaev et al. SC'23, Section 3.1):
   sequence-parallel re-gather of a column-parallel linear overlap a GEMM (Megatron-LM's async
   backward communication, :func:`_async_backward_overlap`), unless the system's
   ``async_tp_backward_comm`` is off (Megatron-LM before September 2021: every TP collective
-  exposed).
+  exposed);
+- with ``--tp-comm-overlap`` (:class:`~blueprinting.mapping.transformer.UserbufferOverlap`), each
+  collective Transformer Engine overlaps is timed with its GEMM by :mod:`.tp_overlap` (the GEMM
+  in chunks at the chunk shape's efficiency, the SMs the communication takes, the chunk that
+  cannot hide), :func:`_userbuffer_overlap`; the async overlap above keeps the others.
 
 The PP P2P message is one microbatch activation ``b*s*h`` (divided by t under sequence parallelism,
 Megatron's scatter-gather optimization of Narayanan et al. 2021, Section 4.1) sent once per chunk
@@ -24,6 +28,7 @@ edge in forward and once in backward, on the PP group's link.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar, assert_never, final
 
@@ -33,13 +38,19 @@ from blueprinting.hardware.efficiency import GemmShape as HardwareGemmShape
 from blueprinting.hardware.system import CommGroup, Engine, ParallelDim, SystemSpec
 from blueprinting.mapping.model import Datatype
 from blueprinting.mapping.transformer import (
+    BulkOverlap,
     FullRecompute,
     NoRecompute,
+    NoTpCommOverlap,
+    PipelinedDgradReduceScatter,
     SelectiveRecompute,
+    TpCommOverlap,
     TrainingSpec,
+    UserbufferOverlap,
 )
 from blueprinting.synthesizer.dialects.transformer.training import (
     AttentionShape,
+    CollectiveKind,
     CollectivePurpose,
     GemmShape,
     Partial,
@@ -54,6 +65,7 @@ from blueprinting.synthesizer.stages.distributed.ir import (
     Phase,
     TaskGroup,
 )
+from blueprinting.synthesizer.stages.portable_plan import tp_overlap
 from blueprinting.synthesizer.stages.portable_plan.ir import (
     BlockCost,
     ExtraCost,
@@ -107,27 +119,41 @@ class TaskGroupCosts:
 
 
 def cost_task_groups(
-    ir: DistributedTaskIR, system: SystemSpec, tp_group: CommGroup, datatype: Datatype
+    ir: DistributedTaskIR,
+    system: SystemSpec,
+    tp_group: CommGroup,
+    datatype: Datatype,
+    overlap: TpCommOverlap | None = None,
 ) -> TaskGroupCosts:
-    """Time every task of the IR's three groups and sum them per phase (module docstring)."""
+    """Time every task of the IR's three groups and sum them per phase (module docstring);
+    ``overlap`` is the strategy's userbuffer overlap (None: none)."""
 
     def phase(group: TaskGroup, *phases: Phase) -> PhaseCost:
         return _phase_cost(group, phases, system, tp_group, datatype)
 
     backward = (Phase.BACKWARD_ACTIVATION_GRAD, Phase.BACKWARD_WEIGHT_GRAD)
+    ub = _userbuffer_overlap(
+        ir.block, system, tp_group, datatype, NoTpCommOverlap() if overlap is None else overlap
+    )
     hidden_activation, hidden_weight = (
-        _async_backward_overlap(ir.block, system, tp_group, datatype)
+        _async_backward_overlap(ir.block, system, tp_group, datatype, ub.handled)
         if system.async_tp_backward_comm
         else (0.0, 0.0)
     )
+
+    def block_phase(one: Phase, async_hidden: float = 0.0) -> PhaseCost:
+        return _hide(
+            phase(ir.block, one),
+            async_hidden + ub.hidden_s.get(one, 0.0),
+            ub.compute_delta_s.get(one, 0.0),
+        )
+
     return TaskGroupCosts(
         block=BlockCost(
-            forward=phase(ir.block, Phase.FORWARD),
-            backward_activation=_hide(
-                phase(ir.block, Phase.BACKWARD_ACTIVATION_GRAD), hidden_activation
-            ),
-            backward_weight=_hide(phase(ir.block, Phase.BACKWARD_WEIGHT_GRAD), hidden_weight),
-            recompute=phase(ir.block, Phase.RECOMPUTE),
+            forward=block_phase(Phase.FORWARD),
+            backward_activation=block_phase(Phase.BACKWARD_ACTIVATION_GRAD, hidden_activation),
+            backward_weight=block_phase(Phase.BACKWARD_WEIGHT_GRAD, hidden_weight),
+            recompute=block_phase(Phase.RECOMPUTE),
         ),
         embedding=ExtraCost(
             forward=phase(ir.first_stage, Phase.FORWARD), backward=phase(ir.first_stage, *backward)
@@ -174,7 +200,11 @@ class CostDistributedTasks:
 
     def run(self, ir: DistributedTaskIR, ctx: PlanContext) -> PortablePlanIR:
         costs = cost_task_groups(
-            ir, ctx.system, ctx.group(ParallelDim.TENSOR), ctx.spec.model.datatype
+            ir,
+            ctx.system,
+            ctx.group(ParallelDim.TENSOR),
+            ctx.spec.model.datatype,
+            ctx.spec.mapping.tp_comm_overlap,
         )
         return assemble_plan(costs, ctx)
 
@@ -220,8 +250,170 @@ def p2p_message(ctx: PlanContext) -> tuple[int, float]:
     return size, ctx.system.collective_time(LinkCollective.P2P, size, group)
 
 
+#: The four linears whose TP collectives Transformer Engine's userbuffers carry (Megatron
+#: ``ub_name`` qkv, proj, fc1, fc2; ``megatron/core/extensions/transformer_engine.py``
+#: l.1176-1186 @d98e8a64): column-parallel and row-parallel.
+_UB_COLUMN = frozenset({SemanticOpName.QKV_PROJECTION, SemanticOpName.MLP_UP})
+_UB_ROW = frozenset({SemanticOpName.OUTPUT_PROJECTION, SemanticOpName.MLP_DOWN})
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UserbufferCosts:
+    """What the userbuffer overlap changes per phase: the link time it hides, the change of the
+    GEMMs' time (chunking and SM share), and the collectives it took over (by task id)."""
+
+    hidden_s: dict[Phase, float]
+    compute_delta_s: dict[Phase, float]
+    handled: frozenset[str]
+
+
+def _userbuffer_overlap(
+    group: TaskGroup,
+    system: SystemSpec,
+    tp_group: CommGroup,
+    datatype: Datatype,
+    overlap: TpCommOverlap,
+) -> UserbufferCosts:
+    """Each collective of the block that ``overlap`` hands to TE's userbuffers, timed with its
+    GEMM by :mod:`.tp_overlap` (TE ``module/base.py`` l.336-396 @d0067d0d per GEMM class):
+
+    - forward and recompute: the all-gather before qkv / fc1 as a ring exchange in t chunks
+      (``all_gather``), the reduce-scatter after proj / fc2 pipelined (``reduce_scatter``);
+    - activation gradient: the all-gather of the output gradient before the proj / fc2 dgrad as
+      a ring exchange (``all_gather``); the reduce-scatter of the qkv / fc1 input gradient bulk
+      beside their wgrad GEMM (``BulkOverlap.wgrad``) or pipelined behind their dgrad GEMM
+      (``PipelinedDgradReduceScatter``);
+    - weight gradient: the re-gather of the qkv / fc1 input bulk beside their dgrad GEMM
+      (``BulkOverlap.dgrad``).
+
+    A GEMM's chunk is its work and its row count m divided by the chunk count, timed by
+    :func:`work_time` at that shape. The hidden link time is booked in the collective's phase,
+    the GEMM's change in the GEMM's phase.
+    """
+    empty = UserbufferCosts(hidden_s={}, compute_delta_s={}, handled=frozenset())
+    match overlap:
+        case NoTpCommOverlap():
+            return empty
+        case UserbufferOverlap():
+            pass
+        case _ as unreachable:
+            assert_never(unreachable)
+    gemms: dict[tuple[Phase, SemanticOpName], ComputeTask] = {
+        (task.phase, task.lineage.op): task
+        for task in group.tasks
+        if isinstance(task, ComputeTask) and task.gemm is not None
+    }
+    t = tp_group.size
+    sm_count = system.accelerator.sm_count
+    ring_u = tp_overlap.sm_fraction(tp_overlap.RING_EXCHANGE_SMS, sm_count)
+    pipe_u = tp_overlap.sm_fraction(tp_overlap.PIPELINE_SMS, sm_count)
+    column = overlap.column_backward
+    hidden: dict[Phase, float] = {}
+    delta: dict[Phase, float] = {}
+    handled: set[str] = set()
+    for task in group.tasks:
+        if not isinstance(task, CollectiveTask):
+            continue
+        op, phase = task.lineage.op, task.phase
+        kind, purpose = task.kind, task.purpose
+        method: Callable[[ComputeTask, float], tp_overlap.OverlappedTime] | None = None
+        gemm_phase = phase
+        forward = phase in (Phase.FORWARD, Phase.RECOMPUTE)
+        gather = kind is CollectiveKind.ALL_GATHER
+        scatter = kind is CollectiveKind.REDUCE_SCATTER
+        boundary = purpose is CollectivePurpose.BOUNDARY
+        if forward and boundary and gather and op in _UB_COLUMN and overlap.all_gather:
+            method = _ring(system, datatype, t, ring_u)
+        elif forward and boundary and scatter and op in _UB_ROW and overlap.reduce_scatter:
+            method = _pipelined(system, datatype, overlap.reduce_scatter_splits, pipe_u)
+        elif phase is Phase.BACKWARD_ACTIVATION_GRAD and boundary and op in _UB_ROW and gather:
+            method = _ring(system, datatype, t, ring_u) if overlap.all_gather else None
+        elif phase is Phase.BACKWARD_ACTIVATION_GRAD and boundary and op in _UB_COLUMN and scatter:
+            match column:
+                case BulkOverlap(wgrad=wgrad):
+                    gemm_phase = Phase.BACKWARD_WEIGHT_GRAD
+                    method = _bulk(system, datatype, pipe_u) if wgrad else None
+                case PipelinedDgradReduceScatter(splits=splits):
+                    method = _pipelined(system, datatype, splits, pipe_u)
+                case _ as unreachable_column:
+                    assert_never(unreachable_column)
+        elif (
+            phase is Phase.BACKWARD_WEIGHT_GRAD
+            and purpose is CollectivePurpose.REGATHER
+            and op in _UB_COLUMN
+            and isinstance(column, BulkOverlap)
+            and column.dgrad
+        ):
+            gemm_phase = Phase.BACKWARD_ACTIVATION_GRAD
+            method = _bulk(system, datatype, pipe_u)
+        gemm = gemms.get((gemm_phase, op))
+        if method is None or gemm is None:
+            continue
+        link = system.collective_time(LinkCollective(task.kind.value), task.bytes, tp_group)
+        timed = method(gemm, link)
+        handled.add(task.id)
+        hidden[phase] = hidden.get(phase, 0.0) + link - timed.exposed_s
+        plain = _compute_time(gemm, system, datatype)
+        delta[gemm_phase] = delta.get(gemm_phase, 0.0) + timed.compute_s - plain
+    return UserbufferCosts(hidden_s=hidden, compute_delta_s=delta, handled=frozenset(handled))
+
+
+def chunk_time(task: ComputeTask, chunks: int, system: SystemSpec, datatype: Datatype) -> float:
+    """One of ``chunks`` equal row-chunks of a GEMM task: its work and m divided by ``chunks``,
+    at the chunk shape's efficiency."""
+    gemm = task.gemm
+    assert gemm is not None  # only GEMM tasks are chunked (_userbuffer_overlap selects them)
+    w = task.work
+    part = Work(
+        matrix_flops=w.matrix_flops // chunks,
+        vector_flops=w.vector_flops // chunks,
+        bytes_read=w.bytes_read // chunks,
+        bytes_written=w.bytes_written // chunks,
+    )
+    shape = GemmShape(m=max(1, gemm.m // chunks), n=gemm.n, k=gemm.k, batch=gemm.batch)
+    return work_time(part, shape, system, datatype)
+
+
+def _ring(
+    system: SystemSpec, datatype: Datatype, chunks: int, u: float
+) -> Callable[[ComputeTask, float], tp_overlap.OverlappedTime]:
+    def timed(gemm: ComputeTask, link: float) -> tp_overlap.OverlappedTime:
+        chunk = chunk_time(gemm, chunks, system, datatype)
+        return tp_overlap.ring_exchange(chunk_s=chunk, link_s=link, chunks=chunks, sm_fraction=u)
+
+    return timed
+
+
+def _pipelined(
+    system: SystemSpec, datatype: Datatype, splits: int, u: float
+) -> Callable[[ComputeTask, float], tp_overlap.OverlappedTime]:
+    def timed(gemm: ComputeTask, link: float) -> tp_overlap.OverlappedTime:
+        chunk = chunk_time(gemm, splits, system, datatype)
+        return tp_overlap.pipelined_reduce_scatter(
+            chunk_s=chunk, link_s=link, splits=splits, sm_fraction=u
+        )
+
+    return timed
+
+
+def _bulk(
+    system: SystemSpec, datatype: Datatype, u: float
+) -> Callable[[ComputeTask, float], tp_overlap.OverlappedTime]:
+    def timed(gemm: ComputeTask, link: float) -> tp_overlap.OverlappedTime:
+        return tp_overlap.bulk(
+            gemm_s=_compute_time(gemm, system, datatype), link_s=link, sm_fraction=u
+        )
+
+    return timed
+
+
 def _async_backward_overlap(
-    group: TaskGroup, system: SystemSpec, tp_group: CommGroup, datatype: Datatype
+    group: TaskGroup,
+    system: SystemSpec,
+    tp_group: CommGroup,
+    datatype: Datatype,
+    handled: frozenset[str] = frozenset(),
 ) -> tuple[float, float]:
     """TP link time hidden behind a GEMM in backward: (activation-grad phase, weight-grad phase).
 
@@ -243,7 +435,7 @@ def _async_backward_overlap(
             gemm_s[key] = gemm_s.get(key, 0.0) + _compute_time(task, system, datatype)
     hidden_activation = hidden_weight = 0.0
     for task in group.tasks:
-        if not isinstance(task, CollectiveTask):
+        if not isinstance(task, CollectiveTask) or task.id in handled:
             continue
         op = task.lineage.op
         if task.phase is Phase.BACKWARD_ACTIVATION_GRAD and isinstance(
@@ -261,16 +453,18 @@ def _async_backward_overlap(
     return hidden_activation, hidden_weight
 
 
-def _hide(phase: PhaseCost, hidden_s: float) -> PhaseCost:
-    """``phase`` with ``hidden_s`` of its TP link time taken off the critical path."""
-    if hidden_s == 0.0:
+def _hide(phase: PhaseCost, hidden_s: float, compute_delta_s: float = 0.0) -> PhaseCost:
+    """``phase`` with ``hidden_s`` of its TP link time taken off the critical path and its
+    compute changed by ``compute_delta_s`` (what overlapping costs the GEMMs)."""
+    if hidden_s == 0.0 and compute_delta_s == 0.0:
         return phase
     return PhaseCost(
-        compute_s=phase.compute_s,
+        compute_s=phase.compute_s + compute_delta_s,
         comm_s=phase.comm_s,
         comm_exposed_s=max(0.0, phase.comm_exposed_s - hidden_s),
         flops=phase.flops,
         bytes_moved=phase.bytes_moved,
+        overlap_compute_s=compute_delta_s,
     )
 
 
