@@ -1,12 +1,17 @@
-"""Event-driven execution of a :class:`~blueprinting.simulator.commands.CommandDag`.
+"""Execution of a :class:`~blueprinting.simulator.commands.CommandDag`: a longest path.
 
-Every stream runs its program in order, so the schedule is fixed and only times are unknown:
-a command starts at ``max(stream free, end of each dependency)``. The engine advances one stream
-at a time as far as its dependencies allow and parks it on the first unfinished dependency;
-finishing that command wakes the stream. Each command is visited once (O(commands + deps)),
-which is what makes p=64, v=4, m=1024 take about a second. Streams still parked when no stream
-can move hold commands that can never start: a deadlock, raised as
-:class:`~blueprinting.errors.DeadlockError`, never a hang.
+Every stream runs its program in order, so the schedule is static and only times are unknown:
+a command starts at ``max(end of its stream predecessor, end of each dependency)`` and ends
+``duration`` later, i.e. its end is a longest path in the DAG. :func:`simulate_many` computes it
+as a numpy wavefront: each step takes the head of every stream whose dependencies have all
+finished, so one step advances the whole pipeline and a schedule takes as many steps as its
+longest chain of commands (about 16,000 for p=64, v=4, m=1024: the 8,192 compute passes of a rank
+and the transfers between them), whatever its size. Several duration vectors run in the same
+wavefront (the plan path's P2P-free, pipeline-only and full runs share one DAG). The sums and
+maxima are the ones the seed's event-driven engine performed, so start and end times are equal
+bit for bit (``tests/simulator/reference_engine.py`` keeps that engine and the tests compare
+them). Streams whose head can never start hold commands that can never start: a deadlock, raised
+as :class:`~blueprinting.errors.DeadlockError`, never a hang.
 
 Definitions (seconds):
 
@@ -23,19 +28,22 @@ Definitions (seconds):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import final
 
+import numpy as np
+
 from blueprinting.errors import DeadlockError
-from blueprinting.simulator.commands import _B, _F, _W, CommandDag
+from blueprinting.simulator.commands import _B, _F, _W, CommandDag, FloatArray, IntArray
 
 
 @final
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class SimulationResult:
     dag: CommandDag
-    start_s: list[float]
-    end_s: list[float]
+    start_s: FloatArray
+    end_s: FloatArray
     makespan_s: float
     pipeline_flush_s: float
     bubble_s: float
@@ -54,61 +62,101 @@ class SimulationResult:
 
 def simulate(dag: CommandDag) -> SimulationResult:
     """Run ``dag``; raise DeadlockError naming the stuck commands if it cannot finish."""
+    return simulate_many(dag, [dag.duration_s])[0]
+
+
+def simulate_many(dag: CommandDag, durations: Sequence[FloatArray]) -> list[SimulationResult]:
+    """Run ``dag`` once per duration vector (each of ``len(dag)`` seconds, in one wavefront);
+    the results' ``dag`` is ``dag`` itself, whatever durations they ran with."""
     n = len(dag)
-    dur = dag.duration_s
-    deps = dag.deps
-    programs = dag.programs
-    start = [0.0] * n
-    end = [-1.0] * n
-    ptr = [0] * len(programs)
-    free = [0.0] * len(programs)
-    waiters: dict[int, list[int]] = {}
-    stack = list(range(len(programs) - 1, -1, -1))
-    while stack:
-        s = stack.pop()
-        prog = programs[s]
-        i = ptr[s]
-        t = free[s]
-        size = len(prog)
-        while i < size:
-            c = prog[i]
-            st = t
-            blocked = -1
-            for d in deps[c]:
-                e = end[d]
-                if e < 0.0:
-                    blocked = d
-                    break
-                st = max(st, e)
-            if blocked >= 0:
-                waiters.setdefault(blocked, []).append(s)
-                break
-            t = st + dur[c]
-            start[c] = st
-            end[c] = t
-            i += 1
-            woken = waiters.pop(c, None)
-            if woken is not None:
-                stack.extend(woken)
-        ptr[s] = i
-        free[s] = t
-
-    stuck = [programs[s][ptr[s]] for s in range(len(programs)) if ptr[s] < len(programs[s])]
-    if stuck:
-        names = [str(dag.command(c)) for c in stuck]
-        raise DeadlockError(
-            f"simulating {dag.schedule}: {len(stuck)} stream(s) stuck, commands that can never "
-            f"start: {', '.join(names)}",
-            stuck=names,
-        )
-    return _summarise(dag, start, end)
+    columns = len(durations)
+    dur = np.zeros((n, columns), dtype=np.float64)
+    for k, d in enumerate(durations):
+        dur[:, k] = d
+    start, end = _wavefront(dag, dur)
+    return [
+        _summarise(dag, start[:n, k].copy(), end[:n, k].copy(), dur[:n, k])
+        for k in range(columns)
+    ]
 
 
-def _summarise(dag: CommandDag, start: list[float], end: list[float]) -> SimulationResult:
+def _wavefront(dag: CommandDag, dur: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Start and end of every command (rows) for every duration column (module docstring).
+
+    Internally the commands are renumbered stream by stream, each stream's program a contiguous
+    range followed by one row that never finishes, so a stream's head is a row index that
+    moves by one when the head runs. A command that has not run ends at +inf, so the latest end
+    a head waits for is finite exactly when it is ready, and writing ``begin + duration`` to
+    every head changes only the ready ones (the others stay at +inf). Starts are recomputed
+    from the final ends afterwards with the same maxima."""
+    n = len(dag)
+    streams = len(dag.programs)
+    lengths = np.array([program.shape[0] for program in dag.programs], dtype=np.int64)
+    base = np.concatenate([[0], np.cumsum(lengths + 1)]).astype(np.int64)
+    rows = int(base[-1]) + 1
+    zero_row = rows - 1  # a finished command ending at 0: what padding and first commands see
+    new_id = np.empty(n, dtype=np.int64)
+    for s, program in enumerate(dag.programs):
+        new_id[program] = base[s] + np.arange(program.shape[0], dtype=np.int64)
+    width = dag.deps.shape[1] + 1
+    # waits[k, row]: the k-th command the row waits for (0: its stream predecessor).
+    waits = np.empty((width, rows), dtype=np.int64)
+    waits[1:, new_id] = np.where(dag.deps >= 0, new_id[dag.deps], zero_row).T
+    waits[0, new_id] = new_id - 1
+    firsts = base[:-1]
+    waits[0, firsts] = zero_row
+    never = base[1:] - 1
+    waits[:, never] = never
+    waits[:, zero_row] = zero_row
+    columns = dur.shape[1]
+    duration = np.zeros((columns, rows), dtype=np.float64)
+    duration[:, new_id] = dur[:n].T
+    end = np.full((columns, rows), np.inf, dtype=np.float64)
+    end[:, zero_row] = 0.0
+    head = firsts.copy()
+    last = head.copy()
+    while True:
+        for _ in range(16):
+            gathered = end[:, waits[:, head]]
+            begin = gathered[:, 0]
+            for k in range(1, width):
+                begin = np.maximum(begin, gathered[:, k])
+            end[:, head] = begin + duration[:, head]
+            head += begin[0] < np.inf
+        if (head == never).all():
+            break
+        if (head == last).all():
+            stuck = np.flatnonzero(head < never)
+            _raise_deadlock(dag, _old_ids(dag, head[stuck], base))
+        last = head.copy()
+    start = np.maximum.reduce(end[:, waits], axis=1)
+    start, end = start.T, end.T
+    return start[new_id], end[new_id]
+
+
+def _old_ids(dag: CommandDag, heads: IntArray, base: IntArray) -> IntArray:
+    streams = np.searchsorted(base, heads, side="right") - 1
+    return np.array(
+        [int(dag.programs[s][h - base[s]]) for s, h in zip(streams.tolist(), heads.tolist())],
+        dtype=np.int64,
+    )
+
+
+def _raise_deadlock(dag: CommandDag, heads: IntArray) -> None:
+    n = len(dag)
+    names = [str(dag.command(int(c))) for c in heads.tolist() if c < n]
+    raise DeadlockError(
+        f"simulating {dag.schedule}: {len(names)} stream(s) stuck, commands that can never "
+        f"start: {', '.join(names)}",
+        stuck=names,
+    )
+
+
+def _summarise(
+    dag: CommandDag, start: FloatArray, end: FloatArray, duration: FloatArray
+) -> SimulationResult:
     p = dag.pipeline_degree
     kind = dag.kind
-    dur = dag.duration_s
-    chunk = dag.chunk
     act = dag.costs.activation_bytes
     busy: list[float] = []
     comm_busy: list[float] = []
@@ -119,38 +167,28 @@ def _summarise(dag: CommandDag, start: list[float], end: list[float]) -> Simulat
     for r in range(p):
         compute = dag.programs[2 * r]
         comm = dag.programs[2 * r + 1]
-        busy.append(sum(dur[c] for c in compute))
-        comm_busy.append(sum(dur[c] for c in comm))
-        if compute:
-            flush = max(flush, end[compute[-1]])
-            makespan = max(makespan, end[compute[-1]])
-        if comm:
-            makespan = max(makespan, *(end[c] for c in comm))
+        busy.append(sum(duration[compute].tolist()))
+        comm_busy.append(sum(duration[comm].tolist()))
+        if compute.shape[0]:
+            last = float(end[compute[-1]])
+            flush = max(flush, last)
+            makespan = max(makespan, last)
+        if comm.shape[0]:
+            makespan = max(makespan, float(end[comm].max()))
         # Activations of a forward are held until the pass that consumes them last: the
         # backward, or the weight-gradient pass when backward is split; forward-only
         # programs release them at once.
-        codes = [kind[c] for c in compute]
-        release = _W if _W in codes else _B if _B in codes else -1
-        held = 0
-        peak = 0
-        held_b = 0.0
-        peak_b = 0.0
-        row = act[r] if act is not None else None
-        for c, code in zip(compute, codes, strict=True):
-            size = row[chunk[c]] if row is not None else 0.0
-            if code == _F:
-                held += 1
-                held_b += size
-                peak = max(peak, held)
-                peak_b = max(peak_b, held_b)
-                if release == -1:
-                    held -= 1
-                    held_b -= size
-            elif code == release:
-                held -= 1
-                held_b -= size
+        codes = kind[compute]
+        release = _W if (codes == _W).any() else _B if (codes == _B).any() else -1
+        step = np.where(codes == _F, 1, np.where(codes == release, -1, 0))
+        peak = int(np.cumsum(step).max(initial=0)) if release != -1 else int((codes == _F).any())
         peaks.append(peak)
-        peak_bytes.append(peak_b)
+        if act is None:
+            peak_bytes.append(0.0)
+            continue
+        size = np.asarray(act[r], dtype=np.float64)[dag.chunk[compute]]
+        held = np.cumsum(step * size) if release != -1 else size * (codes == _F)
+        peak_bytes.append(max(0.0, float(held.max(initial=0.0))))
     idle = tuple(flush - b for b in busy)
     return SimulationResult(
         dag=dag,
@@ -163,5 +201,5 @@ def _summarise(dag: CommandDag, start: list[float], end: list[float]) -> Simulat
         idle_s_per_rank=idle,
         comm_busy_s_per_rank=tuple(comm_busy),
         peak_inflight_per_rank=tuple(peaks),
-        peak_activation_bytes_per_rank=tuple(peak_b for peak_b in peak_bytes),
+        peak_activation_bytes_per_rank=tuple(peak_bytes),
     )
