@@ -3,7 +3,6 @@ the vectorized builder (simulator/commands.py) and the wavefront engine (simulat
 checked against: same commands, ids, dependencies, programs, and bitwise-equal start/end times.
 """
 
-
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -157,7 +157,7 @@ def _ops_array(ops: IntArray | Sequence[tuple[int, int, int]]) -> IntArray:
 
 
 def _order_problems(
-    code: IntArray, ch: IntArray, mb: IntArray, rk: IntArray, p: int, m: int, v: int
+    code: IntArray, ch: IntArray, mb: IntArray, rk: IntArray, *, p: int, m: int, v: int
 ) -> tuple[list[tuple[int, str]], npt.NDArray[np.bool_]]:
     """Out-of-range and repeated ops (with their op index, for ordering) and the mask of the
     ops that get a command id."""
@@ -166,11 +166,12 @@ def _order_problems(
         (i, f"rank {rk[i]}: op ({code[i]}, chunk {ch[i]}, mb {mb[i]}) out of range")
         for i in np.flatnonzero(bad).tolist()
     ]
-    key = np.where(bad, -1, (code * (p * v) + ch * p + rk) * m + mb)
-    order = np.argsort(key, kind="stable")
-    sorted_key = key[order]
+    key = np.where(bad, 4 * p * v * m, (code * (p * v) + ch * p + rk) * m + mb)
     repeat = np.zeros(key.shape[0], dtype=np.bool_)
-    repeat[order[1:]] = (sorted_key[1:] == sorted_key[:-1]) & (sorted_key[1:] >= 0)
+    if (np.bincount(key, minlength=4 * p * v * m + 1)[:-1] > 1).any():
+        order = np.argsort(key, kind="stable")
+        sorted_key = key[order]
+        repeat[order[1:]] = (sorted_key[1:] == sorted_key[:-1]) & ~bad[order[1:]]
     for i in np.flatnonzero(repeat).tolist():
         name = KIND_BY_CODE[int(code[i])]
         found.append((i, f"rank {rk[i]}: {name}{mb[i]}.{ch[i]} scheduled twice"))
@@ -219,7 +220,7 @@ def build_from_orders(
     rk = np.repeat(np.arange(p, dtype=np.int64), lengths)
 
     # Pass 1: compute commands, ids in program order; every problem at once.
-    found, kept = _order_problems(code, ch, mb, rk, p, m, v)
+    found, kept = _order_problems(code, ch, mb, rk, p=p, m=m, v=v)
     found.sort()
     problems = [message for _, message in found]
     code, ch, mb, rk = code[kept], ch[kept], mb[kept], rk[kept]
@@ -242,9 +243,7 @@ def build_from_orders(
                 f"command {grad_id[slot]} runs a backward before its forward on the same rank"
             )
         if early_weight[slot]:
-            problems.append(
-                f"command {wid[slot]} runs a weight gradient before its input gradient"
-            )
+            problems.append(f"command {wid[slot]} runs a weight gradient before its input gradient")
     if problems:
         raise VerificationError("building command DAG: " + "; ".join(problems[:20]))
 
@@ -270,9 +269,7 @@ def build_from_orders(
     # Pass 2: DP buckets per rank, posted at the stage's last compute command, or with
     # overlap_grad_reduce at the last backward (weight-gradient) pass of the bucket's chunk.
     buckets = costs.dp_buckets
-    b_count = np.array(
-        [len(buckets[r]) if buckets else 0 for r in range(p)], dtype=np.int64
-    )
+    b_count = np.array([len(buckets[r]) if buckets else 0 for r in range(p)], dtype=np.int64)
     comm_base = n_compute + np.concatenate([[0], np.cumsum(t_count + b_count)]).astype(np.int64)
     t_first = np.concatenate([[0], np.cumsum(t_count)]).astype(np.int64)
     tid = comm_base[t_rank] + (np.arange(sending.shape[0], dtype=np.int64) - t_first[t_rank])
@@ -342,11 +339,17 @@ def build_from_orders(
     recv_src[is_f] = send_of[fid[(stage[is_f] - 1) * m + mb[is_f]]]
     recv_src[is_b] = send_of[grad_id[(stage[is_b] + 1) * m + mb[is_b]]]
     receiving = np.flatnonzero(recv_src != -1)
-    dep_cmd = [step_first[receiving], tid, np.array(bucket_after, dtype=np.int64)]
-    dep_src = [recv_src[receiving], t_after, np.array(bucket_after, dtype=np.int64)]
-    dep_key = [receiving, np.zeros_like(tid), np.zeros(len(bucket_after), dtype=np.int64)]
-    if bucket_rows:
-        dep_cmd[2] = np.array([row[0] for row in bucket_rows], dtype=np.int64)
+    waiter = step_first[receiving]
+    # A step's receives all go to its first op, in op order: consecutive in ``receiving``.
+    new_group = np.concatenate([[True], waiter[1:] != waiter[:-1]])[: waiter.shape[0]]
+    group_start = np.flatnonzero(new_group)
+    receive_column = (
+        np.arange(receiving.shape[0], dtype=np.int64) - group_start[np.cumsum(new_group) - 1]
+    )
+    counts = np.zeros(n, dtype=np.int64)
+    counts[waiter[group_start]] = np.diff(np.append(group_start, receiving.shape[0]))
+    own_cmd = np.zeros(0, dtype=np.int64)
+    own_src = np.zeros(0, dtype=np.int64)
     waiting = [r for r, order in enumerate(orders) if order.wait_own_sends]
     if waiting:
         own = np.isin(rk, waiting) & (code != _W)
@@ -355,20 +358,17 @@ def build_from_orders(
         same = (rk[grouped[1:]] == rk[grouped[:-1]]) & (code[grouped[1:]] == code[grouped[:-1]])
         cmd, before = grouped[1:][same], grouped[:-1][same]
         has = send_of[before] != -1
-        dep_cmd.append(cmd[has])
-        dep_src.append(send_of[before[has]])
-        dep_key.append(np.full(int(has.sum()), n_compute, dtype=np.int64))
-    all_cmd = np.concatenate(dep_cmd)
-    all_src = np.concatenate(dep_src)
-    all_key = np.concatenate(dep_key)
-    order = np.lexsort((all_key, all_cmd))
-    all_cmd, all_src = all_cmd[order], all_src[order]
-    counts = np.bincount(all_cmd, minlength=n)
-    width = int(counts.max()) if n else 0
-    deps = np.full((n, max(width, 1)), -1, dtype=np.int64)
-    first_of = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    column = np.arange(all_cmd.shape[0], dtype=np.int64) - first_of[all_cmd]
-    deps[all_cmd, column] = all_src
+        own_cmd, own_src = cmd[has], send_of[before[has]]
+    width = max(
+        1,
+        int(counts.max(initial=0)) + (1 if own_cmd.shape[0] else 0),
+    )
+    deps = np.full((n, width), -1, dtype=np.int64)
+    deps[waiter, receive_column] = recv_src[receiving]
+    deps[own_cmd, counts[own_cmd]] = own_src
+    deps[tid, 0] = t_after
+    if bucket_rows:
+        deps[np.array([row[0] for row in bucket_rows], dtype=np.int64), 0] = bucket_after
 
     return CommandDag(
         schedule=schedule,

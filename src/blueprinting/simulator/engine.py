@@ -75,8 +75,7 @@ def simulate_many(dag: CommandDag, durations: Sequence[FloatArray]) -> list[Simu
         dur[:, k] = d
     start, end = _wavefront(dag, dur)
     return [
-        _summarise(dag, start[:n, k].copy(), end[:n, k].copy(), dur[:n, k])
-        for k in range(columns)
+        _summarise(dag, start[:n, k].copy(), end[:n, k].copy(), dur[:n, k]) for k in range(columns)
     ]
 
 
@@ -90,7 +89,6 @@ def _wavefront(dag: CommandDag, dur: FloatArray) -> tuple[FloatArray, FloatArray
     every head changes only the ready ones (the others stay at +inf). Starts are recomputed
     from the final ends afterwards with the same maxima."""
     n = len(dag)
-    streams = len(dag.programs)
     lengths = np.array([program.shape[0] for program in dag.programs], dtype=np.int64)
     base = np.concatenate([[0], np.cumsum(lengths + 1)]).astype(np.int64)
     rows = int(base[-1]) + 1
@@ -137,7 +135,10 @@ def _wavefront(dag: CommandDag, dur: FloatArray) -> tuple[FloatArray, FloatArray
 def _old_ids(dag: CommandDag, heads: IntArray, base: IntArray) -> IntArray:
     streams = np.searchsorted(base, heads, side="right") - 1
     return np.array(
-        [int(dag.programs[s][h - base[s]]) for s, h in zip(streams.tolist(), heads.tolist())],
+        [
+            int(dag.programs[s][h - base[s]])
+            for s, h in zip(streams.tolist(), heads.tolist(), strict=True)
+        ],
         dtype=np.int64,
     )
 

@@ -31,14 +31,14 @@ import math
 from dataclasses import dataclass
 from typing import final
 
+import numpy as np
+
 from blueprinting.analysis.data_parallel import OverlapWindows, data_parallel_cost
 from blueprinting.analysis.memory import precision_recipe, stage_parameters
 from blueprinting.errors import UnsupportedError, VerificationError
 from blueprinting.hardware.collectives import CollectiveKind, collective_alpha_beta
 from blueprinting.hardware.system import ParallelDim, SystemSpec
 from blueprinting.mapping.transformer import PipelineSchedule, TrainingSpec, ZeroBubbleH1
-import numpy as np
-
 from blueprinting.simulator.commands import _DP, _SEND_F, build_schedule
 from blueprinting.simulator.costs import DpBucket, Matrix, ScheduleCosts
 from blueprinting.simulator.engine import SimulationResult, simulate_many
@@ -294,6 +294,4 @@ def simulate_plan(
 
     ``allow_megatron_refused`` simulates a schedule Megatron-LM refuses at start-up as the
     hypothetical it is (it may deadlock: :class:`~blueprinting.errors.DeadlockError`)."""
-    return simulate_plan_all(
-        plan, spec, system, allow_megatron_refused=allow_megatron_refused
-    ).full
+    return simulate_plan_all(plan, spec, system, allow_megatron_refused=allow_megatron_refused).full

@@ -162,9 +162,7 @@ def one_f_one_b_order(p: int, m: int, r: int, *, forward_only: bool = False) -> 
         return RankOrder(ops=_ops(np.full(m, _F), np.zeros(m, np.int64), np.arange(m)))
     warm = min(p - r - 1, m)
     steady = m - warm
-    kinds = np.concatenate(
-        [np.full(warm, _F), np.tile([_F, _B], steady), np.full(warm, _B)]
-    )
+    kinds = np.concatenate([np.full(warm, _F), np.tile([_F, _B], steady), np.full(warm, _B)])
     pairs = np.stack([np.arange(warm, m), np.arange(steady)], axis=1).reshape(-1)
     micro = np.concatenate([np.arange(warm), pairs, np.arange(steady, m)])
     return RankOrder(ops=_ops(kinds, np.zeros(2 * m, np.int64), micro))
@@ -212,9 +210,7 @@ def interleaved_order(p: int, v: int, m: int, n: int, r: int, *, overlap: bool) 
     total = m * v
     warm = min(2 * (p - r - 1) + (v - 1) * n, total)
     steady = total - warm
-    kinds = np.concatenate(
-        [np.full(warm, _F), np.tile([_F, _B], steady), np.full(warm, _B)]
-    )
+    kinds = np.concatenate([np.full(warm, _F), np.tile([_F, _B], steady), np.full(warm, _B)])
     steady_chunks = np.stack([chunk[warm:], v - 1 - chunk[:steady]], axis=1).reshape(-1)
     steady_micro = np.stack([micro[warm:], micro[:steady]], axis=1).reshape(-1)
     ops = _ops(
