@@ -7,6 +7,7 @@ per-chunk costs, P2P latency and DP buckets with and without overlap_grad_reduce
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -26,7 +27,7 @@ from blueprinting.mapping.transformer import (
     ZeroBubbleH1,
 )
 from blueprinting.simulator import DpBucket, ScheduleCosts, build_schedule, simulate
-from blueprinting.simulator.engine import simulate_many
+from blueprinting.simulator.engine import _compute_wavefront, _full_wavefront, simulate_many
 
 
 def _schedules(p: int, v: int) -> list[PipelineSchedule]:
@@ -158,3 +159,39 @@ def test_several_duration_vectors_run_as_separate_simulations() -> None:
     assert runs[0].end_s.tolist() == end_free
     assert runs[0].bubble_s < runs[1].bubble_s
     assert math.isfinite(runs[1].makespan_s)
+
+
+@pytest.mark.parametrize("latency", [0.0, 0.05, 5.0])
+def test_compute_only_wavefront_is_exact_where_it_applies(latency: float) -> None:
+    """The compute-only wavefront (transfers timed inline) equals the full one bit for bit
+    wherever it answers, and answers for the common case: trailing DP buckets and transfers
+    that never queue behind an earlier step's. A latency longer than the compute passes makes
+    transfers queue, and overlap_grad_reduce interleaves buckets with transfers: then it
+    declines (None) and simulate uses the full wavefront."""
+    answered = declined = 0
+    for p, v in ((4, 1), (4, 2), (3, 3)):
+        for m in (4, 8, 9):
+            for schedule in _schedules(p, v):
+                for overlap in (False, True):
+                    costs = replace(
+                        _costs(p, v, m, overlap_grad_reduce=overlap), p2p_latency_s=latency
+                    )
+                    dag = build_schedule(schedule, costs, allow_megatron_refused=True)
+                    durations = np.stack(
+                        [np.where(dag.kind >= 4, 0.0, dag.duration_s), dag.duration_s], axis=1
+                    )
+                    try:
+                        full = _full_wavefront(dag, durations)
+                    except DeadlockError:
+                        assert _compute_wavefront(dag, durations) is None
+                        continue
+                    fast = _compute_wavefront(dag, durations)
+                    if fast is None:
+                        declined += 1
+                        continue
+                    answered += 1
+                    assert fast[0].tolist() == full[0].tolist()
+                    assert fast[1].tolist() == full[1].tolist()
+    assert declined > 0
+    if latency < 1.0:
+        assert answered > 0

@@ -35,7 +35,17 @@ from typing import final
 import numpy as np
 
 from blueprinting.errors import DeadlockError
-from blueprinting.simulator.commands import _B, _F, _W, CommandDag, FloatArray, IntArray
+from blueprinting.simulator.commands import (
+    _B,
+    _DP,
+    _F,
+    _SEND_B,
+    _SEND_F,
+    _W,
+    CommandDag,
+    FloatArray,
+    IntArray,
+)
 
 
 @final
@@ -80,6 +90,138 @@ def simulate_many(dag: CommandDag, durations: Sequence[FloatArray]) -> list[Simu
 
 
 def _wavefront(dag: CommandDag, dur: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Start and end of every command (rows) for every duration column: the compute-only
+    wavefront where it applies and is exact, else the wavefront over every command."""
+    fast = _compute_wavefront(dag, dur)
+    return fast if fast is not None else _full_wavefront(dag, dur)
+
+
+def _compute_wavefront(dag: CommandDag, dur: FloatArray) -> tuple[FloatArray, FloatArray] | None:
+    """The wavefront over compute commands only (half the steps), or None where it does not
+    apply.
+
+    A transfer waits for one compute command P (the last op of its step) and, on its stream,
+    for the command before it. The transfers a step posts leave one after the other: the j-th
+    ends at ``end(P) + c`` added j times, c being the P2P time (the same for every transfer
+    of a run). That holds as long as no step's first transfer waits for an earlier step's
+    transfers, which is checked afterwards; so a compute command starts at the maximum of its
+    predecessor's end and those sums, the same floating-point operations the full wavefront
+    does. DP buckets must trail their communication stream (no ``overlap_grad_reduce``
+    interleaving with transfers); they are timed afterwards along their stream. Where a check
+    fails, or on a deadlock (the full wavefront names every stuck stream), the answer is None."""
+    n = len(dag)
+    kind = dag.kind
+    compute_programs = dag.programs[0::2]
+    comm_programs = dag.programs[1::2]
+    columns = dur.shape[1]
+    transfers = np.flatnonzero((kind == _SEND_F) | (kind == _SEND_B))
+    hop = dur[transfers[0]] if transfers.shape[0] else np.zeros(columns, dtype=np.float64)
+    if transfers.shape[0] and not (dur[transfers] == hop).all():
+        return None
+    producer = dag.deps[:, 0]
+    burst = np.zeros(n, dtype=np.int64)  # 0 for the first transfer a step posts, 1, 2, ...
+    tails: list[IntArray] = []
+    for program in comm_programs:
+        bucket = kind[program] == _DP
+        first = int(np.argmax(bucket)) if bucket.any() else program.shape[0]
+        if not bucket[first:].all():
+            return None
+        tails.append(program[first:])
+        moving = program[:first]
+        if moving.shape[0]:
+            starts = np.concatenate([[True], producer[moving[1:]] != producer[moving[:-1]]])
+            group = np.flatnonzero(starts)
+            burst[moving] = np.arange(moving.shape[0]) - group[np.cumsum(starts) - 1]
+    extra_hops = int(burst.max(initial=0))
+    lengths = np.array([program.shape[0] for program in compute_programs], dtype=np.int64)
+    base = np.concatenate([[0], np.cumsum(lengths + 1)]).astype(np.int64)
+    rows = int(base[-1]) + 2
+    zero_row, pad_row = rows - 2, rows - 1
+    new_id = np.full(n, pad_row, dtype=np.int64)
+    for r, program in enumerate(compute_programs):
+        new_id[program] = base[r] + np.arange(program.shape[0], dtype=np.int64)
+    compute = np.flatnonzero(kind <= _W)
+    rows_of = new_id[compute]
+    width = dag.deps.shape[1] + 1
+    waits = np.empty((width, rows), dtype=np.int64)
+    waits[0, rows_of] = rows_of - 1
+    firsts = base[:-1]
+    waits[0, firsts] = zero_row
+    cross = dag.deps[compute]
+    waits[1:, rows_of] = np.where(cross >= 0, new_id[producer[cross]], pad_row).T
+    never = base[1:] - 1
+    waits[:, never] = never
+    waits[:, zero_row] = zero_row
+    waits[:, pad_row] = pad_row
+    # hops[j - 1][k - 1, row]: 1.0 where the k-th wait of row sits j or more places into its
+    # burst (one more c to add), else 0.0 (adding 0.0 changes nothing).
+    depth = np.zeros((width - 1, rows), dtype=np.int64)
+    depth[:, rows_of] = np.where(cross >= 0, burst[np.maximum(cross, 0)], 0).T
+    hops = [(depth >= j).astype(np.float64) for j in range(1, extra_hops + 1)]
+    duration = np.zeros((columns, rows), dtype=np.float64)
+    duration[:, rows_of] = dur[compute].T
+    end = np.full((columns, rows), np.inf, dtype=np.float64)
+    end[:, zero_row] = 0.0
+    end[:, pad_row] = -np.inf
+    c = hop[:, None, None]
+    head = firsts.copy()
+    last = head.copy()
+    while True:
+        for _ in range(16):
+            gathered = end[:, waits[:, head]]
+            begin = gathered[:, 0]
+            if width > 1:
+                sent = gathered[:, 1:] + c
+                for extra in hops:
+                    sent = sent + extra[:, head] * c
+                for k in range(width - 1):
+                    begin = np.maximum(begin, sent[:, k])
+            end[:, head] = begin + duration[:, head]
+            head += begin[0] < np.inf
+        if (head == never).all():
+            break
+        if (head == last).all():
+            return None
+        last = head.copy()
+    gathered = end[:, waits]
+    begin = gathered[:, 0]
+    if width > 1:
+        sent = gathered[:, 1:] + c
+        for extra in hops:
+            sent = sent + extra * c
+        for k in range(width - 1):
+            begin = np.maximum(begin, sent[:, k])
+    start_out = np.zeros((n, columns), dtype=np.float64)
+    end_out = np.zeros((n, columns), dtype=np.float64)
+    start_out[compute] = begin[:, rows_of].T
+    end_out[compute] = end[:, rows_of].T
+    for program, tail in zip(comm_programs, tails, strict=True):
+        moving = program[: program.shape[0] - tail.shape[0]]
+        free = np.zeros(columns, dtype=np.float64)
+        if moving.shape[0]:
+            ready = end_out[producer[moving]]
+            first = burst[moving] == 0
+            at = np.where(first[:, None], ready, 0.0)
+            # Sequential adds within a burst: the j-th transfer starts where the (j-1)-th ends.
+            for j in range(extra_hops + 1):
+                level = burst[moving] == j
+                if j:
+                    at[level] = end_out[moving[np.flatnonzero(level) - 1]]
+                start_out[moving[level]] = at[level]
+                end_out[moving[level]] = at[level] + hop
+            earlier = end_out[moving[:-1]][first[1:]]
+            if (earlier > start_out[moving[1:]][first[1:]]).any():
+                return None
+            free = end_out[moving[-1]]
+        for bucket in tail.tolist():
+            begin_b = np.maximum(free, end_out[producer[bucket]])
+            start_out[bucket] = begin_b
+            free = begin_b + dur[bucket]
+            end_out[bucket] = free
+    return start_out, end_out
+
+
+def _full_wavefront(dag: CommandDag, dur: FloatArray) -> tuple[FloatArray, FloatArray]:
     """Start and end of every command (rows) for every duration column (module docstring).
 
     Internally the commands are renumbered stream by stream, each stream's program a contiguous
