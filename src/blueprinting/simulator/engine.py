@@ -84,9 +84,31 @@ def simulate_many(dag: CommandDag, durations: Sequence[FloatArray]) -> list[Simu
     for k, d in enumerate(durations):
         dur[:, k] = d
     start, end = _wavefront(dag, dur)
+    held = _held_activations(dag)
+    compute = np.concatenate(dag.programs[0::2]) if dag.programs else np.zeros(0, np.int64)
+    busy: list[tuple[float, ...]] = []
+    for k in range(columns):
+        # Runs with the same compute durations have the same busy times: sum once.
+        same = [i for i in range(k) if (dur[compute, i] == dur[compute, k]).all()]
+        busy.append(busy[same[0]] if same else _busy(dag, dur[:, k], 0))
     return [
-        _summarise(dag, start[:n, k].copy(), end[:n, k].copy(), dur[:n, k]) for k in range(columns)
+        _summarise(
+            dag,
+            start=start[:, k].copy(),
+            end=end[:, k].copy(),
+            duration=dur[:, k],
+            busy=busy[k],
+            held=held,
+        )
+        for k in range(columns)
     ]
+
+
+def _busy(dag: CommandDag, duration: FloatArray, stream: int) -> tuple[float, ...]:
+    """Total time of stream ``stream`` (0 compute, 1 communication) of every rank."""
+    return tuple(
+        sum(duration[dag.programs[2 * r + stream]].tolist()) for r in range(dag.pipeline_degree)
+    )
 
 
 def _wavefront(dag: CommandDag, dur: FloatArray) -> tuple[FloatArray, FloatArray]:
@@ -158,12 +180,26 @@ def _compute_wavefront(dag: CommandDag, dur: FloatArray) -> tuple[FloatArray, Fl
     depth = np.zeros((width - 1, rows), dtype=np.int64)
     depth[:, rows_of] = np.where(cross >= 0, burst[np.maximum(cross, 0)], 0).T
     hops = [(depth >= j).astype(np.float64) for j in range(1, extra_hops + 1)]
-    duration = np.zeros((columns, rows), dtype=np.float64)
-    duration[:, rows_of] = dur[compute].T
-    end = np.full((columns, rows), np.inf, dtype=np.float64)
+    # Columns that differ only in DP bucket durations (the plan path's pipeline-only and full
+    # runs) share every compute and transfer time: run each distinct one once.
+    distinct: list[int] = []
+    copy_of: list[int] = []
+    for k in range(columns):
+        same = [
+            i
+            for i, d in enumerate(distinct)
+            if hop[d] == hop[k] and (dur[compute, d] == dur[compute, k]).all()
+        ]
+        if not same:
+            distinct.append(k)
+        copy_of.append(same[0] if same else len(distinct) - 1)
+    loop_dur = dur[:, distinct]
+    duration = np.zeros((len(distinct), rows), dtype=np.float64)
+    duration[:, rows_of] = loop_dur[compute].T
+    end = np.full((len(distinct), rows), np.inf, dtype=np.float64)
     end[:, zero_row] = 0.0
     end[:, pad_row] = -np.inf
-    c = hop[:, None, None]
+    c = hop[distinct][:, None, None]
     head = firsts.copy()
     last = head.copy()
     while True:
@@ -193,8 +229,8 @@ def _compute_wavefront(dag: CommandDag, dur: FloatArray) -> tuple[FloatArray, Fl
             begin = np.maximum(begin, sent[:, k])
     start_out = np.zeros((n, columns), dtype=np.float64)
     end_out = np.zeros((n, columns), dtype=np.float64)
-    start_out[compute] = begin[:, rows_of].T
-    end_out[compute] = end[:, rows_of].T
+    start_out[compute] = begin[:, rows_of].T[:, copy_of]
+    end_out[compute] = end[:, rows_of].T[:, copy_of]
     for program, tail in zip(comm_programs, tails, strict=True):
         moving = program[: program.shape[0] - tail.shape[0]]
         free = np.zeros(columns, dtype=np.float64)
@@ -295,33 +331,18 @@ def _raise_deadlock(dag: CommandDag, heads: IntArray) -> None:
     )
 
 
-def _summarise(
-    dag: CommandDag, start: FloatArray, end: FloatArray, duration: FloatArray
-) -> SimulationResult:
-    p = dag.pipeline_degree
-    kind = dag.kind
+def _held_activations(dag: CommandDag) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """Peak in-flight microbatch-chunks and their bytes per rank (the order alone sets them).
+
+    Activations of a forward are held until the pass that consumes them last: the backward, or
+    the weight-gradient pass when backward is split; forward-only programs release them at
+    once."""
     act = dag.costs.activation_bytes
-    busy: list[float] = []
-    comm_busy: list[float] = []
     peaks: list[int] = []
     peak_bytes: list[float] = []
-    flush = 0.0
-    makespan = 0.0
-    for r in range(p):
+    for r in range(dag.pipeline_degree):
         compute = dag.programs[2 * r]
-        comm = dag.programs[2 * r + 1]
-        busy.append(sum(duration[compute].tolist()))
-        comm_busy.append(sum(duration[comm].tolist()))
-        if compute.shape[0]:
-            last = float(end[compute[-1]])
-            flush = max(flush, last)
-            makespan = max(makespan, last)
-        if comm.shape[0]:
-            makespan = max(makespan, float(end[comm].max()))
-        # Activations of a forward are held until the pass that consumes them last: the
-        # backward, or the weight-gradient pass when backward is split; forward-only
-        # programs release them at once.
-        codes = kind[compute]
+        codes = dag.kind[compute]
         release = _W if (codes == _W).any() else _B if (codes == _B).any() else -1
         step = np.where(codes == _F, 1, np.where(codes == release, -1, 0))
         peak = int(np.cumsum(step).max(initial=0)) if release != -1 else int((codes == _F).any())
@@ -332,6 +353,29 @@ def _summarise(
         size = np.asarray(act[r], dtype=np.float64)[dag.chunk[compute]]
         held = np.cumsum(step * size) if release != -1 else size * (codes == _F)
         peak_bytes.append(max(0.0, float(held.max(initial=0.0))))
+    return tuple(peaks), tuple(peak_bytes)
+
+
+def _summarise(
+    dag: CommandDag,
+    *,
+    start: FloatArray,
+    end: FloatArray,
+    duration: FloatArray,
+    busy: tuple[float, ...],
+    held: tuple[tuple[int, ...], tuple[float, ...]],
+) -> SimulationResult:
+    flush = 0.0
+    makespan = 0.0
+    for r in range(dag.pipeline_degree):
+        compute = dag.programs[2 * r]
+        comm = dag.programs[2 * r + 1]
+        if compute.shape[0]:
+            last = float(end[compute[-1]])
+            flush = max(flush, last)
+            makespan = max(makespan, last)
+        if comm.shape[0]:
+            makespan = max(makespan, float(end[comm].max()))
     idle = tuple(flush - b for b in busy)
     return SimulationResult(
         dag=dag,
@@ -340,9 +384,9 @@ def _summarise(
         makespan_s=makespan,
         pipeline_flush_s=flush,
         bubble_s=min(idle) if idle else 0.0,
-        busy_s_per_rank=tuple(busy),
+        busy_s_per_rank=busy,
         idle_s_per_rank=idle,
-        comm_busy_s_per_rank=tuple(comm_busy),
-        peak_inflight_per_rank=tuple(peaks),
-        peak_activation_bytes_per_rank=tuple(peak_bytes),
+        comm_busy_s_per_rank=_busy(dag, duration, 1),
+        peak_inflight_per_rank=held[0],
+        peak_activation_bytes_per_rank=held[1],
     )
