@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.simulator.reference_engine import reference_build_schedule, reference_simulate
 
 from blueprinting.analysis.bubble_comparison import compare_bubble
 from blueprinting.analysis.evaluate import PlanOptions, portable_plan
@@ -37,8 +38,10 @@ from blueprinting.simulator import (
     simulate,
 )
 from blueprinting.simulator.from_plan import (
+    MAX_SIMULATED_PASSES,
     schedule_costs,
     simulate_plan,
+    simulate_plan_all,
     simulated_bubble,
     simulation_obstacle,
 )
@@ -313,3 +316,49 @@ def test_bubble_conservation_over_batch_sizes(groups: int, interleaved: bool) ->
     assert math.isclose(
         work + b.pipeline_bubble + b.pp_comm_exposed, real.pipeline_flush_s, rel_tol=EXACT
     )
+
+
+def test_one_dag_three_runs_equal_the_seeds_separate_simulations(
+    gpt3: tuple[TrainingSpec, SystemSpec],
+) -> None:
+    """The plan path's one DAG (DP buckets included, zero-duration in the pipeline-only runs)
+    gives bit for bit what the seed's engine gave on its separate DAGs: two without DP buckets
+    (with and without P2P) and the full one."""
+    spec, system = gpt3
+    plan = portable_plan(spec, system)
+    schedule = spec.mapping.parallelism.pipeline.schedule
+    costs = schedule_costs(plan, spec, system)
+    pipeline = schedule_costs(plan, spec, system, with_dp=False)
+    free = replace(pipeline, p2p_latency_s=0.0, p2p_bytes=0.0, p2p_bandwidth_bytes_per_s=math.inf)
+    runs = simulate_plan_all(plan, spec, system)
+    for ran, expected_costs in ((runs.full, costs), (runs.pipeline, pipeline), (runs.free, free)):
+        _, end = reference_simulate(reference_build_schedule(schedule, expected_costs))
+        compute = [c for c in range(len(end)) if runs.full.dag.kind[c] <= 3]
+        assert [float(ran.end_s[c]) for c in compute] == [end[c] for c in compute]
+    _, full_end = reference_simulate(reference_build_schedule(schedule, costs))
+    assert runs.full.end_s.tolist() == full_end
+    assert runs.full.makespan_s == max(full_end)
+    bubble = runs.bubble
+    assert bubble.bubble_s == runs.free.bubble_s
+    assert bubble.p2p_exposed_s == runs.pipeline.pipeline_flush_s - runs.free.pipeline_flush_s
+
+
+def test_plan_path_simulates_p64_v4_m1024_and_simulate_reuses_it() -> None:
+    """Every Megatron-runnable schedule up to the benchmark's size is simulated on the plan
+    path (524,288 compute passes, under MAX_SIMULATED_PASSES), and ``simulate`` reuses that
+    simulation instead of building the schedule again."""
+    from blueprinting.analysis.simulation_report import simulation_report
+
+    config = load_config(
+        EXAMPLE.parents[1] / "benchmarks" / "configs" / "deep-256l-p64-v4-m1024.toml"
+    )
+    assert MAX_SIMULATED_PASSES >= 64 * 4 * 1024 * 2
+    assert config.training is not None
+    spec = config.training
+    system = system_from_mapping(dict(config.system), source=config.source)
+    report = plan_spec(spec, system)
+    assert report.bubble_source == BubbleSource.SIMULATED
+    assert report.simulation is not None
+    simulated = simulation_report(report)
+    assert simulated.result is report.simulation.full
+    assert simulated.result.makespan_s > simulated.result.pipeline_flush_s

@@ -43,7 +43,7 @@ class DataParallelCost:
     """DP communication of the critical stage's GPU for one iteration.
 
     ``link_s`` is the total time the DP collectives occupy the link; ``exposed_s`` the part of it
-    on the iteration's critical path.
+    on the iteration's critical path: ``grad_sync_exposed_s + param_gather_exposed_s``.
     """
 
     grad_bytes: int
@@ -52,6 +52,8 @@ class DataParallelCost:
     param_gather_s: float
     link_s: float
     exposed_s: float
+    grad_sync_exposed_s: float
+    param_gather_exposed_s: float
 
 
 @final
@@ -106,6 +108,8 @@ def data_parallel_cost(
             param_gather_s=0.0,
             link_s=0.0,
             exposed_s=0.0,
+            grad_sync_exposed_s=0.0,
+            param_gather_exposed_s=0.0,
         )
 
     def time(kind: CollectiveKind, size: int) -> float:
@@ -122,6 +126,8 @@ def data_parallel_cost(
                 param_gather_s=0.0,
                 link_s=sync,
                 exposed_s=sync_exposed,
+                grad_sync_exposed_s=sync_exposed,
+                param_gather_exposed_s=0.0,
             )
         case (
             DistributedOptimizer(overlap_param_gather=overlap_gather)
@@ -140,6 +146,8 @@ def data_parallel_cost(
                 param_gather_s=gather,
                 link_s=sync + gather,
                 exposed_s=sync_exposed + gather_exposed,
+                grad_sync_exposed_s=sync_exposed,
+                param_gather_exposed_s=gather_exposed,
             )
         case ShardedParameters(overlap_param_gather=overlap_gather):
             m = windows.microbatch_count
@@ -167,6 +175,8 @@ def data_parallel_cost(
                 param_gather_s=gather,
                 link_s=sync + gather,
                 exposed_s=sync_exposed + gather_exposed,
+                grad_sync_exposed_s=sync_exposed,
+                param_gather_exposed_s=gather_exposed,
             )
         case _ as unreachable:
             assert_never(unreachable)

@@ -50,7 +50,11 @@ from blueprinting.mapping.transformer import (
     TransformerTrainingMappingSpec,
     TransformerTrainingParallelism,
 )
-from blueprinting.simulator.from_plan import simulated_bubble, simulation_obstacle
+from blueprinting.simulator.from_plan import (
+    PlanSimulation,
+    simulate_plan_all,
+    simulation_obstacle,
+)
 from blueprinting.synthesizer.dialects.transformer.training_derivation import (
     derive_training_block,
 )
@@ -173,6 +177,7 @@ class _BubbleChoice:
     simulated_s: float | None
     simulated_p2p_exposed_s: float | None
     note: str | None
+    simulation: PlanSimulation | None
 
 
 def _choose_bubble(
@@ -193,6 +198,7 @@ def _choose_bubble(
     where there is no simulation. A simulated bubble passed in by the caller is used as it is,
     beside the analytic P2P term."""
     schedule = spec.mapping.parallelism.pipeline.schedule
+    simulation: PlanSimulation | None = None
     if given_simulated_s is not None:
         simulated_s: float | None = given_simulated_s
         p2p_s: float | None = None
@@ -204,7 +210,8 @@ def _choose_bubble(
             else "simulation turned off (PlanOptions.simulate / --no-simulate)"
         )
         if obstacle is None:
-            simulated = simulated_bubble(plan, spec, system)
+            simulation = simulate_plan_all(plan, spec, system)
+            simulated = simulation.bubble
             simulated_s, p2p_s = simulated.bubble_s, simulated.p2p_exposed_s
             note = (
                 f"simulated {schedule} (p={plan.pipeline_degree}, v={plan.virtual_stages}, "
@@ -220,6 +227,7 @@ def _choose_bubble(
         simulated_s=simulated_s,
         simulated_p2p_exposed_s=p2p_s,
         note=note,
+        simulation=simulation,
     )
     match source:
         case BubbleSource.CONTRACT:
@@ -323,6 +331,7 @@ def evaluate_plan(
         bubble_simulated_s=chosen.simulated_s,
         bubble_simulated_p2p_exposed_s=chosen.simulated_p2p_exposed_s,
         bubble_simulation_note=chosen.note,
+        simulation=chosen.simulation,
         bubble_source=chosen.source,
         flops_convention=options.flops_convention,
         model_flops_per_iteration=model_flops_per_iteration(

@@ -7,7 +7,7 @@ bytes, FLOPs (counts), FLOP/s, tokens per second. ``mfu`` and ``hfu`` are fracti
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import final
+from typing import TYPE_CHECKING, final
 
 from blueprinting.analysis import flops
 from blueprinting.analysis.data_parallel import DataParallelCost
@@ -19,6 +19,9 @@ from blueprinting.analysis.pipeline_contract import BubbleContract
 from blueprinting.hardware.system import SystemSpec
 from blueprinting.mapping.transformer import TrainingSpec
 from blueprinting.synthesizer.stages.portable_plan.ir import PortablePlanIR
+
+if TYPE_CHECKING:
+    from blueprinting.simulator.from_plan import PlanSimulation
 
 JsonScalar = int | float | str | bool | None
 JsonValue = JsonScalar | list["JsonValue"] | dict[str, "JsonValue"]
@@ -51,6 +54,9 @@ class IterationReport:
     train_tokens: int
     megatron_refusals: tuple[str, ...] = ()
     """Megatron-LM start-up rules the strategy breaks (then ``megatron_args`` is empty)."""
+    simulation: PlanSimulation | None = None
+    """The plan path's simulation of the schedule (one DAG, three runs) when it ran; ``blueprinting
+    simulate`` reuses it instead of building the schedule again."""
 
     @property
     def iteration_time_s(self) -> float:

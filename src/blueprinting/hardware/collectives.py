@@ -123,7 +123,7 @@ def collective_alpha_beta(
 ) -> tuple[float, float]:
     """(latency s, effective bytes/s) of :func:`collective_link_time`: the time is
     ``latency + size / effective``, with ``effective = bw * eff(size) / wire factor``; the
-    event-driven simulator schedules transfers from these two numbers."""
+    simulator schedules transfers from these two numbers."""
     if size_bytes < 0:
         raise ConfigError([f"collective size must be >= 0 bytes, got {size_bytes!r}"])
     if group_size < 1:

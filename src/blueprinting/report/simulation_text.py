@@ -75,3 +75,14 @@ def render_simulation(report: SimulationReport, console: Console) -> None:
         f"then DP reduction); bubble of the busiest rank {result.bubble_s:.4f} s "
         f"({100 * result.bubble_fraction:.2f}% of its work); {len(result.dag):,} commands"
     )
+    agreement = report.iteration
+    if agreement is not None:
+        console.print(
+            f"iteration time {agreement.iteration_time_s:.4f} s = makespan "
+            f"{agreement.makespan_s:.4f} s + parameter all-gather "
+            f"{agreement.param_gather_exposed_s:.4f} s + optimizer step "
+            f"{agreement.optimizer_s:.4f} s (the last two are not simulated commands); plan "
+            f"{agreement.plan_iteration_time_s:.4f} s, difference {agreement.difference_s:+.4f} s"
+        )
+        for line in agreement.reasons:
+            console.print(f"- {line}", markup=False)

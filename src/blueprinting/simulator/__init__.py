@@ -1,4 +1,4 @@
-"""Concrete pipeline schedules: command DAG, event-driven execution, traces and plots.
+"""Concrete pipeline schedules: command DAG, its longest path (numpy wavefront), traces, plots.
 
 Data flows one way: :class:`ScheduleCosts` (per-chunk times, from PortablePlanIR or by hand) and a
 :data:`~blueprinting.mapping.transformer.PipelineSchedule` -> :func:`build_schedule` ->

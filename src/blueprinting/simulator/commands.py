@@ -12,17 +12,25 @@ rank's compute stream waits for the transfer at the step where Megatron-LM posts
 (see :mod:`blueprinting.simulator.schedules`). With this model the simulation reproduces the
 closed forms of shared/reference/schedules.md section 4 (see
 :mod:`blueprinting.simulator.analytic`).
+
+The DAG is built with numpy, all ranks at once (p=64, v=4, m=1024 is about a million commands);
+``tests/simulator/reference_engine.py`` keeps the seed's command-by-command builder, and the tests
+check that both give the same commands, ids, dependencies and programs.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import final
+from typing import TypeAlias, final
+
+import numpy as np
+import numpy.typing as npt
 
 from blueprinting.errors import VerificationError
 from blueprinting.mapping.transformer import ForwardOnly, PipelineSchedule
-from blueprinting.simulator.costs import DpBucket, ScheduleCosts
+from blueprinting.simulator.costs import ScheduleCosts
 from blueprinting.simulator.schedules import OpKind, RankOrder, check_megatron, rank_orders
 
 
@@ -78,45 +86,51 @@ class Command:
                 return f"{where} {self.kind}{self.microbatch}.{self.chunk}"
 
 
+IntArray: TypeAlias = npt.NDArray[np.int64]
+FloatArray: TypeAlias = npt.NDArray[np.float64]
+
+
 @final
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class CommandDag:
-    """Column-stored commands (parallel lists, indexed by command id) and the program of each
+    """Column-stored commands (numpy arrays indexed by command id) and the program of each
     stream: ``programs[2 * rank + s]`` with s = 0 compute, 1 communication.
 
-    Stored as columns because p=64, v=4, m=1024 gives about 1.5 million commands.
+    ``deps[c]`` lists the commands ``c`` waits for besides its stream predecessor, padded with
+    -1 (an ``(n, k)`` array). Stored as columns because p=64, v=4, m=1024 gives about a million
+    commands.
     """
 
     schedule: PipelineSchedule
     costs: ScheduleCosts
-    kind: list[int]
-    rank: list[int]
-    chunk: list[int]
-    microbatch: list[int]
-    duration_s: list[float]
-    deps: list[tuple[int, ...]]
-    peer: list[int]
-    programs: list[list[int]]
+    kind: IntArray
+    rank: IntArray
+    chunk: IntArray
+    microbatch: IntArray
+    duration_s: FloatArray
+    deps: IntArray
+    peer: IntArray
+    programs: tuple[IntArray, ...]
 
     def __len__(self) -> int:
-        return len(self.kind)
+        return int(self.kind.shape[0])
 
     @property
     def pipeline_degree(self) -> int:
         return self.costs.pipeline_degree
 
     def command(self, index: int) -> Command:
-        code = self.kind[index]
+        code = int(self.kind[index])
         return Command(
             index=index,
             kind=KIND_BY_CODE[code],
-            rank=self.rank[index],
+            rank=int(self.rank[index]),
             stream=Stream.COMPUTE if code <= _W else Stream.COMM,
-            chunk=self.chunk[index],
-            microbatch=self.microbatch[index],
-            duration_s=self.duration_s[index],
-            deps=self.deps[index],
-            peer=self.peer[index],
+            chunk=int(self.chunk[index]),
+            microbatch=int(self.microbatch[index]),
+            duration_s=float(self.duration_s[index]),
+            deps=tuple(int(d) for d in self.deps[index] if d >= 0),
+            peer=int(self.peer[index]),
         )
 
 
@@ -138,6 +152,52 @@ def build_schedule(
     )
 
 
+def _ops_array(ops: IntArray | Sequence[tuple[int, int, int]]) -> IntArray:
+    return np.asarray(ops, dtype=np.int64).reshape(-1, 3)
+
+
+def _order_problems(
+    code: IntArray, ch: IntArray, mb: IntArray, rk: IntArray, *, p: int, m: int, v: int
+) -> tuple[list[tuple[int, str]], npt.NDArray[np.bool_]]:
+    """Out-of-range and repeated ops (with their op index, for ordering) and the mask of the
+    ops that get a command id."""
+    bad = (ch < 0) | (ch >= v) | (mb < 0) | (mb >= m)
+    found: list[tuple[int, str]] = [
+        (i, f"rank {rk[i]}: op ({code[i]}, chunk {ch[i]}, mb {mb[i]}) out of range")
+        for i in np.flatnonzero(bad).tolist()
+    ]
+    key = np.where(bad, 4 * p * v * m, (code * (p * v) + ch * p + rk) * m + mb)
+    repeat = np.zeros(key.shape[0], dtype=np.bool_)
+    if (np.bincount(key, minlength=4 * p * v * m + 1)[:-1] > 1).any():
+        order = np.argsort(key, kind="stable")
+        sorted_key = key[order]
+        repeat[order[1:]] = (sorted_key[1:] == sorted_key[:-1]) & ~bad[order[1:]]
+    for i in np.flatnonzero(repeat).tolist():
+        name = KIND_BY_CODE[int(code[i])]
+        found.append((i, f"rank {rk[i]}: {name}{mb[i]}.{ch[i]} scheduled twice"))
+    return found, ~(bad | repeat)
+
+
+def _step_bounds(
+    orders: list[RankOrder], lengths: IntArray, offsets: IntArray
+) -> tuple[IntArray, IntArray]:
+    """For every op (global index) the first and the last op of its step."""
+    n = int(offsets[-1])
+    flags = np.zeros(n, dtype=np.bool_)
+    for r, order in enumerate(orders):
+        if lengths[r] == 0:
+            continue
+        if order.step_starts is None:
+            flags[offsets[r] : offsets[r + 1]] = True
+        else:
+            flags[offsets[r] + np.asarray(order.step_starts, dtype=np.int64)] = True
+        flags[offsets[r]] = True
+    first = np.flatnonzero(flags)
+    step = np.cumsum(flags) - 1
+    last = np.append(first[1:] - 1, n - 1)
+    return first[step], last[step]
+
+
 def build_from_orders(
     schedule: PipelineSchedule,
     costs: ScheduleCosts,
@@ -153,165 +213,162 @@ def build_from_orders(
         raise VerificationError(f"building command DAG: {len(orders)} rank orders for p = {p}")
     n_virtual = p * v
     slot_count = n_virtual * m
-    ids: list[list[int]] = [[-1] * slot_count for _ in range(4)]
-    t_p2p = costs.p2p_time_s
-    fwd, bwd = costs.forward_s, costs.backward_s
-    wgt = costs.weight_grad_s
+    arrays = [_ops_array(order.ops) for order in orders]
+    lengths = np.array([a.shape[0] for a in arrays], dtype=np.int64)
+    ops = np.concatenate(arrays) if arrays else np.zeros((0, 3), dtype=np.int64)
+    code, ch, mb = ops[:, 0], ops[:, 1], ops[:, 2]
+    rk = np.repeat(np.arange(p, dtype=np.int64), lengths)
 
-    kind: list[int] = []
-    rank: list[int] = []
-    chunk: list[int] = []
-    micro: list[int] = []
-    dur: list[float] = []
-    peer: list[int] = []
-    problems: list[str] = []
-
-    # Pass 1: compute commands, ids in program order.
-    for r, order in enumerate(orders):
-        for code, c, j in order.ops:
-            if not (0 <= c < v and 0 <= j < m):
-                problems.append(f"rank {r}: op ({code}, chunk {c}, mb {j}) out of range")
-                continue
-            slot = (c * p + r) * m + j
-            table = ids[code]
-            if table[slot] != -1:
-                problems.append(f"rank {r}: {KIND_BY_CODE[code]}{j}.{c} scheduled twice")
-                continue
-            table[slot] = len(kind)
-            if code == _F:
-                d = fwd[r][c]
-            elif code == _B:
-                d = bwd[r][c]
-            else:
-                w = 0.0 if wgt is None else wgt[r][c]
-                d = bwd[r][c] - w if code == _BI else w
-            kind.append(code)
-            rank.append(r)
-            chunk.append(c)
-            micro.append(j)
-            dur.append(d)
-            peer.append(-1)
-    n_compute = len(kind)
+    # Pass 1: compute commands, ids in program order; every problem at once.
+    found, kept = _order_problems(code, ch, mb, rk, p=p, m=m, v=v)
+    found.sort()
+    problems = [message for _, message in found]
+    code, ch, mb, rk = code[kept], ch[kept], mb[kept], rk[kept]
+    n_compute = int(code.shape[0])
+    ids = np.full((4, slot_count), -1, dtype=np.int64)
+    ids[code, (ch * p + rk) * m + mb] = np.arange(n_compute, dtype=np.int64)
     fid, bid, biid, wid = ids
-    # The pass that sends the input gradient upstream: B, or Bi when backward is split.
-    grad_id = [b if b != -1 else bi for b, bi in zip(bid, biid, strict=True)]
-    if any(x == -1 for x in fid):
+    grad_id = np.where(bid != -1, bid, biid)
+    if (fid == -1).any():
         problems.append("some forward passes are never scheduled")
-    if not forward_only and any(x == -1 for x in grad_id):
+    if not forward_only and (grad_id == -1).any():
         problems.append("some backward passes are never scheduled")
-    for slot in range(slot_count):
-        f, g, w = fid[slot], grad_id[slot], wid[slot]
-        if g != -1 and (f == -1 or g < f):
-            problems.append(f"command {g} runs a backward before its forward on the same rank")
-        if w != -1 and (g == -1 or w < g):
-            problems.append(f"command {w} runs a weight gradient before its input gradient")
+    early_grad = (grad_id != -1) & ((fid == -1) | (grad_id < fid))
+    early_weight = (wid != -1) & ((grad_id == -1) | (wid < grad_id))
+    for slot in np.flatnonzero(early_grad | early_weight).tolist():
         if len(problems) > 20:
             break
+        if early_grad[slot]:
+            problems.append(
+                f"command {grad_id[slot]} runs a backward before its forward on the same rank"
+            )
+        if early_weight[slot]:
+            problems.append(f"command {wid[slot]} runs a weight gradient before its input gradient")
     if problems:
         raise VerificationError("building command DAG: " + "; ".join(problems[:20]))
 
-    deps: list[tuple[int, ...]] = [()] * n_compute
-    programs: list[list[int]] = []
-    send_of = [-1] * n_compute
-    buckets = costs.dp_buckets
-    columns = _Columns(
-        kind=kind, rank=rank, chunk=chunk, micro=micro, dur=dur, peer=peer, deps=deps
+    forward = np.asarray(costs.forward_s, dtype=np.float64)
+    backward = np.asarray(costs.backward_s, dtype=np.float64)
+    weight = (
+        np.zeros_like(forward)
+        if costs.weight_grad_s is None
+        else np.asarray(costs.weight_grad_s, dtype=np.float64)
     )
+    f, b, w = forward[rk, ch], backward[rk, ch], weight[rk, ch]
+    dur = np.where(code == _F, f, np.where(code == _B, b, np.where(code == _BI, b - w, w)))
 
-    # Pass 2: per rank, the compute program, and the communication program in posting order.
-    for r, order in enumerate(orders):
-        ops = order.ops
-        compute_prog = [_slot_id(ids, op, p, m, r) for op in ops]
-        ends = _step_ends(order)
-        comm_prog: list[int] = []
-        step_lo = 0
-        last_of_chunk: dict[int, int] = {}
-        for pos, cid in enumerate(compute_prog):
-            code = kind[cid]
-            if code != _F:
-                last_of_chunk[chunk[cid]] = pos
-            if not ends[pos]:
-                continue
-            for q in range(step_lo, pos + 1):
-                src = compute_prog[q]
-                s = chunk[src] * p + r
-                code = kind[src]
-                if code == _F and s < n_virtual - 1:
-                    new_kind, dst = _SEND_F, (s + 1) % p
-                elif (code in (_B, _BI)) and s > 0:
-                    new_kind, dst = _SEND_B, (s - 1) % p
-                else:
-                    continue
-                tid = len(kind)
-                kind.append(new_kind)
-                rank.append(r)
-                chunk.append(chunk[src])
-                micro.append(micro[src])
-                dur.append(t_p2p)
-                peer.append(dst)
-                deps.append((cid,))
-                send_of[src] = tid
-                comm_prog.append(tid)
-            step_lo = pos + 1
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
+    step_first, step_last = _step_bounds(orders, lengths, offsets)
+    stage = ch * p + rk
+    sends_fwd = (code == _F) & (stage < n_virtual - 1)
+    sends_bwd = ((code == _B) | (code == _BI)) & (stage > 0)
+    sending = np.flatnonzero(sends_fwd | sends_bwd)
+    t_rank = rk[sending]
+    t_count = np.bincount(t_rank, minlength=p).astype(np.int64)
+
+    # Pass 2: DP buckets per rank, posted at the stage's last compute command, or with
+    # overlap_grad_reduce at the last backward (weight-gradient) pass of the bucket's chunk.
+    buckets = costs.dp_buckets
+    b_count = np.array([len(buckets[r]) if buckets else 0 for r in range(p)], dtype=np.int64)
+    comm_base = n_compute + np.concatenate([[0], np.cumsum(t_count + b_count)]).astype(np.int64)
+    t_first = np.concatenate([[0], np.cumsum(t_count)]).astype(np.int64)
+    tid = comm_base[t_rank] + (np.arange(sending.shape[0], dtype=np.int64) - t_first[t_rank])
+    send_of = np.full(n_compute, -1, dtype=np.int64)
+    send_of[sending] = tid
+    t_after = step_last[sending]
+    bucket_rows: list[tuple[int, int, int, float]] = []  # (id, rank, chunk, duration)
+    bucket_after: list[int] = []
+    programs: list[IntArray] = []
+    not_forward = code != _F
+    for r in range(p):
+        lo, hi = int(offsets[r]), int(offsets[r + 1])
+        compute_prog = np.arange(lo, hi, dtype=np.int64)
+        transfers = tid[t_first[r] : t_first[r + 1]]
+        comm_prog = transfers
         if buckets and buckets[r]:
-            last_pos = len(compute_prog) - 1
+            last_pos = hi - lo - 1
+            last_of_chunk = np.full(v, -1, dtype=np.int64)
+            local = np.flatnonzero(not_forward[lo:hi])
+            last_of_chunk[ch[lo + local]] = local  # increasing positions: the last one wins
             posted: list[tuple[int, int]] = []
             for b_index, bucket in enumerate(buckets[r]):
                 at = last_pos
-                if costs.overlap_grad_reduce:
-                    at = last_of_chunk.get(bucket.chunk, last_pos)
+                if costs.overlap_grad_reduce and last_of_chunk[bucket.chunk] >= 0:
+                    at = int(last_of_chunk[bucket.chunk])
                 posted.append((at, b_index))
             posted.sort()
-            # Merge buckets into the transfer order by posting position.
-            merged: list[int] = []
-            transfer_pos = [_position_of(compute_prog, deps[t][0]) for t in comm_prog]
-            bi = 0
-            for t, tpos in zip(comm_prog, transfer_pos, strict=True):
-                while bi < len(posted) and posted[bi][0] < tpos:
-                    at, index = posted[bi]
-                    merged.append(len(kind))
-                    _append_bucket(columns, r, compute_prog[at], buckets[r][index])
-                    bi += 1
-                merged.append(t)
-            for at, index in posted[bi:]:
-                merged.append(len(kind))
-                _append_bucket(columns, r, compute_prog[at], buckets[r][index])
-            comm_prog = merged
+            bucket_ids = int(comm_base[r]) + int(t_count[r]) + np.arange(len(posted))
+            for (at, index), bucket_id in zip(posted, bucket_ids.tolist(), strict=True):
+                bucket = buckets[r][index]
+                bucket_rows.append((bucket_id, r, bucket.chunk, bucket.duration_s))
+                bucket_after.append(lo + at)
+            transfer_pos = t_after[t_first[r] : t_first[r + 1]] - lo
+            where = np.searchsorted(transfer_pos, [at for at, _ in posted], side="right")
+            comm_prog = np.insert(transfers, where, bucket_ids)
         programs.append(compute_prog)
         programs.append(comm_prog)
 
-    # Pass 3: receives. Every input of a step's operations is waited for at the step's first one.
-    for r, order in enumerate(orders):
-        compute_prog = programs[2 * r]
-        starts = _step_starts(order)
-        waiter = compute_prog[0] if compute_prog else -1
-        pending: list[int] = []
-        for pos, cid in enumerate(compute_prog):
-            if starts[pos]:
-                if pending:
-                    deps[waiter] = deps[waiter] + tuple(pending)
-                    pending = []
-                waiter = cid
-            code = kind[cid]
-            s = chunk[cid] * p + r
-            j = micro[cid]
-            if code == _F:
-                if s > 0:
-                    pending.append(send_of[fid[(s - 1) * m + j]])
-            elif code in (_B, _BI) and s < n_virtual - 1:
-                pending.append(send_of[grad_id[(s + 1) * m + j]])
-        if pending:
-            deps[waiter] = deps[waiter] + tuple(pending)
-        if order.wait_own_sends:
-            previous = {_F: -1, _B: -1, _BI: -1}
-            for cid in compute_prog:
-                code = kind[cid]
-                if code == _W:
-                    continue
-                before = previous[code]
-                if before != -1 and send_of[before] != -1:
-                    deps[cid] = (*deps[cid], send_of[before])
-                previous[code] = cid
+    n = int(comm_base[-1])
+    kind = np.empty(n, dtype=np.int64)
+    rank = np.empty(n, dtype=np.int64)
+    chunk = np.empty(n, dtype=np.int64)
+    micro = np.empty(n, dtype=np.int64)
+    duration = np.empty(n, dtype=np.float64)
+    peer = np.full(n, -1, dtype=np.int64)
+    kind[:n_compute], rank[:n_compute], chunk[:n_compute] = code, rk, ch
+    micro[:n_compute], duration[:n_compute] = mb, dur
+    s_stage = stage[sending]
+    kind[tid] = np.where(sends_fwd[sending], _SEND_F, _SEND_B)
+    rank[tid], chunk[tid], micro[tid] = t_rank, ch[sending], mb[sending]
+    duration[tid] = costs.p2p_time_s
+    peer[tid] = np.where(sends_fwd[sending], (s_stage + 1) % p, (s_stage - 1) % p)
+    if bucket_rows:
+        rows = np.array([row[0] for row in bucket_rows], dtype=np.int64)
+        kind[rows] = _DP
+        rank[rows] = [row[1] for row in bucket_rows]
+        chunk[rows] = [row[2] for row in bucket_rows]
+        micro[rows] = -1
+        duration[rows] = [row[3] for row in bucket_rows]
+
+    # Pass 3: dependencies. A transfer waits for the last op of its step, a bucket for the op
+    # it is posted at; every input of a step's ops is received before the step's first op;
+    # with wait_own_sends, an op also waits for the previous same-kind op's outgoing message.
+    recv_src = np.full(n_compute, -1, dtype=np.int64)
+    is_f = (code == _F) & (stage > 0)
+    is_b = ((code == _B) | (code == _BI)) & (stage < n_virtual - 1)
+    recv_src[is_f] = send_of[fid[(stage[is_f] - 1) * m + mb[is_f]]]
+    recv_src[is_b] = send_of[grad_id[(stage[is_b] + 1) * m + mb[is_b]]]
+    receiving = np.flatnonzero(recv_src != -1)
+    waiter = step_first[receiving]
+    # A step's receives all go to its first op, in op order: consecutive in ``receiving``.
+    new_group = np.concatenate([[True], waiter[1:] != waiter[:-1]])[: waiter.shape[0]]
+    group_start = np.flatnonzero(new_group)
+    receive_column = (
+        np.arange(receiving.shape[0], dtype=np.int64) - group_start[np.cumsum(new_group) - 1]
+    )
+    counts = np.zeros(n, dtype=np.int64)
+    counts[waiter[group_start]] = np.diff(np.append(group_start, receiving.shape[0]))
+    own_cmd = np.zeros(0, dtype=np.int64)
+    own_src = np.zeros(0, dtype=np.int64)
+    waiting = [r for r, order in enumerate(orders) if order.wait_own_sends]
+    if waiting:
+        own = np.isin(rk, waiting) & (code != _W)
+        idx = np.flatnonzero(own)
+        grouped = idx[np.lexsort((idx, code[idx], rk[idx]))]
+        same = (rk[grouped[1:]] == rk[grouped[:-1]]) & (code[grouped[1:]] == code[grouped[:-1]])
+        cmd, before = grouped[1:][same], grouped[:-1][same]
+        has = send_of[before] != -1
+        own_cmd, own_src = cmd[has], send_of[before[has]]
+    width = max(
+        1,
+        int(counts.max(initial=0)) + (1 if own_cmd.shape[0] else 0),
+    )
+    deps = np.full((n, width), -1, dtype=np.int64)
+    deps[waiter, receive_column] = recv_src[receiving]
+    deps[own_cmd, counts[own_cmd]] = own_src
+    deps[tid, 0] = t_after
+    if bucket_rows:
+        deps[np.array([row[0] for row in bucket_rows], dtype=np.int64), 0] = bucket_after
 
     return CommandDag(
         schedule=schedule,
@@ -320,56 +377,8 @@ def build_from_orders(
         rank=rank,
         chunk=chunk,
         microbatch=micro,
-        duration_s=dur,
+        duration_s=duration,
         deps=deps,
         peer=peer,
-        programs=programs,
+        programs=tuple(programs),
     )
-
-
-def _slot_id(ids: list[list[int]], op: tuple[int, int, int], p: int, m: int, r: int) -> int:
-    code, c, j = op
-    return ids[code][(c * p + r) * m + j]
-
-
-def _step_starts(order: RankOrder) -> list[bool]:
-    n = len(order.ops)
-    if order.step_starts is None:
-        return [True] * n
-    flags = [False] * n
-    for s in order.step_starts:
-        flags[s] = True
-    return flags
-
-
-def _step_ends(order: RankOrder) -> list[bool]:
-    starts = _step_starts(order)
-    n = len(starts)
-    return [pos == n - 1 or starts[pos + 1] for pos in range(n)]
-
-
-def _position_of(program: list[int], command: int) -> int:
-    # Compute ids are assigned in program order, so a rank's program is a contiguous range.
-    return command - program[0]
-
-
-@final
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _Columns:
-    kind: list[int]
-    rank: list[int]
-    chunk: list[int]
-    micro: list[int]
-    dur: list[float]
-    peer: list[int]
-    deps: list[tuple[int, ...]]
-
-
-def _append_bucket(columns: _Columns, r: int, after: int, bucket: DpBucket) -> None:
-    columns.kind.append(_DP)
-    columns.rank.append(r)
-    columns.chunk.append(bucket.chunk)
-    columns.micro.append(-1)
-    columns.dur.append(bucket.duration_s)
-    columns.peer.append(-1)
-    columns.deps.append((after,))

@@ -1,12 +1,20 @@
-"""Event-driven execution of a :class:`~blueprinting.simulator.commands.CommandDag`.
+"""Execution of a :class:`~blueprinting.simulator.commands.CommandDag`: a longest path.
 
-Every stream runs its program in order, so the schedule is fixed and only times are unknown:
-a command starts at ``max(stream free, end of each dependency)``. The engine advances one stream
-at a time as far as its dependencies allow and parks it on the first unfinished dependency;
-finishing that command wakes the stream. Each command is visited once (O(commands + deps)),
-which is what makes p=64, v=4, m=1024 take about a second. Streams still parked when no stream
-can move hold commands that can never start: a deadlock, raised as
-:class:`~blueprinting.errors.DeadlockError`, never a hang.
+Every stream runs its program in order, so the schedule is static and only times are unknown:
+a command starts at ``max(end of its stream predecessor, end of each dependency)`` and ends
+``duration`` later, i.e. its end is a longest path in the DAG. :func:`simulate_many` computes it
+as a numpy wavefront: each step takes the head of every stream whose dependencies have all
+finished, so one step advances the whole pipeline and a schedule takes as many steps as its
+longest chain of commands (16,128 for p=64, v=4, m=1024: the 8,192 compute passes of a rank and
+the transfers between them), whatever its size. Where transfers never queue behind an earlier
+step's and DP buckets trail their stream (the common case), transfers are timed inline and the
+wavefront runs over compute commands only (8,320 steps there; :func:`_compute_wavefront`).
+Several duration vectors run in the same
+wavefront (the plan path's P2P-free, pipeline-only and full runs share one DAG). The sums and
+maxima are the ones the seed's event-driven engine performed, so start and end times are equal
+bit for bit (``tests/simulator/reference_engine.py`` keeps that engine and the tests compare
+them). Streams whose head can never start hold commands that can never start: a deadlock, raised
+as :class:`~blueprinting.errors.DeadlockError`, never a hang.
 
 Definitions (seconds):
 
@@ -23,19 +31,32 @@ Definitions (seconds):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import final
 
+import numpy as np
+
 from blueprinting.errors import DeadlockError
-from blueprinting.simulator.commands import _B, _F, _W, CommandDag
+from blueprinting.simulator.commands import (
+    _B,
+    _DP,
+    _F,
+    _SEND_B,
+    _SEND_F,
+    _W,
+    CommandDag,
+    FloatArray,
+    IntArray,
+)
 
 
 @final
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class SimulationResult:
     dag: CommandDag
-    start_s: list[float]
-    end_s: list[float]
+    start_s: FloatArray
+    end_s: FloatArray
     makespan_s: float
     pipeline_flush_s: float
     bubble_s: float
@@ -54,103 +75,310 @@ class SimulationResult:
 
 def simulate(dag: CommandDag) -> SimulationResult:
     """Run ``dag``; raise DeadlockError naming the stuck commands if it cannot finish."""
+    return simulate_many(dag, [dag.duration_s])[0]
+
+
+def simulate_many(dag: CommandDag, durations: Sequence[FloatArray]) -> list[SimulationResult]:
+    """Run ``dag`` once per duration vector (each of ``len(dag)`` seconds, in one wavefront);
+    the results' ``dag`` is ``dag`` itself, whatever durations they ran with."""
     n = len(dag)
-    dur = dag.duration_s
-    deps = dag.deps
-    programs = dag.programs
-    start = [0.0] * n
-    end = [-1.0] * n
-    ptr = [0] * len(programs)
-    free = [0.0] * len(programs)
-    waiters: dict[int, list[int]] = {}
-    stack = list(range(len(programs) - 1, -1, -1))
-    while stack:
-        s = stack.pop()
-        prog = programs[s]
-        i = ptr[s]
-        t = free[s]
-        size = len(prog)
-        while i < size:
-            c = prog[i]
-            st = t
-            blocked = -1
-            for d in deps[c]:
-                e = end[d]
-                if e < 0.0:
-                    blocked = d
-                    break
-                st = max(st, e)
-            if blocked >= 0:
-                waiters.setdefault(blocked, []).append(s)
-                break
-            t = st + dur[c]
-            start[c] = st
-            end[c] = t
-            i += 1
-            woken = waiters.pop(c, None)
-            if woken is not None:
-                stack.extend(woken)
-        ptr[s] = i
-        free[s] = t
-
-    stuck = [programs[s][ptr[s]] for s in range(len(programs)) if ptr[s] < len(programs[s])]
-    if stuck:
-        names = [str(dag.command(c)) for c in stuck]
-        raise DeadlockError(
-            f"simulating {dag.schedule}: {len(stuck)} stream(s) stuck, commands that can never "
-            f"start: {', '.join(names)}",
-            stuck=names,
+    columns = len(durations)
+    dur = np.zeros((n, columns), dtype=np.float64)
+    for k, d in enumerate(durations):
+        dur[:, k] = d
+    start, end = _wavefront(dag, dur)
+    held = _held_activations(dag)
+    compute = np.concatenate(dag.programs[0::2]) if dag.programs else np.zeros(0, np.int64)
+    busy: list[tuple[float, ...]] = []
+    for k in range(columns):
+        # Runs with the same compute durations have the same busy times: sum once.
+        same = [i for i in range(k) if (dur[compute, i] == dur[compute, k]).all()]
+        busy.append(busy[same[0]] if same else _busy(dag, dur[:, k], 0))
+    return [
+        _summarise(
+            dag,
+            start=start[:, k].copy(),
+            end=end[:, k].copy(),
+            duration=dur[:, k],
+            busy=busy[k],
+            held=held,
         )
-    return _summarise(dag, start, end)
+        for k in range(columns)
+    ]
 
 
-def _summarise(dag: CommandDag, start: list[float], end: list[float]) -> SimulationResult:
-    p = dag.pipeline_degree
+def _busy(dag: CommandDag, duration: FloatArray, stream: int) -> tuple[float, ...]:
+    """Total time of stream ``stream`` (0 compute, 1 communication) of every rank."""
+    return tuple(
+        sum(duration[dag.programs[2 * r + stream]].tolist()) for r in range(dag.pipeline_degree)
+    )
+
+
+def _wavefront(dag: CommandDag, dur: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Start and end of every command (rows) for every duration column: the compute-only
+    wavefront where it applies and is exact, else the wavefront over every command."""
+    fast = _compute_wavefront(dag, dur)
+    return fast if fast is not None else _full_wavefront(dag, dur)
+
+
+def _compute_wavefront(dag: CommandDag, dur: FloatArray) -> tuple[FloatArray, FloatArray] | None:
+    """The wavefront over compute commands only (half the steps), or None where it does not
+    apply.
+
+    A transfer waits for one compute command P (the last op of its step) and, on its stream,
+    for the command before it. The transfers a step posts leave one after the other: the j-th
+    ends at ``end(P) + c`` added j times, c being the P2P time (the same for every transfer
+    of a run). That holds as long as no step's first transfer waits for an earlier step's
+    transfers, which is checked afterwards; so a compute command starts at the maximum of its
+    predecessor's end and those sums, the same floating-point operations the full wavefront
+    does. DP buckets must trail their communication stream (no ``overlap_grad_reduce``
+    interleaving with transfers); they are timed afterwards along their stream. Where a check
+    fails, or on a deadlock (the full wavefront names every stuck stream), the answer is None."""
+    n = len(dag)
     kind = dag.kind
-    dur = dag.duration_s
-    chunk = dag.chunk
+    compute_programs = dag.programs[0::2]
+    comm_programs = dag.programs[1::2]
+    columns = dur.shape[1]
+    transfers = np.flatnonzero((kind == _SEND_F) | (kind == _SEND_B))
+    hop = dur[transfers[0]] if transfers.shape[0] else np.zeros(columns, dtype=np.float64)
+    if transfers.shape[0] and not (dur[transfers] == hop).all():
+        return None
+    producer = dag.deps[:, 0]
+    burst = np.zeros(n, dtype=np.int64)  # 0 for the first transfer a step posts, 1, 2, ...
+    tails: list[IntArray] = []
+    for program in comm_programs:
+        bucket = kind[program] == _DP
+        first = int(np.argmax(bucket)) if bucket.any() else program.shape[0]
+        if not bucket[first:].all():
+            return None
+        tails.append(program[first:])
+        moving = program[:first]
+        if moving.shape[0]:
+            starts = np.concatenate([[True], producer[moving[1:]] != producer[moving[:-1]]])
+            group = np.flatnonzero(starts)
+            burst[moving] = np.arange(moving.shape[0]) - group[np.cumsum(starts) - 1]
+    extra_hops = int(burst.max(initial=0))
+    lengths = np.array([program.shape[0] for program in compute_programs], dtype=np.int64)
+    base = np.concatenate([[0], np.cumsum(lengths + 1)]).astype(np.int64)
+    rows = int(base[-1]) + 2
+    zero_row, pad_row = rows - 2, rows - 1
+    new_id = np.full(n, pad_row, dtype=np.int64)
+    for r, program in enumerate(compute_programs):
+        new_id[program] = base[r] + np.arange(program.shape[0], dtype=np.int64)
+    compute = np.flatnonzero(kind <= _W)
+    rows_of = new_id[compute]
+    width = dag.deps.shape[1] + 1
+    waits = np.empty((width, rows), dtype=np.int64)
+    waits[0, rows_of] = rows_of - 1
+    firsts = base[:-1]
+    waits[0, firsts] = zero_row
+    cross = dag.deps[compute]
+    waits[1:, rows_of] = np.where(cross >= 0, new_id[producer[cross]], pad_row).T
+    never = base[1:] - 1
+    waits[:, never] = never
+    waits[:, zero_row] = zero_row
+    waits[:, pad_row] = pad_row
+    # hops[j - 1][k - 1, row]: 1.0 where the k-th wait of row sits j or more places into its
+    # burst (one more c to add), else 0.0 (adding 0.0 changes nothing).
+    depth = np.zeros((width - 1, rows), dtype=np.int64)
+    depth[:, rows_of] = np.where(cross >= 0, burst[np.maximum(cross, 0)], 0).T
+    hops = [(depth >= j).astype(np.float64) for j in range(1, extra_hops + 1)]
+    # Columns that differ only in DP bucket durations (the plan path's pipeline-only and full
+    # runs) share every compute and transfer time: run each distinct one once.
+    distinct: list[int] = []
+    copy_of: list[int] = []
+    for k in range(columns):
+        same = [
+            i
+            for i, d in enumerate(distinct)
+            if hop[d] == hop[k] and (dur[compute, d] == dur[compute, k]).all()
+        ]
+        if not same:
+            distinct.append(k)
+        copy_of.append(same[0] if same else len(distinct) - 1)
+    loop_dur = dur[:, distinct]
+    duration = np.zeros((len(distinct), rows), dtype=np.float64)
+    duration[:, rows_of] = loop_dur[compute].T
+    end = np.full((len(distinct), rows), np.inf, dtype=np.float64)
+    end[:, zero_row] = 0.0
+    end[:, pad_row] = -np.inf
+    c = hop[distinct][:, None, None]
+    head = firsts.copy()
+    last = head.copy()
+    while True:
+        for _ in range(16):
+            gathered = end[:, waits[:, head]]
+            begin = gathered[:, 0]
+            if width > 1:
+                sent = gathered[:, 1:] + c
+                for extra in hops:
+                    sent = sent + extra[:, head] * c
+                for k in range(width - 1):
+                    begin = np.maximum(begin, sent[:, k])
+            end[:, head] = begin + duration[:, head]
+            head += begin[0] < np.inf
+        if (head == never).all():
+            break
+        if (head == last).all():
+            return None
+        last = head.copy()
+    gathered = end[:, waits]
+    begin = gathered[:, 0]
+    if width > 1:
+        sent = gathered[:, 1:] + c
+        for extra in hops:
+            sent = sent + extra * c
+        for k in range(width - 1):
+            begin = np.maximum(begin, sent[:, k])
+    start_out = np.zeros((n, columns), dtype=np.float64)
+    end_out = np.zeros((n, columns), dtype=np.float64)
+    start_out[compute] = begin[:, rows_of].T[:, copy_of]
+    end_out[compute] = end[:, rows_of].T[:, copy_of]
+    for program, tail in zip(comm_programs, tails, strict=True):
+        moving = program[: program.shape[0] - tail.shape[0]]
+        free = np.zeros(columns, dtype=np.float64)
+        if moving.shape[0]:
+            ready = end_out[producer[moving]]
+            first = burst[moving] == 0
+            at = np.where(first[:, None], ready, 0.0)
+            # Sequential adds within a burst: the j-th transfer starts where the (j-1)-th ends.
+            for j in range(extra_hops + 1):
+                level = burst[moving] == j
+                if j:
+                    at[level] = end_out[moving[np.flatnonzero(level) - 1]]
+                start_out[moving[level]] = at[level]
+                end_out[moving[level]] = at[level] + hop
+            earlier = end_out[moving[:-1]][first[1:]]
+            if (earlier > start_out[moving[1:]][first[1:]]).any():
+                return None
+            free = end_out[moving[-1]]
+        for bucket in tail.tolist():
+            begin_b = np.maximum(free, end_out[producer[bucket]])
+            start_out[bucket] = begin_b
+            free = begin_b + dur[bucket]
+            end_out[bucket] = free
+    return start_out, end_out
+
+
+def _full_wavefront(dag: CommandDag, dur: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """Start and end of every command (rows) for every duration column (module docstring).
+
+    Internally the commands are renumbered stream by stream, each stream's program a contiguous
+    range followed by one row that never finishes, so a stream's head is a row index that
+    moves by one when the head runs. A command that has not run ends at +inf, so the latest end
+    a head waits for is finite exactly when it is ready, and writing ``begin + duration`` to
+    every head changes only the ready ones (the others stay at +inf). Starts are recomputed
+    from the final ends afterwards with the same maxima."""
+    n = len(dag)
+    lengths = np.array([program.shape[0] for program in dag.programs], dtype=np.int64)
+    base = np.concatenate([[0], np.cumsum(lengths + 1)]).astype(np.int64)
+    rows = int(base[-1]) + 1
+    zero_row = rows - 1  # a finished command ending at 0: what padding and first commands see
+    new_id = np.empty(n, dtype=np.int64)
+    for s, program in enumerate(dag.programs):
+        new_id[program] = base[s] + np.arange(program.shape[0], dtype=np.int64)
+    width = dag.deps.shape[1] + 1
+    # waits[k, row]: the k-th command the row waits for (0: its stream predecessor).
+    waits = np.empty((width, rows), dtype=np.int64)
+    waits[1:, new_id] = np.where(dag.deps >= 0, new_id[dag.deps], zero_row).T
+    waits[0, new_id] = new_id - 1
+    firsts = base[:-1]
+    waits[0, firsts] = zero_row
+    never = base[1:] - 1
+    waits[:, never] = never
+    waits[:, zero_row] = zero_row
+    columns = dur.shape[1]
+    duration = np.zeros((columns, rows), dtype=np.float64)
+    duration[:, new_id] = dur[:n].T
+    end = np.full((columns, rows), np.inf, dtype=np.float64)
+    end[:, zero_row] = 0.0
+    head = firsts.copy()
+    last = head.copy()
+    while True:
+        for _ in range(16):
+            gathered = end[:, waits[:, head]]
+            begin = gathered[:, 0]
+            for k in range(1, width):
+                begin = np.maximum(begin, gathered[:, k])
+            end[:, head] = begin + duration[:, head]
+            head += begin[0] < np.inf
+        if (head == never).all():
+            break
+        if (head == last).all():
+            stuck = np.flatnonzero(head < never)
+            _raise_deadlock(dag, _old_ids(dag, head[stuck], base))
+        last = head.copy()
+    start = np.maximum.reduce(end[:, waits], axis=1)
+    start, end = start.T, end.T
+    return start[new_id], end[new_id]
+
+
+def _old_ids(dag: CommandDag, heads: IntArray, base: IntArray) -> IntArray:
+    streams = np.searchsorted(base, heads, side="right") - 1
+    return np.array(
+        [
+            int(dag.programs[s][h - base[s]])
+            for s, h in zip(streams.tolist(), heads.tolist(), strict=True)
+        ],
+        dtype=np.int64,
+    )
+
+
+def _raise_deadlock(dag: CommandDag, heads: IntArray) -> None:
+    n = len(dag)
+    names = [str(dag.command(int(c))) for c in heads.tolist() if c < n]
+    raise DeadlockError(
+        f"simulating {dag.schedule}: {len(names)} stream(s) stuck, commands that can never "
+        f"start: {', '.join(names)}",
+        stuck=names,
+    )
+
+
+def _held_activations(dag: CommandDag) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """Peak in-flight microbatch-chunks and their bytes per rank (the order alone sets them).
+
+    Activations of a forward are held until the pass that consumes them last: the backward, or
+    the weight-gradient pass when backward is split; forward-only programs release them at
+    once."""
     act = dag.costs.activation_bytes
-    busy: list[float] = []
-    comm_busy: list[float] = []
     peaks: list[int] = []
     peak_bytes: list[float] = []
+    for r in range(dag.pipeline_degree):
+        compute = dag.programs[2 * r]
+        codes = dag.kind[compute]
+        release = _W if (codes == _W).any() else _B if (codes == _B).any() else -1
+        step = np.where(codes == _F, 1, np.where(codes == release, -1, 0))
+        peak = int(np.cumsum(step).max(initial=0)) if release != -1 else int((codes == _F).any())
+        peaks.append(peak)
+        if act is None:
+            peak_bytes.append(0.0)
+            continue
+        size = np.asarray(act[r], dtype=np.float64)[dag.chunk[compute]]
+        held = np.cumsum(step * size) if release != -1 else size * (codes == _F)
+        peak_bytes.append(max(0.0, float(held.max(initial=0.0))))
+    return tuple(peaks), tuple(peak_bytes)
+
+
+def _summarise(
+    dag: CommandDag,
+    *,
+    start: FloatArray,
+    end: FloatArray,
+    duration: FloatArray,
+    busy: tuple[float, ...],
+    held: tuple[tuple[int, ...], tuple[float, ...]],
+) -> SimulationResult:
     flush = 0.0
     makespan = 0.0
-    for r in range(p):
+    for r in range(dag.pipeline_degree):
         compute = dag.programs[2 * r]
         comm = dag.programs[2 * r + 1]
-        busy.append(sum(dur[c] for c in compute))
-        comm_busy.append(sum(dur[c] for c in comm))
-        if compute:
-            flush = max(flush, end[compute[-1]])
-            makespan = max(makespan, end[compute[-1]])
-        if comm:
-            makespan = max(makespan, *(end[c] for c in comm))
-        # Activations of a forward are held until the pass that consumes them last: the
-        # backward, or the weight-gradient pass when backward is split; forward-only
-        # programs release them at once.
-        codes = [kind[c] for c in compute]
-        release = _W if _W in codes else _B if _B in codes else -1
-        held = 0
-        peak = 0
-        held_b = 0.0
-        peak_b = 0.0
-        row = act[r] if act is not None else None
-        for c, code in zip(compute, codes, strict=True):
-            size = row[chunk[c]] if row is not None else 0.0
-            if code == _F:
-                held += 1
-                held_b += size
-                peak = max(peak, held)
-                peak_b = max(peak_b, held_b)
-                if release == -1:
-                    held -= 1
-                    held_b -= size
-            elif code == release:
-                held -= 1
-                held_b -= size
-        peaks.append(peak)
-        peak_bytes.append(peak_b)
+        if compute.shape[0]:
+            last = float(end[compute[-1]])
+            flush = max(flush, last)
+            makespan = max(makespan, last)
+        if comm.shape[0]:
+            makespan = max(makespan, float(end[comm].max()))
     idle = tuple(flush - b for b in busy)
     return SimulationResult(
         dag=dag,
@@ -159,9 +387,9 @@ def _summarise(dag: CommandDag, start: list[float], end: list[float]) -> Simulat
         makespan_s=makespan,
         pipeline_flush_s=flush,
         bubble_s=min(idle) if idle else 0.0,
-        busy_s_per_rank=tuple(busy),
+        busy_s_per_rank=busy,
         idle_s_per_rank=idle,
-        comm_busy_s_per_rank=tuple(comm_busy),
-        peak_inflight_per_rank=tuple(peaks),
-        peak_activation_bytes_per_rank=tuple(peak_b for peak_b in peak_bytes),
+        comm_busy_s_per_rank=_busy(dag, duration, 1),
+        peak_inflight_per_rank=held[0],
+        peak_activation_bytes_per_rank=held[1],
     )

@@ -28,8 +28,10 @@ Mapping (times are critical paths: compute plus exposed TP communication, as in 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import final
+
+import numpy as np
 
 from blueprinting.analysis.data_parallel import OverlapWindows, data_parallel_cost
 from blueprinting.analysis.memory import precision_recipe, stage_parameters
@@ -37,17 +39,21 @@ from blueprinting.errors import UnsupportedError, VerificationError
 from blueprinting.hardware.collectives import CollectiveKind, collective_alpha_beta
 from blueprinting.hardware.system import ParallelDim, SystemSpec
 from blueprinting.mapping.transformer import PipelineSchedule, TrainingSpec, ZeroBubbleH1
-from blueprinting.simulator.commands import build_schedule
+from blueprinting.simulator.commands import _DP, _SEND_F, build_schedule
 from blueprinting.simulator.costs import DpBucket, Matrix, ScheduleCosts
-from blueprinting.simulator.engine import SimulationResult, simulate
+from blueprinting.simulator.engine import SimulationResult, simulate_many
 from blueprinting.simulator.schedules import megatron_violations
 from blueprinting.synthesizer.stages.portable_plan.ir import PortablePlanIR
 from blueprinting.synthesizer.stages.portable_plan.passes import PlanContext
 
-MAX_SIMULATED_PASSES = 250_000
+MAX_SIMULATED_PASSES = 1_048_576
 """Compute passes (p x v x m x passes per microbatch-chunk) above which the plan path does not
-simulate: building and running a DAG takes about 2.5 s per million passes and the plan path runs
-two, so the limit keeps a plan near a second; p = 8, v = 3, m = 192 is 9,216 passes (20 ms)."""
+simulate. The plan path builds one DAG and runs its three duration vectors in one numpy
+wavefront (:func:`simulate_plan_all`), whose steps follow the longest chain of commands rather
+than the count: p = 64, v = 4, m = 1024 (524,288 passes, about a million commands) takes
+about a second on a 2-core machine (``benchmarks/bench_simulator.py``). The limit is twice that
+size, so every Megatron-runnable schedule up to it is simulated; p = 8, v = 3, m = 192 is 9,216
+passes."""
 
 P2P_TOLERANCE = 1e-9
 """Relative agreement required between the simulator's P2P time and PortablePlanIR's."""
@@ -203,7 +209,7 @@ def schedule_costs(
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SimulatedBubble:
-    """The plan path's two pipeline-only simulations (no DP buckets).
+    """What the plan path reads from its pipeline-only runs (DP buckets free).
 
     ``bubble_s``: idle time of the busiest rank with P2P free, the schedule's own bubble (the
     figure the seed's contract estimates). ``p2p_exposed_s``: how much real P2P transfers delay
@@ -217,6 +223,54 @@ class SimulatedBubble:
     busiest_rank_busy_s: float
 
 
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlanSimulation:
+    """One DAG of a plan's iteration (compute, P2P, DP buckets) run three ways: ``free`` with
+    P2P and DP free (the schedule's own bubble), ``pipeline`` with DP free (the pipeline flush
+    the plan's total uses) and ``full`` with every cost (``blueprinting simulate``)."""
+
+    free: SimulationResult
+    pipeline: SimulationResult
+    full: SimulationResult
+
+    @property
+    def bubble(self) -> SimulatedBubble:
+        return SimulatedBubble(
+            bubble_s=self.free.bubble_s,
+            p2p_exposed_s=self.pipeline.pipeline_flush_s - self.free.pipeline_flush_s,
+            pipeline_flush_s=self.pipeline.pipeline_flush_s,
+            busiest_rank_busy_s=max(self.pipeline.busy_s_per_rank),
+        )
+
+
+def simulate_plan_all(
+    plan: PortablePlanIR,
+    spec: TrainingSpec,
+    system: SystemSpec,
+    *,
+    allow_megatron_refused: bool = False,
+) -> PlanSimulation:
+    """Build ``plan``'s DAG once and run it with P2P and DP free, with DP free, and in full.
+
+    A zero-duration DP bucket never delays anything (the transfer behind it waits for a later
+    compute command of the same rank anyway), so the first two runs equal simulations without
+    buckets. Raises :class:`~blueprinting.errors.InvalidStrategyError` for a schedule Megatron
+    refuses unless ``allow_megatron_refused`` (then it may deadlock:
+    :class:`~blueprinting.errors.DeadlockError`)."""
+    schedule = spec.mapping.parallelism.pipeline.schedule
+    dag = build_schedule(
+        schedule,
+        schedule_costs(plan, spec, system),
+        allow_megatron_refused=allow_megatron_refused,
+    )
+    full = dag.duration_s
+    pipeline = np.where(dag.kind == _DP, 0.0, full)
+    free = np.where(dag.kind >= _SEND_F, 0.0, full)
+    runs = simulate_many(dag, [free, pipeline, full])
+    return PlanSimulation(free=runs[0], pipeline=runs[1], full=runs[2])
+
+
 def simulated_bubble(
     plan: PortablePlanIR,
     spec: TrainingSpec,
@@ -224,21 +278,10 @@ def simulated_bubble(
     *,
     allow_megatron_refused: bool = False,
 ) -> SimulatedBubble:
-    """Simulate ``plan``'s schedule with and without P2P cost (raises
-    :class:`~blueprinting.errors.InvalidStrategyError` for a schedule Megatron refuses unless
-    ``allow_megatron_refused``; the plan path checks :func:`simulation_obstacle` first)."""
-    schedule = spec.mapping.parallelism.pipeline.schedule
-    costs = schedule_costs(plan, spec, system, with_dp=False)
-    free = replace(costs, p2p_latency_s=0.0, p2p_bytes=0.0, p2p_bandwidth_bytes_per_s=math.inf)
-    allow = allow_megatron_refused
-    with_p2p = simulate(build_schedule(schedule, costs, allow_megatron_refused=allow))
-    free_p2p = simulate(build_schedule(schedule, free, allow_megatron_refused=allow))
-    return SimulatedBubble(
-        bubble_s=free_p2p.bubble_s,
-        p2p_exposed_s=with_p2p.pipeline_flush_s - free_p2p.pipeline_flush_s,
-        pipeline_flush_s=with_p2p.pipeline_flush_s,
-        busiest_rank_busy_s=max(with_p2p.busy_s_per_rank),
-    )
+    """The bubble of :func:`simulate_plan_all` (raises like it)."""
+    return simulate_plan_all(
+        plan, spec, system, allow_megatron_refused=allow_megatron_refused
+    ).bubble
 
 
 def simulate_plan(
@@ -252,10 +295,4 @@ def simulate_plan(
 
     ``allow_megatron_refused`` simulates a schedule Megatron-LM refuses at start-up as the
     hypothetical it is (it may deadlock: :class:`~blueprinting.errors.DeadlockError`)."""
-    schedule = spec.mapping.parallelism.pipeline.schedule
-    dag = build_schedule(
-        schedule,
-        schedule_costs(plan, spec, system),
-        allow_megatron_refused=allow_megatron_refused,
-    )
-    return simulate(dag)
+    return simulate_plan_all(plan, spec, system, allow_megatron_refused=allow_megatron_refused).full

@@ -35,23 +35,25 @@ def plot_timeline(result: SimulationResult, path: str | Path, *, max_labels: int
     fig_w = 12.0
     fig, ax = plt.subplots(figsize=(fig_w, 0.5 * p + 1.3))
     labelled = sum(len(dag.programs[2 * r]) for r in range(p)) <= max_labels
+    kinds, chunks, micro = dag.kind.tolist(), dag.chunk.tolist(), dag.microbatch.tolist()
+    starts, durations = result.start_s.tolist(), dag.duration_s.tolist()
     # Outlines only while boxes are few: thousands of outlined slivers read as a black band.
     edge = 0.4 if labelled else 0.0
     for r in range(p):
         y = p - 1 - r
         # One broken_barh call per (kind, chunk) and rank: one artist each, not one per box.
         groups: dict[tuple[int, int], list[tuple[float, float]]] = {}
-        for c in dag.programs[2 * r]:
-            width = dag.duration_s[c]
+        for c in dag.programs[2 * r].tolist():
+            width = durations[c]
             if width <= 0.0:
                 continue
-            code = dag.kind[c]
-            groups.setdefault((code, dag.chunk[c]), []).append((result.start_s[c], width))
+            code = kinds[c]
+            groups.setdefault((code, chunks[c]), []).append((starts[c], width))
             if labelled and width / span > 0.008:
                 ax.text(
-                    result.start_s[c] + width / 2,
+                    starts[c] + width / 2,
                     y,
-                    str(dag.microbatch[c] + 1),
+                    str(micro[c] + 1),
                     ha="center",
                     va="center",
                     fontsize=7,
@@ -66,9 +68,9 @@ def plot_timeline(result: SimulationResult, path: str | Path, *, max_labels: int
                 linewidth=edge,
             )
         reductions = [
-            (result.start_s[c], dag.duration_s[c])
-            for c in dag.programs[2 * r + 1]
-            if dag.kind[c] == _DP and dag.duration_s[c] > 0.0
+            (starts[c], durations[c])
+            for c in dag.programs[2 * r + 1].tolist()
+            if kinds[c] == _DP and durations[c] > 0.0
         ]
         if reductions:
             ax.broken_barh(
@@ -90,9 +92,9 @@ def plot_timeline(result: SimulationResult, path: str | Path, *, max_labels: int
         Patch(facecolor=_COLOURS[_F], label="forward"),
         Patch(facecolor=_COLOURS[_B], label="backward"),
     ]
-    if any(k == _W for k in dag.kind):
+    if _W in kinds:
         handles.append(Patch(facecolor=_COLOURS[_W], label="weight grad"))
-    if any(k == _DP for k in dag.kind):
+    if _DP in kinds:
         handles.append(Patch(facecolor=_COLOURS[_DP], label="DP reduce"))
     ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=len(handles))
     fig.tight_layout()

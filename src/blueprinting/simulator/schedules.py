@@ -5,8 +5,9 @@ Source: Megatron-LM ``megatron/core/pipeline_parallel/schedules.py``
 ``get_schedule_table``, ``get_pp_rank_microbatches``), summarised in
 ``shared/reference/schedules.md`` sections 1-3; ZB-H1 from Qi et al. 2023 (Section 3.1, Figure 3).
 
-An order is a list of ``(kind, chunk, microbatch)`` tuples (plain tuples: half a million of them
-are built for p=64, v=4, m=1024) grouped into *steps*. A step models one blocking P2P call of
+An order is an ``(ops, 3)`` integer array of ``(kind, chunk, microbatch)`` rows (built with numpy:
+half a million of them for p=64, v=4, m=1024; hand-written orders may be lists of tuples) grouped
+into *steps*. A step models one blocking P2P call of
 Megatron: every message the step's operations need is received before the step's first
 operation, and every message they produce is sent after its last one. Schedules whose P2P is
 matched to each operation (non-interleaved 1F1B, overlapped interleaving, ZB-H1, forward-only)
@@ -15,9 +16,13 @@ have one operation per step: pure dataflow.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import assert_never, final
+from typing import TypeAlias, assert_never, final
+
+import numpy as np
+import numpy.typing as npt
 
 from blueprinting.errors import InvalidStrategyError, LawViolation, RuleSet
 from blueprinting.mapping.laws import (
@@ -48,6 +53,8 @@ class OpKind(IntEnum):
 Op = tuple[int, int, int]
 """(OpKind value, chunk, microbatch)."""
 
+IntArray: TypeAlias = npt.NDArray[np.int64]
+
 _F = int(OpKind.FORWARD)
 _B = int(OpKind.BACKWARD)
 _BI = int(OpKind.BACKWARD_INPUT)
@@ -66,8 +73,8 @@ class RankOrder:
     ``bwd_wait_handles``, which hold both the receive and the previous send.
     """
 
-    ops: list[Op]
-    step_starts: list[int] | None = None
+    ops: IntArray | Sequence[Op]
+    step_starts: IntArray | Sequence[int] | None = None
     wait_own_sends: bool = False
 
 
@@ -152,14 +159,20 @@ def one_f_one_b_order(p: int, m: int, r: int, *, forward_only: bool = False) -> 
     """PipeDream-Flush 1F1B (Narayanan et al. 2021, Section 2.2.1): ``min(p-r-1, m)`` warm-up
     forwards, steady (F, B) pairs, cool-down backwards."""
     if forward_only:
-        return RankOrder(ops=[(_F, 0, j) for j in range(m)])
+        return RankOrder(ops=_ops(np.full(m, _F), np.zeros(m, np.int64), np.arange(m)))
     warm = min(p - r - 1, m)
-    ops: list[Op] = [(_F, 0, j) for j in range(warm)]
-    for i in range(m - warm):
-        ops.append((_F, 0, warm + i))
-        ops.append((_B, 0, i))
-    ops.extend((_B, 0, j) for j in range(m - warm, m))
-    return RankOrder(ops=ops)
+    steady = m - warm
+    kinds = np.concatenate([np.full(warm, _F), np.tile([_F, _B], steady), np.full(warm, _B)])
+    pairs = np.stack([np.arange(warm, m), np.arange(steady)], axis=1).reshape(-1)
+    micro = np.concatenate([np.arange(warm), pairs, np.arange(steady, m)])
+    return RankOrder(ops=_ops(kinds, np.zeros(2 * m, np.int64), micro))
+
+
+def _ops(kinds: npt.ArrayLike, chunks: npt.ArrayLike, micro: npt.ArrayLike) -> IntArray:
+    return np.stack(
+        [np.asarray(kinds, np.int64), np.asarray(chunks, np.int64), np.asarray(micro, np.int64)],
+        axis=1,
+    )
 
 
 def interleaved_table(m: int, v: int, n: int) -> list[tuple[int, int]]:
@@ -172,6 +185,17 @@ def interleaved_table(m: int, v: int, n: int) -> list[tuple[int, int]]:
     return table
 
 
+def _table_arrays(m: int, v: int, n: int) -> tuple[IntArray, IntArray]:
+    """:func:`interleaved_table` as two arrays (microbatch, chunk)."""
+    micro: list[IntArray] = []
+    chunk: list[IntArray] = []
+    for lo in range(0, m, n):
+        hi = m if lo + n >= m else lo + n
+        micro.append(np.tile(np.arange(lo, hi, dtype=np.int64), v))
+        chunk.append(np.repeat(np.arange(v, dtype=np.int64), hi - lo))
+    return np.concatenate(micro), np.concatenate(chunk)
+
+
 def interleaved_order(p: int, v: int, m: int, n: int, r: int, *, overlap: bool) -> RankOrder:
     """Interleaved 1F1B (Narayanan et al. 2021, Section 2.2.2; Megatron's
     ``forward_backward_pipelining_with_interleaving``).
@@ -182,27 +206,23 @@ def interleaved_order(p: int, v: int, m: int, n: int, r: int, *, overlap: bool) 
     forward's output leaves only after the step's backward; with it, P2P is asynchronous and
     each operation waits only for its own input.
     """
-    table = interleaved_table(m, v, n)
+    micro, chunk = _table_arrays(m, v, n)
     total = m * v
     warm = min(2 * (p - r - 1) + (v - 1) * n, total)
-    ops: list[Op] = []
-    starts: list[int] = []
-    for k in range(warm):
-        j, c = table[k]
-        starts.append(len(ops))
-        ops.append((_F, c, j))
-    for k in range(total - warm):
-        starts.append(len(ops))
-        j, c = table[warm + k]
-        ops.append((_F, c, j))
-        j, c = table[k]
-        ops.append((_B, v - 1 - c, j))
-    for k in range(total - warm, total):
-        starts.append(len(ops))
-        j, c = table[k]
-        ops.append((_B, v - 1 - c, j))
+    steady = total - warm
+    kinds = np.concatenate([np.full(warm, _F), np.tile([_F, _B], steady), np.full(warm, _B)])
+    steady_chunks = np.stack([chunk[warm:], v - 1 - chunk[:steady]], axis=1).reshape(-1)
+    steady_micro = np.stack([micro[warm:], micro[:steady]], axis=1).reshape(-1)
+    ops = _ops(
+        kinds,
+        np.concatenate([chunk[:warm], steady_chunks, v - 1 - chunk[steady:]]),
+        np.concatenate([micro[:warm], steady_micro, micro[steady:]]),
+    )
     if overlap:
         return RankOrder(ops=ops)
+    starts = np.concatenate(
+        [np.arange(warm), warm + 2 * np.arange(steady), warm + 2 * steady + np.arange(warm)]
+    )
     return RankOrder(ops=ops, step_starts=starts)
 
 
@@ -229,7 +249,7 @@ def zero_bubble_h1_order(p: int, m: int, r: int) -> RankOrder:
             ops.append((_W, 0, next_w))
             next_w += 1
     ops.extend((_W, 0, j) for j in range(next_w, m))
-    return RankOrder(ops=ops)
+    return RankOrder(ops=np.asarray(ops, dtype=np.int64).reshape(-1, 3))
 
 
 def rank_orders(

@@ -26,20 +26,22 @@ def chrome_trace_events(result: SimulationResult) -> list[dict[str, JsonValue]]:
             events.append(
                 {"name": "thread_name", "ph": "M", "pid": r, "tid": tid, "args": {"name": label}}
             )
+    kinds, chunks, micro = dag.kind.tolist(), dag.chunk.tolist(), dag.microbatch.tolist()
+    peers, starts, durations = dag.peer.tolist(), result.start_s.tolist(), dag.duration_s.tolist()
     for s, program in enumerate(dag.programs):
         r, tid = divmod(s, 2)
-        for c in program:
-            kind = KIND_BY_CODE[dag.kind[c]]
-            mb = dag.microbatch[c]
-            name = f"{kind}{mb}.{dag.chunk[c]}" if mb >= 0 else f"{kind} chunk {dag.chunk[c]}"
+        for c in program.tolist():
+            kind = KIND_BY_CODE[kinds[c]]
+            mb = micro[c]
+            name = f"{kind}{mb}.{chunks[c]}" if mb >= 0 else f"{kind} chunk {chunks[c]}"
             args: dict[str, JsonValue] = {
                 "kind": str(kind),
-                "chunk": dag.chunk[c],
+                "chunk": chunks[c],
                 "microbatch": mb,
                 "command": c,
             }
-            if dag.peer[c] >= 0:
-                args["peer"] = dag.peer[c]
+            if peers[c] >= 0:
+                args["peer"] = peers[c]
             events.append(
                 {
                     "name": name,
@@ -47,8 +49,8 @@ def chrome_trace_events(result: SimulationResult) -> list[dict[str, JsonValue]]:
                     "ph": "X",
                     "pid": r,
                     "tid": tid,
-                    "ts": result.start_s[c] * 1e6,
-                    "dur": dag.duration_s[c] * 1e6,
+                    "ts": starts[c] * 1e6,
+                    "dur": durations[c] * 1e6,
                     "args": args,
                 }
             )
