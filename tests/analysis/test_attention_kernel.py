@@ -244,3 +244,25 @@ def test_the_peak_falls_where_the_larger_transient_is() -> None:
     memory = report.to_json_dict()["memory_bytes"]
     assert isinstance(memory, dict)
     assert memory["peak_at"] == report.memory.peak.value
+
+
+def test_peaks_past_int64_stay_exact_python_integers() -> None:
+    """A micro batch of 2^40 sequences (found by the CLI fuzz test): every part is a Python
+    int past 2^63 and the composition neither overflows nor rounds."""
+    from blueprinting.analysis.memory import memory_per_stage
+
+    spec = from_mapping(
+        {"data_parallel_size": 1, "micro_batch_size": 2**40, "global_batch_size": 2**40},
+        model=GPT3,
+    )
+    (stage,) = memory_per_stage(GPT3, spec.mapping, capacity_bytes=80 * 10**9)
+    assert type(stage.transient) is int and stage.transient > 2**63
+    assert stage.reserved_peak == (
+        stage.total
+        + stage.transient
+        + stage.workspace
+        + stage.allocator_reserve
+        + stage.cuda_context
+        + stage.nccl_buffers
+    )
+    assert not stage.fits

@@ -65,7 +65,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, TypeVar, assert_never, final
+from typing import TYPE_CHECKING, TypeVar, assert_never, cast, final
 
 from blueprinting.analysis.stage_layout import chunk_layer_counts
 
@@ -764,13 +764,19 @@ PEAK_PHASES: tuple[MemoryPeak, ...] = (
 )
 
 
+def _plain_ints(*values: object) -> bool:
+    return all(type(value) is int for value in values)
+
+
 def peak_phase_index(*, working: _Bytes, logits: _Bytes) -> _Bytes:
     """The index into :data:`PEAK_PHASES` of the transient that sets the peak (the one
     comparison, on integers or arrays of them)."""
+    if _plain_ints(working, logits):
+        # plain integers stay Python's: a plan's byte counts may pass int64 (numpy would not)
+        return cast("_Bytes", 2 if logits > working else (1 if working > 0 else 0))  # type: ignore[redundant-cast]
     import numpy as np
 
-    index: _Bytes = np.where(logits > working, 2, np.where(working > 0, 1, 0))  # type: ignore[assignment]
-    return index
+    return cast("_Bytes", np.where(logits > working, 2, np.where(working > 0, 1, 0)))
 
 
 def overhead_parts(
@@ -780,9 +786,13 @@ def overhead_parts(
     :class:`StageOverheads` from a stage's backward working set (0 without blocks), its logits
     transient (0 off the last stage) and its NCCL buffers: the one composition, on integers
     (the plan) or arrays of them (the search)."""
-    import numpy as np
+    if _plain_ints(working, logits):
+        # plain integers stay Python's: a plan's byte counts may pass int64 (numpy would not)
+        transient = cast("_Bytes", max(cast(int, working), cast(int, logits)))  # type: ignore[redundant-cast]
+    else:
+        import numpy as np
 
-    transient = np.maximum(working, logits)
+        transient = cast("_Bytes", np.maximum(working, logits))
     zero = working * 0
     return (
         transient,
