@@ -508,22 +508,17 @@ def prediction_from_report(values: Mapping[str, object], stage: ReportedStage) -
 
 
 def api_memory_predictor() -> MemoryPredictor:
-    """A predictor backed by ``blueprinting.api.plan_spec`` (the analytic plan: memory does not
-    read the simulated schedule), on the run's system preset.
+    """A predictor backed by ``blueprinting.api.plan_spec`` (the plan's default options), on the
+    run's system preset.
 
     Raises :class:`UnsupportedError` (with the reason) when the cost model is not installed.
     """
     from blueprinting.validation.predictor import cost_model_function
 
     plan_spec = cost_model_function("plan_spec")
-    # Memory does not depend on the schedule's timing: the analytic plan (no simulation) gives
-    # the same memory figures, in a fraction of the time.
-    from blueprinting.analysis.evaluate import PlanOptions
-
-    options = PlanOptions(simulate=False)
 
     def predict(run: MeasuredMemoryRun) -> MemoryPrediction:
-        values = plan_spec(run.training_spec(), run.system, options).to_json_dict()
+        values = plan_spec(run.training_spec(), run.system).to_json_dict()
         if not isinstance(values, Mapping):
             raise UnsupportedError(f"plan report of {run.id!r} is not a JSON object")
         return prediction_from_report(values, run.stage)
