@@ -118,3 +118,15 @@ def test_zero_bubble_schedule_round_trips() -> None:
     assert parse_strategy_text(format_strategy_text(mapping)) == mapping
     with pytest.raises(ConfigError):
         parse_strategy_text("pp=4 v=2 gbs=16 schedule=zb-h1")
+
+
+def test_integers_past_the_limit_are_refused_without_converting_them() -> None:
+    """Found by the CLI fuzz benchmark: a 5000-digit value escaped as Python's int-conversion
+    ValueError."""
+    with pytest.raises(ConfigError) as info:
+        parse_strategy_text(f"tp=1 gbs=8 dp=1 v={'9' * 5000} pp={2**63}")
+    assert set(info.value.problems) == {
+        "v=99999999999999999999...(5000 characters): exceeds the limit "
+        "2**63 - 1 = 9223372036854775807",
+        "pp=9223372036854775808: exceeds the limit 2**63 - 1 = 9223372036854775807",
+    }

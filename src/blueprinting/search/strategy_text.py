@@ -35,6 +35,7 @@ from __future__ import annotations
 from typing import assert_never
 
 from blueprinting.errors import ConfigError
+from blueprinting.limits import MAX_INT, int_limit_text
 from blueprinting.mapping.transformer import (
     BatchSpec,
     DataParallel,
@@ -101,8 +102,14 @@ class _Reader:
         text = self.words.get(key)
         if text is None:
             return default
-        if not text.isdigit() or int(text) < 1:
+        if not text.isdigit() or text.strip("0") == "":
             self.problems.append(f"{key}={text}: expected a positive integer")
+            return default
+        # More digits than MAX_INT has are refused before int() (which also refuses strings
+        # past Python's 4300-digit conversion limit).
+        if len(text) > len(str(MAX_INT)) or int(text) > MAX_INT:
+            shown = text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
+            self.problems.append(f"{key}={shown}: exceeds the limit {int_limit_text()}")
             return default
         return int(text)
 
