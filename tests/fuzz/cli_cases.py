@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from blueprinting.mapping.flat_keys import INFERENCE_KEYS, MODEL_KEYS, SHARED_KEYS, TRAINING_KEYS
+from blueprinting.search.strategy_text import _KEYS as _STRATEGY_KEYS
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -113,28 +114,8 @@ TEXT_EDGES = (
     "[1, 2]",
     "{}",
 )
-STRATEGY_WORDS = (
-    "tp",
-    "pp",
-    "dp",
-    "gpus",
-    "v",
-    "vp",
-    "mbs",
-    "gbs",
-    "sp",
-    "recompute",
-    "recompute_method",
-    "recompute_layers",
-    "sharding",
-    "overlap_grad",
-    "overlap_param_gather",
-    "overlap_p2p",
-    "group",
-    "schedule",
-    "global_batch_size",
-    "bogus",
-)
+# the keys the --explain parser accepts (search/strategy_text.py), and no hand-kept copy
+STRATEGY_WORDS = _STRATEGY_KEYS
 HF_BASE: dict[str, object] = {
     "hidden_size": 4096,
     "intermediate_size": 11008,

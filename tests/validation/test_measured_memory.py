@@ -253,7 +253,7 @@ def test_loader_reports_every_problem_at_once(tmp_path: Path) -> None:
 def test_unreadable_fixture_is_a_config_error(tmp_path: Path) -> None:
     path = tmp_path / "bad.toml"
     path.write_text("[[run]\n", encoding="utf-8")
-    with pytest.raises(ConfigError, match="cannot read measured-memory runs"):
+    with pytest.raises(ConfigError, match="malformed toml"):
         load_measured_memory(path)
     path.write_text("schema_version = 1\n", encoding="utf-8")
     with pytest.raises(ConfigError, match=r"expected \[\[run\]\] tables"):

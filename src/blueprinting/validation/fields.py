@@ -8,15 +8,23 @@ carries on and reports every problem of a file at once.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from enum import StrEnum
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
-from blueprinting.errors import ProblemCollector
+from blueprinting.errors import ConfigError, ProblemCollector
 from blueprinting.mapping.flat_keys import FlatValue
 
 _E = TypeVar("_E", bound=StrEnum)
+
+
+class _HasId(Protocol):
+    @property
+    def id(self) -> str: ...
+
+
+_Run = TypeVar("_Run", bound=_HasId)
 
 
 class MappingNoun(StrEnum):
@@ -29,6 +37,34 @@ class MappingNoun(StrEnum):
 def fixture_path(name: str) -> Path:
     """``tests/validation/fixtures/<name>`` of the checkout this package is in."""
     return Path(__file__).resolve().parents[3] / "tests" / "validation" / "fixtures" / name
+
+
+def run_tables(
+    path: Path,
+    what: str,
+    problems: ProblemCollector,
+    build: Callable[[Mapping[str, object], str, ProblemCollector], _Run | None],
+) -> list[_Run]:
+    """The ``[[run]]`` tables of a fixture file, read safely (``mapping.documents``), each
+    built by ``build(table, where, problems)``; duplicate ids are one more problem."""
+    from blueprinting.mapping.documents import parse_toml, read_text
+
+    source = str(path)
+    document = parse_toml(read_text(path, what=what), source)
+    raw_runs = document.get("run") if isinstance(document, dict) else None
+    if not isinstance(raw_runs, list):
+        raise ConfigError(["expected [[run]] tables"], source=source)
+    runs: list[_Run] = []
+    for index, raw in enumerate(raw_runs):
+        where = f"run[{index}]"
+        run = build(toml_table(raw, where, problems), where, problems)
+        if run is not None:
+            runs.append(run)
+    ids = [run.id for run in runs]
+    duplicates = sorted({run_id for run_id in ids if ids.count(run_id) > 1})
+    if duplicates:
+        problems.add(f"duplicate run ids: {', '.join(duplicates)}")
+    return runs
 
 
 def toml_table(value: object, where: str, problems: ProblemCollector) -> Mapping[str, object]:

@@ -31,7 +31,6 @@ included runs; every out-of-memory run predicted not to fit; every run that ran 
 from __future__ import annotations
 
 import statistics
-import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -39,7 +38,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import assert_never, final
 
-from blueprinting.errors import BlueprintingError, ConfigError, ProblemCollector, UnsupportedError
+from blueprinting.errors import BlueprintingError, ProblemCollector, UnsupportedError
 from blueprinting.mapping.flat_keys import FlatValue, canonical_key, from_mapping
 from blueprinting.mapping.transformer import AttentionBackend, TrainingSpec
 from blueprinting.validation.fields import (
@@ -49,6 +48,7 @@ from blueprinting.validation.fields import (
     flat_key_values,
     integer,
     number_or_none,
+    run_tables,
     string,
     strings,
     toml_table,
@@ -410,24 +410,7 @@ def load_measured_memory(path: Path | None = None) -> tuple[MeasuredMemoryRun, .
     """Read the fixture (default :func:`default_fixture_path`), reporting every problem at once."""
     source = path if path is not None else default_fixture_path()
     problems = ProblemCollector(source=str(source))
-    try:
-        document = tomllib.loads(source.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as error:
-        raise ConfigError(
-            [f"cannot read measured-memory runs: {error}"], source=str(source)
-        ) from error
-    raw_runs = document.get("run")
-    if not isinstance(raw_runs, list):
-        raise ConfigError(["expected [[run]] tables"], source=str(source))
-    runs: list[MeasuredMemoryRun] = []
-    for index, raw in enumerate(raw_runs):
-        run = _run(_table(raw, f"run[{index}]", problems), f"run[{index}]", problems)
-        if run is not None:
-            runs.append(run)
-    ids = [run.id for run in runs]
-    duplicates = sorted({run_id for run_id in ids if ids.count(run_id) > 1})
-    if duplicates:
-        problems.add(f"duplicate run ids: {', '.join(duplicates)}")
+    runs = run_tables(source, "measured-memory runs", problems, _run)
     problems.raise_if_any()
     return tuple(runs)
 

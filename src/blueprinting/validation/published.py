@@ -30,7 +30,6 @@ from types import MappingProxyType
 from typing import assert_never, final
 
 from blueprinting.errors import ConfigError, ProblemCollector
-from blueprinting.mapping.documents import parse_toml, read_text
 from blueprinting.mapping.flat_keys import FlatValue, from_mapping, padded_vocab
 from blueprinting.mapping.model import (
     Datatype,
@@ -48,6 +47,7 @@ from blueprinting.validation.fields import (
     integer,
     number_or_none,
     positive_number,
+    run_tables,
     string,
     strings,
     toml_table,
@@ -392,21 +392,8 @@ def load_published_runs(path: Path | None = None) -> tuple[PublishedRun, ...]:
     """Read the fixture (default :func:`default_fixture_path`), reporting every problem at once."""
     source = path if path is not None else default_fixture_path()
     problems = ProblemCollector(source=str(source))
-    document = parse_toml(read_text(source, what="published runs"), str(source))
-    if not isinstance(document, dict):
-        raise ConfigError(["expected [[run]] tables"], source=str(source))
-    raw_runs = document.get("run")
-    if not isinstance(raw_runs, list):
-        raise ConfigError(["expected [[run]] tables"], source=str(source))
-    runs: list[PublishedRun] = []
-    for index, raw in enumerate(raw_runs):
-        run = _run(_table(raw, f"run[{index}]", problems), f"run[{index}]", problems)
-        if run is not None:
-            runs.append(run)
+    runs = run_tables(source, "published runs", problems, _run)
     ids = [run.id for run in runs]
-    duplicates = sorted({run_id for run_id in ids if ids.count(run_id) > 1})
-    if duplicates:
-        problems.add(f"duplicate run ids: {', '.join(duplicates)}")
     known = set(ids)
     for run in runs:
         baseline = run.measured.baseline_run
