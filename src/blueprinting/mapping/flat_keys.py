@@ -52,18 +52,24 @@ from blueprinting.mapping.transformer import (
     DEFAULT_RECOMPUTE_MODULES,
     DENSE_RECOMPUTE_MODULES,
     TE_PIPELINE_SPLITS,
+    AllGatherKV,
     AllReduce,
     AttentionBackend,
     AttentionKernel,
     BatchSpec,
     BulkOverlap,
     ColumnBackwardOverlap,
+    ContextParallel,
+    CpCommType,
+    CpCommunication,
     DataParallel,
     DistributedOptimizer,
     EvenStages,
     ForwardOnly,
     FullRecompute,
     FusedAttention,
+    HeadAllToAll,
+    HierarchicalAllToAllRing,
     InferenceSpec,
     InferenceWorkload,
     InterleavedOneForwardOneBackward,
@@ -80,6 +86,7 @@ from blueprinting.mapping.transformer import (
     RecomputePolicy,
     ReduceScatterAllGather,
     ReplicaParallel,
+    RingExchange,
     SelectiveRecompute,
     ShardedGradients,
     ShardedParameters,
@@ -98,6 +105,7 @@ from blueprinting.mapping.transformer import (
     UserbufferOverlap,
     ZeroBubbleH1,
     attention_kernel,
+    cp_comm_type,
     inference_schedule,
     tensor_communication,
     training_schedule,
@@ -111,6 +119,7 @@ class _Kind(StrEnum):
     BOOL = "a boolean"
     STR = "a string"
     FP8 = "a boolean or one of 'e4m3', 'hybrid'"
+    LIST = "a string or a list of strings or positive integers"
 
 
 @final
@@ -182,6 +191,13 @@ SHARED_KEYS: Mapping[str, _Key] = {
     "context_parallel_size": _int(),
     "expert_model_parallel_size": _int(),
     "sequence_parallel": _bool(),
+}
+
+#: Context-parallel keys (training only; Megatron-LM ``--cp-comm-type`` takes one value or one
+#: per layer, ``--hierarchical-context-parallel-sizes`` the a2a and p2p group sizes).
+CONTEXT_KEYS: Mapping[str, _Key] = {
+    "cp_comm_type": _Key(kind=_Kind.LIST),
+    "hierarchical_context_parallel_sizes": _Key(kind=_Kind.LIST),
 }
 
 INFERENCE_KEYS: Mapping[str, _Key] = {
@@ -318,6 +334,16 @@ def _parse_value(key: str, value: object, spec: _Key) -> FlatValue | _Problem:
                 return value
             if isinstance(value, str) and value in ("e4m3", "hybrid"):
                 return value
+            return wrong
+        case _Kind.LIST:
+            # Megatron takes these as nargs lists; one space-separated string here, so that a
+            # flat value stays a scalar (a TOML or YAML list is joined).
+            if isinstance(value, str):
+                return value
+            if isinstance(value, (list, tuple)) and all(
+                isinstance(x, str) or (type(x) is int and 0 < x <= MAX_INT) for x in value
+            ):
+                return " ".join(str(x) for x in value)
             return wrong
         case _ as unreachable:
             assert_never(unreachable)
@@ -547,16 +573,103 @@ def _datatype(
 # --------------------------------------------------------------------------------------------
 # Training
 # --------------------------------------------------------------------------------------------
-def _unsupported_sizes(values: Mapping[str, FlatValue]) -> list[str]:
+def _unsupported_sizes(values: Mapping[str, FlatValue], *, serving: bool = False) -> list[str]:
+    """Degrees not modelled: expert parallelism; context parallelism when serving (training
+    models it)."""
     out: list[str] = []
-    for key, what in (
-        ("context_parallel_size", "context parallelism"),
-        ("expert_model_parallel_size", "expert parallelism"),
-    ):
+    sizes = [("expert_model_parallel_size", "expert parallelism")]
+    if serving:
+        sizes.append(("context_parallel_size", "context parallelism in serving"))
+    for key, what in sizes:
         size = _get_int(values, key)
         if size is not None and size != 1:
             out.append(f"{key} = {size}: {what} is not modelled (only 1 is accepted)")
     return out
+
+
+def _list_items(text: str) -> list[str]:
+    """A space- or comma-separated list, a YAML-style ``[a, b]`` read too."""
+    cleaned = text.strip().strip("[]").replace("'", " ").replace('"', " ")
+    return [item for item in cleaned.replace(",", " ").split() if item]
+
+
+#: Spellings Megatron-LM's help text uses that Transformer Engine refuses (section 1.2 of
+#: ``shared/reference/modern_parallelism.md``): read as the TE value, emitted as the TE value.
+_CP_COMM_SPELLINGS = {"allgather": CpCommType.ALL_GATHER.value}
+
+
+def _context(
+    values: Mapping[str, FlatValue], num_layers: int | None, problems: list[str]
+) -> ContextParallel:
+    """``context_parallel_size``, ``cp_comm_type`` (one value, or one per layer: then exactly
+    ``num_layers`` of them, ``transformer_config.py`` l.3103-3112) and
+    ``hierarchical_context_parallel_sizes`` (required by a2a+p2p, arguments.py l.583-585) as
+    the cp axis. Different comm types on different layers are not modelled (one block is
+    costed for all layers): refused by name."""
+    cp = _get_int(values, "context_parallel_size") or 1
+    text = _get_str(values, "cp_comm_type")
+    sizes_text = _get_str(values, "hierarchical_context_parallel_sizes")
+    known = [c.value for c in CpCommType]
+    kinds: list[CpCommType] = []
+    for raw in _list_items(text) if text is not None else []:
+        name = _CP_COMM_SPELLINGS.get(raw, raw)
+        if name not in known:
+            problems.append(
+                f"cp_comm_type: unknown value {raw!r}{did_you_mean(raw, known)}; values: "
+                + ", ".join(known)
+            )
+            continue
+        kinds.append(CpCommType(name))
+    if text is not None and not kinds and not problems:
+        problems.append("cp_comm_type must name at least one comm type, got an empty value")
+    if len(kinds) > 1 and num_layers is not None and len(kinds) != num_layers:
+        problems.append(
+            f"cp_comm_type lists {len(kinds)} values; a list needs one per layer "
+            f"(num_layers = {num_layers}) or a single value"
+        )
+    if len(set(kinds)) > 1:
+        problems.append(
+            "cp_comm_type mixes "
+            + ", ".join(sorted({k.value for k in kinds}))
+            + " across layers: per-layer comm types are not modelled yet (one block is costed "
+            "for every layer); give one value"
+        )
+    kind = kinds[0] if kinds else CpCommType.P2P
+    sizes: list[int] = []
+    if sizes_text is not None:
+        for item in _list_items(sizes_text):
+            if not item.isdigit() or int(item) < 1:
+                problems.append(
+                    f"hierarchical_context_parallel_sizes must be positive integers, got {item!r}"
+                )
+            else:
+                sizes.append(int(item))
+    communication: CpCommunication
+    match kind:
+        case CpCommType.P2P:
+            communication = RingExchange()
+        case CpCommType.ALL_GATHER:
+            communication = AllGatherKV()
+        case CpCommType.A2A:
+            communication = HeadAllToAll()
+        case CpCommType.A2A_P2P:
+            if len(sizes) != 2:
+                problems.append(
+                    "cp_comm_type = a2a+p2p needs hierarchical_context_parallel_sizes = "
+                    '<a2a size> <p2p size> (Megatron-LM: "--hierarchical-context-parallel-sizes '
+                    f'must be set when a2a+p2p is used"), got {sizes_text!r}'
+                )
+                communication = RingExchange()
+            else:
+                communication = HierarchicalAllToAllRing(a2a_size=sizes[0], p2p_size=sizes[1])
+        case _ as unreachable:
+            assert_never(unreachable)
+    if sizes_text is not None and kind is not CpCommType.A2A_P2P:
+        problems.append(
+            "hierarchical_context_parallel_sizes is read only with cp_comm_type = a2a+p2p "
+            f"(got cp_comm_type = {kind.value})"
+        )
+    return ContextParallel(degree=cp, communication=communication)
 
 
 def from_mapping(
@@ -566,34 +679,39 @@ def from_mapping(
     problems: list[str] = []
     allowed = {**SHARED_KEYS, **TRAINING_KEYS, **MODEL_KEYS}
     refused = {k: "is an inference key; training uses data_parallel_size" for k in INFERENCE_KEYS}
-    values = _parse_keys(keys, allowed, problems, refused)
+    values = _parse_keys(keys, {**allowed, **CONTEXT_KEYS}, problems, refused)
 
     t = _get_int(values, "tensor_model_parallel_size") or 1
     p = _get_int(values, "pipeline_model_parallel_size") or 1
     spec_model = _model(
         {k: v for k, v in values.items() if k in MODEL_KEYS}, model, t, problems, _given(keys)
     )
+    context = _context(values, None if spec_model is None else spec_model.num_layers, problems)
+    cp = context.degree
 
     # Data-parallel degree: Megatron derives it as world_size // (t * p * cp).
     d = _get_int(values, "data_parallel_size")
     world = _get_int(values, "world_size")
     world_violation: LawViolation | None = None
-    if d is not None and world is not None and world != t * p * d:
+    model_size = t * cp * p
+    if d is not None and world is not None and world != model_size * d:
         problems.append(
             f"data_parallel_size = {d} conflicts with world_size = {world} "
-            f"(world_size = t * p * d = {t} * {p} * {d} = {t * p * d})"
+            f"(world_size = t * cp * p * d = {t} * {cp} * {p} * {d} = {model_size * d})"
         )
     elif d is None and world is None:
         problems.append("one of data_parallel_size or world_size is required")
     elif d is None and world is not None:
-        if world % (t * p) != 0:
+        if world % model_size != 0:
             world_violation = LawViolation(
                 law="world_size",
-                formula="world_size = t * p * d",
-                values=(("world_size", world), ("t", t), ("p", p)),
-                message=f"d = world_size / (t * p) = {world} / ({t} * {p}) is not integral",
+                formula="world_size = t * cp * p * d",
+                values=(("world_size", world), ("t", t), ("cp", cp), ("p", p)),
+                message=(
+                    f"d = world_size / (t * cp * p) = {world} / ({t} * {cp} * {p}) is not integral"
+                ),
             )
-        d = max(world // (t * p), 1)
+        d = max(world // model_size, 1)
 
     schedule, layout = _pipeline(values, p, spec_model, problems)
     communication = _training_tensor_communication(values, problems)
@@ -627,6 +745,7 @@ def from_mapping(
                     overlap_grad_reduce=values.get("overlap_grad_reduce") is True,
                 ),
                 recompute=recompute,
+                context=context,
             ),
             batch=BatchSpec(global_batch_size=gbs, micro_batch_size=mbs),
             attention=attention,
@@ -635,7 +754,7 @@ def from_mapping(
     if world_violation is not None:
         raise InvalidStrategyError(
             [world_violation, *_laws_without_data_degree(spec)],
-            subject=f"degrees t={t} p={p} world_size={world}",
+            subject=f"degrees t={t} cp={cp} p={p} world_size={world}",
         )
     return spec
 
@@ -963,6 +1082,7 @@ def to_mapping(spec: TrainingSpec) -> dict[str, FlatValue]:
         "data_parallel_size": mapping.data_degree,
         "sequence_parallel": mapping.sequence_parallel,
     }
+    out |= _context_keys(par.context)
     out |= _tp_overlap_keys(mapping.tp_comm_overlap)
     out |= _schedule_keys(par.pipeline.schedule)
     out |= _layout_keys(par.pipeline.layout)
@@ -973,6 +1093,26 @@ def to_mapping(spec: TrainingSpec) -> dict[str, FlatValue]:
     out["micro_batch_size"] = mapping.batch.micro_batch_size
     out["global_batch_size"] = mapping.batch.global_batch_size
     out |= _model_to_mapping(spec.model)
+    return out
+
+
+def _context_keys(context: ContextParallel) -> dict[str, FlatValue]:
+    """``context_parallel_size`` and, for cp > 1, ``cp_comm_type`` (TE's spelling) and the
+    hierarchical sizes of a2a+p2p (none at cp = 1: Megatron's default)."""
+    if context.degree == 1:
+        return {}
+    communication = context.communication
+    out: dict[str, FlatValue] = {
+        "context_parallel_size": context.degree,
+        "cp_comm_type": cp_comm_type(communication).value,
+    }
+    match communication:
+        case HierarchicalAllToAllRing(a2a_size=a2a, p2p_size=ring):
+            out["hierarchical_context_parallel_sizes"] = f"{a2a} {ring}"
+        case RingExchange() | AllGatherKV() | HeadAllToAll():
+            pass
+        case _ as unreachable:
+            assert_never(unreachable)
     return out
 
 
@@ -1130,6 +1270,7 @@ def megatron_args_of_lawful(spec: TrainingSpec) -> list[str]:
         "--pipeline-model-parallel-size",
         str(mapping.pipeline_degree),
     ]
+    args += _flags(_context_keys(par.context))
     args += _schedule_args(par.pipeline.schedule)
     args += _flags(_layout_keys(par.pipeline.layout))
     if mapping.sequence_parallel:
@@ -1171,7 +1312,7 @@ def _schedule_args(schedule: PipelineSchedule) -> list[str]:
 
 
 #: Keys whose value is a list on Megatron-LM's command line (one argument per name).
-_LIST_FLAGS = frozenset({"recompute_modules"})
+_LIST_FLAGS = frozenset({"recompute_modules", "hierarchical_context_parallel_sizes"})
 
 
 def _flags(keys: Mapping[str, FlatValue]) -> list[str]:
@@ -1286,7 +1427,7 @@ def inference_from_mapping(
     missing = [k for k in ("batch_size", "prompt_length", "generated_tokens") if k not in given]
     if missing:
         problems.append(f"inference key(s) missing: {', '.join(missing)}")
-    unsupported = _unsupported_sizes(values)
+    unsupported = _unsupported_sizes(values, serving=True)
     if problems or spec_model is None:
         raise ConfigError(problems)
     if unsupported:

@@ -41,6 +41,8 @@ class Law(StrEnum):
     VOCAB_DIVISIBILITY = "vocab_per_tensor_rank"
     SCHEDULE_MATCHES_PIPELINE = "schedule_matches_pipeline"
     RECOMPUTE_NUM_LAYERS_RANGE = "recompute_num_layers"
+    CP_SEQUENCE_SPLIT = "cp_sequence_split"
+    CP_HIERARCHICAL_SIZES = "cp_hierarchical_sizes"
     # Megatron-LM start-up rules.
     MEGATRON_INTERLEAVING_MIN_PIPELINE = "interleaving_pipeline_degree"
     MEGATRON_MICROBATCH_GROUP = "megatron_microbatch_group"
@@ -49,6 +51,8 @@ class Law(StrEnum):
     MEGATRON_FUSED_ATTENTION_SUPPORT = "fused_attention_support"
     MEGATRON_TP_COMM_OVERLAP_NEEDS_SP = "tp_comm_overlap_needs_sequence_parallel"
     MEGATRON_TP_COMM_OVERLAP_BUFFER = "tp_comm_overlap_buffer_shape"
+    MEGATRON_CP_A2A_HEADS = "cp_a2a_heads"
+    MEGATRON_CP_NEEDS_FUSED_ATTENTION = "cp_needs_fused_attention"
 
     @property
     def searched(self) -> bool:
@@ -80,7 +84,7 @@ class Law(StrEnum):
             case Law.BLOCKS_PER_VIRTUAL_CHUNK:
                 return "L mod (p * v) == 0"
             case Law.SEQUENCE_PARALLEL_DIVISIBILITY:
-                return "sequence parallel (RS+AG) => seq_length mod t == 0"
+                return "sequence parallel (RS+AG) => seq_length mod (t * cp) == 0"
             case Law.ATTENTION_HEADS_DIVISIBILITY:
                 return "num_attention_heads mod t == 0"
             case Law.QUERY_GROUPS_DIVISIBILITY:
@@ -93,6 +97,10 @@ class Law(StrEnum):
                 return "v > 1 => p > 1 (SingleStage iff p == 1, 1F1B iff p > 1 and v == 1)"
             case Law.RECOMPUTE_NUM_LAYERS_RANGE:
                 return "full recompute => 1 <= recompute_num_layers <= L // p"
+            case Law.CP_SEQUENCE_SPLIT:
+                return "cp > 1 => seq_length mod (2 * cp) == 0"
+            case Law.CP_HIERARCHICAL_SIZES:
+                return "cp_comm_type a2a+p2p => a2a_size * p2p_size == cp"
             case Law.MEGATRON_INTERLEAVING_MIN_PIPELINE:
                 return "v > 1 => p > 2 or (p == 2 and overlap_p2p_comm)"
             case Law.MEGATRON_MICROBATCH_GROUP:
@@ -107,6 +115,13 @@ class Law(StrEnum):
                 return "tp_comm_overlap => sequence parallel and t > 1"
             case Law.MEGATRON_TP_COMM_OVERLAP_BUFFER:
                 return "tp_comm_overlap => (seq_length * micro_batch) mod t == 0"
+            case Law.MEGATRON_CP_A2A_HEADS:
+                return (
+                    "cp_comm_type a2a (a2a+p2p) => local query heads and local KV heads "
+                    "mod cp (a2a_size) == 0"
+                )
+            case Law.MEGATRON_CP_NEEDS_FUSED_ATTENTION:
+                return "cp > 1 => fused attention (Transformer Engine flash / cuDNN backends)"
             case _ as unreachable:
                 assert_never(unreachable)
 

@@ -31,12 +31,15 @@ from blueprinting.errors import InvalidStrategyError, LawViolation, RuleSet
 from blueprinting.mapping.law_names import Law
 from blueprinting.mapping.model import Datatype, PositionEmbedding, TransformerModelSpec
 from blueprinting.mapping.transformer import (
+    AllGatherKV,
     AllReduce,
     DistributedOptimizer,
     EvenStages,
     ForwardOnly,
     FullRecompute,
     FusedAttention,
+    HeadAllToAll,
+    HierarchicalAllToAllRing,
     InterleavedOneForwardOneBackward,
     NoOptimizerSharding,
     NoRecompute,
@@ -44,6 +47,7 @@ from blueprinting.mapping.transformer import (
     OneForwardOneBackward,
     PipelineParallel,
     ReduceScatterAllGather,
+    RingExchange,
     SelectiveRecompute,
     ShardedGradients,
     ShardedParameters,
@@ -287,21 +291,31 @@ def _block_laws(model: TransformerModelSpec, tensor: TensorParallel) -> list[Law
     return out
 
 
-def _sequence_laws(tensor: TensorParallel, sequence: int, sequence_name: str) -> list[LawViolation]:
+def _sequence_laws(
+    tensor: TensorParallel, sequence: int, sequence_name: str, cp: int = 1
+) -> list[LawViolation]:
     """Planner and Megatron rules of sequence parallelism; callers keep the Megatron ones only
-    under the Megatron rule set."""
+    under the Megatron rule set. Under context parallelism a rank's t ranks split its s/cp
+    tokens (``modern_parallelism.md`` section 1.6)."""
     t = tensor.degree
     out: list[LawViolation] = []
     match tensor.communication:
         case ReduceScatterAllGather():
-            if sequence % t != 0:
+            if sequence % (t * cp) != 0:
+                by = f"({t} * {cp})" if cp > 1 else f"{t}"
                 out.append(
                     _violation(
                         "local_sequence",
-                        f"local_sequence = {sequence_name} / t (RS+AG)",
-                        f"local_sequence = {sequence} / {t} is not integral",
+                        f"local_sequence = {sequence_name} / (t * cp) (RS+AG)"
+                        if cp > 1
+                        else f"local_sequence = {sequence_name} / t (RS+AG)",
+                        f"local_sequence = {sequence} / {by} is not integral",
                         RuleSet.PLANNER,
-                        **{sequence_name: sequence, "t": t},
+                        **(
+                            {sequence_name: sequence, "t": t, "cp": cp}
+                            if cp > 1
+                            else {sequence_name: sequence, "t": t}
+                        ),
                     )
                 )
             if t == 1:
@@ -617,6 +631,106 @@ def _attention_laws(
             assert_never(unreachable)
 
 
+def local_kv_heads(model: TransformerModelSpec, t: int) -> int:
+    """KV heads on one TP rank: groups / t, or 1 where t > groups replicates each group
+    (Megatron-Core ``num_query_groups_per_partition``)."""
+    return max(1, model.num_query_groups // t)
+
+
+def _context_laws(
+    model: TransformerModelSpec, mapping: TransformerTrainingMappingSpec
+) -> list[LawViolation]:
+    """Megatron-LM / Transformer Engine start-up rules of context parallelism
+    (``shared/reference/modern_parallelism.md`` section 1.7):
+
+    - ``cp_sequence_split``: ``seq_length % (2 * cp) == 0`` (``megatron/training/arguments.py``
+      l.1335-1338; the load-balanced split needs 2cp equal chunks, so it is a planner law too);
+    - ``cp_hierarchical_sizes``: the product of ``--hierarchical-context-parallel-sizes`` is cp
+      (arguments.py l.580-582, ``parallel_state.py`` l.1127-1128);
+    - ``cp_a2a_heads``: a2a needs the local query and KV heads divisible by its group (TE
+      ``context_parallel.py`` l.4242-4249), for a2a+p2p by the a2a level;
+    - ``cp_needs_fused_attention``: TE runs context parallelism only in its flash / cuDNN fused
+      backends (the unfused ``UnfusedDotProductAttention`` has no cp path).
+    """
+    context = mapping.parallelism.context
+    cp = context.degree
+    if cp == 1:
+        return []
+    out: list[LawViolation] = []
+    s = model.seq_length
+    if s % (2 * cp) != 0:
+        out.append(
+            _violation(
+                Law.CP_SEQUENCE_SPLIT.value,
+                Law.CP_SEQUENCE_SPLIT.formula,
+                f"seq_length = {s} is not a multiple of 2 * cp = {2 * cp} (Megatron-LM: "
+                '"seq-length should be a multiple of 2 * context-parallel-size")',
+                seq_length=s,
+                cp=cp,
+            )
+        )
+    a2a_group: int | None = None
+    communication = context.communication
+    match communication:
+        case RingExchange() | AllGatherKV():
+            pass
+        case HeadAllToAll():
+            a2a_group = cp
+        case HierarchicalAllToAllRing(a2a_size=a2a, p2p_size=ring):
+            a2a_group = a2a
+            if a2a * ring != cp:
+                out.append(
+                    _violation(
+                        Law.CP_HIERARCHICAL_SIZES.value,
+                        Law.CP_HIERARCHICAL_SIZES.formula,
+                        f"hierarchical_context_parallel_sizes = {a2a} {ring}: their product "
+                        f"{a2a * ring} is not cp = {cp}",
+                        a2a_size=a2a,
+                        p2p_size=ring,
+                        cp=cp,
+                    )
+                )
+        case _ as unreachable:
+            assert_never(unreachable)
+    t = mapping.tensor_degree
+    if a2a_group is not None and a2a_group > 1:
+        q_heads = model.num_attention_heads // t
+        kv_heads = local_kv_heads(model, t)
+        if q_heads % a2a_group != 0 or kv_heads % a2a_group != 0:
+            out.append(
+                _violation(
+                    Law.MEGATRON_CP_A2A_HEADS.value,
+                    Law.MEGATRON_CP_A2A_HEADS.formula,
+                    f"cp_comm_type = {communication} splits heads over {a2a_group} ranks, but a "
+                    f"TP rank holds {q_heads} query heads and {kv_heads} KV heads "
+                    f"(num_attention_heads = {model.num_attention_heads}, num_query_groups = "
+                    f"{model.num_query_groups}, t = {t}); use p2p or all_gather",
+                    RuleSet.MEGATRON,
+                    local_query_heads=q_heads,
+                    local_kv_heads=kv_heads,
+                    a2a_group=a2a_group,
+                )
+            )
+    match mapping.attention:
+        case FusedAttention():
+            pass
+        case UnfusedAttention(backend=backend):
+            out.append(
+                _violation(
+                    Law.MEGATRON_CP_NEEDS_FUSED_ATTENTION.value,
+                    Law.MEGATRON_CP_NEEDS_FUSED_ATTENTION.formula,
+                    f"context_parallel_size = {cp} needs Transformer Engine's fused attention, "
+                    f"but attention_backend = {backend} runs it unfused",
+                    RuleSet.MEGATRON,
+                    cp=cp,
+                    attention_backend=backend.value,
+                )
+            )
+        case _ as unreachable_attention:
+            assert_never(unreachable_attention)
+    return out
+
+
 def check_training(
     model: TransformerModelSpec,
     mapping: TransformerTrainingMappingSpec,
@@ -661,7 +775,10 @@ def check_training(
     out.extend(_block_laws(model, mapping.parallelism.tensor))
     out.extend(_recompute_laws(model, mapping))
 
-    megatron_out = _sequence_laws(mapping.parallelism.tensor, model.seq_length, "sequence_length")
+    megatron_out = _sequence_laws(
+        mapping.parallelism.tensor, model.seq_length, "sequence_length", mapping.context_degree
+    )
+    megatron_out += _context_laws(model, mapping)
     out.extend(x for x in megatron_out if x.ruleset is RuleSet.PLANNER)
     if not megatron:
         return tuple(out)

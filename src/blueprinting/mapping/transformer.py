@@ -6,7 +6,8 @@
     ├── tensor: TensorParallel(degree, communication)
     ├── pipeline: PipelineParallel(degree, schedule)
     ├── data: DataParallel(degree, optimizer_sharding)
-    └── recompute: RecomputePolicy
+    ├── recompute: RecomputePolicy
+    └── context: ContextParallel(degree, communication)
 
 Degree-named properties (``tensor_degree``, ``world_size``, ``microbatch_count``...) are derived
 projections: they are neither stored nor serialized. Every sum-type variant is its own frozen
@@ -172,6 +173,106 @@ class TensorParallel:
 
     def __str__(self) -> str:
         return f"TP{self.degree}({self.communication})"
+
+
+# --------------------------------------------------------------------------------------------
+# Context parallelism
+# --------------------------------------------------------------------------------------------
+class CpCommType(StrEnum):
+    """Megatron's ``--cp-comm-type`` values, spelt as Transformer Engine accepts them
+    (``all_gather``: a plain ``allgather`` reaches TE's "Unsupported communication type",
+    ``transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py``)."""
+
+    P2P = "p2p"
+    ALL_GATHER = "all_gather"
+    A2A = "a2a"
+    A2A_P2P = "a2a+p2p"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RingExchange:
+    """``p2p``: KV chunks travel a ring of cp steps, each send overlapped with the attention
+    of the chunk already held (TE ``AttnFuncWithCPAndKVP2P``)."""
+
+    def __str__(self) -> str:
+        return CpCommType.P2P.value
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AllGatherKV:
+    """``all_gather``: K and V all-gathered over the cp group before attention (exposed), dK
+    and dV reduce-scattered after its backward (TE ``AttnFuncWithCPAndKVAllGather``; Llama 3
+    paper section 3.3.2)."""
+
+    def __str__(self) -> str:
+        return CpCommType.ALL_GATHER.value
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeadAllToAll:
+    """``a2a`` (DeepSpeed-Ulysses): all-to-alls trade the sequence split for a head split
+    around attention, which then runs on the full sequence with heads/(t*cp) heads (TE
+    ``AttnFuncWithCPAndQKVOA2A``)."""
+
+    def __str__(self) -> str:
+        return CpCommType.A2A.value
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HierarchicalAllToAllRing:
+    """``a2a+p2p``: all-to-all inside groups of ``a2a_size`` ranks, then a KV ring over
+    ``p2p_size`` such groups (``--hierarchical-context-parallel-sizes a2a_size p2p_size``; TE
+    >= 1.12). ``a2a_size * p2p_size`` must equal cp (a law)."""
+
+    a2a_size: int
+    p2p_size: int
+
+    def __post_init__(self) -> None:
+        _require_positive(
+            "HierarchicalAllToAllRing", a2a_size=self.a2a_size, p2p_size=self.p2p_size
+        )
+
+    def __str__(self) -> str:
+        return f"{CpCommType.A2A_P2P.value}({self.a2a_size}x{self.p2p_size})"
+
+
+CpCommunication: TypeAlias = RingExchange | AllGatherKV | HeadAllToAll | HierarchicalAllToAllRing
+
+
+def cp_comm_type(communication: CpCommunication) -> CpCommType:
+    """The ``--cp-comm-type`` value of a communication variant."""
+    match communication:
+        case RingExchange():
+            return CpCommType.P2P
+        case AllGatherKV():
+            return CpCommType.ALL_GATHER
+        case HeadAllToAll():
+            return CpCommType.A2A
+        case HierarchicalAllToAllRing():
+            return CpCommType.A2A_P2P
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContextParallel:
+    """The cp axis: every sequence split into ``2 * degree`` chunks, rank r holding chunks r and
+    2cp-1-r (load-balanced causal split, TE ``attn_forward_func_with_cp``); every module but the
+    attention core runs unchanged on s/cp tokens, the core exchanges K/V by ``communication``."""
+
+    degree: int = 1
+    communication: CpCommunication = field(default_factory=RingExchange)
+
+    def __post_init__(self) -> None:
+        _require_positive("ContextParallel", degree=self.degree)
+
+    def __str__(self) -> str:
+        return f"CP{self.degree}({self.communication})"
 
 
 # --------------------------------------------------------------------------------------------
@@ -616,9 +717,11 @@ class TransformerTrainingParallelism:
     pipeline: PipelineParallel
     data: DataParallel
     recompute: RecomputePolicy = field(default_factory=NoRecompute)
+    context: ContextParallel = field(default_factory=ContextParallel)
 
     def __str__(self) -> str:
-        return f"{self.tensor} {self.pipeline} {self.data} recompute={self.recompute}"
+        cp = f" {self.context}" if self.context.degree > 1 else ""
+        return f"{self.tensor}{cp} {self.pipeline} {self.data} recompute={self.recompute}"
 
 
 @final
@@ -663,8 +766,18 @@ class TransformerTrainingMappingSpec:
         return virtual_stages_of(self.parallelism.pipeline.schedule)
 
     @property
+    def context_degree(self) -> int:
+        return self.parallelism.context.degree
+
+    @property
     def world_size(self) -> int:
-        return self.tensor_degree * self.pipeline_degree * self.data_degree
+        return self.tensor_degree * self.context_degree * self.pipeline_degree * self.data_degree
+
+    @property
+    def dense_gradient_degree(self) -> int:
+        """Ranks that reduce (and, with the distributed optimizer, shard) the dense gradients:
+        d x cp (Megatron's ``intra_dp_cp_group``, ``distributed_data_parallel.py``)."""
+        return self.data_degree * self.context_degree
 
     @property
     def sequence_parallel(self) -> bool:
@@ -794,16 +907,22 @@ from blueprinting.mapping.laws import (  # noqa: E402
 
 __all__ = [
     "TE_PIPELINE_SPLITS",
+    "AllGatherKV",
     "AllReduce",
     "BatchSpec",
     "BulkOverlap",
     "ColumnBackwardOverlap",
+    "ContextParallel",
+    "CpCommType",
+    "CpCommunication",
     "DataParallel",
     "Datatype",
     "DistributedOptimizer",
     "EvenStages",
     "ForwardOnly",
     "FullRecompute",
+    "HeadAllToAll",
+    "HierarchicalAllToAllRing",
     "InferenceSpec",
     "InferenceWorkload",
     "InterleavedOneForwardOneBackward",
@@ -819,6 +938,7 @@ __all__ = [
     "RecomputePolicy",
     "ReduceScatterAllGather",
     "ReplicaParallel",
+    "RingExchange",
     "SelectiveRecompute",
     "ShardedGradients",
     "ShardedParameters",
@@ -838,6 +958,7 @@ __all__ = [
     "UserbufferOverlap",
     "check_inference",
     "check_training",
+    "cp_comm_type",
     "divisors",
     "from_mapping",
     "inference_from_mapping",
