@@ -100,7 +100,7 @@ def data_parallel_cost(
     """DP cost for a GPU holding ``stage_parameters`` parameters (already divided by t)."""
     grads = stage_parameters * grad_bytes
     params = stage_parameters * param_bytes
-    if data.degree == 1:
+    if group.size == 1:  # d x cp ranks: context parallelism alone still reduces gradients
         return DataParallelCost(
             grad_bytes=grads,
             param_gather_bytes=0,

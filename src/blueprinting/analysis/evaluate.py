@@ -36,6 +36,7 @@ from blueprinting.mapping.model import TransformerModelSpec
 from blueprinting.mapping.transformer import (
     AttentionKernel,
     BatchSpec,
+    ContextParallel,
     DataParallel,
     DistributedOptimizer,
     NoOptimizerSharding,
@@ -97,6 +98,8 @@ def _local_block(
     recompute: RecomputePolicy,
     micro_batch: int,
     attention: AttentionKernel,
+    *,
+    context: ContextParallel,
 ) -> DistributedTaskIR:
     """The local TP block depends only on the model, the TP variant, the recompute policy, the
     micro batch and the attention kernel (training_derivation.derive_block_plan reads nothing
@@ -109,6 +112,7 @@ def _local_block(
             pipeline=PipelineParallel(degree=1, schedule=SingleStage()),
             data=DataParallel(degree=1),
             recompute=recompute,
+            context=context,
         ),
         batch=BatchSpec(global_batch_size=micro_batch, micro_batch_size=micro_batch),
         attention=attention,
@@ -126,16 +130,20 @@ def _local_block_costs(
     attention: AttentionKernel,
     system: SystemSpec,
     tp_group: CommGroup,
+    context: ContextParallel,
+    cp_groups: tuple[tuple[str, CommGroup], ...],
 ) -> TaskGroupCosts:
     """The costed local block, shared like :func:`_local_block` by strategies that differ only
     in PP, DP or batch (the costs read nothing else)."""
-    ir = _local_block(model, tensor, recompute, micro_batch, attention)
+    ir = _local_block(model, tensor, recompute, micro_batch, attention, context=context)
     overlap = (
         tensor.communication.overlap
         if isinstance(tensor.communication, ReduceScatterAllGather)
         else None
     )
-    return cost_task_groups(ir, system, tp_group, model.datatype, overlap)
+    return cost_task_groups(
+        ir, system, tp_group, model.datatype, overlap, cp_groups=dict(cp_groups)
+    )
 
 
 def portable_plan(spec: TrainingSpec, system: SystemSpec) -> PortablePlanIR:
@@ -152,13 +160,16 @@ def portable_plan(spec: TrainingSpec, system: SystemSpec) -> PortablePlanIR:
         attention=spec.mapping.attention,
         system=system,
         tp_group=ctx.group(ParallelDim.TENSOR),
+        context=parallelism.context,
+        cp_groups=tuple(sorted(ctx.context_groups().items())),
     )
     return VerifyPortablePlan().run(assemble_plan(costs, ctx), ctx)
 
 
 def _owned_parameters(spec: TrainingSpec, stage_params: int) -> int:
-    """Parameters whose optimizer state this GPU updates."""
-    d = spec.mapping.data_degree
+    """Parameters whose optimizer state this GPU updates (the distributed optimizer shards over
+    d x cp, Megatron's ``intra_dp_cp_group``)."""
+    d = spec.mapping.dense_gradient_degree
     match spec.mapping.parallelism.data.optimizer_sharding:
         case NoOptimizerSharding():
             return stage_params
@@ -296,7 +307,7 @@ def evaluate_plan(
         stage_parameters=params,
         param_bytes=recipe.param,
         grad_bytes=recipe.grad,
-        group=PlanContext(spec=spec, system=system).group(ParallelDim.DATA),
+        group=PlanContext(spec=spec, system=system).gradient_group(),
         system=system,
         windows=windows,
     )

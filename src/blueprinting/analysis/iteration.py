@@ -5,12 +5,14 @@ The iteration time of the critical pipeline stage's GPU is a sum of named terms,
 there to equal the sum on every record):
 
     T = forward + backward + recompute + pipeline_bubble
-        + tp_comm_exposed + pp_comm_exposed + dp_comm_exposed + optimizer
+        + tp_comm_exposed + cp_comm_exposed + pp_comm_exposed + dp_comm_exposed + optimizer
 
 with, for m microbatches, v virtual chunks and the critical stage's B blocks:
 
 - forward / backward / recompute: m x (B x block compute + the stage's embedding / LM-head extras);
 - tp_comm_exposed: m x B x exposed TP collective time of a block (forward, backward, recompute);
+- cp_comm_exposed: m x B x the exposed context-parallel K/V exchange of a block (a p2p ring
+  overlapped step by step with the attention it feeds; all-gather and all-to-all exposed);
 - pp_comm_exposed: blocking P2P (Megatron's default): m x v x (send forward + send backward);
   interleaved with ``overlap_p2p_comm``: 2 (p v - 1) transfers, the warm-up and cool-down ones
   (``../shared/reference/schedules.md`` §4);
@@ -42,7 +44,7 @@ from blueprinting.mapping.transformer import (
     TransformerTrainingMappingSpec,
     ZeroBubbleH1,
 )
-from blueprinting.synthesizer.stages.portable_plan.ir import PortablePlanIR, StagePlan
+from blueprinting.synthesizer.stages.portable_plan.ir import PhaseCost, PortablePlanIR, StagePlan
 
 
 class BubbleSource(StrEnum):
@@ -65,6 +67,7 @@ class TimeBreakdown:
     pp_comm_exposed: float
     dp_comm_exposed: float
     optimizer: float
+    cp_comm_exposed: float = 0.0
 
     @property
     def total_s(self) -> float:
@@ -74,6 +77,7 @@ class TimeBreakdown:
             + self.recompute
             + self.pipeline_bubble
             + self.tp_comm_exposed
+            + self.cp_comm_exposed
             + self.pp_comm_exposed
             + self.dp_comm_exposed
             + self.optimizer
@@ -86,6 +90,7 @@ class TimeBreakdown:
             "recompute": self.recompute,
             "pipeline_bubble": self.pipeline_bubble,
             "tp_comm_exposed": self.tp_comm_exposed,
+            "cp_comm_exposed": self.cp_comm_exposed,
             "pp_comm_exposed": self.pp_comm_exposed,
             "dp_comm_exposed": self.dp_comm_exposed,
             "optimizer": self.optimizer,
@@ -101,40 +106,141 @@ class StageWork:
     backward: float
     recompute: float
     tp_comm_exposed: float
+    cp_comm_exposed: float = 0.0
 
     @property
     def total_s(self) -> float:
-        return self.forward + self.backward + self.recompute + self.tp_comm_exposed
+        return (
+            self.forward
+            + self.backward
+            + self.recompute
+            + self.tp_comm_exposed
+            + self.cp_comm_exposed
+        )
+
+
+class WorkCount(StrEnum):
+    """How many times per microbatch a stage runs a costed part."""
+
+    BLOCKS = "blocks"
+    RECOMPUTED_BLOCKS = "recomputed_blocks"
+    HAS_EMBEDDING = "has_embedding"  # 1 or 0
+    HAS_LM_HEAD = "has_lm_head"  # 1 or 0
+
+
+class CostedPart(StrEnum):
+    """A phase of the costed block or of a stage extra (``PortablePlanIR``)."""
+
+    BLOCK_FORWARD = "block.forward"
+    BLOCK_BACKWARD_ACTIVATION = "block.backward_activation"
+    BLOCK_BACKWARD_WEIGHT = "block.backward_weight"
+    BLOCK_RECOMPUTE = "block.recompute"
+    EMBEDDING_FORWARD = "embedding.forward"
+    EMBEDDING_BACKWARD = "embedding.backward"
+    LM_HEAD_FORWARD = "lm_head.forward"
+    LM_HEAD_BACKWARD = "lm_head.backward"
+
+
+class PhaseField(StrEnum):
+    """A time of a :class:`~blueprinting.synthesizer.stages.portable_plan.ir.PhaseCost`."""
+
+    COMPUTE = "compute_s"
+    TP_EXPOSED = "comm_exposed_s"
+    CP_EXPOSED = "cp_comm_exposed_s"
+
+
+_RUNS = (
+    (WorkCount.BLOCKS, CostedPart.BLOCK_FORWARD),
+    (WorkCount.BLOCKS, CostedPart.BLOCK_BACKWARD_ACTIVATION),
+    (WorkCount.BLOCKS, CostedPart.BLOCK_BACKWARD_WEIGHT),
+    (WorkCount.RECOMPUTED_BLOCKS, CostedPart.BLOCK_RECOMPUTE),
+    (WorkCount.HAS_EMBEDDING, CostedPart.EMBEDDING_FORWARD),
+    (WorkCount.HAS_EMBEDDING, CostedPart.EMBEDDING_BACKWARD),
+    (WorkCount.HAS_LM_HEAD, CostedPart.LM_HEAD_FORWARD),
+    (WorkCount.HAS_LM_HEAD, CostedPart.LM_HEAD_BACKWARD),
+)
+_FORWARD_PARTS = frozenset(
+    {CostedPart.BLOCK_FORWARD, CostedPart.EMBEDDING_FORWARD, CostedPart.LM_HEAD_FORWARD}
+)
+
+#: The stage-work formula, written once: each breakdown term is m x the sum of count x time
+#: over its (count, part, time) entries. :func:`stage_work` evaluates it on one plan, the
+#: vectorized search (``search/evaluate_vectorized.py``) on arrays of candidates.
+STAGE_WORK_TERMS: dict[str, tuple[tuple[WorkCount, CostedPart, PhaseField], ...]] = {
+    "forward": tuple(
+        (count, part, PhaseField.COMPUTE) for count, part in _RUNS if part in _FORWARD_PARTS
+    ),
+    "backward": tuple(
+        (count, part, PhaseField.COMPUTE)
+        for count, part in _RUNS
+        if part not in _FORWARD_PARTS and part is not CostedPart.BLOCK_RECOMPUTE
+    ),
+    "recompute": ((WorkCount.RECOMPUTED_BLOCKS, CostedPart.BLOCK_RECOMPUTE, PhaseField.COMPUTE),),
+    "tp_comm_exposed": tuple((count, part, PhaseField.TP_EXPOSED) for count, part in _RUNS),
+    "cp_comm_exposed": tuple((count, part, PhaseField.CP_EXPOSED) for count, part in _RUNS),
+}
+
+
+def costed_part(plan: PortablePlanIR, part: CostedPart) -> PhaseCost:
+    match part:
+        case CostedPart.BLOCK_FORWARD:
+            return plan.block.forward
+        case CostedPart.BLOCK_BACKWARD_ACTIVATION:
+            return plan.block.backward_activation
+        case CostedPart.BLOCK_BACKWARD_WEIGHT:
+            return plan.block.backward_weight
+        case CostedPart.BLOCK_RECOMPUTE:
+            return plan.block.recompute
+        case CostedPart.EMBEDDING_FORWARD:
+            return plan.embedding.forward
+        case CostedPart.EMBEDDING_BACKWARD:
+            return plan.embedding.backward
+        case CostedPart.LM_HEAD_FORWARD:
+            return plan.lm_head.forward
+        case CostedPart.LM_HEAD_BACKWARD:
+            return plan.lm_head.backward
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def work_count(stage: StagePlan, count: WorkCount) -> int:
+    match count:
+        case WorkCount.BLOCKS:
+            return stage.blocks
+        case WorkCount.RECOMPUTED_BLOCKS:
+            return stage.recomputed_blocks
+        case WorkCount.HAS_EMBEDDING:
+            return int(stage.has_embedding)
+        case WorkCount.HAS_LM_HEAD:
+            return int(stage.has_lm_head)
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def phase_field(phase: PhaseCost, time: PhaseField) -> float:
+    match time:
+        case PhaseField.COMPUTE:
+            return phase.compute_s
+        case PhaseField.TP_EXPOSED:
+            return phase.comm_exposed_s
+        case PhaseField.CP_EXPOSED:
+            return phase.cp_comm_exposed_s
+        case _ as unreachable:
+            assert_never(unreachable)
 
 
 def stage_work(plan: PortablePlanIR, stage: StagePlan, microbatches: int) -> StageWork:
-    """m x (the stage's blocks + its extras), split into the breakdown's terms."""
-    block = plan.block
-    forward = stage.blocks * block.forward.compute_s
-    backward = stage.blocks * (
-        block.backward_activation.compute_s + block.backward_weight.compute_s
-    )
-    recompute = stage.recomputed_blocks * block.recompute.compute_s
-    tp = stage.blocks * (
-        block.forward.comm_exposed_s
-        + block.backward_activation.comm_exposed_s
-        + block.backward_weight.comm_exposed_s
-    )
-    tp += stage.recomputed_blocks * block.recompute.comm_exposed_s
-    for present, extra in (
-        (stage.has_embedding, plan.embedding),
-        (stage.has_lm_head, plan.lm_head),
-    ):
-        if present:
-            forward += extra.forward.compute_s
-            backward += extra.backward.compute_s
-            tp += extra.forward.comm_exposed_s + extra.backward.comm_exposed_s
-    return StageWork(
-        forward=microbatches * forward,
-        backward=microbatches * backward,
-        recompute=microbatches * recompute,
-        tp_comm_exposed=microbatches * tp,
-    )
+    """m x (the stage's blocks + its extras), split into the breakdown's terms
+    (:data:`STAGE_WORK_TERMS`)."""
+    terms = {
+        name: microbatches
+        * sum(
+            work_count(stage, count) * phase_field(costed_part(plan, part), time)
+            for count, part, time in entries
+        )
+        for name, entries in STAGE_WORK_TERMS.items()
+    }
+    return StageWork(**terms)
 
 
 @final
@@ -240,6 +346,7 @@ def compose_breakdown(
         recompute=work.recompute,
         pipeline_bubble=bubble_s,
         tp_comm_exposed=work.tp_comm_exposed,
+        cp_comm_exposed=work.cp_comm_exposed,
         pp_comm_exposed=(
             pipeline_p2p_exposed(mapping.parallelism.pipeline.schedule, plan, m)
             if pp_comm_exposed_s is None

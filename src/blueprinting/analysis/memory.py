@@ -63,7 +63,7 @@ under-counts by ``2 b s h`` bytes per block (its known bug 2).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, TypeVar, assert_never, cast, final
 
@@ -83,11 +83,15 @@ from blueprinting.mapping.model import (
     TransformerModelSpec,
 )
 from blueprinting.mapping.transformer import (
+    AllGatherKV,
     AttentionKernel,
+    ContextParallel,
     DistributedOptimizer,
     ForwardOnly,
     FullRecompute,
     FusedAttention,
+    HeadAllToAll,
+    HierarchicalAllToAllRing,
     InterleavedOneForwardOneBackward,
     NoOptimizerSharding,
     NoRecompute,
@@ -95,6 +99,7 @@ from blueprinting.mapping.transformer import (
     PipelineSchedule,
     RecomputeMethod,
     RecomputeModule,
+    RingExchange,
     SelectiveRecompute,
     ShardedGradients,
     ShardedParameters,
@@ -451,6 +456,43 @@ def backward_working_bytes(
     return micro_batch * working
 
 
+def local_sequence_model(model: TransformerModelSpec, cp: int) -> TransformerModelSpec:
+    """``model`` as one cp rank's per-token stores see it: s/cp tokens (the activation
+    functions here read ``seq_length`` only as a token count on the fused path)."""
+    if cp == 1:
+        return model
+    return replace(model, seq_length=model.seq_length // cp)
+
+
+def context_transient_bytes(
+    model: TransformerModelSpec, *, micro_batch: int, tensor_degree: int, context: ContextParallel
+) -> int:
+    """What a cp rank's attention holds beyond its stored activations for one layer at a
+    time (``model`` is :func:`local_sequence_model`'s, s/cp tokens): p2p keeps every K/V chunk
+    it receives until the layer's forward ends (TE ``p2p_comm_buffers``, context_parallel.py
+    l.1685-1720), all_gather the gathered full-sequence K/V, both ``cp M_kv``; a2a the
+    re-laid-out Q, K, V and O (the same size as before it, ``M_q + M_kv + M_o``); a2a+p2p the
+    ring level's ``p2p M_kv`` plus that. Read from code, not measured (section 1.5)."""
+    cp = context.degree
+    if cp == 1:
+        return 0
+    kv_heads = max(1, model.num_query_groups // tensor_degree)
+    heads = _ceil_div(model.num_attention_heads, tensor_degree)
+    e = model.datatype.bytes
+    tokens = micro_batch * model.seq_length
+    kv = tokens * kv_heads * 2 * model.kv_channels * e
+    q_and_o = 2 * tokens * heads * model.kv_channels * e
+    match context.communication:
+        case RingExchange() | AllGatherKV():
+            return cp * kv
+        case HeadAllToAll():
+            return q_and_o + kv
+        case HierarchicalAllToAllRing(p2p_size=ring):
+            return ring * kv + q_and_o + kv
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
 def logits_transient_bytes(
     model: TransformerModelSpec, *, micro_batch: int, tensor_degree: int, activation_bytes: int
 ) -> int:
@@ -600,7 +642,7 @@ def _stage_activations(
         case _ as unreachable:
             assert_never(unreachable)
 
-    s = model.seq_length
+    s = model.seq_length // mapping.context_degree  # a cp rank's tokens
     h = model.hidden_size
     rows = _ceil_div(s, t) if sp else s
     embedding = 0
@@ -644,6 +686,10 @@ class _StageInvariants:
         sp = mapping.sequence_parallel
         recipe = precision_recipe(model.datatype)
         x = recipe.activation
+        context = mapping.parallelism.context
+        # Every store per token scales with the cp rank's s/cp tokens (modern_parallelism.md
+        # section 1.5; the s x s unfused core never meets cp: cp_needs_fused_attention).
+        model = local_sequence_model(model, context.degree)
 
         attention = mapping.attention
 
@@ -677,7 +723,8 @@ class _StageInvariants:
                 sequence_parallel=sp,
                 attention=attention,
                 activation_bytes=x,
-            ),
+            )
+            + context_transient_bytes(model, micro_batch=b, tensor_degree=t, context=context),
             logits_transient=logits_transient_bytes(
                 model, micro_batch=b, tensor_degree=t, activation_bytes=x
             ),
@@ -717,7 +764,7 @@ class StageOverheads:
 
 
 def communicator_sizes(
-    *, tensor: int, pipeline: int, data: int, stage: int, tied: bool
+    *, tensor: int, pipeline: int, data: int, stage: int, tied: bool, context: int = 1
 ) -> tuple[int, ...]:
     """The sizes of the NCCL communicators a rank of ``stage`` runs collectives on (PyTorch
     creates a communicator lazily, at a group's first collective): the world (start-up
@@ -725,9 +772,12 @@ def communicator_sizes(
     optimizer's gathers), PP (send / receive between neighbours), the model-parallel group
     (the gradient-norm all-reduce across t x p) when both t and p exceed 1, and, with tied
     embeddings and p > 1, the two-rank embedding group of the first and last stage
-    (Megatron-Core ``parallel_state.py``)."""
-    t, p, d = tensor, pipeline, data
-    sizes = [t * p * d, t, d, p]
+    (Megatron-Core ``parallel_state.py``). Under context parallelism the gradients reduce over
+    the d x cp group instead of the dp one, and the K/V exchanges run on the cp group."""
+    t, p, d, c = tensor, pipeline, data, context
+    sizes = [t * c * p * d, t, d * c, p]
+    if c > 1:
+        sizes.append(c)
     if t > 1 and p > 1:
         sizes.append(t * p)
     if tied and p > 1 and stage in (0, p - 1):
@@ -736,11 +786,20 @@ def communicator_sizes(
 
 
 def nccl_buffer_bytes(
-    runtime: RuntimeMemory, *, tensor: int, pipeline: int, data: int, stage: int, tied: bool
+    runtime: RuntimeMemory,
+    *,
+    tensor: int,
+    pipeline: int,
+    data: int,
+    stage: int,
+    tied: bool,
+    context: int = 1,
 ) -> int:
     """NCCL's device buffers on one rank: one set per communicator of
     :func:`communicator_sizes` (:meth:`RuntimeMemory.nccl_bytes`)."""
-    sizes = communicator_sizes(tensor=tensor, pipeline=pipeline, data=data, stage=stage, tied=tied)
+    sizes = communicator_sizes(
+        tensor=tensor, pipeline=pipeline, data=data, stage=stage, tied=tied, context=context
+    )
     return sum(runtime.nccl_bytes(size) for size in sizes)
 
 
@@ -835,6 +894,7 @@ def _stage_overheads(
             data=mapping.data_degree,
             stage=stage,
             tied=model.embeddings is EmbeddingTying.TIED,
+            context=mapping.context_degree,
         ),
         runtime=runtime,
     )
@@ -1025,7 +1085,7 @@ def _stage_memory(
     recipe = inv.recipe
     params = _stage_parameters(model, mapping, stage, inv)
     count = params.total
-    d = mapping.data_degree
+    d = mapping.dense_gradient_degree  # the distributed optimizer shards over d x cp
     weights = count * recipe.param
     gradients = count * recipe.grad
     optimizer = count * recipe.optimizer

@@ -15,7 +15,12 @@ from blueprinting.mapping.laws import check_inference, check_training
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("file", metavar="FILE", help="strategy file (.toml, .json, .yaml)")
+    parser.add_argument(
+        "file", metavar="FILE", nargs="?", help="strategy file (.toml, .json, .yaml)"
+    )
+    parser.add_argument("--model", help="model preset (without FILE, as plan takes it)")
+    parser.add_argument("--system", help="system preset (without FILE)")
+    parser.add_argument("--gpus", type=int, help="number of GPUs = world_size (without FILE)")
     parser.add_argument(
         "--set",
         dest="overrides",
@@ -62,9 +67,33 @@ def summary(config: ConfigFile) -> str:
     raise ConfigError(["the file holds neither a training nor an inference spec"])
 
 
+def _run_without_file(args: argparse.Namespace, megatron: bool) -> int:
+    """``check --model M --gpus N --set ...``: the spec ``plan`` would build, checked."""
+    from blueprinting.cli.plan import load_training
+
+    args.no_megatron_rules = not megatron
+    spec, _ = load_training(args)
+    violations = check_training(spec.model, spec.mapping, megatron=megatron)
+    if violations:
+        raise InvalidStrategyError(violations, subject=str(spec))
+    mapping = spec.mapping
+    scope = "" if megatron else " (planner laws only)"
+    print(
+        f"ok: {spec}  [world_size={mapping.world_size} "
+        f"global_batch={mapping.batch.global_batch_size} "
+        f"micro_batch={mapping.batch.micro_batch_size} "
+        f"microbatches={mapping.microbatch_count}]{scope}"
+    )
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     overrides: list[str] = list(args.overrides)
     megatron = not bool(args.no_megatron_rules)
+    if args.file is None:
+        return _run_without_file(args, megatron)
+    if args.model is not None or args.gpus is not None:
+        raise ConfigError(["give either FILE or --model/--gpus, not both"])
     config = load_config(str(args.file), overrides=overrides)
     _check_system(config)
     if config.training is not None:

@@ -28,7 +28,7 @@ is a :class:`~blueprinting.hardware.system.LinkSpec`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, assert_never, final
 
@@ -44,6 +44,7 @@ class CollectiveKind(StrEnum):
     REDUCE_SCATTER = "reduce_scatter"
     ALL_GATHER = "all_gather"
     P2P = "p2p"
+    ALL_TO_ALL = "all_to_all"
 
 
 @final
@@ -70,6 +71,9 @@ class CollectiveCost:
         )
 
 
+DEFAULT_ALL_TO_ALL = CollectiveCost(scalar=1.0, offset=-1.0)
+
+
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CollectiveCosts:
@@ -79,6 +83,10 @@ class CollectiveCosts:
     reduce_scatter: CollectiveCost
     all_gather: CollectiveCost
     p2p: CollectiveCost
+    #: Each rank keeps 1/n of an all-to-all's tensor and sends (n-1)/n, as an all-gather's
+    #: ring moves (nccl-tests ``alltoall_perf``: busbw = algbw (n-1)/n). Optional in system
+    #: files and Calculon's, which predate it.
+    all_to_all: CollectiveCost = field(default_factory=lambda: DEFAULT_ALL_TO_ALL)
 
     def of(self, kind: CollectiveKind) -> CollectiveCost:
         match kind:
@@ -90,6 +98,8 @@ class CollectiveCosts:
                 return self.all_gather
             case CollectiveKind.P2P:
                 return self.p2p
+            case CollectiveKind.ALL_TO_ALL:
+                return self.all_to_all
             case _ as unreachable:
                 assert_never(unreachable)
 

@@ -94,6 +94,9 @@ class ParallelDim(StrEnum):
     TENSOR = "tp"
     DATA = "dp"
     PIPELINE = "pp"
+    #: Megatron's rank order puts cp right after tp (``RankGenerator(order="tp-cp-ep-dp-pp")``,
+    #: ``parallel_state.py`` l.617): every layout here places it there.
+    CONTEXT = "cp"
 
 
 class RankLayout(StrEnum):
@@ -109,6 +112,16 @@ class RankLayout(StrEnum):
     @property
     def order(self) -> tuple[ParallelDim, ...]:
         return tuple(ParallelDim(part) for part in self.value.split("-"))
+
+    @property
+    def order_with_context(self) -> tuple[ParallelDim, ...]:
+        """The order with cp right after tp (see :attr:`ParallelDim.CONTEXT`)."""
+        out: list[ParallelDim] = []
+        for dim in self.order:
+            out.append(dim)
+            if dim is ParallelDim.TENSOR:
+                out.append(ParallelDim.CONTEXT)
+        return tuple(out)
 
 
 def _require_positive_number(owner: str, **values: float) -> list[str]:
@@ -310,6 +323,9 @@ class FixedTiers:
                 return self.pipeline
             case ParallelDim.DATA:
                 return self.data
+            case ParallelDim.CONTEXT:
+                # Calculon's files predate cp; Megatron places it beside tp.
+                return self.tensor
             case _ as unreachable:
                 assert_never(unreachable)
 
@@ -341,7 +357,7 @@ class CommGroup:
         return f"{self.size}@{self.tier}"
 
 
-def _degree(dim: ParallelDim, tensor: int, pipeline: int, data: int) -> int:
+def _degree(dim: ParallelDim, tensor: int, pipeline: int, data: int, context: int = 1) -> int:
     match dim:
         case ParallelDim.TENSOR:
             return tensor
@@ -349,6 +365,8 @@ def _degree(dim: ParallelDim, tensor: int, pipeline: int, data: int) -> int:
             return pipeline
         case ParallelDim.DATA:
             return data
+        case ParallelDim.CONTEXT:
+            return context
         case _ as unreachable:
             assert_never(unreachable)
 
@@ -363,8 +381,14 @@ def place_group(
     data: int,
     gpus_per_node: int,
     nvlink_domain_size: int | None = None,
+    context: int = 1,
+    level: tuple[int, int] | None = None,
 ) -> CommGroup:
     """The group of dimension ``dim`` under ``layout``: its link and ranks per node.
+
+    ``level = (size, inner)`` selects a sub-group of the cp group instead: ``size`` ranks
+    ``inner`` cp ranks apart (the a2a level of a2a+p2p is ``(a2a, 1)``, its ring ``(p2p,
+    a2a)``).
 
     A group's ranks are ``base + i * stride`` (``i < n``) with ``stride`` the product of the
     degrees of the dimensions faster than ``dim``. With ``G`` GPUs per node: if ``stride`` is a
@@ -377,21 +401,29 @@ def place_group(
     group spans more than one domain.
     """
     problems = positive_int_problems(
-        "place_group", tensor=tensor, pipeline=pipeline, data=data, gpus_per_node=gpus_per_node
+        "place_group",
+        tensor=tensor,
+        pipeline=pipeline,
+        data=data,
+        context=context,
+        gpus_per_node=gpus_per_node,
     )
     domain = gpus_per_node if nvlink_domain_size is None else nvlink_domain_size
     problems += positive_int_problems("place_group", nvlink_domain_size=domain)
     if problems:
         raise ConfigError(problems)
-    size = _degree(dim, tensor, pipeline, data)
+    size = _degree(dim, tensor, pipeline, data, context)
     stride = 1
-    for faster in layout.order:
+    for faster in layout.order_with_context:
         if faster == dim:
             break
-        stride *= _degree(faster, tensor, pipeline, data)
+        stride *= _degree(faster, tensor, pipeline, data, context)
+    if level is not None:
+        size, inner = level
+        stride *= inner
     if size == 1:
         return CommGroup(size=1, tier=LinkTier.INTRA_NODE, ranks_per_node=1)
-    world = tensor * pipeline * data
+    world = tensor * pipeline * data * context
     per_node, _ = _spread(size, stride, world, gpus_per_node)
     _, spans_domains = _spread(size, stride, world, domain)
     tier = LinkTier.SCALE_OUT if spans_domains else LinkTier.INTRA_NODE
@@ -662,8 +694,18 @@ class SystemSpec:
         )
 
     # ---- communication ---------------------------------------------------------------------
-    def comm_group(self, dim: ParallelDim, *, tensor: int, pipeline: int, data: int) -> CommGroup:
-        """The communicator of ``dim`` for a t x p x d strategy on this system."""
+    def comm_group(
+        self,
+        dim: ParallelDim,
+        *,
+        tensor: int,
+        pipeline: int,
+        data: int,
+        context: int = 1,
+        level: tuple[int, int] | None = None,
+    ) -> CommGroup:
+        """The communicator of ``dim`` for a t x cp x p x d strategy on this system
+        (``level``: a sub-group of the cp group, :func:`place_group`)."""
         match self.network_assignment:
             case ByRankLayout(layout=layout):
                 return place_group(
@@ -674,14 +716,42 @@ class SystemSpec:
                     data=data,
                     gpus_per_node=self.gpus_per_node,
                     nvlink_domain_size=self.node.nvlink_domain_size,
+                    context=context,
+                    level=level,
                 )
             case FixedTiers() as fixed:
-                size = _degree(dim, tensor, pipeline, data)
+                size = _degree(dim, tensor, pipeline, data, context)
+                if level is not None:
+                    size = level[0]
                 tier = fixed.tier(dim)
                 per_node = size if tier == LinkTier.INTRA_NODE else 1
                 return CommGroup(size=size, tier=tier, ranks_per_node=per_node)
             case _ as unreachable:
                 assert_never(unreachable)
+
+    def dense_gradient_group(
+        self, *, tensor: int, pipeline: int, data: int, context: int = 1
+    ) -> CommGroup:
+        """The d x cp ranks that reduce (and shard) dense gradients (Megatron's
+        ``intra_dp_cp_group``): the pure dp group when cp = 1. Its members are the product of a
+        cp group and a dp group, so it reaches the slower of their links and holds, per node,
+        the product of their per-node counts (exact under tp-cp-dp-pp, where it is one
+        contiguous strided run)."""
+        dp = self.comm_group(
+            ParallelDim.DATA, tensor=tensor, pipeline=pipeline, data=data, context=context
+        )
+        if context == 1:
+            return dp
+        cp = self.comm_group(
+            ParallelDim.CONTEXT, tensor=tensor, pipeline=pipeline, data=data, context=context
+        )
+        slower = max(cp.tier, dp.tier, key=list(LinkTier).index)
+        size = cp.size * dp.size
+        return CommGroup(
+            size=size,
+            tier=slower,
+            ranks_per_node=min(size, cp.ranks_per_node * dp.ranks_per_node),
+        )
 
     def collective_time(self, kind: CollectiveKind, size_bytes: float, group: CommGroup) -> float:
         """One collective of ``size_bytes`` over ``group`` on the group's link (see

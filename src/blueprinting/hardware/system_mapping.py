@@ -71,7 +71,12 @@ from typing import TypeVar, assert_never
 
 from blueprinting.errors import BlueprintingError, ConfigError, ProblemCollector
 from blueprinting.hardware.attention import AttentionKernelRates
-from blueprinting.hardware.collectives import CollectiveCost, CollectiveCosts, CollectiveKind
+from blueprinting.hardware.collectives import (
+    DEFAULT_ALL_TO_ALL,
+    CollectiveCost,
+    CollectiveCosts,
+    CollectiveKind,
+)
 from blueprinting.hardware.efficiency import (
     ConstantEfficiency,
     Efficiency,
@@ -495,6 +500,9 @@ def _link_from_mapping(value: object, where: str, out: ProblemCollector) -> Link
         _unknown_keys(costs_table, [kind.value for kind in CollectiveKind], f"{where}.costs", out)
         for kind in CollectiveKind:
             at = f"{where}.costs.{kind.value}"
+            if kind is CollectiveKind.ALL_TO_ALL and kind.value not in costs_table:
+                costs[kind] = DEFAULT_ALL_TO_ALL  # optional: files written before it existed
+                continue
             cost = _cost_from_list(
                 _required(costs_table, kind.value, f"{where}.costs", out), at, out
             )
@@ -514,6 +522,7 @@ def _link_from_mapping(value: object, where: str, out: ProblemCollector) -> Link
         reduce_scatter=costs[CollectiveKind.REDUCE_SCATTER],
         all_gather=costs[CollectiveKind.ALL_GATHER],
         p2p=costs[CollectiveKind.P2P],
+        all_to_all=costs[CollectiveKind.ALL_TO_ALL],
     )
     return _checked(
         out,

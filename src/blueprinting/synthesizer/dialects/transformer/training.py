@@ -46,7 +46,7 @@ Public API (used by training_derivation.py and stages/distributed/passes.py):
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TypeAlias, assert_never, final
 
@@ -63,9 +63,14 @@ from blueprinting.mapping.model import (
 )
 from blueprinting.mapping.transformer import (
     DEFAULT_RECOMPUTE_MODULES,
+    AllGatherKV,
     AttentionKernel,
+    ContextParallel,
     FusedAttention,
+    HeadAllToAll,
+    HierarchicalAllToAllRing,
     RecomputeModule,
+    RingExchange,
     UnfusedAttention,
 )
 
@@ -90,6 +95,8 @@ class CollectiveKind(StrEnum):
     ALL_REDUCE = "all_reduce"
     REDUCE_SCATTER = "reduce_scatter"
     ALL_GATHER = "all_gather"
+    P2P = "p2p"
+    ALL_TO_ALL = "all_to_all"
 
 
 class CollectivePurpose(StrEnum):
@@ -100,6 +107,7 @@ class CollectivePurpose(StrEnum):
     BOUNDARY = "boundary"
     REGATHER = "regather"
     STATISTIC = "statistic"
+    KV_EXCHANGE = "kv_exchange"  # context parallelism: K/V (or Q/K/V/O) between cp ranks
 
 
 class Direction(StrEnum):
@@ -303,9 +311,14 @@ class SemanticOp:
 class BlockDims:
     """The dimensions a block's work depends on; global or as seen by one TP rank.
 
-    ``gemm_tokens`` is the M of every GEMM (always b*s: a sequence-parallel rank all-gathers
-    before its column-parallel GEMM); ``token_rows`` the tokens of token-wise ops (b*s, or b*s/t
-    under sequence parallelism).
+    ``gemm_tokens`` is the M of every GEMM (b*s/cp: a sequence-parallel rank all-gathers its
+    cp rank's tokens before its column-parallel GEMM); ``token_rows`` the tokens of token-wise
+    ops (b*s/cp, or b*s/(t*cp) under sequence parallelism). ``seq_length`` is the whole
+    sequence; ``context`` the cp degree, whose ranks each hold 2 of its 2cp chunks
+    (``shared/reference/modern_parallelism.md`` section 1.1). ``attention_seq`` and
+    ``attention_heads`` are what one fused attention kernel launch sees: s/cp tokens on the
+    rank's heads for the ring and the all-gather, s tokens on heads/cp for the all-to-all, s/p2p
+    on heads/a2a for the hierarchical one.
     """
 
     micro_batch: int
@@ -318,6 +331,9 @@ class BlockDims:
     kv_channels: int
     ffn: int
     vocab: int
+    context: int = 1
+    attention_seq: int = 0
+    attention_heads: int = 0
 
 
 def global_dims(model: TransformerModelSpec, micro_batch: int) -> BlockDims:
@@ -325,23 +341,50 @@ def global_dims(model: TransformerModelSpec, micro_batch: int) -> BlockDims:
     return local_dims(model, micro_batch, tp=1, sequence_parallel=False)
 
 
+def attention_split(context: ContextParallel) -> tuple[int, int]:
+    """(how many ways the cp axis splits the sequence a kernel launch sees, how many ways it
+    splits the heads): the ring and the all-gather split the sequence, the all-to-all the
+    heads, the hierarchical one both by its two levels."""
+    match context.communication:
+        case RingExchange() | AllGatherKV():
+            return context.degree, 1
+        case HeadAllToAll():
+            return 1, context.degree
+        case HierarchicalAllToAllRing(a2a_size=a2a, p2p_size=ring):
+            return ring, a2a
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
 def local_dims(
-    model: TransformerModelSpec, micro_batch: int, *, tp: int, sequence_parallel: bool
+    model: TransformerModelSpec,
+    micro_batch: int,
+    *,
+    tp: int,
+    sequence_parallel: bool,
+    context: ContextParallel | None = None,
 ) -> BlockDims:
-    """Dimensions on one TP rank. Callers check divisibility first (t | heads, groups, ffn,
-    vocab; t | s under sequence parallelism); floor division here never repairs anything."""
-    tokens = micro_batch * model.seq_length
+    """Dimensions on one (tp, cp) rank. Callers check divisibility first (t | heads, groups,
+    ffn, vocab; 2cp | s; t*cp | s under sequence parallelism); floor division here never
+    repairs anything."""
+    cp = 1 if context is None else context.degree
+    seq_split, head_split = (1, 1) if context is None else attention_split(context)
+    tokens = micro_batch * model.seq_length // cp
+    heads = model.num_attention_heads // tp
     return BlockDims(
         micro_batch=micro_batch,
         seq_length=model.seq_length,
         gemm_tokens=tokens,
         token_rows=tokens // tp if sequence_parallel else tokens,
         hidden=model.hidden_size,
-        heads=model.num_attention_heads // tp,
+        heads=heads,
         groups=model.num_query_groups // tp,
         kv_channels=model.kv_channels,
         ffn=model.ffn_hidden_size // tp,
         vocab=model.padded_vocab_size // tp,
+        context=cp,
+        attention_seq=model.seq_length // seq_split,
+        attention_heads=heads // head_split,
     )
 
 
@@ -571,16 +614,21 @@ def _fused_attention_op(dims: BlockDims, *, width_bytes: int, kv: int) -> Semant
     kernel from its RNG state (no mask is stored)."""
     e = width_bytes
     b, s = dims.micro_batch, dims.seq_length
-    pairs = b * dims.heads * causal_attention_pairs(s)
-    q = b * s * dims.heads * kv
-    k = b * s * dims.groups * kv  # V is the same size
-    stats = b * dims.heads * s * SOFTMAX_STATISTIC_BYTES
+    # Under the load-balanced split each cp rank does exactly 1/cp of the causal pairs
+    # (s^2/2 is a multiple of cp when 2cp | s): TE context_parallel.py l.1780-1795.
+    pairs = b * dims.heads * causal_attention_pairs(s) // dims.context
+    local_tokens = b * s // dims.context
+    q = local_tokens * dims.heads * kv
+    k = local_tokens * max(1, dims.groups) * kv  # V is the same size
+    stats = local_tokens * dims.heads * SOFTMAX_STATISTIC_BYTES
+    launch_seq = dims.attention_seq or s
+    launch_heads = dims.attention_heads or dims.heads
     return SemanticOp(
         name=SemanticOpName.CORE_ATTENTION,
         kind=OpKind.FUSED_ATTENTION,
         sharding=TpSharding.HEADS,
         shard_dim=ShardDim.HEADS,
-        attention=AttentionShape(batch_heads=b * dims.heads, seq_length=s, head_dim=kv),
+        attention=AttentionShape(batch_heads=b * launch_heads, seq_length=launch_seq, head_dim=kv),
         forward=Work(
             matrix_flops=FORWARD_FLOPS_PER_PAIR_DIM * kv * pairs,
             bytes_read=(q + 2 * k) * e,
@@ -853,18 +901,175 @@ def _row_output_collectives(
     )
 
 
-def activation_bytes(model: TransformerModelSpec, micro_batch: int) -> int:
-    """b*s*h*bytes: the activation every TP boundary collective reconstructs."""
-    return micro_batch * model.seq_length * model.hidden_size * model.datatype.bytes
+def activation_bytes(model: TransformerModelSpec, micro_batch: int, cp: int = 1) -> int:
+    """b*(s/cp)*h*bytes: the activation every TP boundary collective reconstructs (a cp rank's
+    tokens)."""
+    return micro_batch * model.seq_length // cp * model.hidden_size * model.datatype.bytes
+
+
+# --------------------------------------------------------------------------------------------
+# Context-parallel exchanges (shared/reference/modern_parallelism.md sections 1.2, 1.3, 7)
+# --------------------------------------------------------------------------------------------
+TP_AXIS = "tp"
+CP_AXIS = "cp"
+CP_A2A_AXIS = "cp_a2a"  # the all-to-all level of a2a+p2p (consecutive cp ranks)
+CP_P2P_AXIS = "cp_p2p"  # its ring level
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContextExchange:
+    """One exchange of the attention core between cp ranks, in one direction.
+
+    ``bytes`` is one ring step's message for a P2P (sent ``steps`` times, each step overlapped
+    with the attention of the chunk already held when ``overlapped``), or the full tensor of a
+    collective (NCCL-tests' size convention, as :class:`BoundaryCollective`; ``steps`` = 1).
+    ``before``: it feeds the attention kernel (else it carries the kernel's output away).
+    ``axis`` names the mesh axis (cp, or a level of the hierarchical exchange).
+    """
+
+    direction: Direction
+    kind: CollectiveKind
+    bytes: int
+    steps: int
+    axis: str
+    overlapped: bool
+    before: bool
+    carries: str  # what it moves, for the printed IR and the report
+
+
+def kv_chunk_bytes(model: TransformerModelSpec, dims: BlockDims) -> int:
+    """``M_kv = b (s/cp) (n_kv/t) (d_k + d_v) bytes``: a cp rank's K and V (section 1.2)."""
+    local_tokens = dims.micro_batch * dims.seq_length // dims.context
+    return local_tokens * max(1, dims.groups) * 2 * dims.kv_channels * model.datatype.bytes
+
+
+def context_exchanges(
+    model: TransformerModelSpec, dims: BlockDims, context: ContextParallel
+) -> tuple[ContextExchange, ...]:
+    """The K/V traffic of one block's attention core on one (tp, cp) rank for one micro-batch,
+    per ``--cp-comm-type`` (TE ``context_parallel.py``; section 1.2 of the reference):
+
+    - p2p: a ring of cp - 1 forward steps sending ``M_kv``; in backward cp - 1 steps carrying
+      K/V and dK/dV, ``2 M_kv`` each (2 (cp-1) M_kv in all); every step overlapped;
+    - all_gather: K, V all-gathered before the forward (exposed); in backward all-gathered
+      again and dK, dV reduce-scattered after;
+    - a2a: Q, K, V all-to-all before and O after the forward; dO before and dQ, dK, dV after
+      the backward; all exposed;
+    - a2a+p2p: the all-to-alls inside the a2a level, then a ring of p2p - 1 steps of ``M_kv``
+      (``2 M_kv`` in backward) over the p2p level.
+    """
+    cp = context.degree
+    if cp == 1:
+        return ()
+    e = model.datatype.bytes
+    local_tokens = dims.micro_batch * dims.seq_length // cp
+    q_bytes = local_tokens * dims.heads * dims.kv_channels * e
+    kv = kv_chunk_bytes(model, dims)
+    fw, bw = Direction.FORWARD, Direction.BACKWARD
+    p2p, a2a = CollectiveKind.P2P, CollectiveKind.ALL_TO_ALL
+
+    def ring(axis: str, size: int) -> tuple[ContextExchange, ...]:
+        if size == 1:
+            return ()
+        return (
+            ContextExchange(
+                direction=fw,
+                kind=p2p,
+                bytes=kv,
+                steps=size - 1,
+                axis=axis,
+                overlapped=True,
+                before=True,
+                carries="kv",
+            ),
+            ContextExchange(
+                direction=bw,
+                kind=p2p,
+                bytes=2 * kv,
+                steps=size - 1,
+                axis=axis,
+                overlapped=True,
+                before=True,
+                carries="kv+dkv",
+            ),
+        )
+
+    def all_to_all(axis: str, size: int) -> tuple[ContextExchange, ...]:
+        if size == 1:
+            return ()
+        qkv, o = q_bytes + kv, q_bytes
+
+        def one(direction: Direction, n: int, before: bool, what: str) -> ContextExchange:
+            return ContextExchange(
+                direction=direction,
+                kind=a2a,
+                bytes=n,
+                steps=1,
+                axis=axis,
+                overlapped=False,
+                before=before,
+                carries=what,
+            )
+
+        return (
+            one(fw, qkv, True, "qkv"),
+            one(fw, o, False, "o"),
+            one(bw, o, True, "do"),
+            one(bw, qkv, False, "dqkv"),
+        )
+
+    communication = context.communication
+    match communication:
+        case RingExchange():
+            return ring(CP_AXIS, cp)
+        case AllGatherKV():
+            full = cp * kv
+
+            def gathered(
+                direction: Direction, kind: CollectiveKind, before: bool, what: str
+            ) -> ContextExchange:
+                return ContextExchange(
+                    direction=direction,
+                    kind=kind,
+                    bytes=full,
+                    steps=1,
+                    axis=CP_AXIS,
+                    overlapped=False,
+                    before=before,
+                    carries=what,
+                )
+
+            return (
+                gathered(fw, CollectiveKind.ALL_GATHER, True, "kv"),
+                gathered(bw, CollectiveKind.ALL_GATHER, True, "kv"),
+                gathered(bw, CollectiveKind.REDUCE_SCATTER, False, "dkv"),
+            )
+        case HeadAllToAll():
+            return all_to_all(CP_AXIS, cp)
+        case HierarchicalAllToAllRing(a2a_size=a2a_size, p2p_size=ring_size):
+            outer = all_to_all(CP_A2A_AXIS, a2a_size)
+            inner = ring(CP_P2P_AXIS, ring_size)
+            # forward: a2a(qkv), ring, a2a(o); backward: a2a(do), ring, a2a(dqkv)
+            before = tuple(x for x in outer if x.before)
+            after = tuple(x for x in outer if not x.before)
+            return (*before, *inner, *after)
+        case _ as unreachable:
+            assert_never(unreachable)
 
 
 def boundary_collectives(
-    model: TransformerModelSpec, micro_batch: int, *, tp: int, sequence_parallel: bool
+    model: TransformerModelSpec,
+    micro_batch: int,
+    *,
+    tp: int,
+    sequence_parallel: bool,
+    cp: int = 1,
 ) -> dict[SemanticOpName, tuple[BoundaryCollective, ...]]:
     """The block's TP collectives keyed by the GEMM they belong to (none when t = 1)."""
     if tp == 1:
         return {}
-    size = activation_bytes(model, micro_batch)
+    size = activation_bytes(model, micro_batch, cp)
     sp = sequence_parallel
     return {
         SemanticOpName.QKV_PROJECTION: _column_input_collectives(
@@ -883,7 +1088,12 @@ def boundary_collectives(
 
 
 def first_stage_collectives(
-    model: TransformerModelSpec, micro_batch: int, *, tp: int, sequence_parallel: bool
+    model: TransformerModelSpec,
+    micro_batch: int,
+    *,
+    tp: int,
+    sequence_parallel: bool,
+    cp: int = 1,
 ) -> dict[SemanticOpName, tuple[BoundaryCollective, ...]]:
     """The vocab-parallel lookup leaves partial rows: AR (or RS under SP) in forward; under SP
     the embedding gradient is all-gathered in backward (Megatron ``VocabParallelEmbedding`` with
@@ -894,20 +1104,25 @@ def first_stage_collectives(
         SemanticOpName.EMBEDDING: _row_output_collectives(
             Boundary.EMBEDDING_OUTPUT,
             SemanticOpName.EMBEDDING,
-            activation_bytes(model, micro_batch),
+            activation_bytes(model, micro_batch, cp),
             sequence_parallel=sequence_parallel,
         )
     }
 
 
 def last_stage_collectives(
-    model: TransformerModelSpec, micro_batch: int, *, tp: int, sequence_parallel: bool
+    model: TransformerModelSpec,
+    micro_batch: int,
+    *,
+    tp: int,
+    sequence_parallel: bool,
+    cp: int = 1,
 ) -> dict[SemanticOpName, tuple[BoundaryCollective, ...]]:
     """The LM head is column-parallel (same boundary as the MLP input); the cross-entropy
     all-reduces three fp32 statistics per token in forward."""
     if tp == 1:
         return {}
-    tokens = micro_batch * model.seq_length
+    tokens = micro_batch * model.seq_length // cp
     stats = tuple(
         BoundaryCollective(
             boundary=Boundary.LM_HEAD_INPUT,
@@ -925,7 +1140,7 @@ def last_stage_collectives(
         SemanticOpName.LM_HEAD: _column_input_collectives(
             Boundary.LM_HEAD_INPUT,
             SemanticOpName.LM_HEAD,
-            activation_bytes(model, micro_batch),
+            activation_bytes(model, micro_batch, cp),
             sequence_parallel=sequence_parallel,
         ),
         SemanticOpName.CROSS_ENTROPY: stats,
@@ -968,11 +1183,20 @@ class LocalBlockPlan:
     strategy: str  # one-line summary of the strategy it was derived from
     attention: AttentionKernel
     recompute_modules: frozenset[RecomputeModule] = DEFAULT_RECOMPUTE_MODULES
+    context: ContextParallel = field(default_factory=ContextParallel)
+
+    @property
+    def cp(self) -> int:
+        return self.context.degree
 
     @property
     def local(self) -> BlockDims:
         return local_dims(
-            self.model, self.micro_batch, tp=self.tp, sequence_parallel=self.sequence_parallel
+            self.model,
+            self.micro_batch,
+            tp=self.tp,
+            sequence_parallel=self.sequence_parallel,
+            context=self.context,
         )
 
     @property

@@ -41,6 +41,7 @@ from blueprinting.mapping.transformer import (
     TensorParallel,
     TransformerTrainingMappingSpec,
     TransformerTrainingParallelism,
+    UnfusedAttention,
     ZeroBubbleH1,
 )
 from blueprinting.synthesizer.dialects.transformer.training import LocalBlockPlan, RecomputeScope
@@ -64,10 +65,10 @@ def _divides(law: str, tp: int, name: str, value: int) -> LawViolation | None:
 
 
 def _block_laws(
-    model: TransformerModelSpec, tp: int, *, sequence_parallel: bool
+    model: TransformerModelSpec, tp: int, *, sequence_parallel: bool, cp: int = 1
 ) -> list[LawViolation]:
     """The divisibility the local block needs (Shoeybi et al. 2019, Section 3; Korthikanti et
-    al. 2022, Section 4.2.2 for s mod t)."""
+    al. 2022, Section 4.2.2 for s mod t; the load-balanced cp split's 2cp chunks)."""
     checks = [
         _divides("tp_divides_heads", tp, "num_attention_heads", model.num_attention_heads),
         _divides("tp_divides_query_groups", tp, "num_query_groups", model.num_query_groups),
@@ -76,8 +77,10 @@ def _block_laws(
     ]
     if sequence_parallel:
         checks.append(
-            _divides("sequence_parallel_divides_sequence", tp, "seq_length", model.seq_length)
+            _divides("sequence_parallel_divides_sequence", tp * cp, "seq_length", model.seq_length)
         )
+    if cp > 1:
+        checks.append(_divides("cp_splits_sequence", 2 * cp, "seq_length", model.seq_length))
     return [c for c in checks if c is not None]
 
 
@@ -91,12 +94,24 @@ def derive_block_plan(
             pipeline=PipelineParallel(degree=pp, schedule=schedule),
             data=DataParallel(degree=dp),
             recompute=recompute,
+            context=context,
         ):
-            # pp and dp do not change the local TP block: every stage and replica runs it
+            # pp and dp do not change the local block: every stage and replica runs it
             del pp, dp
             sequence_parallel = _sequence_parallel(communication)
             violations = _schedule_violations(schedule)
-            violations.extend(_block_laws(model, tp, sequence_parallel=sequence_parallel))
+            violations.extend(
+                _block_laws(model, tp, sequence_parallel=sequence_parallel, cp=context.degree)
+            )
+            if context.degree > 1 and isinstance(mapping.attention, UnfusedAttention):
+                violations.append(
+                    LawViolation(
+                        law="cp_needs_fused_attention",
+                        formula="cp > 1 => fused attention",
+                        values=(("cp", context.degree),),
+                        message="the cp exchanges are modelled for the fused attention kernel",
+                    )
+                )
             if violations:
                 raise InvalidStrategyError(violations, subject=f"local TP block of {model.name}")
             return LocalBlockPlan(
@@ -107,6 +122,7 @@ def derive_block_plan(
                 recompute=_recompute_scope(recompute),
                 strategy=str(mapping.parallelism),
                 attention=mapping.attention,
+                context=context,
                 recompute_modules=(
                     recompute.modules
                     if isinstance(recompute, SelectiveRecompute)

@@ -1,9 +1,12 @@
 """DistributedTaskIR values: one local tensor-parallel block as a task graph.
 
-The IR materializes the work of ONE rank of the tp axis for ONE microbatch. Its
-:class:`LogicalMesh` has only the ``tp`` axis (names and sizes, no devices, like JAX's
-``AbstractMesh``); it says nothing about pipeline or data parallelism (seed: "DistributedTaskIR
-currently materializes one local TP block").
+The IR materializes the work of ONE rank of the (tp, cp) mesh for ONE microbatch. Its
+:class:`LogicalMesh` has the ``tp`` axis and, under context parallelism, the ``cp`` axis (and
+for a2a+p2p its two levels ``cp_a2a`` x ``cp_p2p`` = cp) (names and sizes, no devices, like
+JAX's ``AbstractMesh``); it says nothing about pipeline or data parallelism (seed:
+"DistributedTaskIR currently materializes one local TP block"). A cp rank holds s/cp tokens;
+its attention core exchanges K/V over the cp axis (``CollectivePurpose.KV_EXCHANGE`` tasks:
+a ring of P2P steps, an all-gather / reduce-scatter, or all-to-alls).
 
 Reading the IR (the contract for the PortablePlanIR stage)::
 
@@ -164,6 +167,10 @@ class ComputeTask:
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CollectiveTask:
+    """A collective (or a ring of P2P steps) over one mesh axis. ``bytes`` is one step's
+    message; a ring of ``steps`` P2P transfers moves ``steps * bytes`` (``total_bytes``); every
+    other collective has one step."""
+
     id: str
     phase: Phase
     kind: CollectiveKind
@@ -172,10 +179,17 @@ class CollectiveTask:
     axis: str
     lineage: Lineage
     deps: tuple[str, ...] = ()
+    steps: int = 1
 
     def __post_init__(self) -> None:
         if self.bytes < 0:
             raise VerificationError(f"checking task {self.id}: negative bytes {self.bytes}")
+        if self.steps < 1:
+            raise VerificationError(f"checking task {self.id}: {self.steps} steps")
+
+    @property
+    def total_bytes(self) -> int:
+        return self.steps * self.bytes
 
 
 Task: TypeAlias = ComputeTask | CollectiveTask
@@ -208,7 +222,7 @@ class TaskGroup:
         self, phase: Phase | None = None, purpose: CollectivePurpose | None = None
     ) -> int:
         return sum(
-            t.bytes
+            t.total_bytes
             for t in self.collective_tasks()
             if phase in (None, t.phase) and purpose in (None, t.purpose)
         )
@@ -235,3 +249,8 @@ class DistributedTaskIR:
     @property
     def tp(self) -> int:
         return self.mesh.size("tp")
+
+    @property
+    def cp(self) -> int:
+        """The cp degree (1 when the mesh has no cp axis)."""
+        return self.mesh.size("cp") if any(a.name == "cp" for a in self.mesh.axes) else 1

@@ -22,9 +22,16 @@ from dataclasses import dataclass, field
 from typing import TextIO, assert_never, final
 
 from blueprinting.errors import VerificationError
+from blueprinting.mapping.transformer import HierarchicalAllToAllRing
 from blueprinting.synthesizer.dialects.transformer.training import (
+    CP_A2A_AXIS,
+    CP_AXIS,
+    CP_P2P_AXIS,
+    TP_AXIS,
     BoundaryCollective,
+    CollectiveKind,
     CollectivePurpose,
+    ContextExchange,
     Direction,
     LocalBlockPlan,
     Partial,
@@ -34,10 +41,12 @@ from blueprinting.synthesizer.dialects.transformer.training import (
     SemanticOp,
     SemanticOpName,
     Shard,
+    ShardDim,
     TpSharding,
     Work,
     block_ops,
     boundary_collectives,
+    context_exchanges,
     first_stage_collectives,
     first_stage_ops,
     last_stage_collectives,
@@ -56,8 +65,6 @@ from blueprinting.synthesizer.stages.distributed.ir import (
     Task,
     TaskGroup,
 )
-
-TP_AXIS = "tp"
 
 
 @final
@@ -110,6 +117,26 @@ class _GroupBuilder:
         )
         return task_id
 
+    def exchange(self, x: ContextExchange, phase: Phase, deps: tuple[str | None, ...]) -> str:
+        task_id = self.fresh(f"{phase.short}.core_attention.{x.axis}.{x.kind}.{x.carries}")
+        source, target = _exchange_placements(x)
+        self.tasks.append(
+            CollectiveTask(
+                id=task_id,
+                phase=phase,
+                kind=x.kind,
+                purpose=CollectivePurpose.KV_EXCHANGE,
+                bytes=x.bytes,
+                steps=x.steps,
+                axis=x.axis,
+                deps=_clean(deps),
+                lineage=Lineage(
+                    op=SemanticOpName.CORE_ATTENTION, shards=1, source=source, target=target
+                ),
+            )
+        )
+        return task_id
+
     def collective(self, c: BoundaryCollective, phase: Phase, deps: tuple[str | None, ...]) -> str:
         task_id = self.fresh(f"{phase.short}.{c.after}.{c.kind}")
         self.tasks.append(
@@ -143,6 +170,26 @@ def _phase_view(
             assert_never(unreachable)
 
 
+def _exchange_placements(x: ContextExchange) -> tuple[Placement, Placement]:
+    """DTensor-style placements on the cp axis: a ring keeps the sequence sharded, the
+    all-gather replicates K/V (its reduce-scatter shards the partial dK/dV back), the
+    all-to-all trades the sequence split for a head split and back."""
+    seq, heads = Shard(dim=ShardDim.SEQ), Shard(dim=ShardDim.HEADS)
+    match x.kind:
+        case CollectiveKind.P2P:
+            return seq, seq
+        case CollectiveKind.ALL_GATHER:
+            return seq, Replicate()
+        case CollectiveKind.REDUCE_SCATTER:
+            return Partial(), seq
+        case CollectiveKind.ALL_TO_ALL:
+            return (seq, heads) if x.before else (heads, seq)
+        case CollectiveKind.ALL_REDUCE:
+            return Partial(), Replicate()
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
 def _clean(deps: tuple[str | None, ...]) -> tuple[str, ...]:
     return tuple(d for d in deps if d is not None)
 
@@ -167,8 +214,15 @@ def _lower_group(
     ops: tuple[SemanticOp, ...],
     collectives: dict[SemanticOpName, tuple[BoundaryCollective, ...]],
     recomputes: Callable[[SemanticOpName], bool],
+    *,
+    exchanges: tuple[ContextExchange, ...] = (),
 ) -> TaskGroup:
     g = _GroupBuilder(plan=plan)
+
+    def around(op: SemanticOp, direction: Direction, before: bool) -> list[ContextExchange]:
+        if op.name is not SemanticOpName.CORE_ATTENTION:
+            return []
+        return [x for x in exchanges if x.direction is direction and x.before is before]
 
     def of(
         op: SemanticOp, direction: Direction, purpose: CollectivePurpose
@@ -188,8 +242,12 @@ def _lower_group(
             if column:
                 for c in fw:
                     last = g.collective(c, phase, (last,))
+            for x in around(op, Direction.FORWARD, True):
+                last = g.exchange(x, phase, (last,))
             task = g.compute(op, phase, (last,))
             last = task or last
+            for x in around(op, Direction.FORWARD, False):
+                last = g.exchange(x, phase, (last,))
             if not column:
                 for c in fw:
                     last = g.collective(c, phase, (last,))
@@ -221,9 +279,13 @@ def _lower_group(
         if not column:
             for c in bw:
                 frontier = g.collective(c, Phase.BACKWARD_ACTIVATION_GRAD, (frontier,))
+        for x in around(op, Direction.BACKWARD, True):
+            frontier = g.exchange(x, Phase.BACKWARD_ACTIVATION_GRAD, (frontier,))
         output_grad = frontier
         recompute_dep = recomputed.get(op.name)
         agrad = g.compute(op, Phase.BACKWARD_ACTIVATION_GRAD, (output_grad, recompute_dep))
+        for x in around(op, Direction.BACKWARD, False):
+            agrad = g.exchange(x, Phase.BACKWARD_ACTIVATION_GRAD, (agrad or output_grad,))
         gathered = tuple(
             g.collective(c, Phase.BACKWARD_WEIGHT_GRAD, (output_grad,)) for c in regather
         )
@@ -235,6 +297,21 @@ def _lower_group(
     return TaskGroup(name=name, tasks=tuple(g.tasks))
 
 
+def _mesh_axes(plan: LocalBlockPlan) -> tuple[MeshAxis, ...]:
+    """tp, then cp when cp > 1 (Megatron's rank order tp-cp-...), then the two levels of an
+    a2a+p2p exchange (the a2a level on consecutive cp ranks, TE's ``cp_group[0]``)."""
+    axes = [MeshAxis(name=TP_AXIS, size=plan.tp)]
+    if plan.cp > 1:
+        axes.append(MeshAxis(name=CP_AXIS, size=plan.cp))
+        communication = plan.context.communication
+        if isinstance(communication, HierarchicalAllToAllRing):
+            axes += [
+                MeshAxis(name=CP_A2A_AXIS, size=communication.a2a_size),
+                MeshAxis(name=CP_P2P_AXIS, size=communication.p2p_size),
+            ]
+    return tuple(axes)
+
+
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LowerToDistributedTasks:
@@ -244,30 +321,32 @@ class LowerToDistributedTasks:
 
     def run(self, plan: LocalBlockPlan, ctx: PassContext) -> DistributedTaskIR:
         model, b, tp, sp = plan.model, plan.micro_batch, plan.tp, plan.sequence_parallel
+        cp = plan.cp
         local = plan.local
         block = _lower_group(
             "block",
             plan,
             block_ops(model, local, attention=plan.attention),
-            boundary_collectives(model, b, tp=tp, sequence_parallel=sp),
+            boundary_collectives(model, b, tp=tp, sequence_parallel=sp, cp=cp),
             plan.recomputes,
+            exchanges=context_exchanges(model, local, plan.context),
         )
         first = _lower_group(
             "first_stage",
             plan,
             first_stage_ops(model, local),
-            first_stage_collectives(model, b, tp=tp, sequence_parallel=sp),
+            first_stage_collectives(model, b, tp=tp, sequence_parallel=sp, cp=cp),
             lambda _: False,
         )
         last = _lower_group(
             "last_stage",
             plan,
             last_stage_ops(model, local),
-            last_stage_collectives(model, b, tp=tp, sequence_parallel=sp),
+            last_stage_collectives(model, b, tp=tp, sequence_parallel=sp, cp=cp),
             lambda _: False,
         )
         ir = DistributedTaskIR(
-            mesh=LogicalMesh(axes=(MeshAxis(name=TP_AXIS, size=tp),)),
+            mesh=LogicalMesh(axes=_mesh_axes(plan)),
             strategy=plan.strategy,
             model=model.name,
             micro_batch=b,
@@ -348,7 +427,8 @@ class VerifyDistributedTasks:
 # --------------------------------------------------------------------------------------------
 # Printing
 # --------------------------------------------------------------------------------------------
-def _task_line(task: Task, tp: int) -> str:
+def _task_line(task: Task, tp: int, axis_sizes: dict[str, int] | None = None) -> str:
+    axis_sizes = axis_sizes or {}
     deps = f"  <- {', '.join(task.deps)}" if task.deps else ""
     match task:
         case ComputeTask(id=tid, kind=kind, work=w, gemm=gemm, lineage=lineage):
@@ -357,8 +437,14 @@ def _task_line(task: Task, tp: int) -> str:
                 f"  {tid:<44} {kind:<15} {lineage}{shape} mm={w.matrix_flops} vec={w.vector_flops}"
                 f" rd={w.bytes_read} wr={w.bytes_written}{deps}"
             )
-        case CollectiveTask(id=tid, kind=kind, purpose=purpose, bytes=n, axis=axis, lineage=lin):
-            return f"  {tid:<44} {kind:<15} {lin} {purpose} over {axis}({tp}) bytes={n}{deps}"
+        case CollectiveTask(
+            id=tid, kind=kind, purpose=purpose, bytes=n, axis=axis, lineage=lin, steps=steps
+        ):
+            size = tp if axis == TP_AXIS else axis_sizes.get(axis, 0)
+            ring = f" x{steps} steps" if steps > 1 else ""
+            return (
+                f"  {tid:<44} {kind:<15} {lin} {purpose} over {axis}({size}) bytes={n}{ring}{deps}"
+            )
         case _ as unreachable:
             assert_never(unreachable)
 
@@ -371,7 +457,8 @@ def print_ir(ir: DistributedTaskIR) -> str:
     ]
     for group in ir.groups:
         lines.append(f"group {group.name} ({len(group.tasks)} tasks)")
-        lines.extend(_task_line(task, ir.tp) for task in group.tasks)
+        sizes = {a.name: a.size for a in ir.mesh.axes}
+        lines.extend(_task_line(task, ir.tp, sizes) for task in group.tasks)
         for phase in Phase:
             flops = group.flops(phase)
             comm = group.collective_bytes(phase)

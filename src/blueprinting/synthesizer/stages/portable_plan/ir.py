@@ -30,7 +30,8 @@ class PhaseCost:
 
     ``compute_s`` is the serial compute time of its tasks; ``comm_s`` the link time of its TP
     collectives; ``comm_exposed_s`` the part of that on the critical path (equal to ``comm_s``
-    unless communication is overlapped). ``flops`` and ``bytes_moved`` are local counts.
+    unless communication is overlapped); ``cp_comm_s`` / ``cp_comm_exposed_s`` the same for the
+    context-parallel K/V exchanges. ``flops`` and ``bytes_moved`` are local counts.
     ``overlap_compute_s`` is the part of ``compute_s`` that overlapping TP communication costs the
     GEMMs (chunked GEMMs' lower efficiency, SMs held by communication kernels; 0 without
     userbuffer overlap).
@@ -42,6 +43,8 @@ class PhaseCost:
     flops: int = 0
     bytes_moved: int = 0
     overlap_compute_s: float = 0.0
+    cp_comm_s: float = 0.0
+    cp_comm_exposed_s: float = 0.0
 
     @property
     def comm_hidden_s(self) -> float:
@@ -49,7 +52,7 @@ class PhaseCost:
 
     @property
     def critical_path_s(self) -> float:
-        return self.compute_s + self.comm_exposed_s
+        return self.compute_s + self.comm_exposed_s + self.cp_comm_exposed_s
 
     def scaled(self, factor: int) -> PhaseCost:
         return PhaseCost(
@@ -59,6 +62,8 @@ class PhaseCost:
             flops=self.flops * factor,
             bytes_moved=self.bytes_moved * factor,
             overlap_compute_s=self.overlap_compute_s * factor,
+            cp_comm_s=self.cp_comm_s * factor,
+            cp_comm_exposed_s=self.cp_comm_exposed_s * factor,
         )
 
 

@@ -28,7 +28,7 @@ edge in forward and once in backward, on the PP group's link.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import ClassVar, assert_never, final
 
@@ -40,6 +40,7 @@ from blueprinting.mapping.model import Datatype
 from blueprinting.mapping.transformer import (
     BulkOverlap,
     FullRecompute,
+    HierarchicalAllToAllRing,
     NoRecompute,
     NoTpCommOverlap,
     PipelinedDgradReduceScatter,
@@ -49,6 +50,10 @@ from blueprinting.mapping.transformer import (
     UserbufferOverlap,
 )
 from blueprinting.synthesizer.dialects.transformer.training import (
+    CP_A2A_AXIS,
+    CP_AXIS,
+    CP_P2P_AXIS,
+    TP_AXIS,
     AttentionShape,
     CollectiveKind,
     CollectivePurpose,
@@ -90,7 +95,47 @@ class PlanContext:
             tensor=mapping.tensor_degree,
             pipeline=mapping.pipeline_degree,
             data=mapping.data_degree,
+            context=mapping.context_degree,
         )
+
+    def gradient_group(self) -> CommGroup:
+        """The d x cp group of the dense gradients (:meth:`SystemSpec.dense_gradient_group`)."""
+        mapping = self.spec.mapping
+        return self.system.dense_gradient_group(
+            tensor=mapping.tensor_degree,
+            pipeline=mapping.pipeline_degree,
+            data=mapping.data_degree,
+            context=mapping.context_degree,
+        )
+
+    def context_groups(self) -> dict[str, CommGroup]:
+        """The communicator of each cp mesh axis of the DistributedTaskIR (none when cp = 1)."""
+        return context_groups(self.spec, self.system)
+
+
+def context_groups(spec: TrainingSpec, system: SystemSpec) -> dict[str, CommGroup]:
+    """cp, and the two levels of a2a+p2p (the a2a level on consecutive cp ranks)."""
+    mapping = spec.mapping
+    context = mapping.parallelism.context
+    if context.degree == 1:
+        return {}
+
+    def place(level: tuple[int, int] | None) -> CommGroup:
+        return system.comm_group(
+            ParallelDim.CONTEXT,
+            tensor=mapping.tensor_degree,
+            pipeline=mapping.pipeline_degree,
+            data=mapping.data_degree,
+            context=context.degree,
+            level=level,
+        )
+
+    out = {CP_AXIS: place(None)}
+    communication = context.communication
+    if isinstance(communication, HierarchicalAllToAllRing):
+        out[CP_A2A_AXIS] = place((communication.a2a_size, 1))
+        out[CP_P2P_AXIS] = place((communication.p2p_size, communication.a2a_size))
+    return out
 
 
 def recomputed_blocks(spec: TrainingSpec, blocks_in_chunk: int) -> int:
@@ -124,12 +169,16 @@ def cost_task_groups(
     tp_group: CommGroup,
     datatype: Datatype,
     overlap: TpCommOverlap | None = None,
+    *,
+    cp_groups: Mapping[str, CommGroup] | None = None,
 ) -> TaskGroupCosts:
     """Time every task of the IR's three groups and sum them per phase (module docstring);
-    ``overlap`` is the strategy's userbuffer overlap (None: none)."""
+    ``overlap`` is the strategy's userbuffer overlap (None: none); ``cp_groups`` the
+    communicator of each cp mesh axis (:func:`context_groups`)."""
+    groups = {} if cp_groups is None else dict(cp_groups)
 
     def phase(group: TaskGroup, *phases: Phase) -> PhaseCost:
-        return _phase_cost(group, phases, system, tp_group, datatype)
+        return _phase_cost(group, phases, system, tp_group, datatype, cp_groups=groups)
 
     backward = (Phase.BACKWARD_ACTIVATION_GRAD, Phase.BACKWARD_WEIGHT_GRAD)
     ub = _userbuffer_overlap(
@@ -205,6 +254,7 @@ class CostDistributedTasks:
             ctx.group(ParallelDim.TENSOR),
             ctx.spec.model.datatype,
             ctx.spec.mapping.tp_comm_overlap,
+            cp_groups=ctx.context_groups(),
         )
         return assemble_plan(costs, ctx)
 
@@ -215,9 +265,19 @@ def _phase_cost(
     system: SystemSpec,
     tp_group: CommGroup,
     datatype: Datatype,
+    *,
+    cp_groups: Mapping[str, CommGroup],
 ) -> PhaseCost:
-    compute_s = comm_s = 0.0
+    compute_s = comm_s = cp_s = cp_exposed_s = 0.0
     flops = moved = 0
+    attention_s: dict[Phase, float] = {}
+    for task in group.tasks:
+        if task.phase not in phases or not isinstance(task, ComputeTask):
+            continue
+        if task.lineage.op is SemanticOpName.CORE_ATTENTION:
+            attention_s[task.phase] = attention_s.get(task.phase, 0.0) + _compute_time(
+                task, system, datatype
+            )
     for task in group.tasks:
         if task.phase not in phases:
             continue
@@ -226,6 +286,12 @@ def _phase_cost(
                 compute_s += _compute_time(task, system, datatype)
                 flops += task.flops
                 moved += task.bytes_read + task.bytes_written
+            case CollectiveTask(axis=axis) if axis in cp_groups:
+                link, exposed = _exchange_time(
+                    task, system, cp_groups[axis], attention_s.get(task.phase, 0.0)
+                )
+                cp_s += link
+                cp_exposed_s += exposed
             case CollectiveTask():
                 comm_s += system.collective_time(
                     LinkCollective(task.kind.value), task.bytes, tp_group
@@ -233,8 +299,34 @@ def _phase_cost(
             case _ as unreachable:
                 assert_never(unreachable)
     return PhaseCost(
-        compute_s=compute_s, comm_s=comm_s, comm_exposed_s=comm_s, flops=flops, bytes_moved=moved
+        compute_s=compute_s,
+        comm_s=comm_s,
+        comm_exposed_s=comm_s,
+        flops=flops,
+        bytes_moved=moved,
+        cp_comm_s=cp_s,
+        cp_comm_exposed_s=cp_exposed_s,
     )
+
+
+def _exchange_time(
+    task: CollectiveTask, system: SystemSpec, group: CommGroup, attention_s: float
+) -> tuple[float, float]:
+    """(link time, exposed time) of one context-parallel exchange.
+
+    A ring of P2P steps (``p2p``, and the ring level of ``a2a+p2p``) runs step i's send /
+    receive on a side stream while the attention of the chunk already held computes: with the
+    phase's attention split evenly over the ring's ``steps + 1`` chunks, each step exposes
+    ``max(0, step link - step attention)`` (TE ``context_parallel.py`` l.1698-1720; the
+    derivation in ``shared/reference/modern_parallelism.md`` section 1.3). All-gathers,
+    reduce-scatters and all-to-alls are exposed whole (TE: "the all-gather is not async"; the
+    a2a's cp stream overlaps only re-ordering)."""
+    step = system.collective_time(LinkCollective(task.kind.value), task.bytes, group)
+    link = task.steps * step
+    if task.kind is CollectiveKind.P2P:
+        per_chunk = attention_s / (task.steps + 1)
+        return link, task.steps * max(0.0, step - per_chunk)
+    return link, link
 
 
 def p2p_message(ctx: PlanContext) -> tuple[int, float]:
@@ -243,7 +335,7 @@ def p2p_message(ctx: PlanContext) -> tuple[int, float]:
     if mapping.pipeline_degree == 1:
         return 0, 0.0
     model = ctx.spec.model
-    size = activation_bytes(model, mapping.batch.micro_batch_size)
+    size = activation_bytes(model, mapping.batch.micro_batch_size, mapping.context_degree)
     if mapping.sequence_parallel:
         size //= mapping.tensor_degree
     group = ctx.group(ParallelDim.PIPELINE)
@@ -313,7 +405,7 @@ def _userbuffer_overlap(
     delta: dict[Phase, float] = {}
     handled: set[str] = set()
     for task in group.tasks:
-        if not isinstance(task, CollectiveTask):
+        if not isinstance(task, CollectiveTask) or task.axis != TP_AXIS:
             continue
         op, phase = task.lineage.op, task.phase
         kind, purpose = task.kind, task.purpose
@@ -435,7 +527,7 @@ def _async_backward_overlap(
             gemm_s[key] = gemm_s.get(key, 0.0) + _compute_time(task, system, datatype)
     hidden_activation = hidden_weight = 0.0
     for task in group.tasks:
-        if not isinstance(task, CollectiveTask) or task.id in handled:
+        if not isinstance(task, CollectiveTask) or task.id in handled or task.axis != TP_AXIS:
             continue
         op = task.lineage.op
         if task.phase is Phase.BACKWARD_ACTIVATION_GRAD and isinstance(
@@ -465,6 +557,8 @@ def _hide(phase: PhaseCost, hidden_s: float, compute_delta_s: float = 0.0) -> Ph
         flops=phase.flops,
         bytes_moved=phase.bytes_moved,
         overlap_compute_s=compute_delta_s,
+        cp_comm_s=phase.cp_comm_s,
+        cp_comm_exposed_s=phase.cp_comm_exposed_s,
     )
 
 
