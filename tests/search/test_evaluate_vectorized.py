@@ -12,6 +12,7 @@ from blueprinting.analysis.report import JsonValue
 from blueprinting.api import plan_spec
 from blueprinting.hardware.presets import system_preset
 from blueprinting.mapping.presets import model_preset
+from blueprinting.mapping.transformer import CpCommType
 from blueprinting.search.evaluate_vectorized import evaluate_candidates
 from blueprinting.search.space import (
     RecomputeVariant,
@@ -54,6 +55,20 @@ SPACES = [
             overlap_grad_reduce=(True,),
         ),
         id="llama3-8b-h100-every-recompute",
+    ),
+    pytest.param(
+        "llama3-8b",
+        "dgx-h100",
+        SearchSpace(
+            gpu_counts=(32,),
+            global_batch_size=8,
+            max_microbatch_size=1,
+            recompute=(RecomputeVariant.NONE, RecomputeVariant.FULL_UNIFORM),
+            overlap_grad_reduce=(True,),
+            context_parallel=None,
+            cp_comm_types=(CpCommType.P2P, CpCommType.ALL_GATHER, CpCommType.A2A),
+        ),
+        id="llama3-8b-h100-context-parallel",
     ),
 ]
 

@@ -20,6 +20,8 @@ def test_names_and_rulesets() -> None:
         "vocab_per_tensor_rank",
         "schedule_matches_pipeline",
         "recompute_num_layers",
+        "cp_sequence_split",
+        "cp_hierarchical_sizes",
     ]
     assert [str(law) for law in MEGATRON_LAWS] == [
         "interleaving_pipeline_degree",
@@ -29,6 +31,8 @@ def test_names_and_rulesets() -> None:
         "fused_attention_support",
         "tp_comm_overlap_needs_sequence_parallel",
         "tp_comm_overlap_buffer_shape",
+        "cp_a2a_heads",
+        "cp_needs_fused_attention",
     ]
     assert [law for law in Law if not law.searched] == [
         Law.MEGATRON_TP_COMM_OVERLAP_NEEDS_SP,

@@ -25,6 +25,7 @@ from blueprinting.mapping.transformer import (
     SelectiveRecompute,
     ShardedParameters,
     SingleStage,
+    training_schedule,
 )
 from blueprinting.search.space import (
     RECOMPUTE_CODES,
@@ -274,8 +275,85 @@ def test_tiny_spaces_exercise_every_law() -> None:
     # world_size holds by construction (p runs over divisors of N/t); the fused-attention rule
     # reads only the model (test_an_fp32_model_breaks_the_fused_attention_rule_everywhere).
     # The userbuffer laws are the scalar checker's only (Law.searched).
+    # The tiny spaces search no context parallelism: its laws are exercised by
+    # test_context_parallel_candidates_are_lawful_and_complete.
     searched = {law for law in Law if law.searched}
-    assert fired == searched - {Law.WORLD_SIZE, Law.MEGATRON_FUSED_ATTENTION_SUPPORT}
+    cp_laws = {
+        Law.CP_SEQUENCE_SPLIT,
+        Law.CP_HIERARCHICAL_SIZES,
+        Law.MEGATRON_CP_A2A_HEADS,
+        Law.MEGATRON_CP_NEEDS_FUSED_ATTENTION,
+    }
+    assert fired == searched - {Law.WORLD_SIZE, Law.MEGATRON_FUSED_ATTENTION_SUPPORT} - cp_laws
+
+
+def test_context_parallel_candidates_are_lawful_and_complete() -> None:
+    """With cp searched, every lawful row passes the scalar checker, and every (t, cp, comm,
+    p) the scalar checker accepts at b = 1, v = 1 (no sp, no recompute) is enumerated; a2a
+    rows whose local heads cp does not divide and cp degrees not dividing s / 2 are rejected
+    under their law names."""
+    from blueprinting.mapping.laws import check_training
+    from blueprinting.mapping.transformer import (
+        ContextParallel,
+        CpCommType,
+        TransformerTrainingMappingSpec,
+    )
+    from blueprinting.search.space import CP_COMM_CODES, cp_communication
+
+    space = SearchSpace(
+        gpu_counts=(24,),
+        global_batch_size=6,
+        max_microbatch_size=1,
+        sequence_parallel=(False,),
+        recompute=(RecomputeVariant.NONE,),
+        context_parallel=None,
+        cp_comm_types=(CpCommType.P2P, CpCommType.A2A),
+    )
+    result = enumerate_strategies(TINY, space)
+    table = result.table
+    seen: set[tuple[int, int, int, int]] = set()
+    for i in range(len(table)):
+        spec = candidate_to_spec(table, i, TINY)
+        assert check_training(spec.model, spec.mapping) == (), spec.mapping
+        if table.virtual_stages[i] == 1:
+            seen.add(
+                (
+                    int(table.tensor[i]),
+                    int(table.context[i]),
+                    int(table.cp_comm[i]),
+                    int(table.pipeline[i]),
+                )
+            )
+    expected: set[tuple[int, int, int, int]] = set()
+    base = candidate_to_spec(table, 0, TINY)
+    for t in (1, 2, 4, 8):  # t divides gcd(24, 8) = 8 (a TP group stays in a node)
+        for cp in (1, 3, 5):  # s = 30: 2cp | 30 only for cp in {1, 3, 5}
+            for kind in (CpCommType.P2P, CpCommType.A2A) if cp > 1 else (CpCommType.P2P,):
+                for p in (1, 2, 3, 4, 6, 12):
+                    if 24 % (t * cp * p):
+                        continue
+                    par = base.mapping.parallelism
+                    d = 24 // (t * cp * p)
+                    mapping = TransformerTrainingMappingSpec(
+                        parallelism=dataclasses.replace(
+                            par,
+                            tensor=dataclasses.replace(par.tensor, degree=t),
+                            pipeline=dataclasses.replace(
+                                par.pipeline, degree=p, schedule=training_schedule(p, 1)
+                            ),
+                            data=dataclasses.replace(par.data, degree=d),
+                            context=ContextParallel(
+                                degree=cp, communication=cp_communication(kind)
+                            ),
+                        ),
+                        batch=base.mapping.batch,
+                    )
+                    if check_training(TINY, mapping) == ():
+                        expected.add((t, cp, CP_COMM_CODES.index(kind), p))
+    assert seen == expected
+    assert any(cp > 1 for _, cp, _, _ in seen)
+    assert result.report.rejected(Law.MEGATRON_CP_A2A_HEADS) > 0
+    assert result.report.rejected(Law.CP_SEQUENCE_SPLIT) == 0  # never generated
 
 
 def test_an_fp32_model_breaks_the_fused_attention_rule_everywhere() -> None:

@@ -661,7 +661,7 @@ def _context_laws(
     if s % (2 * cp) != 0:
         out.append(
             _violation(
-                Law.CP_SEQUENCE_SPLIT.value,
+                "cp_sequence_split",
                 Law.CP_SEQUENCE_SPLIT.formula,
                 f"seq_length = {s} is not a multiple of 2 * cp = {2 * cp} (Megatron-LM: "
                 '"seq-length should be a multiple of 2 * context-parallel-size")',
@@ -681,7 +681,7 @@ def _context_laws(
             if a2a * ring != cp:
                 out.append(
                     _violation(
-                        Law.CP_HIERARCHICAL_SIZES.value,
+                        "cp_hierarchical_sizes",
                         Law.CP_HIERARCHICAL_SIZES.formula,
                         f"hierarchical_context_parallel_sizes = {a2a} {ring}: their product "
                         f"{a2a * ring} is not cp = {cp}",
@@ -699,7 +699,7 @@ def _context_laws(
         if q_heads % a2a_group != 0 or kv_heads % a2a_group != 0:
             out.append(
                 _violation(
-                    Law.MEGATRON_CP_A2A_HEADS.value,
+                    "cp_a2a_heads",
                     Law.MEGATRON_CP_A2A_HEADS.formula,
                     f"cp_comm_type = {communication} splits heads over {a2a_group} ranks, but a "
                     f"TP rank holds {q_heads} query heads and {kv_heads} KV heads "
@@ -717,7 +717,7 @@ def _context_laws(
         case UnfusedAttention(backend=backend):
             out.append(
                 _violation(
-                    Law.MEGATRON_CP_NEEDS_FUSED_ATTENTION.value,
+                    "cp_needs_fused_attention",
                     Law.MEGATRON_CP_NEEDS_FUSED_ATTENTION.formula,
                     f"context_parallel_size = {cp} needs Transformer Engine's fused attention, "
                     f"but attention_backend = {backend} runs it unfused",

@@ -54,6 +54,14 @@ from blueprinting.analysis.flops import (
     hardware_flops_per_iteration,
     model_flops_per_iteration,
 )
+from blueprinting.analysis.iteration import (
+    STAGE_WORK_TERMS,
+    CostedPart,
+    PhaseField,
+    WorkCount,
+    costed_part,
+    phase_field,
+)
 from blueprinting.analysis.memory import (
     DROPOUT_MASK_BYTES,
     LOGITS_BYTES,
@@ -61,7 +69,9 @@ from blueprinting.analysis.memory import (
     TOKEN_ID_BYTES,
     backward_working_bytes,
     checkpoint_bytes,
+    context_transient_bytes,
     layer_activation_bytes,
+    local_sequence_model,
     logits_transient_bytes,
     nccl_buffer_bytes,
     overhead_parts,
@@ -135,6 +145,7 @@ class CandidateFigures:
     pp_comm_exposed: FloatArray
     dp_comm_exposed: FloatArray
     optimizer: FloatArray
+    cp_comm_exposed: FloatArray
     # bubble
     bubble_contract_s: FloatArray
     bubble_chunk_time_s: FloatArray
@@ -191,6 +202,7 @@ class CandidateFigures:
             + self.recompute
             + self.pipeline_bubble
             + self.tp_comm_exposed
+            + self.cp_comm_exposed
             + self.pp_comm_exposed
             + self.dp_comm_exposed
             + self.optimizer
@@ -242,6 +254,7 @@ class CandidateFigures:
                 "recompute": float(self.recompute[i]),
                 "pipeline_bubble": float(self.pipeline_bubble[i]),
                 "tp_comm_exposed": float(self.tp_comm_exposed[i]),
+                "cp_comm_exposed": float(self.cp_comm_exposed[i]),
                 "pp_comm_exposed": float(self.pp_comm_exposed[i]),
                 "dp_comm_exposed": float(self.dp_comm_exposed[i]),
                 "optimizer": float(self.optimizer[i]),
@@ -330,6 +343,8 @@ class _BlockArrays:
     lm_head_backward_compute: FloatArray
     lm_head_backward_comm: FloatArray
     lm_head_total_s: FloatArray
+    #: every (part, time) of ``iteration.STAGE_WORK_TERMS``, per row
+    parts: dict[tuple[CostedPart, PhaseField], FloatArray]
 
 
 def _scope(recompute: IntArray) -> IntArray:
@@ -348,6 +363,7 @@ def _block_costs(
     progress: Callable[[int, int], None] | None,
 ) -> _BlockArrays:
     tp_tier, tp_per_node = groups[ParallelDim.TENSOR]
+    cp_tier, cp_per_node = groups[ParallelDim.CONTEXT]
     first, inverse = _keys(
         table.tensor,
         table.sequence_parallel,
@@ -355,13 +371,20 @@ def _block_costs(
         table.micro_batch,
         tp_tier,
         tp_per_node,
+        table.context,
+        table.cp_comm,
+        cp_tier,
+        cp_per_node,
     )
+    part_keys = sorted({(part, time) for e in STAGE_WORK_TERMS.values() for _, part, time in e})
+    part_rows: list[list[float]] = []
     rows = []
     for done, i in enumerate(first):
         if progress is not None:
             progress(done, len(first))
         plan = portable_plan(candidate_to_spec(table, int(i), model), system)
         block, emb, lm = plan.block, plan.embedding, plan.lm_head
+        part_rows.append([phase_field(costed_part(plan, part), time) for part, time in part_keys])
         rows.append(
             (  # in the field order of _BlockArrays
                 block.forward.compute_s,
@@ -391,14 +414,23 @@ def _block_costs(
     if progress is not None:
         progress(len(first), len(first))
     values = np.array(rows, dtype=np.float64)[inverse]
-    names = [f.name for f in fields(_BlockArrays)]
-    return _BlockArrays(**{name: values[:, j] for j, name in enumerate(names)})
+    part_values = np.array(part_rows, dtype=np.float64)[inverse]
+    names = [f.name for f in fields(_BlockArrays) if f.name != "parts"]
+    return _BlockArrays(
+        **{name: values[:, j] for j, name in enumerate(names)},
+        parts={key: part_values[:, j] for j, key in enumerate(part_keys)},
+    )
 
 
 def _p2p_time(table: CandidateTable, model: TransformerModelSpec, system: SystemSpec) -> FloatArray:
     """``passes.p2p_message`` (the PP message time), per (t, p, d, b, sp)."""
     first, inverse = _keys(
-        table.tensor, table.pipeline, table.data, table.micro_batch, table.sequence_parallel
+        table.tensor,
+        table.pipeline,
+        table.data,
+        table.micro_batch,
+        table.sequence_parallel,
+        table.context,
     )
 
     def value(i: int) -> float:
@@ -411,8 +443,8 @@ def _p2p_time(table: CandidateTable, model: TransformerModelSpec, system: System
 def _groups(
     table: CandidateTable, system: SystemSpec
 ) -> dict[ParallelDim, tuple[IntArray, IntArray]]:
-    """(tier code, ranks per node) of each dimension's group, per (t, p, d)."""
-    first, inverse = _keys(table.tensor, table.pipeline, table.data)
+    """(tier code, ranks per node) of each dimension's group, per (t, p, d, cp)."""
+    first, inverse = _keys(table.tensor, table.pipeline, table.data, table.context)
     out: dict[ParallelDim, tuple[IntArray, IntArray]] = {}
     for dim in ParallelDim:
         placed = [
@@ -421,6 +453,7 @@ def _groups(
                 tensor=int(table.tensor[i]),
                 pipeline=int(table.pipeline[i]),
                 data=int(table.data[i]),
+                context=int(table.context[i]),
             )
             for i in first
         ]
@@ -476,22 +509,21 @@ def _stage_work(
     stage_blocks: IntArray,
     stage_recomputed: IntArray,
     c: _BlockArrays,
-) -> tuple[FloatArray, FloatArray, FloatArray, FloatArray]:
-    """``iteration.stage_work``: (forward, backward, recompute, tp_comm_exposed)."""
-    forward = stage_blocks * c.forward_compute
-    backward = stage_blocks * (c.backward_activation_compute + c.backward_weight_compute)
-    recompute = stage_recomputed * c.recompute_compute
-    tp = stage_blocks * (c.forward_comm + c.backward_activation_comm + c.backward_weight_comm)
-    tp = tp + stage_recomputed * c.recompute_comm
-    has_embedding = critical == 0
-    has_lm_head = critical == p - 1
-    forward = np.where(has_embedding, forward + c.embedding_forward_compute, forward)
-    backward = np.where(has_embedding, backward + c.embedding_backward_compute, backward)
-    tp = np.where(has_embedding, tp + (c.embedding_forward_comm + c.embedding_backward_comm), tp)
-    forward = np.where(has_lm_head, forward + c.lm_head_forward_compute, forward)
-    backward = np.where(has_lm_head, backward + c.lm_head_backward_compute, backward)
-    tp = np.where(has_lm_head, tp + (c.lm_head_forward_comm + c.lm_head_backward_comm), tp)
-    return m * forward, m * backward, m * recompute, m * tp
+) -> dict[str, FloatArray]:
+    """``iteration.stage_work``: the same term table (``STAGE_WORK_TERMS``) on arrays."""
+    counts: dict[WorkCount, IntArray] = {
+        WorkCount.BLOCKS: stage_blocks,
+        WorkCount.RECOMPUTED_BLOCKS: stage_recomputed,
+        WorkCount.HAS_EMBEDDING: (critical == 0).astype(np.int64),
+        WorkCount.HAS_LM_HEAD: (critical == p - 1).astype(np.int64),
+    }
+    out: dict[str, FloatArray] = {}
+    for name, entries in STAGE_WORK_TERMS.items():
+        total = np.zeros(p.shape, dtype=np.float64)
+        for count, part, time in entries:
+            total = total + counts[count] * c.parts[(part, time)]
+        out[name] = m * total
+    return out
 
 
 def _pipeline_p2p_exposed(table: CandidateTable, m: IntArray, p2p_s: FloatArray) -> FloatArray:
@@ -623,7 +655,8 @@ def _stage_memory(
 ) -> _StageMemory:
     """``memory.stage_memory`` of ``stage`` (per row) under an even layout."""
     recipe = precision_recipe(model.datatype)
-    p, t, d, v = table.pipeline, table.tensor, table.data, table.virtual_stages
+    p, t, v = table.pipeline, table.tensor, table.virtual_stages
+    d = table.data * table.context  # the distributed optimizer shards over d x cp
     first, inverse = _keys(t, p, stage)
     params = [
         stage_parameters(model, candidate_to_spec(table, int(i), model).mapping, int(stage[i]))
@@ -685,7 +718,8 @@ def _stage_memory(
         ],
         default=0,
     )
-    s, h = model.seq_length, model.hidden_size
+    s = model.seq_length // table.context  # a cp rank's tokens
+    h = model.hidden_size
     rows = np.where(table.sequence_parallel, -(-s // t), s)
     b = table.micro_batch
 
@@ -703,7 +737,7 @@ def _stage_memory(
     # memory.stage_overheads: under an even layout every stage holds blocks; the NCCL buffers
     # read t, p, d and whether the stage is the first or the last.
     edge = np.where(stage == 0, 0, np.where(stage == p - 1, 2, 1))
-    first_n, inverse_n = _keys(t, p, d, edge)
+    first_n, inverse_n = _keys(t, p, table.data, table.context, edge)
     tied = model.embeddings is EmbeddingTying.TIED
     nccl = np.array(
         [
@@ -711,9 +745,10 @@ def _stage_memory(
                 runtime,
                 tensor=int(t[i]),
                 pipeline=int(p[i]),
-                data=int(d[i]),
+                data=int(table.data[i]),
                 stage=int(stage[i]),
                 tied=tied,
+                context=int(table.context[i]),
             )
             for i in first_n
         ],
@@ -745,9 +780,15 @@ def _layer_bytes(
     """(``layer_activation_bytes`` with and without the attention core, ``checkpoint_bytes``,
     ``backward_working_bytes``, ``logits_transient_bytes``): what reads only t, b and sp."""
     x = precision_recipe(model.datatype).activation
-    first, inverse = _keys(table.tensor, table.micro_batch, table.sequence_parallel)
+    first, inverse = _keys(
+        table.tensor, table.micro_batch, table.sequence_parallel, table.context, table.cp_comm
+    )
     # every candidate plans the attention kernel candidate_to_spec gives it (one for all rows)
     attention = candidate_to_spec(table, 0, model).mapping.attention
+    full_model = model
+
+    def local(i: int) -> TransformerModelSpec:
+        return local_sequence_model(full_model, int(table.context[i]))
 
     # the modules the space's one selective variant recomputes (Megatron's default)
     selective = RecomputeVariant.SELECTIVE.build(1)
@@ -755,7 +796,7 @@ def _layer_bytes(
 
     def layer(i: int, *, core: bool) -> int:
         return layer_activation_bytes(
-            model,
+            local(i),
             micro_batch=int(table.micro_batch[i]),
             tensor_degree=int(table.tensor[i]),
             sequence_parallel=bool(table.sequence_parallel[i]),
@@ -766,7 +807,7 @@ def _layer_bytes(
 
     def checkpoint(i: int) -> int:
         return checkpoint_bytes(
-            model,
+            local(i),
             micro_batch=int(table.micro_batch[i]),
             tensor_degree=int(table.tensor[i]),
             sequence_parallel=bool(table.sequence_parallel[i]),
@@ -775,17 +816,22 @@ def _layer_bytes(
 
     def working(i: int) -> int:
         return backward_working_bytes(
-            model,
+            local(i),
             micro_batch=int(table.micro_batch[i]),
             tensor_degree=int(table.tensor[i]),
             sequence_parallel=bool(table.sequence_parallel[i]),
             attention=attention,
             activation_bytes=x,
+        ) + context_transient_bytes(
+            local(i),
+            micro_batch=int(table.micro_batch[i]),
+            tensor_degree=int(table.tensor[i]),
+            context=candidate_to_spec(table, i, full_model).mapping.parallelism.context,
         )
 
     def logits(i: int) -> int:
         return logits_transient_bytes(
-            model,
+            local(i),
             micro_batch=int(table.micro_batch[i]),
             tensor_degree=int(table.tensor[i]),
             activation_bytes=x,
@@ -876,7 +922,7 @@ def evaluate_candidates(
     n_bubble = (p - 1) + extra
     bubble_s: FloatArray = (n_bubble * chunk_time - correction).astype(np.float64, copy=False)
 
-    forward, backward, recompute, tp_exposed = _stage_work(
+    work = _stage_work(
         p=p,
         critical=critical,
         m=m,
@@ -884,21 +930,25 @@ def evaluate_candidates(
         stage_recomputed=stage_recomputed,
         c=c,
     )
+    forward, backward, recompute = work["forward"], work["backward"], work["recompute"]
+    tp_exposed, cp_exposed = work["tp_comm_exposed"], work["cp_comm_exposed"]
     pp_exposed = _pipeline_p2p_exposed(table, m, p2p_s)
 
     # data_parallel_cost
     recipe = precision_recipe(model.datatype)
-    first, inverse = _keys(t, p, d, critical)
+    cp = table.context
+    dense = d * cp  # dense gradients reduce and shard over d x cp
+    first, inverse = _keys(t, p, d, cp, critical)
     keyed_params: list[int] = []
     keyed_times: list[tuple[float, float, float]] = []
     for i in first:
         mapping = candidate_to_spec(table, int(i), model).mapping
         count = stage_parameters(model, mapping, int(critical[i])).total
         keyed_params.append(count)
-        group = system.comm_group(
-            ParallelDim.DATA, tensor=int(t[i]), pipeline=int(p[i]), data=int(d[i])
-        )
-        if int(d[i]) == 1:
+        group = PlanContext(
+            spec=candidate_to_spec(table, int(i), model), system=system
+        ).gradient_group()
+        if group.size == 1:
             keyed_times.append((0.0, 0.0, 0.0))
             continue
         keyed_times.append(
@@ -945,7 +995,7 @@ def evaluate_candidates(
         np.where(zero3, zero3_overlapped, np.maximum(0.0, gather - stage_forward_s)),
         gather,
     )
-    single = d == 1
+    single = dense == 1
     dp_link = np.where(single, 0.0, np.where(no_shard, sync, sync + gather))
     dp_exposed = np.where(
         single, 0.0, np.where(no_shard, sync_exposed, sync_exposed + gather_exposed)
@@ -953,7 +1003,7 @@ def evaluate_candidates(
     dp_gather_bytes = np.where(single | no_shard, 0, gather_bytes)
 
     # adam_step_cost over the owned parameters
-    owned = np.where(no_shard, params, _ceil_div(params, d))
+    owned = np.where(no_shard, params, _ceil_div(params, dense))
     owned_values, owned_inverse = np.unique(owned, return_inverse=True)
     steps = [
         adam_step_cost(
@@ -1003,6 +1053,7 @@ def evaluate_candidates(
         recompute=recompute,
         pipeline_bubble=bubble_s,
         tp_comm_exposed=tp_exposed,
+        cp_comm_exposed=cp_exposed,
         pp_comm_exposed=pp_exposed,
         dp_comm_exposed=dp_exposed,
         optimizer=optimizer_s,
@@ -1044,6 +1095,6 @@ def evaluate_candidates(
         hardware_flops_values=hardware_values,
         peak_flops_per_gpu=peak,
         tokens_per_iteration=table.global_batch_size * model.seq_length,
-        world_size=t * p * d,
+        world_size=t * cp * p * d,
         microbatch_count=m,
     )

@@ -44,6 +44,8 @@ class LawColumns:
     recompute_num_layers: IntArray
     overlap_p2p_comm: BoolArray
     microbatch_group: IntArray
+    context: IntArray
+    cp_head_split: BoolArray  # the row's cp_comm_type splits heads (a2a)
 
 
 #: Laws that read only the free knobs (the data-parallel overlaps), not :class:`LawColumns`.
@@ -88,14 +90,20 @@ def law_violations(
     microbatches = local_batch // b
     interleaved = v > 1
     groups = model.num_query_groups
+    cp = c.context
+    s = model.seq_length
+    t_safe = np.maximum(t, 1)
+    a2a = c.cp_head_split & (cp > 1)
+    local_q = model.num_attention_heads // t_safe
+    local_kv = np.maximum(1, groups // t_safe)
 
     masks: dict[Law, BoolArray] = {
-        Law.WORLD_SIZE: t * p * d != c.num_gpus,
+        Law.WORLD_SIZE: t * cp * p * d != c.num_gpus,
         Law.LOCAL_BATCH: global_batch_size % d_safe != 0,
         Law.MICROBATCH_COUNT: (global_batch_size % d_safe != 0) | (local_batch % b != 0),
         Law.BLOCKS_PER_PIPELINE_STAGE: big_l % p != 0,
         Law.BLOCKS_PER_VIRTUAL_CHUNK: (big_l % p != 0) | ((big_l // p) % v != 0),
-        Law.SEQUENCE_PARALLEL_DIVISIBILITY: c.sequence_parallel & (model.seq_length % t != 0),
+        Law.SEQUENCE_PARALLEL_DIVISIBILITY: c.sequence_parallel & (s % (t * cp) != 0),
         Law.ATTENTION_HEADS_DIVISIBILITY: model.num_attention_heads % t != 0,
         Law.QUERY_GROUPS_DIVISIBILITY: (groups % t != 0) & (t % groups != 0),
         Law.FFN_DIVISIBILITY: model.ffn_hidden_size % t != 0,
@@ -103,6 +111,9 @@ def law_violations(
         Law.SCHEDULE_MATCHES_PIPELINE: interleaved & (p == 1),
         Law.RECOMPUTE_NUM_LAYERS_RANGE: c.recompute_full
         & ((c.recompute_num_layers < 1) | (c.recompute_num_layers > big_l // p)),
+        Law.CP_SEQUENCE_SPLIT: (cp > 1) & (s % (2 * cp) != 0),
+        # the search enumerates no a2a+p2p (its two sizes are not searched)
+        Law.CP_HIERARCHICAL_SIZES: np.zeros(t.shape, dtype=np.bool_),
     }
     if megatron_rules:
         group = np.where(c.microbatch_group > 0, c.microbatch_group, p)
@@ -118,4 +129,7 @@ def law_violations(
         masks[Law.MEGATRON_FUSED_ATTENTION_SUPPORT] = np.full(
             t.shape, not fused_attention_supported(model), dtype=np.bool_
         )
+        masks[Law.MEGATRON_CP_A2A_HEADS] = a2a & ((local_q % cp != 0) | (local_kv % cp != 0))
+        # fused attention on every row
+        masks[Law.MEGATRON_CP_NEEDS_FUSED_ATTENTION] = np.zeros(t.shape, dtype=np.bool_)
     return masks

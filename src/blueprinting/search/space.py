@@ -82,13 +82,19 @@ from blueprinting.mapping.divisors import divisor_count
 from blueprinting.mapping.law_names import Law
 from blueprinting.mapping.model import TransformerModelSpec
 from blueprinting.mapping.transformer import (
+    AllGatherKV,
     BatchSpec,
+    ContextParallel,
+    CpCommType,
+    CpCommunication,
     DataParallel,
     FullRecompute,
+    HeadAllToAll,
     NoRecompute,
     PipelineParallel,
     RecomputeMethod,
     RecomputePolicy,
+    RingExchange,
     SelectiveRecompute,
     ShardingVariant,
     TensorParallel,
@@ -183,6 +189,29 @@ RECOMPUTE_CODES: tuple[RecomputeVariant, ...] = tuple(RecomputeVariant)
 # ShardingVariant is defined beside OptimizerSharding (mapping/transformer.py) and re-exported
 # here; tables store its member index, so the member order is part of the table format.
 SHARDING_CODES: tuple[ShardingVariant, ...] = tuple(ShardingVariant)
+CP_COMM_CODES: tuple[CpCommType, ...] = tuple(CpCommType)
+
+
+def cp_communication(kind: CpCommType) -> CpCommunication:
+    """The ADT value of a searched comm type (a2a+p2p is never searched)."""
+    match kind:
+        case CpCommType.P2P:
+            return RingExchange()
+        case CpCommType.ALL_GATHER:
+            return AllGatherKV()
+        case CpCommType.A2A:
+            return HeadAllToAll()
+        case CpCommType.A2A_P2P:
+            raise ConfigError(["a2a+p2p is not searched (SearchSpace.cp_comm_types)"])
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def _cp_degrees(space: SearchSpace, model: TransformerModelSpec, rest: int) -> list[int]:
+    """cp degrees dividing ``rest`` (= N / t) that the space allows."""
+    if space.context_parallel is None:
+        return [c for c in divisors(rest) if model.seq_length % (2 * c) == 0 or c == 1]
+    return [c for c in space.context_parallel if rest % c == 0]
 
 
 def _no_duplicates(name: str, values: tuple[object, ...], problems: list[str]) -> None:
@@ -215,6 +244,11 @@ class SearchSpace:
     overlap_grad_reduce: tuple[bool, ...] = (False, True)
     overlap_p2p_comm: tuple[bool, ...] = (False, True)
     microbatch_group: MicrobatchGroupPolicy = MicrobatchGroupPolicy.WHERE_IT_MATTERS
+    #: cp degrees; ``None``: every divisor c of N / t with ``seq_length mod 2c == 0`` (the
+    #: divisors ``cp_sequence_split`` allows). The default searches no context parallelism.
+    context_parallel: tuple[int, ...] | None = (1,)
+    #: comm types crossed with every cp > 1 (a2a+p2p's two sizes are not searched).
+    cp_comm_types: tuple[CpCommType, ...] = (CpCommType.P2P,)
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -238,6 +272,18 @@ class SearchSpace:
         _no_duplicates("overlap_param_gather", self.overlap_param_gather, problems)
         _no_duplicates("overlap_grad_reduce", self.overlap_grad_reduce, problems)
         _no_duplicates("overlap_p2p_comm", self.overlap_p2p_comm, problems)
+        _no_duplicates("cp_comm_types", self.cp_comm_types, problems)
+        if self.context_parallel is not None:
+            _no_duplicates("context_parallel", self.context_parallel, problems)
+            for c in self.context_parallel:
+                problem = positive_int_problem("SearchSpace.context_parallel", c)
+                if problem is not None:
+                    problems.append(problem)
+        if CpCommType.A2A_P2P in self.cp_comm_types:
+            problems.append(
+                "SearchSpace.cp_comm_types: a2a+p2p is not searched (its hierarchical sizes are "
+                "not enumerated); plan it with hierarchical_context_parallel_sizes"
+            )
         if problems:
             raise ConfigError(problems, source="search space")
 
@@ -267,6 +313,8 @@ class CandidateTable:
     sharding: IntArray
     overlap_param_gather: BoolArray
     overlap_grad_reduce: BoolArray
+    context: IntArray
+    cp_comm: IntArray  # index into CP_COMM_CODES
 
     def __len__(self) -> int:
         return int(self.tensor.shape[0])
@@ -342,9 +390,12 @@ def space_rows(model: TransformerModelSpec, space: SearchSpace) -> int:
     counts alone (nothing is enumerated): every interleaved row is counted with all its P2P and
     group options."""
     pairs = 0
+    comm = len(space.cp_comm_types)
     for n in space.gpu_counts:
         tp_limit = n if space.allow_cross_node_tp else gcd(n, space.gpus_per_node)
-        pairs += sum(divisor_count(n // t) for t in divisors(tp_limit))
+        for t in divisors(tp_limit):
+            for c in _cp_degrees(space, model, n // t):
+                pairs += divisor_count(n // (t * c)) * (comm if c > 1 else 1)
     recompute = sum(len(space.recompute_num_layers) if r.is_full else 1 for r in space.recompute)
     per_v = 1 + 2 * len(space.overlap_p2p_comm) * (divisor_count(model.num_layers) - 1)
     return pairs * per_v * len(_micro_batches(space)) * len(space.sequence_parallel) * recompute
@@ -373,12 +424,15 @@ def enumerate_strategies(model: TransformerModelSpec, space: SearchSpace) -> Enu
             "search fewer GPU counts, cap --max-micro-batch, or choose a GPU count or global "
             "batch with fewer divisors",
         )
-    triples: list[tuple[int, int, int]] = []
+    triples: list[tuple[int, int, int, int, int]] = []
+    comm_codes = [CP_COMM_CODES.index(kind) for kind in space.cp_comm_types]
     for n in space.gpu_counts:
         tp_limit = n if space.allow_cross_node_tp else gcd(n, space.gpus_per_node)
         for t in divisors(tp_limit):
-            triples.extend((n, t, p) for p in divisors(n // t))
-    triple = np.array(triples, dtype=np.int64).reshape(-1, 3)
+            for c in _cp_degrees(space, model, n // t):
+                for code in comm_codes if c > 1 else [CP_COMM_CODES.index(CpCommType.P2P)]:
+                    triples.extend((n, t, p, c, code) for p in divisors(n // (t * c)))
+    triple = np.array(triples, dtype=np.int64).reshape(-1, 5)
     vs = np.array(divisors(model.num_layers), dtype=np.int64)
     mbs = np.array(_micro_batches(space), dtype=np.int64)
     sps = np.array(space.sequence_parallel, dtype=np.bool_)
@@ -392,7 +446,8 @@ def enumerate_strategies(model: TransformerModelSpec, space: SearchSpace) -> Enu
     grid = np.indices((triple.shape[0], vs.shape[0], mbs.shape[0], sps.shape[0], rec.shape[0]))
     i_tri, i_v, i_b, i_sp, i_rec = (axis.reshape(-1) for axis in grid)
     num_gpus, t, p = triple[i_tri, 0], triple[i_tri, 1], triple[i_tri, 2]
-    d = num_gpus // (t * p)
+    cp, cp_code = triple[i_tri, 3], triple[i_tri, 4]
+    d = num_gpus // (t * cp * p)
     v, b, sp = vs[i_v], mbs[i_b], sps[i_sp]
     rec_code, rec_layers = rec[i_rec, 0], rec[i_rec, 1]
 
@@ -410,6 +465,7 @@ def enumerate_strategies(model: TransformerModelSpec, space: SearchSpace) -> Enu
     p2ps = np.array(space.overlap_p2p_comm, dtype=np.bool_)
     rows, k = _ragged(np.where(interleaved, p2ps.shape[0] * n_groups, 1))
     num_gpus, t, p, d, v, b, sp = (x[rows] for x in (num_gpus, t, p, d, v, b, sp))
+    cp, cp_code = cp[rows], cp_code[rows]
     rec_code, rec_layers, m, n_g = rec_code[rows], rec_layers[rows], m[rows], n_groups[rows]
     interleaved = v > 1
     p2p = interleaved & p2ps[k // n_g]
@@ -428,6 +484,8 @@ def enumerate_strategies(model: TransformerModelSpec, space: SearchSpace) -> Enu
         recompute_num_layers=rec_layers,
         overlap_p2p_comm=p2p,
         microbatch_group=group,
+        context=cp,
+        cp_head_split=cp_code == CP_COMM_CODES.index(CpCommType.A2A),
     )
     masks = law_violations(columns, model, gbs, megatron_rules=space.megatron_rules)
     free_sharding, free_gather, free_grad = _free_options(space)
@@ -479,6 +537,8 @@ def enumerate_strategies(model: TransformerModelSpec, space: SearchSpace) -> Enu
         sharding=np.where(multi, free_sharding[option], no_shard),
         overlap_param_gather=multi & free_gather[option],
         overlap_grad_reduce=multi & free_grad[option],
+        context=cp[keep][rows],
+        cp_comm=cp_code[keep][rows],
     )
     report = EnumerationReport(
         candidates_enumerated=int(weight.sum()),
@@ -519,6 +579,10 @@ def candidate_to_spec(table: CandidateTable, i: int, model: TransformerModelSpec
         ),
         recompute=RECOMPUTE_CODES[int(table.recompute[i])].build(
             int(table.recompute_num_layers[i])
+        ),
+        context=ContextParallel(
+            degree=int(table.context[i]),
+            communication=cp_communication(CP_COMM_CODES[int(table.cp_comm[i])]),
         ),
     )
     batch = BatchSpec(
