@@ -14,15 +14,19 @@ Run: ``OMP_NUM_THREADS=1 taskset -c 0 .venv/bin/python benchmarks/bench_search.p
      t=8 p=8 d=1 v=3 b=1 B=64, sequence parallelism + selective recomputation.
    It prints the best strategy's iteration time, the published one's rank, and whether the best
    is at least as fast (by the model) as the published one.
+3. Llama 3 70B on 1024 H100 at seq_length 32768, global batch 512, micro batch 1, with context
+   parallelism in the space (every cp the laws allow, cp_comm_type p2p / all_gather / a2a):
+   enumerated, lawful, fit, wall time. Target: under 5 s on one core.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 from blueprinting.hardware.presets import system_preset
 from blueprinting.mapping.presets import model_preset
-from blueprinting.mapping.transformer import TrainingSpec
+from blueprinting.mapping.transformer import CpCommType, TrainingSpec
 from blueprinting.search.rank import Ranked, run_search, standing
 from blueprinting.search.space import SearchSpace
 from blueprinting.search.strategy_text import parse_strategy_text
@@ -77,6 +81,24 @@ def main() -> None:
             )
         else:
             print(f"  published: {where}")
+
+    llama = dataclasses.replace(model_preset("llama3-70b"), seq_length=32768)
+    space = SearchSpace(
+        gpu_counts=(1024,),
+        global_batch_size=512,
+        max_microbatch_size=1,
+        context_parallel=None,
+        cp_comm_types=(CpCommType.P2P, CpCommType.ALL_GATHER, CpCommType.A2A),
+    )
+    start = time.perf_counter()
+    found = run_search(llama, system_preset("dgx-h100"), space)
+    wall = time.perf_counter() - start
+    best = int(found.order[0])
+    print("Llama 3 70B, 1024 x H100, s = 32768, B = 512, b = 1, cp and cp_comm_type searched")
+    print(f"  candidates enumerated: {found.candidates_enumerated:,}")
+    print(f"  legal: {found.candidates_valid:,}, fit: {found.candidates_fit:,}")
+    print(f"  wall time: {wall:.3f} s")
+    print(f"  best: {found.figures.iteration_time_s[best]:.3f} s, cp = {found.table.context[best]}")
 
 
 if __name__ == "__main__":

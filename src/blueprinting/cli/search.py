@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import sys
 from typing import TYPE_CHECKING, TextIO, assert_never
@@ -18,6 +19,7 @@ from typing import TYPE_CHECKING, TextIO, assert_never
 from blueprinting.analysis.flops import FlopsConvention
 from blueprinting.errors import ConfigError
 from blueprinting.limits import MAX_SEARCH_LISTED
+from blueprinting.mapping.transformer import CpCommType
 from blueprinting.report.memory_table import GIB
 
 if TYPE_CHECKING:
@@ -66,6 +68,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--allow-cross-node-tp", action="store_true", help="let TP groups span nodes"
     )
     parser.add_argument(
+        "--seq-length", type=int, default=None, help="sequence length (default: the preset's)"
+    )
+    parser.add_argument(
+        "--context-parallel",
+        nargs="+",
+        default=["1"],
+        metavar="CP",
+        help="context-parallel degrees to try, or 'auto' for every divisor the laws allow "
+        "(default: 1)",
+    )
+    parser.add_argument(
+        "--cp-comm-type",
+        nargs="+",
+        default=["p2p"],
+        metavar="TYPE",
+        help="cp_comm_type values crossed with every cp > 1: p2p, all_gather, a2a (default: p2p)",
+    )
+    parser.add_argument(
         "--no-megatron-rules",
         action="store_true",
         help="apply only the planner's laws, not Megatron-LM's start-up rules",
@@ -104,11 +124,19 @@ def _result(args: argparse.Namespace) -> SearchResult:
         )
     if args.train_tokens < 1:
         problems.append(f"--train-tokens must be >= 1, got {args.train_tokens}")
+    context = _context_degrees(list(args.context_parallel), problems)
+    comm_types = _cp_comm_types(list(args.cp_comm_type), problems)
+    if args.seq_length is not None and args.seq_length < 1:
+        problems.append(f"--seq-length must be a positive integer, got {args.seq_length}")
     if problems:
         raise ConfigError(problems, source="search")
     model = model_preset(args.model)
+    if args.seq_length is not None:
+        model = dataclasses.replace(model, seq_length=args.seq_length)
     system = system_preset(args.system)
     space = SearchSpace(
+        context_parallel=context,
+        cp_comm_types=comm_types,
         gpu_counts=tuple(args.gpus),
         global_batch_size=args.global_batch,
         gpus_per_node=system.gpus_per_node,
@@ -133,6 +161,36 @@ def _result(args: argparse.Namespace) -> SearchResult:
             bar.update(task, completed=done, total=total)
 
         return run_search(model, system, space, options, progress=tick)
+
+
+def _context_degrees(values: list[str], problems: list[str]) -> tuple[int, ...] | None:
+    """``--context-parallel``: positive integers, or ``auto`` alone."""
+    if values == ["auto"]:
+        return None
+    out: list[int] = []
+    for value in values:
+        if not value.isdigit() or int(value) < 1:
+            problems.append(f"--context-parallel takes positive integers or 'auto', got {value!r}")
+        else:
+            out.append(int(value))
+    return tuple(out) if out else (1,)
+
+
+def _cp_comm_types(values: list[str], problems: list[str]) -> tuple[CpCommType, ...]:
+    from blueprinting.mapping.presets import did_you_mean
+
+    searched = [CpCommType.P2P.value, CpCommType.ALL_GATHER.value, CpCommType.A2A.value]
+    out: list[CpCommType] = []
+    for value in values:
+        name = "all_gather" if value == "allgather" else value
+        if name not in searched:
+            problems.append(
+                f"--cp-comm-type: {value!r} is not searched{did_you_mean(value, searched)}; "
+                "searched: " + ", ".join(searched)
+            )
+        elif CpCommType(name) not in out:
+            out.append(CpCommType(name))
+    return tuple(out) if out else (CpCommType.P2P,)
 
 
 def _listing_problem(what: str, count: int) -> str:

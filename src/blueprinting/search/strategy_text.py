@@ -37,11 +37,16 @@ from typing import assert_never
 from blueprinting.errors import ConfigError
 from blueprinting.limits import MAX_INT, int_limit_text
 from blueprinting.mapping.transformer import (
+    AllGatherKV,
     BatchSpec,
+    ContextParallel,
+    CpCommType,
+    CpCommunication,
     DataParallel,
     DistributedOptimizer,
     ForwardOnly,
     FullRecompute,
+    HeadAllToAll,
     InterleavedOneForwardOneBackward,
     NoOptimizerSharding,
     NoRecompute,
@@ -52,6 +57,7 @@ from blueprinting.mapping.transformer import (
     RecomputeMethod,
     RecomputePolicy,
     ReduceScatterAllGather,
+    RingExchange,
     SelectiveRecompute,
     ShardedGradients,
     ShardedParameters,
@@ -61,12 +67,15 @@ from blueprinting.mapping.transformer import (
     TransformerTrainingMappingSpec,
     TransformerTrainingParallelism,
     ZeroBubbleH1,
+    cp_comm_type,
     tensor_communication,
     training_schedule,
 )
 
 _KEYS = (
     "tp",
+    "cp",
+    "cp_comm",
     "pp",
     "dp",
     "gpus",
@@ -161,6 +170,10 @@ def parse_strategy_text(
     problems: list[str] = []
     r = _Reader(_split(text, problems), problems)
     t = r.integer("tp", 1) or 1
+    cp = r.integer("cp", 1) or 1
+    cp_kind = r.choice("cp_comm", _CP_COMM, CpCommType.P2P.value)
+    if cp == 1:
+        r.refuse("cp_comm", "only context parallelism (cp > 1) has a comm type")
     p = r.integer("pp", 1) or 1
     v = r.integer("v", 1) or 1
     mbs = r.integer("mbs", 1) or 1
@@ -172,12 +185,12 @@ def parse_strategy_text(
     if d is None and gpus is None:
         problems.append("dp: missing (give dp=... or gpus=...)")
     elif d is None and gpus is not None:
-        if gpus % (t * p) != 0:
-            problems.append(f"gpus={gpus}: not a multiple of tp*pp = {t * p}")
+        if gpus % (t * cp * p) != 0:
+            problems.append(f"gpus={gpus}: not a multiple of tp*cp*pp = {t * cp * p}")
         else:
-            d = gpus // (t * p)
-    elif d is not None and gpus is not None and "gpus" in r.words and d * t * p != gpus:
-        problems.append(f"gpus={gpus}: tp*pp*dp = {t * p * d} differs")
+            d = gpus // (t * cp * p)
+    elif d is not None and gpus is not None and "gpus" in r.words and d * t * cp * p != gpus:
+        problems.append(f"gpus={gpus}: tp*cp*pp*dp = {t * cp * p * d} differs")
 
     sp = r.flag("sp")
     recompute = _parse_recompute(r)
@@ -194,9 +207,29 @@ def parse_strategy_text(
                 degree=d, optimizer_sharding=sharding, overlap_grad_reduce=overlap_grad
             ),
             recompute=recompute,
+            context=ContextParallel(
+                degree=cp, communication=_cp_communication(CpCommType(cp_kind))
+            ),
         ),
         batch=BatchSpec(global_batch_size=gbs, micro_batch_size=mbs),
     )
+
+
+_CP_COMM = (CpCommType.P2P.value, CpCommType.ALL_GATHER.value, CpCommType.A2A.value)
+
+
+def _cp_communication(kind: CpCommType) -> CpCommunication:
+    match kind:
+        case CpCommType.P2P:
+            return RingExchange()
+        case CpCommType.ALL_GATHER:
+            return AllGatherKV()
+        case CpCommType.A2A:
+            return HeadAllToAll()
+        case CpCommType.A2A_P2P:
+            raise ConfigError(["cp_comm=a2a+p2p has no strategy-text spelling (give it in a file)"])
+        case _ as unreachable:
+            assert_never(unreachable)
 
 
 def _parse_recompute(r: _Reader) -> RecomputePolicy:
@@ -248,8 +281,10 @@ def _on(flag: bool) -> str:
 def format_strategy_text(mapping: TransformerTrainingMappingSpec) -> str:
     """The canonical text of a strategy; ``parse_strategy_text`` reads it back unchanged."""
     par = mapping.parallelism
-    words = [
-        f"tp={par.tensor.degree}",
+    words = [f"tp={par.tensor.degree}"]
+    if par.context.degree > 1:
+        words += [f"cp={par.context.degree}", f"cp_comm={cp_comm_type(par.context.communication)}"]
+    words += [
         f"pp={par.pipeline.degree}",
         f"dp={par.data.degree}",
     ]
