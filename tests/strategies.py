@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import strategies as st
 
 from blueprinting.mapping.model import (
@@ -22,16 +24,21 @@ from blueprinting.mapping.model import (
 )
 from blueprinting.mapping.transformer import (
     DENSE_RECOMPUTE_MODULES,
+    AllGatherKV,
     AllReduce,
     AttentionBackend,
     AttentionKernel,
     BatchSpec,
+    ContextParallel,
+    CpCommunication,
     DataParallel,
     DistributedOptimizer,
     EvenStages,
     ForwardOnly,
     FullRecompute,
     FusedAttention,
+    HeadAllToAll,
+    HierarchicalAllToAllRing,
     InferenceSpec,
     InferenceWorkload,
     InterleavedOneForwardOneBackward,
@@ -45,6 +52,7 @@ from blueprinting.mapping.transformer import (
     RecomputePolicy,
     ReduceScatterAllGather,
     ReplicaParallel,
+    RingExchange,
     SelectiveRecompute,
     ShardedGradients,
     ShardedParameters,
@@ -117,6 +125,23 @@ def recompute_policies(draw: st.DrawFn, max_layers: int = 64) -> RecomputePolicy
 
 
 @st.composite
+def contexts(draw: st.DrawFn) -> ContextParallel:
+    """Any cp axis ``to_mapping`` writes back as given (cp = 1 has Megatron's default p2p)."""
+    degree = draw(st.integers(1, 16))
+    if degree == 1:
+        return ContextParallel()
+    options: list[CpCommunication] = [
+        RingExchange(),
+        AllGatherKV(),
+        HeadAllToAll(),
+        HierarchicalAllToAllRing(
+            a2a_size=draw(st.integers(1, 8)), p2p_size=draw(st.integers(1, 8))
+        ),
+    ]
+    return ContextParallel(degree=degree, communication=draw(st.sampled_from(options)))
+
+
+@st.composite
 def training_specs(draw: st.DrawFn) -> TrainingSpec:
     """Round-trippable through flat keys; laws may or may not hold."""
     p = draw(st.integers(1, 16))
@@ -154,6 +179,7 @@ def training_specs(draw: st.DrawFn) -> TrainingSpec:
                     overlap_grad_reduce=draw(st.booleans()),
                 ),
                 recompute=draw(recompute_policies()),
+                context=draw(contexts()),
             ),
             batch=BatchSpec(
                 global_batch_size=draw(st.integers(1, 4096)),
@@ -231,6 +257,14 @@ def lawful_training_specs(draw: st.DrawFn) -> TrainingSpec:
         m = draw(st.integers(1, 16))
         schedule = SingleStage() if p == 1 else OneForwardOneBackward()
     model = draw(lawful_models(t, p * v))
+    # cp > 1 needs the fused kernel (16-bit) and 2cp | s, t*cp | s (t | s already holds).
+    cp = 1 if model.datatype is Datatype.FP32 else draw(st.sampled_from([1, 1, 2, 4]))
+    context = ContextParallel()
+    if cp > 1:
+        model = replace(model, seq_length=model.seq_length * 2 * cp)
+        context = ContextParallel(
+            degree=cp, communication=draw(st.sampled_from([RingExchange(), AllGatherKV()]))
+        )
     communication: TensorCommunication = (
         ReduceScatterAllGather() if t > 1 and draw(st.booleans()) else AllReduce()
     )
@@ -248,12 +282,18 @@ def lawful_training_specs(draw: st.DrawFn) -> TrainingSpec:
                     degree=d, optimizer_sharding=sharding, overlap_grad_reduce=overlap_grad
                 ),
                 recompute=draw(recompute_policies(max_layers=model.num_layers // p)),
+                context=context,
             ),
             batch=BatchSpec(global_batch_size=d * mbs * m, micro_batch_size=mbs),
-            # Transformer Engine's fused kernels take 16-bit inputs only (fused_attention_support).
-            attention=draw(attention_kernels())
-            if model.datatype is not Datatype.FP32
-            else UnfusedAttention(),
+            # Transformer Engine's fused kernels take 16-bit inputs only (fused_attention_support);
+            # context parallelism runs only in them (cp_needs_fused_attention).
+            attention=(
+                FusedAttention()
+                if cp > 1
+                else draw(attention_kernels())
+                if model.datatype is not Datatype.FP32
+                else UnfusedAttention()
+            ),
         ),
     )
 
