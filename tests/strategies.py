@@ -262,9 +262,8 @@ def lawful_training_specs(draw: st.DrawFn) -> TrainingSpec:
     context = ContextParallel()
     if cp > 1:
         model = replace(model, seq_length=model.seq_length * 2 * cp)
-        context = ContextParallel(
-            degree=cp, communication=draw(st.sampled_from([RingExchange(), AllGatherKV()]))
-        )
+        rings: list[CpCommunication] = [RingExchange(), AllGatherKV()]
+        context = ContextParallel(degree=cp, communication=draw(st.sampled_from(rings)))
     communication: TensorCommunication = (
         ReduceScatterAllGather() if t > 1 and draw(st.booleans()) else AllReduce()
     )

@@ -146,10 +146,10 @@ def _dp_buckets(
     plan: PortablePlanIR, spec: TrainingSpec, system: SystemSpec
 ) -> tuple[tuple[DpBucket, ...], ...]:
     mapping = spec.mapping
-    if mapping.data_degree == 1:
+    if mapping.dense_gradient_degree == 1:  # d x cp ranks share the dense gradients
         return ()
     recipe = precision_recipe(spec.model.datatype)
-    group = PlanContext(spec=spec, system=system).group(ParallelDim.DATA)
+    group = PlanContext(spec=spec, system=system).gradient_group()
     v = plan.virtual_stages
     out: list[tuple[DpBucket, ...]] = []
     for stage in plan.stages:
