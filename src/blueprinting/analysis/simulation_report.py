@@ -185,7 +185,7 @@ class IterationAgreement:
     distributed optimizer's all-gather of updated parameters and the optimizer step run after
     it and are not commands, so they are added as the plan computes them. What remains of
     ``plan - simulated`` is split into ``pipeline_difference_s`` (the plan's forward + backward +
-    recompute + tp + bubble + pp terms against the full simulation's pipeline flush) and
+    recompute + tp + cp + bubble + pp terms against the full simulation's pipeline flush) and
     ``dp_grad_sync_difference_s`` (the plan's exposed gradient reduction of the critical stage
     against the simulated tail, makespan - flush)."""
 
@@ -222,6 +222,7 @@ def iteration_agreement(
         + terms.backward
         + terms.recompute
         + terms.tp_comm_exposed
+        + terms.cp_comm_exposed
         + terms.pipeline_bubble
         + terms.pp_comm_exposed
     )

@@ -265,6 +265,7 @@ CSV_COLUMNS = (
     "pp_comm_exposed",
     "dp_comm_exposed",
     "optimizer",
+    "cp_comm_exposed",
     "memory_total_bytes",
     "memory_stage",
 )
@@ -297,6 +298,7 @@ def write_csv(result: SearchResult, stream: TextIO) -> None:
                         "pp_comm_exposed",
                         "dp_comm_exposed",
                         "optimizer",
+                        "cp_comm_exposed",
                     )
                 ),
                 int(f.memory_total[row]),
@@ -361,6 +363,7 @@ TABLE_COLUMNS = (
     "PP",
     "DP",
     "optim",
+    "CP",
     "mem GiB",
 )
 
@@ -398,6 +401,7 @@ def _print_text(result: SearchResult, reports: list[IterationReport], rows: list
                     b.pp_comm_exposed,
                     b.dp_comm_exposed,
                     b.optimizer,
+                    b.cp_comm_exposed,
                 )
             ),
             f"{report.memory.total / GIB:.1f}",
