@@ -125,10 +125,10 @@ def test_check_malformed_file_exits_2_without_traceback(
 
 
 def test_check_unsupported_key_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
-    assert _run(capsys, "check", GPT3, "--set", "context_parallel_size=2") == (
+    assert _run(capsys, "check", GPT3, "--set", "expert_model_parallel_size=2") == (
         2,
         "",
-        "error: context_parallel_size = 2: context parallelism is not modelled "
+        "error: expert_model_parallel_size = 2: expert parallelism is not modelled "
         "(only 1 is accepted)\n",
     )
 

@@ -125,8 +125,14 @@ def test_fixed_tiers_follow_calculon_assignment() -> None:
 def _brute_force(
     layout: RankLayout, dim: ParallelDim, degrees: dict[ParallelDim, int], gpus_per_node: int
 ) -> CommGroup:
-    order = layout.order
-    world = degrees[ParallelDim.TENSOR] * degrees[ParallelDim.PIPELINE] * degrees[ParallelDim.DATA]
+    order = layout.order_with_context
+    world = (
+        degrees[ParallelDim.TENSOR]
+        * degrees[ParallelDim.PIPELINE]
+        * degrees[ParallelDim.DATA]
+        * degrees.get(ParallelDim.CONTEXT, 1)
+    )
+    degrees = {ParallelDim.CONTEXT: 1, **degrees}
     groups: dict[tuple[int, ...], list[int]] = {}
     for rank in range(world):
         coords = []
@@ -155,6 +161,7 @@ def _brute_force(
     tensor=st.integers(min_value=1, max_value=12),
     pipeline=st.integers(min_value=1, max_value=6),
     data=st.integers(min_value=1, max_value=12),
+    context=st.integers(min_value=1, max_value=4),
     gpus_per_node=st.sampled_from([1, 2, 4, 6, 8, 16]),
 )
 def test_placement_matches_brute_force(
@@ -164,14 +171,27 @@ def test_placement_matches_brute_force(
     tensor: int,
     pipeline: int,
     data: int,
+    context: int,
     gpus_per_node: int,
 ) -> None:
-    degrees = {ParallelDim.TENSOR: tensor, ParallelDim.PIPELINE: pipeline, ParallelDim.DATA: data}
+    """Every group, the cp one included (placed right after tp), against visiting ranks."""
+    degrees = {
+        ParallelDim.TENSOR: tensor,
+        ParallelDim.PIPELINE: pipeline,
+        ParallelDim.DATA: data,
+        ParallelDim.CONTEXT: context,
+    }
     expected = _brute_force(layout, dim, degrees, gpus_per_node)
     if degrees[dim] == 1:
         expected = CommGroup(size=1, tier=LinkTier.INTRA_NODE, ranks_per_node=1)
     actual = place_group(
-        layout, dim, tensor=tensor, pipeline=pipeline, data=data, gpus_per_node=gpus_per_node
+        layout,
+        dim,
+        tensor=tensor,
+        pipeline=pipeline,
+        data=data,
+        context=context,
+        gpus_per_node=gpus_per_node,
     )
     assert actual == expected
 
@@ -296,7 +316,12 @@ def test_domain_placement_matches_brute_force(
         gpus_per_node=per_node,
         nvlink_domain_size=domain,
     )
-    degrees = {ParallelDim.TENSOR: tensor, ParallelDim.PIPELINE: pipeline, ParallelDim.DATA: data}
+    degrees = {
+        ParallelDim.TENSOR: tensor,
+        ParallelDim.PIPELINE: pipeline,
+        ParallelDim.DATA: data,
+        ParallelDim.CONTEXT: 1,
+    }
     by_node = _brute_force(layout, dim, degrees, per_node)
     by_domain = _brute_force(layout, dim, degrees, domain)
     if degrees[dim] == 1:

@@ -69,17 +69,17 @@ def _reference_records() -> dict[str, Mapping[str, object]]:
 def test_fixture_holds_every_record_once() -> None:
     assert len(RUNS) == 83
     assert len(BY_ID) == 83
-    assert len(INCLUDED) == 57  # + the two GB200 runs the dgx-gb200 preset now plans
+    # + the two GB200 runs the dgx-gb200 preset plans, + the four cp runs cp now plans
+    assert len(INCLUDED) == 61
 
 
 def test_exclusion_counts() -> None:
     validation = compare_measured_memory(lambda run: MemoryPrediction(), RUNS)
-    assert len(validation.excluded) == 26
+    assert len(validation.excluded) == 22
     assert validation.exclusion_counts == {
         ExclusionReason.MIXTURE_OF_EXPERTS: 19,
         ExclusionReason.MULTI_LATENT_ATTENTION: 8,
         ExclusionReason.MULTI_TOKEN_PREDICTION: 4,
-        ExclusionReason.CONTEXT_PARALLEL: 6,
         ExclusionReason.FP8_RECIPE: 2,
         ExclusionReason.TP_COMM_OVERLAP: 1,
         ExclusionReason.PIPELINE_LAYOUT: 4,
@@ -367,8 +367,8 @@ def _constant(allocated: float, reserved: float, fits: bool) -> MemoryValidation
 
 def test_scoring_with_a_constant_predictor() -> None:
     validation = _constant(60e9, 70e9, True)
-    assert len(validation.rows) == 54
-    assert len(validation.fits) == 57
+    assert len(validation.rows) == 58
+    assert len(validation.fits) == 61
     (row,) = [r for r in validation.rows if r.run_id == "vuiseng9_101-gpt2xl-dp1-gbs1-bf16"]
     assert row.kind is FigureKind.NVIDIA_SMI
     assert row.predicted_bytes == 70e9
@@ -384,8 +384,8 @@ def test_scoring_with_a_constant_predictor() -> None:
         MemoryGate.RAN_PREDICTED,
     )
     assert oom.count == 3 and oom.value == 0.0 and not oom.passed
-    assert ran.count == 54 and ran.value == 1.0 and ran.passed
-    assert median.count == 54 and median.limit == MEDIAN_ERROR_LIMIT
+    assert ran.count == 58 and ran.value == 1.0 and ran.passed
+    assert median.count == 58 and median.limit == MEDIAN_ERROR_LIMIT
 
 
 def test_a_run_that_fails_to_plan_fails_the_gates() -> None:
@@ -395,7 +395,7 @@ def test_a_run_that_fails_to_plan_fails_the_gates() -> None:
     validation = compare_measured_memory(predict, RUNS)
     assert {row.note for row in validation.rows} == {"no cost model here"}
     assert not any(result.passed for result in validation.gates)
-    assert len(validation.gates[0].failing) == 54
+    assert len(validation.gates[0].failing) == 58
 
 
 def test_json_and_text_renderings() -> None:
@@ -410,7 +410,7 @@ def test_json_and_text_renderings() -> None:
         "excluded_counts",
         "excluded_runs",
     }
-    assert document["excluded_runs"] == 26
+    assert document["excluded_runs"] == 22
     assert document["excluded_counts"] == {
         str(reason): count for reason, count in validation.exclusion_counts.items()
     }
@@ -423,7 +423,7 @@ def test_json_and_text_renderings() -> None:
     text = console.export_text()
     assert "vuiseng9_121-gpt2xl-dp1-gbs16-oom" in text
     assert "fits/OOM WRONG" in text
-    assert "26 runs not planned" in text
+    assert "22 runs not planned" in text
     assert "out-of-memory runs predicted not to fit │ 3    │ 0/3" in text
 
 
@@ -439,7 +439,7 @@ def test_gate_median_error_of_the_peaks(validation: MemoryValidation) -> None:
     result = validation.gates[0]
     assert result.gate is MemoryGate.MEDIAN_ERROR
     assert result.failing == ()
-    assert result.count == 54
+    assert result.count == 58
     assert result.value is not None and result.value <= MEDIAN_ERROR_LIMIT
 
 
@@ -451,7 +451,7 @@ def test_the_verdicts_miss_exactly_the_two_runs_at_the_edge(validation: MemoryVa
     capacity (228: 75.06 GiB measured, 75.6 predicted) reads as not fitting."""
     oom, ran = validation.gates[1], validation.gates[2]
     assert (oom.count, oom.failing) == (3, ("vuiseng9_121-gpt2xl-dp1-gbs16-oom",))
-    assert (ran.count, ran.failing) == (54, ("vuiseng9_228-weak-scale-tp8-gpt2-8.3B-gbs20",))
+    assert (ran.count, ran.failing) == (58, ("vuiseng9_228-weak-scale-tp8-gpt2-8.3B-gbs20",))
 
 
 @pytest.mark.xfail(
@@ -474,5 +474,5 @@ def test_gate_every_out_of_memory_run_predicted_not_to_fit(validation: MemoryVal
 def test_gate_every_run_that_ran_predicted_to_fit(validation: MemoryValidation) -> None:
     result = validation.gates[2]
     assert result.gate is MemoryGate.RAN_PREDICTED
-    assert result.count == 54
+    assert result.count == 58
     assert result.failing == ()

@@ -694,10 +694,12 @@ def from_mapping(
     world = _get_int(values, "world_size")
     world_violation: LawViolation | None = None
     model_size = t * cp * p
+    # The cp factor is spelt out only when cp > 1, so the messages of t x p x d stay as they were.
+    names, sizes = ("t * cp * p", f"{t} * {cp} * {p}") if cp > 1 else ("t * p", f"{t} * {p}")
     if d is not None and world is not None and world != model_size * d:
         problems.append(
             f"data_parallel_size = {d} conflicts with world_size = {world} "
-            f"(world_size = t * cp * p * d = {t} * {cp} * {p} * {d} = {model_size * d})"
+            f"(world_size = {names} * d = {sizes} * {d} = {model_size * d})"
         )
     elif d is None and world is None:
         problems.append("one of data_parallel_size or world_size is required")
@@ -705,11 +707,13 @@ def from_mapping(
         if world % model_size != 0:
             world_violation = LawViolation(
                 law="world_size",
-                formula="world_size = t * cp * p * d",
-                values=(("world_size", world), ("t", t), ("cp", cp), ("p", p)),
-                message=(
-                    f"d = world_size / (t * cp * p) = {world} / ({t} * {cp} * {p}) is not integral"
+                formula=f"world_size = {names} * d",
+                values=(
+                    (("world_size", world), ("t", t), ("cp", cp), ("p", p))
+                    if cp > 1
+                    else (("world_size", world), ("t", t), ("p", p))
                 ),
+                message=f"d = world_size / ({names}) = {world} / ({sizes}) is not integral",
             )
         d = max(world // model_size, 1)
 
@@ -754,7 +758,9 @@ def from_mapping(
     if world_violation is not None:
         raise InvalidStrategyError(
             [world_violation, *_laws_without_data_degree(spec)],
-            subject=f"degrees t={t} cp={cp} p={p} world_size={world}",
+            subject=f"degrees t={t} cp={cp} p={p} world_size={world}"
+            if cp > 1
+            else f"degrees t={t} p={p} world_size={world}",
         )
     return spec
 

@@ -91,7 +91,6 @@ class ExclusionReason(StrEnum):
     MIXTURE_OF_EXPERTS = "mixture_of_experts"
     MULTI_LATENT_ATTENTION = "multi_latent_attention"
     MULTI_TOKEN_PREDICTION = "multi_token_prediction"
-    CONTEXT_PARALLEL = "context_parallel"
     FP8_RECIPE = "fp8_recipe"
     TP_COMM_OVERLAP = "tp_comm_overlap"
     PIPELINE_LAYOUT = "pipeline_layout"
@@ -129,8 +128,6 @@ class ExclusionReason(StrEnum):
                 )
             case ExclusionReason.MULTI_TOKEN_PREDICTION:
                 return frozenset({"mtp_num_layers"})
-            case ExclusionReason.CONTEXT_PARALLEL:
-                return frozenset({"context_parallel_size"})
             case ExclusionReason.FP8_RECIPE:
                 return frozenset({"fp8_recipe", "fp8_param_gather"})
             case ExclusionReason.TP_COMM_OVERLAP:
