@@ -42,7 +42,7 @@ def selection_note(selection: TimelineSelection) -> str:
         return f"All {selection.commands:,} commands of the simulation are drawn{zero}."
     return (
         f"{selection.drawn:,} of {selection.commands:,} commands are drawn, to keep this file "
-        f"small: the earliest-starting and the latest-ending halves; the commands starting "
+        f"small: the earliest- and the latest-starting halves; the commands starting "
         f"between {seconds_label(selection.gap_start_s)} and "
         f"{seconds_label(selection.gap_end_s)} are left out{zero}. "
         "`blueprinting simulate --trace OUT.json` writes every command."

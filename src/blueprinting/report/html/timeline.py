@@ -2,8 +2,8 @@
 (compute, comm), one bar per command, hover naming the command.
 
 A page stays small by drawing at most ``limit`` commands. Past it, the earliest-starting half and
-the latest-ending half are drawn (warm-up and cool-down, where the bubbles are) and the commands
-between are left out; :class:`TimelineSelection` says which, and the page says so.
+the latest-starting half are drawn (warm-up and cool-down, where the bubbles are) and the commands
+starting between are left out; :class:`TimelineSelection` says which, and the page says so.
 ``--trace`` writes every command.
 """
 
@@ -66,9 +66,7 @@ def select_commands(
     head = limit // 2
     by_start = positive[np.argsort(start[positive], kind="stable")]
     first = by_start[:head]
-    rest = by_start[head:]
-    by_end = rest[np.argsort(end[rest], kind="stable")]
-    last = by_end[len(by_end) - (limit - head) :]
+    last = by_start[len(by_start) - (limit - head) :]
     chosen = np.sort(np.concatenate([first, last]))
     return chosen, TimelineSelection(
         commands=total,
