@@ -45,7 +45,7 @@ def selection_note(selection: TimelineSelection) -> str:
         f"small: the earliest- and the latest-starting halves; the commands starting "
         f"between {seconds_label(selection.gap_start_s)} and "
         f"{seconds_label(selection.gap_end_s)} are left out{zero}. "
-        "`blueprinting simulate --trace OUT.json` writes every command."
+        "blueprinting simulate --trace OUT.json writes every command."
     )
 
 
