@@ -27,6 +27,27 @@ JsonScalar = int | float | str | bool | None
 JsonValue = JsonScalar | list["JsonValue"] | dict[str, "JsonValue"]
 
 
+def _stage_memory_json(stage: MemoryBreakdown) -> dict[str, JsonValue]:
+    """One pipeline stage's bytes per GPU by category and its peaks (``memory_bytes`` is the
+    most loaded stage's object of the same keys, plus capacity, headroom and the verdict)."""
+    return {
+        "stage": stage.stage,
+        "weights": stage.weights,
+        "gradients": stage.gradients,
+        "optimizer_states": stage.optimizer_states,
+        "activations": stage.activations,
+        "other": stage.other,
+        "total": stage.total,
+        "transient": stage.transient,
+        "workspace": stage.workspace,
+        "allocated_peak": stage.allocated_peak,
+        "allocator_reserve": stage.allocator_reserve,
+        "cuda_context": stage.cuda_context,
+        "nccl_buffers": stage.nccl_buffers,
+        "reserved_peak": stage.reserved_peak,
+    }
+
+
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class IterationReport:
@@ -224,6 +245,9 @@ class IterationReport:
             "memory_activations_stored_bytes_per_stage": [
                 stage_activations(self.spec.model, self.spec.mapping, stage.stage).layers_stored
                 for stage in self.memory_per_stage
+            ],
+            "memory_bytes_per_stage": [
+                _stage_memory_json(stage) for stage in self.memory_per_stage
             ],
             "memory_static_bytes_per_stage": [
                 stage.weights + stage.gradients + stage.optimizer_states

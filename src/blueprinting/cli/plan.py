@@ -68,6 +68,11 @@ def add_strategy_arguments(parser: argparse.ArgumentParser) -> None:
         "--all-stages", action="store_true", help="print memory for every pipeline stage"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument(
+        "--html",
+        metavar="FILE",
+        help="also write the report as one self-contained HTML file (opens with no network)",
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -139,4 +144,9 @@ def run(args: argparse.Namespace) -> int:
     spec, system = load_training(args)
     report = plan_spec(spec, system, options_from(args))
     print_report(report, as_json=bool(args.json), all_stages=bool(args.all_stages))
+    if args.html is not None:
+        from blueprinting.report.html.page import write_html
+        from blueprinting.report.html.plan import render_plan_html
+
+        write_html(render_plan_html(report), args.html)
     return 0

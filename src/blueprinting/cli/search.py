@@ -99,6 +99,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--explain", metavar="STRATEGY", help='say where a strategy stands ("tp=8 pp=8 v=3 ...")'
     )
+    parser.add_argument(
+        "--html",
+        metavar="FILE",
+        help="also write the Pareto front and the listed strategies as one self-contained "
+        "HTML file (opens with no network)",
+    )
     out = parser.add_mutually_exclusive_group()
     out.add_argument("--json", action="store_true", help="print one JSON object")
     out.add_argument(
@@ -427,6 +433,8 @@ def _print_text(result: SearchResult, reports: list[IterationReport], rows: list
 def run(args: argparse.Namespace) -> int:
     from blueprinting.search.rank import exact_reports
 
+    if args.html is not None and args.explain is not None:
+        raise ConfigError(["--html writes the ranked list; it does not go with --explain"])
     result = _result(args)
     if args.explain is not None:
         print(_explain(result, args.explain, args.top))
@@ -437,13 +445,22 @@ def run(args: argparse.Namespace) -> int:
         else:
             with open(args.csv, "w", newline="", encoding="utf-8") as stream:
                 write_csv(result, stream)
-        return 0
+        if args.html is None:
+            return 0
     rows = _listed(result, args.top)
     if len(rows) > MAX_SEARCH_LISTED:
         raise ConfigError([_listing_problem("--top 0", len(rows))], source="search")
     reports = exact_reports(result, result.order[: len(rows)])
+    document = _json_object(result, reports, rows)
+    if args.html is not None:
+        from blueprinting.report.html.page import write_html
+        from blueprinting.report.html.search import render_search_html
+
+        write_html(render_search_html(document), args.html)
+    if args.csv is not None:
+        return 0
     if args.json:
-        json.dump(_json_object(result, reports, rows), sys.stdout, indent=2)
+        json.dump(document, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
     _print_text(result, reports, rows)

@@ -47,6 +47,11 @@ def run(args: argparse.Namespace) -> int:
 
         print_report(report.plan, as_json=False, all_stages=bool(args.all_stages))
         render_simulation(report, Console())
+    if args.html is not None:
+        from blueprinting.report.html.page import write_html
+        from blueprinting.report.html.simulate import render_simulation_html
+
+        write_html(render_simulation_html(report), args.html)
     if report.result is None:
         if args.trace is not None or args.plot is not None:
             print("error: the schedule deadlocks; no trace or plot written", file=sys.stderr)
