@@ -10,6 +10,7 @@ GPU-hours times the user's price.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, TypeAlias, assert_never, final
@@ -205,25 +206,25 @@ RECORD_COLUMNS = (
 )
 
 
-def _text(record: dict[str, object], key: str) -> str:
+def _text(record: Mapping[str, object], key: str) -> str:
     value = record[key]
     assert isinstance(value, str), (key, value)
     return value
 
 
-def _int(record: dict[str, object], key: str) -> int:
+def _int(record: Mapping[str, object], key: str) -> int:
     value = record[key]
     assert isinstance(value, int) and not isinstance(value, bool), (key, value)
     return value
 
 
-def _float(record: dict[str, object], key: str) -> float:
+def _float(record: Mapping[str, object], key: str) -> float:
     value = record[key]
     assert isinstance(value, float), (key, value)
     return value
 
 
-def row_from_record(record: dict[str, object]) -> SweepRow:
+def row_from_record(record: Mapping[str, object]) -> SweepRow:
     """The row a record was made from (the output folder's files are written by
     :meth:`SweepRow.record`; resume reads them back)."""
     cell = Cell(

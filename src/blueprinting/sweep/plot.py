@@ -102,11 +102,12 @@ def plot_sweep(
     heat.set_title("best MFU over the grid")
     fig.colorbar(image, ax=heat, label="MFU")
     if values.size <= MAX_ANNOTATED:
+        low, high = image.get_clim()
         for r in range(values.shape[0]):
             for c in range(values.shape[1]):
                 v = float(values[r, c])
                 # Dark text on the light end of the colour map, white on the dark end.
-                light = not math.isnan(v) and float(image.norm(v)) > 0.5
+                light = not math.isnan(v) and (v - low) > 0.5 * (high - low)
                 heat.text(
                     c,
                     r,
