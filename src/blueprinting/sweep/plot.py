@@ -4,7 +4,7 @@ MFU over the grid (rows: model x system, columns: GPU counts).
 
 "Best" is over the axes a panel does not show (global batches, sequence lengths): the highest
 tokens/s, the lowest cost, the highest MFU among a point's cells whose status is ``ok``. A point
-with no such cell is left out of a line and shown blank (with "-") in the heatmap. matplotlib is
+with no such cell is left out of a line and shown grey (with "-") in the heatmap. matplotlib is
 imported lazily with the Agg backend.
 """
 
@@ -95,7 +95,8 @@ def plot_sweep(
     values = np.array(
         [[mfu.get((m, s, n), math.nan) for n in gpus] for m in models for s in systems]
     )
-    image = heat.imshow(np.ma.masked_invalid(values), aspect="auto", cmap="viridis")
+    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#dddddd")
+    image = heat.imshow(np.ma.masked_invalid(values), aspect="auto", cmap=cmap)
     heat.set_xticks(range(len(gpus)), [str(n) for n in gpus])
     heat.set_yticks(range(len(labels)), labels, fontsize=8)
     heat.set_xlabel("GPUs")
@@ -107,7 +108,7 @@ def plot_sweep(
             for c in range(values.shape[1]):
                 v = float(values[r, c])
                 # Dark text on the light end of the colour map, white on the dark end.
-                light = not math.isnan(v) and (v - low) > 0.5 * (high - low)
+                light = math.isnan(v) or (v - low) > 0.5 * (high - low)
                 heat.text(
                     c,
                     r,
@@ -117,6 +118,7 @@ def plot_sweep(
                     fontsize=7,
                     color="k" if light else "w",
                 )
+    path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
     plt.close(fig)
     return path
