@@ -203,28 +203,44 @@ def _print_text(outcome: SweepOutcome, written: list[Path]) -> None:
     )
 
 
+def _run(definition: SweepDefinition, engine: Engine, out: Path) -> SweepOutcome:
+    """The sweep, with a progress bar on a terminal."""
+    from blueprinting.sweep.runner import run_sweep
+
+    if not sys.stderr.isatty():
+        return run_sweep(definition, out, engine)
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    from blueprinting.sweep.cell import SweepRow
+
+    columns = (BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    # On stderr: stdout may be a file or carry --json.
+    console = Console(stderr=True)
+    with Progress("{task.description}", *columns, console=console, transient=True) as bar:
+        task = bar.add_task("cells", total=None)
+
+        def tick(done: int, total: int, last: SweepRow | None) -> None:
+            label = "cells" if last is None else f"{last.cell} {last.status}"
+            bar.update(task, completed=done, total=total, description=label)
+
+        return run_sweep(definition, out, engine, progress=tick)
+
+
 def run(args: argparse.Namespace) -> int:
     from blueprinting.sweep.plot import plot_sweep
-    from blueprinting.sweep.runner import run_sweep
     from blueprinting.sweep.store import CSV_NAME, PARQUET_NAME
 
     definition, engine = definition_and_engine(args)
-    if sys.stderr.isatty():
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
-
-        from blueprinting.sweep.cell import SweepRow
-
-        columns = (BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-        with Progress("{task.description}", *columns, transient=True) as bar:
-            task = bar.add_task("cells", total=None)
-
-            def tick(done: int, total: int, last: SweepRow | None) -> None:
-                label = "cells" if last is None else f"{last.cell} {last.status}"
-                bar.update(task, completed=done, total=total, description=label)
-
-            outcome = run_sweep(definition, args.out, engine, progress=tick)
-    else:
-        outcome = run_sweep(definition, args.out, engine)
+    try:
+        outcome = _run(definition, engine, args.out)
+    except KeyboardInterrupt:
+        print(
+            f"sweep interrupted: the finished cells' rows are kept in {args.out}; run the same "
+            "command again to compute the rest",
+            file=sys.stderr,
+        )
+        return 130
     written = [args.out / PARQUET_NAME, args.out / CSV_NAME]
     if args.plot is not None:
         written.append(
