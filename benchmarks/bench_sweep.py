@@ -8,7 +8,9 @@ apart), a warm-up sweep of one cell per worker imports blueprinting in every wor
 then the timed sweep runs: 3 models x 2 systems x 4 GPU counts = 24 cells, each a full search
 (the README's example models at smaller GPU counts, max micro-batch 8), into a fresh folder.
 cells/s = 24 / the timed sweep's wall time (driver, tasks, Parquet parts and the final files).
-The speed-up from 1 to 2 workers is bounded by the machine's cores (two on CI, shared).
+For scale, the same 24 cells evaluated one after another in this process, without Ray
+(``evaluate_cell``), are timed first. The speed-up from 1 to 2 workers is bounded by the machine's
+cores (two on CI, shared with other work: the load average is printed).
 """
 
 from __future__ import annotations
@@ -36,11 +38,18 @@ def main() -> None:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     import ray
 
+    from blueprinting.sweep.cell import evaluate_cell
     from blueprinting.sweep.engine import OBJECT_STORE_BYTES
 
     definition = definition_from_mapping(GRID, source="bench")
     cells = len(definition.cells())
-    print(f"sweep of {cells} cells: {GRID}")
+    print(f"sweep of {cells} cells: {GRID}; load average {os.getloadavg()[0]:.2f}")
+    evaluate_cell(definition.cells()[0], definition.options)  # imports, caches
+    start = time.perf_counter()
+    for cell in definition.cells():
+        evaluate_cell(cell, definition.options)
+    alone = time.perf_counter() - start
+    print(f"  in process, no Ray: {cells / alone:.2f} cells/s ({alone:.1f} s)")
     for workers in (1, 2):
         start = time.perf_counter()
         ray.init(
