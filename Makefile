@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck pytest clean
+.PHONY: demo sweep test lint typecheck pytest clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,6 +14,11 @@ $(STAMP): pyproject.toml
 
 demo: $(STAMP)
 	$(BIN)/blueprinting plan examples/gpt3-175b-selene.toml
+
+# The README's sweep example: 60 searches on a local Ray instance; Parquet, CSV and the plot
+# under out/sweep (rerun it to see the resume compute nothing).
+sweep: $(STAMP)
+	$(BIN)/blueprinting sweep examples/SWEEP.toml --out out/sweep --plot out/sweep/sweep.png
 
 lint: $(STAMP)
 	$(BIN)/ruff format --check src tests benchmarks

@@ -81,6 +81,11 @@ class UnsupportedError(BlueprintingError):
     """A valid request that this version of Blueprinting does not model."""
 
 
+class SweepError(BlueprintingError):
+    """A sweep's cell could not be computed: its worker died past the retries, or the cell's
+    search raised (a bug). The rows finished before it are kept; a rerun resumes."""
+
+
 class DeadlockError(BlueprintingError):
     """A concrete schedule contains commands that can never start."""
 

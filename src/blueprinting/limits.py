@@ -67,3 +67,8 @@ def stage_limit_problem(stages: int, virtual_stages: int = 1) -> str | None:
 #: ``blueprinting search``: strategies listed in text or JSON (``--top``, 0 for all), each
 #: re-planned by the scalar planner; ``--csv`` writes every candidate without that limit.
 MAX_SEARCH_LISTED = 50
+
+
+#: ``blueprinting sweep``: cells in one grid (each one full search, about a second on one core);
+#: 10^5 cells is the largest grid the issue names, hours on a small cluster.
+MAX_SWEEP_CELLS = 1_000_000

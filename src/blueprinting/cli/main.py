@@ -32,6 +32,10 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
         "blueprinting.cli.simulate",
         "run a strategy's pipeline schedule; contract vs simulated bubble, traces, plots",
     ),
+    "sweep": (
+        "blueprinting.cli.sweep",
+        "one search per cell of models x systems x GPU counts x batches, on Ray (resumable)",
+    ),
     "validate": ("blueprinting.cli.validate", "compare predictions with published measured runs"),
 }
 

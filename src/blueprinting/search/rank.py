@@ -363,6 +363,7 @@ def exact_reports(result: SearchResult, rows: IntArray) -> list[IterationReport]
         flops_convention=result.options.flops_convention,
         bubble_source=BubbleSource.CONTRACT,
         megatron_rules=result.space.megatron_rules,
+        train_tokens=result.options.train_tokens,  # search --json's time_to_train reads it
         simulate=False,  # the contract is what is compared; no schedule to build
     )
     reports = []
