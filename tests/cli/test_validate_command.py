@@ -121,3 +121,48 @@ def test_text_report_shows_the_memory_tables(
     out = capsys.readouterr().out
     assert "Measured memory: measured vs predicted" in out
     assert "Memory gates (issue 19)" in out
+
+
+def test_json_gains_the_modern_object(fake_api: None, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    assert main(["validate", "--json"]) == 1
+    document = json.loads(capsys.readouterr().out)
+    assert {"passed", "gates", "rows", "alternatives", "memory", "modern"} <= set(document)
+    modern = document["modern"]
+    assert len(modern["rows"]) == 79
+    assert modern["planned_runs"] + modern["not_planned_runs"] == 79
+    # The fake report says 1 s for every run it is handed; refused runs keep the planner's words.
+    for row in modern["rows"]:
+        if row["planned"]:
+            assert row["predicted_iteration_time_s"] == 1.0
+        else:
+            assert row["predicted_iteration_time_s"] is None and row["not_planned"]
+    assert [gate["name"] for gate in modern["gates"]] == [
+        "iteration time: median |error| (planned rows)",
+        "iteration time: max |error| (planned rows)",
+        "every dense row planned",
+    ]
+    assert {(s["axis"], s["group"]) for s in modern["summaries"]} >= {
+        ("generation", "hopper"),
+        ("generation", "blackwell"),
+        ("recipe", "fp8-tensorwise"),
+        ("recipe", "mxfp8"),
+        ("recipe", "nvfp4"),
+    }
+
+
+def test_text_report_shows_the_modern_tables(
+    fake_api: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["validate"]) == 1
+    out = capsys.readouterr().out
+    assert "Modern dense runs: iteration time" in out
+    assert "Modern dense-run gates (issue 12)" in out
+
+
+def test_missing_modern_fixture_exits_2(
+    fake_api: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["validate", "--modern-fixture", str(tmp_path / "none.toml")]) == 2
+    assert "modern-runs fixture not found" in capsys.readouterr().err

@@ -6,8 +6,12 @@ Table 1; Korthikanti et al. 2022 Tables 4-5, text, Figures 1 and 7) through
 readings where a source is ambiguous (never gated), and the issue's gates. Then the measured
 memory of ``tests/validation/fixtures/measured_memory.toml`` (Megatron-LM functional tests, a
 Megatron-Core 0.14 tutorial on 8 H100s; issue 19): both predicted peaks per run, the fit verdicts
-against the outcomes, the runs not planned and why, and the memory gates. ``--json`` prints the
-same as one object (the memory part under ``memory``).
+against the outcomes, the runs not planned and why, and the memory gates. Then the dense runs of
+2024-2026 of ``tests/validation/fixtures/modern_runs.toml`` (Megatron-Bridge Llama 3 / 3.1 on
+DGX-H100, DGX-B200, DGX-GB200; NeMo 24.07; NeMo long-sequence context parallel; issue 12): measured
+vs predicted iteration time per run (or the planner's message where it cannot plan it), the
+|error| by GPU generation and by precision recipe, and the gates. ``--json`` prints the same as
+one object (the memory part under ``memory``, the dense runs under ``modern``).
 Exit status: 0 when every gate passes, 1 when one fails, 2 when the cost model or a fixture is
 missing.
 """
@@ -35,6 +39,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="measured-memory TOML (default: tests/validation/fixtures/measured_memory.toml)",
     )
     parser.add_argument(
+        "--modern-fixture",
+        type=Path,
+        default=None,
+        help="modern dense-runs TOML (default: tests/validation/fixtures/modern_runs.toml)",
+    )
+    parser.add_argument(
         "--summary-only", action="store_true", help="print only the gates, not every row"
     )
     parser.add_argument(
@@ -50,12 +60,17 @@ def run(args: argparse.Namespace) -> int:
         render_memory_gates,
         render_memory_rows,
     )
+    from blueprinting.report.modern_validation_text import (
+        render_modern_gates,
+        render_modern_rows,
+        render_modern_summaries,
+    )
     from blueprinting.report.validation_text import (
         render_alternatives,
         render_gates,
         render_rows,
     )
-    from blueprinting.validation import measured_memory
+    from blueprinting.validation import measured_memory, modern
     from blueprinting.validation.comparison import compare_published, to_json_dict
     from blueprinting.validation.predictor import api_predictor
     from blueprinting.validation.published import default_fixture_path, load_published_runs
@@ -63,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         predict = api_predictor()
         predict_memory = measured_memory.api_memory_predictor()
+        predict_modern = modern.api_modern_predictor()
     except UnsupportedError as error:
         print(f"error: the cost model is not available: {error}", file=sys.stderr)
         return 2
@@ -78,17 +94,25 @@ def run(args: argparse.Namespace) -> int:
     if not memory_fixture.is_file():
         print(f"error: measured-memory fixture not found: {memory_fixture}", file=sys.stderr)
         return 2
+    modern_fixture: Path = (
+        args.modern_fixture if args.modern_fixture is not None else modern.default_fixture_path()
+    )
+    if not modern_fixture.is_file():
+        print(f"error: modern-runs fixture not found: {modern_fixture}", file=sys.stderr)
+        return 2
     table = compare_published(predict, load_published_runs(fixture))
     memory = measured_memory.compare_measured_memory(
         predict_memory, measured_memory.load_measured_memory(memory_fixture)
     )
-    passed = table.passed and memory.passed
+    dense = modern.compare_modern_runs(predict_modern, modern.load_modern_runs(modern_fixture))
+    passed = table.passed and memory.passed and dense.passed
     if args.json:
         import json
 
         document = to_json_dict(table)
         document["passed"] = passed
         document["memory"] = measured_memory.memory_to_json_dict(memory)
+        document["modern"] = modern.modern_to_json_dict(dense)
         print(json.dumps(document, indent=2))
         return 0 if passed else 1
 
@@ -105,4 +129,8 @@ def run(args: argparse.Namespace) -> int:
         console.print(render_memory_rows(memory))
         console.print(render_memory_exclusions(memory))
     console.print(render_memory_gates(memory))
+    if not args.summary_only:
+        console.print(render_modern_rows(dense))
+    console.print(render_modern_summaries(dense))
+    console.print(render_modern_gates(dense))
     return 0 if passed else 1

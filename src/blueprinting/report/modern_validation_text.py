@@ -1,0 +1,113 @@
+"""The modern-runs part of ``blueprinting validate``: per-run rows, error summaries and gates.
+
+rich is imported inside the functions so that importing this module stays cheap. Times are
+seconds per iteration; errors are (predicted - measured) / measured.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, assert_never
+
+from blueprinting.validation.modern import ModernGate, ModernGateResult, ModernValidation
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
+def _percent(value: float | None, *, signed: bool = True) -> str:
+    if value is None:
+        return "-"
+    return f"{100.0 * value:+.1f}%" if signed else f"{100.0 * value:.1f}%"
+
+
+def render_modern_rows(validation: ModernValidation) -> Table:
+    """One line per dense run: layout, recipe, measured and predicted iteration time and the
+    error, or the planner's message where it is not planned."""
+    from rich.table import Table
+
+    out = Table(title="Modern dense runs: iteration time, measured vs predicted (s)")
+    numeric = {"gpus", "t/p/cp/d", "measured", "predicted", "error"}
+    for column in (
+        "run",
+        "model",
+        "system",
+        "gpus",
+        "t/p/cp/d",
+        "recipe",
+        "measured",
+        "predicted",
+        "error",
+        "not planned",
+    ):
+        out.add_column(column, justify="right" if column in numeric else "left", overflow="fold")
+    for row in validation.rows:
+        out.add_row(
+            row.run_id,
+            row.model,
+            row.system,
+            str(row.num_gpus),
+            f"{row.tensor_parallel}/{row.pipeline_parallel}/{row.context_parallel}/"
+            f"{row.data_parallel}",
+            str(row.recipe),
+            _seconds(row.measured_s),
+            _seconds(row.predicted_s),
+            _percent(row.relative_error),
+            row.not_planned,
+        )
+    planned = len(validation.planned_rows)
+    out.caption = f"{planned} of {len(validation.rows)} runs planned"
+    return out
+
+
+def render_modern_summaries(validation: ModernValidation) -> Table:
+    """|error| over the planned runs: all, per GPU generation, per precision recipe."""
+    from rich.table import Table
+
+    out = Table(title="Modern dense runs: |error| by GPU generation and by precision recipe")
+    for column in ("split", "group", "runs", "planned", "median |err|", "max |err|", "mean err"):
+        out.add_column(column, justify="left" if column in {"split", "group"} else "right")
+    for summary in validation.summaries:
+        out.add_row(
+            str(summary.axis),
+            summary.group,
+            str(summary.rows),
+            str(summary.planned),
+            _percent(summary.median_abs_error, signed=False),
+            _percent(summary.max_abs_error, signed=False),
+            _percent(summary.mean_error),
+        )
+    return out
+
+
+def _gate_value(result: ModernGateResult) -> tuple[str, str]:
+    match result.gate:
+        case ModernGate.MEDIAN_ERROR | ModernGate.MAX_ERROR:
+            return _percent(result.value, signed=False), f"<= {100.0 * result.limit:.0f}%"
+        case ModernGate.ALL_PLANNED:
+            return f"{result.count - len(result.failing)}/{result.count}", "all"
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def render_modern_gates(validation: ModernValidation) -> Table:
+    """The issue 12 item 7 gates."""
+    from rich.table import Table
+
+    out = Table(title="Modern dense-run gates (issue 12)")
+    for column in ("gate", "rows", "reached", "limit", "failing", "result"):
+        out.add_column(column)
+    for result in validation.gates:
+        value, limit = _gate_value(result)
+        out.add_row(
+            str(result.gate),
+            str(result.count),
+            value,
+            limit,
+            str(len(result.failing)),
+            "PASS" if result.passed else "FAIL",
+        )
+    return out

@@ -1,0 +1,665 @@
+"""Measured dense training throughput of 2024-2026, and scoring the iteration time on it (issue 12).
+
+The fixture ``tests/validation/fixtures/modern_runs.toml`` carries, in the project's own format,
+the 79 dense records of ``shared/reference/modern_runs.json`` (see ``modern_runs.md`` there):
+Megatron-Bridge's performance summary (Llama 3 8B / 70B, Llama 3.1 405B on DGX-H100, DGX-B200,
+DGX-GB200; NeMo containers 25.09 to 26.06), NeMo's 24.07 performance summary (GPT-3, Llama 2 / 3,
+Nemotron on DGX-H100, FP8) and NeMo's long-sequence page (Llama 2 7B on H100 and Llama 3 8B on
+B200 at 4k to 1M tokens with context parallelism, FP8).
+
+Each run keeps the model (a preset, or every field as Megatron-LM flat keys), the named machine's
+system preset, its GPU count (``world_size``) and the Megatron-LM flat keys a user reproducing the
+recipe sets (the fixture's header says which and why), with Megatron's own names, including the
+ones Blueprinting does not read yet (``cp_comm_type``, ``fp8_recipe``, ``fp4_format``, ...).
+
+Scoring (:func:`compare_modern_runs`): the measured iteration time is
+``global_batch_size x seq_length / (tokens_per_s_per_gpu x num_gpus)`` (``modern_runs.md``:
+tokens/s per GPU is convention-free); a run that prints only model TFLOP/s names its FLOP
+convention (:class:`~blueprinting.analysis.flops.FlopsConvention`) and the time is those FLOPs /
+(TFLOP/s x GPUs). Each run is planned with ``blueprinting.api.plan_spec`` on its preset, with the
+plan's default options; a run the planner refuses is "not planned" with the planner's own message.
+Gates (issue 12 item 7): median |relative error| <= :data:`MEDIAN_ERROR_LIMIT` and max <=
+:data:`MAX_ERROR_LIMIT` over the planned runs, and every dense run planned. No efficiency is
+fitted on these runs: they are held out.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from types import MappingProxyType
+from typing import assert_never, final
+
+from blueprinting.analysis.flops import FlopsConvention
+from blueprinting.errors import (
+    BlueprintingError,
+    ConfigError,
+    InvalidStrategyError,
+    ProblemCollector,
+    UnsupportedError,
+)
+from blueprinting.mapping.flat_keys import FlatValue, canonical_key, from_mapping
+from blueprinting.mapping.model import TransformerModelSpec
+from blueprinting.mapping.transformer import TrainingSpec
+from blueprinting.validation.fields import (
+    enum_or_none,
+    fixture_path,
+    flat_key_values,
+    integer,
+    number_or_none,
+    run_tables,
+    string,
+    strings,
+    toml_table,
+)
+
+#: Issue 12 item 7: median |relative error| of the iteration time over the planned runs.
+MEDIAN_ERROR_LIMIT = 0.08
+#: Issue 12 item 7: largest |relative error| of the iteration time over the planned runs.
+MAX_ERROR_LIMIT = 0.20
+
+
+class ModernSource(StrEnum):
+    """Where a run comes from (the shared JSON's ``source_key``; module docstring)."""
+
+    MEGATRON_BRIDGE = "megatron_bridge_perf_summary"
+    NEMO_24_07 = "nemo_24.07_perf_summary"
+    NEMO_LONG_SEQUENCE = "nemo_long_sequence_cp"
+
+
+class GpuGeneration(StrEnum):
+    """The accelerator generation a row's error is summarised under."""
+
+    HOPPER = "hopper"
+    BLACKWELL = "blackwell"
+
+
+#: The generation of each system preset a modern run may name (``hardware/presets.py``).
+SYSTEM_GENERATIONS: Mapping[str, GpuGeneration] = MappingProxyType(
+    {
+        "dgx-h100": GpuGeneration.HOPPER,
+        "dgx-h200": GpuGeneration.HOPPER,
+        "dgx-h800": GpuGeneration.HOPPER,
+        "dgx-b200": GpuGeneration.BLACKWELL,
+        "dgx-b300": GpuGeneration.BLACKWELL,
+        "dgx-gb200": GpuGeneration.BLACKWELL,
+        "dgx-gb300": GpuGeneration.BLACKWELL,
+    }
+)
+
+
+class PrecisionRecipe(StrEnum):
+    """The precision recipe a run's flat keys set, as Megatron-LM reads them: ``fp4_format`` with
+    ``fp4_recipe`` (default nvfp4) is FP4; else ``fp8_format`` (``fp8``) with ``fp8_recipe``
+    (default delayed, ``transformer_config.py``) is FP8; else bf16 / fp16
+    (``modern_parallelism.md`` 3.1)."""
+
+    BF16 = "bf16"
+    FP16 = "fp16"
+    FP8_DELAYED = "fp8-delayed"
+    FP8_TENSORWISE = "fp8-tensorwise"
+    FP8_BLOCKWISE = "fp8-blockwise"
+    MXFP8 = "mxfp8"
+    NVFP4 = "nvfp4"
+
+
+_FP8_RECIPES: Mapping[str, PrecisionRecipe] = MappingProxyType(
+    {
+        "delayed": PrecisionRecipe.FP8_DELAYED,
+        "tensorwise": PrecisionRecipe.FP8_TENSORWISE,
+        "blockwise": PrecisionRecipe.FP8_BLOCKWISE,
+        "mxfp8": PrecisionRecipe.MXFP8,
+    }
+)
+_FP4_RECIPES: Mapping[str, PrecisionRecipe] = MappingProxyType({"nvfp4": PrecisionRecipe.NVFP4})
+
+
+def precision_recipe(keys: Mapping[str, FlatValue]) -> PrecisionRecipe:
+    """The recipe ``keys`` set; :class:`ConfigError` naming a value that is not a recipe."""
+    canonical = {canonical_key(key): value for key, value in keys.items()}
+    fp4 = canonical.get("fp4_format", canonical.get("fp4"))
+    fp8 = canonical.get("fp8")
+    if fp4 not in (None, False):
+        recipe = str(canonical.get("fp4_recipe", "nvfp4"))
+        if recipe not in _FP4_RECIPES:
+            raise ConfigError([f"fp4_recipe {recipe!r} is not one of {', '.join(_FP4_RECIPES)}"])
+        return _FP4_RECIPES[recipe]
+    if fp8 not in (None, False):
+        recipe = str(canonical.get("fp8_recipe", "delayed"))
+        if recipe not in _FP8_RECIPES:
+            raise ConfigError([f"fp8_recipe {recipe!r} is not one of {', '.join(_FP8_RECIPES)}"])
+        return _FP8_RECIPES[recipe]
+    if canonical.get("fp16") is True:
+        return PrecisionRecipe.FP16
+    return PrecisionRecipe.BF16
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModernMeasured:
+    """What the source prints per GPU (``None``: not printed)."""
+
+    tokens_per_s_per_gpu: float | None = None
+    model_tflops_per_gpu: float | None = None
+
+
+#: Figures of ``[run.measured]``.
+MEASURED_KEYS: tuple[str, ...] = ("tokens_per_s_per_gpu", "model_tflops_per_gpu")
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModernRun:
+    """One measured run: provenance, the model, the system, its flat keys and its figures."""
+
+    id: str
+    source: ModernSource
+    provenance: str
+    framework: str
+    system: str
+    gpu: str
+    num_gpus: int
+    model_preset: str | None
+    model_keys: Mapping[str, FlatValue]
+    strategy_keys: Mapping[str, FlatValue]
+    measured: ModernMeasured
+    recipe: PrecisionRecipe
+    precision_stated: str
+    flops_convention: FlopsConvention | None = None
+    dp_table: int | None = None
+    notes: tuple[str, ...] = ()
+    assumptions: tuple[str, ...] = ()
+
+    @property
+    def generation(self) -> GpuGeneration:
+        return SYSTEM_GENERATIONS[self.system]
+
+    def _size(self, key: str) -> int:
+        value = self.strategy_keys.get(key, 1)
+        return value if type(value) is int else 1
+
+    @property
+    def tensor_parallel(self) -> int:
+        return self._size("tensor_model_parallel_size")
+
+    @property
+    def pipeline_parallel(self) -> int:
+        return self._size("pipeline_model_parallel_size")
+
+    @property
+    def context_parallel(self) -> int:
+        return self._size("context_parallel_size")
+
+    @property
+    def data_parallel(self) -> int:
+        """``num_gpus / (t x p x cp)``, as Megatron derives it from the world size."""
+        return self.num_gpus // (
+            self.tensor_parallel * self.pipeline_parallel * self.context_parallel
+        )
+
+    @property
+    def global_batch_size(self) -> int:
+        return self._size("global_batch_size")
+
+    @property
+    def model_name(self) -> str:
+        if self.model_preset is not None:
+            return self.model_preset
+        name = self.model_keys.get("model_name")
+        return name if isinstance(name, str) else "custom"
+
+    @property
+    def seq_length(self) -> int:
+        value = self.model_keys.get("seq_length")
+        if type(value) is int:
+            return value
+        return self.base_model().seq_length if self.model_preset is not None else 1
+
+    def base_model(self) -> TransformerModelSpec:
+        """The model preset (raises :class:`ConfigError` for an unknown name)."""
+        from blueprinting.mapping.presets import model_preset
+
+        if self.model_preset is None:
+            raise ConfigError([f"run {self.id!r} names no model preset"])
+        return model_preset(self.model_preset)
+
+    def flat_keys(self) -> dict[str, FlatValue]:
+        """Model and strategy keys with the GPU count as ``world_size``."""
+        return {**self.model_keys, **self.strategy_keys, "world_size": self.num_gpus}
+
+    def training_spec(self) -> TrainingSpec:
+        """The run as a :class:`TrainingSpec`, built by the flat-key adapter (``from_mapping``):
+        whatever it refuses is refused with its own message."""
+        base = self.base_model() if self.model_preset is not None else None
+        return from_mapping(self.flat_keys(), model=base)
+
+    def measured_iteration_time_s(self) -> float:
+        """Seconds per iteration: from tokens/s per GPU when printed, else from model TFLOP/s
+        under :attr:`flops_convention` (module docstring)."""
+        tokens = self.global_batch_size * self.seq_length
+        if self.measured.tokens_per_s_per_gpu is not None:
+            return tokens / (self.measured.tokens_per_s_per_gpu * self.num_gpus)
+        from dataclasses import replace
+
+        from blueprinting.analysis.flops import implied_iteration_time_s, model_flops_per_iteration
+
+        convention = self.flops_convention
+        tflops = self.measured.model_tflops_per_gpu
+        if convention is None or tflops is None:
+            raise ConfigError([f"run {self.id!r} has neither tokens/s nor TFLOP/s + convention"])
+        model = replace(self.base_model(), seq_length=self.seq_length)
+        flops = model_flops_per_iteration(model, self.global_batch_size, convention)
+        return implied_iteration_time_s(float(flops), self.num_gpus, tflops * 1e12)
+
+
+def default_fixture_path() -> Path:
+    """``tests/validation/fixtures/modern_runs.toml`` of the checkout this module is in."""
+    return fixture_path("modern_runs.toml")
+
+
+# --------------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------------
+def _measured(raw: Mapping[str, object], where: str, problems: ProblemCollector) -> ModernMeasured:
+    unknown = sorted(set(raw) - set(MEASURED_KEYS))
+    if unknown:
+        problems.add(f"{where} has unknown keys: {', '.join(unknown)}")
+    figures = {key: number_or_none(raw, key, where, problems) for key in MEASURED_KEYS}
+    for key, value in figures.items():
+        if value is not None and value <= 0:
+            problems.add(f"{where}.{key} must be positive, got {value!r}")
+    if all(value is None for value in figures.values()):
+        problems.add(f"{where} reports no figure")
+    return ModernMeasured(
+        tokens_per_s_per_gpu=figures["tokens_per_s_per_gpu"],
+        model_tflops_per_gpu=figures["model_tflops_per_gpu"],
+    )
+
+
+def _run(raw: Mapping[str, object], where: str, problems: ProblemCollector) -> ModernRun | None:
+    run_id = string(raw, "id", where, problems)
+    where = f"run {run_id!r}" if run_id else where
+    model_keys = flat_key_values(
+        toml_table(raw.get("model"), f"{where}.model", problems), f"{where}.model", problems
+    )
+    strategy_keys = flat_key_values(
+        toml_table(raw.get("strategy"), f"{where}.strategy", problems),
+        f"{where}.strategy",
+        problems,
+    )
+    both = sorted(set(model_keys) & set(strategy_keys))
+    if both:
+        problems.add(f"{where}: key(s) in both model and strategy: {', '.join(both)}")
+    for key in ("tensor_model_parallel_size", "global_batch_size"):
+        integer(strategy_keys, key, f"{where}.strategy", problems, fallback=1)
+    measured = _measured(
+        toml_table(raw.get("measured"), f"{where}.measured", problems),
+        f"{where}.measured",
+        problems,
+    )
+    system = string(raw, "system", where, problems)
+    if system and system not in SYSTEM_GENERATIONS:
+        problems.add(
+            f"{where}.system {system!r} is not one of {', '.join(sorted(SYSTEM_GENERATIONS))}"
+        )
+    num_gpus = integer(raw, "num_gpus", where, problems, fallback=1)
+    if num_gpus < 1:
+        problems.add(f"{where}.num_gpus must be positive, got {num_gpus}")
+    model_preset: str | None = None
+    if raw.get("model_preset") is not None:
+        model_preset = string(raw, "model_preset", where, problems) or None
+    convention = enum_or_none(FlopsConvention, raw, "flops_convention", where, problems)
+    if measured.tokens_per_s_per_gpu is None and (
+        convention is None or model_preset is None or measured.model_tflops_per_gpu is None
+    ):
+        problems.add(
+            f"{where}: without tokens_per_s_per_gpu the run needs model_tflops_per_gpu, "
+            "a flops_convention and a model preset"
+        )
+    try:
+        recipe = precision_recipe(strategy_keys)
+    except ConfigError as error:
+        for problem in error.problems:
+            problems.add(f"{where}.strategy: {problem}")
+        recipe = PrecisionRecipe.BF16
+    dp_table = raw.get("dp_table")
+    if dp_table is not None and type(dp_table) is not int:
+        problems.add(f"{where}.dp_table must be an integer, got {dp_table!r}")
+        dp_table = None
+    source = enum_or_none(ModernSource, raw, "source", where, problems)
+    if source is None:
+        problems.add(f"{where}.source is required")
+        return None
+    run = ModernRun(
+        id=run_id,
+        source=source,
+        provenance=string(raw, "provenance", where, problems),
+        framework=string(raw, "framework", where, problems),
+        system=system,
+        gpu=string(raw, "gpu", where, problems),
+        num_gpus=num_gpus,
+        model_preset=model_preset,
+        model_keys=MappingProxyType(model_keys),
+        strategy_keys=MappingProxyType(strategy_keys),
+        measured=measured,
+        recipe=recipe,
+        precision_stated=string(raw, "precision_stated", where, problems),
+        flops_convention=convention,
+        dp_table=dp_table if type(dp_table) is int else None,
+        notes=strings(raw, "notes", where, problems),
+        assumptions=strings(raw, "assumptions", where, problems),
+    )
+    return run if run_id else None
+
+
+def load_modern_runs(path: Path | None = None) -> tuple[ModernRun, ...]:
+    """Read the fixture (default :func:`default_fixture_path`), reporting every problem at once."""
+    source = path if path is not None else default_fixture_path()
+    problems = ProblemCollector(source=str(source))
+    runs = run_tables(source, "modern runs", problems, _run)
+    problems.raise_if_any()
+    return tuple(runs)
+
+
+# --------------------------------------------------------------------------------------------
+# Predictions
+# --------------------------------------------------------------------------------------------
+#: A run -> its predicted iteration time in seconds; a :class:`BlueprintingError` means "not
+#: planned", with its message.
+ModernPredictor = Callable[[ModernRun], float]
+
+
+def planner_message(error: BlueprintingError) -> str:
+    """The planner's own words, on one line: every problem or violated law."""
+    if isinstance(error, ConfigError):
+        return "; ".join(error.problems)
+    if isinstance(error, InvalidStrategyError):
+        return "; ".join(str(violation) for violation in error.violations)
+    return " ".join(str(error).split())
+
+
+def api_modern_predictor() -> ModernPredictor:
+    """A predictor backed by ``blueprinting.api.plan_spec`` (the plan's default options), on the
+    run's system preset: ``plan --json``'s ``iteration_time_s``.
+
+    Raises :class:`UnsupportedError` (with the reason) when the cost model is not installed.
+    """
+    from blueprinting.validation.predictor import cost_model_function
+
+    plan_spec = cost_model_function("plan_spec")
+
+    def predict(run: ModernRun) -> float:
+        values = plan_spec(run.training_spec(), run.system).to_json_dict()
+        time = values.get("iteration_time_s") if isinstance(values, Mapping) else None
+        if isinstance(time, bool) or not isinstance(time, int | float):
+            raise UnsupportedError(f"plan report of {run.id!r} has no iteration_time_s")
+        return float(time)
+
+    return predict
+
+
+# --------------------------------------------------------------------------------------------
+# Scoring
+# --------------------------------------------------------------------------------------------
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModernRow:
+    """One run: its layout, measured and predicted iteration time (s), or why it is not
+    planned (``not_planned``: the planner's message; empty when planned)."""
+
+    run_id: str
+    source: ModernSource
+    model: str
+    system: str
+    generation: GpuGeneration
+    num_gpus: int
+    tensor_parallel: int
+    pipeline_parallel: int
+    context_parallel: int
+    data_parallel: int
+    recipe: PrecisionRecipe
+    measured_s: float
+    predicted_s: float | None
+    not_planned: str = ""
+
+    @property
+    def planned(self) -> bool:
+        return self.predicted_s is not None
+
+    @property
+    def relative_error(self) -> float | None:
+        """(predicted - measured) / measured; ``None`` when not planned."""
+        if self.predicted_s is None:
+            return None
+        return (self.predicted_s - self.measured_s) / self.measured_s
+
+
+class SummaryAxis(StrEnum):
+    """How the error summaries split the rows."""
+
+    ALL = "all"
+    GENERATION = "generation"
+    RECIPE = "recipe"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ErrorSummary:
+    """|relative error| over the planned rows of one group; ``None`` when none is planned."""
+
+    axis: SummaryAxis
+    group: str
+    rows: int
+    planned: int
+    median_abs_error: float | None
+    max_abs_error: float | None
+    mean_error: float | None
+
+
+class ModernGate(StrEnum):
+    """The issue 12 item 7 gates."""
+
+    MEDIAN_ERROR = "iteration time: median |error| (planned rows)"
+    MAX_ERROR = "iteration time: max |error| (planned rows)"
+    ALL_PLANNED = "every dense row planned"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModernGateResult:
+    """``value``: the median or max |error| over ``count`` planned rows, or (ALL_PLANNED) the
+    fraction of rows planned; ``failing``: the rows breaking it."""
+
+    gate: ModernGate
+    count: int
+    value: float | None
+    limit: float
+    failing: tuple[str, ...]
+
+    @property
+    def passed(self) -> bool:
+        if self.count == 0 or self.value is None:
+            return False
+        match self.gate:
+            case ModernGate.MEDIAN_ERROR:
+                return self.value <= self.limit
+            case ModernGate.MAX_ERROR:
+                return self.value <= self.limit and not self.failing
+            case ModernGate.ALL_PLANNED:
+                return self.value >= self.limit and not self.failing
+            case _ as unreachable:
+                assert_never(unreachable)
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModernValidation:
+    rows: tuple[ModernRow, ...]
+    summaries: tuple[ErrorSummary, ...]
+    gates: tuple[ModernGateResult, ...]
+
+    @property
+    def passed(self) -> bool:
+        return all(result.passed for result in self.gates)
+
+    @property
+    def planned_rows(self) -> tuple[ModernRow, ...]:
+        return tuple(row for row in self.rows if row.planned)
+
+    @property
+    def not_planned_rows(self) -> tuple[ModernRow, ...]:
+        return tuple(row for row in self.rows if not row.planned)
+
+    def gate(self, gate: ModernGate) -> ModernGateResult:
+        return next(result for result in self.gates if result.gate is gate)
+
+
+def _summary(axis: SummaryAxis, group: str, rows: Sequence[ModernRow]) -> ErrorSummary:
+    errors = [error for row in rows if (error := row.relative_error) is not None]
+    magnitudes = [abs(error) for error in errors]
+    return ErrorSummary(
+        axis=axis,
+        group=group,
+        rows=len(rows),
+        planned=len(errors),
+        median_abs_error=statistics.median(magnitudes) if magnitudes else None,
+        max_abs_error=max(magnitudes) if magnitudes else None,
+        mean_error=statistics.fmean(errors) if errors else None,
+    )
+
+
+def summarise(rows: Sequence[ModernRow]) -> tuple[ErrorSummary, ...]:
+    """All rows, then per GPU generation, then per precision recipe (each in its enum's order;
+    groups without rows are left out)."""
+    out = [_summary(SummaryAxis.ALL, "all", rows)]
+    for generation in GpuGeneration:
+        members = [row for row in rows if row.generation is generation]
+        if members:
+            out.append(_summary(SummaryAxis.GENERATION, generation.value, members))
+    for recipe in PrecisionRecipe:
+        members = [row for row in rows if row.recipe is recipe]
+        if members:
+            out.append(_summary(SummaryAxis.RECIPE, recipe.value, members))
+    return tuple(out)
+
+
+def _gates(rows: Sequence[ModernRow]) -> tuple[ModernGateResult, ...]:
+    planned = [row for row in rows if row.planned]
+    magnitudes = {row.run_id: abs(row.relative_error or 0.0) for row in planned}
+    return (
+        ModernGateResult(
+            gate=ModernGate.MEDIAN_ERROR,
+            count=len(planned),
+            value=statistics.median(magnitudes.values()) if magnitudes else None,
+            limit=MEDIAN_ERROR_LIMIT,
+            failing=(),
+        ),
+        ModernGateResult(
+            gate=ModernGate.MAX_ERROR,
+            count=len(planned),
+            value=max(magnitudes.values()) if magnitudes else None,
+            limit=MAX_ERROR_LIMIT,
+            failing=tuple(
+                run_id for run_id, error in magnitudes.items() if error > MAX_ERROR_LIMIT
+            ),
+        ),
+        ModernGateResult(
+            gate=ModernGate.ALL_PLANNED,
+            count=len(rows),
+            value=len(planned) / len(rows) if rows else None,
+            limit=1.0,
+            failing=tuple(row.run_id for row in rows if not row.planned),
+        ),
+    )
+
+
+def compare_modern_runs(
+    predict: ModernPredictor, runs: Sequence[ModernRun] | None = None
+) -> ModernValidation:
+    """Score ``predict`` on ``runs`` (default: the fixture). A :class:`BlueprintingError` raised
+    for a run leaves it not planned, with the planner's message."""
+    chosen = load_modern_runs() if runs is None else runs
+    rows: list[ModernRow] = []
+    for run in chosen:
+        predicted: float | None
+        try:
+            predicted = predict(run)
+            message = ""
+        except BlueprintingError as error:
+            predicted = None
+            message = planner_message(error)
+        rows.append(
+            ModernRow(
+                run_id=run.id,
+                source=run.source,
+                model=run.model_name,
+                system=run.system,
+                generation=run.generation,
+                num_gpus=run.num_gpus,
+                tensor_parallel=run.tensor_parallel,
+                pipeline_parallel=run.pipeline_parallel,
+                context_parallel=run.context_parallel,
+                data_parallel=run.data_parallel,
+                recipe=run.recipe,
+                measured_s=run.measured_iteration_time_s(),
+                predicted_s=predicted,
+                not_planned=message,
+            )
+        )
+    return ModernValidation(rows=tuple(rows), summaries=summarise(rows), gates=_gates(rows))
+
+
+def modern_to_json_dict(validation: ModernValidation) -> dict[str, object]:
+    """The ``modern`` object of ``blueprinting validate --json`` (seconds; errors as fractions)."""
+    return {
+        "passed": validation.passed,
+        "gates": [
+            {
+                "name": str(result.gate),
+                "count": result.count,
+                "value": result.value,
+                "limit": result.limit,
+                "failing": list(result.failing),
+                "passed": result.passed,
+            }
+            for result in validation.gates
+        ],
+        "summaries": [
+            {
+                "axis": str(summary.axis),
+                "group": summary.group,
+                "rows": summary.rows,
+                "planned": summary.planned,
+                "median_abs_error": summary.median_abs_error,
+                "max_abs_error": summary.max_abs_error,
+                "mean_error": summary.mean_error,
+            }
+            for summary in validation.summaries
+        ],
+        "rows": [
+            {
+                "run": row.run_id,
+                "source": str(row.source),
+                "model": row.model,
+                "system": row.system,
+                "generation": str(row.generation),
+                "gpus": row.num_gpus,
+                "t": row.tensor_parallel,
+                "p": row.pipeline_parallel,
+                "cp": row.context_parallel,
+                "d": row.data_parallel,
+                "recipe": str(row.recipe),
+                "measured_iteration_time_s": row.measured_s,
+                "predicted_iteration_time_s": row.predicted_s,
+                "relative_error": row.relative_error,
+                "planned": row.planned,
+                "not_planned": row.not_planned,
+            }
+            for row in validation.rows
+        ],
+        "planned_runs": len(validation.planned_rows),
+        "not_planned_runs": len(validation.not_planned_rows),
+    }

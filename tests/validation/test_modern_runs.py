@@ -1,0 +1,351 @@
+"""The dense modern runs (issue 12 item 7): fixture, loader, recipes, scoring and the gates.
+
+The fixture ``tests/validation/fixtures/modern_runs.toml`` transcribes the 79 dense records of
+``shared/reference/modern_runs.json``; :func:`test_fixture_matches_the_shared_reference` checks
+it against that file when it is present (skipped on a clone without ``shared/``).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from blueprinting.analysis.flops import FlopsConvention
+from blueprinting.errors import ConfigError
+from blueprinting.validation.modern import (
+    MAX_ERROR_LIMIT,
+    MEDIAN_ERROR_LIMIT,
+    GpuGeneration,
+    ModernGate,
+    ModernRun,
+    ModernSource,
+    ModernValidation,
+    PrecisionRecipe,
+    api_modern_predictor,
+    compare_modern_runs,
+    load_modern_runs,
+    modern_to_json_dict,
+    precision_recipe,
+)
+from tests.reference import shared_reference
+
+_RUNS = load_modern_runs()
+_BY_ID = {run.id: run for run in _RUNS}
+
+
+@pytest.fixture(scope="module")
+def planned() -> ModernValidation:
+    """Every fixture run through ``blueprinting.api.plan_spec`` (about a second)."""
+    return compare_modern_runs(api_modern_predictor(), _RUNS)
+
+
+# --------------------------------------------------------------------------------------------
+# The fixture and the loader
+# --------------------------------------------------------------------------------------------
+def test_fixture_holds_every_dense_run_once() -> None:
+    assert len(_RUNS) == 79
+    assert len(_BY_ID) == 79
+    counts = {source: sum(1 for r in _RUNS if r.source is source) for source in ModernSource}
+    assert counts == {
+        ModernSource.MEGATRON_BRIDGE: 50,
+        ModernSource.NEMO_24_07: 12,
+        ModernSource.NEMO_LONG_SEQUENCE: 17,
+    }
+    assert {run.system for run in _RUNS} == {"dgx-h100", "dgx-b200", "dgx-gb200"}
+    assert all(run.provenance and run.framework for run in _RUNS)
+
+
+def test_a_megatron_bridge_row_reads_exactly() -> None:
+    run = _BY_ID["mbridge_26.04.01_DGX-H100_LLAMA3_70B_64gpu_FP8_14"]
+    assert run.model_preset == "llama3-70b"
+    assert run.system == "dgx-h100" and run.generation is GpuGeneration.HOPPER
+    assert run.num_gpus == 64
+    assert (run.tensor_parallel, run.pipeline_parallel, run.context_parallel) == (4, 8, 1)
+    assert run.data_parallel == 2
+    assert run.recipe is PrecisionRecipe.FP8_TENSORWISE
+    assert run.measured.tokens_per_s_per_gpu == 1664
+    assert run.measured.model_tflops_per_gpu == 731
+    keys = run.strategy_keys
+    assert keys["virtual_pipeline_model_parallel_size"] == 5
+    assert keys["sequence_parallel"] is True
+    assert keys["use_distributed_optimizer"] is True
+    assert keys["overlap_grad_reduce"] is True and keys["overlap_param_gather"] is True
+    assert keys["fp8_format"] == "hybrid" and keys["fp8_recipe"] == "tensorwise"
+    assert keys["fp8_param_gather"] is True
+    # gbs x seq / (tokens/s/GPU x GPUs) = 256 x 8192 / (1664 x 64)
+    assert run.measured_iteration_time_s() == pytest.approx(256 * 8192 / (1664 * 64), rel=1e-15)
+
+
+def test_the_gb200_nvfp4_and_mxfp8_rows_carry_megatrons_keys() -> None:
+    nvfp4 = _BY_ID["mbridge_26.04.01_DGX-GB200_LLAMA3_70B_64gpu_NVFP4_13"]
+    assert nvfp4.generation is GpuGeneration.BLACKWELL
+    assert nvfp4.recipe is PrecisionRecipe.NVFP4
+    assert nvfp4.strategy_keys["fp4_format"] == "e2m1"
+    assert nvfp4.strategy_keys["fp4_recipe"] == "nvfp4"
+    assert "fp8_format" not in nvfp4.strategy_keys
+    mxfp8 = _BY_ID["mbridge_26.04.01_DGX-GB200_LLAMA3_70B_64gpu_MXFP8_12"]
+    assert mxfp8.recipe is PrecisionRecipe.MXFP8
+    assert mxfp8.strategy_keys["fp8_format"] == "e4m3"
+    assert mxfp8.strategy_keys["reuse_grad_buf_for_mxfp8_param_ag"] is True
+
+
+def test_a_long_sequence_cp_row_reads_exactly() -> None:
+    run = _BY_ID["nemo_longseq_llama2_7b_h100_s512k"]
+    assert run.seq_length == 524288
+    assert (run.tensor_parallel, run.pipeline_parallel, run.context_parallel) == (8, 1, 16)
+    assert run.data_parallel == 4
+    assert run.strategy_keys["cp_comm_type"] == "p2p"
+    assert run.recipe is PrecisionRecipe.FP8_DELAYED
+    assert run.measured.tokens_per_s_per_gpu is None
+    assert run.flops_convention is FlopsConvention.MEGATRON_LEGACY
+
+
+def _nemo_llama_flops(run: ModernRun) -> float:
+    """NeMo's ``llama2`` model-FLOPs expression (nemo/utils/flops_formulas.py) without its causal
+    halving, written out independently of analysis/flops.py."""
+    model = run.base_model()
+    s, layers, h = run.seq_length, model.num_layers, model.hidden_size
+    groups, heads, ffn = model.num_query_groups, model.num_attention_heads, model.ffn_hidden_size
+    vocab = model.vocab_size
+    return (
+        run.global_batch_size
+        * s
+        * layers
+        * h
+        * h
+        * (12 + 12 * groups / heads + 18 * ffn / h + 12 * s / h + 6 * vocab / (layers * h))
+    )
+
+
+def test_a_tflops_only_row_is_timed_with_the_named_convention() -> None:
+    run = _BY_ID["nemo_longseq_llama2_7b_h100_s4k"]
+    expected = _nemo_llama_flops(run) / (768e12 * 4)
+    assert run.measured_iteration_time_s() == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "run_id",
+    [
+        "nemo2407_LLAMA2-7B_8gpu",
+        "nemo2407_LLAMA2-13B_16gpu",
+        "nemo2407_LLAMA2-70B_64gpu",
+        "nemo2407_LLAMA3-8B_8gpu",
+        "nemo2407_LLAMA3-70B_64gpu",
+    ],
+)
+def test_the_nemo_pages_count_model_flops_over_the_full_score_matrix(run_id: str) -> None:
+    """Why the long-sequence rows use megatron-legacy: the 24.07 page prints tokens/s and model
+    TFLOP/s, and their ratio is the full-matrix count to 0.3% (the causal count is 6-10% lower)."""
+    run = _BY_ID[run_id]
+    tokens = run.global_batch_size * run.seq_length
+    assert run.measured.tokens_per_s_per_gpu is not None
+    assert run.measured.model_tflops_per_gpu is not None
+    implied = run.measured.model_tflops_per_gpu * 1e12 / run.measured.tokens_per_s_per_gpu
+    assert implied == pytest.approx(_nemo_llama_flops(run) / tokens, rel=0.003)
+
+
+@pytest.mark.parametrize(
+    ("keys", "recipe"),
+    [
+        ({"bf16": True}, PrecisionRecipe.BF16),
+        ({"fp16": True}, PrecisionRecipe.FP16),
+        ({"bf16": True, "fp8_format": "hybrid"}, PrecisionRecipe.FP8_DELAYED),
+        ({"fp8": "hybrid", "fp8_recipe": "delayed"}, PrecisionRecipe.FP8_DELAYED),
+        ({"fp8_format": "hybrid", "fp8_recipe": "tensorwise"}, PrecisionRecipe.FP8_TENSORWISE),
+        ({"fp8_format": "e4m3", "fp8_recipe": "blockwise"}, PrecisionRecipe.FP8_BLOCKWISE),
+        ({"fp8_format": "e4m3", "fp8_recipe": "mxfp8"}, PrecisionRecipe.MXFP8),
+        ({"fp4_format": "e2m1"}, PrecisionRecipe.NVFP4),
+        ({"fp4": "e2m1", "fp4_recipe": "nvfp4"}, PrecisionRecipe.NVFP4),
+    ],
+)
+def test_precision_recipe_reads_megatrons_keys(
+    keys: dict[str, str | bool], recipe: PrecisionRecipe
+) -> None:
+    assert precision_recipe(keys) is recipe
+
+
+def test_an_unknown_recipe_is_named() -> None:
+    with pytest.raises(ConfigError, match="fp8_recipe 'mxfp4' is not one of delayed"):
+        precision_recipe({"fp8_format": "e4m3", "fp8_recipe": "mxfp4"})
+
+
+def test_a_malformed_fixture_reports_every_problem(tmp_path: Path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(
+        "[[run]]\n"
+        'id = "a"\nsource = "nemo_24.07_perf_summary"\nsystem = "dgx-a100-80gb"\n'
+        "num_gpus = 0\n"
+        '[run.strategy]\nfp8_format = "hybrid"\nfp8_recipe = "mxfp4"\n'
+        "tensor_model_parallel_size = 1\nglobal_batch_size = 8\n"
+        "[run.measured]\nmodel_tflops_per_gpu = 500\n"
+    )
+    with pytest.raises(ConfigError) as raised:
+        load_modern_runs(path)
+    text = "\n".join(raised.value.problems)
+    assert "system 'dgx-a100-80gb' is not one of" in text
+    assert "num_gpus must be positive" in text
+    assert "fp8_recipe 'mxfp4'" in text
+    assert "needs model_tflops_per_gpu, a flops_convention and a model preset" in text
+
+
+def test_fixture_matches_the_shared_reference() -> None:
+    reference = shared_reference()
+    if reference is None:
+        pytest.skip("shared/reference is absent (a fresh clone): nothing to compare with")
+    records = {
+        record["id"]: record
+        for record in json.loads((reference / "modern_runs.json").read_text())
+        if record["source_key"] in {source.value for source in ModernSource}
+    }
+    assert set(records) == set(_BY_ID)
+    for run_id, record in records.items():
+        run = _BY_ID[run_id]
+        strategy, measured = record["strategy"], record["measured"]
+        assert run.source.value == record["source_key"], run_id
+        assert run.num_gpus == record["hardware"]["n_gpus"], run_id
+        assert run.tensor_parallel == strategy["t"], run_id
+        assert run.pipeline_parallel == strategy["p"], run_id
+        assert run.context_parallel == strategy["cp"], run_id
+        assert run.data_parallel == strategy["d"], run_id
+        assert run.global_batch_size == strategy["global_batch"], run_id
+        assert run.seq_length == record["model"]["s"], run_id
+        if strategy["micro_batch"] is not None:
+            assert run.strategy_keys["micro_batch_size"] == strategy["micro_batch"], run_id
+        assert run.measured.tokens_per_s_per_gpu == measured.get("tokens_per_s_per_gpu"), run_id
+        assert run.measured.model_tflops_per_gpu == measured.get("model_tflops_per_gpu"), run_id
+        assert run.notes == tuple(record["notes"]), run_id
+        model = run.base_model() if run.model_preset is not None else None
+        if model is not None:
+            assert (model.num_layers, model.hidden_size) == (
+                record["model"]["L"],
+                record["model"]["h"],
+            ), run_id
+
+
+# --------------------------------------------------------------------------------------------
+# Scoring (a stand-in predictor: exact arithmetic)
+# --------------------------------------------------------------------------------------------
+def _stand_in(run: ModernRun) -> float:
+    """10% slow on Hopper, 20% fast on Blackwell; FP4 runs refused."""
+    if run.recipe is PrecisionRecipe.NVFP4:
+        raise ConfigError(["unknown key 'fp4_format'"])
+    factor = 1.1 if run.generation is GpuGeneration.HOPPER else 0.8
+    return factor * run.measured_iteration_time_s()
+
+
+def test_scoring_splits_the_error_by_generation_and_recipe() -> None:
+    validation = compare_modern_runs(_stand_in, _RUNS)
+    by_group = {(s.axis.value, s.group): s for s in validation.summaries}
+    hopper = by_group[("generation", "hopper")]
+    assert hopper.planned == hopper.rows == 34
+    assert hopper.median_abs_error == pytest.approx(0.1, rel=1e-12)
+    blackwell = by_group[("generation", "blackwell")]
+    assert (blackwell.rows, blackwell.planned) == (45, 36)
+    assert blackwell.max_abs_error == pytest.approx(0.2, rel=1e-12)
+    nvfp4 = by_group[("recipe", "nvfp4")]
+    assert (nvfp4.rows, nvfp4.planned, nvfp4.median_abs_error) == (9, 0, None)
+    not_planned = validation.not_planned_rows
+    assert {row.not_planned for row in not_planned} == {"unknown key 'fp4_format'"}
+    assert validation.gate(ModernGate.MAX_ERROR).passed is True  # 0.2 <= 0.2
+    assert validation.gate(ModernGate.MEDIAN_ERROR).passed is False  # 0.2 > 0.08
+    assert validation.gate(ModernGate.ALL_PLANNED).value == pytest.approx(70 / 79)
+    # Through the JSON text, as a user of --json reads it.
+    document = json.loads(json.dumps(modern_to_json_dict(validation)))
+    assert document["planned_runs"] == 70 and document["not_planned_runs"] == 9
+    (row,) = [r for r in document["rows"] if r["run"] == "nemo2407_LLAMA2-7B_8gpu"]
+    assert (row["t"], row["p"], row["cp"], row["d"]) == (1, 1, 1, 8)
+    assert row["recipe"] == "fp8-delayed" and row["generation"] == "hopper"
+    assert row["relative_error"] == pytest.approx(0.1, rel=1e-12)
+
+
+# --------------------------------------------------------------------------------------------
+# The planner on the runs (held out: no efficiency is fitted on them)
+# --------------------------------------------------------------------------------------------
+#: The runs the planner plans today: FP8 with Megatron's default (delayed) scaling and no CP.
+PLANNED_TODAY = frozenset(
+    {
+        "nemo_longseq_llama2_7b_h100_s4k",
+        "nemo_longseq_llama2_7b_h100_s8k",
+        "nemo_longseq_llama2_7b_h100_s16k",
+        "nemo_longseq_llama3_8b_b200_s8k",
+        "nemo_longseq_llama3_8b_b200_s16k",
+        "nemo2407_GPT3-5B_64gpu",
+        "nemo2407_GPT3-20B_64gpu",
+        "nemo2407_GPT3-175B_128gpu",
+        "nemo2407_GPT3-175B_512gpu",
+        "nemo2407_LLAMA2-7B_8gpu",
+        "nemo2407_LLAMA2-13B_16gpu",
+        "nemo2407_LLAMA2-70B_64gpu",
+    }
+)
+
+
+def test_which_runs_are_not_planned_and_why(planned: ModernValidation) -> None:
+    """Every refused run carries the planner's message (no traceback): today the keys of context
+    parallelism, the precision recipes, Megatron FSDP, the uneven pipeline split and Nemotron's
+    squared ReLU / LayerNorm1p. Update this list when those land."""
+    assert {row.run_id for row in planned.planned_rows} == PLANNED_TODAY
+    unknown: set[str] = set()
+    for row in planned.not_planned_rows:
+        assert row.not_planned, row.run_id
+        assert "Traceback" not in row.not_planned
+        for part in row.not_planned.split("; "):
+            assert part.startswith("unknown key '"), (row.run_id, part)
+            unknown.add(part.split("'")[1])
+    assert unknown == {
+        "cp_comm_type",
+        "fp8_recipe",
+        "fp8_param_gather",
+        "first_last_layers_bf16",
+        "num_layers_at_start_in_bf16",
+        "num_layers_at_end_in_bf16",
+        "reuse_grad_buf_for_mxfp8_param_ag",
+        "fp4_format",
+        "fp4_recipe",
+        "use_megatron_fsdp",
+        "account_for_embedding_in_pipeline_split",
+        "account_for_loss_in_pipeline_split",
+        "squared_relu",
+        "apply_layernorm_1p",
+    }
+
+
+def test_the_planned_runs_stay_within_todays_bounds(planned: ModernValidation) -> None:
+    """Regression bound, not the issue gate: the planned runs are predicted 17-32% fast except
+    GPT-3 20B (+39%: 1.0 s of exposed data-parallel communication). Today's median |error| is
+    24.1%, max 38.6%."""
+    errors = [abs(row.relative_error or 0.0) for row in planned.planned_rows]
+    assert statistics.median(errors) <= 0.25
+    assert max(errors) <= 0.40
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "the runs planned today are all FP8 (delayed) and predicted 17-32% fast: Datatype.FP8 "
+        "runs every GEMM, core attention and the LM head included, at the FP8 rate with no "
+        "quantization cost, where Transformer Engine runs only the linear layers in FP8 "
+        "(modern_parallelism.md 3.2); waits for the precision recipes (issue 12 item 4)"
+    ),
+)
+def test_issue_gate_on_the_planned_runs(planned: ModernValidation) -> None:
+    median = planned.gate(ModernGate.MEDIAN_ERROR)
+    largest = planned.gate(ModernGate.MAX_ERROR)
+    assert median.count == len(planned.planned_rows) > 0
+    assert median.value is not None and median.value <= MEDIAN_ERROR_LIMIT
+    assert largest.value is not None and largest.value <= MAX_ERROR_LIMIT
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "context parallelism (cp_comm_type) and the precision recipes (fp8_recipe, fp4_format, "
+        "...) are not modelled yet (issue 12 items 1 and 4): 67 of 79 dense runs are not planned"
+    ),
+)
+def test_full_issue_gate_every_dense_run(planned: ModernValidation) -> None:
+    assert planned.gate(ModernGate.ALL_PLANNED).passed
+    assert planned.passed
