@@ -159,6 +159,7 @@ TRAINING_KEYS: Mapping[str, _Key] = {
     "data_parallel_sharding_strategy": _choice(*(s.value for s in ShardingVariant)),
     "overlap_grad_reduce": _bool(),
     "overlap_param_gather": _bool(),
+    "use_megatron_fsdp": _bool(),
     "recompute_granularity": _choice("full", "selective"),
     "recompute_method": _choice(*(m.value for m in RecomputeMethod)),
     "recompute_num_layers": _int(),
@@ -930,6 +931,21 @@ def _sharding(values: Mapping[str, FlatValue], problems: list[str]) -> Optimizer
     use_dist = _get_bool(values, "use_distributed_optimizer")
     strategy = _get_str(values, "data_parallel_sharding_strategy")
     gather = values.get("overlap_param_gather") is True
+    # Megatron-FSDP (--use-megatron-fsdp) is how Megatron-LM shards gradients (ZeRO-2) and
+    # parameters (ZeRO-3); the flags emit it for exactly those two strategies.
+    fsdp = _get_bool(values, "use_megatron_fsdp")
+    fsdp_strategies = (ShardingVariant.OPTIM_GRADS.value, ShardingVariant.OPTIM_GRADS_PARAMS.value)
+    if fsdp is True and strategy not in fsdp_strategies:
+        problems.append(
+            "use_megatron_fsdp = true needs data_parallel_sharding_strategy = optim_grads or "
+            f"optim_grads_params (got {strategy}); plain optimizer sharding is "
+            "use_distributed_optimizer"
+        )
+    elif fsdp is False and strategy in fsdp_strategies:
+        problems.append(
+            f"data_parallel_sharding_strategy = {strategy} runs in Megatron-FSDP, which "
+            "use_megatron_fsdp = false turns off"
+        )
     if strategy is None:
         strategy = "optim" if use_dist else "no_shard"
     elif strategy == "no_shard" and use_dist is True:
@@ -1220,9 +1236,16 @@ def _sharding_keys(sharding: OptimizerSharding) -> dict[str, FlatValue]:
                 "use_distributed_optimizer": False,
                 "data_parallel_sharding_strategy": strategy,
             }
-        case DistributedOptimizer() | ShardedGradients() | ShardedParameters():
+        case DistributedOptimizer():
             return {
                 "use_distributed_optimizer": True,
+                "data_parallel_sharding_strategy": strategy,
+                "overlap_param_gather": sharding.overlap_param_gather,
+            }
+        case ShardedGradients() | ShardedParameters():
+            return {
+                "use_distributed_optimizer": True,
+                "use_megatron_fsdp": True,
                 "data_parallel_sharding_strategy": strategy,
                 "overlap_param_gather": sharding.overlap_param_gather,
             }
