@@ -6,7 +6,6 @@ rich is imported inside the function so that importing this module stays cheap.
 from __future__ import annotations
 
 import shlex
-
 from typing import TYPE_CHECKING
 
 from blueprinting.analysis.report import IterationReport

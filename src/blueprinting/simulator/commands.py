@@ -304,8 +304,8 @@ def build_from_orders(
     is_grad = (code == _B) | (code == _BI)
     has_input = (code == _F) & ~first_stage
     has_grad_input = is_grad & ~last_stage
-    local_f = has_input & (rank_at[prev_q] == rk)
-    local_b = has_grad_input & (rank_at[next_q] == rk)
+    local_f = has_input & (rank_at[prev_q] == rk) & graph.local_handoff
+    local_b = has_grad_input & (rank_at[next_q] == rk) & graph.local_handoff
     own = np.arange(n_compute, dtype=np.int64)
     late = local_f & (fid[slot_at[prev_q] * m + mb] > own)
     late |= local_b & (grad_id[slot_at[next_q] * m + mb] > own)
@@ -315,8 +315,11 @@ def build_from_orders(
             f"building command DAG: command {first_late} runs before its input from the same "
             "rank's other chunk"
         )
-    sends_fwd = (code == _F) & ~last_stage & (rank_at[next_q] != rk)
-    sends_bwd = is_grad & ~first_stage & (rank_at[prev_q] != rk)
+    sends_fwd = (code == _F) & ~last_stage
+    sends_bwd = is_grad & ~first_stage
+    if graph.local_handoff:
+        sends_fwd &= rank_at[next_q] != rk
+        sends_bwd &= rank_at[prev_q] != rk
     sending = np.flatnonzero(sends_fwd | sends_bwd)
     t_rank = rk[sending]
     t_count = np.bincount(t_rank, minlength=p).astype(np.int64)

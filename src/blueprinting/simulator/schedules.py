@@ -98,6 +98,9 @@ class StageGraph:
     position: tuple[tuple[int, ...], ...]
     line_starts: tuple[int, ...]
     microbatches: int
+    local_handoff: bool = False
+    """Whether consecutive stages on one rank hand over in memory (DualPipeV's turn) rather
+    than through a P2P message (Megatron's ring, which sends even to itself when p = 1)."""
 
 
 def stage_graph(schedule: PipelineSchedule, p: int, m: int, v: int) -> StageGraph:
@@ -112,6 +115,7 @@ def stage_graph(schedule: PipelineSchedule, p: int, m: int, v: int) -> StageGrap
                 position=tuple((r, 2 * p - 1 - r) for r in range(p)),
                 line_starts=(0,),
                 microbatches=m,
+                local_handoff=True,
             )
         case DualPipe():
             return StageGraph(
