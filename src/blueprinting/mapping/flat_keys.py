@@ -599,18 +599,20 @@ def from_mapping(
             )
         d = max(world // (t * p), 1)
 
-    schedule, layout = _pipeline(values, p, spec_model, problems)
+    unsupported = _unsupported_sizes(values)
+    schedule, layout = _pipeline(values, p, spec_model, problems, unsupported)
     communication = _training_tensor_communication(values, problems)
     sharding = _sharding(values, problems)
-    unsupported = _unsupported_sizes(values)
     recompute = _recompute(values, problems, unsupported)
     attention = _attention(values, problems)
 
     # A None here always comes with a problem; the extra tests narrow the types.
-    if problems or spec_model is None or d is None or schedule is None:
+    if problems or spec_model is None or d is None:
         raise ConfigError(problems)
     if unsupported:
         raise UnsupportedError("; ".join(unsupported))
+    if schedule is None:
+        raise ConfigError(problems)
     mbs = _get_int(values, "micro_batch_size") or 1
     gbs = _get_int(values, "global_batch_size") or mbs * d
     spec = TrainingSpec(
@@ -737,6 +739,7 @@ def _pipeline(
     p: int,
     model: TransformerModelSpec | None,
     problems: list[str],
+    unsupported: list[str],
 ) -> tuple[PipelineSchedule | None, StageLayout]:
     first = _get_int(values, "decoder_first_pipeline_num_layers")
     last = _get_int(values, "decoder_last_pipeline_num_layers")
@@ -752,7 +755,7 @@ def _pipeline(
     v = 1
     layout_text = _get_str(values, "pipeline_model_parallel_layout")
     if layout_text is not None:
-        flexible = _flexible_layout(values, layout_text, p, problems)
+        flexible = _flexible_layout(values, layout_text, p, problems, unsupported)
         if flexible is None:
             return None, layout
         layout, v = flexible
@@ -829,7 +832,11 @@ _LAYOUT_CONFLICTS = (
 
 
 def _flexible_layout(
-    values: Mapping[str, FlatValue], text: str, p: int, problems: list[str]
+    values: Mapping[str, FlatValue],
+    text: str,
+    p: int,
+    problems: list[str],
+    unsupported: list[str],
 ) -> tuple[FlexibleStages, int] | None:
     """The parsed layout and the v it implies (Megatron-LM ``arguments.py`` l.929-950
     @d98e8a64: v = stages / p, which must be exact; the layout excludes the other layout and
@@ -847,6 +854,9 @@ def _flexible_layout(
         layout = parse_pipeline_layout(text)
     except ConfigError as error:
         problems.extend(f"pipeline_model_parallel_layout {text!r}: {e}" for e in error.problems)
+        return None
+    except UnsupportedError as error:
+        unsupported.append(str(error))  # reported with the other unsupported keys
         return None
     n = len(layout.stages)
     given_v = _get_int(values, "virtual_pipeline_model_parallel_size")
