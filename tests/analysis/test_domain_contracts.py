@@ -19,6 +19,8 @@ from blueprinting.mapping.transformer import (
     BatchSpec,
     DataParallel,
     DistributedOptimizer,
+    DualPipe,
+    DualPipeV,
     ForwardOnly,
     FullRecompute,
     InterleavedOneForwardOneBackward,
@@ -117,6 +119,10 @@ def _describe(schedule: PipelineSchedule) -> str:
             return "forward"
         case ZeroBubbleH1():
             return "zb-h1"
+        case DualPipe():
+            return "dualpipe"
+        case DualPipeV():
+            return "dualpipev"
         case _ as unreachable:
             assert_never(unreachable)
 
@@ -129,6 +135,8 @@ def test_every_schedule_variant_is_matchable() -> None:
         InterleavedOneForwardOneBackward: InterleavedOneForwardOneBackward(virtual_stages=2),
         ForwardOnly: ForwardOnly(),
         ZeroBubbleH1: ZeroBubbleH1(),
+        DualPipe: DualPipe(),
+        DualPipeV: DualPipeV(),
     }
     assert set(examples) == set(get_args(PipelineSchedule))
     assert [_describe(s) for s in examples.values()] == [
@@ -137,6 +145,8 @@ def test_every_schedule_variant_is_matchable() -> None:
         "interleaved/2",
         "forward",
         "zb-h1",
+        "dualpipe",
+        "dualpipev",
     ]
 
 

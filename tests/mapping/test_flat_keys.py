@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from blueprinting.errors import ConfigError, InvalidStrategyError, UnsupportedError
+from blueprinting.errors import ConfigError, InvalidStrategyError
 from blueprinting.mapping.model import (
     Datatype,
     EmbeddingTying,
@@ -108,14 +108,6 @@ def test_world_size_not_divisible_names_the_law() -> None:
     assert violation.law == "world_size"
     assert violation.formula == "world_size = t * p * d"
     assert violation.message == "d = world_size / (t * p) = 100 / (8 * 3) is not integral"
-
-
-def test_pipeline_layout_is_unsupported() -> None:
-    with pytest.raises(UnsupportedError, match="pipeline_model_parallel_layout is not supported"):
-        from_mapping(
-            {"data_parallel_size": 1, "pipeline_model_parallel_layout": "Et|tL"},
-            model=model_preset("gpt3-175b"),
-        )
 
 
 def test_layers_per_virtual_stage_gives_v() -> None:

@@ -82,7 +82,8 @@ def test_exclusion_counts() -> None:
         ExclusionReason.MULTI_TOKEN_PREDICTION: 4,
         ExclusionReason.FP8_RECIPE: 2,
         ExclusionReason.TP_COMM_OVERLAP: 1,
-        ExclusionReason.PIPELINE_LAYOUT: 4,
+        # Two runs keep it: their layouts hold MTP layers (m); the other two plan their layout.
+        ExclusionReason.PIPELINE_LAYOUT: 2,
         ExclusionReason.ACTIVATION_OFFLOAD: 4,
         ExclusionReason.RECOMPUTE_MODULES: 4,
         ExclusionReason.INCOMPLETE_CONFIGURATION: 2,

@@ -36,6 +36,8 @@ from blueprinting.analysis.pipeline_contract import (
     imbalance_correction,
 )
 from blueprinting.mapping.transformer import (
+    DualPipe,
+    DualPipeV,
     ForwardOnly,
     InterleavedOneForwardOneBackward,
     OneForwardOneBackward,
@@ -315,7 +317,15 @@ def pipeline_p2p_exposed(
     match schedule:
         case InterleavedOneForwardOneBackward(overlap_p2p_comm=True):
             return (p * v - 1) * per_microbatch_chunk
-        case InterleavedOneForwardOneBackward() | OneForwardOneBackward() | ZeroBubbleH1():
+        case (
+            InterleavedOneForwardOneBackward()
+            | OneForwardOneBackward()
+            | ZeroBubbleH1()
+            | DualPipe()
+            | DualPipeV()
+        ):
+            # DualPipe / DualPipeV: the blocking estimate of 1F1B per chunk (v = 1 / 2); the
+            # simulation times their real overlap.
             return microbatches * v * per_microbatch_chunk
         case ForwardOnly():
             return microbatches * v * plan.p2p_forward_s

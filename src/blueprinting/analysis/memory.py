@@ -87,6 +87,8 @@ from blueprinting.mapping.transformer import (
     AttentionKernel,
     ContextParallel,
     DistributedOptimizer,
+    DualPipe,
+    DualPipeV,
     ForwardOnly,
     FullRecompute,
     FusedAttention,
@@ -107,6 +109,8 @@ from blueprinting.mapping.transformer import (
     TransformerTrainingMappingSpec,
     UnfusedAttention,
     ZeroBubbleH1,
+    loss_stage,
+    model_copies,
 )
 from blueprinting.synthesizer.dialects.transformer.inference import kv_groups_per_rank
 from blueprinting.synthesizer.dialects.transformer.training import SOFTMAX_STATISTIC_BYTES
@@ -279,6 +283,7 @@ def _stage_parameters(
         stage=stage,
         blocks=sum(inv.chunks[stage]),
         block_parameters=inv.block_parameters,
+        loss_at=loss_stage(mapping.parallelism.pipeline.schedule, mapping.pipeline_degree),
     )
 
 
@@ -290,11 +295,13 @@ def stage_parameter_counts(
     stage: int,
     blocks: int,
     block_parameters: int | None = None,
+    loss_at: int | None = None,
 ) -> StageParameters:
     """Parameters per TP rank of stage ``stage`` holding ``blocks`` blocks: the blocks, the
     word (and learned position) embedding on the first stage, the final norm and the LM head on
     the last (Megatron-LM keeps a copy of tied embeddings there when p > 1). Training and
-    serving share it; ``block_parameters`` defaults to :func:`block_parameters_per_rank`."""
+    serving share it; ``block_parameters`` defaults to :func:`block_parameters_per_rank`;
+    ``loss_at`` is the stage with the LM head (default the last; DualPipeV's is the first)."""
     p = pipeline_degree
     t = tensor_degree
     _check_stage(stage, p)
@@ -310,7 +317,7 @@ def stage_parameter_counts(
                 assert_never(unreachable)
     output_layer = 0
     final_norm = 0
-    if stage == p - 1:
+    if stage == (p - 1 if loss_at is None else loss_at):
         final_norm = model.norm_parameters
         match model.embeddings:
             case EmbeddingTying.UNTIED:
@@ -554,6 +561,15 @@ def in_flight_microbatches(
             # Deferring W passes keeps 1F1B's worst-case count on every rank (Qi et al. 2023,
             # Section 3.1; schedules.md section 6).
             return (min(p, m),)
+        case DualPipe():
+            # Both directions' chunks hold a whole stage's blocks: p + 1 stage-microbatches at
+            # the peak on every rank (DualPipe README table; equal to the simulated peak, rank r
+            # holding p - r forward-direction and r + 1 reverse-direction chunks).
+            return (min(p + 1, m),)
+        case DualPipeV():
+            # 2p + 1 chunks of L / (2p) blocks on every rank: 2p - r of chunk 0, r + 1 of chunk 1
+            # (the README's PP + 1 with PP = 2p stages; equal to the simulated peak).
+            return (min(2 * p - stage, m), min(stage + 1, m))
         case ForwardOnly():
             raise UnsupportedError(
                 "checking training memory: ForwardOnly is an inference schedule; "
@@ -649,7 +665,7 @@ def _stage_activations(
     if stage == 0:
         embedding = in_flight[0] * b * (TOKEN_ID_BYTES * s + DROPOUT_MASK_BYTES * rows * h)
     logits = 0
-    if stage == p - 1:
+    if stage == loss_stage(mapping.parallelism.pipeline.schedule, p):
         vocab = _ceil_div(model.padded_vocab_size, t)
         logits = in_flight[-1] * b * (LOGITS_BYTES * s * vocab + x * rows * h)
     return StageActivations(
@@ -883,7 +899,8 @@ def _stage_overheads(
     _check_stage(stage, mapping.pipeline_degree)
     has_blocks = sum(inv.chunks[stage]) > 0
     working = inv.backward_working if has_blocks else 0
-    logits = inv.logits_transient if stage == mapping.pipeline_degree - 1 else 0
+    schedule = mapping.parallelism.pipeline.schedule
+    logits = inv.logits_transient if stage == loss_stage(schedule, mapping.pipeline_degree) else 0
     parts = overhead_parts(
         working=working,
         logits=logits,
@@ -1085,6 +1102,11 @@ def _stage_memory(
     recipe = inv.recipe
     params = _stage_parameters(model, mapping, stage, inv)
     count = params.total
+    if model_copies(mapping.parallelism.pipeline.schedule) == 2:
+        # DualPipe: rank r also holds stage p - 1 - r of the reverse direction (weights,
+        # gradients and optimizer states), so the end ranks hold the embedding and the LM head.
+        mirror = mapping.pipeline_degree - 1 - stage
+        count += _stage_parameters(model, mapping, mirror, inv).total
     d = mapping.dense_gradient_degree  # the distributed optimizer shards over d x cp
     weights = count * recipe.param
     gradients = count * recipe.grad

@@ -1,7 +1,8 @@
 """How many transformer blocks each pipeline stage and each virtual chunk holds.
 
 Even split: every stage holds L / p blocks, every chunk L / (p * v) (Narayanan et al. 2021,
-Section 2.2.2). Uneven split: Megatron-LM's ``decoder_first_pipeline_num_layers`` /
+Section 2.2.2). Flexible layout (Megatron-LM's ``pipeline_model_parallel_layout``): the counts
+of every virtual chunk as given. Uneven split: Megatron-LM's ``decoder_first_pipeline_num_layers`` /
 ``decoder_last_pipeline_num_layers`` fix the first / last stage, and the remaining blocks are split
 evenly over the other stages (``megatron/core/transformer/transformer_block.py``,
 ``get_num_layers_to_build``).
@@ -20,6 +21,7 @@ from blueprinting.errors import InvalidStrategyError, LawViolation
 from blueprinting.mapping.model import TransformerModelSpec
 from blueprinting.mapping.transformer import (
     EvenStages,
+    FlexibleStages,
     PipelineParallel,
     RecomputeMethod,
     UnevenStages,
@@ -72,6 +74,8 @@ def stage_layer_counts(model: TransformerModelSpec, pipeline: PipelineParallel) 
             counts = dict(given)
             counts.update(zip(free, spread, strict=True))
             return tuple(counts[stage] for stage in range(p))
+        case FlexibleStages():
+            return tuple(sum(chunks) for chunks in chunk_layer_counts(model, pipeline))
         case _ as unreachable:
             assert_never(unreachable)
 
@@ -80,8 +84,19 @@ def stage_layer_counts(model: TransformerModelSpec, pipeline: PipelineParallel) 
 def chunk_layer_counts(
     model: TransformerModelSpec, pipeline: PipelineParallel
 ) -> tuple[tuple[int, ...], ...]:
-    """Blocks of each virtual chunk on each physical stage: ``result[stage][chunk]``."""
+    """Blocks of each virtual chunk on each physical stage: ``result[stage][chunk]``. A flexible
+    layout gives them directly (virtual stage c * p + r); a layout with fewer stages than p * v
+    (which the laws refuse) leaves the missing chunks empty."""
     v = virtual_stages_of(pipeline.schedule)
+    p = pipeline.degree
+    if isinstance(pipeline.layout, FlexibleStages):
+        stages = pipeline.layout.stages
+        return tuple(
+            tuple(
+                stages[c * p + r].decoder_layers if c * p + r < len(stages) else 0 for c in range(v)
+            )
+            for r in range(p)
+        )
     return tuple(_spread(count, v) for count in stage_layer_counts(model, pipeline))
 
 

@@ -64,7 +64,10 @@ from blueprinting.mapping.transformer import (
     CpCommunication,
     DataParallel,
     DistributedOptimizer,
+    DualPipe,
+    DualPipeV,
     EvenStages,
+    FlexibleStages,
     ForwardOnly,
     FullRecompute,
     FusedAttention,
@@ -151,8 +154,9 @@ TRAINING_KEYS: Mapping[str, _Key] = {
     "pipeline_model_parallel_layout": _Key(kind=_Kind.STR),
     "microbatch_group_size_per_vp_stage": _int(),
     "overlap_p2p_comm": _bool(),
-    # Blueprinting's own key (Megatron-LM has none): "zb-h1" selects ZeroBubbleH1.
-    "pipeline_schedule": _choice("1f1b", "zb-h1"),
+    # Blueprinting's own key (Megatron-LM has none): "zb-h1" selects ZeroBubbleH1, "dualpipe" /
+    # "dualpipev" DeepSeek's DualPipe / DualPipeV (deepseek-ai/DualPipe; not in Megatron-LM).
+    "pipeline_schedule": _choice("1f1b", "zb-h1", "dualpipe", "dualpipev"),
     "decoder_first_pipeline_num_layers": _int(),
     "decoder_last_pipeline_num_layers": _int(),
     "use_distributed_optimizer": _bool(),
@@ -718,24 +722,20 @@ def from_mapping(
             )
         d = max(world // model_size, 1)
 
-    schedule, layout = _pipeline(values, p, spec_model, problems)
+    unsupported = _unsupported_sizes(values)
+    schedule, layout = _pipeline(values, p, spec_model, problems, unsupported)
     communication = _training_tensor_communication(values, problems)
     sharding = _sharding(values, problems)
-    unsupported = _unsupported_sizes(values)
     recompute = _recompute(values, problems, unsupported)
     attention = _attention(values, problems)
 
-    if "pipeline_model_parallel_layout" in values:
-        unsupported.append(
-            "pipeline_model_parallel_layout is not supported: give "
-            "decoder_first/last_pipeline_num_layers and a virtual-pipeline size instead"
-        )
-
     # A None here always comes with a problem; the extra tests narrow the types.
-    if problems or spec_model is None or d is None or schedule is None:
+    if problems or spec_model is None or d is None:
         raise ConfigError(problems)
     if unsupported:
         raise UnsupportedError("; ".join(unsupported))
+    if schedule is None:
+        raise ConfigError(problems)
     mbs = _get_int(values, "micro_batch_size") or 1
     gbs = _get_int(values, "global_batch_size") or mbs * d
     spec = TrainingSpec(
@@ -865,6 +865,7 @@ def _pipeline(
     p: int,
     model: TransformerModelSpec | None,
     problems: list[str],
+    unsupported: list[str],
 ) -> tuple[PipelineSchedule | None, StageLayout]:
     first = _get_int(values, "decoder_first_pipeline_num_layers")
     last = _get_int(values, "decoder_last_pipeline_num_layers")
@@ -878,7 +879,13 @@ def _pipeline(
         problems.append(f"at most one virtual-pipeline key may be set, got {', '.join(given)}")
         return None, layout
     v = 1
-    if given == ["num_layers_per_virtual_pipeline_stage"]:
+    layout_text = _get_str(values, "pipeline_model_parallel_layout")
+    if layout_text is not None:
+        flexible = _flexible_layout(values, layout_text, p, problems, unsupported)
+        if flexible is None:
+            return None, layout
+        layout, v = flexible
+    elif given == ["num_layers_per_virtual_pipeline_stage"]:
         per_chunk = _get_int(values, "num_layers_per_virtual_pipeline_stage") or 1
         if first is not None or last is not None:
             problems.append(
@@ -899,6 +906,21 @@ def _pipeline(
 
     group = _get_int(values, "microbatch_group_size_per_vp_stage")
     overlap = _get_bool(values, "overlap_p2p_comm")
+    dual = _get_str(values, "pipeline_schedule")
+    if dual in ("dualpipe", "dualpipev"):
+        extra = [
+            k
+            for k in (*_VIRTUAL_KEYS, "microbatch_group_size_per_vp_stage", "overlap_p2p_comm")
+            if k in values
+        ]
+        if layout_text is not None:
+            extra.append("pipeline_model_parallel_layout")
+        if extra:
+            problems.append(
+                f"pipeline_schedule = {dual} sets its own two chunks per rank: it takes no "
+                f"{', '.join(extra)}"
+            )
+        return (DualPipe() if dual == "dualpipe" else DualPipeV()), layout
     if _get_str(values, "pipeline_schedule") == "zb-h1":
         if v > 1 or group is not None or overlap is not None:
             problems.append(
@@ -925,6 +947,54 @@ def _pipeline(
             "otherwise; Blueprinting refuses instead)"
         )
     return training_schedule(p), layout
+
+
+_LAYOUT_CONFLICTS = (
+    "decoder_first_pipeline_num_layers",
+    "decoder_last_pipeline_num_layers",
+    "num_layers_per_virtual_pipeline_stage",
+    "num_virtual_stages_per_pipeline_rank",
+)
+
+
+def _flexible_layout(
+    values: Mapping[str, FlatValue],
+    text: str,
+    p: int,
+    problems: list[str],
+    unsupported: list[str],
+) -> tuple[FlexibleStages, int] | None:
+    """The parsed layout and the v it implies (Megatron-LM ``arguments.py`` l.929-950
+    @d98e8a64: v = stages / p, which must be exact; the layout excludes the other layout and
+    virtual-pipeline keys, and ``virtual_pipeline_model_parallel_size`` must agree with it, a law
+    checked on the typed value)."""
+    from blueprinting.mapping.pipeline_layout import parse_pipeline_layout
+
+    conflicts = [k for k in _LAYOUT_CONFLICTS if k in values]
+    if conflicts:
+        problems.append(
+            f"pipeline_model_parallel_layout cannot be set with {', '.join(conflicts)} "
+            "(Megatron-LM refuses the combination: arguments.py, transformer_config.py)"
+        )
+    try:
+        layout = parse_pipeline_layout(text)
+    except ConfigError as error:
+        problems.extend(f"pipeline_model_parallel_layout {text!r}: {e}" for e in error.problems)
+        return None
+    except UnsupportedError as error:
+        unsupported.append(str(error))  # reported with the other unsupported keys
+        return None
+    n = len(layout.stages)
+    given_v = _get_int(values, "virtual_pipeline_model_parallel_size")
+    if given_v is not None:
+        return layout, given_v
+    if n % p != 0:
+        problems.append(
+            f"pipeline_model_parallel_layout {text!r} has {n} stages, not a multiple of "
+            f"pipeline_model_parallel_size = {p} (Megatron-LM: the length must be divisible by p)"
+        )
+        return None
+    return layout, n // p
 
 
 def _sharding(values: Mapping[str, FlatValue], problems: list[str]) -> OptimizerSharding:
@@ -1106,8 +1176,7 @@ def to_mapping(spec: TrainingSpec) -> dict[str, FlatValue]:
     }
     out |= _context_keys(par.context)
     out |= _tp_overlap_keys(mapping.tp_comm_overlap)
-    out |= _schedule_keys(par.pipeline.schedule)
-    out |= _layout_keys(par.pipeline.layout)
+    out |= _pipeline_keys(par.pipeline)
     out |= _sharding_keys(par.data.optimizer_sharding)
     out["overlap_grad_reduce"] = par.data.overlap_grad_reduce
     out |= _recompute_keys(par.recompute)
@@ -1207,6 +1276,10 @@ def _schedule_keys(schedule: PipelineSchedule) -> dict[str, FlatValue]:
             return out
         case ZeroBubbleH1():
             return {"pipeline_schedule": "zb-h1"}
+        case DualPipe():
+            return {"pipeline_schedule": "dualpipe"}
+        case DualPipeV():
+            return {"pipeline_schedule": "dualpipev"}
         case SingleStage() | OneForwardOneBackward() | ForwardOnly():
             return {}
         case _ as unreachable:
@@ -1222,10 +1295,23 @@ def _layout_keys(layout: StageLayout) -> dict[str, FlatValue]:
             if last is not None:
                 out["decoder_last_pipeline_num_layers"] = last
             return out
+        case FlexibleStages():
+            from blueprinting.mapping.pipeline_layout import format_pipeline_layout
+
+            return {"pipeline_model_parallel_layout": format_pipeline_layout(layout)}
         case EvenStages():
             return {}
         case _ as unreachable:
             assert_never(unreachable)
+
+
+def _pipeline_keys(pipeline: PipelineParallel) -> dict[str, FlatValue]:
+    """Schedule and layout keys; a flexible layout implies v, so the virtual-stage count is
+    not given beside it (Megatron-LM refuses both)."""
+    keys = _schedule_keys(pipeline.schedule)
+    if isinstance(pipeline.layout, FlexibleStages):
+        keys.pop("num_virtual_stages_per_pipeline_rank", None)
+    return keys | _layout_keys(pipeline.layout)
 
 
 def _sharding_keys(sharding: OptimizerSharding) -> dict[str, FlatValue]:
@@ -1300,7 +1386,12 @@ def megatron_args_of_lawful(spec: TrainingSpec) -> list[str]:
         str(mapping.pipeline_degree),
     ]
     args += _flags(_context_keys(par.context))
-    args += _schedule_args(par.pipeline.schedule)
+    schedule_args = _schedule_args(par.pipeline.schedule)
+    if isinstance(par.pipeline.layout, FlexibleStages) and schedule_args[:1] == [
+        "--num-virtual-stages-per-pipeline-rank"
+    ]:
+        schedule_args = schedule_args[2:]  # the layout implies v; Megatron-LM refuses both
+    args += schedule_args
     args += _flags(_layout_keys(par.pipeline.layout))
     if mapping.sequence_parallel:
         args.append("--sequence-parallel")
@@ -1334,6 +1425,12 @@ def _schedule_args(schedule: PipelineSchedule) -> list[str]:
         case ZeroBubbleH1():
             # validate_training(megatron=True) refuses ZB-H1 before this point.
             raise UnsupportedError("Megatron-LM has no flag for the ZB-H1 schedule")
+        case DualPipe() | DualPipeV():
+            # validate_training(megatron=True) refuses these before this point.
+            raise UnsupportedError(
+                f"Megatron-LM mainline has no flag for {schedule}: it is the planner-only "
+                "pipeline_schedule key (deepseek-ai/DualPipe is a standalone module)"
+            )
         case SingleStage() | OneForwardOneBackward() | ForwardOnly():
             return []
         case _ as unreachable:

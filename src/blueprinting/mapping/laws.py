@@ -34,7 +34,10 @@ from blueprinting.mapping.transformer import (
     AllGatherKV,
     AllReduce,
     DistributedOptimizer,
+    DualPipe,
+    DualPipeV,
     EvenStages,
+    FlexibleStages,
     ForwardOnly,
     FullRecompute,
     FusedAttention,
@@ -115,6 +118,10 @@ def stage_blocks(num_layers: int, pipeline: PipelineParallel) -> tuple[int, ...]
             if last is not None:
                 counts.append(last)
             return tuple(counts)
+        case FlexibleStages(stages=stages):
+            if len(stages) % p != 0 or sum(s.decoder_layers for s in stages) != num_layers:
+                return None
+            return tuple(sum(s.decoder_layers for s in stages[r::p]) for r in range(p))
         case _ as unreachable:
             assert_never(unreachable)
 
@@ -147,8 +154,64 @@ def _layout_laws(num_layers: int, pipeline: PipelineParallel, v: int) -> list[La
                 )
         case UnevenStages(first_stage_layers=first, last_stage_layers=last):
             out.extend(_uneven_laws(num_layers, p, v, first, last))
+        case FlexibleStages():
+            out.extend(flexible_layout_laws(num_layers, pipeline.layout, p, v))
         case _ as unreachable:
             assert_never(unreachable)
+    return out
+
+
+def _at(position: int | None) -> str:
+    return "" if position is None else f" (position {position} of the layout string)"
+
+
+def flexible_layout_laws(
+    num_layers: int, layout: FlexibleStages, p: int, v: int
+) -> list[LawViolation]:
+    """Megatron-LM's checks of ``pipeline_model_parallel_layout`` (``arguments.py`` l.941-950
+    and ``pipeline_parallel_layer_layout.py`` ``validate_layer_layout`` @d98e8a64): p * v
+    stages, the embedding exactly once and first, the loss exactly once and last, and exactly
+    num_layers decoder blocks. Megatron derives v from the stage count; here v comes from the
+    schedule and the law checks that they agree."""
+    stages = layout.stages
+    out: list[LawViolation] = []
+    if len(stages) != p * v:
+        out.append(
+            _violation(
+                "layout_stage_count",
+                "layout stages = p * v",
+                f"the layout has {len(stages)} stages, p * v = {p} * {v} = {p * v}",
+                stages=len(stages),
+                p=p,
+                v=v,
+            )
+        )
+    blocks = sum(stage.decoder_layers for stage in stages)
+    if blocks != num_layers:
+        out.append(
+            _violation(
+                "layout_covers_model",
+                "count(t) = num_layers",
+                f"the layout holds {blocks} decoder blocks (t), the model has {num_layers}",
+                layout_blocks=blocks,
+                num_layers=num_layers,
+            )
+        )
+    for role, name, expected in (("embedding", "E", 0), ("loss", "L", len(stages) - 1)):
+        holders = [k for k, stage in enumerate(stages) if getattr(stage, role)]
+        if holders == [expected]:
+            continue
+        where = ", ".join(f"stage {k}{_at(stages[k].position)}" for k in holders) or "no stage"
+        place = "first" if expected == 0 else "last"
+        out.append(
+            _violation(
+                f"layout_{role}_{place}",
+                f"{name} exactly once, in the {place} stage",
+                f"the {role} ({name}) must be given once, in the {place} stage ({expected}); "
+                f"found in {where}",
+                count=len(holders),
+            )
+        )
     return out
 
 
@@ -447,6 +510,8 @@ def _training_schedule_laws(p: int, pipeline: PipelineParallel) -> list[LawViola
                         p=p,
                     )
                 ]
+        case DualPipe() | DualPipeV():
+            return []  # they need m: dualpipe_laws, from check_training
         case ForwardOnly():
             return [
                 _violation(
@@ -458,6 +523,46 @@ def _training_schedule_laws(p: int, pipeline: PipelineParallel) -> list[LawViola
         case _ as unreachable:
             assert_never(unreachable)
     return []
+
+
+def dualpipe_laws(schedule: DualPipe | DualPipeV, p: int, m: int) -> list[LawViolation]:
+    """deepseek-ai/DualPipe's assertions in ``step`` (``dualpipe.py`` / ``dualpipev.py``
+    @3da1bbe): DualPipe needs an even number of ranks and ``num_chunks`` (microbatches) even and
+    >= 2 p; DualPipeV ``num_chunks >= 2 p``. Both need p >= 2 (two ends to feed)."""
+    out: list[LawViolation] = []
+    name = str(schedule)
+    if p < 2:
+        out.append(
+            _violation(
+                "schedule_matches_pipeline", f"{name} => p >= 2", f"{name} needs p >= 2", p=p
+            )
+        )
+    if isinstance(schedule, DualPipe) and p % 2 != 0:
+        out.append(
+            _violation(
+                "dualpipe_even_ranks", "p mod 2 = 0", f"DualPipe needs an even p, got p = {p}", p=p
+            )
+        )
+    if m < 2 * p:
+        out.append(
+            _violation(
+                "dualpipe_microbatches",
+                "m >= 2 p",
+                f"{name} needs m >= 2 p = {2 * p} microbatches, got m = {m}",
+                m=m,
+                p=p,
+            )
+        )
+    if isinstance(schedule, DualPipe) and m % 2 != 0:
+        out.append(
+            _violation(
+                "dualpipe_even_microbatches",
+                "m mod 2 = 0",
+                f"DualPipe splits the microbatches in two directions: m = {m} is odd",
+                m=m,
+            )
+        )
+    return out
 
 
 def interleaving_degree_ok(pipeline_degree: int, overlap_p2p_comm: bool) -> bool:
@@ -535,6 +640,16 @@ def _megatron_interleaving_laws(
                     "schedule in {SingleStage, OneForwardOneBackward, Interleaved}",
                     "Megatron-LM has no ZB-H1 schedule (Qi et al. 2023 ship it in "
                     "sail-sg/zero-bubble-pipeline-parallelism, a fork)",
+                    RuleSet.MEGATRON,
+                )
+            )
+        case DualPipe() | DualPipeV():
+            out.append(
+                _violation(
+                    "megatron_schedule_supported",
+                    "schedule in {SingleStage, OneForwardOneBackward, Interleaved}",
+                    f"Megatron-LM mainline has no {pipeline.schedule} schedule (DeepSeek ships "
+                    "it as the standalone deepseek-ai/DualPipe module)",
                     RuleSet.MEGATRON,
                 )
             )
@@ -772,6 +887,8 @@ def check_training(
         )
     out.extend(_layout_laws(model.num_layers, pipeline, v))
     out.extend(_training_schedule_laws(p, pipeline))
+    if isinstance(pipeline.schedule, DualPipe | DualPipeV):
+        out.extend(dualpipe_laws(pipeline.schedule, p, mapping.microbatch_count))
     out.extend(_block_laws(model, mapping.parallelism.tensor))
     out.extend(_recompute_laws(model, mapping))
 
@@ -838,7 +955,13 @@ def _inference_schedule_laws(p: int, pipeline: PipelineParallel) -> list[LawViol
                         p=p,
                     )
                 ]
-        case OneForwardOneBackward() | InterleavedOneForwardOneBackward() | ZeroBubbleH1():
+        case (
+            OneForwardOneBackward()
+            | InterleavedOneForwardOneBackward()
+            | ZeroBubbleH1()
+            | DualPipe()
+            | DualPipeV()
+        ):
             return [
                 _violation(
                     "inference_schedule",

@@ -344,12 +344,40 @@ class ZeroBubbleH1:
         return "ZB-H1"
 
 
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DualPipe:
+    """DualPipe (DeepSeek-AI 2024, DeepSeek-V3 Technical Report, Section 3.2.1;
+    deepseek-ai/DualPipe ``dualpipe/dualpipe.py`` @3da1bbe): bidirectional pipeline. Every rank
+    holds two copies of the model's parameters: stage r of the forward direction and stage
+    p - 1 - r of the reverse direction; half of the microbatches enter at rank 0, half at rank
+    p - 1. Backward is split into input gradient and deferred weight gradient (zero bubble) in
+    the warm-up and cool-down. Not in Megatron-LM: a planner-only schedule."""
+
+    def __str__(self) -> str:
+        return "DualPipe"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DualPipeV:
+    """DualPipeV ("cut-in-half" DualPipe, Sea AI Lab; deepseek-ai/DualPipe
+    ``dualpipe/dualpipev.py`` @3da1bbe): a V-shaped schedule over 2p virtual stages; rank r
+    holds stage r (chunk 0) and stage 2p - 1 - r (chunk 1), so each chunk has L / (2p) blocks
+    and parameters are not duplicated. Not in Megatron-LM: a planner-only schedule."""
+
+    def __str__(self) -> str:
+        return "DualPipeV"
+
+
 PipelineSchedule: TypeAlias = (
     SingleStage
     | OneForwardOneBackward
     | InterleavedOneForwardOneBackward
     | ForwardOnly
     | ZeroBubbleH1
+    | DualPipe
+    | DualPipeV
 )
 
 
@@ -378,11 +406,55 @@ def inference_schedule(pipeline_degree: int) -> PipelineSchedule:
 
 
 def virtual_stages_of(schedule: PipelineSchedule) -> int:
-    """v: model chunks per physical pipeline stage (1 unless interleaved)."""
+    """v: model chunks per physical pipeline stage, the layer split (1 unless interleaved or
+    DualPipeV). DualPipe's two chunks are two copies of one stage's layers: its split is v = 1
+    (``model_copies`` says 2)."""
     match schedule:
         case InterleavedOneForwardOneBackward(virtual_stages=v):
             return v
-        case SingleStage() | OneForwardOneBackward() | ForwardOnly() | ZeroBubbleH1():
+        case DualPipeV():
+            return 2
+        case SingleStage() | OneForwardOneBackward() | ForwardOnly() | ZeroBubbleH1() | DualPipe():
+            return 1
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def loss_stage(schedule: PipelineSchedule, pipeline_degree: int) -> int:
+    """The physical stage that runs the LM head and loss: the last, except DualPipeV, whose
+    V turns back to rank 0 (``dualpipev.py``: the loss is computed on the first rank). DualPipe
+    runs it on both end ranks, one per direction; its rank r also holds stage p - 1 - r, which
+    :func:`model_copies` accounts for, so its plan keeps the loss on the last stage."""
+    match schedule:
+        case DualPipeV():
+            return 0
+        case (
+            SingleStage()
+            | OneForwardOneBackward()
+            | InterleavedOneForwardOneBackward()
+            | ForwardOnly()
+            | ZeroBubbleH1()
+            | DualPipe()
+        ):
+            return pipeline_degree - 1
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def model_copies(schedule: PipelineSchedule) -> int:
+    """Copies of its stage's parameters every rank holds: 2 for DualPipe (one per direction,
+    the DualPipe README's "2x parameters"), else 1."""
+    match schedule:
+        case DualPipe():
+            return 2
+        case (
+            SingleStage()
+            | OneForwardOneBackward()
+            | InterleavedOneForwardOneBackward()
+            | ForwardOnly()
+            | ZeroBubbleH1()
+            | DualPipeV()
+        ):
             return 1
         case _ as unreachable:
             assert_never(unreachable)
@@ -423,7 +495,52 @@ class UnevenStages:
         return f"uneven({self.first_stage_layers},{self.last_stage_layers})"
 
 
-StageLayout: TypeAlias = EvenStages | UnevenStages
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LayoutStage:
+    """One virtual stage of a flexible layout: whether it holds the embedding, how many decoder
+    blocks, whether it holds the loss (output layer, final norm and loss). ``position`` is where
+    the stage's text begins in the layout string it was parsed from (for messages only; not part
+    of the value)."""
+
+    embedding: bool = False
+    decoder_layers: int = 0
+    loss: bool = False
+    position: int | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.decoder_layers < 0:
+            raise ConfigError(
+                [f"LayoutStage decoder_layers must be >= 0, got {self.decoder_layers}"]
+            )
+
+    def __str__(self) -> str:
+        blocks = "t" * min(self.decoder_layers, 1)
+        if self.decoder_layers > 1:
+            blocks = f"t*{self.decoder_layers}"
+        return ("E" if self.embedding else "") + blocks + ("L" if self.loss else "")
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FlexibleStages:
+    """Megatron-LM's ``pipeline_model_parallel_layout`` (``megatron/core/transformer/
+    pipeline_parallel_layer_layout.py`` @d98e8a64): the layers of every virtual stage, listed
+    in virtual-stage order (stage k = chunk c * p + rank r, Megatron's flattened order). The
+    laws check that it has p * v stages, covers num_layers blocks and places the embedding
+    first and the loss last."""
+
+    stages: tuple[LayoutStage, ...]
+
+    def __post_init__(self) -> None:
+        if not self.stages:
+            raise ConfigError(["FlexibleStages needs at least one stage"])
+
+    def __str__(self) -> str:
+        return "layout(" + "|".join(str(stage) for stage in self.stages) + ")"
+
+
+StageLayout: TypeAlias = EvenStages | UnevenStages | FlexibleStages
 
 
 @final
@@ -918,7 +1035,10 @@ __all__ = [
     "DataParallel",
     "Datatype",
     "DistributedOptimizer",
+    "DualPipe",
+    "DualPipeV",
     "EvenStages",
+    "FlexibleStages",
     "ForwardOnly",
     "FullRecompute",
     "HeadAllToAll",
@@ -926,6 +1046,7 @@ __all__ = [
     "InferenceSpec",
     "InferenceWorkload",
     "InterleavedOneForwardOneBackward",
+    "LayoutStage",
     "NoOptimizerSharding",
     "NoRecompute",
     "NoTpCommOverlap",
@@ -963,6 +1084,8 @@ __all__ = [
     "from_mapping",
     "inference_from_mapping",
     "inference_schedule",
+    "loss_stage",
+    "model_copies",
     "tensor_communication",
     "to_mapping",
     "to_megatron_args",

@@ -5,6 +5,7 @@ rich is imported inside the function so that importing this module stays cheap.
 
 from __future__ import annotations
 
+import shlex
 from typing import TYPE_CHECKING
 
 from blueprinting.analysis.report import IterationReport
@@ -135,4 +136,5 @@ def render_plan(report: IterationReport, console: Console, *, all_stages: bool =
         for refusal in report.megatron_refusals:
             console.print(f"  - {refusal}", markup=False)
     else:
-        console.print("megatron-lm flags: " + " ".join(report.megatron_args))
+        # shlex: a layout such as Et|(tt|)*30L must reach a shell quoted.
+        console.print("megatron-lm flags: " + shlex.join(report.megatron_args))

@@ -42,6 +42,8 @@ from blueprinting.mapping.laws import check_training
 from blueprinting.mapping.model import TransformerModelSpec
 from blueprinting.mapping.transformer import (
     DistributedOptimizer,
+    DualPipe,
+    DualPipeV,
     ForwardOnly,
     FullRecompute,
     FusedAttention,
@@ -289,7 +291,7 @@ def _row_values(mapping: TransformerTrainingMappingSpec) -> dict[str, int | bool
             values["microbatch_group"] = 0 if group is None else group
         case SingleStage() | OneForwardOneBackward():
             pass
-        case ZeroBubbleH1() | ForwardOnly():
+        case ZeroBubbleH1() | ForwardOnly() | DualPipe() | DualPipeV():
             values["virtual_stages"] = -1  # no such schedule in a search table
         case _ as unreachable_schedule:
             assert_never(unreachable_schedule)

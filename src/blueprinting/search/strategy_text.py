@@ -21,7 +21,10 @@ overlap_grad           overlap_grad_reduce: on/off                              
 overlap_param_gather   on/off (a sharded variant only)                          off
 overlap_p2p            overlap_p2p_comm: on/off (v > 1 only)                    off
 group                  microbatch group size per virtual stage, or ``default``  default
-schedule               ``auto`` (from p and v) or ``zb-h1`` (ZeroBubbleH1, v = 1) auto
+schedule               ``auto`` (from p and v), ``zb-h1`` (ZeroBubbleH1, v = 1), auto
+                       ``dualpipe`` or ``dualpipev`` (DeepSeek's, no v)
+layout                 Megatron's ``pipeline_model_parallel_layout`` (no spaces), even
+                       e.g. ``Et|(tt|)*30L``; v defaults to its stages / pp
 ====================== ======================================================== ===============
 
 The schedule follows from p and v: p = v = 1 is SingleStage, v = 1 < p is 1F1B, v > 1 is
@@ -44,6 +47,10 @@ from blueprinting.mapping.transformer import (
     CpCommunication,
     DataParallel,
     DistributedOptimizer,
+    DualPipe,
+    DualPipeV,
+    EvenStages,
+    FlexibleStages,
     ForwardOnly,
     FullRecompute,
     HeadAllToAll,
@@ -63,9 +70,11 @@ from blueprinting.mapping.transformer import (
     ShardedParameters,
     ShardingVariant,
     SingleStage,
+    StageLayout,
     TensorParallel,
     TransformerTrainingMappingSpec,
     TransformerTrainingParallelism,
+    UnevenStages,
     ZeroBubbleH1,
     cp_comm_type,
     tensor_communication,
@@ -93,6 +102,7 @@ _KEYS = (
     "overlap_p2p",
     "group",
     "schedule",
+    "layout",
 )
 _TRUE = ("on", "true", "yes", "1")
 _FALSE = ("off", "false", "no", "0")
@@ -175,7 +185,14 @@ def parse_strategy_text(
     if cp == 1:
         r.refuse("cp_comm", "only context parallelism (cp > 1) has a comm type")
     p = r.integer("pp", 1) or 1
-    v = r.integer("v", 1) or 1
+    layout = _parse_layout(r)
+    default_v = 1
+    if isinstance(layout, FlexibleStages) and "v" not in r.words:
+        stages = len(layout.stages)
+        if stages % p != 0:
+            problems.append(f"layout: {stages} stages are not a multiple of pp = {p}")
+        default_v = max(stages // p, 1)
+    v = r.integer("v", default_v) or 1
     mbs = r.integer("mbs", 1) or 1
     gbs = r.integer("gbs", global_batch_size)
     if gbs is None:
@@ -202,7 +219,7 @@ def parse_strategy_text(
     return TransformerTrainingMappingSpec(
         parallelism=TransformerTrainingParallelism(
             tensor=TensorParallel(degree=t, communication=tensor_communication(sp)),
-            pipeline=PipelineParallel(degree=p, schedule=schedule),
+            pipeline=PipelineParallel(degree=p, schedule=schedule, layout=layout),
             data=DataParallel(
                 degree=d, optimizer_sharding=sharding, overlap_grad_reduce=overlap_grad
             ),
@@ -254,10 +271,28 @@ def _parse_sharding(r: _Reader) -> OptimizerSharding:
     return variant.build(overlap_param_gather=gather)
 
 
+def _parse_layout(r: _Reader) -> StageLayout:
+    text = r.words.get("layout")
+    if text is None:
+        return EvenStages()
+    from blueprinting.mapping.pipeline_layout import parse_pipeline_layout
+
+    try:
+        return parse_pipeline_layout(text)
+    except ConfigError as error:
+        r.problems.extend(f"layout={text}: {problem}" for problem in error.problems)
+        return EvenStages()
+
+
 def _parse_schedule(r: _Reader, p: int, v: int) -> PipelineSchedule:
     overlap_p2p = r.flag("overlap_p2p")
     group_text = r.words.get("group", "default")
     schedule_text = r.words.get("schedule", "auto")
+    if schedule_text in ("dualpipe", "dualpipev"):
+        r.refuse("overlap_p2p", "only the interleaved schedule (v > 1) has it")
+        r.refuse("group", "only the interleaved schedule (v > 1) has it")
+        r.refuse("v", f"schedule={schedule_text} sets its own two chunks per rank")
+        return DualPipe() if schedule_text == "dualpipe" else DualPipeV()
     if schedule_text == "zb-h1":
         r.refuse("overlap_p2p", "only the interleaved schedule (v > 1) has it")
         r.refuse("group", "only the interleaved schedule (v > 1) has it")
@@ -265,7 +300,9 @@ def _parse_schedule(r: _Reader, p: int, v: int) -> PipelineSchedule:
             raise ConfigError([f"schedule=zb-h1 is not interleaved; got v={v}"])
         return ZeroBubbleH1()
     if schedule_text != "auto":
-        raise ConfigError([f"schedule must be 'auto' or 'zb-h1', got {schedule_text!r}"])
+        raise ConfigError(
+            [f"schedule must be 'auto', 'zb-h1', 'dualpipe' or 'dualpipev', got {schedule_text!r}"]
+        )
     if v == 1:
         r.refuse("overlap_p2p", "only the interleaved schedule (v > 1) has it")
         r.refuse("group", "only the interleaved schedule (v > 1) has it")
@@ -303,6 +340,10 @@ def format_strategy_text(mapping: TransformerTrainingMappingSpec) -> str:
             pass
         case ZeroBubbleH1():
             schedule_words = ["schedule=zb-h1"]
+        case DualPipe():
+            schedule_words = ["schedule=dualpipe"]
+        case DualPipeV():
+            schedule_words = ["schedule=dualpipev"]
         case ForwardOnly():
             raise ConfigError(["a training strategy cannot use the ForwardOnly schedule"])
         case _ as unreachable:
@@ -332,4 +373,16 @@ def format_strategy_text(mapping: TransformerTrainingMappingSpec) -> str:
         case _ as unreachable_sharding:
             assert_never(unreachable_sharding)
     words.append(f"overlap_grad={_on(par.data.overlap_grad_reduce)}")
+    layout = par.pipeline.layout
+    match layout:
+        case FlexibleStages():
+            from blueprinting.mapping.pipeline_layout import format_pipeline_layout
+
+            schedule_words.append(f"layout={format_pipeline_layout(layout)}")
+        case EvenStages():
+            pass
+        case UnevenStages():
+            raise ConfigError(["strategy text has no key for uneven first/last stage counts"])
+        case _ as unreachable_layout:
+            assert_never(unreachable_layout)
     return " ".join(words + schedule_words)

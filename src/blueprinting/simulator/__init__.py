@@ -9,6 +9,8 @@ PortablePlanIR (imported on its own: it depends on the analysis modules it reads
 
 from blueprinting.simulator.analytic import (
     analytic_contract_bubble,
+    dualpipe_bubble,
+    dualpipe_peak_inflight,
     interleaved_p2p_exposed,
     interleaved_peak_inflight,
     one_f_one_b_p2p_exposed,
@@ -47,6 +49,8 @@ __all__ = [
     "build_from_orders",
     "build_schedule",
     "chrome_trace_events",
+    "dualpipe_bubble",
+    "dualpipe_peak_inflight",
     "interleaved_p2p_exposed",
     "interleaved_peak_inflight",
     "megatron_violations",

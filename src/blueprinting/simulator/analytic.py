@@ -60,3 +60,21 @@ def interleaved_p2p_exposed(p: int, v: int, c: float) -> float:
     (asynchronous) P2P: 2(p v - 1) c, independent of m, valid while c <= tf (schedules.md 4):
     only the fill and drain of the p v virtual stages see it."""
     return 2 * (p * v - 1) * c
+
+
+def dualpipe_bubble(
+    stages: int, forward_and_backward: float, backward: float, weight: float
+) -> float:
+    """The DualPipe README's bubble for DualPipe and DualPipeV, as written:
+    ``(PP/2 - 1)(F&B + B - 3W)`` with PP the number of pipeline stages (p for DualPipe, 2p for
+    DualPipeV on p ranks), F&B one forward and one backward chunk run together (F + B here: the
+    simulator overlaps no communication inside them), B a full backward, W its weight-gradient
+    part. The simulation (bubble = idle time of the busiest rank) equals it when B - W = F and
+    differs otherwise (``tests/simulator/test_dualpipe.py``)."""
+    return (stages / 2 - 1) * (forward_and_backward + backward - 3 * weight)
+
+
+def dualpipe_peak_inflight(stages: int) -> int:
+    """Activation memory per device of DualPipe and DualPipeV, in chunks: PP + 1 (DualPipe
+    README table); the simulation gives it on every rank."""
+    return stages + 1

@@ -31,7 +31,14 @@ import numpy.typing as npt
 from blueprinting.errors import VerificationError
 from blueprinting.mapping.transformer import ForwardOnly, PipelineSchedule
 from blueprinting.simulator.costs import ScheduleCosts
-from blueprinting.simulator.schedules import OpKind, RankOrder, check_megatron, rank_orders
+from blueprinting.simulator.schedules import (
+    OpKind,
+    RankOrder,
+    StageGraph,
+    check_megatron,
+    rank_orders,
+    stage_graph,
+)
 
 
 class CommandKind(StrEnum):
@@ -148,7 +155,11 @@ def build_schedule(
         check_megatron(schedule, p, m, v)
     orders = rank_orders(schedule, p, m, v)
     return build_from_orders(
-        schedule, costs, orders, forward_only=isinstance(schedule, ForwardOnly)
+        schedule,
+        costs,
+        orders,
+        forward_only=isinstance(schedule, ForwardOnly),
+        graph=stage_graph(schedule, p, m, v),
     )
 
 
@@ -184,6 +195,13 @@ def _step_bounds(
     """For every op (global index) the first and the last op of its step."""
     n = int(offsets[-1])
     flags = np.zeros(n, dtype=np.bool_)
+    explicit = [order for order in orders if order.receive_at is not None]
+    if explicit:
+        if len(explicit) != len(orders) or any(o.send_after is None for o in orders):
+            raise VerificationError("building command DAG: every rank or none sets receive_at")
+        at = [np.asarray(o.receive_at, np.int64) + offsets[r] for r, o in enumerate(orders)]
+        after = [np.asarray(o.send_after, np.int64) + offsets[r] for r, o in enumerate(orders)]
+        return np.concatenate(at), np.concatenate(after)
     for r, order in enumerate(orders):
         if lengths[r] == 0:
             continue
@@ -204,11 +222,21 @@ def build_from_orders(
     orders: list[RankOrder],
     *,
     forward_only: bool = False,
+    graph: StageGraph | None = None,
 ) -> CommandDag:
     """The DAG of explicit per-rank orders (the extension point for new schedules, and how tests
-    build deliberately broken programs). Raises VerificationError if an order misses or repeats
-    a pass, or runs a backward before its forward on the same rank."""
-    p, m, v = costs.pipeline_degree, costs.microbatch_count, costs.virtual_stages
+    build deliberately broken programs). ``graph`` places every (rank, chunk) in the pipeline
+    (default: Megatron's virtual stage c*p + r, one line of ``costs.microbatch_count``
+    microbatches). Raises VerificationError if an order misses or repeats a pass, or runs a
+    backward before its forward on the same rank (or a pass before its same-rank input)."""
+    p, v = costs.pipeline_degree, costs.virtual_stages
+    if graph is None:
+        graph = StageGraph(
+            position=tuple(tuple(c * p + r for c in range(v)) for r in range(p)),
+            line_starts=(0,),
+            microbatches=costs.microbatch_count,
+        )
+    m = graph.microbatches
     if len(orders) != p:
         raise VerificationError(f"building command DAG: {len(orders)} rank orders for p = {p}")
     n_virtual = p * v
@@ -259,9 +287,39 @@ def build_from_orders(
 
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     step_first, step_last = _step_bounds(orders, lengths, offsets)
-    stage = ch * p + rk
-    sends_fwd = (code == _F) & (stage < n_virtual - 1)
-    sends_bwd = ((code == _B) | (code == _BI)) & (stage > 0)
+    # Topology: position q of every op, the rank/slot of positions q - 1 and q + 1.
+    position = np.asarray(graph.position, dtype=np.int64).reshape(p, v)
+    rank_at = np.empty(n_virtual, dtype=np.int64)
+    slot_at = np.empty(n_virtual, dtype=np.int64)
+    rank_at[position] = np.arange(p, dtype=np.int64)[:, None]
+    slot_at[position] = np.arange(v, dtype=np.int64)[None, :] * p + np.arange(p)[:, None]
+    starts = np.zeros(n_virtual + 1, dtype=np.bool_)
+    starts[list(graph.line_starts)] = True
+    starts[n_virtual] = True
+    pos = position[rk, ch]
+    first_stage = starts[pos]
+    last_stage = starts[pos + 1]
+    prev_q = np.maximum(pos - 1, 0)
+    next_q = np.minimum(pos + 1, n_virtual - 1)
+    is_grad = (code == _B) | (code == _BI)
+    has_input = (code == _F) & ~first_stage
+    has_grad_input = is_grad & ~last_stage
+    local_f = has_input & (rank_at[prev_q] == rk) & graph.local_handoff
+    local_b = has_grad_input & (rank_at[next_q] == rk) & graph.local_handoff
+    own = np.arange(n_compute, dtype=np.int64)
+    late = local_f & (fid[slot_at[prev_q] * m + mb] > own)
+    late |= local_b & (grad_id[slot_at[next_q] * m + mb] > own)
+    if late.any():
+        first_late = int(np.flatnonzero(late)[0])
+        raise VerificationError(
+            f"building command DAG: command {first_late} runs before its input from the same "
+            "rank's other chunk"
+        )
+    sends_fwd = (code == _F) & ~last_stage
+    sends_bwd = is_grad & ~first_stage
+    if graph.local_handoff:
+        sends_fwd &= rank_at[next_q] != rk
+        sends_bwd &= rank_at[prev_q] != rk
     sending = np.flatnonzero(sends_fwd | sends_bwd)
     t_rank = rk[sending]
     t_count = np.bincount(t_rank, minlength=p).astype(np.int64)
@@ -317,11 +375,10 @@ def build_from_orders(
     peer = np.full(n, -1, dtype=np.int64)
     kind[:n_compute], rank[:n_compute], chunk[:n_compute] = code, rk, ch
     micro[:n_compute], duration[:n_compute] = mb, dur
-    s_stage = stage[sending]
     kind[tid] = np.where(sends_fwd[sending], _SEND_F, _SEND_B)
     rank[tid], chunk[tid], micro[tid] = t_rank, ch[sending], mb[sending]
     duration[tid] = costs.p2p_time_s
-    peer[tid] = np.where(sends_fwd[sending], (s_stage + 1) % p, (s_stage - 1) % p)
+    peer[tid] = np.where(sends_fwd[sending], rank_at[next_q[sending]], rank_at[prev_q[sending]])
     if bucket_rows:
         rows = np.array([row[0] for row in bucket_rows], dtype=np.int64)
         kind[rows] = _DP
@@ -334,11 +391,13 @@ def build_from_orders(
     # it is posted at; every input of a step's ops is received before the step's first op;
     # with wait_own_sends, an op also waits for the previous same-kind op's outgoing message.
     recv_src = np.full(n_compute, -1, dtype=np.int64)
-    is_f = (code == _F) & (stage > 0)
-    is_b = ((code == _B) | (code == _BI)) & (stage < n_virtual - 1)
-    recv_src[is_f] = send_of[fid[(stage[is_f] - 1) * m + mb[is_f]]]
-    recv_src[is_b] = send_of[grad_id[(stage[is_b] + 1) * m + mb[is_b]]]
+    is_f = has_input & ~local_f
+    is_b = has_grad_input & ~local_b
+    recv_src[is_f] = send_of[fid[slot_at[prev_q[is_f]] * m + mb[is_f]]]
+    recv_src[is_b] = send_of[grad_id[slot_at[next_q[is_b]] * m + mb[is_b]]]
     receiving = np.flatnonzero(recv_src != -1)
+    # Explicit receive points need not be monotone in op order: group by waiter, stably.
+    receiving = receiving[np.argsort(step_first[receiving], kind="stable")]
     waiter = step_first[receiving]
     # A step's receives all go to its first op, in op order: consecutive in ``receiving``.
     new_group = np.concatenate([[True], waiter[1:] != waiter[:-1]])[: waiter.shape[0]]

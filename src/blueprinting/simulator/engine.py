@@ -346,8 +346,10 @@ def _held_activations(dag: CommandDag) -> tuple[tuple[int, ...], tuple[float, ..
     for r in range(dag.pipeline_degree):
         compute = dag.programs[2 * r]
         codes = dag.kind[compute]
-        release = _W if (codes == _W).any() else _B if (codes == _B).any() else -1
-        step = np.where(codes == _F, 1, np.where(codes == release, -1, 0))
+        # A full backward or a weight-gradient pass releases; an input-gradient pass does not.
+        releases = (codes == _W) | (codes == _B)
+        step = np.where(codes == _F, 1, np.where(releases, -1, 0))
+        release = 1 if releases.any() else -1
         peak = int(np.cumsum(step).max(initial=0)) if release != -1 else int((codes == _F).any())
         peaks.append(peak)
         if act is None:

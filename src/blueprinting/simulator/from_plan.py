@@ -38,7 +38,13 @@ from blueprinting.analysis.memory import precision_recipe, stage_parameters
 from blueprinting.errors import UnsupportedError, VerificationError
 from blueprinting.hardware.collectives import CollectiveKind, collective_alpha_beta
 from blueprinting.hardware.system import ParallelDim, SystemSpec
-from blueprinting.mapping.transformer import PipelineSchedule, TrainingSpec, ZeroBubbleH1
+from blueprinting.mapping.transformer import (
+    DualPipe,
+    DualPipeV,
+    PipelineSchedule,
+    TrainingSpec,
+    ZeroBubbleH1,
+)
 from blueprinting.simulator.commands import _DP, _SEND_F, build_schedule
 from blueprinting.simulator.costs import DpBucket, Matrix, ScheduleCosts
 from blueprinting.simulator.engine import SimulationResult, simulate_many
@@ -61,8 +67,14 @@ P2P_TOLERANCE = 1e-9
 
 def simulation_passes(schedule: PipelineSchedule, plan: PortablePlanIR, microbatches: int) -> int:
     """Compute passes one iteration runs: p x v x m x (2, or 3 with split backward)."""
-    per_chunk = 3 if isinstance(schedule, ZeroBubbleH1) else 2
+    per_chunk = 3 if isinstance(schedule, ZeroBubbleH1 | DualPipe | DualPipeV) else 2
     return plan.pipeline_degree * plan.virtual_stages * microbatches * per_chunk
+
+
+def simulated_chunks(schedule: PipelineSchedule, plan: PortablePlanIR) -> int:
+    """Chunks per rank the simulator runs: the plan's v, and 2 for DualPipe (its two
+    directions' copies of one stage)."""
+    return 2 if isinstance(schedule, DualPipe) else plan.virtual_stages
 
 
 def simulation_obstacle(
@@ -71,7 +83,7 @@ def simulation_obstacle(
     """Why the plan path cannot simulate this schedule (None when it can): a configuration
     Megatron-LM refuses at start-up (there is no execution to simulate), or one too big to
     simulate cheaply."""
-    p, v = plan.pipeline_degree, plan.virtual_stages
+    p, v = plan.pipeline_degree, simulated_chunks(schedule, plan)
     violations = megatron_violations(schedule, p, microbatches, v)
     if violations:
         rules = "; ".join(violation.message for violation in violations)
@@ -115,6 +127,10 @@ def _chunk_matrices(plan: PortablePlanIR) -> tuple[Matrix, Matrix, Matrix]:
         backward.append(tuple(b_row))
         weight.append(tuple(w_row))
     return tuple(forward), tuple(backward), tuple(weight)
+
+
+def _mirrored(matrix: Matrix) -> Matrix:
+    return tuple((row[0], mirror[0]) for row, mirror in zip(matrix, reversed(matrix), strict=True))
 
 
 def _p2p_link(
@@ -191,6 +207,18 @@ def schedule_costs(
     """The simulator's costs of ``plan`` (module docstring); ``with_dp=False`` leaves out the
     data-parallel buckets (the plan path's pipeline-only runs)."""
     forward, backward, weight = _chunk_matrices(plan)
+    buckets = _dp_buckets(plan, spec, system) if with_dp else ()
+    if isinstance(spec.mapping.parallelism.pipeline.schedule, DualPipe):
+        # Chunk 1 of rank r is stage p - 1 - r of the reverse direction: the same costs.
+        forward, backward, weight = (_mirrored(x) for x in (forward, backward, weight))
+        # Each copy reduces its own gradients over DP (the two copies' sum is not modelled).
+        buckets = tuple(
+            (
+                *(DpBucket(chunk=0, duration_s=b.duration_s) for b in own),
+                *(DpBucket(chunk=1, duration_s=b.duration_s) for b in mirror),
+            )
+            for own, mirror in zip(buckets, reversed(buckets), strict=True)
+        )
     latency, size, bandwidth = _p2p_link(plan, spec, system)
     return ScheduleCosts(
         pipeline_degree=plan.pipeline_degree,
@@ -201,7 +229,7 @@ def schedule_costs(
         p2p_latency_s=latency,
         p2p_bytes=size,
         p2p_bandwidth_bytes_per_s=bandwidth,
-        dp_buckets=_dp_buckets(plan, spec, system) if with_dp else (),
+        dp_buckets=buckets,
         overlap_grad_reduce=spec.mapping.parallelism.data.overlap_grad_reduce,
     )
 

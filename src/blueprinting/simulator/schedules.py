@@ -26,11 +26,14 @@ import numpy.typing as npt
 
 from blueprinting.errors import InvalidStrategyError, LawViolation, RuleSet
 from blueprinting.mapping.laws import (
+    dualpipe_laws,
     interleaving_degree_ok,
     microbatch_group_in_bounds,
     microbatch_group_remainder_ok,
 )
 from blueprinting.mapping.transformer import (
+    DualPipe,
+    DualPipeV,
     ForwardOnly,
     InterleavedOneForwardOneBackward,
     OneForwardOneBackward,
@@ -76,6 +79,64 @@ class RankOrder:
     ops: IntArray | Sequence[Op]
     step_starts: IntArray | Sequence[int] | None = None
     wait_own_sends: bool = False
+    receive_at: IntArray | Sequence[int] | None = None
+    send_after: IntArray | Sequence[int] | None = None
+    """Explicit P2P points (DualPipe's batched ``comm_ops``), overriding ``step_starts``: the
+    input message of op i must have arrived before op ``receive_at[i]`` (<= i) starts, and
+    op i's output leaves when op ``send_after[i]`` (>= i) has finished."""
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageGraph:
+    """Where every (rank, chunk) sits in the pipeline: ``position[r][c]`` numbers the
+    virtual stages 0 .. p*v - 1 so that a microbatch's forward goes from position k to k + 1
+    within one *line*; ``line_starts`` are the positions where a line begins (no forward input).
+    ``microbatches``: microbatches per line. One line for 1F1B, interleaving and DualPipeV; two
+    (one per direction, each with half the microbatches) for DualPipe."""
+
+    position: tuple[tuple[int, ...], ...]
+    line_starts: tuple[int, ...]
+    microbatches: int
+    local_handoff: bool = False
+    """Whether consecutive stages on one rank hand over in memory (DualPipeV's turn) rather
+    than through a P2P message (Megatron's ring, which sends even to itself when p = 1)."""
+
+
+def stage_graph(schedule: PipelineSchedule, p: int, m: int, v: int) -> StageGraph:
+    """The stage graph of ``schedule``: virtual stage c*p + r for Megatron's schedules
+    (Narayanan et al. 2021, Section 2.2.2); for DualPipeV rank r holds stages r and 2p-1-r
+    (``dualpipev.py``: the last rank hands chunk 0's output to its own chunk 1); for DualPipe
+    chunk 0 of rank r is stage r of the forward line, chunk 1 stage p-1-r of the reverse line,
+    each line running m / 2 microbatches (``dualpipe.py`` ``step``: ``half_num_chunks``)."""
+    match schedule:
+        case DualPipeV():
+            return StageGraph(
+                position=tuple((r, 2 * p - 1 - r) for r in range(p)),
+                line_starts=(0,),
+                microbatches=m,
+                local_handoff=True,
+            )
+        case DualPipe():
+            return StageGraph(
+                position=tuple((r, p + (p - 1 - r)) for r in range(p)),
+                line_starts=(0, p),
+                microbatches=m // 2,
+            )
+        case (
+            SingleStage()
+            | OneForwardOneBackward()
+            | InterleavedOneForwardOneBackward()
+            | ForwardOnly()
+            | ZeroBubbleH1()
+        ):
+            return StageGraph(
+                position=tuple(tuple(c * p + r for c in range(v)) for r in range(p)),
+                line_starts=(0,),
+                microbatches=m,
+            )
+        case _ as unreachable:
+            assert_never(unreachable)
 
 
 def megatron_violations(
@@ -142,8 +203,29 @@ def megatron_violations(
                     p=p,
                     m=m,
                 )
+        case DualPipe() | DualPipeV():
+            # Not Megatron's: these are deepseek-ai/DualPipe's own start-up assertions.
+            out.extend(dualpipe_violations(schedule, p, m, v))
         case _ as unreachable:
             assert_never(unreachable)
+    return out
+
+
+def dualpipe_violations(
+    schedule: DualPipe | DualPipeV, p: int, m: int, v: int
+) -> list[LawViolation]:
+    """DeepSeek's start-up assertions (:func:`blueprinting.mapping.laws.dualpipe_laws`) and the
+    two chunks per rank both schedules run."""
+    out = dualpipe_laws(schedule, p, m)
+    if v != 2:
+        out.append(
+            LawViolation(
+                law="dualpipe_chunks",
+                formula="v == 2",
+                values=(("v", v),),
+                message=f"{schedule} runs two chunks per rank, costs give v = {v}",
+            )
+        )
     return out
 
 
@@ -269,5 +351,189 @@ def rank_orders(
         ):
             n = p if group is None else group
             return [interleaved_order(p, v, m, n, r, overlap=overlap) for r in range(p)]
+        case DualPipe():
+            return [dualpipe_order(p, m, r) for r in range(p)]
+        case DualPipeV():
+            return [dualpipev_order(p, m, r) for r in range(p)]
         case _ as unreachable:
             assert_never(unreachable)
+
+
+class _Program:
+    """Records one rank's DualPipe program as ``dualpipe.py`` issues it: compute ops in order,
+    and for every op the op before which its input is received (the ``comm_ops`` batch is
+    committed and waited on at the start of every ``_*_chunk`` call) and the op after which its
+    output is sent (sends join the next batch, issued at the next commit)."""
+
+    def __init__(self, chunk_of_phase: tuple[int, int]) -> None:
+        self.chunk = chunk_of_phase
+        self.ops: list[Op] = []
+        self.receive_at: list[int] = []
+        self.send_after: list[int] = []
+        self.count = {(kind, c): 0 for kind in (_F, _B) for c in (0, 1)}
+        self.recv_count = dict(self.count)
+        self.send_count = dict(self.count)
+        self.index: dict[tuple[int, int, int], int] = {}  # (F or B, chunk, mb) -> op index
+        self.pending_recv: list[tuple[int, int, int]] = []
+        self.pending_send: list[tuple[int, int, int]] = []
+        self.early_recv: dict[tuple[int, int, int], int] = {}
+        self.weights: list[tuple[int, int]] = []  # FIFO of deferred weight gradients
+
+    def recv(self, kind: int, phase: int) -> None:
+        c = self.chunk[phase]
+        self.pending_recv.append((kind, c, self.recv_count[kind, c]))
+        self.recv_count[kind, c] += 1
+
+    def send(self, kind: int, phase: int) -> None:
+        c = self.chunk[phase]
+        self.pending_send.append((kind, c, self.send_count[kind, c]))
+        self.send_count[kind, c] += 1
+
+    def commit(self) -> None:
+        at = len(self.ops)
+        for key in self.pending_recv:
+            self.early_recv[key] = at
+        for key in self.pending_send:
+            self.send_after[self.index[key]] = at - 1
+        self.pending_recv, self.pending_send = [], []
+
+    def _append(self, kind: int, c: int, mb: int, key: tuple[int, int, int] | None) -> None:
+        at = len(self.ops)
+        self.ops.append((kind, c, mb))
+        self.receive_at.append(at if key is None else self.early_recv.pop(key, at))
+        self.send_after.append(at)
+        if key is not None:
+            self.index[key] = at
+
+    def forward(self, phase: int) -> None:
+        c = self.chunk[phase]
+        mb = self.count[_F, c]
+        self.count[_F, c] += 1
+        self._append(_F, c, mb, (_F, c, mb))
+
+    def backward(self, phase: int, *, zero_bubble: bool = False) -> None:
+        c = self.chunk[phase]
+        mb = self.count[_B, c]
+        self.count[_B, c] += 1
+        self._append(_BI if zero_bubble else _B, c, mb, (_B, c, mb))
+        if zero_bubble:
+            self.weights.append((c, mb))
+
+    def weight(self) -> None:
+        self.commit()
+        c, mb = self.weights.pop(0)
+        self._append(_W, c, mb, None)
+
+    # The four calls of dualpipe.py, with its defaults.
+    def forward_chunk(self, phase: int, *, recv: bool = True, send: bool = True) -> None:
+        if recv:
+            self.recv(_F, phase)
+        self.commit()
+        self.forward(phase)
+        if send:
+            self.send(_F, phase)
+
+    def backward_chunk(
+        self, phase: int, *, zero_bubble: bool = False, recv: bool = True, send: bool = True
+    ) -> None:
+        if recv:
+            self.recv(_B, phase)
+        self.commit()
+        self.backward(phase, zero_bubble=zero_bubble)
+        if send:
+            self.send(_B, phase)
+
+    def forward_backward_chunk(self, phase0: int, phase1: int, *, recv0: bool = True) -> None:
+        # F&B: without an ``overlapped_forward_backward`` module the forward then the backward.
+        if recv0:
+            self.recv(_F, phase0)
+        self.recv(_B, phase1)
+        self.commit()
+        self.forward(phase0)
+        self.backward(phase1)
+        self.send(_F, phase0)
+        self.send(_B, phase1)
+
+    def order(self) -> RankOrder:
+        self.commit()
+        if self.weights or self.early_recv:
+            raise AssertionError("DualPipe program left weight passes or receives pending")
+        return RankOrder(
+            ops=np.asarray(self.ops, dtype=np.int64).reshape(-1, 3),
+            receive_at=np.asarray(self.receive_at, dtype=np.int64),
+            send_after=np.asarray(self.send_after, dtype=np.int64),
+        )
+
+
+def _dual_program(
+    program: _Program, ranks: int, rank: int, chunks: int, *, last: bool, mirrored: bool
+) -> None:
+    """The eight steps shared by ``DualPipe.step`` and ``DualPipeV.step`` (@3da1bbe), for
+    ``ranks`` = half the ranks (DualPipe) or all of them (DualPipeV), ``rank`` = the half rank
+    (DualPipe) or the rank, ``chunks`` = microbatches per direction (DualPipe) or in all
+    (DualPipeV), ``last`` = DualPipe's middle rank or DualPipeV's last rank, ``mirrored``: DualPipe
+    (its middle ranks send the step-2 forwards of phase 0 at once, DualPipeV always after F1)."""
+    pr = program
+    for _ in range((ranks - rank - 1) * 2):  # step 1: nF0
+        pr.forward_chunk(0)
+    step_2 = rank + 1  # step 2: nF0F1
+    pr.recv(_F, 0)
+    for i in range(step_2):
+        pr.forward_chunk(0, recv=False, send=mirrored and last)
+        pr.recv(_F, 0)
+        pr.forward_chunk(1, send=(not last) or (i < step_2 - 1))
+        if not (mirrored and last):
+            pr.send(_F, 0)
+    for _ in range(ranks - rank - 1):  # step 3: nB1W1F1
+        pr.backward_chunk(1, zero_bubble=True)
+        pr.recv(_F, 1)
+        pr.weight()
+        pr.forward_chunk(1, recv=False)
+    for i in range(chunks - 2 * ranks + rank + 1):  # step 4: nF0B1F1B0
+        if i == 0:
+            if last:
+                pr.forward_chunk(0, recv=False, send=False)
+                pr.send(_F, 1)
+                pr.backward_chunk(1, send=False)
+                pr.send(_F, 0)
+                pr.send(_B, 1)
+            else:
+                pr.forward_backward_chunk(0, 1, recv0=False)
+        else:
+            pr.forward_backward_chunk(0, 1)
+        pr.forward_backward_chunk(1, 0)
+    for _ in range(ranks - rank - 1):  # step 5: nB1F1B0
+        pr.backward_chunk(1)
+        pr.forward_backward_chunk(1, 0)
+    step_6 = rank + 1  # step 6: nB1B0, the second half with zero bubble
+    zero_bubble = False
+    for i in range(step_6):
+        if i == step_6 // 2 and rank % 2 == 1:
+            zero_bubble = True
+        pr.backward_chunk(1, zero_bubble=zero_bubble)
+        if i == step_6 // 2 and rank % 2 == 0:
+            zero_bubble = True
+        pr.backward_chunk(0, zero_bubble=zero_bubble)
+    for _ in range(ranks - rank - 1):  # step 7: nWB0
+        pr.weight()
+        pr.backward_chunk(0, zero_bubble=True)
+    for _ in range(rank + 1):  # step 8: nW
+        pr.weight()
+
+
+def dualpipe_order(p: int, m: int, r: int) -> RankOrder:
+    """DualPipe's program on rank r (``dualpipe.py`` ``step``): ranks of the second half run the
+    first half's program mirrored (``phase ^= is_in_second_half``), so their phase 0 is the
+    reverse direction (chunk 1)."""
+    second_half = r >= p // 2
+    program = _Program((1, 0) if second_half else (0, 1))
+    half_rank = min(r, p - 1 - r)
+    _dual_program(program, p // 2, half_rank, m // 2, last=half_rank == p // 2 - 1, mirrored=True)
+    return program.order()
+
+
+def dualpipev_order(p: int, m: int, r: int) -> RankOrder:
+    """DualPipeV's program on rank r (``dualpipev.py`` ``step``)."""
+    program = _Program((0, 1))
+    _dual_program(program, p, r, m, last=r == p - 1, mirrored=False)
+    return program.order()

@@ -266,7 +266,17 @@ class MeasuredMemoryRun:
     def flat_keys(self) -> dict[str, FlatValue]:
         """Model and strategy keys with the GPU count as ``world_size`` (Megatron derives the
         data-parallel degree from the launcher's world size); no attention backend."""
-        return {**self.model_keys, **self.strategy_keys, "world_size": self.num_gpus}
+        keys: dict[str, FlatValue] = {
+            **self.model_keys,
+            **self.strategy_keys,
+            "world_size": self.num_gpus,
+        }
+        layout = keys.get("pipeline_model_parallel_layout")
+        if isinstance(layout, str):
+            # Megatron's CI scripts shell-escape the layout (``Et*3\\|\\(tt...``); the shell
+            # hands Megatron the string without the backslashes.
+            keys["pipeline_model_parallel_layout"] = layout.replace("\\", "")
+        return keys
 
     def training_spec(self) -> TrainingSpec:
         """The run as a :class:`TrainingSpec`, built by the flat-key adapter."""

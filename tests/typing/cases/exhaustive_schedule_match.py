@@ -3,6 +3,8 @@
 from typing import assert_never
 
 from blueprinting.mapping.transformer import (
+    DualPipe,
+    DualPipeV,
     ForwardOnly,
     InterleavedOneForwardOneBackward,
     OneForwardOneBackward,
@@ -22,6 +24,10 @@ def describe(schedule: PipelineSchedule) -> str:
             return f"interleaved x{v}"
         case ZeroBubbleH1():
             return "zb-h1"
+        case DualPipe():
+            return "dualpipe"
+        case DualPipeV():
+            return "dualpipev"
         case ForwardOnly():
             return "forward"
         case _ as unreachable:

@@ -4,6 +4,8 @@ ForwardOnly to assert_never (an [arg-type] error naming the missing variant)."""
 from typing import assert_never
 
 from blueprinting.mapping.transformer import (
+    DualPipe,
+    DualPipeV,
     InterleavedOneForwardOneBackward,
     OneForwardOneBackward,
     PipelineSchedule,
@@ -22,5 +24,9 @@ def describe(schedule: PipelineSchedule) -> str:
             return f"interleaved x{v}"
         case ZeroBubbleH1():
             return "zb-h1"
+        case DualPipe():
+            return "dualpipe"
+        case DualPipeV():
+            return "dualpipev"
         case _ as unreachable:
             assert_never(unreachable)

@@ -31,6 +31,8 @@ from blueprinting.mapping.model import TransformerModelSpec
 from blueprinting.mapping.transformer import (
     AllReduce,
     DataParallel,
+    DualPipe,
+    DualPipeV,
     ForwardOnly,
     InferenceWorkload,
     InterleavedOneForwardOneBackward,
@@ -103,7 +105,13 @@ def _schedule_violations(schedule: PipelineSchedule) -> list[LawViolation]:
     match schedule:
         case SingleStage() | ForwardOnly():
             return []
-        case OneForwardOneBackward() | InterleavedOneForwardOneBackward() | ZeroBubbleH1():
+        case (
+            OneForwardOneBackward()
+            | InterleavedOneForwardOneBackward()
+            | ZeroBubbleH1()
+            | DualPipe()
+            | DualPipeV()
+        ):
             return [
                 LawViolation(
                     law="inference_schedule",

@@ -26,6 +26,8 @@ from blueprinting.mapping.transformer import (
     DEFAULT_RECOMPUTE_MODULES,
     AllReduce,
     DataParallel,
+    DualPipe,
+    DualPipeV,
     ForwardOnly,
     FullRecompute,
     InterleavedOneForwardOneBackward,
@@ -150,6 +152,8 @@ def _schedule_violations(schedule: PipelineSchedule) -> list[LawViolation]:
             | OneForwardOneBackward()
             | InterleavedOneForwardOneBackward()
             | ZeroBubbleH1()
+            | DualPipe()
+            | DualPipeV()
         ):
             return []  # training schedules: the block's work does not depend on them
         case ForwardOnly():

@@ -48,6 +48,7 @@ from blueprinting.mapping.transformer import (
     TpCommOverlap,
     TrainingSpec,
     UserbufferOverlap,
+    loss_stage,
 )
 from blueprinting.synthesizer.dialects.transformer.training import (
     CP_A2A_AXIS,
@@ -225,7 +226,8 @@ def assemble_plan(costs: TaskGroupCosts, ctx: PlanContext) -> PortablePlanIR:
                 recomputed_blocks(ctx.spec, blocks) for blocks in per_chunk
             ),
             has_embedding=index == 0,
-            has_lm_head=index == len(counts) - 1,
+            has_lm_head=index
+            == loss_stage(ctx.spec.mapping.parallelism.pipeline.schedule, len(counts)),
         )
         for index, per_chunk in enumerate(counts)
     )

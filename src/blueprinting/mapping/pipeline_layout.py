@@ -1,0 +1,199 @@
+"""Megatron-LM's ``pipeline_model_parallel_layout`` string <-> :class:`FlexibleStages`.
+
+The string is read only here, at the boundary; the core sees the typed layout. The grammar is
+Megatron-LM's (``megatron/core/transformer/pipeline_parallel_layer_layout.py``
+``parse_str_to_list`` @d98e8a64): commas are cosmetic and dropped; ``(X)*n`` repeats ``X``
+n times, then ``x*n`` repeats the single character before it; ``|`` splits virtual stages,
+listed in Megatron's flattened order (chunk c of rank r is stage c * p + r); ``E`` is the
+embedding, ``t`` a decoder block, ``m`` an MTP layer, ``L`` the loss (output layer, final norm
+and loss). Example: ``Et|(tt|)*30L`` is 32 stages, 61 blocks.
+
+What the typed layout cannot hold is refused here with the character's position (0-based, in
+the string as given): unknown characters, unbalanced or nested parentheses, a ``*`` without a
+count, an embedding that is not the first layer of its stage, a loss that is not the last, a
+second ``E`` or ``L`` in a stage. ``m`` parses but is refused with
+:class:`~blueprinting.errors.UnsupportedError` until multi-token prediction is modelled. The
+rules on the typed value (stage count p * v, blocks = num_layers, embedding in the first stage,
+loss in the last) are laws (:func:`blueprinting.mapping.laws.flexible_layout_laws`).
+"""
+
+from __future__ import annotations
+
+from blueprinting.errors import ConfigError, UnsupportedError
+from blueprinting.mapping.transformer import FlexibleStages, LayoutStage
+
+_LAYERS = {"E": "embedding", "t": "decoder block", "m": "MTP layer", "L": "loss"}
+_Token = tuple[str, int]  # (character, position in the original string)
+
+MAX_LAYOUT_STAGES = 1 << 16
+"""Stages a layout may expand to (a repetition count is a user-given integer)."""
+
+
+def _count(tokens: list[_Token], at: int) -> tuple[int, int] | None:
+    """The decimal count starting at ``tokens[at]`` and the index after it, or None."""
+    end = at
+    while end < len(tokens) and tokens[end][0].isdigit():
+        end += 1
+    if end == at:
+        return None
+    return int("".join(ch for ch, _ in tokens[at:end])), end
+
+
+def _unroll_groups(tokens: list[_Token], problems: list[str]) -> list[_Token]:
+    out: list[_Token] = []
+    i = 0
+    while i < len(tokens):
+        ch, pos = tokens[i]
+        if ch == ")":
+            problems.append(f"')' at position {pos} closes no '('")
+            i += 1
+            continue
+        if ch != "(":
+            out.append(tokens[i])
+            i += 1
+            continue
+        close = i + 1
+        while close < len(tokens) and tokens[close][0] not in "()":
+            close += 1
+        if close == len(tokens):
+            problems.append(f"'(' at position {pos} is never closed")
+            return out
+        if tokens[close][0] == "(":
+            problems.append(
+                f"'(' at position {tokens[close][1]} is nested in the group opened at position "
+                f"{pos}: Megatron-LM's layout parser does not nest groups"
+            )
+            return out
+        if close == i + 1:
+            problems.append(f"the group at position {pos} is empty")
+        star = close + 1
+        counted = (
+            _count(tokens, star + 1) if star < len(tokens) and tokens[star][0] == "*" else None
+        )
+        if counted is None:
+            problems.append(f"the group at position {pos} needs a repetition count: (...)*n")
+            return out
+        n, after = counted
+        if n * (close - i) > MAX_LAYOUT_STAGES * 8:
+            problems.append(f"the group at position {pos} repeats {n} times: too large")
+            return out
+        out.extend(tokens[i + 1 : close] * n)
+        i = after
+    return out
+
+
+def _unroll_characters(tokens: list[_Token], problems: list[str]) -> list[_Token]:
+    out: list[_Token] = []
+    i = 0
+    while i < len(tokens):
+        ch, pos = tokens[i]
+        if i + 1 < len(tokens) and tokens[i + 1][0] == "*" and ch != "*":
+            counted = _count(tokens, i + 2)
+            if counted is None:
+                problems.append(f"'*' at position {tokens[i + 1][1]} needs a repetition count")
+                return out
+            n, after = counted
+            if n > MAX_LAYOUT_STAGES * 8:
+                problems.append(f"'{ch}*{n}' at position {pos}: too large")
+                return out
+            out.extend([tokens[i]] * n)
+            i = after
+            continue
+        out.append(tokens[i])
+        i += 1
+    return out
+
+
+def _stage(tokens: list[_Token], start: int, problems: list[str], mtp: list[int]) -> LayoutStage:
+    embedding = loss = False
+    blocks = 0
+    for k, (ch, pos) in enumerate(tokens):
+        match ch:
+            case "E":
+                if embedding:
+                    problems.append(f"a second 'E' at position {pos} in one stage")
+                elif k != 0:
+                    problems.append(
+                        f"'E' at position {pos} must be the first layer of its stage (Megatron-LM: "
+                        "the first layer must be embedding)"
+                    )
+                embedding = True
+            case "L":
+                if loss:
+                    problems.append(f"a second 'L' at position {pos} in one stage")
+                elif k != len(tokens) - 1:
+                    problems.append(
+                        f"'L' at position {pos} must be the last layer of its stage (Megatron-LM: "
+                        "the last layer must be loss)"
+                    )
+                loss = True
+            case "t":
+                blocks += 1
+            case "m":
+                mtp.append(pos)
+            case _:
+                hint = next((c for c in _LAYERS if c.lower() == ch.lower()), None)
+                mean = f"; did you mean {hint!r}?" if hint else ""
+                known = ", ".join(f"{c} ({name})" for c, name in _LAYERS.items())
+                problems.append(
+                    f"invalid layer character {ch!r} at position {pos} (known: {known}){mean}"
+                )
+    return LayoutStage(embedding=embedding, decoder_layers=blocks, loss=loss, position=start)
+
+
+def parse_pipeline_layout(text: str) -> FlexibleStages:
+    """The typed layout of a Megatron-LM layout string; every problem at once, each with its
+    position, as a :class:`ConfigError` (an ``m`` raises :class:`UnsupportedError`)."""
+    source = "pipeline_model_parallel_layout"
+    if not text.strip():
+        raise ConfigError(["the layout string is empty"], source=source)
+    problems: list[str] = []
+    tokens = [(ch, pos) for pos, ch in enumerate(text) if ch not in ", \t"]
+    tokens = _unroll_characters(_unroll_groups(tokens, problems), problems)
+    if problems:
+        raise ConfigError(problems, source=source)
+    stages: list[LayoutStage] = []
+    mtp: list[int] = []
+    current: list[_Token] = []
+    start = 0
+    for ch, pos in [*tokens, ("|", len(text))]:
+        if ch != "|":
+            current.append((ch, pos))
+            continue
+        stages.append(_stage(current, start if not current else current[0][1], problems, mtp))
+        if len(stages) > MAX_LAYOUT_STAGES:
+            problems.append(f"the layout expands to more than {MAX_LAYOUT_STAGES} stages")
+            break
+        current, start = [], pos + 1
+    if problems:
+        raise ConfigError(problems, source=source)
+    if mtp:
+        where = ", ".join(str(pos) for pos in sorted(set(mtp)))
+        raise UnsupportedError(
+            f"{source}: MTP layers ('m' at position {where}) need multi-token prediction, "
+            "which Blueprinting does not model yet"
+        )
+    return FlexibleStages(stages=tuple(stages))
+
+
+def _stage_text(stage: LayoutStage) -> str:
+    n = stage.decoder_layers
+    blocks = "t" * n if n <= 2 else f"t*{n}"
+    return ("E" if stage.embedding else "") + blocks + ("L" if stage.loss else "")
+
+
+def format_pipeline_layout(layout: FlexibleStages) -> str:
+    """The layout as a Megatron-LM string; runs of equal stages before the last one are written
+    ``(X|)*n``. ``parse_pipeline_layout`` reads it back to an equal value."""
+    texts = [_stage_text(stage) for stage in layout.stages]
+    parts: list[str] = []
+    i = 0
+    while i < len(texts) - 1:
+        run = i
+        while run + 1 < len(texts) - 1 and texts[run + 1] == texts[i]:
+            run += 1
+        n = run - i + 1
+        parts.append(f"({texts[i]}|)*{n}" if n > 2 else "".join(f"{texts[i]}|" for _ in range(n)))
+        i = run + 1
+    parts.append(texts[-1])
+    return "".join(parts)
