@@ -203,11 +203,13 @@ def parse_strategy_text(
         problems.append("dp: missing (give dp=... or gpus=...)")
     elif d is None and gpus is not None:
         if gpus % (t * cp * p) != 0:
-            problems.append(f"gpus={gpus}: not a multiple of tp*cp*pp = {t * cp * p}")
+            product = "tp*cp*pp" if cp > 1 else "tp*pp"
+            problems.append(f"gpus={gpus}: not a multiple of {product} = {t * cp * p}")
         else:
             d = gpus // (t * cp * p)
     elif d is not None and gpus is not None and "gpus" in r.words and d * t * cp * p != gpus:
-        problems.append(f"gpus={gpus}: tp*cp*pp*dp = {t * cp * p * d} differs")
+        product = "tp*cp*pp*dp" if cp > 1 else "tp*pp*dp"
+        problems.append(f"gpus={gpus}: {product} = {t * cp * p * d} differs")
 
     sp = r.flag("sp")
     recompute = _parse_recompute(r)
