@@ -25,6 +25,7 @@ from blueprinting.analysis.memory import (
     memory_per_stage,
     most_loaded,
     precision_recipe,
+    stage_param_gather_bytes,
     stage_parameters,
 )
 from blueprinting.analysis.optimizer_step import adam_step_cost
@@ -33,6 +34,7 @@ from blueprinting.errors import ConfigError
 from blueprinting.hardware.system import CommGroup, Engine, ParallelDim, SystemSpec
 from blueprinting.limits import stage_limit_problem
 from blueprinting.mapping.model import TransformerModelSpec
+from blueprinting.mapping.precision import TrainingPrecision
 from blueprinting.mapping.transformer import (
     AttentionKernel,
     BatchSpec,
@@ -60,6 +62,7 @@ from blueprinting.synthesizer.dialects.transformer.training_derivation import (
 )
 from blueprinting.synthesizer.stages.distributed.ir import DistributedTaskIR
 from blueprinting.synthesizer.stages.portable_plan.ir import PortablePlanIR
+from blueprinting.synthesizer.stages.portable_plan.precision import OpPrecision
 from blueprinting.synthesizer.stages.portable_plan.passes import (
     PlanContext,
     TaskGroupCosts,
@@ -126,6 +129,7 @@ def _local_block_costs(
     attention: AttentionKernel,
     system: SystemSpec,
     tp_group: CommGroup,
+    precision: TrainingPrecision,
 ) -> TaskGroupCosts:
     """The costed local block, shared like :func:`_local_block` by strategies that differ only
     in PP, DP or batch (the costs read nothing else)."""
@@ -135,7 +139,9 @@ def _local_block_costs(
         if isinstance(tensor.communication, ReduceScatterAllGather)
         else None
     )
-    return cost_task_groups(ir, system, tp_group, model.datatype, overlap)
+    return cost_task_groups(
+        ir, system, tp_group, OpPrecision(datatype=model.datatype, recipe=precision), overlap
+    )
 
 
 def portable_plan(spec: TrainingSpec, system: SystemSpec) -> PortablePlanIR:
@@ -152,6 +158,7 @@ def portable_plan(spec: TrainingSpec, system: SystemSpec) -> PortablePlanIR:
         attention=spec.mapping.attention,
         system=system,
         tp_group=ctx.group(ParallelDim.TENSOR),
+        precision=spec.mapping.precision,
     )
     return VerifyPortablePlan().run(assemble_plan(costs, ctx), ctx)
 
@@ -281,7 +288,8 @@ def evaluate_plan(
         simulate=options.simulate,
     )
     recipe = precision_recipe(spec.model.datatype)
-    params = stage_parameters(spec.model, mapping, critical.index).total
+    critical_params = stage_parameters(spec.model, mapping, critical.index)
+    params = critical_params.total
     windows = OverlapWindows(
         blocks_per_chunk=plan.max_blocks_per_chunk,
         virtual_stages=plan.virtual_stages,
@@ -299,6 +307,9 @@ def evaluate_plan(
         group=PlanContext(spec=spec, system=system).group(ParallelDim.DATA),
         system=system,
         windows=windows,
+        param_gather_size=stage_param_gather_bytes(
+            spec.model, mapping, critical_params, recipe.param
+        ),
     )
     optimizer = adam_step_cost(
         parameters=_owned_parameters(spec, params),

@@ -41,6 +41,7 @@ class Law(StrEnum):
     VOCAB_DIVISIBILITY = "vocab_per_tensor_rank"
     SCHEDULE_MATCHES_PIPELINE = "schedule_matches_pipeline"
     RECOMPUTE_NUM_LAYERS_RANGE = "recompute_num_layers"
+    TRAINING_BASE_DATATYPE = "training_base_datatype"
     # Megatron-LM start-up rules.
     MEGATRON_INTERLEAVING_MIN_PIPELINE = "interleaving_pipeline_degree"
     MEGATRON_MICROBATCH_GROUP = "megatron_microbatch_group"
@@ -49,6 +50,8 @@ class Law(StrEnum):
     MEGATRON_FUSED_ATTENTION_SUPPORT = "fused_attention_support"
     MEGATRON_TP_COMM_OVERLAP_NEEDS_SP = "tp_comm_overlap_needs_sequence_parallel"
     MEGATRON_TP_COMM_OVERLAP_BUFFER = "tp_comm_overlap_buffer_shape"
+    MEGATRON_PRECISION_RECIPE_ACCELERATOR = "precision_recipe_accelerator"
+    MEGATRON_PARAM_GATHER_NEEDS_SHARDING = "low_precision_param_gather_needs_sharded_optimizer"
 
     @property
     def searched(self) -> bool:
@@ -57,6 +60,10 @@ class Law(StrEnum):
         return self not in (
             Law.MEGATRON_TP_COMM_OVERLAP_NEEDS_SP,
             Law.MEGATRON_TP_COMM_OVERLAP_BUFFER,
+            # the precision recipe is one per search, checked before enumerating
+            Law.TRAINING_BASE_DATATYPE,
+            Law.MEGATRON_PRECISION_RECIPE_ACCELERATOR,
+            Law.MEGATRON_PARAM_GATHER_NEEDS_SHARDING,
         )
 
     @property
@@ -93,6 +100,8 @@ class Law(StrEnum):
                 return "v > 1 => p > 1 (SingleStage iff p == 1, 1F1B iff p > 1 and v == 1)"
             case Law.RECOMPUTE_NUM_LAYERS_RANGE:
                 return "full recompute => 1 <= recompute_num_layers <= L // p"
+            case Law.TRAINING_BASE_DATATYPE:
+                return "training => model datatype in {bf16, fp16, fp32} (fp8 is a recipe)"
             case Law.MEGATRON_INTERLEAVING_MIN_PIPELINE:
                 return "v > 1 => p > 2 or (p == 2 and overlap_p2p_comm)"
             case Law.MEGATRON_MICROBATCH_GROUP:
@@ -107,6 +116,10 @@ class Law(StrEnum):
                 return "tp_comm_overlap => sequence parallel and t > 1"
             case Law.MEGATRON_TP_COMM_OVERLAP_BUFFER:
                 return "tp_comm_overlap => (seq_length * micro_batch) mod t == 0"
+            case Law.MEGATRON_PRECISION_RECIPE_ACCELERATOR:
+                return "the recipe's GEMM format is one the accelerator runs"
+            case Law.MEGATRON_PARAM_GATHER_NEEDS_SHARDING:
+                return "fp8_param_gather or fp4_param_gather => a sharded (distributed) optimizer"
             case _ as unreachable:
                 assert_never(unreachable)
 

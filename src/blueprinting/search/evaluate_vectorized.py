@@ -67,7 +67,9 @@ from blueprinting.analysis.memory import (
     overhead_parts,
     peak_bytes,
     peak_phase_index,
+    low_precision_weight_extra,
     precision_recipe,
+    stage_param_gather_bytes,
     stage_parameters,
 )
 from blueprinting.analysis.optimizer_step import adam_step_cost
@@ -624,13 +626,22 @@ def _stage_memory(
     """``memory.stage_memory`` of ``stage`` (per row) under an even layout."""
     recipe = precision_recipe(model.datatype)
     p, t, d, v = table.pipeline, table.tensor, table.data, table.virtual_stages
-    first, inverse = _keys(t, p, stage)
+    first, inverse = _keys(t, p, stage, table.sharding)
+    mappings = [candidate_to_spec(table, int(i), model).mapping for i in first]
     params = [
-        stage_parameters(model, candidate_to_spec(table, int(i), model).mapping, int(stage[i]))
-        for i in first
+        stage_parameters(model, mapping, int(stage[i]))
+        for i, mapping in zip(first, mappings, strict=True)
     ]
     count = np.array([s.total for s in params], dtype=np.int64)[inverse]
     largest = np.array([s.largest_unit for s in params], dtype=np.int64)[inverse]
+    # memory.low_precision_weight_extra (0 under ZeRO-3, hence the sharding in the key)
+    weight_extra = np.array(
+        [
+            low_precision_weight_extra(model, mapping, s.blocks, recipe.param)
+            for s, mapping in zip(params, mappings, strict=True)
+        ],
+        dtype=np.int64,
+    )[inverse]
 
     weights = count * recipe.param
     gradients = count * recipe.grad
@@ -649,6 +660,7 @@ def _stage_memory(
         _ceil_div((count - gathered) * recipe.param, d) + gathered * recipe.param,
         weights,
     )
+    weights = weights + weight_extra
 
     # stage_activations: every chunk holds L/(p v) blocks.
     total_in_flight, first_in_flight, last_in_flight = _in_flight(table, stage, m)
@@ -890,11 +902,15 @@ def evaluate_candidates(
     recipe = precision_recipe(model.datatype)
     first, inverse = _keys(t, p, d, critical)
     keyed_params: list[int] = []
+    keyed_gather: list[int] = []
     keyed_times: list[tuple[float, float, float]] = []
     for i in first:
         mapping = candidate_to_spec(table, int(i), model).mapping
-        count = stage_parameters(model, mapping, int(critical[i])).total
+        stage_params = stage_parameters(model, mapping, int(critical[i]))
+        count = stage_params.total
+        gather_size = stage_param_gather_bytes(model, mapping, stage_params, recipe.param)
         keyed_params.append(count)
+        keyed_gather.append(gather_size)
         group = system.comm_group(
             ParallelDim.DATA, tensor=int(t[i]), pipeline=int(p[i]), data=int(d[i])
         )
@@ -905,14 +921,14 @@ def evaluate_candidates(
             (
                 system.collective_time(CollectiveKind.ALL_REDUCE, count * recipe.grad, group),
                 system.collective_time(CollectiveKind.REDUCE_SCATTER, count * recipe.grad, group),
-                system.collective_time(CollectiveKind.ALL_GATHER, count * recipe.param, group),
+                system.collective_time(CollectiveKind.ALL_GATHER, gather_size, group),
             )
         )
     params = np.array(keyed_params, dtype=np.int64)[inverse]
     times = np.array(keyed_times, dtype=np.float64)[inverse]
     all_reduce_s, reduce_scatter_s, all_gather_s = times[:, 0], times[:, 1], times[:, 2]
     grads_bytes = params * recipe.grad
-    gather_bytes = params * recipe.param
+    gather_bytes = np.array(keyed_gather, dtype=np.int64)[inverse]
     stage_forward_s = stage_blocks * c.forward_s
 
     sharding = table.sharding
