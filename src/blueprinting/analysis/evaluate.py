@@ -62,7 +62,6 @@ from blueprinting.synthesizer.dialects.transformer.training_derivation import (
 )
 from blueprinting.synthesizer.stages.distributed.ir import DistributedTaskIR
 from blueprinting.synthesizer.stages.portable_plan.ir import PortablePlanIR
-from blueprinting.synthesizer.stages.portable_plan.precision import OpPrecision
 from blueprinting.synthesizer.stages.portable_plan.passes import (
     PlanContext,
     TaskGroupCosts,
@@ -70,6 +69,7 @@ from blueprinting.synthesizer.stages.portable_plan.passes import (
     assemble_plan,
     cost_task_groups,
 )
+from blueprinting.synthesizer.stages.portable_plan.precision import OpPrecision
 
 
 @final

@@ -33,6 +33,10 @@ The mapping form (every key optional when a ``preset`` is given; SI units, the u
     seq_lengths = [2048, 8192]
     tflops = [[140, 165], [155, 182]]  # one row per head dim, one value per sequence length
 
+    [system.accelerator.low_precision.mxfp8]   # the TE linears' rate under an FP8 / FP4 recipe
+    peak_flop_per_s = 4500e12         # formats: fp8, fp8_blockwise, mxfp8, nvfp4
+    efficiency = {model = "saturating_gemm", peak_fraction = 0.63, half_saturation_dim = 128}
+
     [system.runtime]                  # device memory beside the tensors (RuntimeMemory)
     cuda_context_bytes = 536870912
     nccl_bytes_per_communicator = 688000000

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import assert_never
 
-from blueprinting.errors import LawViolation, RuleSet
+from blueprinting.errors import LawViolation
 from blueprinting.mapping.law_names import Law
 from blueprinting.mapping.model import Datatype, TransformerModelSpec
 from blueprinting.mapping.precision import (

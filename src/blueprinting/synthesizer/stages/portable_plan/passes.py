@@ -67,7 +67,6 @@ from blueprinting.synthesizer.stages.distributed.ir import (
     TaskGroup,
 )
 from blueprinting.synthesizer.stages.portable_plan import tp_overlap
-from blueprinting.synthesizer.stages.portable_plan.precision import OpPrecision
 from blueprinting.synthesizer.stages.portable_plan.ir import (
     BlockCost,
     ExtraCost,
@@ -75,6 +74,7 @@ from blueprinting.synthesizer.stages.portable_plan.ir import (
     PortablePlanIR,
     StagePlan,
 )
+from blueprinting.synthesizer.stages.portable_plan.precision import OpPrecision
 
 
 @final
