@@ -20,6 +20,14 @@ from blueprinting.mapping.model import (
     PositionEmbedding,
     TransformerModelSpec,
 )
+from blueprinting.mapping.precision import (
+    Fp4Precision,
+    Fp8Format,
+    Fp8Precision,
+    Fp8Recipe,
+    HighPrecision,
+    TrainingPrecision,
+)
 from blueprinting.mapping.transformer import (
     DENSE_RECOMPUTE_MODULES,
     AllReduce,
@@ -62,11 +70,31 @@ from blueprinting.mapping.transformer import (
     ZeroBubbleH1,
 )
 
+#: A training model's datatype is its base: FP8 is a precision recipe (training_base_datatype).
+TRAINING_DATATYPES = (Datatype.BF16, Datatype.FP16, Datatype.FP32)
+
+
+def training_precisions(*, param_gather: bool = True) -> st.SearchStrategy[TrainingPrecision]:
+    gathers = st.booleans() if param_gather else st.just(False)
+    return st.one_of(
+        st.just(HighPrecision()),
+        st.builds(
+            Fp8Precision,
+            recipe=st.sampled_from(Fp8Recipe),
+            format=st.sampled_from(Fp8Format),
+            param_gather=gathers,
+        ),
+        st.builds(Fp4Precision, param_gather=gathers),
+    )
+
+
 names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-.", min_size=1, max_size=12)
 
 
 @st.composite
-def models(draw: st.DrawFn) -> TransformerModelSpec:
+def models(
+    draw: st.DrawFn, datatypes: tuple[Datatype, ...] = TRAINING_DATATYPES
+) -> TransformerModelSpec:
     heads = draw(st.integers(1, 64))
     vocab = draw(st.integers(1, 300_000))
     return TransformerModelSpec(
@@ -85,7 +113,7 @@ def models(draw: st.DrawFn) -> TransformerModelSpec:
         position_embedding=draw(st.sampled_from(PositionEmbedding)),
         embeddings=draw(st.sampled_from(EmbeddingTying)),
         add_bias_linear=draw(st.booleans()),
-        datatype=draw(st.sampled_from(Datatype)),
+        datatype=draw(st.sampled_from(datatypes)),
     )
 
 
@@ -160,6 +188,7 @@ def training_specs(draw: st.DrawFn) -> TrainingSpec:
                 micro_batch_size=draw(st.integers(1, 8)),
             ),
             attention=draw(attention_kernels()),
+            precision=draw(training_precisions()),
         ),
     )
 
@@ -181,7 +210,10 @@ def _divisors(n: int) -> list[int]:
 
 @st.composite
 def lawful_models(
-    draw: st.DrawFn, tensor_degree: int, layers_multiple: int
+    draw: st.DrawFn,
+    tensor_degree: int,
+    layers_multiple: int,
+    datatypes: tuple[Datatype, ...] = tuple(Datatype),
 ) -> TransformerModelSpec:
     """A model whose block splits over ``tensor_degree`` and whose layer count is a multiple of
     ``layers_multiple`` (p * v)."""
@@ -206,7 +238,7 @@ def lawful_models(
         position_embedding=draw(st.sampled_from(PositionEmbedding)),
         embeddings=draw(st.sampled_from(EmbeddingTying)),
         add_bias_linear=draw(st.booleans()),
-        datatype=draw(st.sampled_from(Datatype)),
+        datatype=draw(st.sampled_from(datatypes)),
     )
 
 
@@ -230,7 +262,7 @@ def lawful_training_specs(draw: st.DrawFn) -> TrainingSpec:
     else:
         m = draw(st.integers(1, 16))
         schedule = SingleStage() if p == 1 else OneForwardOneBackward()
-    model = draw(lawful_models(t, p * v))
+    model = draw(lawful_models(t, p * v, TRAINING_DATATYPES))
     communication: TensorCommunication = (
         ReduceScatterAllGather() if t > 1 and draw(st.booleans()) else AllReduce()
     )
@@ -254,6 +286,10 @@ def lawful_training_specs(draw: st.DrawFn) -> TrainingSpec:
             attention=draw(attention_kernels())
             if model.datatype is not Datatype.FP32
             else UnfusedAttention(),
+            # a low-precision param gather needs a sharded optimizer
+            precision=draw(
+                training_precisions(param_gather=not isinstance(sharding, NoOptimizerSharding))
+            ),
         ),
     )
 

@@ -20,6 +20,7 @@ def test_names_and_rulesets() -> None:
         "vocab_per_tensor_rank",
         "schedule_matches_pipeline",
         "recompute_num_layers",
+        "training_base_datatype",
     ]
     assert [str(law) for law in MEGATRON_LAWS] == [
         "interleaving_pipeline_degree",
@@ -29,10 +30,15 @@ def test_names_and_rulesets() -> None:
         "fused_attention_support",
         "tp_comm_overlap_needs_sequence_parallel",
         "tp_comm_overlap_buffer_shape",
+        "precision_recipe_accelerator",
+        "low_precision_param_gather_needs_sharded_optimizer",
     ]
     assert [law for law in Law if not law.searched] == [
+        Law.TRAINING_BASE_DATATYPE,
         Law.MEGATRON_TP_COMM_OVERLAP_NEEDS_SP,
         Law.MEGATRON_TP_COMM_OVERLAP_BUFFER,
+        Law.MEGATRON_PRECISION_RECIPE_ACCELERATOR,
+        Law.MEGATRON_PARAM_GATHER_NEEDS_SHARDING,
     ]
     assert all(law.ruleset is RuleSet.MEGATRON for law in MEGATRON_LAWS)
     assert all(law.ruleset is RuleSet.PLANNER for law in PLANNER_LAWS)
@@ -47,10 +53,13 @@ def test_the_scalar_checker_uses_the_same_names() -> None:
     search's union of the checker's microbatch_group_bounds and microbatch_group_remainder)."""
     from pathlib import Path
 
-    from blueprinting.mapping import laws
+    from blueprinting.mapping import laws, precision_laws
 
     source = Path(laws.__file__).read_text()
     scalar_only = {Law.MEGATRON_MICROBATCH_GROUP, Law.WORLD_SIZE}
+    # the precision laws live in their own module and report by Law member
+    precision = Path(precision_laws.__file__).read_text()
     for law in Law:
-        if law not in scalar_only:
-            assert f'"{law}"' in source, law
+        if law in scalar_only:
+            continue
+        assert f'"{law}"' in source or f"Law.{law.name}" in precision, law

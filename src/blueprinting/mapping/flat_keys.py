@@ -626,8 +626,16 @@ def from_mapping(
     attention = _attention(values, problems)
     precision = _precision(values, problems, unsupported)
     if spec_model is not None and spec_model.datatype is Datatype.FP8:
-        # Training runs FP8 GEMMs on a 16-bit base (the recipe holds the FP8 part).
-        base = Datatype.FP16 if values.get("fp16") is True else Datatype.BF16
+        # Training runs the FP8 GEMMs on a base datatype (the recipe holds the FP8 part): fp16
+        # or bf16 as given, fp32 with bf16 = false (Megatron's fp32 params), bf16 when neither
+        # is given (the old fp8 = "hybrid" input meant bf16).
+        base = (
+            Datatype.FP16
+            if values.get("fp16") is True
+            else Datatype.FP32
+            if values.get("bf16") is False
+            else Datatype.BF16
+        )
         spec_model = replace(spec_model, datatype=base)
 
     if "pipeline_model_parallel_layout" in values:
