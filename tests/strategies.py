@@ -70,7 +70,7 @@ from blueprinting.mapping.transformer import (
     ZeroBubbleH1,
 )
 
-#: A training model's datatype is its base: FP8 is a precision recipe (training_base_datatype).
+#: from_mapping gives a training model its base datatype; FP8 is the precision recipe.
 TRAINING_DATATYPES = (Datatype.BF16, Datatype.FP16, Datatype.FP32)
 
 

@@ -211,13 +211,6 @@ def test_param_gather_needs_a_sharded_optimizer() -> None:
         to_megatron_args(spec)
 
 
-def test_a_float8_model_datatype_is_refused_for_training() -> None:
-    spec = from_mapping(BASE, model=MODEL)
-    model = replace(spec.model, datatype=Datatype.FP8)
-    laws = [v.law for v in check_training(model, spec.mapping, megatron=False)]
-    assert laws == ["training_base_datatype"]
-
-
 @given(st.sampled_from(RECIPES), st.sampled_from(sorted(["dgx-h100", "dgx-b200", "dgx-a100-80gb"])))
 def test_accelerator_law_holds_exactly_when_the_format_is_listed(
     precision: TrainingPrecision, system: str

@@ -20,7 +20,6 @@ def test_names_and_rulesets() -> None:
         "vocab_per_tensor_rank",
         "schedule_matches_pipeline",
         "recompute_num_layers",
-        "training_base_datatype",
     ]
     assert [str(law) for law in MEGATRON_LAWS] == [
         "interleaving_pipeline_degree",
@@ -34,7 +33,6 @@ def test_names_and_rulesets() -> None:
         "low_precision_param_gather_needs_sharded_optimizer",
     ]
     assert [law for law in Law if not law.searched] == [
-        Law.TRAINING_BASE_DATATYPE,
         Law.MEGATRON_TP_COMM_OVERLAP_NEEDS_SP,
         Law.MEGATRON_TP_COMM_OVERLAP_BUFFER,
         Law.MEGATRON_PRECISION_RECIPE_ACCELERATOR,

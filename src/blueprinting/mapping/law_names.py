@@ -41,7 +41,6 @@ class Law(StrEnum):
     VOCAB_DIVISIBILITY = "vocab_per_tensor_rank"
     SCHEDULE_MATCHES_PIPELINE = "schedule_matches_pipeline"
     RECOMPUTE_NUM_LAYERS_RANGE = "recompute_num_layers"
-    TRAINING_BASE_DATATYPE = "training_base_datatype"
     # Megatron-LM start-up rules.
     MEGATRON_INTERLEAVING_MIN_PIPELINE = "interleaving_pipeline_degree"
     MEGATRON_MICROBATCH_GROUP = "megatron_microbatch_group"
@@ -61,7 +60,6 @@ class Law(StrEnum):
             Law.MEGATRON_TP_COMM_OVERLAP_NEEDS_SP,
             Law.MEGATRON_TP_COMM_OVERLAP_BUFFER,
             # the precision recipe is one per search, checked before enumerating
-            Law.TRAINING_BASE_DATATYPE,
             Law.MEGATRON_PRECISION_RECIPE_ACCELERATOR,
             Law.MEGATRON_PARAM_GATHER_NEEDS_SHARDING,
         )
@@ -100,8 +98,6 @@ class Law(StrEnum):
                 return "v > 1 => p > 1 (SingleStage iff p == 1, 1F1B iff p > 1 and v == 1)"
             case Law.RECOMPUTE_NUM_LAYERS_RANGE:
                 return "full recompute => 1 <= recompute_num_layers <= L // p"
-            case Law.TRAINING_BASE_DATATYPE:
-                return "training => model datatype in {bf16, fp16, fp32} (fp8 is a recipe)"
             case Law.MEGATRON_INTERLEAVING_MIN_PIPELINE:
                 return "v > 1 => p > 2 or (p == 2 and overlap_p2p_comm)"
             case Law.MEGATRON_MICROBATCH_GROUP:

@@ -2,15 +2,16 @@
 
 Reported with every other law by :func:`blueprinting.mapping.laws.check_training`:
 
-- ``training_base_datatype`` (planner): a training model's datatype is its 16-bit (or fp32) base;
-  FP8 GEMMs are a recipe (:class:`~blueprinting.mapping.precision.Fp8Precision`), never the
-  model's datatype, or every op (attention, norms, LM head) would be priced at the FP8 rate;
 - ``precision_recipe_accelerator`` (Megatron / Transformer Engine): the recipe's GEMM format is
   one the accelerator runs: MXFP8 and NVFP4 need Blackwell (SM 10.0 / 10.3), FP8 needs SM 8.9+
   (TE recipe table, modern_parallelism 3.1); checked where the system is known (``plan``,
   ``check`` with a ``[system]`` section, ``search``);
 - ``low_precision_param_gather_needs_sharded_optimizer`` (Megatron): ``--fp8-param-gather`` needs
   the distributed optimizer, torch-FSDP2 or Megatron-FSDP (``arguments.py`` l.1051-1057).
+
+A model whose datatype is float8 (reachable only through the Python API, e.g. the Calculon
+oracle's translation) keeps Calculon's convention, every op at the fp8 rate; ``from_mapping``
+always gives training a 16-bit (or fp32) base and the FP8 part as the recipe.
 
 The other rules of section 3.4 are enforced by ``from_mapping`` (FP8 with FP4; a recipe or a
 param gather without its format) or concern options not modelled (first/last layers in bf16,
@@ -23,7 +24,7 @@ from typing import assert_never
 
 from blueprinting.errors import LawViolation
 from blueprinting.mapping.law_names import Law
-from blueprinting.mapping.model import Datatype, TransformerModelSpec
+from blueprinting.mapping.model import TransformerModelSpec
 from blueprinting.mapping.precision import (
     AcceleratorSupport,
     Fp4Precision,
@@ -68,16 +69,8 @@ def precision_laws(
 ) -> list[LawViolation]:
     """Every violated precision law (module docstring); ``accelerator`` None: the system is not
     known and the accelerator law is not checked."""
+    del model  # the recipe's laws read the mapping and the accelerator only
     out: list[LawViolation] = []
-    if model.datatype is Datatype.FP8:
-        out.append(
-            _violation(
-                Law.TRAINING_BASE_DATATYPE,
-                "a training model's datatype is the base the FP8 GEMMs run on: set bf16 (or "
-                "fp16) with fp8 = hybrid (or e4m3) and fp8_recipe, not datatype float8",
-                datatype=model.datatype.value,
-            )
-        )
     if not megatron:
         return out
     precision = mapping.precision
