@@ -22,6 +22,14 @@ from blueprinting.mapping.model import (
     PositionEmbedding,
     TransformerModelSpec,
 )
+from blueprinting.mapping.precision import (
+    Fp4Precision,
+    Fp8Format,
+    Fp8Precision,
+    Fp8Recipe,
+    HighPrecision,
+    TrainingPrecision,
+)
 from blueprinting.mapping.transformer import (
     DENSE_RECOMPUTE_MODULES,
     AllGatherKV,
@@ -70,11 +78,31 @@ from blueprinting.mapping.transformer import (
     ZeroBubbleH1,
 )
 
+#: from_mapping gives a training model its base datatype; FP8 is the precision recipe.
+TRAINING_DATATYPES = (Datatype.BF16, Datatype.FP16, Datatype.FP32)
+
+
+def training_precisions(*, param_gather: bool = True) -> st.SearchStrategy[TrainingPrecision]:
+    gathers = st.booleans() if param_gather else st.just(False)
+    return st.one_of(
+        st.just(HighPrecision()),
+        st.builds(
+            Fp8Precision,
+            recipe=st.sampled_from(Fp8Recipe),
+            format=st.sampled_from(Fp8Format),
+            param_gather=gathers,
+        ),
+        st.builds(Fp4Precision, param_gather=gathers),
+    )
+
+
 names = st.text(alphabet="abcdefghijklmnopqrstuvwxyz0123456789-.", min_size=1, max_size=12)
 
 
 @st.composite
-def models(draw: st.DrawFn) -> TransformerModelSpec:
+def models(
+    draw: st.DrawFn, datatypes: tuple[Datatype, ...] = TRAINING_DATATYPES
+) -> TransformerModelSpec:
     heads = draw(st.integers(1, 64))
     vocab = draw(st.integers(1, 300_000))
     return TransformerModelSpec(
@@ -93,7 +121,7 @@ def models(draw: st.DrawFn) -> TransformerModelSpec:
         position_embedding=draw(st.sampled_from(PositionEmbedding)),
         embeddings=draw(st.sampled_from(EmbeddingTying)),
         add_bias_linear=draw(st.booleans()),
-        datatype=draw(st.sampled_from(Datatype)),
+        datatype=draw(st.sampled_from(datatypes)),
     )
 
 
@@ -186,6 +214,7 @@ def training_specs(draw: st.DrawFn) -> TrainingSpec:
                 micro_batch_size=draw(st.integers(1, 8)),
             ),
             attention=draw(attention_kernels()),
+            precision=draw(training_precisions()),
         ),
     )
 
@@ -207,7 +236,10 @@ def _divisors(n: int) -> list[int]:
 
 @st.composite
 def lawful_models(
-    draw: st.DrawFn, tensor_degree: int, layers_multiple: int
+    draw: st.DrawFn,
+    tensor_degree: int,
+    layers_multiple: int,
+    datatypes: tuple[Datatype, ...] = tuple(Datatype),
 ) -> TransformerModelSpec:
     """A model whose block splits over ``tensor_degree`` and whose layer count is a multiple of
     ``layers_multiple`` (p * v)."""
@@ -232,7 +264,7 @@ def lawful_models(
         position_embedding=draw(st.sampled_from(PositionEmbedding)),
         embeddings=draw(st.sampled_from(EmbeddingTying)),
         add_bias_linear=draw(st.booleans()),
-        datatype=draw(st.sampled_from(Datatype)),
+        datatype=draw(st.sampled_from(datatypes)),
     )
 
 
@@ -256,7 +288,7 @@ def lawful_training_specs(draw: st.DrawFn) -> TrainingSpec:
     else:
         m = draw(st.integers(1, 16))
         schedule = SingleStage() if p == 1 else OneForwardOneBackward()
-    model = draw(lawful_models(t, p * v))
+    model = draw(lawful_models(t, p * v, TRAINING_DATATYPES))
     # cp > 1 needs the fused kernel (16-bit) and 2cp | s, t*cp | s (t | s already holds).
     cp = 1 if model.datatype is Datatype.FP32 else draw(st.sampled_from([1, 1, 2, 4]))
     context = ContextParallel()
@@ -292,6 +324,10 @@ def lawful_training_specs(draw: st.DrawFn) -> TrainingSpec:
                 else draw(attention_kernels())
                 if model.datatype is not Datatype.FP32
                 else UnfusedAttention()
+            ),
+            # a low-precision param gather needs a sharded optimizer
+            precision=draw(
+                training_precisions(param_gather=not isinstance(sharding, NoOptimizerSharding))
             ),
         ),
     )

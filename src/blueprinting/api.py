@@ -60,11 +60,17 @@ def plan_spec(
 ) -> IterationReport:
     """Check ``spec`` against every law, then evaluate it on ``system``."""
     chosen = PlanOptions() if options is None else options
-    validate_training(spec.model, spec.mapping, megatron=chosen.megatron_rules)
+    resolved = resolve_system(system)
+    validate_training(
+        spec.model,
+        spec.mapping,
+        megatron=chosen.megatron_rules,
+        accelerator=resolved.accelerator.support,
+    )
     flags, refusals = _megatron_args(spec, megatron_rules=chosen.megatron_rules)
     return evaluate_plan(
         spec,
-        resolve_system(system),
+        resolved,
         chosen,
         strategy_keys=to_mapping(spec),
         megatron_args=flags,

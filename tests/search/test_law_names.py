@@ -33,10 +33,14 @@ def test_names_and_rulesets() -> None:
         "tp_comm_overlap_buffer_shape",
         "cp_a2a_heads",
         "cp_needs_fused_attention",
+        "precision_recipe_accelerator",
+        "low_precision_param_gather_needs_sharded_optimizer",
     ]
     assert [law for law in Law if not law.searched] == [
         Law.MEGATRON_TP_COMM_OVERLAP_NEEDS_SP,
         Law.MEGATRON_TP_COMM_OVERLAP_BUFFER,
+        Law.MEGATRON_PRECISION_RECIPE_ACCELERATOR,
+        Law.MEGATRON_PARAM_GATHER_NEEDS_SHARDING,
     ]
     assert all(law.ruleset is RuleSet.MEGATRON for law in MEGATRON_LAWS)
     assert all(law.ruleset is RuleSet.PLANNER for law in PLANNER_LAWS)
@@ -51,10 +55,13 @@ def test_the_scalar_checker_uses_the_same_names() -> None:
     search's union of the checker's microbatch_group_bounds and microbatch_group_remainder)."""
     from pathlib import Path
 
-    from blueprinting.mapping import laws
+    from blueprinting.mapping import laws, precision_laws
 
     source = Path(laws.__file__).read_text()
     scalar_only = {Law.MEGATRON_MICROBATCH_GROUP, Law.WORLD_SIZE}
+    # the precision laws live in their own module and report by Law member
+    precision = Path(precision_laws.__file__).read_text()
     for law in Law:
-        if law not in scalar_only:
-            assert f'"{law}"' in source, law
+        if law in scalar_only:
+            continue
+        assert f'"{law}"' in source or f"Law.{law.name}" in precision, law

@@ -67,9 +67,9 @@ def test_every_problem_at_once() -> None:
             "sharding=no_shard overlap_param_gather=on tp=2 bare"
         )
     assert info.value.problems == (
-        "foo: unknown key (accepted: tp, cp, cp_comm, pp, dp, gpus, v, vp, mbs, gbs, sp, recompute, "
-        "recompute_method, recompute_layers, sharding, overlap_grad, overlap_param_gather, "
-        "overlap_p2p, group, schedule, layout)",
+        "foo: unknown key (accepted: tp, cp, cp_comm, pp, dp, gpus, v, vp, mbs, gbs, sp, "
+        "recompute, recompute_method, recompute_layers, sharding, overlap_grad, "
+        "overlap_param_gather, overlap_p2p, group, schedule, layout)",
         "tp: given twice",
         "'bare': expected key=value",
         "tp=0: expected a positive integer",

@@ -32,6 +32,7 @@ from blueprinting.synthesizer.dialects.transformer.training_derivation import (
 from blueprinting.synthesizer.stages.distributed.ir import ComputeTask, Phase
 from blueprinting.synthesizer.stages.portable_plan import tp_overlap
 from blueprinting.synthesizer.stages.portable_plan.passes import PlanContext, chunk_time
+from blueprinting.synthesizer.stages.portable_plan.precision import OpPrecision
 
 
 def test_ring_exchange_hides_every_step_but_keeps_one_bare_chunk() -> None:
@@ -180,7 +181,9 @@ def test_llama3_70b_on_64_h100s_hides_tp_comm() -> None:
         and t.lineage.op is SemanticOpName.MLP_DOWN
     )
     assert fc2.gemm is not None and (fc2.gemm.m, fc2.gemm.n, fc2.gemm.k) == (8192, 7168, 8192)
-    chunk = chunk_time(fc2, 4, system, spec.model.datatype)
+    chunk = chunk_time(
+        fc2, 4, system, OpPrecision(datatype=spec.model.datatype, recipe=spec.mapping.precision)
+    )
     link = system.collective_time(CollectiveKind.REDUCE_SCATTER, 8192 * 8192 * 2, group)
     slowed = chunk / (1 - 16 / 132)
     step = link / 4

@@ -96,10 +96,14 @@ def data_parallel_cost(
     group: CommGroup,
     system: SystemSpec,
     windows: OverlapWindows,
+    param_gather_size: int | None = None,
 ) -> DataParallelCost:
-    """DP cost for a GPU holding ``stage_parameters`` parameters (already divided by t)."""
+    """DP cost for a GPU holding ``stage_parameters`` parameters (already divided by t);
+    ``param_gather_size``: the all-gather's bytes when a low-precision param gather shrinks it
+    (:func:`blueprinting.analysis.precision_memory.param_gather_bytes`; None: ``stage_parameters
+    x param_bytes``)."""
     grads = stage_parameters * grad_bytes
-    params = stage_parameters * param_bytes
+    params = stage_parameters * param_bytes if param_gather_size is None else param_gather_size
     if group.size == 1:  # d x cp ranks: context parallelism alone still reduces gradients
         return DataParallelCost(
             grad_bytes=grads,

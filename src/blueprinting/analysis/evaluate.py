@@ -25,6 +25,7 @@ from blueprinting.analysis.memory import (
     memory_per_stage,
     most_loaded,
     precision_recipe,
+    stage_param_gather_bytes,
     stage_parameters,
 )
 from blueprinting.analysis.optimizer_step import adam_step_cost
@@ -33,6 +34,7 @@ from blueprinting.errors import ConfigError
 from blueprinting.hardware.system import CommGroup, Engine, ParallelDim, SystemSpec
 from blueprinting.limits import stage_limit_problem
 from blueprinting.mapping.model import TransformerModelSpec
+from blueprinting.mapping.precision import TrainingPrecision
 from blueprinting.mapping.transformer import (
     AttentionKernel,
     BatchSpec,
@@ -68,6 +70,7 @@ from blueprinting.synthesizer.stages.portable_plan.passes import (
     assemble_plan,
     cost_task_groups,
 )
+from blueprinting.synthesizer.stages.portable_plan.precision import OpPrecision
 
 
 @final
@@ -132,6 +135,7 @@ def _local_block_costs(
     tp_group: CommGroup,
     context: ContextParallel,
     cp_groups: tuple[tuple[str, CommGroup], ...],
+    precision: TrainingPrecision,
 ) -> TaskGroupCosts:
     """The costed local block, shared like :func:`_local_block` by strategies that differ only
     in PP, DP or batch (the costs read nothing else)."""
@@ -142,7 +146,12 @@ def _local_block_costs(
         else None
     )
     return cost_task_groups(
-        ir, system, tp_group, model.datatype, overlap, cp_groups=dict(cp_groups)
+        ir,
+        system,
+        tp_group,
+        OpPrecision(datatype=model.datatype, recipe=precision),
+        overlap,
+        cp_groups=dict(cp_groups),
     )
 
 
@@ -162,6 +171,7 @@ def portable_plan(spec: TrainingSpec, system: SystemSpec) -> PortablePlanIR:
         tp_group=ctx.group(ParallelDim.TENSOR),
         context=parallelism.context,
         cp_groups=tuple(sorted(ctx.context_groups().items())),
+        precision=spec.mapping.precision,
     )
     return VerifyPortablePlan().run(assemble_plan(costs, ctx), ctx)
 
@@ -292,7 +302,8 @@ def evaluate_plan(
         simulate=options.simulate,
     )
     recipe = precision_recipe(spec.model.datatype)
-    params = stage_parameters(spec.model, mapping, critical.index).total
+    critical_params = stage_parameters(spec.model, mapping, critical.index)
+    params = critical_params.total
     windows = OverlapWindows(
         blocks_per_chunk=plan.max_blocks_per_chunk,
         virtual_stages=plan.virtual_stages,
@@ -310,6 +321,9 @@ def evaluate_plan(
         group=PlanContext(spec=spec, system=system).gradient_group(),
         system=system,
         windows=windows,
+        param_gather_size=stage_param_gather_bytes(
+            spec.model, mapping, critical_params, recipe.param
+        ),
     )
     optimizer = adam_step_cost(
         parameters=_owned_parameters(spec, params),

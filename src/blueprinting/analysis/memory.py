@@ -67,6 +67,11 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, TypeVar, assert_never, cast, final
 
+from blueprinting.analysis.precision_memory import (
+    param_gather_bytes,
+    te_linear_weights_per_rank,
+    weight_extra_bytes,
+)
 from blueprinting.analysis.stage_layout import chunk_layer_counts
 
 if TYPE_CHECKING:
@@ -1057,6 +1062,34 @@ def assemble_breakdown(
     )
 
 
+def low_precision_weight_extra(
+    model: TransformerModelSpec,
+    mapping: TransformerTrainingMappingSpec,
+    blocks: int,
+    param_bytes: int,
+) -> int:
+    """The weight bytes the precision recipe adds on a stage of ``blocks`` blocks
+    (:func:`~blueprinting.analysis.precision_memory.weight_extra_bytes` over its Transformer
+    Engine linear weights). Under ZeRO-3 (``ShardedParameters``) TE's cached copies belong to the
+    gathered units: not modelled, 0."""
+    if isinstance(mapping.parallelism.data.optimizer_sharding, ShardedParameters):
+        return 0
+    linear = blocks * te_linear_weights_per_rank(model, mapping.tensor_degree)
+    return weight_extra_bytes(mapping.precision, linear, param_bytes)
+
+
+def stage_param_gather_bytes(
+    model: TransformerModelSpec,
+    mapping: TransformerTrainingMappingSpec,
+    params: StageParameters,
+    param_bytes: int,
+) -> int:
+    """The DP parameter all-gather's bytes of a stage under the precision recipe
+    (:func:`~blueprinting.analysis.precision_memory.param_gather_bytes`)."""
+    linear = params.blocks * te_linear_weights_per_rank(model, mapping.tensor_degree)
+    return param_gather_bytes(mapping.precision, params.total, linear, param_bytes)
+
+
 def _sharded(count: int, bytes_per: int, data_degree: int) -> int:
     return _ceil_div(count * bytes_per, data_degree)
 
@@ -1127,6 +1160,7 @@ def _stage_memory(
             weights = _sharded(count - gathered, recipe.param, d) + gathered * recipe.param
         case _ as unreachable:
             assert_never(unreachable)
+    weights += low_precision_weight_extra(model, mapping, params.blocks, recipe.param)
     acts = _stage_activations(model, mapping, stage, inv)
     return assemble_breakdown(
         weights=weights,

@@ -12,6 +12,7 @@ import argparse
 from blueprinting.errors import ConfigError, InvalidStrategyError
 from blueprinting.mapping.config_file import ConfigFile, load_config
 from blueprinting.mapping.laws import check_inference, check_training
+from blueprinting.mapping.precision import AcceleratorSupport
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,13 +38,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _check_system(config: ConfigFile) -> None:
+def _check_system(config: ConfigFile) -> AcceleratorSupport | None:
     """Validate the ``[system]`` section as ``plan`` and ``infer`` build it (every problem,
-    an unknown preset with a did-you-mean), so ``check`` never passes a file they refuse."""
+    an unknown preset with a did-you-mean), so ``check`` never passes a file they refuse; its
+    accelerator, for the precision-recipe law (None: no system given)."""
     if config.system:
         from blueprinting.hardware.system_mapping import system_from_mapping
 
-        system_from_mapping(dict(config.system), source=config.source)
+        return system_from_mapping(dict(config.system), source=config.source).accelerator.support
+    return None
 
 
 def summary(config: ConfigFile) -> str:
@@ -95,11 +98,14 @@ def run(args: argparse.Namespace) -> int:
     if args.model is not None or args.gpus is not None:
         raise ConfigError(["give either FILE or --model/--gpus, not both"])
     config = load_config(str(args.file), overrides=overrides)
-    _check_system(config)
+    accelerator = _check_system(config)
     if config.training is not None:
         spec_text = str(config.training)
         violations = check_training(
-            config.training.model, config.training.mapping, megatron=megatron
+            config.training.model,
+            config.training.mapping,
+            megatron=megatron,
+            accelerator=accelerator,
         )
     elif config.inference is not None:
         spec_text = str(config.inference)

@@ -39,6 +39,28 @@ part exists the figure is an assumption, said so. Ratios are rounded to 0.01.
     improves only FP4).
   - MI300X: 0.51 (MAMF 668.4/1307.4 = 0.511, PyTorch TunableOp on); fp8 0.49 (no MAMF fp8
     measurement: AMD's own MAF, MB 1 ``rocm_maf``, 1273/2614.9 = 0.487).
+* Low-precision GEMMs (``AcceleratorSpec.low_precision``: the rates Transformer Engine's linear
+  layers run at under an FP8 / FP4 recipe, :mod:`blueprinting.mapping.precision`), each a
+  :class:`SaturatingGemmEfficiency` with ``half_saturation_dim = 128`` like the others. Peaks are
+  the dense FP8 / FP4 datasheet figures (modern_parallelism.md 3.6: H100 / H200 / H800 1,979;
+  B200 4,500 / 9,000; B300 4,500 / 14,000, the upper of the "12,600-14,000" the sources give;
+  GB200 5,000 / 10,000; GB300 5,000 / 15,000; MI300X 2,614.9). Fractions:
+
+  - ``fp8`` (per-tensor scaling: the delayed and tensorwise recipes): the MAMF fp8 e4m3 fraction
+    above (mamf-finder times ``torch._scaled_mm`` with per-tensor scales, the same GEMM).
+  - ``fp8_blockwise`` on Hopper: the same MAMF fp8 fraction, an assumption; DeepGEMM's
+    1x128 / 128x128-scaled kernels on H800 span 0.39-0.77 of peak at M = 4096 (MB 2.2
+    ``deepgemm``), bracketing it. On Blackwell Transformer Engine runs blockwise through MXFP8
+    (modern_parallelism 3.1), so the ``mxfp8`` figure.
+  - ``mxfp8``: B200 0.63 (cuBLAS 13.1 MXFP8 8192^3 2,849.9 TFLOP/s / 4,500, MB 2.6
+    ``triton_9044``, unlocked clocks); B300, GB200, GB300: no measurement, B200's 0.63 assumed.
+  - ``nvfp4``: B200 0.62 (cuBLAS NVFP4 8192^3 5,589.8 / 9,000 on sm_100, MB 2.6 ``triton_9697``;
+    torchao's B200 run peaks at 5,500 / 9,000 = 0.61, ``torchao_2427``); GB200 0.76 (cuBLASLt
+    fp4 16384^3 7,627.6 / 10,000, MB 2.1 ``azure_abg_gb200``); B300: B200's, GB300: GB200's
+    (no measurement, assumed).
+  - A100 has no FP8 tensor cores (none listed); MI300X lists ``fp8`` only at its fp8 fraction.
+  Formats a part lacks: Hopper has no ``mxfp8`` / ``nvfp4`` (Blackwell SM 10.0 / 10.3 only,
+  modern_parallelism 3.1), so the ``precision_recipe_accelerator`` law refuses those recipes there.
 * Vector engine: constant 0.9. No microbenchmark isolates it (an assumption); elementwise ops are
   memory-bound, so the roofline almost always prices them at the HBM rate below.
 * HBM: BabelStream Triad over the datasheet bandwidth (MB 5, ``azure_abg``): A100 80GB
@@ -103,6 +125,7 @@ from blueprinting.hardware.system import (
     ByRankLayout,
     ComputeEngineSpec,
     DatatypeRate,
+    GemmFormatRate,
     LinkSpec,
     MemorySpec,
     NodeSpec,
@@ -111,6 +134,7 @@ from blueprinting.hardware.system import (
     SystemSpec,
 )
 from blueprinting.mapping.model import Datatype
+from blueprinting.mapping.precision import GemmFormat
 
 TERA = 1e12
 GIGA = 1e9
@@ -171,6 +195,35 @@ def _matrix(
             Datatype.FP16: (bf16, half),
             Datatype.FP8: (fp8, _gemm(fp8_fraction)),
             Datatype.FP32: (fp32, half),
+        }
+    )
+
+
+#: Blackwell MXFP8 GEMM fraction: B200 cuBLAS 8192^3 (MB 2.6 triton_9044); assumed on the other
+#: Blackwell parts (module docstring).
+MXFP8_FRACTION = 0.63
+
+
+def _low_precision(
+    rates: Mapping[GemmFormat, tuple[float, float]],
+) -> tuple[GemmFormatRate, ...]:
+    """Low-precision GEMM rates from ``{format: (dense peak in TFLOP/s, peak fraction)}``."""
+    return tuple(
+        GemmFormatRate(format=fmt, peak_flop_per_s=tflops * TERA, efficiency=_gemm(fraction))
+        for fmt, (tflops, fraction) in rates.items()
+    )
+
+
+def _blackwell_low_precision(
+    *, fp8: float, fp4: float, fp8_fraction: float, fp4_fraction: float
+) -> tuple[GemmFormatRate, ...]:
+    # Blockwise FP8 runs through MXFP8 on Blackwell (modern_parallelism.md 3.1).
+    return _low_precision(
+        {
+            GemmFormat.FP8: (fp8, fp8_fraction),
+            GemmFormat.FP8_BLOCKWISE: (fp8, MXFP8_FRACTION),
+            GemmFormat.MXFP8: (fp8, MXFP8_FRACTION),
+            GemmFormat.NVFP4: (fp4, fp4_fraction),
         }
     )
 
@@ -265,6 +318,13 @@ def _hopper(
         vector=_vector(half=133.8, fp32=67),
         hbm=_hbm(hbm_gb, hbm_gbps, _constant(hbm_fraction)),
         attention=H100_FLASH_ATTENTION_2,
+        # FP8 only (no MXFP8 / NVFP4 on SM 9.0); blockwise at the per-tensor fraction (docstring).
+        low_precision=_low_precision(
+            {
+                GemmFormat.FP8: (1979, fp8_fraction),
+                GemmFormat.FP8_BLOCKWISE: (1979, fp8_fraction),
+            }
+        ),
         # 132 SMs on H100 SXM5 (NVIDIA H100 Tensor Core GPU Architecture whitepaper, Table 2);
         # H200 and H800 SXM keep the GH100 die's 132.
         sm_count=132,
@@ -281,6 +341,8 @@ def _blackwell(
     fp8_fraction: float,
     attention: AttentionKernelRates,
     sm_count: int,
+    fp4: float,
+    fp4_fraction: float,
 ) -> AcceleratorSpec:
     # Every Blackwell part here: 8 TB/s HBM3e (modern_parallelism.md 3.6; MB 5 mlengr_peaks).
     # fp32 80 TFLOP/s: the B200 figure (NVIDIA Blackwell datasheet; tabulated at
@@ -300,6 +362,9 @@ def _blackwell(
         hbm=_hbm(hbm_gb, 8000, HBM_EFFICIENCY_UNMEASURED),
         attention=attention,
         sm_count=sm_count,
+        low_precision=_blackwell_low_precision(
+            fp8=fp8, fp4=fp4, fp8_fraction=fp8_fraction, fp4_fraction=fp4_fraction
+        ),
     )
 
 
@@ -317,6 +382,9 @@ def _b200() -> AcceleratorSpec:
         attention=B200_FLASH_ATTENTION_4,
         # 148 SMs per B200 GPU (NVIDIA Blackwell datasheet; GB200's GPU is the same die).
         sm_count=148,
+        # FP4 9,000 dense (modern_parallelism.md 3.6); NVFP4 fraction 0.62 (docstring).
+        fp4=9000,
+        fp4_fraction=0.62,
     )
 
 
@@ -334,6 +402,9 @@ def _b300() -> AcceleratorSpec:
         attention=B300_FLASH_ATTENTION_4,
         # 160 SMs per Blackwell Ultra GPU (NVIDIA technical blog, Inside Blackwell Ultra, 2025).
         sm_count=160,
+        # FP4 "12,600-14,000" (modern_parallelism.md 3.6): 14,000; B200's NVFP4 fraction assumed.
+        fp4=14000,
+        fp4_fraction=0.62,
     )
 
 
@@ -351,6 +422,9 @@ def _gb200() -> AcceleratorSpec:
         attention=GB200_FLASH_ATTENTION_4,
         # 148 SMs per B200 GPU (NVIDIA Blackwell datasheet; GB200's GPU is the same die).
         sm_count=148,
+        # FP4 10,000 dense (modern_parallelism.md 3.6); NVFP4 0.76 (MB 2.1 azure_abg_gb200).
+        fp4=10000,
+        fp4_fraction=0.76,
     )
 
 
@@ -368,6 +442,10 @@ def _gb300() -> AcceleratorSpec:
         attention=GB200_FLASH_ATTENTION_4,
         # 160 SMs per Blackwell Ultra GPU (NVIDIA technical blog, Inside Blackwell Ultra, 2025).
         sm_count=160,
+        # FP4 15,000 dense (modern_parallelism.md 3.6: GB300 improves only FP4); GB200's NVFP4
+        # fraction assumed.
+        fp4=15000,
+        fp4_fraction=0.76,
     )
 
 
@@ -381,6 +459,7 @@ def _mi300x() -> AcceleratorSpec:
         matrix=_matrix(bf16=1307.4, fp8=2614.9, fp32=163.4, bf16_fraction=0.51, fp8_fraction=0.49),
         vector=_vector(half=163.4, fp32=163.4),
         hbm=_hbm(192, 5300, HBM_EFFICIENCY_UNMEASURED),
+        low_precision=_low_precision({GemmFormat.FP8: (2614.9, 0.49)}),
     )
 
 

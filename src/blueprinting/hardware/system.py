@@ -65,6 +65,7 @@ from blueprinting.hardware.efficiency import (
     is_positive,
 )
 from blueprinting.mapping.model import Datatype
+from blueprinting.mapping.precision import AcceleratorSupport, GemmFormat
 
 
 class Engine(StrEnum):
@@ -174,6 +175,23 @@ class ComputeEngineSpec:
 
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
+class GemmFormatRate:
+    """Dense peak and achieved fraction of the tensor cores in one low-precision GEMM format
+    (:class:`~blueprinting.mapping.precision.GemmFormat`): what Transformer Engine's linear
+    layers run at under an FP8 / FP4 recipe."""
+
+    format: GemmFormat
+    peak_flop_per_s: float
+    efficiency: Efficiency
+
+    def __post_init__(self) -> None:
+        problems = _require_positive_number("GemmFormatRate", peak_flop_per_s=self.peak_flop_per_s)
+        if problems:
+            raise ConfigError(problems)
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
 class MemorySpec:
     capacity_bytes: float
     bandwidth_bytes_per_s: float
@@ -203,10 +221,32 @@ class AcceleratorSpec:
     #: Streaming multiprocessors (datasheet), for the share a communication kernel takes from a
     #: GEMM (Transformer Engine userbuffer overlap); ``None``: unknown, no SM share is charged.
     sm_count: int | None = None
+    #: The low-precision GEMM formats the tensor cores run (each at most once); a recipe whose
+    #: format is missing is refused by the ``precision_recipe_accelerator`` law.
+    low_precision: tuple[GemmFormatRate, ...] = ()
 
     def __post_init__(self) -> None:
         if self.sm_count is not None and self.sm_count < 1:
             raise ConfigError(f"accelerator sm_count must be positive, got {self.sm_count}")
+        seen = [rate.format for rate in self.low_precision]
+        if len(set(seen)) != len(seen):
+            raise ConfigError([f"accelerator lists a low-precision GEMM format twice: {seen}"])
+
+    @property
+    def support(self) -> AcceleratorSupport:
+        """Its name and low-precision formats, for the precision laws."""
+        return AcceleratorSupport(
+            name=self.name, formats=frozenset(rate.format for rate in self.low_precision)
+        )
+
+    def low_precision_rate(self, gemm_format: GemmFormat) -> GemmFormatRate:
+        for rate in self.low_precision:
+            if rate.format is gemm_format:
+                return rate
+        supported = ", ".join(rate.format.value for rate in self.low_precision) or "none"
+        raise UnsupportedError(
+            f"checking GEMM format: {self.name} has no {gemm_format.value} rate (has: {supported})"
+        )
 
     def engine(self, engine: Engine) -> ComputeEngineSpec:
         match engine:
@@ -632,6 +672,19 @@ class SystemSpec:
         if flops == 0:
             return 0.0
         rate = self.accelerator.engine(engine).rate(datatype)
+        fraction = efficiency_fraction(rate.efficiency, flops, shape)
+        return flops / (rate.peak_flop_per_s * fraction)
+
+    def low_precision_gemm_time(
+        self, flops: float, gemm_format: GemmFormat, shape: GemmShape | None = None
+    ) -> float:
+        """``flops / (peak * efficiency)`` at the accelerator's rate for ``gemm_format``
+        (:meth:`compute_time` for a Transformer Engine linear under an FP8 / FP4 recipe)."""
+        if flops < 0:
+            raise ConfigError([f"op FLOPs must be >= 0, got {flops!r}"])
+        if flops == 0:
+            return 0.0
+        rate = self.accelerator.low_precision_rate(gemm_format)
         fraction = efficiency_fraction(rate.efficiency, flops, shape)
         return flops / (rate.peak_flop_per_s * fraction)
 

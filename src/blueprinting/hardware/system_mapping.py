@@ -33,6 +33,10 @@ The mapping form (every key optional when a ``preset`` is given; SI units, the u
     seq_lengths = [2048, 8192]
     tflops = [[140, 165], [155, 182]]  # one row per head dim, one value per sequence length
 
+    [system.accelerator.low_precision.mxfp8]   # the TE linears' rate under an FP8 / FP4 recipe
+    peak_flop_per_s = 4500e12         # formats: fp8, fp8_blockwise, mxfp8, nvfp4
+    efficiency = {model = "saturating_gemm", peak_fraction = 0.63, half_saturation_dim = 128}
+
     [system.runtime]                  # device memory beside the tensors (RuntimeMemory)
     cuda_context_bytes = 536870912
     nccl_bytes_per_communicator = 688000000
@@ -90,6 +94,7 @@ from blueprinting.hardware.system import (
     ComputeEngineSpec,
     DatatypeRate,
     FixedTiers,
+    GemmFormatRate,
     LinkSpec,
     LinkTier,
     MemorySpec,
@@ -101,8 +106,9 @@ from blueprinting.hardware.system import (
 )
 from blueprinting.mapping.documents import parse_json, parse_toml, read_text
 from blueprinting.mapping.model import Datatype
+from blueprinting.mapping.precision import GemmFormat
 
-_E = TypeVar("_E", ProcessingMode, RankLayout, LinkTier, Datatype)
+_E = TypeVar("_E", ProcessingMode, RankLayout, LinkTier, Datatype, GemmFormat)
 _T = TypeVar("_T")
 
 # What _required returns for an absent key: already reported, so readers stay silent.
@@ -122,7 +128,16 @@ _TOP_KEYS = (
     "async_tp_backward_comm",
     "runtime",
 )
-_ACCELERATOR_KEYS = ("name", "matrix", "vector", "hbm", "offload", "attention", "sm_count")
+_ACCELERATOR_KEYS = (
+    "name",
+    "matrix",
+    "vector",
+    "hbm",
+    "offload",
+    "attention",
+    "sm_count",
+    "low_precision",
+)
 _ATTENTION_KEYS = ("kernel", "source", "head_dims", "seq_lengths", "tflops")
 _RUNTIME_KEYS = (
     "cuda_context_bytes",
@@ -203,6 +218,14 @@ def system_to_mapping(system: SystemSpec) -> dict[str, object]:
         accelerator["offload"] = _memory_to_mapping(system.accelerator.offload)
     if system.accelerator.sm_count is not None:
         accelerator["sm_count"] = system.accelerator.sm_count
+    if system.accelerator.low_precision:
+        accelerator["low_precision"] = {
+            rate.format.value: {
+                "peak_flop_per_s": rate.peak_flop_per_s,
+                "efficiency": efficiency_to_mapping(rate.efficiency),
+            }
+            for rate in system.accelerator.low_precision
+        }
     rates = system.accelerator.attention
     if rates is not None:
         accelerator["attention"] = {
@@ -537,6 +560,47 @@ def _link_from_mapping(value: object, where: str, out: ProblemCollector) -> Link
     )
 
 
+def _low_precision_from_mapping(
+    value: object, where: str, out: ProblemCollector
+) -> tuple[GemmFormatRate, ...] | None:
+    """``[system.accelerator.low_precision.<format>]`` tables (``fp8``, ``fp8_blockwise``,
+    ``mxfp8``, ``nvfp4``), each with ``peak_flop_per_s`` and ``efficiency``."""
+    table = _table(value, where, out)
+    if table is None:
+        return None
+    rates: list[GemmFormatRate] = []
+    ok = True
+    for key, raw in table.items():
+        at = f"{where}.{key}"
+        gemm_format = _choice(GemmFormat, key, at, out)
+        rate_table = _table(raw, at, out)
+        if gemm_format is None or rate_table is None:
+            ok = False
+            continue
+        _unknown_keys(rate_table, _RATE_KEYS, at, out)
+        peak = _number(
+            _required(rate_table, "peak_flop_per_s", at, out), f"{at}.peak_flop_per_s", out
+        )
+        efficiency = efficiency_from_mapping(
+            _required(rate_table, "efficiency", at, out), f"{at}.efficiency", out
+        )
+        if peak is None or efficiency is None:
+            ok = False
+            continue
+        rate = _checked(
+            out,
+            at,
+            partial(
+                GemmFormatRate, format=gemm_format, peak_flop_per_s=peak, efficiency=efficiency
+            ),
+        )
+        if rate is None:
+            ok = False
+        else:
+            rates.append(rate)
+    return tuple(rates) if ok else None
+
+
 def _accelerator_from_mapping(
     value: object, where: str, out: ProblemCollector
 ) -> AcceleratorSpec | None:
@@ -561,6 +625,13 @@ def _accelerator_from_mapping(
     sm_count = (
         _integer(table["sm_count"], f"{where}.sm_count", out) if "sm_count" in table else None
     )
+    low_precision = (
+        _low_precision_from_mapping(table["low_precision"], f"{where}.low_precision", out)
+        if "low_precision" in table
+        else ()
+    )
+    if low_precision is None:
+        return None
     if name is None or matrix is None or vector is None or hbm is None:
         return None
     if ("offload" in table and offload is None) or ("attention" in table and attention is None):
@@ -578,6 +649,7 @@ def _accelerator_from_mapping(
         offload=offload,
         attention=attention,
         sm_count=sm_count,
+        low_precision=low_precision,
     )
 
 

@@ -28,7 +28,7 @@ base follows the overridden fields, one that was set explicitly keeps its value.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import assert_never, final
 
@@ -46,6 +46,16 @@ from blueprinting.mapping.model import (
     Normalization,
     PositionEmbedding,
     TransformerModelSpec,
+)
+from blueprinting.mapping.precision import (
+    Fp4Format,
+    Fp4Precision,
+    Fp4Recipe,
+    Fp8Format,
+    Fp8Precision,
+    Fp8Recipe,
+    HighPrecision,
+    TrainingPrecision,
 )
 from blueprinting.mapping.presets import did_you_mean
 from blueprinting.mapping.transformer import (
@@ -123,6 +133,7 @@ class _Kind(StrEnum):
     STR = "a string"
     FP8 = "a boolean or one of 'e4m3', 'hybrid'"
     LIST = "a string or a list of strings or positive integers"
+    FP4 = "a boolean or 'e2m1'"
 
 
 @final
@@ -187,6 +198,14 @@ TRAINING_KEYS: Mapping[str, _Key] = {
     "tp_comm_bulk_wgrad": _bool(),
     "disable_tp_comm_bulk_wgrad": _bool(),
     "tp_comm_overlap_rs_dgrad": _bool(),
+    # Transformer Engine's low-precision recipe (mapping/precision.py; Megatron-LM
+    # transformer_config.py l.584-690, arguments.py l.1095-1109 @d98e8a64). fp8 itself (the
+    # format) is a model key for inference's fp8 weights; fp4 is training-only.
+    "fp8_recipe": _choice(*(r.value for r in Fp8Recipe), "custom"),
+    "fp8_param_gather": _bool(),
+    "fp4": _Key(kind=_Kind.FP4, choices=tuple(f.value for f in Fp4Format)),
+    "fp4_recipe": _choice(*(r.value for r in Fp4Recipe), "custom"),
+    "fp4_param_gather": _bool(),
 }
 
 # Keys both training and inference accept.
@@ -235,13 +254,14 @@ MODEL_KEYS: Mapping[str, _Key] = {
     "disable_bias_linear": _bool(),
     "bf16": _bool(),
     "fp16": _bool(),
-    "fp8": _Key(kind=_Kind.FP8),
+    "fp8": _Key(kind=_Kind.FP8, choices=tuple(f.value for f in Fp8Format)),
 }
 
 # Megatron-LM spells a few keys differently as flags than as config fields.
 ALIASES: Mapping[str, str] = {
     "microbatch_group_size_per_virtual_pipeline_stage": "microbatch_group_size_per_vp_stage",
     "fp8_format": "fp8",
+    "fp4_format": "fp4",
 }
 
 _NON_ARCHITECTURE_MODEL_KEYS = frozenset({"model_name", "bf16", "fp16", "fp8"})
@@ -334,11 +354,14 @@ def _parse_value(key: str, value: object, spec: _Key) -> FlatValue | _Problem:
                     f"{key} must be one of {', '.join(spec.choices)}, got {value!r}{hint}"
                 )
             return value
-        case _Kind.FP8:
+        case _Kind.FP8 | _Kind.FP4:
             if type(value) is bool:
                 return value
-            if isinstance(value, str) and value in ("e4m3", "hybrid"):
+            if isinstance(value, str) and value in spec.choices:
                 return value
+            if isinstance(value, str):
+                hint = did_you_mean(value, spec.choices)
+                return _Problem(f"{key} must be {spec.kind}, got {value!r}{hint}")
             return wrong
         case _Kind.LIST:
             # Megatron takes these as nargs lists; one space-separated string here, so that a
@@ -728,6 +751,19 @@ def from_mapping(
     sharding = _sharding(values, problems)
     recompute = _recompute(values, problems, unsupported)
     attention = _attention(values, problems)
+    precision = _precision(values, problems, unsupported)
+    if spec_model is not None and spec_model.datatype is Datatype.FP8:
+        # Training runs the FP8 GEMMs on a base datatype (the recipe holds the FP8 part): fp16
+        # or bf16 as given, fp32 with bf16 = false (Megatron's fp32 params), bf16 when neither
+        # is given (the old fp8 = "hybrid" input meant bf16).
+        base = (
+            Datatype.FP16
+            if values.get("fp16") is True
+            else Datatype.FP32
+            if values.get("bf16") is False
+            else Datatype.BF16
+        )
+        spec_model = replace(spec_model, datatype=base)
 
     # A None here always comes with a problem; the extra tests narrow the types.
     if problems or spec_model is None or d is None:
@@ -754,6 +790,7 @@ def from_mapping(
             ),
             batch=BatchSpec(global_batch_size=gbs, micro_batch_size=mbs),
             attention=attention,
+            precision=precision,
         ),
     )
     if world_violation is not None:
@@ -764,6 +801,54 @@ def from_mapping(
             else f"degrees t={t} p={p} world_size={world}",
         )
     return spec
+
+
+def _format_on(value: FlatValue | None) -> bool:
+    """Whether an ``fp8`` / ``fp4`` format key turns its GEMMs on (a format name or true)."""
+    return isinstance(value, str) or value is True
+
+
+def _precision(
+    values: Mapping[str, FlatValue], problems: list[str], unsupported: list[str]
+) -> TrainingPrecision:
+    """The low-precision keys as a :data:`TrainingPrecision` (mapping/precision.py).
+
+    ``fp8`` (``--fp8-format``) turns FP8 on; ``fp8 = true`` means Transformer Engine's default
+    format, ``hybrid``. ``fp4`` (``--fp4-format``) turns FP4 on. A recipe or a param-gather key
+    without its format is refused (Megatron-LM ignores the recipe and asserts ``fp8_param => fp8``,
+    ``transformer_config.py`` l.1566-1579); FP8 with FP4 is refused (``arguments.py``
+    l.1100-1101). Megatron's ``custom`` recipes (a user quantizer factory) are not modelled."""
+    fp8, fp4 = values.get("fp8"), values.get("fp4")
+    fp8_on, fp4_on = _format_on(fp8), _format_on(fp4)
+    if fp8_on and fp4_on:
+        problems.append(
+            f"fp8 = {fp8!r} and fp4 = {fp4!r} are both set: Megatron-LM runs one low-precision "
+            "format (arguments.py l.1100-1101)"
+        )
+        return HighPrecision()
+    for prefix, on in (("fp8", fp8_on), ("fp4", fp4_on)):
+        recipe_key, gather_key = f"{prefix}_recipe", f"{prefix}_param_gather"
+        if not on and recipe_key in values:
+            problems.append(
+                f"{recipe_key} = {values[recipe_key]!r} needs {prefix} (--{prefix}-format) set"
+            )
+        if not on and values.get(gather_key) is True:
+            problems.append(
+                f"{gather_key} = true needs {prefix} (--{prefix}-format) set "
+                "(transformer_config.py l.1566-1579)"
+            )
+        if values.get(recipe_key) == "custom":
+            unsupported.append(f"{recipe_key} = custom (a user quantizer factory) is not modelled")
+    if fp8_on:
+        recipe = _get_str(values, "fp8_recipe")
+        return Fp8Precision(
+            recipe=Fp8Recipe(recipe) if recipe in set(Fp8Recipe) else Fp8Recipe.DELAYED,
+            format=Fp8Format(fp8) if isinstance(fp8, str) else Fp8Format.HYBRID,
+            param_gather=values.get("fp8_param_gather") is True,
+        )
+    if fp4_on:
+        return Fp4Precision(param_gather=values.get("fp4_param_gather") is True)
+    return HighPrecision()
 
 
 # Laws whose values involve d: meaningless while d = world_size / (t * p) is not an integer.
@@ -1163,8 +1248,9 @@ def to_mapping(spec: TrainingSpec) -> dict[str, FlatValue]:
 
     The inverse holds for every spec whose schedule is the one the degrees imply (SingleStage for
     p = 1 and v = 1, 1F1B for p > 1 and v = 1, interleaved for v >= 2), whose model has no
-    ``published_parameters`` and uses ``overlap_param_gather`` only with a sharded optimizer. An
-    FP8 model maps to ``bf16 = true, fp8 = "hybrid"`` (the format is not part of the model).
+    ``published_parameters`` and uses ``overlap_param_gather`` only with a sharded optimizer. The
+    precision recipe maps to ``fp8`` / ``fp8_recipe`` / ``fp8_param_gather`` (``fp4`` ...) beside
+    the model's ``bf16`` / ``fp16`` (:func:`precision_keys`).
     """
     mapping = spec.mapping
     par = mapping.parallelism
@@ -1184,6 +1270,7 @@ def to_mapping(spec: TrainingSpec) -> dict[str, FlatValue]:
     out["micro_batch_size"] = mapping.batch.micro_batch_size
     out["global_batch_size"] = mapping.batch.global_batch_size
     out |= _model_to_mapping(spec.model)
+    out |= precision_keys(mapping.precision)
     return out
 
 
@@ -1205,6 +1292,42 @@ def _context_keys(context: ContextParallel) -> dict[str, FlatValue]:
         case _ as unreachable:
             assert_never(unreachable)
     return out
+
+
+def precision_keys(precision: TrainingPrecision) -> dict[str, FlatValue]:
+    """The Megatron-LM config keys of a low-precision recipe (none for :class:`HighPrecision`)."""
+    match precision:
+        case HighPrecision():
+            return {}
+        case Fp8Precision(recipe=recipe, format=fmt, param_gather=gather):
+            return {
+                "fp8": fmt.value,
+                "fp8_recipe": recipe.value,
+                "fp8_param_gather": gather,
+            }
+        case Fp4Precision(recipe=recipe, format=fmt, param_gather=gather):
+            return {
+                "fp4": fmt.value,
+                "fp4_recipe": recipe.value,
+                "fp4_param_gather": gather,
+            }
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def _precision_args(precision: TrainingPrecision) -> list[str]:
+    """Megatron-LM's flags of a recipe: ``--fp8-format``, ``--fp8-recipe``,
+    ``--fp8-param-gather`` (``--fp4-*`` likewise)."""
+    args: list[str] = []
+    for key, value in precision_keys(precision).items():
+        flag = "--" + key.replace("_", "-")
+        if key in ("fp8", "fp4"):
+            args += [f"{flag}-format", str(value)]
+        elif isinstance(value, bool):
+            args += [flag] if value else []
+        else:
+            args += [flag, str(value)]
+    return args
 
 
 def _tp_overlap_keys(overlap: TpCommOverlap) -> dict[str, FlatValue]:
@@ -1408,6 +1531,7 @@ def megatron_args_of_lawful(spec: TrainingSpec) -> list[str]:
         str(mapping.batch.global_batch_size),
     ]
     args += _model_args(spec.model)
+    args += _precision_args(mapping.precision)
     return args
 
 

@@ -53,6 +53,8 @@ class Law(StrEnum):
     MEGATRON_TP_COMM_OVERLAP_BUFFER = "tp_comm_overlap_buffer_shape"
     MEGATRON_CP_A2A_HEADS = "cp_a2a_heads"
     MEGATRON_CP_NEEDS_FUSED_ATTENTION = "cp_needs_fused_attention"
+    MEGATRON_PRECISION_RECIPE_ACCELERATOR = "precision_recipe_accelerator"
+    MEGATRON_PARAM_GATHER_NEEDS_SHARDING = "low_precision_param_gather_needs_sharded_optimizer"
 
     @property
     def searched(self) -> bool:
@@ -61,6 +63,9 @@ class Law(StrEnum):
         return self not in (
             Law.MEGATRON_TP_COMM_OVERLAP_NEEDS_SP,
             Law.MEGATRON_TP_COMM_OVERLAP_BUFFER,
+            # the precision recipe is one per search, checked before enumerating
+            Law.MEGATRON_PRECISION_RECIPE_ACCELERATOR,
+            Law.MEGATRON_PARAM_GATHER_NEEDS_SHARDING,
         )
 
     @property
@@ -122,6 +127,10 @@ class Law(StrEnum):
                 )
             case Law.MEGATRON_CP_NEEDS_FUSED_ATTENTION:
                 return "cp > 1 => fused attention (Transformer Engine flash / cuDNN backends)"
+            case Law.MEGATRON_PRECISION_RECIPE_ACCELERATOR:
+                return "the recipe's GEMM format is one the accelerator runs"
+            case Law.MEGATRON_PARAM_GATHER_NEEDS_SHARDING:
+                return "fp8_param_gather or fp4_param_gather => a sharded (distributed) optimizer"
             case _ as unreachable:
                 assert_never(unreachable)
 

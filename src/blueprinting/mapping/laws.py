@@ -30,6 +30,7 @@ from typing import assert_never
 from blueprinting.errors import InvalidStrategyError, LawViolation, RuleSet
 from blueprinting.mapping.law_names import Law
 from blueprinting.mapping.model import Datatype, PositionEmbedding, TransformerModelSpec
+from blueprinting.mapping.precision import AcceleratorSupport
 from blueprinting.mapping.transformer import (
     AllGatherKV,
     AllReduce,
@@ -851,11 +852,16 @@ def check_training(
     mapping: TransformerTrainingMappingSpec,
     *,
     megatron: bool = True,
+    accelerator: AcceleratorSupport | None = None,
 ) -> tuple[LawViolation, ...]:
     """Every violated law of a training strategy, planner laws first; ``()`` when all hold.
 
-    With ``megatron=False`` only the planner's laws are checked.
+    With ``megatron=False`` only the planner's laws are checked. ``accelerator`` (the system's,
+    ``AcceleratorSpec.support``) adds the law that the precision recipe runs on it
+    (:mod:`blueprinting.mapping.precision_laws`).
     """
+    from blueprinting.mapping.precision_laws import precision_laws
+
     p = mapping.pipeline_degree
     d = mapping.data_degree
     v = mapping.virtual_stages
@@ -897,6 +903,8 @@ def check_training(
     )
     megatron_out += _context_laws(model, mapping)
     out.extend(x for x in megatron_out if x.ruleset is RuleSet.PLANNER)
+    precision_out = precision_laws(model, mapping, accelerator, megatron=megatron)
+    out.extend(x for x in precision_out if x.ruleset is RuleSet.PLANNER)
     if not megatron:
         return tuple(out)
 
@@ -922,6 +930,7 @@ def check_training(
             mapping.parallelism.tensor, mapping.tp_comm_overlap, model.seq_length, mbs
         )
     )
+    out.extend(x for x in precision_out if x.ruleset is RuleSet.MEGATRON)
     return tuple(out)
 
 
@@ -930,9 +939,10 @@ def validate_training(
     mapping: TransformerTrainingMappingSpec,
     *,
     megatron: bool = True,
+    accelerator: AcceleratorSupport | None = None,
 ) -> None:
     """Raise :class:`InvalidStrategyError` with every violated law, or return."""
-    violations = check_training(model, mapping, megatron=megatron)
+    violations = check_training(model, mapping, megatron=megatron, accelerator=accelerator)
     if violations:
         raise InvalidStrategyError(violations, subject=f"{model.name}: {mapping}")
 

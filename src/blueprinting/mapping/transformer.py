@@ -27,6 +27,7 @@ from typing import TypeAlias, assert_never, final
 from blueprinting.errors import ConfigError, positive_int_problems
 from blueprinting.mapping.divisors import divisors
 from blueprinting.mapping.model import Datatype, TransformerModelSpec
+from blueprinting.mapping.precision import HighPrecision, TrainingPrecision
 
 
 def _require_positive(owner: str, **values: int) -> None:
@@ -863,6 +864,9 @@ class TransformerTrainingMappingSpec:
     parallelism: TransformerTrainingParallelism
     batch: BatchSpec
     attention: AttentionKernel = field(default_factory=FusedAttention)
+    #: Transformer Engine's low-precision GEMM recipe on top of the model's datatype
+    #: (:mod:`blueprinting.mapping.precision`).
+    precision: TrainingPrecision = field(default_factory=HighPrecision)
 
     # Derived projections: computed, never stored or serialized. Divisions are exact only when
     # the laws hold; these use floor division and callers check laws first.

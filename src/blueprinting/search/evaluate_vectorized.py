@@ -73,11 +73,13 @@ from blueprinting.analysis.memory import (
     layer_activation_bytes,
     local_sequence_model,
     logits_transient_bytes,
+    low_precision_weight_extra,
     nccl_buffer_bytes,
     overhead_parts,
     peak_bytes,
     peak_phase_index,
     precision_recipe,
+    stage_param_gather_bytes,
     stage_parameters,
 )
 from blueprinting.analysis.optimizer_step import adam_step_cost
@@ -657,13 +659,22 @@ def _stage_memory(
     recipe = precision_recipe(model.datatype)
     p, t, v = table.pipeline, table.tensor, table.virtual_stages
     d = table.data * table.context  # the distributed optimizer shards over d x cp
-    first, inverse = _keys(t, p, stage)
+    first, inverse = _keys(t, p, stage, table.sharding)
+    mappings = [candidate_to_spec(table, int(i), model).mapping for i in first]
     params = [
-        stage_parameters(model, candidate_to_spec(table, int(i), model).mapping, int(stage[i]))
-        for i in first
+        stage_parameters(model, mapping, int(stage[i]))
+        for i, mapping in zip(first, mappings, strict=True)
     ]
     count = np.array([s.total for s in params], dtype=np.int64)[inverse]
     largest = np.array([s.largest_unit for s in params], dtype=np.int64)[inverse]
+    # memory.low_precision_weight_extra (0 under ZeRO-3, hence the sharding in the key)
+    weight_extra = np.array(
+        [
+            low_precision_weight_extra(model, mapping, s.blocks, recipe.param)
+            for s, mapping in zip(params, mappings, strict=True)
+        ],
+        dtype=np.int64,
+    )[inverse]
 
     weights = count * recipe.param
     gradients = count * recipe.grad
@@ -682,6 +693,7 @@ def _stage_memory(
         _ceil_div((count - gathered) * recipe.param, d) + gathered * recipe.param,
         weights,
     )
+    weights = weights + weight_extra
 
     # stage_activations: every chunk holds L/(p v) blocks.
     total_in_flight, first_in_flight, last_in_flight = _in_flight(table, stage, m)
@@ -940,11 +952,15 @@ def evaluate_candidates(
     dense = d * cp  # dense gradients reduce and shard over d x cp
     first, inverse = _keys(t, p, d, cp, critical)
     keyed_params: list[int] = []
+    keyed_gather: list[int] = []
     keyed_times: list[tuple[float, float, float]] = []
     for i in first:
         mapping = candidate_to_spec(table, int(i), model).mapping
-        count = stage_parameters(model, mapping, int(critical[i])).total
+        stage_params = stage_parameters(model, mapping, int(critical[i]))
+        count = stage_params.total
+        gather_size = stage_param_gather_bytes(model, mapping, stage_params, recipe.param)
         keyed_params.append(count)
+        keyed_gather.append(gather_size)
         group = PlanContext(
             spec=candidate_to_spec(table, int(i), model), system=system
         ).gradient_group()
@@ -955,14 +971,14 @@ def evaluate_candidates(
             (
                 system.collective_time(CollectiveKind.ALL_REDUCE, count * recipe.grad, group),
                 system.collective_time(CollectiveKind.REDUCE_SCATTER, count * recipe.grad, group),
-                system.collective_time(CollectiveKind.ALL_GATHER, count * recipe.param, group),
+                system.collective_time(CollectiveKind.ALL_GATHER, gather_size, group),
             )
         )
     params = np.array(keyed_params, dtype=np.int64)[inverse]
     times = np.array(keyed_times, dtype=np.float64)[inverse]
     all_reduce_s, reduce_scatter_s, all_gather_s = times[:, 0], times[:, 1], times[:, 2]
     grads_bytes = params * recipe.grad
-    gather_bytes = params * recipe.param
+    gather_bytes = np.array(keyed_gather, dtype=np.int64)[inverse]
     stage_forward_s = stage_blocks * c.forward_s
 
     sharding = table.sharding

@@ -37,6 +37,7 @@ from blueprinting.hardware.collectives import CollectiveKind as LinkCollective
 from blueprinting.hardware.efficiency import GemmShape as HardwareGemmShape
 from blueprinting.hardware.system import CommGroup, Engine, ParallelDim, SystemSpec
 from blueprinting.mapping.model import Datatype
+from blueprinting.mapping.precision import GemmFormat
 from blueprinting.mapping.transformer import (
     BulkOverlap,
     FullRecompute,
@@ -79,6 +80,7 @@ from blueprinting.synthesizer.stages.portable_plan.ir import (
     PortablePlanIR,
     StagePlan,
 )
+from blueprinting.synthesizer.stages.portable_plan.precision import OpPrecision
 
 
 @final
@@ -168,7 +170,7 @@ def cost_task_groups(
     ir: DistributedTaskIR,
     system: SystemSpec,
     tp_group: CommGroup,
-    datatype: Datatype,
+    precision: OpPrecision,
     overlap: TpCommOverlap | None = None,
     *,
     cp_groups: Mapping[str, CommGroup] | None = None,
@@ -179,14 +181,14 @@ def cost_task_groups(
     groups = {} if cp_groups is None else dict(cp_groups)
 
     def phase(group: TaskGroup, *phases: Phase) -> PhaseCost:
-        return _phase_cost(group, phases, system, tp_group, datatype, cp_groups=groups)
+        return _phase_cost(group, phases, system, tp_group, precision, cp_groups=groups)
 
     backward = (Phase.BACKWARD_ACTIVATION_GRAD, Phase.BACKWARD_WEIGHT_GRAD)
     ub = _userbuffer_overlap(
-        ir.block, system, tp_group, datatype, NoTpCommOverlap() if overlap is None else overlap
+        ir.block, system, tp_group, precision, NoTpCommOverlap() if overlap is None else overlap
     )
     hidden_activation, hidden_weight = (
-        _async_backward_overlap(ir.block, system, tp_group, datatype, ub.handled)
+        _async_backward_overlap(ir.block, system, tp_group, precision, ub.handled)
         if system.async_tp_backward_comm
         else (0.0, 0.0)
     )
@@ -254,7 +256,7 @@ class CostDistributedTasks:
             ir,
             ctx.system,
             ctx.group(ParallelDim.TENSOR),
-            ctx.spec.model.datatype,
+            OpPrecision(datatype=ctx.spec.model.datatype, recipe=ctx.spec.mapping.precision),
             ctx.spec.mapping.tp_comm_overlap,
             cp_groups=ctx.context_groups(),
         )
@@ -266,7 +268,7 @@ def _phase_cost(
     phases: tuple[Phase, ...],
     system: SystemSpec,
     tp_group: CommGroup,
-    datatype: Datatype,
+    precision: OpPrecision,
     *,
     cp_groups: Mapping[str, CommGroup],
 ) -> PhaseCost:
@@ -278,14 +280,14 @@ def _phase_cost(
             continue
         if task.lineage.op is SemanticOpName.CORE_ATTENTION:
             attention_s[task.phase] = attention_s.get(task.phase, 0.0) + _compute_time(
-                task, system, datatype
+                task, system, precision
             )
     for task in group.tasks:
         if task.phase not in phases:
             continue
         match task:
             case ComputeTask():
-                compute_s += _compute_time(task, system, datatype)
+                compute_s += _compute_time(task, system, precision)
                 flops += task.flops
                 moved += task.bytes_read + task.bytes_written
             case CollectiveTask(axis=axis) if axis in cp_groups:
@@ -366,7 +368,7 @@ def _userbuffer_overlap(
     group: TaskGroup,
     system: SystemSpec,
     tp_group: CommGroup,
-    datatype: Datatype,
+    precision: OpPrecision,
     overlap: TpCommOverlap,
 ) -> UserbufferCosts:
     """Each collective of the block that ``overlap`` hands to TE's userbuffers, timed with its
@@ -418,18 +420,18 @@ def _userbuffer_overlap(
         scatter = kind is CollectiveKind.REDUCE_SCATTER
         boundary = purpose is CollectivePurpose.BOUNDARY
         if forward and boundary and gather and op in _UB_COLUMN and overlap.all_gather:
-            method = _ring(system, datatype, t, ring_u)
+            method = _ring(system, precision, t, ring_u)
         elif forward and boundary and scatter and op in _UB_ROW and overlap.reduce_scatter:
-            method = _pipelined(system, datatype, overlap.reduce_scatter_splits, pipe_u)
+            method = _pipelined(system, precision, overlap.reduce_scatter_splits, pipe_u)
         elif phase is Phase.BACKWARD_ACTIVATION_GRAD and boundary and op in _UB_ROW and gather:
-            method = _ring(system, datatype, t, ring_u) if overlap.all_gather else None
+            method = _ring(system, precision, t, ring_u) if overlap.all_gather else None
         elif phase is Phase.BACKWARD_ACTIVATION_GRAD and boundary and op in _UB_COLUMN and scatter:
             match column:
                 case BulkOverlap(wgrad=wgrad):
                     gemm_phase = Phase.BACKWARD_WEIGHT_GRAD
-                    method = _bulk(system, datatype, pipe_u) if wgrad else None
+                    method = _bulk(system, precision, pipe_u) if wgrad else None
                 case PipelinedDgradReduceScatter(splits=splits):
-                    method = _pipelined(system, datatype, splits, pipe_u)
+                    method = _pipelined(system, precision, splits, pipe_u)
                 case _ as unreachable_column:
                     assert_never(unreachable_column)
         elif (
@@ -440,7 +442,7 @@ def _userbuffer_overlap(
             and column.dgrad
         ):
             gemm_phase = Phase.BACKWARD_ACTIVATION_GRAD
-            method = _bulk(system, datatype, pipe_u)
+            method = _bulk(system, precision, pipe_u)
         gemm = gemms.get((gemm_phase, op))
         if method is None or gemm is None:
             continue
@@ -448,12 +450,12 @@ def _userbuffer_overlap(
         timed = method(gemm, link)
         handled.add(task.id)
         hidden[phase] = hidden.get(phase, 0.0) + link - timed.exposed_s
-        plain = _compute_time(gemm, system, datatype)
+        plain = _compute_time(gemm, system, precision)
         delta[gemm_phase] = delta.get(gemm_phase, 0.0) + timed.compute_s - plain
     return UserbufferCosts(hidden_s=hidden, compute_delta_s=delta, handled=frozenset(handled))
 
 
-def chunk_time(task: ComputeTask, chunks: int, system: SystemSpec, datatype: Datatype) -> float:
+def chunk_time(task: ComputeTask, chunks: int, system: SystemSpec, precision: OpPrecision) -> float:
     """One of ``chunks`` equal row-chunks of a GEMM task: its work and m divided by ``chunks``,
     at the chunk shape's efficiency."""
     gemm = task.gemm
@@ -466,24 +468,30 @@ def chunk_time(task: ComputeTask, chunks: int, system: SystemSpec, datatype: Dat
         bytes_written=w.bytes_written // chunks,
     )
     shape = GemmShape(m=max(1, gemm.m // chunks), n=gemm.n, k=gemm.k, batch=gemm.batch)
-    return work_time(part, shape, system, datatype)
+    return work_time(
+        part,
+        shape,
+        system,
+        precision.datatype,
+        gemm_format=precision.gemm_format(task.lineage.op, is_gemm=True),
+    )
 
 
 def _ring(
-    system: SystemSpec, datatype: Datatype, chunks: int, u: float
+    system: SystemSpec, precision: OpPrecision, chunks: int, u: float
 ) -> Callable[[ComputeTask, float], tp_overlap.OverlappedTime]:
     def timed(gemm: ComputeTask, link: float) -> tp_overlap.OverlappedTime:
-        chunk = chunk_time(gemm, chunks, system, datatype)
+        chunk = chunk_time(gemm, chunks, system, precision)
         return tp_overlap.ring_exchange(chunk_s=chunk, link_s=link, chunks=chunks, sm_fraction=u)
 
     return timed
 
 
 def _pipelined(
-    system: SystemSpec, datatype: Datatype, splits: int, u: float
+    system: SystemSpec, precision: OpPrecision, splits: int, u: float
 ) -> Callable[[ComputeTask, float], tp_overlap.OverlappedTime]:
     def timed(gemm: ComputeTask, link: float) -> tp_overlap.OverlappedTime:
-        chunk = chunk_time(gemm, splits, system, datatype)
+        chunk = chunk_time(gemm, splits, system, precision)
         return tp_overlap.pipelined_reduce_scatter(
             chunk_s=chunk, link_s=link, splits=splits, sm_fraction=u
         )
@@ -492,11 +500,11 @@ def _pipelined(
 
 
 def _bulk(
-    system: SystemSpec, datatype: Datatype, u: float
+    system: SystemSpec, precision: OpPrecision, u: float
 ) -> Callable[[ComputeTask, float], tp_overlap.OverlappedTime]:
     def timed(gemm: ComputeTask, link: float) -> tp_overlap.OverlappedTime:
         return tp_overlap.bulk(
-            gemm_s=_compute_time(gemm, system, datatype), link_s=link, sm_fraction=u
+            gemm_s=_compute_time(gemm, system, precision), link_s=link, sm_fraction=u
         )
 
     return timed
@@ -506,7 +514,7 @@ def _async_backward_overlap(
     group: TaskGroup,
     system: SystemSpec,
     tp_group: CommGroup,
-    datatype: Datatype,
+    precision: OpPrecision,
     handled: frozenset[str] = frozenset(),
 ) -> tuple[float, float]:
     """TP link time hidden behind a GEMM in backward: (activation-grad phase, weight-grad phase).
@@ -526,7 +534,7 @@ def _async_backward_overlap(
     for task in group.tasks:
         if isinstance(task, ComputeTask) and task.gemm is not None:
             key = (task.phase, task.lineage.op)
-            gemm_s[key] = gemm_s.get(key, 0.0) + _compute_time(task, system, datatype)
+            gemm_s[key] = gemm_s.get(key, 0.0) + _compute_time(task, system, precision)
     hidden_activation = hidden_weight = 0.0
     for task in group.tasks:
         if not isinstance(task, CollectiveTask) or task.id in handled or task.axis != TP_AXIS:
@@ -564,9 +572,18 @@ def _hide(phase: PhaseCost, hidden_s: float, compute_delta_s: float = 0.0) -> Ph
     )
 
 
-def _compute_time(task: ComputeTask, system: SystemSpec, datatype: Datatype) -> float:
-    """One compute task's time (module docstring)."""
-    return work_time(task.work, task.gemm, system, datatype, task.attention)
+def _compute_time(task: ComputeTask, system: SystemSpec, precision: OpPrecision) -> float:
+    """One compute task's time (module docstring); a Transformer Engine linear's GEMM at the
+    recipe's low-precision rate (:mod:`.precision`)."""
+    is_gemm = task.gemm is not None and task.attention is None
+    return work_time(
+        task.work,
+        task.gemm,
+        system,
+        precision.datatype,
+        task.attention,
+        gemm_format=precision.gemm_format(task.lineage.op, is_gemm=is_gemm),
+    )
 
 
 def work_time(
@@ -575,6 +592,8 @@ def work_time(
     system: SystemSpec,
     datatype: Datatype,
     attention: AttentionShape | None = None,
+    *,
+    gemm_format: GemmFormat | None = None,
 ) -> float:
     """The time of one op's work on ``system``: matrix FLOPs at the GEMM shape's efficiency (a
     fused attention kernel's at its measured rate, ``SystemSpec.attention_time``) plus vector
@@ -583,7 +602,9 @@ def work_time(
     shape = (
         None if gemm is None else HardwareGemmShape(m=gemm.m, n=gemm.n, k=gemm.k, batch=gemm.batch)
     )
-    if attention is None:
+    if gemm_format is not None:
+        flop_time = system.low_precision_gemm_time(work.matrix_flops, gemm_format, shape)
+    elif attention is None:
         flop_time = system.compute_time(work.matrix_flops, Engine.MATRIX, datatype, shape)
     else:
         s, d = attention.seq_length, attention.head_dim

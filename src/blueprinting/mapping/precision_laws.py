@@ -1,0 +1,103 @@
+"""The laws of a training precision recipe (``shared/reference/modern_parallelism.md`` 3.4).
+
+Reported with every other law by :func:`blueprinting.mapping.laws.check_training`:
+
+- ``precision_recipe_accelerator`` (Megatron / Transformer Engine): the recipe's GEMM format is
+  one the accelerator runs: MXFP8 and NVFP4 need Blackwell (SM 10.0 / 10.3), FP8 needs SM 8.9+
+  (TE recipe table, modern_parallelism 3.1); checked where the system is known (``plan``,
+  ``check`` with a ``[system]`` section, ``search``);
+- ``low_precision_param_gather_needs_sharded_optimizer`` (Megatron): ``--fp8-param-gather`` needs
+  the distributed optimizer, torch-FSDP2 or Megatron-FSDP (``arguments.py`` l.1051-1057).
+
+A model whose datatype is float8 (reachable only through the Python API, e.g. the Calculon
+oracle's translation) keeps Calculon's convention, every op at the fp8 rate; ``from_mapping``
+always gives training a 16-bit (or fp32) base and the FP8 part as the recipe.
+
+The other rules of section 3.4 are enforced by ``from_mapping`` (FP8 with FP4; a recipe or a
+param gather without its format) or concern options not modelled (first/last layers in bf16,
+``fp8_output_proj``, custom recipes, optimizer CPU offload, TE versions).
+"""
+
+from __future__ import annotations
+
+from typing import assert_never
+
+from blueprinting.errors import LawViolation
+from blueprinting.mapping.law_names import Law
+from blueprinting.mapping.model import TransformerModelSpec
+from blueprinting.mapping.precision import (
+    AcceleratorSupport,
+    Fp4Precision,
+    Fp8Precision,
+    HighPrecision,
+    TrainingPrecision,
+    gemm_format,
+    recipe_name,
+)
+from blueprinting.mapping.transformer import NoOptimizerSharding, TransformerTrainingMappingSpec
+
+
+def _violation(law: Law, message: str, **values: str | int | bool | None) -> LawViolation:
+    return LawViolation(
+        law=law.value,
+        formula=law.formula,
+        values=tuple(values.items()),
+        message=message,
+        ruleset=law.ruleset,
+    )
+
+
+def _param_gather_key(precision: TrainingPrecision) -> str | None:
+    """The key of the recipe's low-precision parameter gather when it is on."""
+    match precision:
+        case HighPrecision():
+            return None
+        case Fp8Precision(param_gather=gather):
+            return "fp8_param_gather" if gather else None
+        case Fp4Precision(param_gather=gather):
+            return "fp4_param_gather" if gather else None
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def precision_laws(
+    model: TransformerModelSpec,
+    mapping: TransformerTrainingMappingSpec,
+    accelerator: AcceleratorSupport | None,
+    *,
+    megatron: bool = True,
+) -> list[LawViolation]:
+    """Every violated precision law (module docstring); ``accelerator`` None: the system is not
+    known and the accelerator law is not checked."""
+    del model  # the recipe's laws read the mapping and the accelerator only
+    out: list[LawViolation] = []
+    if not megatron:
+        return out
+    precision = mapping.precision
+    needed = gemm_format(precision)
+    if accelerator is not None and needed is not None and needed not in accelerator.formats:
+        has = ", ".join(sorted(f.value for f in accelerator.formats)) or "none"
+        out.append(
+            _violation(
+                Law.MEGATRON_PRECISION_RECIPE_ACCELERATOR,
+                f"{recipe_name(precision)} needs {needed.value} GEMMs, which accelerator "
+                f"{accelerator.name} does not run (its low-precision GEMM formats: {has}; MXFP8 "
+                "and NVFP4 need Blackwell SM 10.0/10.3, FP8 SM 8.9+)",
+                recipe=recipe_name(precision),
+                gemm_format=needed.value,
+                accelerator=accelerator.name,
+            )
+        )
+    gather_key = _param_gather_key(precision)
+    sharding = mapping.parallelism.data.optimizer_sharding
+    if gather_key is not None and isinstance(sharding, NoOptimizerSharding):
+        out.append(
+            _violation(
+                Law.MEGATRON_PARAM_GATHER_NEEDS_SHARDING,
+                f"{gather_key} = true needs use_distributed_optimizer (or Megatron-FSDP): "
+                "Megatron-LM asserts it at start-up (arguments.py l.1051-1057)",
+                key=gather_key,
+                use_distributed_optimizer=False,
+            )
+        )
+    return out
