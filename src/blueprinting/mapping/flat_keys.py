@@ -86,6 +86,7 @@ from blueprinting.mapping.transformer import (
     InferenceSpec,
     InferenceWorkload,
     InterleavedOneForwardOneBackward,
+    LayoutStage,
     NoOptimizerSharding,
     NoRecompute,
     NoTpCommOverlap,
@@ -175,6 +176,8 @@ TRAINING_KEYS: Mapping[str, _Key] = {
     "overlap_grad_reduce": _bool(),
     "overlap_param_gather": _bool(),
     "use_megatron_fsdp": _bool(),
+    "account_for_embedding_in_pipeline_split": _bool(),
+    "account_for_loss_in_pipeline_split": _bool(),
     "recompute_granularity": _choice("full", "selective"),
     "recompute_method": _choice(*(m.value for m in RecomputeMethod)),
     "recompute_num_layers": _int(),
@@ -945,6 +948,68 @@ def _tp_comm_overlap(values: Mapping[str, FlatValue], problems: list[str]) -> Tp
     )
 
 
+def _accounted_layout(
+    values: Mapping[str, FlatValue],
+    *,
+    p: int,
+    v: int,
+    model: TransformerModelSpec | None,
+    first: int | None,
+    last: int | None,
+    given: list[str],
+    problems: list[str],
+) -> tuple[FlexibleStages, int] | None:
+    """Megatron-LM's ``account_for_embedding_in_pipeline_split`` / ``..._loss_...``: the
+    embedding (the loss) counts as one layer of the first (last) virtual stage, and the
+    ``num_layers`` decoder layers plus those units split evenly over the p x v virtual stages
+    (``megatron/core/transformer/transformer_block.py`` ``get_num_layers_to_build`` and the
+    start-up check that the total divides, ``arguments.py``). Planned as the flexible layout
+    it is: ``E t*(k-1) | t*k | ... | t*(k-1) L``."""
+    embedding = _get_bool(values, "account_for_embedding_in_pipeline_split") is True
+    loss = _get_bool(values, "account_for_loss_in_pipeline_split") is True
+    keys = [
+        k
+        for k, on in (
+            ("account_for_embedding_in_pipeline_split", embedding),
+            ("account_for_loss_in_pipeline_split", loss),
+        )
+        if on
+    ]
+    if first is not None or last is not None:
+        problems.append(
+            f"{' and '.join(keys)} with decoder_first/last_pipeline_num_layers: Megatron-LM "
+            "takes one way to make stages uneven"
+        )
+        return None
+    if "num_layers_per_virtual_pipeline_stage" in given:
+        problems.append(
+            f"{' and '.join(keys)} with num_layers_per_virtual_pipeline_stage is ambiguous: "
+            "give num_virtual_stages_per_pipeline_rank instead"
+        )
+        return None
+    if model is None:
+        return None
+    stages = p * v
+    units = model.num_layers + int(embedding) + int(loss)
+    if units % stages != 0:
+        problems.append(
+            f"{' and '.join(keys)}: num_layers + the accounted embedding / loss = {units} is "
+            f"not divisible by the virtual stages p * v = {p} * {v} (Megatron-LM refuses it "
+            "at start-up)"
+        )
+        return None
+    per = units // stages
+    if per - int(embedding) < 0 or per - int(loss) < 0 or (stages == 1 and per < units):
+        problems.append(f"{' and '.join(keys)}: {units} units over {stages} stages")
+        return None
+    out: list[LayoutStage] = []
+    for k in range(stages):
+        is_first, is_last = k == 0, k == stages - 1
+        blocks = per - (int(embedding) if is_first else 0) - (int(loss) if is_last else 0)
+        out.append(LayoutStage(embedding=is_first, decoder_layers=blocks, loss=is_last))
+    return FlexibleStages(stages=tuple(out)), v
+
+
 def _pipeline(
     values: Mapping[str, FlatValue],
     p: int,
@@ -970,6 +1035,17 @@ def _pipeline(
         if flexible is None:
             return None, layout
         layout, v = flexible
+    elif _get_bool(values, "account_for_embedding_in_pipeline_split") or _get_bool(
+        values, "account_for_loss_in_pipeline_split"
+    ):
+        if given and given != ["num_layers_per_virtual_pipeline_stage"]:
+            v = _get_int(values, given[0]) or 1
+        accounted = _accounted_layout(
+            values, p=p, v=v, model=model, first=first, last=last, given=given, problems=problems
+        )
+        if accounted is None:
+            return None, layout
+        layout, v = accounted
     elif given == ["num_layers_per_virtual_pipeline_stage"]:
         per_chunk = _get_int(values, "num_layers_per_virtual_pipeline_stage") or 1
         if first is not None or last is not None:
