@@ -34,7 +34,7 @@ from blueprinting.errors import ConfigError
 from blueprinting.hardware.system import CommGroup, Engine, ParallelDim, SystemSpec
 from blueprinting.limits import stage_limit_problem
 from blueprinting.mapping.model import TransformerModelSpec
-from blueprinting.mapping.precision import TrainingPrecision
+from blueprinting.mapping.precision import HighPrecision, TrainingPrecision, high_precision_layers
 from blueprinting.mapping.transformer import (
     AttentionKernel,
     BatchSpec,
@@ -173,7 +173,21 @@ def portable_plan(spec: TrainingSpec, system: SystemSpec) -> PortablePlanIR:
         cp_groups=tuple(sorted(ctx.context_groups().items())),
         precision=spec.mapping.precision,
     )
-    return VerifyPortablePlan().run(assemble_plan(costs, ctx), ctx)
+    base = None
+    if any(high_precision_layers(spec.mapping.precision)):
+        base = _local_block_costs(
+            model=spec.model,
+            tensor=parallelism.tensor,
+            recompute=parallelism.recompute,
+            micro_batch=spec.mapping.batch.micro_batch_size,
+            attention=spec.mapping.attention,
+            system=system,
+            tp_group=ctx.group(ParallelDim.TENSOR),
+            context=parallelism.context,
+            cp_groups=tuple(sorted(ctx.context_groups().items())),
+            precision=HighPrecision(),
+        )
+    return VerifyPortablePlan().run(assemble_plan(costs, ctx, base), ctx)
 
 
 def _owned_parameters(spec: TrainingSpec, stage_params: int) -> int:

@@ -141,6 +141,10 @@ class CostedPart(StrEnum):
     EMBEDDING_BACKWARD = "embedding.backward"
     LM_HEAD_FORWARD = "lm_head.forward"
     LM_HEAD_BACKWARD = "lm_head.backward"
+    FIRST_LAYERS_FORWARD = "first_layers.forward"
+    FIRST_LAYERS_BACKWARD = "first_layers.backward"
+    LAST_LAYERS_FORWARD = "last_layers.forward"
+    LAST_LAYERS_BACKWARD = "last_layers.backward"
 
 
 class PhaseField(StrEnum):
@@ -160,9 +164,19 @@ _RUNS = (
     (WorkCount.HAS_EMBEDDING, CostedPart.EMBEDDING_BACKWARD),
     (WorkCount.HAS_LM_HEAD, CostedPart.LM_HEAD_FORWARD),
     (WorkCount.HAS_LM_HEAD, CostedPart.LM_HEAD_BACKWARD),
+    (WorkCount.HAS_EMBEDDING, CostedPart.FIRST_LAYERS_FORWARD),
+    (WorkCount.HAS_EMBEDDING, CostedPart.FIRST_LAYERS_BACKWARD),
+    (WorkCount.HAS_LM_HEAD, CostedPart.LAST_LAYERS_FORWARD),
+    (WorkCount.HAS_LM_HEAD, CostedPart.LAST_LAYERS_BACKWARD),
 )
 _FORWARD_PARTS = frozenset(
-    {CostedPart.BLOCK_FORWARD, CostedPart.EMBEDDING_FORWARD, CostedPart.LM_HEAD_FORWARD}
+    {
+        CostedPart.BLOCK_FORWARD,
+        CostedPart.EMBEDDING_FORWARD,
+        CostedPart.LM_HEAD_FORWARD,
+        CostedPart.FIRST_LAYERS_FORWARD,
+        CostedPart.LAST_LAYERS_FORWARD,
+    }
 )
 
 #: The stage-work formula, written once: each breakdown term is m x the sum of count x time
@@ -201,6 +215,14 @@ def costed_part(plan: PortablePlanIR, part: CostedPart) -> PhaseCost:
             return plan.lm_head.forward
         case CostedPart.LM_HEAD_BACKWARD:
             return plan.lm_head.backward
+        case CostedPart.FIRST_LAYERS_FORWARD:
+            return plan.first_layers.forward
+        case CostedPart.FIRST_LAYERS_BACKWARD:
+            return plan.first_layers.backward
+        case CostedPart.LAST_LAYERS_FORWARD:
+            return plan.last_layers.forward
+        case CostedPart.LAST_LAYERS_BACKWARD:
+            return plan.last_layers.backward
         case _ as unreachable:
             assert_never(unreachable)
 
@@ -274,6 +296,8 @@ def stage_tp_comm(plan: PortablePlanIR, stage: StagePlan, microbatches: int) -> 
     for present, extra in (
         (stage.has_embedding, plan.embedding),
         (stage.has_lm_head, plan.lm_head),
+        (stage.has_embedding, plan.first_layers),
+        (stage.has_lm_head, plan.last_layers),
     ):
         if present:
             phases += [(1, extra.forward), (1, extra.backward)]

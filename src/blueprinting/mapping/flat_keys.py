@@ -206,6 +206,10 @@ TRAINING_KEYS: Mapping[str, _Key] = {
     # format) is a model key for inference's fp8 weights; fp4 is training-only.
     "fp8_recipe": _choice(*(r.value for r in Fp8Recipe), "custom"),
     "fp8_param_gather": _bool(),
+    "first_last_layers_bf16": _bool(),
+    "num_layers_at_start_in_bf16": _int(),
+    "num_layers_at_end_in_bf16": _int(),
+    "reuse_grad_buf_for_mxfp8_param_ag": _bool(),
     "fp4": _Key(kind=_Kind.FP4, choices=tuple(f.value for f in Fp4Format)),
     "fp4_recipe": _choice(*(r.value for r in Fp4Recipe), "custom"),
     "fp4_param_gather": _bool(),
@@ -842,16 +846,75 @@ def _precision(
             )
         if values.get(recipe_key) == "custom":
             unsupported.append(f"{recipe_key} = custom (a user quantizer factory) is not modelled")
+    layers = _high_precision_layers(values, fp8_on or fp4_on, problems)
     if fp8_on:
         recipe = _get_str(values, "fp8_recipe")
+        chosen = Fp8Recipe(recipe) if recipe in set(Fp8Recipe) else Fp8Recipe.DELAYED
+        gather = values.get("fp8_param_gather") is True
+        _reuse_grad_buffer(values, chosen, gather, problems, unsupported)
         return Fp8Precision(
-            recipe=Fp8Recipe(recipe) if recipe in set(Fp8Recipe) else Fp8Recipe.DELAYED,
+            recipe=chosen,
             format=Fp8Format(fp8) if isinstance(fp8, str) else Fp8Format.HYBRID,
-            param_gather=values.get("fp8_param_gather") is True,
+            param_gather=gather,
+            high_precision_layers=layers,
         )
+    _reuse_grad_buffer(values, None, False, problems, unsupported)
     if fp4_on:
-        return Fp4Precision(param_gather=values.get("fp4_param_gather") is True)
+        return Fp4Precision(
+            param_gather=values.get("fp4_param_gather") is True, high_precision_layers=layers
+        )
     return HighPrecision()
+
+
+def _high_precision_layers(
+    values: Mapping[str, FlatValue], low_precision: bool, problems: list[str]
+) -> tuple[int, int]:
+    """``first_last_layers_bf16`` with ``num_layers_at_start_in_bf16`` /
+    ``num_layers_at_end_in_bf16`` (Megatron-LM's defaults 1 and 1, ``arguments.py``): counts
+    given without the switch, or the switch without a low-precision recipe, would be ignored by
+    Megatron-LM and are refused."""
+    on = _get_bool(values, "first_last_layers_bf16") is True
+    counts = ("num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16")
+    if not on:
+        stray = [k for k in counts if k in values]
+        if stray:
+            problems.append(
+                f"{' and '.join(stray)} need first_last_layers_bf16 = true (Megatron-LM ignores "
+                "them otherwise)"
+            )
+        return (0, 0)
+    if not low_precision:
+        problems.append("first_last_layers_bf16 = true needs an fp8 or fp4 recipe")
+        return (0, 0)
+    return (_get_int(values, counts[0]) or 1, _get_int(values, counts[1]) or 1)
+
+
+def _reuse_grad_buffer(
+    values: Mapping[str, FlatValue],
+    recipe: Fp8Recipe | None,
+    gather: bool,
+    problems: list[str],
+    unsupported: list[str],
+) -> None:
+    """``reuse_grad_buf_for_mxfp8_param_ag``: the MXFP8 param all-gather through the idle grad
+    buffer, which is how an MXFP8 param gather is costed (analysis/precision_memory.py); it
+    belongs to MXFP8 with ``fp8_param_gather``, and the separate-buffer alternative is not
+    modelled."""
+    reuse = _get_bool(values, "reuse_grad_buf_for_mxfp8_param_ag")
+    if reuse is None:
+        return
+    if recipe is not Fp8Recipe.MXFP8 or not gather:
+        if reuse:
+            problems.append(
+                "reuse_grad_buf_for_mxfp8_param_ag = true needs fp8_recipe = mxfp8 with "
+                "fp8_param_gather = true"
+            )
+        return
+    if not reuse:
+        unsupported.append(
+            "reuse_grad_buf_for_mxfp8_param_ag = false: an MXFP8 param gather through its own "
+            "buffer is not modelled (only the grad-buffer path is)"
+        )
 
 
 # Laws whose values involve d: meaningless while d = world_size / (t * p) is not an integer.
@@ -1376,19 +1439,34 @@ def precision_keys(precision: TrainingPrecision) -> dict[str, FlatValue]:
         case HighPrecision():
             return {}
         case Fp8Precision(recipe=recipe, format=fmt, param_gather=gather):
-            return {
+            out: dict[str, FlatValue] = {
                 "fp8": fmt.value,
                 "fp8_recipe": recipe.value,
                 "fp8_param_gather": gather,
             }
+            if recipe is Fp8Recipe.MXFP8 and gather:
+                out["reuse_grad_buf_for_mxfp8_param_ag"] = True
+            return out | _layers_keys(precision)
         case Fp4Precision(recipe=recipe, format=fmt, param_gather=gather):
-            return {
+            fp4: dict[str, FlatValue] = {
                 "fp4": fmt.value,
                 "fp4_recipe": recipe.value,
                 "fp4_param_gather": gather,
             }
+            return fp4 | _layers_keys(precision)
         case _ as unreachable:
             assert_never(unreachable)
+
+
+def _layers_keys(precision: Fp8Precision | Fp4Precision) -> dict[str, FlatValue]:
+    start, end = precision.high_precision_layers
+    if not start and not end:
+        return {}
+    return {
+        "first_last_layers_bf16": True,
+        "num_layers_at_start_in_bf16": start,
+        "num_layers_at_end_in_bf16": end,
+    }
 
 
 def _precision_args(precision: TrainingPrecision) -> list[str]:

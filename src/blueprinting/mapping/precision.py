@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import TypeAlias, assert_never, final
 
+from blueprinting.errors import ConfigError
+
 
 class Fp8Format(StrEnum):
     """``--fp8-format``: E4M3 everywhere, or E4M3 forward and E5M2 gradients (``hybrid``)."""
@@ -89,10 +91,16 @@ class Fp8Precision:
     recipe: Fp8Recipe = Fp8Recipe.DELAYED
     format: Fp8Format = Fp8Format.HYBRID
     param_gather: bool = False
+    #: ``--first-last-layers-bf16``: this many first / last decoder layers keep the base
+    #: precision (``--num-layers-at-start-in-bf16`` / ``--num-layers-at-end-in-bf16``).
+    high_precision_layers: tuple[int, int] = (0, 0)
+
+    def __post_init__(self) -> None:
+        _check_layers("Fp8Precision", self.high_precision_layers)
 
     def __str__(self) -> str:
         gather = ", param-gather" if self.param_gather else ""
-        return f"fp8({self.recipe}, {self.format}{gather})"
+        return f"fp8({self.recipe}, {self.format}{gather}{_layers_text(self)})"
 
 
 @final
@@ -104,10 +112,39 @@ class Fp4Precision:
     recipe: Fp4Recipe = Fp4Recipe.NVFP4
     format: Fp4Format = Fp4Format.E2M1
     param_gather: bool = False
+    high_precision_layers: tuple[int, int] = (0, 0)  # as Fp8Precision's
+
+    def __post_init__(self) -> None:
+        _check_layers("Fp4Precision", self.high_precision_layers)
 
     def __str__(self) -> str:
         gather = ", param-gather" if self.param_gather else ""
-        return f"fp4({self.recipe}, {self.format}{gather})"
+        return f"fp4({self.recipe}, {self.format}{gather}{_layers_text(self)})"
+
+
+def _check_layers(owner: str, layers: tuple[int, int]) -> None:
+    if min(layers) < 0:
+        raise ConfigError(
+            [f"{owner}.high_precision_layers must be two counts >= 0, got {layers!r}"]
+        )
+
+
+def _layers_text(precision: Fp8Precision | Fp4Precision) -> str:
+    start, end = precision.high_precision_layers
+    return f", base-precision layers {start}+{end}" if start or end else ""
+
+
+def high_precision_layers(precision: TrainingPrecision) -> tuple[int, int]:
+    """(first, last) decoder layers that keep the base precision under a low-precision recipe."""
+    match precision:
+        case HighPrecision():
+            return (0, 0)
+        case (
+            Fp8Precision(high_precision_layers=layers) | Fp4Precision(high_precision_layers=layers)
+        ):
+            return layers
+        case _ as unreachable:
+            assert_never(unreachable)
 
 
 TrainingPrecision: TypeAlias = HighPrecision | Fp8Precision | Fp4Precision

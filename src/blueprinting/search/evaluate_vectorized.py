@@ -405,12 +405,14 @@ def _block_costs(
                 emb.forward.comm_exposed_s,
                 emb.backward.compute_s,
                 emb.backward.comm_exposed_s,
-                emb.total_s,
+                # PortablePlanIR.stage_microbatch_compute_s adds the base-precision layers to
+                # the stages of the embedding and of the loss
+                emb.total_s + plan.first_layers.total_s,
                 lm.forward.compute_s,
                 lm.forward.comm_exposed_s,
                 lm.backward.compute_s,
                 lm.backward.comm_exposed_s,
-                lm.total_s,
+                lm.total_s + plan.last_layers.total_s,
             )
         )
     if progress is not None:

@@ -115,11 +115,20 @@ def _chunk_matrices(plan: PortablePlanIR) -> tuple[Matrix, Matrix, Matrix]:
             f = blocks * block.forward_s
             b = blocks * block.backward_s + recomputed * block.recompute.critical_path_s
             if stage.has_embedding and c == 0:
-                f += plan.embedding.forward.critical_path_s
-                b += plan.embedding.backward.critical_path_s
+                f += (
+                    plan.embedding.forward.critical_path_s
+                    + plan.first_layers.forward.critical_path_s
+                )
+                b += (
+                    plan.embedding.backward.critical_path_s
+                    + plan.first_layers.backward.critical_path_s
+                )
             if stage.has_lm_head and c == v - 1:
-                f += plan.lm_head.forward.critical_path_s
-                b += plan.lm_head.backward.critical_path_s
+                f += plan.lm_head.forward.critical_path_s + plan.last_layers.forward.critical_path_s
+                b += (
+                    plan.lm_head.backward.critical_path_s
+                    + plan.last_layers.backward.critical_path_s
+                )
             f_row.append(f)
             b_row.append(b)
             w_row.append(blocks * block.backward_weight.critical_path_s)

@@ -140,6 +140,10 @@ class PortablePlanIR:
     embedding: ExtraCost
     lm_head: ExtraCost
     stages: tuple[StagePlan, ...]
+    #: what the first / last decoder layers a low-precision recipe keeps at the base precision
+    #: add on the embedding's / the loss's stage (``--first-last-layers-bf16``)
+    first_layers: ExtraCost = NO_EXTRA
+    last_layers: ExtraCost = NO_EXTRA
     p2p_forward_s: float
     p2p_backward_s: float
     p2p_bytes: int
@@ -218,9 +222,9 @@ class PortablePlanIR:
         work = stage.blocks * (self.block.forward_s + self.block.backward_s)
         work += stage.recomputed_blocks * self.block.recompute.critical_path_s
         if stage.has_embedding:
-            work += self.embedding.total_s
+            work += self.embedding.total_s + self.first_layers.total_s
         if stage.has_lm_head:
-            work += self.lm_head.total_s
+            work += self.lm_head.total_s + self.last_layers.total_s
         return work
 
     def critical_stage(self) -> StagePlan:

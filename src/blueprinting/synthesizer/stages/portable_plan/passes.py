@@ -37,7 +37,12 @@ from blueprinting.hardware.collectives import CollectiveKind as LinkCollective
 from blueprinting.hardware.efficiency import GemmShape as HardwareGemmShape
 from blueprinting.hardware.system import CommGroup, Engine, ParallelDim, SystemSpec
 from blueprinting.mapping.model import Datatype
-from blueprinting.mapping.precision import GemmFormat
+from blueprinting.mapping.precision import (
+    GemmFormat,
+    HighPrecision,
+    TrainingPrecision,
+    high_precision_layers,
+)
 from blueprinting.mapping.transformer import (
     BulkOverlap,
     FullRecompute,
@@ -74,6 +79,7 @@ from blueprinting.synthesizer.stages.distributed.ir import (
 )
 from blueprinting.synthesizer.stages.portable_plan import tp_overlap
 from blueprinting.synthesizer.stages.portable_plan.ir import (
+    NO_EXTRA,
     BlockCost,
     ExtraCost,
     PhaseCost,
@@ -216,9 +222,79 @@ def cost_task_groups(
     )
 
 
-def assemble_plan(costs: TaskGroupCosts, ctx: PlanContext) -> PortablePlanIR:
-    """Lay the costed block out over the typed program's pipeline stages and add the P2P."""
+def _phase_delta(high: PhaseCost, low: PhaseCost, times: int) -> PhaseCost:
+    """``times`` x (``high`` - ``low``): what running a block's phase at the base precision
+    instead of the recipe's adds (a link-time term may be negative: longer GEMMs hide more)."""
+    return PhaseCost(
+        compute_s=times * (high.compute_s - low.compute_s),
+        comm_s=times * (high.comm_s - low.comm_s),
+        comm_exposed_s=times * (high.comm_exposed_s - low.comm_exposed_s),
+        flops=times * (high.flops - low.flops),
+        bytes_moved=times * (high.bytes_moved - low.bytes_moved),
+        overlap_compute_s=times * (high.overlap_compute_s - low.overlap_compute_s),
+        cp_comm_s=times * (high.cp_comm_s - low.cp_comm_s),
+        cp_comm_exposed_s=times * (high.cp_comm_exposed_s - low.cp_comm_exposed_s),
+    )
+
+
+def _sum_phases(*phases: PhaseCost) -> PhaseCost:
+    return PhaseCost(
+        compute_s=sum(ph.compute_s for ph in phases),
+        comm_s=sum(ph.comm_s for ph in phases),
+        comm_exposed_s=sum(ph.comm_exposed_s for ph in phases),
+        flops=sum(ph.flops for ph in phases),
+        bytes_moved=sum(ph.bytes_moved for ph in phases),
+        overlap_compute_s=sum(ph.overlap_compute_s for ph in phases),
+        cp_comm_s=sum(ph.cp_comm_s for ph in phases),
+        cp_comm_exposed_s=sum(ph.cp_comm_exposed_s for ph in phases),
+    )
+
+
+def high_precision_layer_extras(
+    costs: TaskGroupCosts, base: TaskGroupCosts | None, ctx: PlanContext
+) -> tuple[ExtraCost, ExtraCost]:
+    """Megatron-LM's ``--first-last-layers-bf16``: the first n and last k decoder layers run
+    every GEMM at the base precision. Costed as extras of the stage holding the embedding (the
+    first n) and of the stage holding the loss (the last k): n x (base block - recipe block),
+    the recompute phase weighted by the share of the stage's blocks that recompute. ``base``
+    is the block costed at the base precision (None: no such layers)."""
+    start, end = high_precision_layers(ctx.spec.mapping.precision)
+    if base is None or (start == 0 and end == 0):
+        return NO_EXTRA, NO_EXTRA
+    counts = chunk_layer_counts(ctx.spec.model, ctx.spec.mapping.parallelism.pipeline)
+    blocks = max(1, sum(counts[0]))
+    share = sum(recomputed_blocks(ctx.spec, b) for b in counts[0]) / blocks
+    low, high = costs.block, base.block
+
+    def extra(n: int) -> ExtraCost:
+        if n == 0:
+            return NO_EXTRA
+        recompute = _phase_delta(high.recompute, low.recompute, n)
+        return ExtraCost(
+            forward=_phase_delta(high.forward, low.forward, n),
+            backward=_sum_phases(
+                _phase_delta(high.backward_activation, low.backward_activation, n),
+                _phase_delta(high.backward_weight, low.backward_weight, n),
+                PhaseCost(
+                    compute_s=share * recompute.compute_s,
+                    comm_s=share * recompute.comm_s,
+                    comm_exposed_s=share * recompute.comm_exposed_s,
+                    cp_comm_s=share * recompute.cp_comm_s,
+                    cp_comm_exposed_s=share * recompute.cp_comm_exposed_s,
+                ),
+            ),
+        )
+
+    return extra(start), extra(end)
+
+
+def assemble_plan(
+    costs: TaskGroupCosts, ctx: PlanContext, base: TaskGroupCosts | None = None
+) -> PortablePlanIR:
+    """Lay the costed block out over the typed program's pipeline stages and add the P2P;
+    ``base``: the block at the base precision, for the layers a recipe keeps there."""
     p2p_bytes, p2p_s = p2p_message(ctx)
+    first_layers, last_layers = high_precision_layer_extras(costs, base, ctx)
     counts = chunk_layer_counts(ctx.spec.model, ctx.spec.mapping.parallelism.pipeline)
     stages = tuple(
         StagePlan(
@@ -237,6 +313,8 @@ def assemble_plan(costs: TaskGroupCosts, ctx: PlanContext) -> PortablePlanIR:
         block=costs.block,
         embedding=costs.embedding,
         lm_head=costs.lm_head,
+        first_layers=first_layers,
+        last_layers=last_layers,
         stages=stages,
         p2p_forward_s=p2p_s,
         p2p_backward_s=p2p_s,
@@ -252,15 +330,19 @@ class CostDistributedTasks:
     name: ClassVar[str] = "cost-distributed-tasks"
 
     def run(self, ir: DistributedTaskIR, ctx: PlanContext) -> PortablePlanIR:
-        costs = cost_task_groups(
-            ir,
-            ctx.system,
-            ctx.group(ParallelDim.TENSOR),
-            OpPrecision(datatype=ctx.spec.model.datatype, recipe=ctx.spec.mapping.precision),
-            ctx.spec.mapping.tp_comm_overlap,
-            cp_groups=ctx.context_groups(),
-        )
-        return assemble_plan(costs, ctx)
+        def costed(recipe: TrainingPrecision) -> TaskGroupCosts:
+            return cost_task_groups(
+                ir,
+                ctx.system,
+                ctx.group(ParallelDim.TENSOR),
+                OpPrecision(datatype=ctx.spec.model.datatype, recipe=recipe),
+                ctx.spec.mapping.tp_comm_overlap,
+                cp_groups=ctx.context_groups(),
+            )
+
+        precision = ctx.spec.mapping.precision
+        base = costed(HighPrecision()) if any(high_precision_layers(precision)) else None
+        return assemble_plan(costed(precision), ctx, base)
 
 
 def _phase_cost(
