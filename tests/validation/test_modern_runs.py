@@ -264,71 +264,51 @@ def test_scoring_splits_the_error_by_generation_and_recipe() -> None:
 # --------------------------------------------------------------------------------------------
 # The planner on the runs (held out: no efficiency is fitted on them)
 # --------------------------------------------------------------------------------------------
-#: The runs the planner plans today: FP8 with Megatron's default (delayed) scaling and no CP.
-PLANNED_TODAY = frozenset(
-    {
-        "nemo_longseq_llama2_7b_h100_s4k",
-        "nemo_longseq_llama2_7b_h100_s8k",
-        "nemo_longseq_llama2_7b_h100_s16k",
-        "nemo_longseq_llama3_8b_b200_s8k",
-        "nemo_longseq_llama3_8b_b200_s16k",
-        "nemo2407_GPT3-5B_64gpu",
-        "nemo2407_GPT3-20B_64gpu",
-        "nemo2407_GPT3-175B_128gpu",
-        "nemo2407_GPT3-175B_512gpu",
-        "nemo2407_LLAMA2-7B_8gpu",
-        "nemo2407_LLAMA2-13B_16gpu",
-        "nemo2407_LLAMA2-70B_64gpu",
-    }
-)
+#: The runs the planner does not plan today, and why: two NeMo long-sequence B200 rows whose
+#: GPU count and global batch disagree (the reference flags that table as inconsistent: d = 16
+#: with 8 or 4 sequences per step), and the three Nemotron rows (squared ReLU and LayerNorm1p
+#: are not modelled).
+NOT_PLANNED_TODAY = {
+    "nemo_longseq_llama3_8b_b200_s512k": "[planner] local_batch",
+    "nemo_longseq_llama3_8b_b200_s1024k": "[planner] local_batch",
+    "nemo2407_Nemotron-8B_64gpu": "unknown key 'squared_relu'",
+    "nemo2407_Nemotron-22B_64gpu": "unknown key 'squared_relu'",
+    "nemo2407_Nemotron-340B_128gpu": "unknown key 'squared_relu'",
+}
 
 
 def test_which_runs_are_not_planned_and_why(planned: ModernValidation) -> None:
-    """Every refused run carries the planner's message (no traceback): today the keys of context
-    parallelism, the precision recipes, Megatron FSDP, the uneven pipeline split and Nemotron's
-    squared ReLU / LayerNorm1p. Update this list when those land."""
-    assert {row.run_id for row in planned.planned_rows} == PLANNED_TODAY
-    unknown: set[str] = set()
-    for row in planned.not_planned_rows:
-        assert row.not_planned, row.run_id
-        assert "Traceback" not in row.not_planned
-        for part in row.not_planned.split("; "):
-            assert part.startswith("unknown key '"), (row.run_id, part)
-            unknown.add(part.split("'")[1])
-    assert unknown == {
-        "cp_comm_type",
-        "fp8_recipe",
-        "fp8_param_gather",
-        "first_last_layers_bf16",
-        "num_layers_at_start_in_bf16",
-        "num_layers_at_end_in_bf16",
-        "reuse_grad_buf_for_mxfp8_param_ag",
-        "fp4_format",
-        "fp4_recipe",
-        "use_megatron_fsdp",
-        "account_for_embedding_in_pipeline_split",
-        "account_for_loss_in_pipeline_split",
-        "squared_relu",
-        "apply_layernorm_1p",
-    }
+    """Every refused run carries the planner's message (no traceback)."""
+    assert len(planned.planned_rows) == 74
+    refused = {row.run_id: row.not_planned for row in planned.not_planned_rows}
+    assert set(refused) == set(NOT_PLANNED_TODAY)
+    for run_id, start in NOT_PLANNED_TODAY.items():
+        message = refused[run_id]
+        assert message is not None and message.startswith(start), (run_id, message)
+        assert "Traceback" not in message
 
 
 def test_the_planned_runs_stay_within_todays_bounds(planned: ModernValidation) -> None:
-    """Regression bound, not the issue gate: the planned runs are predicted 17-32% fast except
-    GPT-3 20B (+39%: 1.0 s of exposed data-parallel communication). Today's median |error| is
-    24.1%, max 38.6%."""
-    errors = [abs(row.relative_error or 0.0) for row in planned.planned_rows]
-    assert statistics.median(errors) <= 0.25
-    assert max(errors) <= 0.40
+    """Regression bound, not the issue gate (no efficiency is fitted on these runs). Today:
+    median |error| 14.6% over 74 runs, most predicted fast (Blackwell median 19.7%, Hopper
+    9.3%); the outliers are the GB200 Llama 3.1 405B run at t=2, p=1 under Megatron-FSDP
+    (+305%: its ZeRO-3 parameter gathers across two NVL72 racks are costed as flat ring
+    all-gathers on the scale-out link; the table's parenthesised alternative layout is another
+    reading) and GPT-3 20B (+43%: 1.0 s of exposed data-parallel communication)."""
+    errors = {row.run_id: abs(row.relative_error or 0.0) for row in planned.planned_rows}
+    assert statistics.median(errors.values()) <= 0.16
+    fsdp = "mbridge_25.09_DGX-GB200_LLAMA3.1_405B_128gpu_na_75"
+    assert errors[fsdp] > 2.0
+    assert max(e for run, e in errors.items() if run != fsdp) <= 0.45
 
 
 @pytest.mark.xfail(
     strict=True,
     reason=(
-        "the runs planned today are all FP8 (delayed) and predicted 17-32% fast: Datatype.FP8 "
-        "runs every GEMM, core attention and the LM head included, at the FP8 rate with no "
-        "quantization cost, where Transformer Engine runs only the linear layers in FP8 "
-        "(modern_parallelism.md 3.2); waits for the precision recipes (issue 12 item 4)"
+        "74 of 79 runs planned: median |error| 14.6% (limit 8%), max 305% (limit 20%); most "
+        "runs are predicted fast (Blackwell median 19.7%: no quantization-kernel cost, "
+        "Blackwell GEMM and attention fractions from few microbenchmarks), the Megatron-FSDP "
+        "405B run slow (+305%)"
     ),
 )
 def test_issue_gate_on_the_planned_runs(planned: ModernValidation) -> None:
@@ -342,8 +322,8 @@ def test_issue_gate_on_the_planned_runs(planned: ModernValidation) -> None:
 @pytest.mark.xfail(
     strict=True,
     reason=(
-        "context parallelism (cp_comm_type) and the precision recipes (fp8_recipe, fp4_format, "
-        "...) are not modelled yet (issue 12 items 1 and 4): 67 of 79 dense runs are not planned"
+        "5 of 79 dense runs are not planned (Nemotron's squared ReLU / LayerNorm1p; two "
+        "long-sequence rows whose GPU count and batch disagree) and the accuracy gates fail"
     ),
 )
 def test_full_issue_gate_every_dense_run(planned: ModernValidation) -> None:
