@@ -284,7 +284,7 @@ def test_which_runs_are_not_planned_and_why(planned: ModernValidation) -> None:
     assert set(refused) == set(NOT_PLANNED_TODAY)
     for run_id, start in NOT_PLANNED_TODAY.items():
         message = refused[run_id]
-        assert message is not None and message.startswith(start), (run_id, message)
+        assert message.startswith(start), (run_id, message)
         assert "Traceback" not in message
 
 
