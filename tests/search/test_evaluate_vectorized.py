@@ -11,6 +11,7 @@ from blueprinting.analysis.iteration import BubbleSource
 from blueprinting.analysis.report import JsonValue
 from blueprinting.api import plan_spec
 from blueprinting.hardware.presets import system_preset
+from blueprinting.mapping.precision import Fp4Precision, Fp8Precision, Fp8Recipe, HighPrecision
 from blueprinting.mapping.presets import model_preset
 from blueprinting.mapping.transformer import CpCommType
 from blueprinting.search.evaluate_vectorized import evaluate_candidates
@@ -69,6 +70,24 @@ SPACES = [
             cp_comm_types=(CpCommType.P2P, CpCommType.ALL_GATHER, CpCommType.A2A),
         ),
         id="llama3-8b-h100-context-parallel",
+    ),
+    pytest.param(
+        "llama3-8b",
+        "dgx-b200",
+        SearchSpace(
+            gpu_counts=(16,),
+            global_batch_size=8,
+            max_microbatch_size=1,
+            recompute=(RecomputeVariant.NONE, RecomputeVariant.FULL_UNIFORM),
+            overlap_grad_reduce=(True,),
+            precision=(
+                HighPrecision(),
+                Fp8Precision(recipe=Fp8Recipe.TENSORWISE),
+                Fp8Precision(recipe=Fp8Recipe.MXFP8),
+                Fp4Precision(),
+            ),
+        ),
+        id="llama3-8b-b200-precision-recipes",
     ),
 ]
 

@@ -185,3 +185,17 @@ def test_cli_explain_and_text(capsys: pytest.CaptureFixture[str]) -> None:
 def test_cli_bad_input_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*ARGS, "--top", "-1"]) == 2
     assert "--top must be >= 0" in capsys.readouterr().err
+
+
+def test_a_recipe_the_accelerator_cannot_run_refuses_the_search() -> None:
+    from blueprinting.errors import InvalidStrategyError
+    from blueprinting.mapping.precision import Fp4Precision, Fp8Precision, Fp8Recipe
+
+    space = SearchSpace(
+        gpu_counts=(8,),
+        global_batch_size=8,
+        precision=(Fp8Precision(recipe=Fp8Recipe.MXFP8), Fp4Precision()),
+    )
+    with pytest.raises(InvalidStrategyError) as error:
+        run_search(model_preset("llama3-8b"), system_preset("dgx-h100"), space)
+    assert [v.law for v in error.value.violations] == ["precision_recipe_accelerator"] * 2

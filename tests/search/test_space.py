@@ -562,3 +562,21 @@ def test_search_space_reports_every_problem() -> None:
         "SearchSpace.sharding has repeated values: "
         "(<ShardingVariant.OPTIM: 'optim'>, <ShardingVariant.OPTIM: 'optim'>)",
     )
+
+
+def test_precision_is_crossed_with_every_row_and_named_in_strategy_text() -> None:
+    from blueprinting.mapping.precision import Fp8Precision, Fp8Recipe, HighPrecision
+    from blueprinting.search.strategy_text import format_strategy_text, parse_strategy_text
+
+    recipes = (HighPrecision(), Fp8Precision(recipe=Fp8Recipe.TENSORWISE))
+    plain = enumerate_strategies(TINY, TINY_SPACES[0])
+    both = enumerate_strategies(TINY, dataclasses.replace(TINY_SPACES[0], precision=recipes))
+    assert len(both.table) == 2 * len(plain.table)
+    assert both.report.candidates_enumerated == 2 * plain.report.candidates_enumerated
+    seen = {candidate_to_spec(both.table, i, TINY).mapping.precision for i in range(6)}
+    assert seen <= set(recipes)
+    fp8_row = int(np.flatnonzero(both.table.precision == 1)[0])
+    mapping = candidate_to_spec(both.table, fp8_row, TINY).mapping
+    text = format_strategy_text(mapping)
+    assert "precision=fp8-tensorwise" in text
+    assert parse_strategy_text(text) == mapping

@@ -24,6 +24,8 @@ from blueprinting.report.memory_table import GIB
 
 if TYPE_CHECKING:
     from blueprinting.analysis.report import IterationReport, JsonValue
+    from blueprinting.mapping.model import TransformerModelSpec
+    from blueprinting.mapping.precision import TrainingPrecision
     from blueprinting.search.rank import SearchResult, Standing
 
 
@@ -79,6 +81,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: 1)",
     )
     parser.add_argument(
+        "--precision",
+        nargs="+",
+        default=None,
+        metavar="RECIPE",
+        help="precision recipes to cross with every strategy: the model's datatype (bf16 / "
+        "fp16) or fp8-delayed, fp8-tensorwise, fp8-blockwise, mxfp8, nvfp4 (default: the "
+        "model's datatype only)",
+    )
+    parser.add_argument(
         "--cp-comm-type",
         nargs="+",
         default=["p2p"],
@@ -131,6 +142,7 @@ def _result(args: argparse.Namespace) -> SearchResult:
     if args.train_tokens < 1:
         problems.append(f"--train-tokens must be >= 1, got {args.train_tokens}")
     context = _context_degrees(list(args.context_parallel), problems)
+    precision_names: list[str] | None = args.precision
     comm_types = _cp_comm_types(list(args.cp_comm_type), problems)
     if args.seq_length is not None and args.seq_length < 1:
         problems.append(f"--seq-length must be a positive integer, got {args.seq_length}")
@@ -139,8 +151,10 @@ def _result(args: argparse.Namespace) -> SearchResult:
     model = model_preset(args.model)
     if args.seq_length is not None:
         model = dataclasses.replace(model, seq_length=args.seq_length)
+    precisions = _precisions(precision_names, model)
     system = system_preset(args.system)
     space = SearchSpace(
+        precision=precisions,
         context_parallel=context,
         cp_comm_types=comm_types,
         gpu_counts=tuple(args.gpus),
@@ -167,6 +181,42 @@ def _result(args: argparse.Namespace) -> SearchResult:
             bar.update(task, completed=done, total=total)
 
         return run_search(model, system, space, options, progress=tick)
+
+
+def _precisions(
+    names: list[str] | None, model: TransformerModelSpec
+) -> tuple[TrainingPrecision, ...]:
+    """``--precision``: recipes on the model's base datatype; bf16 / fp16 name that datatype
+    (a different one is the model's, not a recipe: refused)."""
+    from blueprinting.mapping.model import Datatype
+    from blueprinting.mapping.precision import HighPrecision, PrecisionChoice
+    from blueprinting.mapping.presets import did_you_mean
+
+    if names is None:
+        return (HighPrecision(),)
+    known = [c.value for c in PrecisionChoice]
+    problems: list[str] = []
+    out: list[TrainingPrecision] = []
+    for name in names:
+        if name not in known:
+            problems.append(
+                f"--precision: unknown recipe {name!r}{did_you_mean(name, known)}; recipes: "
+                + ", ".join(known)
+            )
+            continue
+        choice = PrecisionChoice(name)
+        base = {PrecisionChoice.BF16: Datatype.BF16, PrecisionChoice.FP16: Datatype.FP16}
+        if choice in base and base[choice] is not model.datatype:
+            problems.append(
+                f"--precision {name}: the model {model.name} is {model.datatype.value}; a base "
+                "datatype is the model's, not a recipe (low-precision recipes run on top of it)"
+            )
+            continue
+        if choice.precision not in out:
+            out.append(choice.precision)
+    if problems:
+        raise ConfigError(problems, source="search")
+    return tuple(out)
 
 
 def _context_degrees(values: list[str], problems: list[str]) -> tuple[int, ...] | None:

@@ -14,8 +14,8 @@ oracle's translation) keeps Calculon's convention, every op at the fp8 rate; ``f
 always gives training a 16-bit (or fp32) base and the FP8 part as the recipe.
 
 The other rules of section 3.4 are enforced by ``from_mapping`` (FP8 with FP4; a recipe or a
-param gather without its format) or concern options not modelled (first/last layers in bf16,
-``fp8_output_proj``, custom recipes, optimizer CPU offload, TE versions).
+param gather without its format; the first / last bf16 layers without a recipe) or concern
+options not modelled (``fp8_output_proj``, custom recipes, optimizer CPU offload, TE versions).
 """
 
 from __future__ import annotations
@@ -60,6 +60,26 @@ def _param_gather_key(precision: TrainingPrecision) -> str | None:
             assert_never(unreachable)
 
 
+def accelerator_violation(
+    precision: TrainingPrecision, accelerator: AcceleratorSupport | None
+) -> LawViolation | None:
+    """``precision_recipe_accelerator``: the recipe's GEMM format is one the accelerator runs
+    (the search checks it once per recipe it is asked to cross, the planner per strategy)."""
+    needed = gemm_format(precision)
+    if accelerator is None or needed is None or needed in accelerator.formats:
+        return None
+    has = ", ".join(sorted(f.value for f in accelerator.formats)) or "none"
+    return _violation(
+        Law.MEGATRON_PRECISION_RECIPE_ACCELERATOR,
+        f"{recipe_name(precision)} needs {needed.value} GEMMs, which accelerator "
+        f"{accelerator.name} does not run (its low-precision GEMM formats: {has}; MXFP8 "
+        "and NVFP4 need Blackwell SM 10.0/10.3, FP8 SM 8.9+)",
+        recipe=recipe_name(precision),
+        gemm_format=needed.value,
+        accelerator=accelerator.name,
+    )
+
+
 def precision_laws(
     model: TransformerModelSpec,
     mapping: TransformerTrainingMappingSpec,
@@ -74,20 +94,9 @@ def precision_laws(
     if not megatron:
         return out
     precision = mapping.precision
-    needed = gemm_format(precision)
-    if accelerator is not None and needed is not None and needed not in accelerator.formats:
-        has = ", ".join(sorted(f.value for f in accelerator.formats)) or "none"
-        out.append(
-            _violation(
-                Law.MEGATRON_PRECISION_RECIPE_ACCELERATOR,
-                f"{recipe_name(precision)} needs {needed.value} GEMMs, which accelerator "
-                f"{accelerator.name} does not run (its low-precision GEMM formats: {has}; MXFP8 "
-                "and NVFP4 need Blackwell SM 10.0/10.3, FP8 SM 8.9+)",
-                recipe=recipe_name(precision),
-                gemm_format=needed.value,
-                accelerator=accelerator.name,
-            )
-        )
+    unsupported = accelerator_violation(precision, accelerator)
+    if unsupported is not None:
+        out.append(unsupported)
     gather_key = _param_gather_key(precision)
     sharding = mapping.parallelism.data.optimizer_sharding
     if gather_key is not None and isinstance(sharding, NoOptimizerSharding):

@@ -925,7 +925,9 @@ class TransformerTrainingMappingSpec:
         return self.batch.global_batch_size // (self.data_degree * self.batch.micro_batch_size)
 
     def __str__(self) -> str:
-        return str(self.parallelism)
+        if isinstance(self.precision, HighPrecision):
+            return str(self.parallelism)
+        return f"{self.parallelism} {self.precision}"
 
 
 @final

@@ -377,6 +377,7 @@ def _block_costs(
         table.cp_comm,
         cp_tier,
         cp_per_node,
+        table.precision,
     )
     part_keys = sorted({(part, time) for e in STAGE_WORK_TERMS.values() for _, part, time in e})
     part_rows: list[list[float]] = []
@@ -661,7 +662,7 @@ def _stage_memory(
     recipe = precision_recipe(model.datatype)
     p, t, v = table.pipeline, table.tensor, table.virtual_stages
     d = table.data * table.context  # the distributed optimizer shards over d x cp
-    first, inverse = _keys(t, p, stage, table.sharding)
+    first, inverse = _keys(t, p, stage, table.sharding, table.precision)
     mappings = [candidate_to_spec(table, int(i), model).mapping for i in first]
     params = [
         stage_parameters(model, mapping, int(stage[i]))
@@ -952,7 +953,7 @@ def evaluate_candidates(
     recipe = precision_recipe(model.datatype)
     cp = table.context
     dense = d * cp  # dense gradients reduce and shard over d x cp
-    first, inverse = _keys(t, p, d, cp, critical)
+    first, inverse = _keys(t, p, d, cp, critical, table.precision)
     keyed_params: list[int] = []
     keyed_gather: list[int] = []
     keyed_times: list[tuple[float, float, float]] = []

@@ -35,11 +35,12 @@ from blueprinting.analysis.evaluate import PlanOptions
 from blueprinting.analysis.flops import FlopsConvention
 from blueprinting.analysis.iteration import BubbleSource
 from blueprinting.analysis.report import IterationReport
-from blueprinting.errors import LawViolation, VerificationError
+from blueprinting.errors import InvalidStrategyError, LawViolation, VerificationError
 from blueprinting.hardware.system import SystemSpec
 from blueprinting.mapping.law_names import Law
 from blueprinting.mapping.laws import check_training
 from blueprinting.mapping.model import TransformerModelSpec
+from blueprinting.mapping.precision_laws import accelerator_violation
 from blueprinting.mapping.transformer import (
     DistributedOptimizer,
     DualPipe,
@@ -195,6 +196,15 @@ def run_search(
     """Enumerate ``space``, evaluate every valid candidate, rank those that fit."""
     chosen = RankOptions() if options is None else options
     start = time.perf_counter()
+    if space.megatron_rules:
+        refused = [
+            violation
+            for precision in space.precision
+            if (violation := accelerator_violation(precision, system.accelerator.support))
+            is not None
+        ]
+        if refused:
+            raise InvalidStrategyError(refused, subject=f"search on {system.name}")
     enumeration = enumerate_strategies(model, space)
     table = enumeration.table
     if len(table) == 0:

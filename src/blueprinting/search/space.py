@@ -81,6 +81,7 @@ from blueprinting.limits import MAX_SEARCH_CANDIDATES, MAX_SEARCH_ROWS
 from blueprinting.mapping.divisors import divisor_count
 from blueprinting.mapping.law_names import Law
 from blueprinting.mapping.model import TransformerModelSpec
+from blueprinting.mapping.precision import HighPrecision, TrainingPrecision
 from blueprinting.mapping.transformer import (
     AllGatherKV,
     BatchSpec,
@@ -249,6 +250,10 @@ class SearchSpace:
     context_parallel: tuple[int, ...] | None = (1,)
     #: comm types crossed with every cp > 1 (a2a+p2p's two sizes are not searched).
     cp_comm_types: tuple[CpCommType, ...] = (CpCommType.P2P,)
+    #: precision recipes on the model's base datatype, crossed with every row (no law of the
+    #: enumeration reads them: the recipe-vs-accelerator law is checked once per recipe by
+    #: the caller, ``search.rank.run_search``).
+    precision: tuple[TrainingPrecision, ...] = (HighPrecision(),)
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -273,6 +278,7 @@ class SearchSpace:
         _no_duplicates("overlap_grad_reduce", self.overlap_grad_reduce, problems)
         _no_duplicates("overlap_p2p_comm", self.overlap_p2p_comm, problems)
         _no_duplicates("cp_comm_types", self.cp_comm_types, problems)
+        _no_duplicates("precision", self.precision, problems)
         if self.context_parallel is not None:
             _no_duplicates("context_parallel", self.context_parallel, problems)
             for c in self.context_parallel:
@@ -315,6 +321,8 @@ class CandidateTable:
     overlap_grad_reduce: BoolArray
     context: IntArray
     cp_comm: IntArray  # index into CP_COMM_CODES
+    precision: IntArray  # index into precisions
+    precisions: tuple[TrainingPrecision, ...] = (HighPrecision(),)
 
     def __len__(self) -> int:
         return int(self.tensor.shape[0])
@@ -390,12 +398,13 @@ def space_rows(model: TransformerModelSpec, space: SearchSpace) -> int:
     counts alone (nothing is enumerated): every interleaved row is counted with all its P2P and
     group options."""
     pairs = 0
-    comm = len(space.cp_comm_types)
+    comm = len(space.cp_comm_types) * len(space.precision)
+    plain = len(space.precision)
     for n in space.gpu_counts:
         tp_limit = n if space.allow_cross_node_tp else gcd(n, space.gpus_per_node)
         for t in divisors(tp_limit):
             for c in _cp_degrees(space, model, n // t):
-                pairs += divisor_count(n // (t * c)) * (comm if c > 1 else 1)
+                pairs += divisor_count(n // (t * c)) * (comm if c > 1 else plain)
     recompute = sum(len(space.recompute_num_layers) if r.is_full else 1 for r in space.recompute)
     per_v = 1 + 2 * len(space.overlap_p2p_comm) * (divisor_count(model.num_layers) - 1)
     return pairs * per_v * len(_micro_batches(space)) * len(space.sequence_parallel) * recompute
@@ -424,15 +433,16 @@ def enumerate_strategies(model: TransformerModelSpec, space: SearchSpace) -> Enu
             "search fewer GPU counts, cap --max-micro-batch, or choose a GPU count or global "
             "batch with fewer divisors",
         )
-    triples: list[tuple[int, int, int, int, int]] = []
+    triples: list[tuple[int, int, int, int, int, int]] = []
     comm_codes = [CP_COMM_CODES.index(kind) for kind in space.cp_comm_types]
     for n in space.gpu_counts:
         tp_limit = n if space.allow_cross_node_tp else gcd(n, space.gpus_per_node)
         for t in divisors(tp_limit):
             for c in _cp_degrees(space, model, n // t):
                 for code in comm_codes if c > 1 else [CP_COMM_CODES.index(CpCommType.P2P)]:
-                    triples.extend((n, t, p, c, code) for p in divisors(n // (t * c)))
-    triple = np.array(triples, dtype=np.int64).reshape(-1, 5)
+                    for r in range(len(space.precision)):
+                        triples.extend((n, t, p, c, code, r) for p in divisors(n // (t * c)))
+    triple = np.array(triples, dtype=np.int64).reshape(-1, 6)
     vs = np.array(divisors(model.num_layers), dtype=np.int64)
     mbs = np.array(_micro_batches(space), dtype=np.int64)
     sps = np.array(space.sequence_parallel, dtype=np.bool_)
@@ -446,7 +456,7 @@ def enumerate_strategies(model: TransformerModelSpec, space: SearchSpace) -> Enu
     grid = np.indices((triple.shape[0], vs.shape[0], mbs.shape[0], sps.shape[0], rec.shape[0]))
     i_tri, i_v, i_b, i_sp, i_rec = (axis.reshape(-1) for axis in grid)
     num_gpus, t, p = triple[i_tri, 0], triple[i_tri, 1], triple[i_tri, 2]
-    cp, cp_code = triple[i_tri, 3], triple[i_tri, 4]
+    cp, cp_code, recipe = triple[i_tri, 3], triple[i_tri, 4], triple[i_tri, 5]
     d = num_gpus // (t * cp * p)
     v, b, sp = vs[i_v], mbs[i_b], sps[i_sp]
     rec_code, rec_layers = rec[i_rec, 0], rec[i_rec, 1]
@@ -465,7 +475,7 @@ def enumerate_strategies(model: TransformerModelSpec, space: SearchSpace) -> Enu
     p2ps = np.array(space.overlap_p2p_comm, dtype=np.bool_)
     rows, k = _ragged(np.where(interleaved, p2ps.shape[0] * n_groups, 1))
     num_gpus, t, p, d, v, b, sp = (x[rows] for x in (num_gpus, t, p, d, v, b, sp))
-    cp, cp_code = cp[rows], cp_code[rows]
+    cp, cp_code, recipe = cp[rows], cp_code[rows], recipe[rows]
     rec_code, rec_layers, m, n_g = rec_code[rows], rec_layers[rows], m[rows], n_groups[rows]
     interleaved = v > 1
     p2p = interleaved & p2ps[k // n_g]
@@ -539,6 +549,8 @@ def enumerate_strategies(model: TransformerModelSpec, space: SearchSpace) -> Enu
         overlap_grad_reduce=multi & free_grad[option],
         context=cp[keep][rows],
         cp_comm=cp_code[keep][rows],
+        precision=recipe[keep][rows],
+        precisions=space.precision,
     )
     report = EnumerationReport(
         candidates_enumerated=int(weight.sum()),
@@ -590,5 +602,9 @@ def candidate_to_spec(table: CandidateTable, i: int, model: TransformerModelSpec
     )
     return TrainingSpec(
         model=model,
-        mapping=TransformerTrainingMappingSpec(parallelism=parallelism, batch=batch),
+        mapping=TransformerTrainingMappingSpec(
+            parallelism=parallelism,
+            batch=batch,
+            precision=table.precisions[int(table.precision[i])],
+        ),
     )

@@ -39,6 +39,8 @@ from typing import assert_never
 
 from blueprinting.errors import ConfigError
 from blueprinting.limits import MAX_INT, int_limit_text
+from blueprinting.mapping.precision import HighPrecision, PrecisionChoice, TrainingPrecision
+from blueprinting.mapping.presets import did_you_mean
 from blueprinting.mapping.transformer import (
     AllGatherKV,
     BatchSpec,
@@ -102,6 +104,7 @@ _KEYS = (
     "overlap_p2p",
     "group",
     "schedule",
+    "precision",
     "layout",
 )
 _TRUE = ("on", "true", "yes", "1")
@@ -181,6 +184,7 @@ def parse_strategy_text(
     r = _Reader(_split(text, problems), problems)
     t = r.integer("tp", 1) or 1
     cp = r.integer("cp", 1) or 1
+    precision = _parse_precision(r)
     cp_kind = r.choice("cp_comm", _CP_COMM, CpCommType.P2P.value)
     if cp == 1:
         r.refuse("cp_comm", "only context parallelism (cp > 1) has a comm type")
@@ -231,6 +235,42 @@ def parse_strategy_text(
             ),
         ),
         batch=BatchSpec(global_batch_size=gbs, micro_batch_size=mbs),
+        precision=precision,
+    )
+
+
+#: The recipes strategy text names (``PrecisionChoice`` less the base datatypes, which are the
+#: model's): ``precision=fp8-tensorwise``.
+_RECIPES = {
+    choice.value: choice.precision
+    for choice in PrecisionChoice
+    if choice not in (PrecisionChoice.BF16, PrecisionChoice.FP16)
+}
+
+
+def _parse_precision(r: _Reader) -> TrainingPrecision:
+    text = r.words.get("precision")
+    if text is None:
+        return HighPrecision()
+    if text not in _RECIPES:
+        r.problems.append(
+            f"precision={text}: expected one of {', '.join(_RECIPES)}"
+            f"{did_you_mean(text, tuple(_RECIPES))}"
+        )
+        return HighPrecision()
+    return _RECIPES[text]
+
+
+def precision_text(precision: TrainingPrecision) -> str | None:
+    """The strategy-text name of a recipe (None: the base datatype); a recipe with options no
+    name carries (a format, a param gather, base-precision layers) is refused."""
+    if isinstance(precision, HighPrecision):
+        return None
+    for name, recipe in _RECIPES.items():
+        if recipe == precision:
+            return name
+    raise ConfigError(
+        [f"precision {precision} has no strategy-text name; give the strategy as flat keys"]
     )
 
 
@@ -350,6 +390,9 @@ def format_strategy_text(mapping: TransformerTrainingMappingSpec) -> str:
             raise ConfigError(["a training strategy cannot use the ForwardOnly schedule"])
         case _ as unreachable:
             assert_never(unreachable)
+    recipe = precision_text(mapping.precision)
+    if recipe is not None:
+        words.append(f"precision={recipe}")
     words += [
         f"mbs={mapping.batch.micro_batch_size}",
         f"gbs={mapping.batch.global_batch_size}",
