@@ -69,7 +69,7 @@ def test_every_problem_at_once() -> None:
     assert info.value.problems == (
         "foo: unknown key (accepted: tp, cp, cp_comm, pp, dp, gpus, v, vp, mbs, gbs, sp, "
         "recompute, recompute_method, recompute_layers, sharding, overlap_grad, "
-        "overlap_param_gather, overlap_p2p, group, schedule, layout)",
+        "overlap_param_gather, overlap_p2p, group, schedule, layout, precision)",
         "tp: given twice",
         "'bare': expected key=value",
         "tp=0: expected a positive integer",

@@ -104,8 +104,8 @@ _KEYS = (
     "overlap_p2p",
     "group",
     "schedule",
-    "precision",
     "layout",
+    "precision",
 )
 _TRUE = ("on", "true", "yes", "1")
 _FALSE = ("off", "false", "no", "0")
