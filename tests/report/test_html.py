@@ -1,26 +1,35 @@
 """The HTML reports without a browser: deterministic bytes, the embedded JSON equals the
-command's, nothing outside the inlined bundle points at the network, the timeline cap, and
-``memory_bytes_per_stage`` (the memory figure's JSON)."""
+command's, nothing outside the inlined bundle points at the network, the timeline cap,
+``memory_bytes_per_stage`` (the memory figure's JSON), and the sweep page from rows computed
+without Ray."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
+from blueprinting.analysis.report import JsonValue
 from blueprinting.analysis.simulation_report import simulation_report
 from blueprinting.api import plan
 from blueprinting.cli.main import main
 from blueprinting.report.html.plan import render_plan_html
 from blueprinting.report.html.simulate import render_simulation_html, selection_note
+from blueprinting.report.html.sweep import render_sweep_html
 from blueprinting.report.html.timeline import select_commands
+from blueprinting.sweep.definition import PlotMetric, definition_from_mapping
 from tests.report.html_cases import (
     PLAN_ARGS,
     SEARCH_ARGS,
+    SWEEP_GRID,
     embedded_json,
+    run_sweep_with_html,
     run_with_html,
+    sweep_rows,
     without_plotly,
 )
 
@@ -132,3 +141,93 @@ def test_search_html_does_not_go_with_explain(capsys: pytest.CaptureFixture[str]
     code = main([*("search", *SEARCH_ARGS), "--explain", "tp=1 pp=1", "--html", "x.html"])
     assert code == 2
     assert "--html writes the ranked list; it does not go with --explain" in capsys.readouterr().err
+
+
+def _no_network_references(page: str) -> None:
+    rest = without_plotly(page)
+    assert re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", rest) is None
+    assert "<link" not in rest
+    assert re.search(r"<script[^>]*\ssrc=", page) is None
+
+
+def _figure_spec(page: str, fig_id: str) -> dict[str, Any]:
+    found = re.search(rf'<script type="application/json" id="{fig_id}-spec">(.*?)</script>', page)
+    assert found is not None
+    spec = json.loads(found.group(1))
+    assert isinstance(spec, dict)
+    return spec
+
+
+def test_sweep_page_from_a_computed_folder(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    document, path = run_sweep_with_html(capsys, monkeypatch, tmp_path)
+    page = path.read_text(encoding="utf-8")
+    assert embedded_json(page) == document
+    definition = definition_from_mapping(SWEEP_GRID, source="test")
+    assert document["engine"] is None
+    assert (document["cells"], document["computed_cells"]) == (12, 0)
+    # The page's rows are --json's, which are the evaluated cells' records.
+    assert document["rows"] == [r.record(definition.price(r.cell.system)) for r in sweep_rows()]
+    # Deterministic: the same object renders the same bytes, those the command wrote.
+    assert render_sweep_html(document) == render_sweep_html(document) == page
+    _no_network_references(page)
+    assert 'data-report-kind="sweep"' in page
+    assert "every cell was already in the output folder (Ray was not started)" in page
+    rows = document["rows"]
+    statuses = [r["status"] for r in rows]
+    assert statuses.count("ok") == 4
+    assert statuses.count("no-lawful-strategy") == 2
+    assert statuses.count("no-fitting-strategy") == 6
+    for index, row in enumerate(rows):
+        at = f"rows[{index}]"
+        if row["status"] == "ok":
+            time_s = row["iteration_time_s"]
+            shown = f'data-key="{at}.iteration_time_s" data-value="{time_s!r}">{time_s:.6g} s<'
+            assert shown in page
+            assert (f'data-key="{at}.cost_usd"' in page) is (row["system"] == "dgx-h100")
+            assert " ".join(row["megatron_args"]) in page
+        else:
+            assert f'data-key="{at}.iteration_time_s"' not in page
+            assert f'<td class="reason" data-value="{row["reason"]}">{row["reason"]}</td>' in page
+    # The panels' points: per (model, system) the tokens/s of its ok rows, by GPU count.
+    curves = _figure_spec(page, "fig-curves")["data"]
+    assert [(t["name"], t["x"], t["y"]) for t in curves[:2]] == [
+        (
+            system,
+            [r["gpus"] for r in rows if (r["model"], r["system"], r["status"]) == key],
+            [r["tokens_per_second"] for r in rows if (r["model"], r["system"], r["status"]) == key],
+        )
+        for system in ("dgx-h100", "dgx-a100-40gb")
+        for key in [("gpt-1.7b", system, "ok")]
+    ]
+    assert all(t["x"] == [] for t in curves[2:])  # llama3-405b fits nowhere
+    heat, grey = _figure_spec(page, "fig-mfu")["data"]
+    mfu = {(r["model"], r["system"], r["gpus"]): r["mfu"] for r in rows}
+    assert heat["z"] == [[mfu[m, s, n] for n in (7, 8, 16)] for m, s in _grid_lines()]
+    assert grey["z"] == [
+        [0 if mfu[m, s, n] is None else None for n in (7, 8, 16)] for m, s in _grid_lines()
+    ]
+    assert grey["text"][2][1] == f"B=16 s=8192: {rows[7]['reason']}"
+
+
+def _grid_lines() -> list[tuple[str, str]]:
+    return [(m, s) for m in ("gpt-1.7b", "llama3-405b") for s in ("dgx-h100", "dgx-a100-40gb")]
+
+
+def test_sweep_page_cost_panels_take_the_cost_column() -> None:
+    definition = definition_from_mapping(SWEEP_GRID, source="test")
+    rows: list[JsonValue] = [r.record(definition.price(r.cell.system)) for r in sweep_rows()]
+    document: dict[str, JsonValue] = {
+        "engine": None,
+        "cells": 12,
+        "computed_cells": 0,
+        "seconds": 0.5,
+        "out": "out",
+        "rows": rows,
+    }
+    page = render_sweep_html(document, PlotMetric.COST)
+    h100, a100 = _figure_spec(page, "fig-curves")["data"][:2]
+    costs = [r["cost_usd"] for r in rows if isinstance(r, dict) and r["status"] == "ok"]
+    assert h100["y"] == costs[:2] and a100["y"] == []  # no price for dgx-a100-40gb
+    assert "cost to train 1,000,000,000 tokens, USD" in page

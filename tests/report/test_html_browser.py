@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from blueprinting.report.html.page import gib_label, seconds_label
-from tests.report.html_cases import PLAN_ARGS, SEARCH_ARGS, run_with_html
+from tests.report.html_cases import PLAN_ARGS, SEARCH_ARGS, run_sweep_with_html, run_with_html
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser, Page
@@ -196,3 +196,59 @@ def test_search_page(browser: Browser, capsys: pytest.CaptureFixture[str], tmp_p
     ]
     assert sorted(order) == [1, 2, 3, 4, 5]
     _finish(loaded, "search", tmp_path)
+
+
+def test_sweep_page(
+    browser: Browser,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    document, out = run_sweep_with_html(capsys, monkeypatch, tmp_path)
+    loaded = _open(browser, out)
+    page = loaded.page
+    rows = document["rows"]
+    table = page.locator("#rows-table tbody tr")
+    assert table.count() == len(rows) == 12
+    for index, row in enumerate(rows):
+        at = f"rows[{index}]"
+        if row["status"] != "ok":
+            reason = page.locator(f'#rows-table tr[data-row="{index}"] td.reason')
+            assert reason.inner_text() == row["reason"]
+            continue
+        time_s = row["iteration_time_s"]
+        assert _shown(page, f"{at}.iteration_time_s") == (repr(time_s), seconds_label(time_s))
+        tokens = row["tokens_per_second"]
+        assert _shown(page, f"{at}.tokens_per_second") == (repr(tokens), f"{tokens:,.0f}")
+        peak = row["memory_reserved_peak_bytes"]
+        assert _shown(page, f"{at}.memory_reserved_peak_bytes") == (str(peak), gib_label(peak))
+        assert _shown(page, f"{at}.strategy_text")[1] == row["strategy_text"]
+    # The drawn lines are the JSON's tokens/s of gpt-1.7b's ok rows, per system.
+    drawn = page.evaluate(
+        "() => document.getElementById('fig-curves').data.map(t => [t.name, t.x, t.y])"
+    )
+    for name, xs, ys in drawn[:2]:
+        ok = [r for r in rows if (r["model"], r["system"], r["status"]) == ("gpt-1.7b", name, "ok")]
+        assert (xs, ys) == ([r["gpus"] for r in ok], [r["tokens_per_second"] for r in ok])
+    # A grey heatmap cell names why its row has no strategy.
+    page.evaluate("() => Plotly.Fx.hover('fig-mfu', {xval: 0, yval: 0})")
+    hover = page.locator("#fig-mfu .hovertext").first.text_content()
+    assert hover is not None
+    assert "gpt-1.7b / dgx-h100, 7 GPUs: no strategy" in hover
+    assert str(rows[0]["reason"]).split(", most often")[0] in hover
+    # Sorting by tokens/s, descending: the fastest row first, the rows without one last.
+    header = page.locator("#rows-table thead th", has_text="tokens / s")
+    header.click()
+    header.click()
+    assert header.get_attribute("aria-sort") == "descending"
+    order = [int(str(r.get_attribute("data-row"))) for r in table.all()]
+    ok_rows = [i for i, r in enumerate(rows) if r["status"] == "ok"]
+    assert order[:4] == sorted(ok_rows, key=lambda i: -rows[i]["tokens_per_second"])
+    assert sorted(order[4:]) == [i for i in range(12) if i not in ok_rows]
+    # The copy button puts exactly the first best strategy's flags on the clipboard.
+    page.locator("button.copy").first.click()
+    page.wait_for_function("() => document.querySelector('button.copy').textContent !== 'Copy'")
+    assert page.evaluate("() => navigator.clipboard.readText()") == " ".join(
+        rows[ok_rows[0]]["megatron_args"]
+    )
+    _finish(loaded, "sweep", tmp_path)

@@ -212,3 +212,19 @@ def test_the_readme_example_file_is_valid() -> None:
     assert len(definition.systems) >= 3
     assert len(definition.gpus) >= 5
     assert json.dumps(definition.options.to_json())  # what the output folder records
+
+
+def test_html_in_a_missing_folder_is_refused_before_the_sweep(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    page = tmp_path / "missing" / "sweep.html"
+    args = ["sweep", "--model", "gpt-1.7b", "--system", "dgx-h100", "--gpus", "8"]
+    code = main(
+        [*args, "--global-batch", "16", "--out", str(tmp_path / "out"), "--html", str(page)]
+    )
+    assert code == 2
+    assert capsys.readouterr().err == (
+        "invalid configuration in sweep:\n"
+        f"  - --html {page}: cannot write the file: folder {str(page.parent)!r} does not exist\n"
+    )
+    assert not (tmp_path / "out").exists()

@@ -3,7 +3,8 @@ batches (x sequence lengths), on Ray.
 
 ``blueprinting sweep [SWEEP.toml] --model M ... --system S ... --gpus N ... --global-batch B ...
 [--seq-length S ...] [--train-tokens T] [--price SYSTEM=USD_PER_GPU_HOUR ...] --out DIR
-[--address HOST:PORT] [--workers N] [--json] [--plot FILE.png|svg [--plot-metric ...]]``
+[--address HOST:PORT] [--workers N] [--json] [--plot FILE.png|svg] [--plot-metric ...]
+[--html FILE]``
 
 Flags override the file: a list flag replaces the file's list, ``--price`` adds to or replaces
 the file's price of that system. Everything is validated before Ray starts.
@@ -74,7 +75,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--plot-metric",
         choices=[str(m) for m in PlotMetric],
         default=str(PlotMetric.TOKENS_PER_SECOND),
-        help="the per-model panels' y axis (default: %(default)s)",
+        help="the per-model panels' y axis of --plot and --html (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--html",
+        type=Path,
+        metavar="FILE",
+        help="write a self-contained HTML report (figures, sortable rows, flags)",
     )
 
 
@@ -120,6 +127,12 @@ def definition_and_engine(args: argparse.Namespace) -> tuple[SweepDefinition, En
     if args.plot is not None and args.plot.suffix.lower() not in PLOT_SUFFIXES:
         problems.append(
             f"--plot {str(args.plot)!r}: the figure is written as {' or '.join(PLOT_SUFFIXES)}"
+        )
+    if args.html is not None and not args.html.parent.is_dir():
+        # Checked before Ray starts: the page is written only once every cell is computed.
+        problems.append(
+            f"--html {args.html}: cannot write the file: folder {str(args.html.parent)!r} "
+            "does not exist"
         )
     definition: SweepDefinition | None = None
     try:
@@ -246,8 +259,15 @@ def run(args: argparse.Namespace) -> int:
         written.append(
             plot_sweep(outcome.rows, definition, args.plot, PlotMetric(args.plot_metric))
         )
+    document = outcome.to_json()
+    if args.html is not None:
+        from blueprinting.report.html.page import write_html
+        from blueprinting.report.html.sweep import render_sweep_html
+
+        page = render_sweep_html(document, PlotMetric(args.plot_metric))
+        written.append(write_html(page, args.html))
     if args.json:
-        json.dump(outcome.to_json(), sys.stdout, indent=2)
+        json.dump(document, sys.stdout, indent=2)
         sys.stdout.write("\n")
         return 0
     _print_text(outcome, written)

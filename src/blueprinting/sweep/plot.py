@@ -4,18 +4,23 @@ MFU over the grid (rows: model x system, columns: GPU counts).
 
 "Best" is over the axes a panel does not show (global batches, sequence lengths): the highest
 tokens/s, the lowest cost, the highest MFU among a point's cells whose status is ``ok``. A point
-with no such cell is left out of a line and shown grey (with "-") in the heatmap. matplotlib is
-imported lazily with the Agg backend.
+with no such cell is left out of a line and shown grey (with "-") in the heatmap. The points are
+picked by ``best_records`` from the rows' records, which ``sweep --html`` draws from too.
+matplotlib is imported lazily with the Agg backend.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, assert_never
 
-from blueprinting.sweep.cell import BestStrategy, SweepRow
+from blueprinting.sweep.cell import CellStatus, SweepRow
 from blueprinting.sweep.definition import PlotMetric, SweepDefinition
+
+if TYPE_CHECKING:
+    from blueprinting.analysis.report import JsonValue
 
 PLOT_SUFFIXES = (".png", ".svg")
 
@@ -23,28 +28,54 @@ PLOT_SUFFIXES = (".png", ".svg")
 MAX_ANNOTATED = 400
 
 
-def _best(
-    rows: Sequence[SweepRow], definition: SweepDefinition, metric: PlotMetric | str
-) -> dict[tuple[str, str, int], float]:
-    """(model, system, gpus) -> the best value of ``metric`` ("mfu" for the heatmap)."""
-    best: dict[tuple[str, str, int], float] = {}
-    for row in rows:
-        if not isinstance(row.outcome, BestStrategy):
+#: Point -> the best record there: (model, system, GPU count).
+Point = tuple[str, str, int]
+
+
+def best_records(
+    records: Sequence[Mapping[str, JsonValue]], key: str, *, higher: bool
+) -> dict[Point, Mapping[str, JsonValue]]:
+    """The record with the best ``key`` (the highest if ``higher``, else the lowest) at each
+    point, among the records whose status is ``ok`` and whose ``key`` is set (``cost_usd`` is
+    unset for a system without a price); the first such record wins a tie.
+
+    ``records`` are :meth:`SweepRow.record` objects (the rows of ``sweep --json``): ``--plot``
+    and the ``--html`` page pick their points with this one function."""
+    best: dict[Point, Mapping[str, JsonValue]] = {}
+    for record in records:
+        value = record[key]
+        if record["status"] != str(CellStatus.OK) or not isinstance(value, int | float):
             continue
-        c, figures = row.cell, row.outcome
-        if metric == PlotMetric.TOKENS_PER_SECOND:
-            value, higher = figures.tokens_per_second, True
-        elif metric == PlotMetric.COST:
-            price = definition.price(c.system)
-            if price is None:
+        point = (str(record["model"]), str(record["system"]), int(str(record["gpus"])))
+        if point in best:
+            held = best[point][key]
+            assert isinstance(held, int | float)
+            if not (value > held if higher else value < held):
                 continue
-            value, higher = figures.gpu_hours * price, False
-        else:
-            value, higher = figures.mfu, True
-        key = (c.model, c.system, c.gpus)
-        if key not in best or (value > best[key] if higher else value < best[key]):
-            best[key] = value
+        best[point] = record
     return best
+
+
+def metric_key(metric: PlotMetric) -> tuple[str, bool]:
+    """The record key a metric plots and whether higher is better."""
+    match metric:
+        case PlotMetric.TOKENS_PER_SECOND:
+            return "tokens_per_second", True
+        case PlotMetric.COST:
+            return "cost_usd", False
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def _best(
+    records: Sequence[Mapping[str, JsonValue]], key: str, *, higher: bool
+) -> dict[Point, float]:
+    out: dict[Point, float] = {}
+    for point, record in best_records(records, key, higher=higher).items():
+        value = record[key]
+        assert isinstance(value, int | float)
+        out[point] = float(value)
+    return out
 
 
 def plot_sweep(
@@ -61,8 +92,10 @@ def plot_sweep(
     import numpy as np
 
     models, systems, gpus = definition.models, definition.systems, definition.gpus
-    curve = _best(rows, definition, metric)
-    mfu = _best(rows, definition, "mfu")
+    records = [row.record(definition.price(row.cell.system)) for row in rows]
+    key, higher = metric_key(metric)
+    curve = _best(records, key, higher=higher)
+    mfu = _best(records, "mfu", higher=True)
     width = max(4.2 * len(models), 8.0)
     heat_rows = len(models) * len(systems)
     fig = plt.figure(figsize=(width, 4.0 + 0.32 * heat_rows + 1.2), layout="constrained")
@@ -83,7 +116,8 @@ def plot_sweep(
         if i == 0:
             ax.set_ylabel(ylabel)
         ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=7)
+        if ax.lines:  # a model with no strategy anywhere has no line to name
+            ax.legend(fontsize=7)
     tokens = definition.options.train_tokens
     if metric is PlotMetric.COST:
         fig.suptitle(f"cost to train {tokens:,} tokens (best strategy per point)")

@@ -44,7 +44,13 @@
         var rows = Array.prototype.slice.call(body.rows);
         rows.sort(function (a, b) {
           var x = a.cells[column].dataset.value, y = b.cells[column].dataset.value;
-          var order = numeric ? parseFloat(x) - parseFloat(y) : x.localeCompare(y);
+          if (numeric) {
+            var p = parseFloat(x), q = parseFloat(y);
+            // An empty cell (no value in the JSON) goes last whichever way the column sorts.
+            if (isNaN(p) || isNaN(q)) { return isNaN(p) - isNaN(q); }
+            return ascending ? p - q : q - p;
+          }
+          var order = x.localeCompare(y);
           return ascending ? order : -order;
         });
         rows.forEach(function (row) { body.appendChild(row); });
