@@ -161,21 +161,9 @@ def portable_plan(spec: TrainingSpec, system: SystemSpec) -> PortablePlanIR:
     block-level stages memoized."""
     parallelism = spec.mapping.parallelism
     ctx = PlanContext(spec=spec, system=system)
-    costs = _local_block_costs(
-        model=spec.model,
-        tensor=parallelism.tensor,
-        recompute=parallelism.recompute,
-        micro_batch=spec.mapping.batch.micro_batch_size,
-        attention=spec.mapping.attention,
-        system=system,
-        tp_group=ctx.group(ParallelDim.TENSOR),
-        context=parallelism.context,
-        cp_groups=tuple(sorted(ctx.context_groups().items())),
-        precision=spec.mapping.precision,
-    )
-    base = None
-    if any(high_precision_layers(spec.mapping.precision)):
-        base = _local_block_costs(
+
+    def costed(precision: TrainingPrecision) -> TaskGroupCosts:
+        return _local_block_costs(
             model=spec.model,
             tensor=parallelism.tensor,
             recompute=parallelism.recompute,
@@ -185,9 +173,12 @@ def portable_plan(spec: TrainingSpec, system: SystemSpec) -> PortablePlanIR:
             tp_group=ctx.group(ParallelDim.TENSOR),
             context=parallelism.context,
             cp_groups=tuple(sorted(ctx.context_groups().items())),
-            precision=HighPrecision(),
+            precision=precision,
         )
-    return VerifyPortablePlan().run(assemble_plan(costs, ctx, base), ctx)
+
+    recipe = spec.mapping.precision
+    base = costed(HighPrecision()) if any(high_precision_layers(recipe)) else None
+    return VerifyPortablePlan().run(assemble_plan(costed(recipe), ctx, base), ctx)
 
 
 def _owned_parameters(spec: TrainingSpec, stage_params: int) -> int:

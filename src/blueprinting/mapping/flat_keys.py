@@ -121,6 +121,7 @@ from blueprinting.mapping.transformer import (
     attention_kernel,
     cp_comm_type,
     inference_schedule,
+    single_level_communication,
     tensor_communication,
     training_schedule,
 )
@@ -681,12 +682,8 @@ def _context(
                 sizes.append(int(item))
     communication: CpCommunication
     match kind:
-        case CpCommType.P2P:
-            communication = RingExchange()
-        case CpCommType.ALL_GATHER:
-            communication = AllGatherKV()
-        case CpCommType.A2A:
-            communication = HeadAllToAll()
+        case CpCommType.P2P | CpCommType.ALL_GATHER | CpCommType.A2A:
+            communication = single_level_communication(kind)
         case CpCommType.A2A_P2P:
             if len(sizes) != 2:
                 problems.append(

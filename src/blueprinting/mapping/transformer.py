@@ -259,6 +259,23 @@ def cp_comm_type(communication: CpCommunication) -> CpCommType:
             assert_never(unreachable)
 
 
+def single_level_communication(kind: CpCommType) -> CpCommunication:
+    """The variant of a comm type that needs no sizes (a2a+p2p needs its two: refused)."""
+    match kind:
+        case CpCommType.P2P:
+            return RingExchange()
+        case CpCommType.ALL_GATHER:
+            return AllGatherKV()
+        case CpCommType.A2A:
+            return HeadAllToAll()
+        case CpCommType.A2A_P2P:
+            raise ConfigError(
+                ["cp_comm_type a2a+p2p needs its hierarchical sizes (a2a size, p2p size)"]
+            )
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ContextParallel:
@@ -1092,6 +1109,7 @@ __all__ = [
     "inference_schedule",
     "loss_stage",
     "model_copies",
+    "single_level_communication",
     "tensor_communication",
     "to_mapping",
     "to_megatron_args",

@@ -83,19 +83,16 @@ from blueprinting.mapping.law_names import Law
 from blueprinting.mapping.model import TransformerModelSpec
 from blueprinting.mapping.precision import HighPrecision, TrainingPrecision
 from blueprinting.mapping.transformer import (
-    AllGatherKV,
     BatchSpec,
     ContextParallel,
     CpCommType,
     CpCommunication,
     DataParallel,
     FullRecompute,
-    HeadAllToAll,
     NoRecompute,
     PipelineParallel,
     RecomputeMethod,
     RecomputePolicy,
-    RingExchange,
     SelectiveRecompute,
     ShardingVariant,
     TensorParallel,
@@ -103,6 +100,7 @@ from blueprinting.mapping.transformer import (
     TransformerTrainingMappingSpec,
     TransformerTrainingParallelism,
     divisors,
+    single_level_communication,
     tensor_communication,
     training_schedule,
 )
@@ -195,17 +193,7 @@ CP_COMM_CODES: tuple[CpCommType, ...] = tuple(CpCommType)
 
 def cp_communication(kind: CpCommType) -> CpCommunication:
     """The ADT value of a searched comm type (a2a+p2p is never searched)."""
-    match kind:
-        case CpCommType.P2P:
-            return RingExchange()
-        case CpCommType.ALL_GATHER:
-            return AllGatherKV()
-        case CpCommType.A2A:
-            return HeadAllToAll()
-        case CpCommType.A2A_P2P:
-            raise ConfigError(["a2a+p2p is not searched (SearchSpace.cp_comm_types)"])
-        case _ as unreachable:
-            assert_never(unreachable)
+    return single_level_communication(kind)
 
 
 def _cp_degrees(space: SearchSpace, model: TransformerModelSpec, rest: int) -> list[int]:

@@ -42,7 +42,6 @@ from blueprinting.limits import MAX_INT, int_limit_text
 from blueprinting.mapping.precision import HighPrecision, PrecisionChoice, TrainingPrecision
 from blueprinting.mapping.presets import did_you_mean
 from blueprinting.mapping.transformer import (
-    AllGatherKV,
     BatchSpec,
     ContextParallel,
     CpCommType,
@@ -55,7 +54,6 @@ from blueprinting.mapping.transformer import (
     FlexibleStages,
     ForwardOnly,
     FullRecompute,
-    HeadAllToAll,
     InterleavedOneForwardOneBackward,
     NoOptimizerSharding,
     NoRecompute,
@@ -66,7 +64,6 @@ from blueprinting.mapping.transformer import (
     RecomputeMethod,
     RecomputePolicy,
     ReduceScatterAllGather,
-    RingExchange,
     SelectiveRecompute,
     ShardedGradients,
     ShardedParameters,
@@ -79,6 +76,7 @@ from blueprinting.mapping.transformer import (
     UnevenStages,
     ZeroBubbleH1,
     cp_comm_type,
+    single_level_communication,
     tensor_communication,
     training_schedule,
 )
@@ -278,17 +276,9 @@ _CP_COMM = (CpCommType.P2P.value, CpCommType.ALL_GATHER.value, CpCommType.A2A.va
 
 
 def _cp_communication(kind: CpCommType) -> CpCommunication:
-    match kind:
-        case CpCommType.P2P:
-            return RingExchange()
-        case CpCommType.ALL_GATHER:
-            return AllGatherKV()
-        case CpCommType.A2A:
-            return HeadAllToAll()
-        case CpCommType.A2A_P2P:
-            raise ConfigError(["cp_comm=a2a+p2p has no strategy-text spelling (give it in a file)"])
-        case _ as unreachable:
-            assert_never(unreachable)
+    if kind is CpCommType.A2A_P2P:
+        raise ConfigError(["cp_comm=a2a+p2p has no strategy-text spelling (give it in a file)"])
+    return single_level_communication(kind)
 
 
 def _parse_recompute(r: _Reader) -> RecomputePolicy:
