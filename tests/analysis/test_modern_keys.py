@@ -150,3 +150,18 @@ def test_mxfp8_param_gather_through_the_grad_buffer() -> None:
     with pytest.raises(ConfigError) as error:
         _spec(fp8="hybrid", reuse_grad_buf_for_mxfp8_param_ag=True)
     assert "needs fp8_recipe = mxfp8 with fp8_param_gather = true" in str(error.value)
+
+
+def test_base_precision_layers_must_fit_the_model_and_its_edge_stages() -> None:
+    from blueprinting.mapping.laws import check_training
+
+    keys = {"fp8": "hybrid", "fp8_recipe": "tensorwise", "first_last_layers_bf16": True}
+    too_many = _spec(**keys, num_layers_at_start_in_bf16=60, num_layers_at_end_in_bf16=30)
+    assert [v.law for v in check_training(too_many.model, too_many.mapping)] == [
+        "base_precision_layers"
+    ]
+    # 80 layers over p = 4: 20 per stage; 21 first layers would reach rank 1
+    spill = _spec(**keys, num_layers_at_start_in_bf16=21)
+    with pytest.raises(UnsupportedError) as error:
+        portable_plan(spill, system_preset("dgx-h100"))
+    assert "the first (last) virtual stage holds 20 (20) blocks" in str(error.value)

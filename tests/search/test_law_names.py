@@ -22,6 +22,7 @@ def test_names_and_rulesets() -> None:
         "recompute_num_layers",
         "cp_sequence_split",
         "cp_hierarchical_sizes",
+        "base_precision_layers",
     ]
     assert [str(law) for law in MEGATRON_LAWS] == [
         "interleaving_pipeline_degree",
@@ -37,6 +38,7 @@ def test_names_and_rulesets() -> None:
         "low_precision_param_gather_needs_sharded_optimizer",
     ]
     assert [law for law in Law if not law.searched] == [
+        Law.BASE_PRECISION_LAYERS,
         Law.MEGATRON_TP_COMM_OVERLAP_NEEDS_SP,
         Law.MEGATRON_TP_COMM_OVERLAP_BUFFER,
         Law.MEGATRON_PRECISION_RECIPE_ACCELERATOR,

@@ -43,6 +43,7 @@ class Law(StrEnum):
     RECOMPUTE_NUM_LAYERS_RANGE = "recompute_num_layers"
     CP_SEQUENCE_SPLIT = "cp_sequence_split"
     CP_HIERARCHICAL_SIZES = "cp_hierarchical_sizes"
+    BASE_PRECISION_LAYERS = "base_precision_layers"
     # Megatron-LM start-up rules.
     MEGATRON_INTERLEAVING_MIN_PIPELINE = "interleaving_pipeline_degree"
     MEGATRON_MICROBATCH_GROUP = "megatron_microbatch_group"
@@ -66,6 +67,8 @@ class Law(StrEnum):
             # the precision recipe is one per search, checked before enumerating
             Law.MEGATRON_PRECISION_RECIPE_ACCELERATOR,
             Law.MEGATRON_PARAM_GATHER_NEEDS_SHARDING,
+            # the searched recipes keep no layer at the base precision
+            Law.BASE_PRECISION_LAYERS,
         )
 
     @property
@@ -106,6 +109,8 @@ class Law(StrEnum):
                 return "cp > 1 => seq_length mod (2 * cp) == 0"
             case Law.CP_HIERARCHICAL_SIZES:
                 return "cp_comm_type a2a+p2p => a2a_size * p2p_size == cp"
+            case Law.BASE_PRECISION_LAYERS:
+                return "num_layers_at_start_in_bf16 + num_layers_at_end_in_bf16 <= num_layers"
             case Law.MEGATRON_INTERLEAVING_MIN_PIPELINE:
                 return "v > 1 => p > 2 or (p == 2 and overlap_p2p_comm)"
             case Law.MEGATRON_MICROBATCH_GROUP:

@@ -32,6 +32,7 @@ from blueprinting.mapping.precision import (
     HighPrecision,
     TrainingPrecision,
     gemm_format,
+    high_precision_layers,
     recipe_name,
 )
 from blueprinting.mapping.transformer import NoOptimizerSharding, TransformerTrainingMappingSpec
@@ -89,8 +90,20 @@ def precision_laws(
 ) -> list[LawViolation]:
     """Every violated precision law (module docstring); ``accelerator`` None: the system is not
     known and the accelerator law is not checked."""
-    del model  # the recipe's laws read the mapping and the accelerator only
     out: list[LawViolation] = []
+    start, end = high_precision_layers(mapping.precision)
+    if start + end > model.num_layers:
+        out.append(
+            LawViolation(
+                law="base_precision_layers",
+                formula=Law.BASE_PRECISION_LAYERS.formula,
+                values=(("start", start), ("end", end), ("num_layers", model.num_layers)),
+                message=(
+                    f"num_layers_at_start_in_bf16 + num_layers_at_end_in_bf16 = {start} + {end} "
+                    f"exceeds the model's {model.num_layers} layers"
+                ),
+            )
+        )
     if not megatron:
         return out
     precision = mapping.precision

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import ClassVar, assert_never, final
 
 from blueprinting.analysis.stage_layout import chunk_layer_counts, fully_recomputed_blocks
+from blueprinting.errors import UnsupportedError
 from blueprinting.hardware.collectives import CollectiveKind as LinkCollective
 from blueprinting.hardware.efficiency import GemmShape as HardwareGemmShape
 from blueprinting.hardware.system import CommGroup, Engine, ParallelDim, SystemSpec
@@ -262,6 +263,16 @@ def high_precision_layer_extras(
     if base is None or (start == 0 and end == 0):
         return NO_EXTRA, NO_EXTRA
     counts = chunk_layer_counts(ctx.spec.model, ctx.spec.mapping.parallelism.pipeline)
+    # The first layers live in virtual stage 0 (rank 0, chunk 0), the last ones in the last
+    # virtual stage (the loss's rank, its last chunk): beyond those the extra would sit on the
+    # wrong rank, so it is refused rather than misplaced.
+    loss = loss_stage(ctx.spec.mapping.parallelism.pipeline.schedule, len(counts))
+    if start > counts[0][0] or end > counts[loss][-1]:
+        raise UnsupportedError(
+            f"num_layers_at_start_in_bf16 = {start} / num_layers_at_end_in_bf16 = {end}: "
+            f"the first (last) virtual stage holds {counts[0][0]} ({counts[loss][-1]}) "
+            "blocks; base-precision layers beyond the edge virtual stages are not modelled"
+        )
     blocks = max(1, sum(counts[0]))
     share = sum(recomputed_blocks(ctx.spec, b) for b in counts[0]) / blocks
     low, high = costs.block, base.block
