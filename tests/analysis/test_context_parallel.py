@@ -294,9 +294,14 @@ def test_cp_comm_exposed_follows_the_ring_overlap(gpus: int) -> None:
     m = spec.mapping.microbatch_count
     blocks = spec.model.num_layers
     assert report.breakdown.cp_comm_exposed == pytest.approx(m * blocks * expected, rel=1e-12)
-    terms = report.to_json_dict()["time_breakdown_s"]
-    assert isinstance(terms, dict)
+    document = report.to_json_dict()
+    terms, cp_json = document["time_breakdown_s"], document["cp_comm"]
+    assert isinstance(terms, dict) and isinstance(cp_json, dict)
     assert terms["cp_comm_exposed"] == pytest.approx(m * blocks * expected, rel=1e-12)
+    iteration = cp_json["iteration"]
+    assert isinstance(iteration, dict)
+    assert iteration["exposed_s"] == terms["cp_comm_exposed"]
+    assert cp_json["degree"] == cp and cp_json["communication"] == "p2p"
 
 
 def test_all_gather_is_exposed_whole() -> None:

@@ -286,25 +286,39 @@ class StageTpComm:
 def stage_tp_comm(plan: PortablePlanIR, stage: StagePlan, microbatches: int) -> StageTpComm:
     """m x the TP communication of the stage's blocks and extras (the same terms as
     :func:`stage_work`'s ``tp_comm_exposed``)."""
-    block = plan.block
-    phases = [
-        (stage.blocks, block.forward),
-        (stage.blocks, block.backward_activation),
-        (stage.blocks, block.backward_weight),
-        (stage.recomputed_blocks, block.recompute),
-    ]
-    for present, extra in (
-        (stage.has_embedding, plan.embedding),
-        (stage.has_lm_head, plan.lm_head),
-        (stage.has_embedding, plan.first_layers),
-        (stage.has_lm_head, plan.last_layers),
-    ):
-        if present:
-            phases += [(1, extra.forward), (1, extra.backward)]
+    phases = _stage_phases(plan, stage)
     return StageTpComm(
         link_s=microbatches * sum(n * ph.comm_s for n, ph in phases),
         exposed_s=microbatches * sum(n * ph.comm_exposed_s for n, ph in phases),
         overlap_compute_s=microbatches * sum(n * ph.overlap_compute_s for n, ph in phases),
+    )
+
+
+def _stage_phases(plan: PortablePlanIR, stage: StagePlan) -> list[tuple[int, PhaseCost]]:
+    """(times per microbatch, phase) of everything a stage runs: the rows of ``_RUNS``."""
+    return [(work_count(stage, count), costed_part(plan, part)) for count, part in _RUNS]
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageCpComm:
+    """A stage's context-parallel K/V exchanges over one iteration: link time and the part on
+    the critical path (``exposed_s`` is the breakdown's ``cp_comm_exposed``)."""
+
+    link_s: float
+    exposed_s: float
+
+    @property
+    def hidden_s(self) -> float:
+        return self.link_s - self.exposed_s
+
+
+def stage_cp_comm(plan: PortablePlanIR, stage: StagePlan, microbatches: int) -> StageCpComm:
+    """m x the cp exchanges of the stage's blocks and extras."""
+    phases = _stage_phases(plan, stage)
+    return StageCpComm(
+        link_s=microbatches * sum(n * ph.cp_comm_s for n, ph in phases),
+        exposed_s=microbatches * sum(n * ph.cp_comm_exposed_s for n, ph in phases),
     )
 
 

@@ -12,7 +12,12 @@ from typing import TYPE_CHECKING, final
 from blueprinting.analysis import flops
 from blueprinting.analysis.data_parallel import DataParallelCost
 from blueprinting.analysis.flops import FlopsConvention
-from blueprinting.analysis.iteration import BubbleSource, TimeBreakdown, stage_tp_comm
+from blueprinting.analysis.iteration import (
+    BubbleSource,
+    TimeBreakdown,
+    stage_cp_comm,
+    stage_tp_comm,
+)
 from blueprinting.analysis.memory import MemoryBreakdown, stage_activations
 from blueprinting.analysis.optimizer_step import OptimizerStepCost
 from blueprinting.analysis.pipeline_contract import BubbleContract
@@ -168,6 +173,39 @@ class IterationReport:
             },
         }
 
+    def _cp_comm_json(self) -> dict[str, JsonValue]:
+        """The context-parallel K/V exchanges: the cp axis, per block phase and over the
+        critical stage's iteration, link time, the part hidden behind attention and the part
+        exposed (``iteration.exposed_s`` = ``time_breakdown_s.cp_comm_exposed``)."""
+        context = self.spec.mapping.parallelism.context
+        block = self.plan.block
+        phases: dict[str, JsonValue] = {
+            name: {
+                "link_s": phase.cp_comm_s,
+                "hidden_s": phase.cp_comm_s - phase.cp_comm_exposed_s,
+                "exposed_s": phase.cp_comm_exposed_s,
+            }
+            for name, phase in (
+                ("forward", block.forward),
+                ("backward_activation", block.backward_activation),
+                ("backward_weight", block.backward_weight),
+                ("recompute", block.recompute),
+            )
+        }
+        total = stage_cp_comm(
+            self.plan, self.plan.critical_stage(), self.spec.mapping.microbatch_count
+        )
+        return {
+            "degree": context.degree,
+            "communication": str(context.communication) if context.degree > 1 else "none",
+            "block": phases,
+            "iteration": {
+                "link_s": total.link_s,
+                "hidden_s": total.hidden_s,
+                "exposed_s": total.exposed_s,
+            },
+        }
+
     def to_json_dict(self) -> dict[str, JsonValue]:
         """The ``plan --json`` object (README documents each key and unit)."""
         memory = self.memory
@@ -260,6 +298,7 @@ class IterationReport:
                 "backward_with_recompute": block.backward_with_recompute_s,
             },
             "tp_comm": self._tp_comm_json(),
+            "cp_comm": self._cp_comm_json(),
             "dp_comm": {
                 "grad_bytes": self.data_parallel.grad_bytes,
                 "param_gather_bytes": self.data_parallel.param_gather_bytes,
