@@ -21,13 +21,13 @@ from blueprinting.mapping.transformer import (
     InterleavedOneForwardOneBackward,
     NoOptimizerSharding,
     NoRecompute,
+    PipelinedDgradReduceScatter,
     PipelineParallel,
     RecomputeMethod,
     ReduceScatterAllGather,
     SelectiveRecompute,
     ShardedGradients,
     SingleStage,
-    PipelinedDgradReduceScatter,
     TensorParallel,
     TransformerTrainingParallelism,
     UserbufferOverlap,
@@ -177,11 +177,14 @@ def test_untranslated_knobs_are_listed() -> None:
 def test_calculon_tp_overlap_is_tp_comm_overlap_with_rs_dgrad() -> None:
     # --tp-comm-overlap --tp-comm-overlap-rs-dgrad with Transformer Engine's default methods:
     # ring all-gathers, reduce-scatters pipelined in 4 splits, the dgrad reduce-scatter too.
-    assert CALCULON_TP_OVERLAP == UserbufferOverlap(
-        all_gather=True,
-        reduce_scatter=True,
-        reduce_scatter_splits=4,
-        column_backward=PipelinedDgradReduceScatter(splits=4),
+    assert (
+        UserbufferOverlap(
+            all_gather=True,
+            reduce_scatter=True,
+            reduce_scatter_splits=4,
+            column_backward=PipelinedDgradReduceScatter(splits=4),
+        )
+        == CALCULON_TP_OVERLAP
     )
 
 
