@@ -50,6 +50,7 @@ from blueprinting.mapping.transformer import (
     TransformerTrainingMappingSpec,
     TransformerTrainingParallelism,
     UnfusedAttention,
+    UserbufferOverlap,
 )
 from blueprinting.synthesizer.dialects.transformer.training import CollectivePurpose
 from blueprinting.synthesizer.dialects.transformer.training_derivation import (
@@ -256,7 +257,9 @@ def test_block_matrix_work_and_tp_bytes_match_calculon(
 #
 # Records left out, with the reason:
 # - offload (weight / activation / optimizer): Blueprinting models no offload tier traffic;
-# - ``tensor_par_overlap`` ring / pipe: no tiled TP/GEMM overlap in Blueprinting;
+# - ``tensor_par_overlap`` ring / pipe over all-reduce TP (``ar``, ``p2p_rs_ag``): Megatron-LM's
+#   ``--tp-comm-overlap`` needs sequence parallelism (``tp_overlap_exclusion``); with ``rs_ag``
+#   the record is translated to ``CALCULON_TP_OVERLAP`` (validation/calculon.py) and compared;
 # - ``tensor_par_comm_type = p2p_rs_ag``: the PP send split over TP is not modelled;
 # - inference records: no training strategy;
 # - records Blueprinting's laws refuse and Calculon accepts (checked below, by law):
@@ -268,13 +271,16 @@ def test_block_matrix_work_and_tp_bytes_match_calculon(
 #   any m); ``sequence_parallel_needs_tensor`` (Megatron-LM refuses sequence parallelism at t = 1;
 #   Calculon runs rs_ag at t = 1 as a no-op); ``tp_divides_query_groups`` (multiquery at t > 1:
 #   Calculon replicates the K/V head on every rank, Megatron-LM needs t | query groups; see
-#   difference 1 at the top of this file).
+#   difference 1 at the top of this file); ``interleaving_pipeline_degree`` (Megatron-LM's
+#   interleaved schedule needs p > 2, or p = 2 with --overlap-p2p-communication, which Calculon,
+#   never overlapping PP sends, does not have).
 #
 # Iteration time: the two models differ in two documented, exactly computable terms, removed
 # from ours before comparing ("Calculon-equivalent" time):
 # 1. Megatron-LM's async backward TP communication (portable_plan/passes.py
 #    ``_async_backward_overlap``) hides link time Calculon counts as exposed: added back,
-#    m x blocks x hidden backward TP time;
+#    m x blocks x hidden backward TP time. Not for a tiled-overlap record: there Calculon hides
+#    every TP collective itself (forward, backward and recomm tiles), so nothing is added back;
 # 2. Calculon has no embedding / LM head / loss: the critical stage's extras are taken off,
 #    m x (embedding + LM head) time.
 # What remains differs by the optimizer model (ours: Adam on the owned parameters incl. the
@@ -289,6 +295,7 @@ _ACCEPTED_BY_CALCULON_ONLY = frozenset(
         "blocks_per_pipeline_stage",
         "blocks_per_virtual_chunk",
         "hidden_per_head",
+        "interleaving_pipeline_degree",
         "microbatch_group_bounds",
         "microbatch_group_remainder",
         "sequence_parallel_needs_tensor",
@@ -316,6 +323,7 @@ def iteration_comparison(
     typed: dict[int, CalculonRecord] = {record.id: record for record in load_oracle(paths[0])}
     records, _ = oracle
     compared: list[tuple[int, float, str]] = []
+    tiled: dict[int, tuple[float, float]] = {}
     excluded: dict[str, int] = {}
     refused_by_laws: dict[int, frozenset[str]] = {}
     mismatches: list[str] = []
@@ -383,11 +391,16 @@ def iteration_comparison(
         extras = (plan.embedding.total_s if critical.has_embedding else 0.0) + (
             plan.lm_head.total_s if critical.has_lm_head else 0.0
         )
-        ours = report.iteration_time_s + m * critical.blocks * hidden - m * extras
         theirs = float(cast(float, stats["total_time"]))
+        if isinstance(spec.mapping.tp_comm_overlap, UserbufferOverlap):
+            ours = report.iteration_time_s - m * extras
+            tiled[record.id] = (ours, theirs)
+        else:
+            ours = report.iteration_time_s + m * critical.blocks * hidden - m * extras
         compared.append((record.id, ours / theirs - 1.0, str(raw["name"])))
     return {
         "compared": compared,
+        "tiled": tiled,
         "excluded": excluded,
         "refused": refused_by_laws,
         "mismatches": mismatches,
@@ -485,15 +498,18 @@ def test_calculon_exclusions_are_the_documented_ones(
     compared = cast(list[tuple[int, float, str]], iteration_comparison["compared"])
     assert all(laws <= _ACCEPTED_BY_CALCULON_ONLY for laws in refused.values()), refused
     # A record with several excluded knobs counts under the first of _EXCLUDED_KNOBS.
-    assert excluded == {"inference": 15, "offload": 21, "tensor_par_overlap": 19, "p2p_rs_ag": 24}
-    assert len(refused) == 20
-    assert len(compared) == 114
+    # tensor_par_overlap: the 9 tiled-overlap records over all-reduce TP (5 ar, 4 p2p_rs_ag);
+    # the 10 with rs_ag are translated: 6 compared, 4 refused by laws (159, 217, 265, 295).
+    assert excluded == {"inference": 15, "offload": 21, "tensor_par_overlap": 9, "p2p_rs_ag": 24}
+    assert len(refused) == 24
+    assert {159, 217, 265, 295} <= refused.keys()
+    assert len(compared) == 120
     ok = [raw for raw in oracle[0] if raw["ok"]]
     assert len(ok) == 213
     assert len(compared) == len(ok) - sum(excluded.values()) - len(refused)
     # Recount from the raw oracle fields, not through translate(): inference records
     # (exe.training false), then, in _EXCLUDED_KNOBS order, any offload flag, a TP overlap other
-    # than "none", and the p2p_rs_ag TP communication.
+    # than "none" over all-reduce TP (ar, p2p_rs_ag), and the p2p_rs_ag TP communication.
     recount: dict[str, int] = {}
     for raw in ok:
         exe = cast(Json, cast(Json, raw["inputs"])["exe"])
@@ -501,7 +517,7 @@ def test_calculon_exclusions_are_the_documented_ones(
             key = "inference"
         elif any(exe[k] is True for k in exe if k.endswith("_offload")):
             key = "offload"
-        elif exe["tensor_par_overlap"] != "none":
+        elif exe["tensor_par_overlap"] != "none" and exe["tensor_par_comm_type"] != "rs_ag":
             key = "tensor_par_overlap"
         elif exe["tensor_par_comm_type"] == "p2p_rs_ag":
             key = "p2p_rs_ag"
@@ -520,6 +536,41 @@ def test_calculon_iteration_time_within_tolerance(
     worst = max(compared, key=lambda item: abs(item[1]))
     assert median <= CALCULON_TIME_MEDIAN_LIMIT, median
     assert abs(worst[1]) <= CALCULON_TIME_MAX_LIMIT, worst
+    # Pinned (issue 20): 120 records with the 6 tiled-overlap ones; on the 114 of before,
+    # median 4.88%, max 13.9% (record 39).
+    assert len(errors) == 120
+    assert median == pytest.approx(0.04916, abs=1e-4)
+    assert worst[0] == 204
+    assert abs(worst[1]) == pytest.approx(0.14944, abs=1e-4)
+    before = sorted(abs(e) for rid, e, _ in compared if rid not in TILED_OVERLAP_ERRORS)
+    assert len(before) == 114
+    assert before[len(before) // 2] == pytest.approx(0.04885, abs=1e-4)
+    assert before[-1] == pytest.approx(0.13885, abs=1e-4)
+
+
+#: Calculon's tiled TP overlap records (``tensor_par_overlap`` ring / pipe with ``rs_ag``),
+#: translated to ``CALCULON_TP_OVERLAP``: (our Calculon-equivalent iteration time, Calculon's
+#: ``total_time``), seconds. The remaining differences are per record in docs/VALIDATION.md.
+TILED_OVERLAP_ERRORS = {
+    104: (22.2847, 21.2351),  # ring, gpt3-175B t8 p8, full recompute
+    106: (22.2847, 22.7491),  # pipe, same strategy: TE's methods do not depend on ring / pipe
+    137: (0.28073, 0.24428),  # pipe, megatron-5B t8 p1, selective
+    204: (0.14633, 0.12730),  # ring, megatron-126M t4 p1, selective + seq_par_ag_redo
+    304: (0.11119, 0.12285),  # ring, megatron-5B t8 p2, full recompute
+    344: (17.0774, 17.0996),  # pipe, anthropic-52B t4 p8 v2, no recompute
+}
+
+
+def test_calculon_tiled_tp_overlap_records(
+    iteration_comparison: dict[str, object],
+) -> None:
+    tiled = cast(dict[int, tuple[float, float]], iteration_comparison["tiled"])
+    assert tiled.keys() == TILED_OVERLAP_ERRORS.keys()
+    for record_id, (ours, theirs) in TILED_OVERLAP_ERRORS.items():
+        got_ours, got_theirs = tiled[record_id]
+        assert got_ours == pytest.approx(ours, rel=1e-4), record_id
+        assert got_theirs == pytest.approx(theirs, rel=1e-4), record_id
+        assert abs(got_ours / got_theirs - 1.0) <= CALCULON_TIME_MAX_LIMIT, record_id
 
 
 def test_configurations_calculon_rejects_are_rejected_here(

@@ -21,6 +21,7 @@ from blueprinting.mapping.transformer import (
     InterleavedOneForwardOneBackward,
     NoOptimizerSharding,
     NoRecompute,
+    PipelinedDgradReduceScatter,
     PipelineParallel,
     RecomputeMethod,
     ReduceScatterAllGather,
@@ -29,8 +30,10 @@ from blueprinting.mapping.transformer import (
     SingleStage,
     TensorParallel,
     TransformerTrainingParallelism,
+    UserbufferOverlap,
 )
 from blueprinting.validation.calculon import (
+    CALCULON_TP_OVERLAP,
     ORACLE_ENV,
     CalculonRecord,
     CalculonRejection,
@@ -39,6 +42,7 @@ from blueprinting.validation.calculon import (
     load_oracle,
     parse_record,
     summarize_rejections,
+    tp_overlap_exclusion,
     translate,
 )
 
@@ -161,12 +165,102 @@ def test_untranslated_knobs_are_listed() -> None:
     )
     assert translation.spec.mapping.parallelism.tensor.communication == AllReduce()
     assert translation.untranslated == (
-        "tensor_par_overlap=ring",
+        "tensor_par_overlap=ring over all-reduce TP (tensor_par_comm_type=p2p_rs_ag): "
+        "Megatron-LM's --tp-comm-overlap needs sequence parallelism",
         "seq_par_ag_redo",
         "fused_activation",
         "weight_offload",
         "tensor_par_comm_type=p2p_rs_ag (PP send split over TP)",
     )
+
+
+def test_calculon_tp_overlap_is_tp_comm_overlap_with_rs_dgrad() -> None:
+    # --tp-comm-overlap --tp-comm-overlap-rs-dgrad with Transformer Engine's default methods:
+    # ring all-gathers, reduce-scatters pipelined in 4 splits, the dgrad reduce-scatter too.
+    assert (
+        UserbufferOverlap(
+            all_gather=True,
+            reduce_scatter=True,
+            reduce_scatter_splits=4,
+            column_backward=PipelinedDgradReduceScatter(splits=4),
+        )
+        == CALCULON_TP_OVERLAP
+    )
+
+
+@pytest.mark.parametrize("overlap", ["ring", "pipe"])
+def test_tiled_overlap_with_sequence_parallelism_translates(overlap: str) -> None:
+    record = _record(tensor_par_comm_type="rs_ag", tensor_par_overlap=overlap)
+    translation = translate(record)
+    assert translation.spec.mapping.parallelism.tensor == TensorParallel(
+        degree=8, communication=ReduceScatterAllGather(overlap=CALCULON_TP_OVERLAP)
+    )
+    assert tp_overlap_exclusion(record.exe) is None
+    assert translation.untranslated == ()
+
+
+@pytest.mark.parametrize(
+    ("comm", "overlap"), [("ar", "ring"), ("ar", "pipe"), ("p2p_rs_ag", "pipe")]
+)
+def test_tiled_overlap_over_all_reduce_is_excluded_with_its_reason(comm: str, overlap: str) -> None:
+    record = _record(tensor_par_comm_type=comm, tensor_par_overlap=overlap)
+    reason = (
+        f"tensor_par_overlap={overlap} over all-reduce TP (tensor_par_comm_type={comm}): "
+        "Megatron-LM's --tp-comm-overlap needs sequence parallelism"
+    )
+    assert tp_overlap_exclusion(record.exe) == reason
+    translation = translate(record)
+    # Never silently mapped: the strategy keeps its all-reduce TP and the knob is listed.
+    assert translation.spec.mapping.parallelism.tensor.communication == AllReduce()
+    assert translation.untranslated[0] == reason
+
+
+def test_no_overlap_has_no_exclusion() -> None:
+    assert tp_overlap_exclusion(_record().exe) is None
+    assert tp_overlap_exclusion(_record(tensor_par_comm_type="rs_ag").exe) is None
+
+
+def test_bad_tp_overlap_value_is_a_problem() -> None:
+    with pytest.raises(ConfigError, match="tensor_par_overlap"):
+        _record(tensor_par_overlap="rings")
+
+
+def test_oracle_tiled_overlap_records(oracle: dict[int, CalculonRecord]) -> None:
+    """The 19 ok training records with tiled TP overlap and no offload: 10 with rs_ag are
+    translated, 9 over all-reduce TP are excluded, each with its reason."""
+    tiled = {
+        rid: r
+        for rid, r in oracle.items()
+        if r.ok and r.exe.training and str(r.exe.tensor_par_overlap) != "none"
+        if not (r.exe.weight_offload or r.exe.activations_offload or r.exe.optimizer_offload)
+    }
+    assert len(tiled) == 19
+    translated = {rid for rid, r in tiled.items() if tp_overlap_exclusion(r.exe) is None}
+    assert translated == {104, 106, 137, 159, 204, 217, 265, 295, 304, 344}
+    for rid in translated:
+        tensor = translate(tiled[rid]).spec.mapping.parallelism.tensor
+        assert tensor.communication == ReduceScatterAllGather(overlap=CALCULON_TP_OVERLAP)
+    excluded = {
+        rid: (str(r.exe.tensor_par_comm_type), str(r.exe.tensor_par_overlap))
+        for rid, r in tiled.items()
+        if rid not in translated
+    }
+    assert excluded == {
+        103: ("ar", "ring"),
+        105: ("ar", "pipe"),
+        147: ("ar", "ring"),
+        307: ("ar", "pipe"),
+        374: ("ar", "pipe"),
+        222: ("p2p_rs_ag", "pipe"),
+        244: ("p2p_rs_ag", "ring"),
+        300: ("p2p_rs_ag", "pipe"),
+        469: ("p2p_rs_ag", "pipe"),
+    }
+    for rid, (comm, overlap) in excluded.items():
+        assert tp_overlap_exclusion(tiled[rid].exe) == (
+            f"tensor_par_overlap={overlap} over all-reduce TP (tensor_par_comm_type={comm}): "
+            "Megatron-LM's --tp-comm-overlap needs sequence parallelism"
+        )
 
 
 def test_inference_records_are_refused() -> None:

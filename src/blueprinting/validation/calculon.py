@@ -15,6 +15,11 @@ Translation choices (Calculon's semantics per ``calculon_oracle.md``):
 * ``tensor_par_comm_type``: ``rs_ag`` -> :class:`ReduceScatterAllGather`; ``ar`` and ``p2p_rs_ag``
   (all-reduce inside the block, only the pipeline send split over TP: Narayanan 2021's
   scatter/gather optimization) -> :class:`AllReduce`;
+* ``tensor_par_overlap`` ring / pipe with ``rs_ag`` -> :class:`ReduceScatterAllGather` with
+  :data:`CALCULON_TP_OVERLAP` (``--tp-comm-overlap --tp-comm-overlap-rs-dgrad``, see there);
+  with ``ar`` or ``p2p_rs_ag`` it has no Megatron-LM counterpart (``--tp-comm-overlap`` needs
+  sequence parallelism, ``arguments.py`` l.1441-1442 @d98e8a64): the record keeps
+  :class:`AllReduce` and :func:`tp_overlap_exclusion` names why it cannot be compared;
 * ``pipeline_interleaving`` v > 1 -> :class:`InterleavedOneForwardOneBackward` (v), else p = 1 ->
   :class:`SingleStage`, else :class:`OneForwardOneBackward`; a p = 1, v > 1 record stays
   interleaved so the laws can refuse it (nothing is silently repaired);
@@ -24,7 +29,7 @@ Translation choices (Calculon's semantics per ``calculon_oracle.md``):
   :class:`SelectiveRecompute` / :class:`FullRecompute` (uniform, 1 block);
 * ``batch_size`` / ``microbatch_size`` -> :class:`BatchSpec`.
 
-Knobs with no Blueprinting counterpart (TP overlap, offloading, fused activation,
+Knobs with no Blueprinting counterpart (TP overlap over all-reduce TP, offloading, fused activation,
 ``seq_par_ag_redo``) are listed in :attr:`CalculonTranslation.untranslated`, never dropped
 silently.
 """
@@ -61,6 +66,7 @@ from blueprinting.mapping.transformer import (
     NoRecompute,
     OneForwardOneBackward,
     OptimizerSharding,
+    PipelinedDgradReduceScatter,
     PipelineParallel,
     PipelineSchedule,
     RecomputeMethod,
@@ -75,6 +81,7 @@ from blueprinting.mapping.transformer import (
     TransformerTrainingMappingSpec,
     TransformerTrainingParallelism,
     UnfusedAttention,
+    UserbufferOverlap,
 )
 from blueprinting.validation.fields import MappingNoun, as_mapping, boolean, choice, integer, string
 from blueprinting.validation.published import padded_vocab_size
@@ -101,6 +108,15 @@ class CalculonTensorComm(StrEnum):
     AR = "ar"
     RS_AG = "rs_ag"
     P2P_RS_AG = "p2p_rs_ag"
+
+
+class CalculonTpOverlap(StrEnum):
+    """Calculon's ``tensor_par_overlap``: tiled TP communication / GEMM overlap
+    (``calculon/llm/layers.py`` ``LinearOverlapped``, caa4b11)."""
+
+    NONE = "none"
+    RING = "ring"
+    PIPE = "pipe"
 
 
 class CalculonAttention(StrEnum):
@@ -181,7 +197,7 @@ class CalculonExecution:
     pipeline_interleaving: int
     optimizer_sharding: bool
     tensor_par_comm_type: CalculonTensorComm
-    tensor_par_overlap: str
+    tensor_par_overlap: CalculonTpOverlap
     seq_par_ag_redo: bool
     data_par_overlap: bool
     weight_offload: bool
@@ -282,7 +298,7 @@ def _exe(raw: Mapping[str, object], where: str, problems: ProblemCollector) -> C
         tensor_par_comm_type=choice(
             CalculonTensorComm, raw, "tensor_par_comm_type", where, problems
         ),
-        tensor_par_overlap=string(raw, "tensor_par_overlap", where, problems),
+        tensor_par_overlap=choice(CalculonTpOverlap, raw, "tensor_par_overlap", where, problems),
         seq_par_ag_redo=boolean(raw, "seq_par_ag_redo", where, problems),
         data_par_overlap=boolean(raw, "data_par_overlap", where, problems),
         weight_offload=boolean(raw, "weight_offload", where, problems),
@@ -394,10 +410,64 @@ def translate_model(app: CalculonApp, exe: CalculonExecution, *, name: str) -> T
     )
 
 
-def _communication(comm: CalculonTensorComm) -> TensorCommunication:
-    match comm:
+#: The Megatron-LM strategy a Calculon ``rs_ag`` record with ``tensor_par_overlap`` ring or pipe
+#: translates to: ``--tp-comm-overlap --tp-comm-overlap-rs-dgrad`` with Transformer Engine's
+#: default methods (``module/base.py`` l.336-396 @d0067d0d). Calculon tiles each of the four
+#: TP linears (qkv, proj, fc1, fc2) with its own collective in ``t`` tiles, one method for all
+#: (``calculon/llm/layers.py`` ``LinearOverlapped``, caa4b11; shared/reference/calculon_oracle.md).
+#: Per Calculon layer and pass, the TE counterpart:
+#:
+#: - qkv / fc1 forward all-gather -> ring exchange in t chunks (``all_gather``): Calculon's
+#:   ``ring`` exactly; its ``pipe`` exposes one more tile (TE refuses a pipelined all-gather);
+#: - proj / fc2 forward reduce-scatter -> pipelined in TE's 4 splits (``reduce_scatter``):
+#:   Calculon's ``pipe`` up to the tile count (t there) and its double count of the exposed
+#:   tile (bug 3, not copied); its ``ring`` exposes no tile (TE's ring-exchange RS needs a
+#:   ``--tp-comm-overlap-cfg`` file, which Blueprinting does not model);
+#: - proj / fc2 backward all-gather of the output gradient -> ring exchange (``all_gather``);
+#: - qkv / fc1 backward reduce-scatter of the input gradient, tiled by Calculon with the same
+#:   layer's dgrad GEMM -> pipelined behind the dgrad GEMM (``PipelinedDgradReduceScatter``, the
+#:   structural match; TE's default bulk overlap puts it beside the wgrad GEMM instead);
+#: - the re-gather for the weight gradient (Calculon's tiled recomm) -> Megatron's async overlap
+#:   behind the dgrad GEMM (rs_dgrad turns both bulk overlaps off).
+#:
+#: Not translated: Calculon's SM share ``processor_usage`` (0.15 of the GEMM rate while a tile
+#: communicates); Blueprinting's share is the communication kernel's SMs over ``sm_count``,
+#: which a Calculon system does not give (so 0).
+CALCULON_TP_OVERLAP = UserbufferOverlap(column_backward=PipelinedDgradReduceScatter())
+
+
+def tp_overlap_exclusion(exe: CalculonExecution) -> str | None:
+    """Why a record's ``tensor_par_overlap`` has no Megatron-LM counterpart (``None``: it has
+    one, or the record has no overlap). Calculon tiles the all-reduce of ``ar`` blocks (and of
+    ``p2p_rs_ag`` base blocks) with the GEMM before or after it; Megatron-LM's
+    ``--tp-comm-overlap`` exists only with sequence parallelism (``arguments.py`` l.1441-1442
+    @d98e8a64), so such a record cannot be written as a Megatron strategy."""
+    match exe.tensor_par_overlap:
+        case CalculonTpOverlap.NONE:
+            return None
+        case CalculonTpOverlap.RING | CalculonTpOverlap.PIPE:
+            pass
+        case _ as unreachable:
+            assert_never(unreachable)
+    match exe.tensor_par_comm_type:
         case CalculonTensorComm.RS_AG:
-            return ReduceScatterAllGather()
+            return None
+        case CalculonTensorComm.AR | CalculonTensorComm.P2P_RS_AG:
+            return (
+                f"tensor_par_overlap={exe.tensor_par_overlap} over all-reduce TP "
+                f"(tensor_par_comm_type={exe.tensor_par_comm_type}): Megatron-LM's "
+                "--tp-comm-overlap needs sequence parallelism"
+            )
+        case _ as unreachable_comm:
+            assert_never(unreachable_comm)
+
+
+def _communication(exe: CalculonExecution) -> TensorCommunication:
+    match exe.tensor_par_comm_type:
+        case CalculonTensorComm.RS_AG:
+            if exe.tensor_par_overlap is CalculonTpOverlap.NONE:
+                return ReduceScatterAllGather()
+            return ReduceScatterAllGather(overlap=CALCULON_TP_OVERLAP)
         case CalculonTensorComm.AR | CalculonTensorComm.P2P_RS_AG:
             return AllReduce()
         case _ as unreachable:
@@ -426,7 +496,7 @@ def _recompute(recompute: CalculonRecompute) -> RecomputePolicy:
 
 def _untranslated(exe: CalculonExecution) -> tuple[str, ...]:
     knobs = [
-        f"tensor_par_overlap={exe.tensor_par_overlap}" if exe.tensor_par_overlap != "none" else "",
+        tp_overlap_exclusion(exe) or "",
         "seq_par_ag_redo" if exe.seq_par_ag_redo else "",
         "fused_activation" if exe.fused_activation else "",
         "weight_offload" if exe.weight_offload else "",
@@ -455,9 +525,7 @@ def translate(record: CalculonRecord) -> CalculonTranslation:
         ShardedGradients() if exe.optimizer_sharding else NoOptimizerSharding()
     )
     parallelism = TransformerTrainingParallelism(
-        tensor=TensorParallel(
-            degree=exe.tensor_par, communication=_communication(exe.tensor_par_comm_type)
-        ),
+        tensor=TensorParallel(degree=exe.tensor_par, communication=_communication(exe)),
         pipeline=PipelineParallel(degree=exe.pipeline_par, schedule=_schedule(exe)),
         data=DataParallel(
             degree=exe.data_par,
