@@ -4,10 +4,11 @@ The candidate set is a structure of arrays: one numpy column per knob. It is bui
 so that the laws are evaluated once per distinct law-relevant combination:
 
 1. The *core* table holds every knob some law reads: GPUs N, t, p, d = N / (t*p), v, micro-batch
-   size b, sequence parallelism, the recompute variant (with its layer count), the P2P overlap and
-   the microbatch group size G. It is a Cartesian product (numpy index grids) of
-   ``(N, t, p)`` x v x b x sp x recompute, then a ragged expansion of interleaved rows (v > 1) by
-   overlap_p2p_comm x G.
+   size b, sequence parallelism (with its TP comm overlap), the recompute variant (with its layer
+   count), the P2P overlap and the microbatch group size G. It is a Cartesian product (numpy
+   index grids) of ``(N, t, p)`` x v x b x sp x recompute, then a ragged expansion of
+   interleaved rows (v > 1) by overlap_p2p_comm x G and of sequence-parallel rows with t > 1 by
+   the TP comm overlap.
 2. The *free* knobs no law reads (optimizer sharding, overlap_param_gather inside a sharded
    variant, overlap_grad_reduce) multiply each core row by a count that depends only on d. Laws
    are evaluated on the core table and each rejection is weighted by that count, so the report
@@ -29,6 +30,10 @@ divide L fails ``L mod (p*v)`` for every p, a b that does not divide B fails ``B
   (p), plus G = m where it matters (policy ``where-it-matters``: m > p and m mod p != 0, where
   the default is refused by Megatron and one group of all m microbatches is legal; a legal G > p
   never shortens the bubble and only raises memory, see ``shared/reference/schedules.md`` 3-4);
+- sequence-parallel rows with t > 1 only: the userbuffer TP overlap in ``space.tp_comm_overlap``
+  (``UserbufferOverlap()``, Transformer Engine's default switches; default ``(False,)``, so the
+  counts below are unchanged); its buffer-shape law (s*b) mod t follows from ``local_sequence``
+  on those rows, so it fires only where that law does;
 - d > 1 only: sharding in ``space.sharding`` (overlap_param_gather crossed in for a sharded
   variant) and overlap_grad_reduce; with d = 1 sharding is meaningless and only
   ``NoOptimizerSharding`` without overlap is produced.
