@@ -514,6 +514,8 @@ def _search_argv(rng: random.Random, *, small: bool) -> list[str]:
     for flag in ("--allow-cross-node-tp", "--no-megatron-rules"):
         if rng.random() < 0.15:
             argv.append(flag)
+    if rng.random() < 0.2:
+        argv += ["--tp-comm-overlap", rng.choice(("off", "on", "both", "bth", _text(rng)))]
     return argv
 
 

@@ -89,6 +89,19 @@ SPACES = [
         ),
         id="llama3-8b-b200-precision-recipes",
     ),
+    pytest.param(
+        "llama3-8b",
+        "dgx-h100",
+        SearchSpace(
+            gpu_counts=(16,),
+            global_batch_size=8,
+            max_microbatch_size=2,
+            recompute=(RecomputeVariant.NONE, RecomputeVariant.SELECTIVE),
+            overlap_grad_reduce=(True,),
+            tp_comm_overlap=(False, True),
+        ),
+        id="llama3-8b-h100-tp-comm-overlap",
+    ),
 ]
 
 
@@ -132,3 +145,40 @@ def test_gpt3_sample_matches_the_scalar_plan() -> None:
         exact = plan_spec(spec, system, PlanOptions(bubble_source=BubbleSource.CONTRACT))
         problems.extend(_mismatches(figures.row_json(int(i)), exact.to_json_dict(), str(spec)))
     assert problems == []
+
+
+def test_tp_comm_overlap_changes_only_the_block_tp_communication() -> None:
+    """llama3-8b on 16 H100, t = 8 with sequence parallelism: the overlapped twin of a row hides
+    TP communication (smaller tp_comm_exposed) and keeps every memory figure."""
+    model = model_preset("llama3-8b")
+    system = system_preset("dgx-h100")
+    table = enumerate_strategies(
+        model,
+        SearchSpace(
+            gpu_counts=(16,),
+            global_batch_size=8,
+            max_microbatch_size=1,
+            sequence_parallel=(True,),
+            recompute=(RecomputeVariant.NONE,),
+            tp_comm_overlap=(False, True),
+        ),
+    ).table
+    figures = evaluate_candidates(table, model, system)
+    on = np.flatnonzero(table.tp_comm_overlap & (table.tensor == 8))
+    assert on.shape[0] > 0
+    for i in on:
+        twin = np.flatnonzero(
+            ~table.tp_comm_overlap
+            & (table.tensor == table.tensor[i])
+            & (table.pipeline == table.pipeline[i])
+            & (table.virtual_stages == table.virtual_stages[i])
+            & (table.overlap_p2p_comm == table.overlap_p2p_comm[i])
+            & (table.microbatch_group == table.microbatch_group[i])
+            & (table.sharding == table.sharding[i])
+            & (table.overlap_param_gather == table.overlap_param_gather[i])
+            & (table.overlap_grad_reduce == table.overlap_grad_reduce[i])
+        )
+        assert twin.shape == (1,)
+        j = int(twin[0])
+        assert figures.tp_comm_exposed[i] < figures.tp_comm_exposed[j]
+        assert figures.memory_reserved_peak[i] == figures.memory_reserved_peak[j]

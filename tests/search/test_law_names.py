@@ -39,8 +39,6 @@ def test_names_and_rulesets() -> None:
     ]
     assert [law for law in Law if not law.searched] == [
         Law.BASE_PRECISION_LAYERS,
-        Law.MEGATRON_TP_COMM_OVERLAP_NEEDS_SP,
-        Law.MEGATRON_TP_COMM_OVERLAP_BUFFER,
         Law.MEGATRON_PRECISION_RECIPE_ACCELERATOR,
         Law.MEGATRON_PARAM_GATHER_NEEDS_SHARDING,
     ]

@@ -187,6 +187,33 @@ def test_cli_bad_input_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert "--top must be >= 0" in capsys.readouterr().err
 
 
+def test_cli_tp_comm_overlap(capsys: pytest.CaptureFixture[str]) -> None:
+    """--tp-comm-overlap both adds the overlapped twin of every lawful sequence-parallel
+    strategy with t > 1; on replaces it; the rejection counts name both userbuffer laws."""
+    counts = {}
+    for mode in ("off", "both", "on"):
+        assert main([*ARGS, "--top", "1", "--json", "--tp-comm-overlap", mode]) == 0
+        out = json.loads(capsys.readouterr().out)
+        counts[mode] = out["candidates_valid"]
+        assert out["rejections"]["tp_comm_overlap_needs_sequence_parallel"] == 0
+        assert out["rejections"]["tp_comm_overlap_buffer_shape"] == 0
+    assert counts["on"] == counts["off"] < counts["both"]
+    assert main([*ARGS, "--tp-comm-overlap", "on", "--csv", "-"]) == 0
+    strategies = [r[1] for r in csv.reader(io.StringIO(capsys.readouterr().out))][1:]
+    overlapped = [s for s in strategies if "tp_overlap=on" in s]
+    assert overlapped
+    assert all("sp=on" in s and "tp=1 " not in s for s in overlapped)
+    assert all("tp_overlap=on" in s for s in strategies if "sp=on" in s)
+    assert main([*ARGS, "--tp-comm-overlap", "on", "--top", "1", "--explain", overlapped[0]]) == 0
+    assert "rank " in capsys.readouterr().out
+    assert main([*ARGS, "--top", "1", "--explain", overlapped[0]]) == 0
+    assert "legal, but not in the searched space" in capsys.readouterr().out
+    assert main([*ARGS, "--tp-comm-overlap", "bth"]) == 2
+    assert "--tp-comm-overlap: 'bth' is not one of off, on, both (did you mean 'both'?)" in (
+        capsys.readouterr().err
+    )
+
+
 def test_a_recipe_the_accelerator_cannot_run_refuses_the_search() -> None:
     from blueprinting.errors import InvalidStrategyError
     from blueprinting.mapping.precision import Fp4Precision, Fp8Precision, Fp8Recipe

@@ -25,6 +25,7 @@ from blueprinting.mapping.transformer import (
     SelectiveRecompute,
     ShardedParameters,
     SingleStage,
+    UserbufferOverlap,
     training_schedule,
 )
 from blueprinting.search.space import (
@@ -94,7 +95,12 @@ def _brute_force(
                         if space.max_microbatch_size is not None and b > space.max_microbatch_size:
                             continue
                         m = big_b // (d * b)
-                        for sp in space.sequence_parallel:
+                        sp_options = [
+                            (sp, ub)
+                            for sp in space.sequence_parallel
+                            for ub in (space.tp_comm_overlap if sp and t > 1 else (False,))
+                        ]
+                        for sp, ub in sp_options:
                             for rec in space.recompute:
                                 layer_options = space.recompute_num_layers if rec.is_full else (0,)
                                 for layers in layer_options:
@@ -165,6 +171,14 @@ def _brute_force(
                                                     broken.append(
                                                         Law.MEGATRON_SEQUENCE_PARALLEL_NEEDS_TP
                                                     )
+                                                if ub and (not sp or t == 1):
+                                                    broken.append(
+                                                        Law.MEGATRON_TP_COMM_OVERLAP_NEEDS_SP
+                                                    )
+                                                if ub and (model.seq_length * b) % t:
+                                                    broken.append(
+                                                        Law.MEGATRON_TP_COMM_OVERLAP_BUFFER
+                                                    )
                                             lawful_frees = []
                                             for sh, ga, gr in frees:
                                                 enumerated += 1
@@ -188,7 +202,7 @@ def _brute_force(
                                                 RECOMPUTE_CODES.index(rec),
                                                 layers,
                                             )
-                                            core += (int(p2p), g)
+                                            core += (int(p2p), g, int(ub))
                                             for sh, ga, gr in lawful_frees:
                                                 valid.add(
                                                     (
@@ -214,6 +228,7 @@ def _rows(table: CandidateTable) -> list[Row]:
         table.recompute_num_layers,
         table.overlap_p2p_comm,
         table.microbatch_group,
+        table.tp_comm_overlap,
         table.sharding,
         table.overlap_param_gather,
         table.overlap_grad_reduce,
@@ -249,6 +264,15 @@ TINY_SPACES = [
         recompute_num_layers=(3, 6),
         overlap_p2p_comm=(True,),
     ),
+    # TP comm overlap on the sequence-parallel rows with t > 1: t = 3 and 6 pass, t = 4 and 12
+    # break local_sequence (30 mod t) and, at odd b, the userbuffer shape ((30 * b) mod t).
+    SearchSpace(
+        gpu_counts=(12,),
+        global_batch_size=24,
+        gpus_per_node=12,
+        recompute=(RecomputeVariant.NONE,),
+        tp_comm_overlap=(False, True),
+    ),
 ]
 
 
@@ -274,7 +298,8 @@ def test_tiny_spaces_exercise_every_law() -> None:
         assert valid
     # world_size holds by construction (p runs over divisors of N/t); the fused-attention rule
     # reads only the model (test_an_fp32_model_breaks_the_fused_attention_rule_everywhere).
-    # The userbuffer laws are the scalar checker's only (Law.searched).
+    # tp_comm_overlap_needs_sequence_parallel cannot fire: the overlap is planned only on
+    # sequence-parallel rows with t > 1 (test_tp_comm_overlap_rows_are_sequence_parallel).
     # The tiny spaces search no context parallelism: its laws are exercised by
     # test_context_parallel_candidates_are_lawful_and_complete.
     searched = {law for law in Law if law.searched}
@@ -284,7 +309,13 @@ def test_tiny_spaces_exercise_every_law() -> None:
         Law.MEGATRON_CP_A2A_HEADS,
         Law.MEGATRON_CP_NEEDS_FUSED_ATTENTION,
     }
-    assert fired == searched - {Law.WORLD_SIZE, Law.MEGATRON_FUSED_ATTENTION_SUPPORT} - cp_laws
+    never = {
+        Law.WORLD_SIZE,
+        Law.MEGATRON_FUSED_ATTENTION_SUPPORT,
+        Law.MEGATRON_TP_COMM_OVERLAP_NEEDS_SP,
+    }
+    assert fired == searched - never - cp_laws
+    assert Law.MEGATRON_TP_COMM_OVERLAP_BUFFER in fired
 
 
 def test_context_parallel_candidates_are_lawful_and_complete() -> None:
@@ -580,3 +611,53 @@ def test_precision_is_crossed_with_every_row_and_named_in_strategy_text() -> Non
     text = format_strategy_text(mapping)
     assert "precision=fp8-tensorwise" in text
     assert parse_strategy_text(text) == mapping
+
+
+def test_tp_comm_overlap_rows_are_sequence_parallel() -> None:
+    """GPT-3 175B / 1024 GPUs: ``tp_comm_overlap=(False, True)`` adds one overlapped twin of
+    every sequence-parallel row with t > 1 and nothing else; the twins pass the same laws (the
+    userbuffer shape, (s*b) mod t, follows from local_sequence, s mod t), and ``(True,)``
+    replaces each such row by its twin. The default space's counts stay the pinned ones."""
+    space = SearchSpace(gpu_counts=(1024,), global_batch_size=1536)
+    off = enumerate_strategies(GPT3_175B, space)
+    both = enumerate_strategies(
+        GPT3_175B, dataclasses.replace(space, tp_comm_overlap=(False, True))
+    )
+    on = enumerate_strategies(GPT3_175B, dataclasses.replace(space, tp_comm_overlap=(True,)))
+    assert off.report.candidates_enumerated == 1_380_768
+    assert not off.table.tp_comm_overlap.any()
+    # Every lawful sp row has t > 1 (sequence_parallel_needs_tensor): 25,641 of the 53,625.
+    twins = off.table.sequence_parallel & (off.table.tensor > 1)
+    assert int(twins.sum()) == int(off.table.sequence_parallel.sum()) == 25_641
+    assert both.report.candidates_valid == 53_625 + 25_641
+    assert on.report.candidates_valid == 53_625
+    for result in (both, on):
+        table = result.table
+        overlap = table.tp_comm_overlap
+        assert int(overlap.sum()) == 25_641
+        assert not (overlap & ~(table.sequence_parallel & (table.tensor > 1))).any()
+        assert result.report.rejected(Law.MEGATRON_TP_COMM_OVERLAP_NEEDS_SP) == 0
+        assert result.report.rejected(Law.MEGATRON_TP_COMM_OVERLAP_BUFFER) == 0
+    # Enumerated once more: every sp row with t > 1. t in {2, 4, 8} gives 10 + 9 + 8 = 27 of
+    # the 38 (t, p) pairs, 3 of them with d = 1: weight 24 * 14 + 3 = 339, times 23 v options x
+    # 20 b x 3 recomputes, plus the interleaved G = m rows among them (recounted below).
+    n, big_b, big_l = 1024, 1536, 96
+    extra_group = 0
+    virtual = [v for v in range(2, big_l + 1) if big_l % v == 0]
+    micro = [b for b in range(1, big_b + 1) if big_b % b == 0]
+    for t in (2, 4, 8):
+        for p in (p for p in range(1, n // t + 1) if (n // t) % p == 0):
+            d = n // (t * p)
+            for _, b in itertools.product(virtual, micro):
+                m = big_b // (d * b)
+                if m > p and m % p:
+                    extra_group += 2 * 3 * (14 if d > 1 else 1)  # P2P overlap x recompute
+    assert extra_group == 19_602
+    assert both.report.candidates_enumerated == 1_380_768 + 339 * 23 * 20 * 3 + extra_group
+    on_row = int(np.flatnonzero(on.table.tp_comm_overlap)[0])
+    spec = candidate_to_spec(on.table, on_row, GPT3_175B)
+    assert spec.mapping.parallelism.tensor.communication == ReduceScatterAllGather(
+        overlap=UserbufferOverlap()
+    )
+    assert str(spec).split()[1] == "TP2(rs+ag"
+    assert "ub(ag=ring,rs=pipe/4,bulk=dgrad+wgrad))" in str(spec)

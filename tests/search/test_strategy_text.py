@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
+
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -21,6 +24,7 @@ from blueprinting.mapping.transformer import (
     SingleStage,
     TensorParallel,
     TransformerTrainingMappingSpec,
+    UserbufferOverlap,
     ZeroBubbleH1,
 )
 from blueprinting.search.space import (
@@ -68,7 +72,7 @@ def test_every_problem_at_once() -> None:
         )
     assert info.value.problems == (
         "foo: unknown key (accepted: tp, cp, cp_comm, pp, dp, gpus, v, vp, mbs, gbs, sp, "
-        "recompute, recompute_method, recompute_layers, sharding, overlap_grad, "
+        "tp_overlap, recompute, recompute_method, recompute_layers, sharding, overlap_grad, "
         "overlap_param_gather, overlap_p2p, group, schedule, layout, precision)",
         "tp: given twice",
         "'bare': expected key=value",
@@ -102,7 +106,54 @@ def test_canonical_text() -> None:
     )
 
 
+def test_tp_overlap_round_trips_and_needs_sequence_parallelism() -> None:
+    text = "tp=4 pp=2 dp=8 mbs=1 gbs=64 sp=on tp_overlap=on recompute=none sharding=no_shard"
+    mapping = parse_strategy_text(text)
+    assert mapping.parallelism.tensor == TensorParallel(
+        degree=4, communication=ReduceScatterAllGather(overlap=UserbufferOverlap())
+    )
+    assert format_strategy_text(mapping) == f"{text} overlap_grad=off"
+    assert parse_strategy_text(format_strategy_text(mapping)) == mapping
+    # off is the default and is not written
+    plain = parse_strategy_text(text.replace("tp_overlap=on", "tp_overlap=off"))
+    assert plain.parallelism.tensor.communication == ReduceScatterAllGather()
+    assert "tp_overlap" not in format_strategy_text(plain)
+    with pytest.raises(ConfigError) as info:
+        parse_strategy_text("tp=4 dp=1 gbs=8 tp_overlap=on")
+    assert info.value.problems == (
+        "tp_overlap=on: the userbuffer overlap needs sequence parallelism (sp=on)",
+    )
+    # Switches other than Transformer Engine's defaults have no strategy-text spelling.
+    custom = dataclasses.replace(
+        mapping,
+        parallelism=dataclasses.replace(
+            mapping.parallelism,
+            tensor=TensorParallel(
+                degree=4,
+                communication=ReduceScatterAllGather(
+                    overlap=UserbufferOverlap(reduce_scatter=False)
+                ),
+            ),
+        ),
+    )
+    with pytest.raises(ConfigError) as refused:
+        format_strategy_text(custom)
+    assert refused.value.problems == (
+        "tp_comm_overlap ub(ag=ring,bulk=dgrad+wgrad) is not Transformer Engine's default; "
+        "strategy text spells only tp_overlap=on (give it as flat keys)",
+    )
+
+
 TINY_TABLE = enumerate_strategies(TINY, TINY_SPACES[0]).table
+OVERLAP_TABLE = enumerate_strategies(TINY, TINY_SPACES[3]).table
+
+
+def test_the_overlap_table_has_both_kinds_of_sequence_parallel_rows() -> None:
+    """Every lawful sp row (t = 3 or 6; Megatron refuses sp at t = 1) comes with and without the
+    overlap, so the round trip below sees both."""
+    overlap, sp = OVERLAP_TABLE.tp_comm_overlap, OVERLAP_TABLE.sequence_parallel
+    assert set(np.unique(OVERLAP_TABLE.tensor[overlap]).tolist()) == {3, 6}
+    assert int(overlap.sum()) == int((sp & ~overlap).sum()) > 0
 
 
 @settings(max_examples=200, deadline=None)
@@ -110,6 +161,15 @@ TINY_TABLE = enumerate_strategies(TINY, TINY_SPACES[0]).table
 def test_round_trip_of_enumerated_candidates(i: int) -> None:
     mapping: TransformerTrainingMappingSpec = candidate_to_spec(TINY_TABLE, i, TINY).mapping
     assert parse_strategy_text(format_strategy_text(mapping)) == mapping
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(min_value=0, max_value=len(OVERLAP_TABLE) - 1))
+def test_round_trip_of_candidates_with_tp_overlap(i: int) -> None:
+    mapping = candidate_to_spec(OVERLAP_TABLE, i, TINY).mapping
+    text = format_strategy_text(mapping)
+    assert ("tp_overlap=on" in text) == bool(OVERLAP_TABLE.tp_comm_overlap[i])
+    assert parse_strategy_text(text) == mapping
 
 
 def test_zero_bubble_schedule_round_trips() -> None:

@@ -14,6 +14,7 @@ import csv
 import dataclasses
 import json
 import sys
+from enum import StrEnum
 from typing import TYPE_CHECKING, TextIO, assert_never
 
 from blueprinting.analysis.flops import FlopsConvention
@@ -27,6 +28,28 @@ if TYPE_CHECKING:
     from blueprinting.mapping.model import TransformerModelSpec
     from blueprinting.mapping.precision import TrainingPrecision
     from blueprinting.search.rank import SearchResult, Standing
+
+
+class TpCommOverlapChoice(StrEnum):
+    """``--tp-comm-overlap``: which userbuffer overlaps (Transformer Engine's default
+    switches) the sequence-parallel rows with t > 1 take."""
+
+    OFF = "off"
+    ON = "on"
+    BOTH = "both"
+
+    @property
+    def values(self) -> tuple[bool, ...]:
+        """``SearchSpace.tp_comm_overlap``."""
+        match self:
+            case TpCommOverlapChoice.OFF:
+                return (False,)
+            case TpCommOverlapChoice.ON:
+                return (True,)
+            case TpCommOverlapChoice.BOTH:
+                return (False, True)
+            case _ as unreachable:
+                assert_never(unreachable)
 
 
 #: --memory-headroom-gib above this (2**33 GiB, 9.2 EB) is no headroom any GPU has.
@@ -97,6 +120,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="cp_comm_type values crossed with every cp > 1: p2p, all_gather, a2a (default: p2p)",
     )
     parser.add_argument(
+        "--tp-comm-overlap",
+        default=str(TpCommOverlapChoice.OFF),
+        metavar="|".join(TpCommOverlapChoice),
+        help="Transformer Engine's userbuffer TP communication overlap (--tp-comm-overlap, "
+        "default switches) on the sequence-parallel strategies with t > 1: off, on, or both "
+        "(each such strategy with and without it; default: %(default)s)",
+    )
+    parser.add_argument(
         "--no-megatron-rules",
         action="store_true",
         help="apply only the planner's laws, not Megatron-LM's start-up rules",
@@ -144,6 +175,7 @@ def _result(args: argparse.Namespace) -> SearchResult:
     context = _context_degrees(list(args.context_parallel), problems)
     precision_names: list[str] | None = args.precision
     comm_types = _cp_comm_types(list(args.cp_comm_type), problems)
+    tp_overlap = _tp_comm_overlap(args.tp_comm_overlap, problems)
     if args.seq_length is not None and args.seq_length < 1:
         problems.append(f"--seq-length must be a positive integer, got {args.seq_length}")
     if problems:
@@ -157,6 +189,7 @@ def _result(args: argparse.Namespace) -> SearchResult:
         precision=precisions,
         context_parallel=context,
         cp_comm_types=comm_types,
+        tp_comm_overlap=tp_overlap.values,
         gpu_counts=tuple(args.gpus),
         global_batch_size=args.global_batch,
         gpus_per_node=system.gpus_per_node,
@@ -247,6 +280,19 @@ def _cp_comm_types(values: list[str], problems: list[str]) -> tuple[CpCommType, 
         elif CpCommType(name) not in out:
             out.append(CpCommType(name))
     return tuple(out) if out else (CpCommType.P2P,)
+
+
+def _tp_comm_overlap(value: str, problems: list[str]) -> TpCommOverlapChoice:
+    from blueprinting.mapping.presets import did_you_mean
+
+    known = [str(c) for c in TpCommOverlapChoice]
+    if value not in known:
+        problems.append(
+            f"--tp-comm-overlap: {value!r} is not one of {', '.join(known)}"
+            f"{did_you_mean(value, known)}"
+        )
+        return TpCommOverlapChoice.OFF
+    return TpCommOverlapChoice(value)
 
 
 def _listing_problem(what: str, count: int) -> str:

@@ -59,11 +59,9 @@ class Law(StrEnum):
 
     @property
     def searched(self) -> bool:
-        """Whether the strategy search can produce a violation: it plans no TP communication
-        overlap, so the userbuffer laws are the scalar checker's only."""
+        """Whether the strategy search applies the law (its vectorized filter,
+        ``search/laws_vectorized.py``, has a mask for it)."""
         return self not in (
-            Law.MEGATRON_TP_COMM_OVERLAP_NEEDS_SP,
-            Law.MEGATRON_TP_COMM_OVERLAP_BUFFER,
             # the precision recipe is one per search, checked before enumerating
             Law.MEGATRON_PRECISION_RECIPE_ACCELERATOR,
             Law.MEGATRON_PARAM_GATHER_NEEDS_SHARDING,

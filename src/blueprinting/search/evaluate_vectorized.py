@@ -15,8 +15,8 @@ same names and same order of operations, so that a change to the scalar code is 
 ================================ ================================= ===============================
 scalar code                      reads                             here
 ================================ ================================= ===============================
-``portable_plan`` block/extras   t, sp, recompute scope, b, TP     scalar, per key
-                                 group                             (``_block_costs``)
+``portable_plan`` block/extras   t, sp, TP overlap, recompute      scalar, per key
+                                 scope, b, TP group, cp, recipe    (``_block_costs``)
 ``passes.p2p_message``           t, p, d, b, sp                    scalar, per key
 ``stage_parameters``             t, p, stage                       scalar, per key
 ``system.collective_time`` (DP)  t, p, d, stage                    scalar, per key
@@ -369,6 +369,9 @@ def _block_costs(
     first, inverse = _keys(
         table.tensor,
         table.sequence_parallel,
+        # the userbuffer overlap changes the block's TP collectives (passes._userbuffer_overlap)
+        # and nothing else the search reads: no memory term, no P2P message
+        table.tp_comm_overlap,
         _scope(table.recompute),
         table.micro_batch,
         tp_tier,

@@ -46,6 +46,7 @@ class LawColumns:
     microbatch_group: IntArray
     context: IntArray
     cp_head_split: BoolArray  # the row's cp_comm_type splits heads (a2a)
+    tp_comm_overlap: BoolArray  # the row plans UserbufferOverlap (inside RS+AG)
 
 
 #: Laws that read only the free knobs (the data-parallel overlaps), not :class:`LawColumns`.
@@ -132,4 +133,14 @@ def law_violations(
         masks[Law.MEGATRON_CP_A2A_HEADS] = a2a & ((local_q % cp != 0) | (local_kv % cp != 0))
         # fused attention on every row
         masks[Law.MEGATRON_CP_NEEDS_FUSED_ATTENTION] = np.zeros(t.shape, dtype=np.bool_)
+        # mapping/laws.py _tp_comm_overlap_laws. The enumeration plans the overlap only on
+        # sequence-parallel rows with t > 1, so the first never fires there (a hand-built table
+        # may break it); the second, (s*b) mod t with the factors reduced first so that the
+        # product cannot pass int64, is implied by local_sequence (s mod t*cp == 0) on
+        # sequence-parallel rows: it fires where that law does.
+        overlap = c.tp_comm_overlap
+        masks[Law.MEGATRON_TP_COMM_OVERLAP_NEEDS_SP] = overlap & (~c.sequence_parallel | (t <= 1))
+        masks[Law.MEGATRON_TP_COMM_OVERLAP_BUFFER] = overlap & (
+            ((s % t_safe) * (b % t_safe)) % t_safe != 0
+        )
     return masks

@@ -51,6 +51,7 @@ from blueprinting.mapping.transformer import (
     InterleavedOneForwardOneBackward,
     NoOptimizerSharding,
     NoRecompute,
+    NoTpCommOverlap,
     OneForwardOneBackward,
     SelectiveRecompute,
     ShardedGradients,
@@ -58,6 +59,7 @@ from blueprinting.mapping.transformer import (
     SingleStage,
     TrainingSpec,
     TransformerTrainingMappingSpec,
+    UserbufferOverlap,
     ZeroBubbleH1,
 )
 from blueprinting.search.evaluate_vectorized import CandidateFigures, evaluate_candidates
@@ -285,6 +287,7 @@ def _row_values(mapping: TransformerTrainingMappingSpec) -> dict[str, int | bool
         "data": par.data.degree,
         "micro_batch": mapping.batch.micro_batch_size,
         "sequence_parallel": mapping.sequence_parallel,
+        "tp_comm_overlap": mapping.tp_comm_overlap == UserbufferOverlap(),
         "overlap_grad_reduce": par.data.overlap_grad_reduce,
         "virtual_stages": 1,
         "overlap_p2p_comm": False,
@@ -329,13 +332,16 @@ def _row_values(mapping: TransformerTrainingMappingSpec) -> dict[str, int | bool
 def find_row(table: CandidateTable, mapping: TransformerTrainingMappingSpec) -> int | None:
     """The row of ``table`` holding ``mapping``, or None (also for a choice the space never
     varies and fixes at Megatron's default: the attention kernel, selective recompute's
-    modules)."""
+    modules, the userbuffer overlap's switches)."""
     if mapping.batch.global_batch_size != table.global_batch_size:
         return None
     if mapping.attention != FusedAttention():
         return None
     recompute = mapping.parallelism.recompute
     if isinstance(recompute, SelectiveRecompute) and recompute != SelectiveRecompute():
+        return None
+    # the space plans the userbuffer overlap with Transformer Engine's default switches only
+    if mapping.tp_comm_overlap not in (NoTpCommOverlap(), UserbufferOverlap()):
         return None
     mask = np.ones(len(table), dtype=np.bool_)
     for column, value in _row_values(mapping).items():

@@ -4,10 +4,11 @@ The candidate set is a structure of arrays: one numpy column per knob. It is bui
 so that the laws are evaluated once per distinct law-relevant combination:
 
 1. The *core* table holds every knob some law reads: GPUs N, t, p, d = N / (t*p), v, micro-batch
-   size b, sequence parallelism, the recompute variant (with its layer count), the P2P overlap and
-   the microbatch group size G. It is a Cartesian product (numpy index grids) of
-   ``(N, t, p)`` x v x b x sp x recompute, then a ragged expansion of interleaved rows (v > 1) by
-   overlap_p2p_comm x G.
+   size b, sequence parallelism (with its TP comm overlap), the recompute variant (with its layer
+   count), the P2P overlap and the microbatch group size G. It is a Cartesian product (numpy
+   index grids) of ``(N, t, p)`` x v x b x sp x recompute, then a ragged expansion of
+   interleaved rows (v > 1) by overlap_p2p_comm x G and of sequence-parallel rows with t > 1 by
+   the TP comm overlap.
 2. The *free* knobs no law reads (optimizer sharding, overlap_param_gather inside a sharded
    variant, overlap_grad_reduce) multiply each core row by a count that depends only on d. Laws
    are evaluated on the core table and each rejection is weighted by that count, so the report
@@ -29,6 +30,10 @@ divide L fails ``L mod (p*v)`` for every p, a b that does not divide B fails ``B
   (p), plus G = m where it matters (policy ``where-it-matters``: m > p and m mod p != 0, where
   the default is refused by Megatron and one group of all m microbatches is legal; a legal G > p
   never shortens the bubble and only raises memory, see ``shared/reference/schedules.md`` 3-4);
+- sequence-parallel rows with t > 1 only: the userbuffer TP overlap in ``space.tp_comm_overlap``
+  (``UserbufferOverlap()``, Transformer Engine's default switches; default ``(False,)``, so the
+  counts below are unchanged); its buffer-shape law (s*b) mod t follows from ``local_sequence``
+  on those rows, so it fires only where that law does;
 - d > 1 only: sharding in ``space.sharding`` (overlap_param_gather crossed in for a sharded
   variant) and overlap_grad_reduce; with d = 1 sharding is meaningless and only
   ``NoOptimizerSharding`` without overlap is produced.
@@ -83,6 +88,7 @@ from blueprinting.mapping.law_names import Law
 from blueprinting.mapping.model import TransformerModelSpec
 from blueprinting.mapping.precision import HighPrecision, TrainingPrecision
 from blueprinting.mapping.transformer import (
+    AllReduce,
     BatchSpec,
     ContextParallel,
     CpCommType,
@@ -90,18 +96,20 @@ from blueprinting.mapping.transformer import (
     DataParallel,
     FullRecompute,
     NoRecompute,
+    NoTpCommOverlap,
     PipelineParallel,
     RecomputeMethod,
     RecomputePolicy,
+    ReduceScatterAllGather,
     SelectiveRecompute,
     ShardingVariant,
     TensorParallel,
     TrainingSpec,
     TransformerTrainingMappingSpec,
     TransformerTrainingParallelism,
+    UserbufferOverlap,
     divisors,
     single_level_communication,
-    tensor_communication,
     training_schedule,
 )
 from blueprinting.search.laws_vectorized import (
@@ -242,6 +250,11 @@ class SearchSpace:
     #: enumeration reads them: the recipe-vs-accelerator law is checked once per recipe by
     #: the caller, ``search.rank.run_search``).
     precision: tuple[TrainingPrecision, ...] = (HighPrecision(),)
+    #: Transformer Engine's userbuffer TP communication overlap with its default switches
+    #: (``UserbufferOverlap()``, Megatron's ``--tp-comm-overlap``), crossed with the
+    #: sequence-parallel rows with t > 1 only: the overlap lives inside RS+AG, and at t = 1
+    #: there is no TP collective to hide. Other rows take ``False``.
+    tp_comm_overlap: tuple[bool, ...] = (False,)
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -267,6 +280,7 @@ class SearchSpace:
         _no_duplicates("overlap_p2p_comm", self.overlap_p2p_comm, problems)
         _no_duplicates("cp_comm_types", self.cp_comm_types, problems)
         _no_duplicates("precision", self.precision, problems)
+        _no_duplicates("tp_comm_overlap", self.tp_comm_overlap, problems)
         if self.context_parallel is not None:
             _no_duplicates("context_parallel", self.context_parallel, problems)
             for c in self.context_parallel:
@@ -310,6 +324,7 @@ class CandidateTable:
     context: IntArray
     cp_comm: IntArray  # index into CP_COMM_CODES
     precision: IntArray  # index into precisions
+    tp_comm_overlap: BoolArray  # UserbufferOverlap() (only on sequence-parallel rows, t > 1)
     precisions: tuple[TrainingPrecision, ...] = (HighPrecision(),)
 
     def __len__(self) -> int:
@@ -384,7 +399,7 @@ def _micro_batches(space: SearchSpace) -> list[int]:
 def space_rows(model: TransformerModelSpec, space: SearchSpace) -> int:
     """An upper bound on the law-relevant rows :func:`enumerate_strategies` builds, from divisor
     counts alone (nothing is enumerated): every interleaved row is counted with all its P2P and
-    group options."""
+    group options and every sequence-parallel row with all its TP-overlap options."""
     pairs = 0
     comm = len(space.cp_comm_types) * len(space.precision)
     plain = len(space.precision)
@@ -395,7 +410,8 @@ def space_rows(model: TransformerModelSpec, space: SearchSpace) -> int:
                 pairs += divisor_count(n // (t * c)) * (comm if c > 1 else plain)
     recompute = sum(len(space.recompute_num_layers) if r.is_full else 1 for r in space.recompute)
     per_v = 1 + 2 * len(space.overlap_p2p_comm) * (divisor_count(model.num_layers) - 1)
-    return pairs * per_v * len(_micro_batches(space)) * len(space.sequence_parallel) * recompute
+    sp = sum(len(space.tp_comm_overlap) if on else 1 for on in space.sequence_parallel)
+    return pairs * per_v * len(_micro_batches(space)) * sp * recompute
 
 
 def _refuse_size(what: str, value: int, limit: int, hint: str) -> ConfigError:
@@ -469,6 +485,17 @@ def enumerate_strategies(model: TransformerModelSpec, space: SearchSpace) -> Enu
     p2p = interleaved & p2ps[k // n_g]
     group = np.where(interleaved & (k % n_g == 1), m, 0)
 
+    # Sequence-parallel rows with t > 1: x the TP-overlap options (the others have no TP
+    # collective the userbuffers could hide, so they keep False alone).
+    tp_overlaps = np.array(space.tp_comm_overlap, dtype=np.bool_)
+    overlappable = sp & (t > 1)
+    rows, k = _ragged(np.where(overlappable, tp_overlaps.shape[0], 1))
+    num_gpus, t, p, d, v, b, sp = (x[rows] for x in (num_gpus, t, p, d, v, b, sp))
+    cp, cp_code, recipe = cp[rows], cp_code[rows], recipe[rows]
+    rec_code, rec_layers, m = rec_code[rows], rec_layers[rows], m[rows]
+    p2p, group = p2p[rows], group[rows]
+    tp_overlap = overlappable[rows] & tp_overlaps[k]
+
     full = np.isin(rec_code, [RECOMPUTE_CODES.index(r) for r in RECOMPUTE_CODES if r.is_full])
     columns = LawColumns(
         num_gpus=num_gpus,
@@ -484,6 +511,7 @@ def enumerate_strategies(model: TransformerModelSpec, space: SearchSpace) -> Enu
         microbatch_group=group,
         context=cp,
         cp_head_split=cp_code == CP_COMM_CODES.index(CpCommType.A2A),
+        tp_comm_overlap=tp_overlap,
     )
     masks = law_violations(columns, model, gbs, megatron_rules=space.megatron_rules)
     free_sharding, free_gather, free_grad = _free_options(space)
@@ -538,6 +566,7 @@ def enumerate_strategies(model: TransformerModelSpec, space: SearchSpace) -> Enu
         context=cp[keep][rows],
         cp_comm=cp_code[keep][rows],
         precision=recipe[keep][rows],
+        tp_comm_overlap=tp_overlap[keep][rows],
         precisions=space.precision,
     )
     report = EnumerationReport(
@@ -558,7 +587,13 @@ def candidate_to_spec(table: CandidateTable, i: int, model: TransformerModelSpec
     parallelism = TransformerTrainingParallelism(
         tensor=TensorParallel(
             degree=int(table.tensor[i]),
-            communication=tensor_communication(bool(table.sequence_parallel[i])),
+            communication=(
+                ReduceScatterAllGather(
+                    overlap=UserbufferOverlap() if table.tp_comm_overlap[i] else NoTpCommOverlap()
+                )
+                if table.sequence_parallel[i]
+                else AllReduce()
+            ),
         ),
         pipeline=PipelineParallel(
             degree=p,

@@ -13,6 +13,8 @@ v                      virtual stages per pipeline rank (``vp`` also accepted)  
 mbs                    micro-batch size                                         1
 gbs                    global batch size (or the ``global_batch_size`` keyword) required
 sp                     sequence parallelism (RS+AG): on/off                     off
+tp_overlap             ``--tp-comm-overlap`` with Transformer Engine's default  off
+                       switches (``UserbufferOverlap()``): on/off (sp=on only)
 recompute              none | selective | full | full-uniform | full-block      none
 recompute_method       uniform | block (full only)                              uniform
 recompute_layers       Megatron's recompute_num_layers (full only)              1
@@ -42,6 +44,7 @@ from blueprinting.limits import MAX_INT, int_limit_text
 from blueprinting.mapping.precision import HighPrecision, PrecisionChoice, TrainingPrecision
 from blueprinting.mapping.presets import did_you_mean
 from blueprinting.mapping.transformer import (
+    AllReduce,
     BatchSpec,
     ContextParallel,
     CpCommType,
@@ -57,6 +60,7 @@ from blueprinting.mapping.transformer import (
     InterleavedOneForwardOneBackward,
     NoOptimizerSharding,
     NoRecompute,
+    NoTpCommOverlap,
     OneForwardOneBackward,
     OptimizerSharding,
     PipelineParallel,
@@ -74,10 +78,10 @@ from blueprinting.mapping.transformer import (
     TransformerTrainingMappingSpec,
     TransformerTrainingParallelism,
     UnevenStages,
+    UserbufferOverlap,
     ZeroBubbleH1,
     cp_comm_type,
     single_level_communication,
-    tensor_communication,
     training_schedule,
 )
 
@@ -93,6 +97,7 @@ _KEYS = (
     "mbs",
     "gbs",
     "sp",
+    "tp_overlap",
     "recompute",
     "recompute_method",
     "recompute_layers",
@@ -214,6 +219,9 @@ def parse_strategy_text(
         problems.append(f"gpus={gpus}: {product} = {t * cp * p * d} differs")
 
     sp = r.flag("sp")
+    tp_overlap = r.flag("tp_overlap")
+    if not sp and tp_overlap:
+        r.refuse("tp_overlap", "the userbuffer overlap needs sequence parallelism (sp=on)")
     recompute = _parse_recompute(r)
     sharding = _parse_sharding(r)
     overlap_grad = r.flag("overlap_grad")
@@ -222,7 +230,16 @@ def parse_strategy_text(
         raise ConfigError(problems, source="strategy text")
     return TransformerTrainingMappingSpec(
         parallelism=TransformerTrainingParallelism(
-            tensor=TensorParallel(degree=t, communication=tensor_communication(sp)),
+            tensor=TensorParallel(
+                degree=t,
+                communication=(
+                    ReduceScatterAllGather(
+                        overlap=UserbufferOverlap() if tp_overlap else NoTpCommOverlap()
+                    )
+                    if sp
+                    else AllReduce()
+                ),
+            ),
             pipeline=PipelineParallel(degree=p, schedule=schedule, layout=layout),
             data=DataParallel(
                 degree=d, optimizer_sharding=sharding, overlap_grad_reduce=overlap_grad
@@ -388,6 +405,21 @@ def format_strategy_text(mapping: TransformerTrainingMappingSpec) -> str:
         f"gbs={mapping.batch.global_batch_size}",
         f"sp={_on(isinstance(par.tensor.communication, ReduceScatterAllGather))}",
     ]
+    overlap = mapping.tp_comm_overlap
+    match overlap:
+        case NoTpCommOverlap():
+            pass
+        case UserbufferOverlap():
+            if overlap != UserbufferOverlap():
+                raise ConfigError(
+                    [
+                        f"tp_comm_overlap {overlap} is not Transformer Engine's default; "
+                        "strategy text spells only tp_overlap=on (give it as flat keys)"
+                    ]
+                )
+            words.append("tp_overlap=on")
+        case _ as unreachable_overlap:
+            assert_never(unreachable_overlap)
     recompute = par.recompute
     match recompute:
         case NoRecompute():
