@@ -226,3 +226,30 @@ def test_a_recipe_the_accelerator_cannot_run_refuses_the_search() -> None:
     with pytest.raises(InvalidStrategyError) as error:
         run_search(model_preset("llama3-8b"), system_preset("dgx-h100"), space)
     assert [v.law for v in error.value.violations] == ["precision_recipe_accelerator"] * 2
+
+
+def test_explain_finds_the_row_of_its_cp_axis_and_recipe() -> None:
+    from blueprinting.mapping.precision import Fp8Precision, Fp8Recipe, HighPrecision
+    from blueprinting.mapping.transformer import CpCommType
+    from blueprinting.search.rank import find_row
+    from blueprinting.search.strategy_text import parse_strategy_text
+
+    fp8 = Fp8Precision(recipe=Fp8Recipe.TENSORWISE)
+    space = SearchSpace(
+        gpu_counts=(16,),
+        global_batch_size=8,
+        max_microbatch_size=1,
+        context_parallel=(1, 2),
+        cp_comm_types=(CpCommType.P2P, CpCommType.A2A),
+        precision=(HighPrecision(), fp8),
+    )
+    result = run_search(model_preset("llama3-8b"), system_preset("dgx-h100"), space)
+    for text in (
+        "tp=2 cp=2 cp_comm=a2a pp=1 mbs=1 sp=on recompute=none precision=fp8-tensorwise",
+        "tp=2 cp=2 pp=1 mbs=1 sp=on recompute=none",
+        "tp=2 pp=1 mbs=1 sp=on recompute=none precision=fp8-tensorwise",
+    ):
+        mapping = parse_strategy_text(text, global_batch_size=8, num_gpus=16)
+        row = find_row(result.table, mapping)
+        assert row is not None, text
+        assert candidate_to_spec(result.table, row, result.model).mapping == mapping, text

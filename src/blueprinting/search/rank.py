@@ -48,6 +48,7 @@ from blueprinting.mapping.transformer import (
     ForwardOnly,
     FullRecompute,
     FusedAttention,
+    HierarchicalAllToAllRing,
     InterleavedOneForwardOneBackward,
     NoOptimizerSharding,
     NoRecompute,
@@ -61,9 +62,11 @@ from blueprinting.mapping.transformer import (
     TransformerTrainingMappingSpec,
     UserbufferOverlap,
     ZeroBubbleH1,
+    cp_comm_type,
 )
 from blueprinting.search.evaluate_vectorized import CandidateFigures, evaluate_candidates
 from blueprinting.search.space import (
+    CP_COMM_CODES,
     RECOMPUTE_CODES,
     SHARDING_CODES,
     CandidateTable,
@@ -343,9 +346,18 @@ def find_row(table: CandidateTable, mapping: TransformerTrainingMappingSpec) -> 
     # the space plans the userbuffer overlap with Transformer Engine's default switches only
     if mapping.tp_comm_overlap not in (NoTpCommOverlap(), UserbufferOverlap()):
         return None
+    # the cp axis and the precision recipe: a2a+p2p and recipes outside the space are not rows
+    context = mapping.parallelism.context
+    if isinstance(context.communication, HierarchicalAllToAllRing):
+        return None
+    if mapping.precision not in table.precisions:
+        return None
     mask = np.ones(len(table), dtype=np.bool_)
     for column, value in _row_values(mapping).items():
         mask &= getattr(table, column) == value
+    mask &= table.context == context.degree
+    mask &= table.cp_comm == CP_COMM_CODES.index(cp_comm_type(context.communication))
+    mask &= table.precision == table.precisions.index(mapping.precision)
     hits = np.flatnonzero(mask)
     return int(hits[0]) if hits.shape[0] else None
 
