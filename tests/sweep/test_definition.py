@@ -228,3 +228,33 @@ def test_html_in_a_missing_folder_is_refused_before_the_sweep(
         f"  - --html {page}: cannot write the file: folder {str(page.parent)!r} does not exist\n"
     )
     assert not (tmp_path / "out").exists()
+
+
+def test_precision_recipes_every_cell_searches() -> None:
+    """``precision`` is the search's ``--precision`` for every cell: a recipe a listed system
+    cannot run is refused before anything runs; the best strategy names its recipe."""
+    from blueprinting.sweep.cell import BestStrategy, evaluate_cell
+
+    base = {"model": ["llama3-8b"], "gpus": [8], "global_batch": [8], "max_micro_batch": 1}
+    with pytest.raises(ConfigError) as error:
+        definition_from_mapping(
+            {**base, "system": ["dgx-h100", "dgx-b200"], "precision": ["mxfp8", "fp9"]},
+            source="test",
+        )
+    assert error.value.problems == (
+        "precision: unknown recipe 'fp9'; recipes: bf16, fp16, fp8-delayed, fp8-tensorwise, "
+        "fp8-blockwise, mxfp8, nvfp4",
+    )
+    with pytest.raises(ConfigError) as error:
+        definition_from_mapping(
+            {**base, "system": ["dgx-h100", "dgx-b200"], "precision": ["mxfp8"]}, source="test"
+        )
+    (problem,) = error.value.problems
+    assert problem.startswith("precision mxfp8 on dgx-h100: fp8_recipe = mxfp8 needs mxfp8 GEMMs")
+    definition = definition_from_mapping(
+        {**base, "system": ["dgx-h100"], "precision": ["bf16", "fp8-tensorwise"]}, source="test"
+    )
+    (cell,) = definition.cells()
+    row = evaluate_cell(cell, definition.options)
+    assert isinstance(row.outcome, BestStrategy)
+    assert "precision=fp8-tensorwise" in row.outcome.strategy_text

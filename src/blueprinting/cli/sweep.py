@@ -60,6 +60,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--flops-convention", help="how model FLOPs are counted (megatron-legacy)")
     parser.add_argument(
+        "--precision",
+        nargs="+",
+        metavar="RECIPE",
+        help="recipes every cell's search crosses, as search --precision (default: the model's "
+        "datatype)",
+    )
+    parser.add_argument(
         "--price",
         action="append",
         default=[],
@@ -95,6 +102,8 @@ def _merged(args: argparse.Namespace, problems: list[str]) -> dict[str, object]:
         value = getattr(args, key)
         if value is not None:
             data[key] = value
+    if args.precision is not None:
+        data["precision"] = list(args.precision)
     if args.allow_cross_node_tp:
         data["allow_cross_node_tp"] = True
     if args.no_megatron_rules:

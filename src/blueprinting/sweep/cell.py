@@ -315,6 +315,7 @@ def evaluate_cell(cell: Cell, options: CellSearchOptions) -> SweepRow:
         allow_cross_node_tp=options.allow_cross_node_tp,
         megatron_rules=options.megatron_rules,
         max_microbatch_size=options.max_micro_batch,
+        precision=options.recipes,
     )
 
     def row(outcome: CellOutcome, enumerated: int = 0, valid: int = 0, fit: int = 0) -> SweepRow:

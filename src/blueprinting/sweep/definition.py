@@ -23,9 +23,9 @@ A grid key given as a single value is a one-element list. Every problem (an unkn
 preset, an empty list, a repeated value, a non-positive count, a cell whose search space is over
 ``MAX_SEARCH_ROWS``) is reported at once as one :class:`ConfigError`.
 
-Precision is not a grid axis: the search costs the model's ``datatype`` (bf16 for every preset)
-and has no option to vary it. When it does, it becomes one more ``Cell`` field, one more
-``GRID_KEYS`` entry and one more ``dataclasses.replace`` in ``cell.cell_model``.
+Precision is a search option, not a grid axis: ``precision = ["bf16", "fp8-tensorwise"]`` is
+``search --precision`` for every cell (each cell's best strategy names its recipe); a recipe a
+listed system cannot run is refused up front (``precision_recipe_accelerator``).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from typing import final
 from blueprinting.analysis.flops import FlopsConvention
 from blueprinting.errors import ConfigError, positive_int_problem
 from blueprinting.limits import MAX_SEARCH_ROWS, MAX_SWEEP_CELLS
+from blueprinting.mapping.precision import HighPrecision, PrecisionChoice, TrainingPrecision
 from blueprinting.mapping.presets import MODEL_PRESETS, did_you_mean
 
 #: --memory-headroom-gib above this (2**33 GiB, 9.2 EB) is no headroom any GPU has (as search).
@@ -55,6 +56,7 @@ OPTION_KEYS = (
     "allow_cross_node_tp",
     "megatron_rules",
     "flops_convention",
+    "precision",
 )
 KNOWN_KEYS = (*GRID_KEYS, *OPTION_KEYS, "price")
 
@@ -104,6 +106,9 @@ class CellSearchOptions:
     allow_cross_node_tp: bool = False
     megatron_rules: bool = True
     flops_convention: FlopsConvention = FlopsConvention.MEGATRON_LEGACY
+    #: ``search --precision``: the recipes every cell's search crosses (empty: the model's
+    #: datatype only); the best strategy of a cell names its recipe in its strategy text.
+    precision: tuple[PrecisionChoice, ...] = ()
 
     def to_json(self) -> dict[str, int | float | bool | str | None]:
         return {
@@ -113,7 +118,19 @@ class CellSearchOptions:
             "allow_cross_node_tp": self.allow_cross_node_tp,
             "megatron_rules": self.megatron_rules,
             "flops_convention": str(self.flops_convention),
+            "precision": " ".join(c.value for c in self.precision) or None,
         }
+
+    @property
+    def recipes(self) -> tuple[TrainingPrecision, ...]:
+        """The search's ``SearchSpace.precision``."""
+        if not self.precision:
+            return (HighPrecision(),)
+        out: list[TrainingPrecision] = []
+        for choice in self.precision:
+            if choice.precision not in out:
+                out.append(choice.precision)
+        return tuple(out)
 
 
 @final
@@ -247,6 +264,19 @@ def _options(data: Mapping[str, object], problems: list[str]) -> CellSearchOptio
         convention = FlopsConvention.MEGATRON_LEGACY
     assert isinstance(train_tokens, int)
     assert micro is None or isinstance(micro, int)
+    recipes: list[PrecisionChoice] = []
+    raw = data.get("precision")
+    for name in [] if raw is None else raw if isinstance(raw, list) else [raw]:
+        known = tuple(c.value for c in PrecisionChoice)
+        if not isinstance(name, str) or name not in known:
+            problems.append(
+                f"precision: unknown recipe {name!r}{did_you_mean(str(name), known)}; "
+                f"recipes: {', '.join(known)}"
+            )
+        elif PrecisionChoice(name) in recipes:
+            problems.append(f"precision: {name} is listed twice")
+        else:
+            recipes.append(PrecisionChoice(name))
     return CellSearchOptions(
         train_tokens=train_tokens,
         memory_headroom_gib=float(headroom),
@@ -254,6 +284,7 @@ def _options(data: Mapping[str, object], problems: list[str]) -> CellSearchOptio
         allow_cross_node_tp=_bool(data, "allow_cross_node_tp", False, problems),
         megatron_rules=_bool(data, "megatron_rules", True, problems),
         flops_convention=convention,
+        precision=tuple(recipes),
     )
 
 
@@ -302,6 +333,7 @@ def _space_problems(definition: SweepDefinition) -> list[str]:
             allow_cross_node_tp=definition.options.allow_cross_node_tp,
             megatron_rules=definition.options.megatron_rules,
             max_microbatch_size=definition.options.max_micro_batch,
+            precision=definition.options.recipes,
         )
         rows = space_rows(model, space)
         if rows > MAX_SEARCH_ROWS:
@@ -359,10 +391,39 @@ def definition_from_mapping(data: Mapping[str, object], *, source: str) -> Sweep
             ],
             source=source,
         )
-    space = _space_problems(definition)
+    space = _precision_problems(definition) + _space_problems(definition)
     if space:
         raise ConfigError(_listed(space), source=source)
     return definition
+
+
+def _precision_problems(definition: SweepDefinition) -> list[str]:
+    """Each recipe a listed system cannot run (``precision_recipe_accelerator``, the search's
+    own refusal, said before Ray starts) and each base datatype that is not a listed model's."""
+    from blueprinting.hardware.presets import system_preset
+    from blueprinting.mapping.model import Datatype
+    from blueprinting.mapping.precision_laws import accelerator_violation
+
+    problems: list[str] = []
+    base = {PrecisionChoice.BF16: Datatype.BF16, PrecisionChoice.FP16: Datatype.FP16}
+    for choice in definition.options.precision:
+        if choice in base:
+            problems += [
+                f"precision {choice}: model {name} is {MODEL_PRESETS[name].datatype.value}; a "
+                "base datatype is the model's, not a recipe"
+                for name in definition.models
+                if MODEL_PRESETS[name].datatype is not base[choice]
+            ]
+            continue
+        if not definition.options.megatron_rules:
+            continue
+        for name in definition.systems:
+            violation = accelerator_violation(
+                choice.precision, system_preset(name).accelerator.support
+            )
+            if violation is not None:
+                problems.append(f"precision {choice} on {name}: {violation.message}")
+    return problems
 
 
 def read_sweep_file(path: Path) -> dict[str, object]:
