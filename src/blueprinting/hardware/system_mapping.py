@@ -110,6 +110,7 @@ from blueprinting.mapping.precision import GemmFormat
 
 _E = TypeVar("_E", ProcessingMode, RankLayout, LinkTier, Datatype, GemmFormat)
 _T = TypeVar("_T")
+_R = TypeVar("_R")
 
 # What _required returns for an absent key: already reported, so readers stay silent.
 _MISSING = object()
@@ -419,19 +420,26 @@ def efficiency_from_mapping(value: object, where: str, out: ProblemCollector) ->
             return None
 
 
-def _engine_from_mapping(
-    value: object, where: str, out: ProblemCollector
-) -> ComputeEngineSpec | None:
+def _rate_tables(
+    value: object,
+    where: str,
+    out: ProblemCollector,
+    keys: type[_E],
+    build: Callable[[_E, float, Efficiency], _R],
+) -> list[_R] | None:
+    """``{key: {peak_flop_per_s, efficiency}}`` tables (a compute engine's datatypes, the
+    accelerator's low-precision GEMM formats) as ``build(key, peak, efficiency)`` each; None
+    when any is wrong (every problem collected)."""
     table = _table(value, where, out)
     if table is None:
         return None
-    rates: list[DatatypeRate] = []
+    rates: list[_R] = []
     ok = True
     for key, raw in table.items():
         at = f"{where}.{key}"
-        datatype = _choice(Datatype, key, at, out)
+        member = _choice(keys, key, at, out)
         rate_table = _table(raw, at, out)
-        if datatype is None or rate_table is None:
+        if member is None or rate_table is None:
             ok = False
             continue
         _unknown_keys(rate_table, _RATE_KEYS, at, out)
@@ -444,16 +452,27 @@ def _engine_from_mapping(
         if peak is None or efficiency is None:
             ok = False
             continue
-        rate = _checked(
-            out,
-            at,
-            partial(DatatypeRate, datatype=datatype, peak_flop_per_s=peak, efficiency=efficiency),
-        )
+        rate = _checked(out, at, partial(build, member, peak, efficiency))
         if rate is None:
             ok = False
         else:
             rates.append(rate)
-    if not ok:
+    return rates if ok else None
+
+
+def _engine_from_mapping(
+    value: object, where: str, out: ProblemCollector
+) -> ComputeEngineSpec | None:
+    rates = _rate_tables(
+        value,
+        where,
+        out,
+        Datatype,
+        lambda datatype, peak, efficiency: DatatypeRate(
+            datatype=datatype, peak_flop_per_s=peak, efficiency=efficiency
+        ),
+    )
+    if rates is None:
         return None
     return _checked(out, where, lambda: ComputeEngineSpec(rates=tuple(rates)))
 
@@ -565,40 +584,16 @@ def _low_precision_from_mapping(
 ) -> tuple[GemmFormatRate, ...] | None:
     """``[system.accelerator.low_precision.<format>]`` tables (``fp8``, ``fp8_blockwise``,
     ``mxfp8``, ``nvfp4``), each with ``peak_flop_per_s`` and ``efficiency``."""
-    table = _table(value, where, out)
-    if table is None:
-        return None
-    rates: list[GemmFormatRate] = []
-    ok = True
-    for key, raw in table.items():
-        at = f"{where}.{key}"
-        gemm_format = _choice(GemmFormat, key, at, out)
-        rate_table = _table(raw, at, out)
-        if gemm_format is None or rate_table is None:
-            ok = False
-            continue
-        _unknown_keys(rate_table, _RATE_KEYS, at, out)
-        peak = _number(
-            _required(rate_table, "peak_flop_per_s", at, out), f"{at}.peak_flop_per_s", out
-        )
-        efficiency = efficiency_from_mapping(
-            _required(rate_table, "efficiency", at, out), f"{at}.efficiency", out
-        )
-        if peak is None or efficiency is None:
-            ok = False
-            continue
-        rate = _checked(
-            out,
-            at,
-            partial(
-                GemmFormatRate, format=gemm_format, peak_flop_per_s=peak, efficiency=efficiency
-            ),
-        )
-        if rate is None:
-            ok = False
-        else:
-            rates.append(rate)
-    return tuple(rates) if ok else None
+    rates = _rate_tables(
+        value,
+        where,
+        out,
+        GemmFormat,
+        lambda fmt, peak, efficiency: GemmFormatRate(
+            format=fmt, peak_flop_per_s=peak, efficiency=efficiency
+        ),
+    )
+    return None if rates is None else tuple(rates)
 
 
 def _accelerator_from_mapping(
