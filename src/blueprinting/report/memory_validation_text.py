@@ -118,19 +118,19 @@ def _gate_value(result: MemoryGateResult) -> tuple[str, str]:
 
 def render_memory_gates(validation: MemoryValidation) -> Table:
     """The issue 19 gates: median |error| of the peaks, then the two fit-verdict gates."""
-    from rich.table import Table
+    from blueprinting.report.gate_table import GateRow, render_gate_table
 
-    out = Table(title="Memory gates (issue 19)")
-    for column in ("gate", "rows", "reached", "limit", "failing", "result"):
-        out.add_column(column)
-    for result in validation.gates:
-        value, limit = _gate_value(result)
-        out.add_row(
-            str(result.gate),
-            str(result.count),
-            value,
-            limit,
-            str(len(result.failing)),
-            "PASS" if result.passed else "FAIL",
-        )
-    return out
+    return render_gate_table(
+        "Memory gates (issue 19)",
+        (
+            GateRow(
+                gate=str(result.gate),
+                count=result.count,
+                reached=_gate_value(result)[0],
+                limit=_gate_value(result)[1],
+                failing=len(result.failing),
+                passed=result.passed,
+            )
+            for result in validation.gates
+        ),
+    )

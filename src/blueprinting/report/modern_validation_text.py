@@ -95,19 +95,19 @@ def _gate_value(result: ModernGateResult) -> tuple[str, str]:
 
 def render_modern_gates(validation: ModernValidation) -> Table:
     """The issue 12 item 7 gates."""
-    from rich.table import Table
+    from blueprinting.report.gate_table import GateRow, render_gate_table
 
-    out = Table(title="Modern dense-run gates (issue 12)")
-    for column in ("gate", "rows", "reached", "limit", "failing", "result"):
-        out.add_column(column)
-    for result in validation.gates:
-        value, limit = _gate_value(result)
-        out.add_row(
-            str(result.gate),
-            str(result.count),
-            value,
-            limit,
-            str(len(result.failing)),
-            "PASS" if result.passed else "FAIL",
-        )
-    return out
+    return render_gate_table(
+        "Modern dense-run gates (issue 12)",
+        (
+            GateRow(
+                gate=str(result.gate),
+                count=result.count,
+                reached=_gate_value(result)[0],
+                limit=_gate_value(result)[1],
+                failing=len(result.failing),
+                passed=result.passed,
+            )
+            for result in validation.gates
+        ),
+    )
