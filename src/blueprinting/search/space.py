@@ -92,7 +92,6 @@ from blueprinting.mapping.transformer import (
     BatchSpec,
     ContextParallel,
     CpCommType,
-    CpCommunication,
     DataParallel,
     FullRecompute,
     NoRecompute,
@@ -197,11 +196,6 @@ RECOMPUTE_CODES: tuple[RecomputeVariant, ...] = tuple(RecomputeVariant)
 # here; tables store its member index, so the member order is part of the table format.
 SHARDING_CODES: tuple[ShardingVariant, ...] = tuple(ShardingVariant)
 CP_COMM_CODES: tuple[CpCommType, ...] = tuple(CpCommType)
-
-
-def cp_communication(kind: CpCommType) -> CpCommunication:
-    """The ADT value of a searched comm type (a2a+p2p is never searched)."""
-    return single_level_communication(kind)
 
 
 def _cp_degrees(space: SearchSpace, model: TransformerModelSpec, rest: int) -> list[int]:
@@ -617,7 +611,7 @@ def candidate_to_spec(table: CandidateTable, i: int, model: TransformerModelSpec
         ),
         context=ContextParallel(
             degree=int(table.context[i]),
-            communication=cp_communication(CP_COMM_CODES[int(table.cp_comm[i])]),
+            communication=single_level_communication(CP_COMM_CODES[int(table.cp_comm[i])]),
         ),
     )
     batch = BatchSpec(
