@@ -224,3 +224,28 @@ class PrecisionChoice(StrEnum):
                 return Fp4Precision()
             case _ as unreachable:
                 assert_never(unreachable)
+
+
+def precision_choice(precision: TrainingPrecision, *, fp16: bool = False) -> PrecisionChoice:
+    """The named recipe of a precision (the inverse of ``PrecisionChoice.precision`` on the
+    default format, without param gather or base-precision layers): ``fp16`` names an fp16
+    base for :class:`HighPrecision`."""
+    match precision:
+        case HighPrecision():
+            return PrecisionChoice.FP16 if fp16 else PrecisionChoice.BF16
+        case Fp8Precision(recipe=recipe):
+            match recipe:
+                case Fp8Recipe.DELAYED:
+                    return PrecisionChoice.FP8_DELAYED
+                case Fp8Recipe.TENSORWISE:
+                    return PrecisionChoice.FP8_TENSORWISE
+                case Fp8Recipe.BLOCKWISE:
+                    return PrecisionChoice.FP8_BLOCKWISE
+                case Fp8Recipe.MXFP8:
+                    return PrecisionChoice.MXFP8
+                case _ as unreachable_recipe:
+                    assert_never(unreachable_recipe)
+        case Fp4Precision():
+            return PrecisionChoice.NVFP4
+        case _ as unreachable:
+            assert_never(unreachable)

@@ -43,6 +43,14 @@ from blueprinting.errors import (
 )
 from blueprinting.mapping.flat_keys import FlatValue, canonical_key, from_mapping
 from blueprinting.mapping.model import TransformerModelSpec
+from blueprinting.mapping.precision import (
+    Fp4Precision,
+    Fp4Recipe,
+    Fp8Precision,
+    Fp8Recipe,
+    PrecisionChoice,
+    precision_choice,
+)
 from blueprinting.mapping.transformer import TrainingSpec
 from blueprinting.validation.fields import (
     enum_or_none,
@@ -91,30 +99,18 @@ SYSTEM_GENERATIONS: Mapping[str, GpuGeneration] = MappingProxyType(
 )
 
 
-class PrecisionRecipe(StrEnum):
-    """The precision recipe a run's flat keys set, as Megatron-LM reads them: ``fp4_format`` with
-    ``fp4_recipe`` (default nvfp4) is FP4; else ``fp8_format`` (``fp8``) with ``fp8_recipe``
-    (default delayed, ``transformer_config.py``) is FP8; else bf16 / fp16
-    (``modern_parallelism.md`` 3.1)."""
-
-    BF16 = "bf16"
-    FP16 = "fp16"
-    FP8_DELAYED = "fp8-delayed"
-    FP8_TENSORWISE = "fp8-tensorwise"
-    FP8_BLOCKWISE = "fp8-blockwise"
-    MXFP8 = "mxfp8"
-    NVFP4 = "nvfp4"
-
+#: The recipe a run's flat keys set, as Megatron-LM reads them: ``fp4_format`` with
+#: ``fp4_recipe`` (default nvfp4) is FP4; else ``fp8_format`` (``fp8``) with ``fp8_recipe``
+#: (default delayed, ``transformer_config.py``) is FP8; else bf16 / fp16
+#: (``modern_parallelism.md`` 3.1). The names are the search's ``--precision`` recipes.
+PrecisionRecipe = PrecisionChoice
 
 _FP8_RECIPES: Mapping[str, PrecisionRecipe] = MappingProxyType(
-    {
-        "delayed": PrecisionRecipe.FP8_DELAYED,
-        "tensorwise": PrecisionRecipe.FP8_TENSORWISE,
-        "blockwise": PrecisionRecipe.FP8_BLOCKWISE,
-        "mxfp8": PrecisionRecipe.MXFP8,
-    }
+    {r.value: precision_choice(Fp8Precision(recipe=r)) for r in Fp8Recipe}
 )
-_FP4_RECIPES: Mapping[str, PrecisionRecipe] = MappingProxyType({"nvfp4": PrecisionRecipe.NVFP4})
+_FP4_RECIPES: Mapping[str, PrecisionRecipe] = MappingProxyType(
+    {r.value: precision_choice(Fp4Precision(recipe=r)) for r in Fp4Recipe}
+)
 
 
 def precision_recipe(keys: Mapping[str, FlatValue]) -> PrecisionRecipe:
