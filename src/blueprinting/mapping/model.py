@@ -2,14 +2,19 @@
 
 Parameter counting follows Narayanan et al. 2021, Section 5.1 (Eq. 2) generalized to grouped-query
 attention (Ainslie et al. 2023), gated MLPs (Shazeer 2020, SwiGLU) and RMSNorm (Zhang & Sennrich
-2019), the way Megatron-LM builds those layers (``megatron/core/transformer``).
+2019), the way Megatron-LM builds those layers (``megatron/core/transformer``). Mixture-of-experts
+layers, multi-head latent attention and multi-token prediction follow Megatron-LM's own count
+(``megatron/training/theoretical_memory_usage.py`` l.12-200 @d98e8a64; shared reference
+``modern_parallelism.md`` sections 2.6, 2.10, 2.11): routed experts ``E * (h*up + F*h)``, shared
+experts the same at their total width, a replicated ``h x E`` router (plus ``E`` expert biases when
+aux-loss-free balancing is on), MLA's down/up projections with their norms.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import assert_never, final
+from typing import TypeAlias, assert_never, final
 
 from blueprinting.errors import ConfigError, positive_int_problems
 
@@ -64,6 +69,201 @@ class EmbeddingTying(StrEnum):
     UNTIED = "untied"
 
 
+class RouterScore(StrEnum):
+    """Megatron's ``--moe-router-score-function``."""
+
+    SOFTMAX = "softmax"
+    SIGMOID = "sigmoid"
+    SQRTSOFTPLUS = "sqrtsoftplus"
+
+
+# --------------------------------------------------------------------------------------------
+# Attention: which projections a layer's self-attention has
+# --------------------------------------------------------------------------------------------
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StandardAttention:
+    """Multi-head or grouped-query attention: Q of ``heads * kv_channels``, K and V of
+    ``query_groups * kv_channels`` each, an output projection back to h."""
+
+    def __str__(self) -> str:
+        return "gqa"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MultiLatentAttention:
+    """DeepSeek-V2's multi-head latent attention (arXiv:2405.04434, Section 2.1; Megatron-LM
+    ``MLATransformerConfig``): Q optionally through a ``q_lora_rank`` bottleneck, K/V jointly
+    compressed to ``kv_lora_rank`` plus one shared rope key of ``qk_pos_emb_head_dim``, then
+    expanded per head to ``qk_head_dim`` (no-rope part of K) and ``v_head_dim``. ``q_lora_rank``
+    None: Q is one ``h -> heads * (qk_head_dim + qk_pos_emb_head_dim)`` projection."""
+
+    q_lora_rank: int | None
+    kv_lora_rank: int
+    qk_head_dim: int
+    qk_pos_emb_head_dim: int
+    v_head_dim: int
+
+    def __post_init__(self) -> None:
+        problems = positive_int_problems(
+            None,
+            kv_lora_rank=self.kv_lora_rank,
+            qk_head_dim=self.qk_head_dim,
+            qk_pos_emb_head_dim=self.qk_pos_emb_head_dim,
+            v_head_dim=self.v_head_dim,
+            **({} if self.q_lora_rank is None else {"q_lora_rank": self.q_lora_rank}),
+        )
+        if problems:
+            raise ConfigError(problems, source="multi-latent attention")
+
+    @property
+    def qk_dim(self) -> int:
+        """Per-head width of Q and K: the no-rope part plus the rope part."""
+        return self.qk_head_dim + self.qk_pos_emb_head_dim
+
+    def __str__(self) -> str:
+        q = "none" if self.q_lora_rank is None else str(self.q_lora_rank)
+        return f"mla(q={q},kv={self.kv_lora_rank})"
+
+
+SelfAttention: TypeAlias = StandardAttention | MultiLatentAttention
+
+
+# --------------------------------------------------------------------------------------------
+# Feed-forward: dense MLP in every layer, or mixture of experts on a layer pattern
+# --------------------------------------------------------------------------------------------
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Dropless:
+    """Every routed token is computed (Megatron's default: ``moe_expert_capacity_factor`` None)."""
+
+    def __str__(self) -> str:
+        return "dropless"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CapacityFactor:
+    """Each expert takes at most ``ceil(local_tokens * k / E * factor)`` tokens, the rest dropped;
+    ``pad_to_capacity`` pads every expert to exactly that (``moe_pad_expert_input_to_capacity``)."""
+
+    factor: float
+    pad_to_capacity: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.factor > 0:
+            raise ConfigError([f"moe_expert_capacity_factor = {self.factor} must be > 0"])
+
+    def __str__(self) -> str:
+        return f"cf{self.factor:g}" + ("+pad" if self.pad_to_capacity else "")
+
+
+TokenDropping: TypeAlias = Dropless | CapacityFactor
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MoeLayerFrequency:
+    """Megatron's ``--moe-layer-freq N``: layer i (0-based) is MoE iff ``i % N == 0``."""
+
+    every: int = 1
+
+    def __post_init__(self) -> None:
+        problems = positive_int_problems(None, moe_layer_freq=self.every)
+        if problems:
+            raise ConfigError(problems)
+
+    def is_moe(self, layer: int) -> bool:
+        return layer % self.every == 0
+
+    def __str__(self) -> str:
+        return str(self.every)
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MoeLayerList:
+    """Megatron's ``--moe-layer-freq "([0]*3+[1]*58)"``: one flag per decoder layer, 1 = MoE."""
+
+    layers: tuple[bool, ...]
+
+    def is_moe(self, layer: int) -> bool:
+        return self.layers[layer]
+
+    def __str__(self) -> str:
+        return "[" + ",".join("1" if m else "0" for m in self.layers) + "]"
+
+
+MoeLayerPattern: TypeAlias = MoeLayerFrequency | MoeLayerList
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DenseFeedForward:
+    """Every layer's feed-forward is the dense MLP of ``ffn_hidden_size``."""
+
+    def __str__(self) -> str:
+        return "dense"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MixtureOfExperts:
+    """Routed experts on the layers ``layer_pattern`` marks (the others keep the dense MLP of
+    ``ffn_hidden_size``): ``num_experts`` experts of ``expert_ffn_hidden_size``, each token sent
+    to ``top_k``; shared experts of *total* width ``shared_expert_ffn_hidden_size`` (0: none;
+    Megatron's ``moe_shared_expert_intermediate_size``); ``expert_bias`` the aux-loss-free
+    balancing bias (``moe_router_enable_expert_bias``, E fp32 values per layer).
+
+    ``load_imbalance`` is gamma = max/mean - 1 of the tokens an EP rank receives (shared
+    reference section 2.9); 0 is what Megatron-Bridge's benchmarks force
+    (``--moe-router-force-load-balancing``). It inflates the hottest rank's expert GEMMs and
+    its dispatch and combine receive bytes."""
+
+    num_experts: int
+    top_k: int
+    expert_ffn_hidden_size: int
+    shared_expert_ffn_hidden_size: int = 0
+    score_function: RouterScore = RouterScore.SOFTMAX
+    expert_bias: bool = False
+    dropping: TokenDropping = field(default_factory=Dropless)
+    layer_pattern: MoeLayerPattern = field(default_factory=MoeLayerFrequency)
+    load_imbalance: float = 0.0
+
+    def __post_init__(self) -> None:
+        problems = positive_int_problems(
+            None,
+            num_experts=self.num_experts,
+            moe_router_topk=self.top_k,
+            moe_ffn_hidden_size=self.expert_ffn_hidden_size,
+        )
+        if self.shared_expert_ffn_hidden_size < 0:
+            problems.append(
+                "moe_shared_expert_intermediate_size = "
+                f"{self.shared_expert_ffn_hidden_size} must be > 0 when given"
+            )
+        if self.top_k > self.num_experts > 0:
+            problems.append(
+                f"moe_router_topk = {self.top_k} exceeds num_experts = {self.num_experts}"
+            )
+        if not self.load_imbalance >= 0:
+            problems.append(f"moe_load_imbalance = {self.load_imbalance} must be >= 0")
+        if problems:
+            raise ConfigError(problems, source="mixture of experts")
+
+    def __str__(self) -> str:
+        shared = (
+            f"+shared{self.shared_expert_ffn_hidden_size}"
+            if self.shared_expert_ffn_hidden_size
+            else ""
+        )
+        return f"moe(E={self.num_experts},k={self.top_k},F={self.expert_ffn_hidden_size}{shared})"
+
+
+FeedForward: TypeAlias = DenseFeedForward | MixtureOfExperts
+
+
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TransformerModelSpec:
@@ -92,6 +292,14 @@ class TransformerModelSpec:
     add_bias_linear: bool = True
     datatype: Datatype = Datatype.BF16
     published_parameters: int | None = None
+    #: the publisher's active-parameter count (MoE models), as published
+    published_active_parameters: int | None = None
+    self_attention: SelfAttention = field(default_factory=StandardAttention)
+    feed_forward: FeedForward = field(default_factory=DenseFeedForward)
+    #: RMSNorm/LayerNorm on each head's Q and K (``--qk-layernorm``; Qwen3, DeepSeek's MLA)
+    qk_layernorm: bool = False
+    #: multi-token-prediction depths (``--mtp-num-layers``; DeepSeek-V3: 1)
+    mtp_num_layers: int = 0
 
     def __post_init__(self) -> None:
         problems = positive_int_problems(
@@ -146,17 +354,158 @@ class TransformerModelSpec:
             case _ as unreachable:
                 assert_never(unreachable)
 
+    def _norm_of(self, width: int) -> int:
+        match self.normalization:
+            case Normalization.LAYERNORM:
+                return 2 * width
+            case Normalization.RMSNORM:
+                return width
+            case _ as unreachable:
+                assert_never(unreachable)
+
+    # Layer kinds ---------------------------------------------------------------------------
+    @property
+    def moe(self) -> MixtureOfExperts | None:
+        """The mixture of experts, or None for a dense model."""
+        match self.feed_forward:
+            case DenseFeedForward():
+                return None
+            case MixtureOfExperts() as moe:
+                return moe
+            case _ as unreachable:
+                assert_never(unreachable)
+
+    def is_moe_layer(self, layer: int) -> bool:
+        """Whether decoder layer ``layer`` (0-based) has routed experts."""
+        moe = self.moe
+        return moe is not None and moe.layer_pattern.is_moe(layer)
+
+    @property
+    def num_moe_layers(self) -> int:
+        return sum(1 for i in range(self.num_layers) if self.is_moe_layer(i))
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.num_layers - self.num_moe_layers
+
+    # Parameters per part -------------------------------------------------------------------
+    @property
+    def attention_parameters(self) -> int:
+        """Self-attention of one layer: projections, their biases, QK norms (not the input norm).
+
+        MLA (Megatron-LM ``theoretical_memory_usage.py`` l.62-82 @d98e8a64): Q ``h*n*(d_n+d_r)``
+        or through LoRA ``q_lora*(h + n*(d_n+d_r)) + norm(q_lora)``; KV
+        ``kv_lora*(h + n*(d_n+d_v)) + norm(kv_lora) + h*d_r``; O ``n*d_v*h``."""
+        h = self.hidden_size
+        n = self.num_attention_heads
+        match self.self_attention:
+            case StandardAttention():
+                qkv_out = self.query_projection_size + 2 * self.kv_projection_size
+                params = h * qkv_out + self.query_projection_size * h
+                if self.add_bias_linear:
+                    params += qkv_out + h
+                if self.qk_layernorm:
+                    params += 2 * self._norm_of(self.kv_channels)
+                return params
+            case MultiLatentAttention() as mla:
+                if mla.q_lora_rank is None:
+                    q = h * n * mla.qk_dim
+                else:
+                    q = mla.q_lora_rank * (h + n * mla.qk_dim) + self._norm_of(mla.q_lora_rank)
+                kv = (
+                    mla.kv_lora_rank * (h + n * (mla.qk_head_dim + mla.v_head_dim))
+                    + self._norm_of(mla.kv_lora_rank)
+                    + h * mla.qk_pos_emb_head_dim
+                )
+                o = n * mla.v_head_dim * h
+                return q + kv + o + (h if self.add_bias_linear else 0)
+            case _ as unreachable:
+                assert_never(unreachable)
+
+    def _mlp_parameters(self, ffn: int) -> int:
+        """One MLP of width ``ffn``: up (2*ffn wide with SwiGLU), down, their biases."""
+        h = self.hidden_size
+        up = 2 * ffn if self.activation is MlpActivation.SWIGLU else ffn
+        return h * up + ffn * h + ((up + h) if self.add_bias_linear else 0)
+
+    @property
+    def dense_mlp_parameters(self) -> int:
+        """The dense MLP (``ffn_hidden_size``) of a layer without routed experts."""
+        return self._mlp_parameters(self.ffn_hidden_size)
+
+    @property
+    def expert_parameters(self) -> int:
+        """One routed expert (0 for a dense model)."""
+        moe = self.moe
+        return 0 if moe is None else self._mlp_parameters(moe.expert_ffn_hidden_size)
+
+    @property
+    def routed_expert_parameters(self) -> int:
+        """All routed experts of one MoE layer."""
+        moe = self.moe
+        return 0 if moe is None else moe.num_experts * self.expert_parameters
+
+    @property
+    def shared_expert_parameters(self) -> int:
+        """The shared experts of one MoE layer, at their total width (TP-sharded like a dense
+        MLP, Megatron ``moe/shared_experts.py``)."""
+        moe = self.moe
+        if moe is None or moe.shared_expert_ffn_hidden_size == 0:
+            return 0
+        return self._mlp_parameters(moe.shared_expert_ffn_hidden_size)
+
+    @property
+    def router_parameters(self) -> int:
+        """The replicated ``h x E`` gate of one MoE layer, its bias with linear biases, the
+        aux-loss-free expert bias."""
+        moe = self.moe
+        if moe is None:
+            return 0
+        e = moe.num_experts
+        return (
+            self.hidden_size * e
+            + (e if self.add_bias_linear else 0)
+            + (e if moe.expert_bias else 0)
+        )
+
     @property
     def block_parameters(self) -> int:
-        """Parameters of one transformer block (attention + MLP + two norms)."""
+        """Parameters of one dense transformer block (attention + MLP + two norms); the layer
+        kind of every layer of a dense model."""
+        return self.attention_parameters + self.dense_mlp_parameters + 2 * self.norm_parameters
+
+    @property
+    def moe_block_parameters(self) -> int:
+        """Parameters of one MoE block: attention, router, every routed and shared expert, norms."""
+        return (
+            self.attention_parameters
+            + self.router_parameters
+            + self.routed_expert_parameters
+            + self.shared_expert_parameters
+            + 2 * self.norm_parameters
+        )
+
+    def layer_parameters(self, layer: int) -> int:
+        return self.moe_block_parameters if self.is_moe_layer(layer) else self.block_parameters
+
+    def layer_active_parameters(self, layer: int) -> int:
+        """Parameters one token passes through in ``layer``: top-k routed experts, not all E."""
+        moe = self.moe
+        if moe is None or not self.is_moe_layer(layer):
+            return self.block_parameters
+        return self.moe_block_parameters - (moe.num_experts - moe.top_k) * self.expert_parameters
+
+    @property
+    def mtp_layer_parameters(self) -> int:
+        """One multi-token-prediction depth without the shared embedding and LM head
+        (Megatron ``MultiTokenPredictionLayer``): ``eh_proj`` (2h -> h), the embedding, hidden
+        and final norms, and one decoder layer of the last layer's kind."""
         h = self.hidden_size
-        qkv_out = self.query_projection_size + 2 * self.kv_projection_size
-        attn = h * qkv_out + self.query_projection_size * h
-        mlp = h * self.mlp_up_width + self.ffn_hidden_size * h
-        biases = 0
-        if self.add_bias_linear:
-            biases = qkv_out + h + self.mlp_up_width + h
-        return attn + mlp + biases + 2 * self.norm_parameters
+        return 2 * h * h + 3 * self.norm_parameters + self.layer_parameters(self.num_layers - 1)
+
+    @property
+    def mtp_parameters(self) -> int:
+        return self.mtp_num_layers * self.mtp_layer_parameters
 
     @property
     def embedding_parameters(self) -> int:
@@ -183,9 +532,22 @@ class TransformerModelSpec:
 
     @property
     def num_parameters(self) -> int:
-        """Total parameters: blocks, embeddings, untied LM head and the final norm."""
+        """Total parameters: blocks, embeddings, untied LM head and the final norm (MTP depths
+        excluded, as DeepSeek-V3's 671B excludes them; see ``mtp_parameters``)."""
         return (
-            self.num_layers * self.block_parameters
+            sum(self.layer_parameters(i) for i in range(self.num_layers))
+            + self.embedding_parameters
+            + self.output_layer_parameters
+            + self.norm_parameters
+        )
+
+    @property
+    def active_parameters(self) -> int:
+        """Parameters one token uses: ``num_parameters`` with top-k routed experts per MoE layer
+        instead of all E (embedding and LM head both counted; owners' conventions differ, see
+        shared reference section 4)."""
+        return (
+            sum(self.layer_active_parameters(i) for i in range(self.num_layers))
             + self.embedding_parameters
             + self.output_layer_parameters
             + self.norm_parameters

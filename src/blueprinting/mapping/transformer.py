@@ -294,6 +294,108 @@ class ContextParallel:
 
 
 # --------------------------------------------------------------------------------------------
+# Expert parallelism (MoE parallel folding)
+# --------------------------------------------------------------------------------------------
+class FlexBackend(StrEnum):
+    """``--moe-flex-dispatcher-backend`` (Megatron-LM ``token_dispatcher.py`` l.1809-1860)."""
+
+    DEEPEP = "deepep"
+    HYBRIDEP = "hybridep"
+    NCCLEP = "ncclep"
+
+
+class DispatcherType(StrEnum):
+    """``--moe-token-dispatcher-type``."""
+
+    ALLTOALL = "alltoall"
+    ALLGATHER = "allgather"
+    FLEX = "flex"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AllToAllDispatcher:
+    """Permute, all-to-all over EP (one copy per (token, expert)), all-gather / reduce-scatter
+    over ETP, experts, and back (shared reference section 2.3). ``overlap`` is
+    ``--overlap-moe-expert-parallel-comm``: the combined-1F1B schedule runs one micro-batch's
+    all-to-alls under another's compute."""
+
+    overlap: bool = False
+
+    def __str__(self) -> str:
+        return "alltoall" + ("+overlap" if self.overlap else "")
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AllGatherDispatcher:
+    """All-gather every token over the ETP x EP group, keep the local experts' ones,
+    reduce-scatter back: volume independent of top-k."""
+
+    def __str__(self) -> str:
+        return "allgather"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FlexDispatcher:
+    """DeepEP / HybridEP / NCCL-EP fused kernels: one copy per (token, destination rank).
+    ``overlap`` as for :class:`AllToAllDispatcher`."""
+
+    backend: FlexBackend = FlexBackend.DEEPEP
+    overlap: bool = False
+
+    def __str__(self) -> str:
+        return f"flex-{self.backend.value}" + ("+overlap" if self.overlap else "")
+
+
+TokenDispatcher: TypeAlias = AllToAllDispatcher | AllGatherDispatcher | FlexDispatcher
+
+
+def dispatcher_type(dispatcher: TokenDispatcher) -> DispatcherType:
+    match dispatcher:
+        case AllToAllDispatcher():
+            return DispatcherType.ALLTOALL
+        case AllGatherDispatcher():
+            return DispatcherType.ALLGATHER
+        case FlexDispatcher():
+            return DispatcherType.FLEX
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def dispatcher_overlaps(dispatcher: TokenDispatcher) -> bool:
+    """Whether ``--overlap-moe-expert-parallel-comm`` is on."""
+    match dispatcher:
+        case AllToAllDispatcher(overlap=overlap) | FlexDispatcher(overlap=overlap):
+            return overlap
+        case AllGatherDispatcher():
+            return False
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExpertParallel:
+    """The expert grid of Megatron's MoE parallel folding (``parallel_state.py`` l.858-906
+    @d98e8a64): within each pipeline stage the W/p ranks that run attention as t x cp x d run the
+    routed experts as ``tensor_degree`` (ETP) x ``degree`` (EP) x expert-dp, so EP may exceed d.
+    ``grouped_gemm`` is ``--moe-grouped-gemm`` (one grouped GEMM over the local experts)."""
+
+    degree: int = 1
+    tensor_degree: int = 1
+    dispatcher: TokenDispatcher = field(default_factory=AllToAllDispatcher)
+    grouped_gemm: bool = True
+
+    def __post_init__(self) -> None:
+        _require_positive("ExpertParallel", degree=self.degree, tensor_degree=self.tensor_degree)
+
+    def __str__(self) -> str:
+        return f"EP{self.degree}xETP{self.tensor_degree}({self.dispatcher})"
+
+
+# --------------------------------------------------------------------------------------------
 # Pipeline schedules
 # --------------------------------------------------------------------------------------------
 @final
@@ -853,10 +955,13 @@ class TransformerTrainingParallelism:
     data: DataParallel
     recompute: RecomputePolicy = field(default_factory=NoRecompute)
     context: ContextParallel = field(default_factory=ContextParallel)
+    #: the expert grid; only MoE models read it (a dense model with EP > 1 breaks a law)
+    experts: ExpertParallel = field(default_factory=ExpertParallel)
 
     def __str__(self) -> str:
         cp = f" {self.context}" if self.context.degree > 1 else ""
-        return f"{self.tensor}{cp} {self.pipeline} {self.data} recompute={self.recompute}"
+        ep = f" {self.experts}" if self.experts.degree > 1 or self.experts.tensor_degree > 1 else ""
+        return f"{self.tensor}{cp} {self.pipeline} {self.data}{ep} recompute={self.recompute}"
 
 
 @final
@@ -916,6 +1021,22 @@ class TransformerTrainingMappingSpec:
         """Ranks that reduce (and, with the distributed optimizer, shard) the dense gradients:
         d x cp (Megatron's ``intra_dp_cp_group``, ``distributed_data_parallel.py``)."""
         return self.data_degree * self.context_degree
+
+    @property
+    def expert_degree(self) -> int:
+        return self.parallelism.experts.degree
+
+    @property
+    def expert_tensor_degree(self) -> int:
+        return self.parallelism.experts.tensor_degree
+
+    @property
+    def expert_data_degree(self) -> int:
+        """Expert-dp: the ranks that reduce (and shard) the routed experts' gradients,
+        ``W / (etp x ep x p)`` (``parallel_state.py`` l.874-884)."""
+        return self.world_size // (
+            self.expert_tensor_degree * self.expert_degree * self.pipeline_degree
+        )
 
     @property
     def sequence_parallel(self) -> bool:
