@@ -41,6 +41,7 @@ from blueprinting.mapping.transformer import (
     ContextParallel,
     DataParallel,
     DistributedOptimizer,
+    ExpertParallel,
     NoOptimizerSharding,
     PipelineParallel,
     RecomputePolicy,
@@ -52,6 +53,7 @@ from blueprinting.mapping.transformer import (
     TrainingSpec,
     TransformerTrainingMappingSpec,
     TransformerTrainingParallelism,
+    dispatcher_overlaps,
 )
 from blueprinting.simulator.from_plan import (
     PlanSimulation,
@@ -69,6 +71,7 @@ from blueprinting.synthesizer.stages.portable_plan.passes import (
     VerifyPortablePlan,
     assemble_plan,
     cost_task_groups,
+    expert_groups,
 )
 from blueprinting.synthesizer.stages.portable_plan.precision import OpPrecision
 
@@ -103,6 +106,7 @@ def _local_block(
     attention: AttentionKernel,
     *,
     context: ContextParallel,
+    experts: ExpertParallel,
 ) -> DistributedTaskIR:
     """The local TP block depends only on the model, the TP variant, the recompute policy, the
     micro batch and the attention kernel (training_derivation.derive_block_plan reads nothing
@@ -116,6 +120,7 @@ def _local_block(
             data=DataParallel(degree=1),
             recompute=recompute,
             context=context,
+            experts=experts,
         ),
         batch=BatchSpec(global_batch_size=micro_batch, micro_batch_size=micro_batch),
         attention=attention,
@@ -136,10 +141,14 @@ def _local_block_costs(
     context: ContextParallel,
     cp_groups: tuple[tuple[str, CommGroup], ...],
     precision: TrainingPrecision,
+    experts: ExpertParallel,
+    ep_groups: tuple[tuple[str, CommGroup], ...],
 ) -> TaskGroupCosts:
     """The costed local block, shared like :func:`_local_block` by strategies that differ only
     in PP, DP or batch (the costs read nothing else)."""
-    ir = _local_block(model, tensor, recompute, micro_batch, attention, context=context)
+    ir = _local_block(
+        model, tensor, recompute, micro_batch, attention, context=context, experts=experts
+    )
     overlap = (
         tensor.communication.overlap
         if isinstance(tensor.communication, ReduceScatterAllGather)
@@ -152,6 +161,8 @@ def _local_block_costs(
         OpPrecision(datatype=model.datatype, recipe=precision),
         overlap,
         cp_groups=dict(cp_groups),
+        ep_groups=dict(ep_groups),
+        dispatch_overlap=dispatcher_overlaps(experts.dispatcher),
     )
 
 
@@ -174,6 +185,8 @@ def portable_plan(spec: TrainingSpec, system: SystemSpec) -> PortablePlanIR:
             context=parallelism.context,
             cp_groups=tuple(sorted(ctx.context_groups().items())),
             precision=precision,
+            experts=parallelism.experts,
+            ep_groups=tuple(sorted(expert_groups(spec, system).items())),
         )
 
     recipe = spec.mapping.precision
@@ -315,7 +328,9 @@ def evaluate_plan(
         pipeline_degree=plan.pipeline_degree,
         block_backward_s=plan.block.backward_s,
         chunk_backward_s=plan.backward_chunk_s(),
-        stage_forward_s=critical.blocks * plan.block.forward_s,
+        stage_forward_s=sum(
+            plan.chunk_forward_s(critical, c) for c in range(len(critical.blocks_per_chunk))
+        ),
         microbatch_count=m,
     )
     dp = data_parallel_cost(

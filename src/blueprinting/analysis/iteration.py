@@ -5,7 +5,8 @@ The iteration time of the critical pipeline stage's GPU is a sum of named terms,
 there to equal the sum on every record):
 
     T = forward + backward + recompute + pipeline_bubble
-        + tp_comm_exposed + cp_comm_exposed + pp_comm_exposed + dp_comm_exposed + optimizer
+        + tp_comm_exposed + cp_comm_exposed + ep_comm_exposed + pp_comm_exposed
+        + dp_comm_exposed + optimizer
 
 with, for m microbatches, v virtual chunks and the critical stage's B blocks:
 
@@ -13,6 +14,9 @@ with, for m microbatches, v virtual chunks and the critical stage's B blocks:
 - tp_comm_exposed: m x B x exposed TP collective time of a block (forward, backward, recompute);
 - cp_comm_exposed: m x B x the exposed context-parallel K/V exchange of a block (a p2p ring
   overlapped step by step with the attention it feeds; all-gather and all-to-all exposed);
+- ep_comm_exposed: m x the MoE blocks x a MoE layer's exposed token dispatch and combine
+  (all exposed, unless ``--overlap-moe-expert-parallel-comm`` hides them under another
+  micro-batch's compute);
 - pp_comm_exposed: blocking P2P (Megatron's default): m x v x (send forward + send backward);
   interleaved with ``overlap_p2p_comm``: 2 (p v - 1) transfers, the warm-up and cool-down ones
   (``../shared/reference/schedules.md`` §4);
@@ -46,7 +50,12 @@ from blueprinting.mapping.transformer import (
     TransformerTrainingMappingSpec,
     ZeroBubbleH1,
 )
-from blueprinting.synthesizer.stages.portable_plan.ir import PhaseCost, PortablePlanIR, StagePlan
+from blueprinting.synthesizer.stages.portable_plan.ir import (
+    ZERO_PHASE,
+    PhaseCost,
+    PortablePlanIR,
+    StagePlan,
+)
 
 
 class BubbleSource(StrEnum):
@@ -70,6 +79,7 @@ class TimeBreakdown:
     dp_comm_exposed: float
     optimizer: float
     cp_comm_exposed: float = 0.0
+    ep_comm_exposed: float = 0.0
 
     @property
     def total_s(self) -> float:
@@ -80,6 +90,7 @@ class TimeBreakdown:
             + self.pipeline_bubble
             + self.tp_comm_exposed
             + self.cp_comm_exposed
+            + self.ep_comm_exposed
             + self.pp_comm_exposed
             + self.dp_comm_exposed
             + self.optimizer
@@ -93,6 +104,7 @@ class TimeBreakdown:
             "pipeline_bubble": self.pipeline_bubble,
             "tp_comm_exposed": self.tp_comm_exposed,
             "cp_comm_exposed": self.cp_comm_exposed,
+            "ep_comm_exposed": self.ep_comm_exposed,
             "pp_comm_exposed": self.pp_comm_exposed,
             "dp_comm_exposed": self.dp_comm_exposed,
             "optimizer": self.optimizer,
@@ -109,6 +121,7 @@ class StageWork:
     recompute: float
     tp_comm_exposed: float
     cp_comm_exposed: float = 0.0
+    ep_comm_exposed: float = 0.0
 
     @property
     def total_s(self) -> float:
@@ -118,14 +131,17 @@ class StageWork:
             + self.recompute
             + self.tp_comm_exposed
             + self.cp_comm_exposed
+            + self.ep_comm_exposed
         )
 
 
 class WorkCount(StrEnum):
     """How many times per microbatch a stage runs a costed part."""
 
-    BLOCKS = "blocks"
+    BLOCKS = "blocks"  # the dense layers (every layer of a dense model)
     RECOMPUTED_BLOCKS = "recomputed_blocks"
+    MOE_BLOCKS = "moe_blocks"
+    MOE_RECOMPUTED_BLOCKS = "moe_recomputed_blocks"
     HAS_EMBEDDING = "has_embedding"  # 1 or 0
     HAS_LM_HEAD = "has_lm_head"  # 1 or 0
 
@@ -137,6 +153,10 @@ class CostedPart(StrEnum):
     BLOCK_BACKWARD_ACTIVATION = "block.backward_activation"
     BLOCK_BACKWARD_WEIGHT = "block.backward_weight"
     BLOCK_RECOMPUTE = "block.recompute"
+    MOE_BLOCK_FORWARD = "moe_block.forward"
+    MOE_BLOCK_BACKWARD_ACTIVATION = "moe_block.backward_activation"
+    MOE_BLOCK_BACKWARD_WEIGHT = "moe_block.backward_weight"
+    MOE_BLOCK_RECOMPUTE = "moe_block.recompute"
     EMBEDDING_FORWARD = "embedding.forward"
     EMBEDDING_BACKWARD = "embedding.backward"
     LM_HEAD_FORWARD = "lm_head.forward"
@@ -153,6 +173,7 @@ class PhaseField(StrEnum):
     COMPUTE = "compute_s"
     TP_EXPOSED = "comm_exposed_s"
     CP_EXPOSED = "cp_comm_exposed_s"
+    EP_EXPOSED = "ep_comm_exposed_s"
 
 
 _RUNS = (
@@ -160,6 +181,10 @@ _RUNS = (
     (WorkCount.BLOCKS, CostedPart.BLOCK_BACKWARD_ACTIVATION),
     (WorkCount.BLOCKS, CostedPart.BLOCK_BACKWARD_WEIGHT),
     (WorkCount.RECOMPUTED_BLOCKS, CostedPart.BLOCK_RECOMPUTE),
+    (WorkCount.MOE_BLOCKS, CostedPart.MOE_BLOCK_FORWARD),
+    (WorkCount.MOE_BLOCKS, CostedPart.MOE_BLOCK_BACKWARD_ACTIVATION),
+    (WorkCount.MOE_BLOCKS, CostedPart.MOE_BLOCK_BACKWARD_WEIGHT),
+    (WorkCount.MOE_RECOMPUTED_BLOCKS, CostedPart.MOE_BLOCK_RECOMPUTE),
     (WorkCount.HAS_EMBEDDING, CostedPart.EMBEDDING_FORWARD),
     (WorkCount.HAS_EMBEDDING, CostedPart.EMBEDDING_BACKWARD),
     (WorkCount.HAS_LM_HEAD, CostedPart.LM_HEAD_FORWARD),
@@ -172,12 +197,15 @@ _RUNS = (
 _FORWARD_PARTS = frozenset(
     {
         CostedPart.BLOCK_FORWARD,
+        CostedPart.MOE_BLOCK_FORWARD,
         CostedPart.EMBEDDING_FORWARD,
         CostedPart.LM_HEAD_FORWARD,
         CostedPart.FIRST_LAYERS_FORWARD,
         CostedPart.LAST_LAYERS_FORWARD,
     }
 )
+
+_RECOMPUTE_PARTS = frozenset({CostedPart.BLOCK_RECOMPUTE, CostedPart.MOE_BLOCK_RECOMPUTE})
 
 #: The stage-work formula, written once: each breakdown term is m x the sum of count x time
 #: over its (count, part, time) entries. :func:`stage_work` evaluates it on one plan, the
@@ -189,11 +217,15 @@ STAGE_WORK_TERMS: dict[str, tuple[tuple[WorkCount, CostedPart, PhaseField], ...]
     "backward": tuple(
         (count, part, PhaseField.COMPUTE)
         for count, part in _RUNS
-        if part not in _FORWARD_PARTS and part is not CostedPart.BLOCK_RECOMPUTE
+        if part not in _FORWARD_PARTS and part not in _RECOMPUTE_PARTS
     ),
-    "recompute": ((WorkCount.RECOMPUTED_BLOCKS, CostedPart.BLOCK_RECOMPUTE, PhaseField.COMPUTE),),
+    "recompute": (
+        (WorkCount.RECOMPUTED_BLOCKS, CostedPart.BLOCK_RECOMPUTE, PhaseField.COMPUTE),
+        (WorkCount.MOE_RECOMPUTED_BLOCKS, CostedPart.MOE_BLOCK_RECOMPUTE, PhaseField.COMPUTE),
+    ),
     "tp_comm_exposed": tuple((count, part, PhaseField.TP_EXPOSED) for count, part in _RUNS),
     "cp_comm_exposed": tuple((count, part, PhaseField.CP_EXPOSED) for count, part in _RUNS),
+    "ep_comm_exposed": tuple((count, part, PhaseField.EP_EXPOSED) for count, part in _RUNS),
 }
 
 
@@ -207,6 +239,14 @@ def costed_part(plan: PortablePlanIR, part: CostedPart) -> PhaseCost:
             return plan.block.backward_weight
         case CostedPart.BLOCK_RECOMPUTE:
             return plan.block.recompute
+        case CostedPart.MOE_BLOCK_FORWARD:
+            return ZERO_PHASE if plan.moe_block is None else plan.moe_block.forward
+        case CostedPart.MOE_BLOCK_BACKWARD_ACTIVATION:
+            return ZERO_PHASE if plan.moe_block is None else plan.moe_block.backward_activation
+        case CostedPart.MOE_BLOCK_BACKWARD_WEIGHT:
+            return ZERO_PHASE if plan.moe_block is None else plan.moe_block.backward_weight
+        case CostedPart.MOE_BLOCK_RECOMPUTE:
+            return ZERO_PHASE if plan.moe_block is None else plan.moe_block.recompute
         case CostedPart.EMBEDDING_FORWARD:
             return plan.embedding.forward
         case CostedPart.EMBEDDING_BACKWARD:
@@ -230,9 +270,13 @@ def costed_part(plan: PortablePlanIR, part: CostedPart) -> PhaseCost:
 def work_count(stage: StagePlan, count: WorkCount) -> int:
     match count:
         case WorkCount.BLOCKS:
-            return stage.blocks
+            return stage.dense_blocks
         case WorkCount.RECOMPUTED_BLOCKS:
-            return stage.recomputed_blocks
+            return stage.dense_recomputed_blocks
+        case WorkCount.MOE_BLOCKS:
+            return stage.moe_blocks
+        case WorkCount.MOE_RECOMPUTED_BLOCKS:
+            return stage.moe_recomputed_blocks
         case WorkCount.HAS_EMBEDDING:
             return int(stage.has_embedding)
         case WorkCount.HAS_LM_HEAD:
@@ -249,6 +293,8 @@ def phase_field(phase: PhaseCost, time: PhaseField) -> float:
             return phase.comm_exposed_s
         case PhaseField.CP_EXPOSED:
             return phase.cp_comm_exposed_s
+        case PhaseField.EP_EXPOSED:
+            return phase.ep_comm_exposed_s
         case _ as unreachable:
             assert_never(unreachable)
 
@@ -327,7 +373,7 @@ def bubble_contract(plan: PortablePlanIR, microbatches: int) -> BubbleContract:
     p = plan.pipeline_degree
     if p == 1:
         return analytic_bubble(p=1, v=1, m=microbatches, forward_chunk_s=0.0, backward_chunk_s=0.0)
-    block = plan.block
+    block = plan.block if plan.moe_block is None else plan.moe_block
     correction = imbalance_correction(
         p=p,
         max_blocks_per_stage=plan.max_blocks_per_stage,
@@ -395,6 +441,7 @@ def compose_breakdown(
         pipeline_bubble=bubble_s,
         tp_comm_exposed=work.tp_comm_exposed,
         cp_comm_exposed=work.cp_comm_exposed,
+        ep_comm_exposed=work.ep_comm_exposed,
         pp_comm_exposed=(
             pipeline_p2p_exposed(mapping.parallelism.pipeline.schedule, plan, m)
             if pp_comm_exposed_s is None

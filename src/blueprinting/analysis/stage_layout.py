@@ -20,6 +20,7 @@ from typing import assert_never
 from blueprinting.errors import InvalidStrategyError, LawViolation
 from blueprinting.mapping.model import TransformerModelSpec
 from blueprinting.mapping.transformer import (
+    DualPipeV,
     EvenStages,
     FlexibleStages,
     PipelineParallel,
@@ -113,3 +114,29 @@ def fully_recomputed_blocks(method: RecomputeMethod, num_layers: int, blocks_in_
             return min(num_layers, blocks_in_chunk)
         case _ as unreachable:
             assert_never(unreachable)
+
+
+def model_chunk_order(pipeline: PipelineParallel) -> tuple[tuple[int, int], ...]:
+    """(stage, chunk) of each model chunk in layer order: virtual stage ``c * p + r`` is chunk
+    c of rank r (Megatron's interleaving), except DualPipeV's V: chunk 0 runs down the ranks,
+    chunk 1 back up (deepseek-ai/DualPipe ``dualpipev.py``), which is why its loss is on rank
+    0."""
+    p, v = pipeline.degree, virtual_stages_of(pipeline.schedule)
+    if isinstance(pipeline.schedule, DualPipeV):
+        return (*((r, 0) for r in range(p)), *((r, 1) for r in reversed(range(p))))
+    return tuple((r, c) for c in range(v) for r in range(p))
+
+
+@lru_cache(maxsize=1024)
+def chunk_layer_starts(
+    model: TransformerModelSpec, pipeline: PipelineParallel
+) -> tuple[tuple[int, ...], ...]:
+    """The index of the first decoder layer of each virtual chunk, ``result[stage][chunk]``
+    (layers fill the model chunks in :func:`model_chunk_order`)."""
+    counts = chunk_layer_counts(model, pipeline)
+    starts = [[0] * len(counts[0]) for _ in counts]
+    position = 0
+    for stage, chunk in model_chunk_order(pipeline):
+        starts[stage][chunk] = position
+        position += counts[stage][chunk]
+    return tuple(tuple(row) for row in starts)

@@ -54,6 +54,7 @@ from blueprinting.hardware.attention import AttentionKernelRates
 from blueprinting.hardware.collectives import (
     CollectiveCosts,
     CollectiveKind,
+    collective_alpha_beta,
     collective_link_time,
     ring_collective_costs,
 )
@@ -781,6 +782,54 @@ class SystemSpec:
                 return CommGroup(size=size, tier=tier, ranks_per_node=per_node)
             case _ as unreachable:
                 assert_never(unreachable)
+
+    def strided_group(self, *, size: int, stride: int, world: int, like: ParallelDim) -> CommGroup:
+        """The communicator of ``size`` ranks ``stride`` apart in a ``world``-rank job: the
+        expert grid's groups (Megatron-LM ``parallel_state.py`` l.858-906 @d98e8a64 orders it
+        etp-ep-edp-pp, fastest first: etp stride 1, ep stride etp, expert-dp stride etp x ep).
+        A system with fixed tiers (Calculon's files) puts it on ``like``'s tier."""
+        if size == 1:
+            return CommGroup(size=1, tier=LinkTier.INTRA_NODE, ranks_per_node=1)
+        match self.network_assignment:
+            case ByRankLayout():
+                domain = self.node.nvlink_domain_size or self.gpus_per_node
+                per_node, _ = _spread(size, stride, world, self.gpus_per_node)
+                _, spans = _spread(size, stride, world, domain)
+                tier = LinkTier.SCALE_OUT if spans else LinkTier.INTRA_NODE
+                return CommGroup(size=size, tier=tier, ranks_per_node=per_node)
+            case FixedTiers() as fixed:
+                tier = fixed.tier(like)
+                per_node = size if tier == LinkTier.INTRA_NODE else 1
+                return CommGroup(size=size, tier=tier, ranks_per_node=per_node)
+            case _ as unreachable:
+                assert_never(unreachable)
+
+    def all_to_all_time(self, size_bytes: float, group: CommGroup) -> float:
+        """An all-to-all of ``size_bytes`` per rank over ``group``. Inside one NVLink domain the
+        collective model's ``(n-1)/n`` share crosses the scale-up link; a group spread over
+        several domains sends ``(c-1)/n`` of it over the scale-up link and ``(n-c)/n`` over the
+        NIC at the same time (c = members per node), the slower of the two bounding it (the
+        hierarchical view of DeepEP's intranode / internode kernels, shared reference section
+        2.3)."""
+        if group.size == 1:
+            return 0.0
+        kind = CollectiveKind.ALL_TO_ALL
+        if group.tier is LinkTier.INTRA_NODE:
+            return self.collective_time(kind, size_bytes, group)
+        n, c = group.size, group.ranks_per_node
+        out = self.scale_out
+        latency, bandwidth = collective_alpha_beta(kind, size_bytes, n, out)
+        wire = out.costs.of(kind).wire_factor(n)
+        # the remote share over the NIC: (n - c)/n of the buffer, not the model's (n-1)/n
+        remote = size_bytes * (n - c) / n / (bandwidth * wire)
+        local = 0.0
+        if c > 1:
+            inside = self.node.link
+            l_latency, l_bandwidth = collective_alpha_beta(kind, size_bytes, c, inside)
+            local = l_latency + size_bytes * (c - 1) / n / (
+                l_bandwidth * inside.costs.of(kind).wire_factor(c)
+            )
+        return max(latency + remote, local)
 
     def dense_gradient_group(
         self, *, tensor: int, pipeline: int, data: int, context: int = 1

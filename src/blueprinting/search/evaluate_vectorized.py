@@ -524,6 +524,9 @@ def _stage_work(
         WorkCount.RECOMPUTED_BLOCKS: stage_recomputed,
         WorkCount.HAS_EMBEDDING: (critical == 0).astype(np.int64),
         WorkCount.HAS_LM_HEAD: (critical == p - 1).astype(np.int64),
+        # the search enumerates dense models only (search/space.py refuses MoE ones)
+        WorkCount.MOE_BLOCKS: np.zeros_like(stage_blocks),
+        WorkCount.MOE_RECOMPUTED_BLOCKS: np.zeros_like(stage_blocks),
     }
     out: dict[str, FloatArray] = {}
     for name, entries in STAGE_WORK_TERMS.items():

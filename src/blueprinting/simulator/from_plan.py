@@ -101,6 +101,7 @@ def simulation_obstacle(
 
 def _chunk_matrices(plan: PortablePlanIR) -> tuple[Matrix, Matrix, Matrix]:
     block = plan.block
+    moe_block = block if plan.moe_block is None else plan.moe_block
     v = plan.virtual_stages
     forward: list[tuple[float, ...]] = []
     backward: list[tuple[float, ...]] = []
@@ -112,8 +113,9 @@ def _chunk_matrices(plan: PortablePlanIR) -> tuple[Matrix, Matrix, Matrix]:
         for c, (blocks, recomputed) in enumerate(
             zip(stage.blocks_per_chunk, stage.recomputed_blocks_per_chunk, strict=True)
         ):
-            f = blocks * block.forward_s
-            b = blocks * block.backward_s + recomputed * block.recompute.critical_path_s
+            del blocks, recomputed
+            f = plan.chunk_forward_s(stage, c)
+            b = plan.chunk_backward_s(stage, c)
             if stage.has_embedding and c == 0:
                 f += (
                     plan.embedding.forward.critical_path_s
@@ -131,7 +133,11 @@ def _chunk_matrices(plan: PortablePlanIR) -> tuple[Matrix, Matrix, Matrix]:
                 )
             f_row.append(f)
             b_row.append(b)
-            w_row.append(blocks * block.backward_weight.critical_path_s)
+            moe, _ = stage.chunk_moe(c)
+            w_row.append(
+                (stage.blocks_per_chunk[c] - moe) * block.backward_weight.critical_path_s
+                + moe * moe_block.backward_weight.critical_path_s
+            )
         forward.append(tuple(f_row))
         backward.append(tuple(b_row))
         weight.append(tuple(w_row))
@@ -185,7 +191,9 @@ def _dp_buckets(
             pipeline_degree=plan.pipeline_degree,
             block_backward_s=plan.block.backward_s,
             chunk_backward_s=plan.backward_chunk_s(),
-            stage_forward_s=stage.blocks * plan.block.forward_s,
+            stage_forward_s=sum(
+                plan.chunk_forward_s(stage, c) for c in range(len(stage.blocks_per_chunk))
+            ),
             microbatch_count=mapping.microbatch_count,
         )
         sync_s = data_parallel_cost(

@@ -45,6 +45,7 @@ Public API (used by training_derivation.py and stages/distributed/passes.py):
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -56,22 +57,32 @@ from blueprinting.hardware.attention import (
     causal_attention_pairs,
 )
 from blueprinting.mapping.model import (
+    CapacityFactor,
+    Dropless,
     MlpActivation,
+    MultiLatentAttention,
     Normalization,
     PositionEmbedding,
+    StandardAttention,
     TransformerModelSpec,
 )
 from blueprinting.mapping.transformer import (
     DEFAULT_RECOMPUTE_MODULES,
+    AllGatherDispatcher,
     AllGatherKV,
+    AllToAllDispatcher,
     AttentionKernel,
     ContextParallel,
+    ExpertParallel,
+    FlexDispatcher,
     FusedAttention,
     HeadAllToAll,
     HierarchicalAllToAllRing,
     RecomputeModule,
     RingExchange,
+    TokenDispatcher,
     UnfusedAttention,
+    dispatcher_overlaps,
 )
 
 
@@ -108,6 +119,7 @@ class CollectivePurpose(StrEnum):
     REGATHER = "regather"
     STATISTIC = "statistic"
     KV_EXCHANGE = "kv_exchange"  # context parallelism: K/V (or Q/K/V/O) between cp ranks
+    TOKEN_DISPATCH = "token_dispatch"  # expert parallelism: tokens to and from their experts
 
 
 class Direction(StrEnum):
@@ -130,6 +142,20 @@ class SemanticOpName(StrEnum):
     MLP_ACTIVATION = "mlp_activation"
     MLP_DOWN = "mlp_down"
     MLP_RESIDUAL = "mlp_residual"
+    # multi-head latent attention (replace the QKV projection)
+    MLA_DOWN_PROJECTION = "mla_down_projection"  # x -> q latent, kv latent + rope key
+    MLA_LATENT_NORM = "mla_latent_norm"  # the q and kv latents' norms
+    MLA_UP_PROJECTION = "mla_up_projection"  # latents -> per-head Q, K_nope, V
+    # mixture of experts (replace the MLP on MoE layers)
+    ROUTER = "router"
+    MOE_PERMUTE = "moe_permute"
+    EXPERT_FC1 = "expert_fc1"
+    EXPERT_ACTIVATION = "expert_activation"
+    EXPERT_FC2 = "expert_fc2"
+    MOE_UNPERMUTE = "moe_unpermute"
+    SHARED_EXPERT_UP = "shared_expert_up"
+    SHARED_EXPERT_ACTIVATION = "shared_expert_activation"
+    SHARED_EXPERT_DOWN = "shared_expert_down"
     # first / last pipeline stage extras
     EMBEDDING = "embedding"
     POSITION_EMBEDDING = "position_embedding"
@@ -334,6 +360,17 @@ class BlockDims:
     context: int = 1
     attention_seq: int = 0
     attention_heads: int = 0
+    #: per-head widths of Q/K and of V (MLA: no-rope + rope, and v_head_dim; else kv_channels)
+    qk_dim: int = 0
+    v_dim: int = 0
+
+    @property
+    def qk_width(self) -> int:
+        return self.qk_dim or self.kv_channels
+
+    @property
+    def v_width(self) -> int:
+        return self.v_dim or self.kv_channels
 
 
 def global_dims(model: TransformerModelSpec, micro_batch: int) -> BlockDims:
@@ -371,6 +408,15 @@ def local_dims(
     seq_split, head_split = (1, 1) if context is None else attention_split(context)
     tokens = micro_batch * model.seq_length // cp
     heads = model.num_attention_heads // tp
+    groups, qk_dim, v_dim = model.num_query_groups // tp, 0, 0
+    match model.self_attention:
+        case StandardAttention():
+            pass
+        case MultiLatentAttention() as mla:
+            # K and V are expanded per head from the latent: MHA-shaped for the core
+            groups, qk_dim, v_dim = heads, mla.qk_dim, mla.v_head_dim
+        case _ as unreachable:
+            assert_never(unreachable)
     return BlockDims(
         micro_batch=micro_batch,
         seq_length=model.seq_length,
@@ -378,13 +424,15 @@ def local_dims(
         token_rows=tokens // tp if sequence_parallel else tokens,
         hidden=model.hidden_size,
         heads=heads,
-        groups=model.num_query_groups // tp,
+        groups=groups,
         kv_channels=model.kv_channels,
         ffn=model.ffn_hidden_size // tp,
         vocab=model.padded_vocab_size // tp,
         context=cp,
         attention_seq=model.seq_length // seq_split,
         attention_heads=heads // head_split,
+        qk_dim=qk_dim,
+        v_dim=v_dim,
     )
 
 
@@ -606,20 +654,26 @@ def _unfused_attention_ops(
 SOFTMAX_STATISTIC_BYTES = 4
 
 
-def _fused_attention_op(dims: BlockDims, *, width_bytes: int, kv: int) -> SemanticOp:
+def _fused_attention_op(dims: BlockDims, *, width_bytes: int) -> SemanticOp:
     """The fused causal kernel (FlashAttention's FLOP convention, :mod:`blueprinting.hardware.
     attention`): forward ``4 d`` FLOPs per attended pair, backward ``10 d`` (it recomputes the
-    scores); it reads Q, K, V once and writes the output and the softmax statistics; its
-    backward reads those and ``dO`` and writes ``dQ``, ``dK``, ``dV``. Dropout runs inside the
-    kernel from its RNG state (no mask is stored)."""
+    scores), ``d`` the mean of the Q/K and V head widths (``2 (d_qk + d_v)`` forward: MLA's
+    192 + 128, Megatron-LM ``training.py`` l.1094-1135); it reads Q, K, V once and writes the
+    output and the softmax statistics; its backward reads those and ``dO`` and writes ``dQ``,
+    ``dK``, ``dV``. Dropout runs inside the kernel from its RNG state (no mask is stored)."""
     e = width_bytes
     b, s = dims.micro_batch, dims.seq_length
+    qk, v = dims.qk_width, dims.v_width
+    # FLOPs per pair are linear in the two widths; 2d = qk + v is even for every model here
+    d = (qk + v) // 2
     # Under the load-balanced split each cp rank does exactly 1/cp of the causal pairs
     # (s^2/2 is a multiple of cp when 2cp | s): TE context_parallel.py l.1780-1795.
     pairs = b * dims.heads * causal_attention_pairs(s) // dims.context
     local_tokens = b * s // dims.context
-    q = local_tokens * dims.heads * kv
-    k = local_tokens * max(1, dims.groups) * kv  # V is the same size
+    q = local_tokens * dims.heads * qk
+    o = local_tokens * dims.heads * v
+    kv_heads = max(1, dims.groups)
+    k_and_v = local_tokens * kv_heads * (qk + v)
     stats = local_tokens * dims.heads * SOFTMAX_STATISTIC_BYTES
     launch_seq = dims.attention_seq or s
     launch_heads = dims.attention_heads or dims.heads
@@ -628,67 +682,272 @@ def _fused_attention_op(dims: BlockDims, *, width_bytes: int, kv: int) -> Semant
         kind=OpKind.FUSED_ATTENTION,
         sharding=TpSharding.HEADS,
         shard_dim=ShardDim.HEADS,
-        attention=AttentionShape(batch_heads=b * launch_heads, seq_length=launch_seq, head_dim=kv),
+        attention=AttentionShape(batch_heads=b * launch_heads, seq_length=launch_seq, head_dim=d),
         forward=Work(
-            matrix_flops=FORWARD_FLOPS_PER_PAIR_DIM * kv * pairs,
-            bytes_read=(q + 2 * k) * e,
-            bytes_written=q * e + stats,
+            matrix_flops=FORWARD_FLOPS_PER_PAIR_DIM * d * pairs,
+            bytes_read=(q + k_and_v) * e,
+            bytes_written=o * e + stats,
         ),
         activation_grad=Work(
-            matrix_flops=BACKWARD_FLOPS_PER_PAIR_DIM * kv * pairs,
-            bytes_read=(3 * q + 2 * k) * e + stats,
-            bytes_written=(q + 2 * k) * e,
+            matrix_flops=BACKWARD_FLOPS_PER_PAIR_DIM * d * pairs,
+            bytes_read=(q + k_and_v + 2 * o) * e + stats,
+            bytes_written=(q + k_and_v) * e,
         ),
         weight_grad=Work(),
     )
 
 
-def block_ops(
-    model: TransformerModelSpec, dims: BlockDims, *, attention: AttentionKernel
-) -> tuple[SemanticOp, ...]:
-    """The block's semantic ops in forward order, evaluated on ``dims`` (global or local), with
-    the attention core as ``attention`` runs it."""
-    e = model.datatype.bytes
-    bias = model.add_bias_linear
-    rows, m, h, kv = dims.token_rows, dims.gemm_tokens, dims.hidden, dims.kv_channels
-    b, s = dims.micro_batch, dims.seq_length
-    q_width = dims.heads * kv
-    qkv_width = (dims.heads + 2 * dims.groups) * kv
-    up_width = 2 * dims.ffn if model.activation is MlpActivation.SWIGLU else dims.ffn
-    score_elems = b * dims.heads * s * s
-    ffn_elems = m * dims.ffn
-    act_fw, act_bw, act_inputs = _activation_flops(model.activation)
-    core: tuple[SemanticOp, ...]
-    match attention:
-        case FusedAttention():
-            core = (_fused_attention_op(dims, width_bytes=e, kv=kv),)
-        case UnfusedAttention():
-            core = _unfused_attention_ops(dims, width_bytes=e, kv=kv, score_elems=score_elems)
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExpertDims:
+    """What one rank's MoE layer sees for one micro-batch (shared reference section 7):
+    ``tokens`` T = the rank's b*s/(t*cp) tokens entering the layer (sequence parallel),
+    ``routed`` R = k*T (token, expert) copies it sends, ``received`` the rows its local experts
+    compute after the ETP all-gather: ``R * etp * (1 + gamma)`` on the hottest rank (dropless;
+    a capacity factor caps the factor at ``cf``, padding sets it to ``cf``);
+    ``local_experts`` E/ep, each ``ffn`` = F/etp wide; ``shared_ffn`` the shared experts' width
+    per TP rank (F_s/t, a dense MLP on the dense TP group)."""
+
+    tokens: int
+    routed: int
+    received: int
+    local_experts: int
+    num_experts: int
+    ffn: int
+    shared_ffn: int
+    expert_degree: int
+    expert_tensor_degree: int
+
+    @property
+    def rows_per_expert(self) -> int:
+        """Rows of each local expert's GEMMs: the received rows spread evenly, rounded up."""
+        return -(-self.received // self.local_experts)
+
+
+def expert_dims(
+    model: TransformerModelSpec, dims: BlockDims, experts: ExpertParallel, *, tp: int
+) -> ExpertDims:
+    """The rank's :class:`ExpertDims` (callers check E % ep == 0 and etp | F first)."""
+    moe = model.moe
+    assert moe is not None, "expert_dims of a dense model"
+    tokens = dims.token_rows
+    routed = moe.top_k * tokens
+    u = experts.tensor_degree
+    factor: float
+    match moe.dropping:
+        case Dropless():
+            factor = 1.0 + moe.load_imbalance
+        case CapacityFactor(factor=cf, pad_to_capacity=pad):
+            factor = cf if pad else min(1.0 + moe.load_imbalance, cf)
         case _ as unreachable:
             assert_never(unreachable)
+    return ExpertDims(
+        tokens=tokens,
+        routed=routed,
+        received=math.ceil(routed * u * factor),
+        local_experts=moe.num_experts // experts.degree,
+        num_experts=moe.num_experts,
+        ffn=moe.expert_ffn_hidden_size // u,
+        shared_ffn=moe.shared_expert_ffn_hidden_size // tp,
+        expert_degree=experts.degree,
+        expert_tensor_degree=u,
+    )
+
+
+def _grouped_gemm(
+    name: SemanticOpName, shape: GemmShape, *, bias: bool, width_bytes: int
+) -> SemanticOp:
+    """A grouped GEMM over ``shape.batch`` local experts (TE ``GroupedLinear``): every expert
+    reads its own weight, so the weight bytes scale with the batch too."""
+    e, g = width_bytes, shape.batch
+    m, n, k = shape.m, shape.n, shape.k
+    bias_elems = g * k if bias else 0
+    return SemanticOp(
+        name=name,
+        kind=OpKind.GEMM,
+        sharding=TpSharding.TOKENS,
+        shard_dim=ShardDim.SEQ,
+        gemm=shape,
+        forward=Work(
+            matrix_flops=shape.flops,
+            vector_flops=g * m * k if bias else 0,
+            bytes_read=(g * m * n + g * n * k + bias_elems) * e,
+            bytes_written=g * m * k * e,
+        ),
+        activation_grad=Work(
+            matrix_flops=shape.flops,
+            bytes_read=(g * m * k + g * n * k) * e,
+            bytes_written=g * m * n * e,
+        ),
+        weight_grad=Work(
+            matrix_flops=shape.flops,
+            vector_flops=g * m * k if bias else 0,
+            bytes_read=(g * m * n + g * m * k) * e,
+            bytes_written=(g * n * k + bias_elems) * e,
+        ),
+    )
+
+
+def _elementwise(
+    name: SemanticOpName,
+    sharding: TpSharding,
+    dim: ShardDim,
+    *,
+    elems: int,
+    flops: tuple[int, int],
+    inputs: int,
+    width_bytes: int,
+    out_elems: int | None = None,
+) -> SemanticOp:
+    """An element-wise op over ``elems`` inputs (each of ``inputs`` tensors) writing
+    ``out_elems`` (default ``elems``); its backward reads the output gradient and the inputs."""
+    e = width_bytes
+    out = elems if out_elems is None else out_elems
+    return SemanticOp(
+        name=name,
+        kind=OpKind.ELEMENTWISE,
+        sharding=sharding,
+        shard_dim=dim,
+        forward=Work(
+            vector_flops=flops[0] * out, bytes_read=inputs * elems * e, bytes_written=out * e
+        ),
+        activation_grad=Work(
+            vector_flops=flops[1] * out,
+            bytes_read=(inputs * elems + out) * e,
+            bytes_written=inputs * elems * e,
+        ),
+        weight_grad=Work(),
+    )
+
+
+def _merged(name: SemanticOpName, first: SemanticOp, second: SemanticOp) -> SemanticOp:
+    """Two GEMMs of one semantic op run back to back (MLA's Q and KV up projections): the work
+    is their exact sum, the shape the larger one's (what the efficiency is looked up at)."""
+
+    def add(a: Work, b: Work) -> Work:
+        return Work(
+            matrix_flops=a.matrix_flops + b.matrix_flops,
+            vector_flops=a.vector_flops + b.vector_flops,
+            bytes_read=a.bytes_read + b.bytes_read,
+            bytes_written=a.bytes_written + b.bytes_written,
+        )
+
+    larger = max((first, second), key=lambda op: op.forward.matrix_flops)
+    return SemanticOp(
+        name=name,
+        kind=first.kind,
+        sharding=first.sharding,
+        shard_dim=first.shard_dim,
+        gemm=larger.gemm,
+        forward=add(first.forward, second.forward),
+        activation_grad=add(first.activation_grad, second.activation_grad),
+        weight_grad=add(first.weight_grad, second.weight_grad),
+    )
+
+
+def mla_gathered_width(model: TransformerModelSpec) -> int:
+    """Per-token width MLA's column-parallel up projections need whole on every TP rank: the
+    q latent (or x itself without Q compression), the kv latent and the shared rope key
+    (Megatron-Core ``multi_latent_attention.py`` gathers the down projections' outputs under
+    sequence parallelism, not x)."""
+    mla = model.self_attention
+    assert isinstance(mla, MultiLatentAttention)
+    q_in = model.hidden_size if mla.q_lora_rank is None else mla.q_lora_rank
+    return q_in + mla.kv_lora_rank + mla.qk_pos_emb_head_dim
+
+
+def _attention_input_ops(
+    model: TransformerModelSpec, dims: BlockDims, *, width_bytes: int
+) -> tuple[SemanticOp, ...]:
+    """The projections that produce Q, K and V: one column-parallel QKV GEMM (MHA / GQA), or
+    MLA's token-wise down projection and latent norms then its column-parallel up
+    projections (Q per head of ``d_n + d_r``; K_nope and V per head from the kv latent)."""
+    e, bias = width_bytes, model.add_bias_linear
+    rows, m, h = dims.token_rows, dims.gemm_tokens, dims.hidden
+    match model.self_attention:
+        case StandardAttention():
+            kv = dims.kv_channels
+            qkv_width = (dims.heads + 2 * dims.groups) * kv
+            return (
+                _gemm(
+                    SemanticOpName.QKV_PROJECTION,
+                    TpSharding.COLUMN,
+                    ShardDim.HEADS,
+                    GemmShape(m=m, n=h, k=qkv_width),
+                    bias=bias,
+                    width_bytes=e,
+                ),
+            )
+        case MultiLatentAttention() as mla:
+            q_lora = mla.q_lora_rank
+            latent = (q_lora or 0) + mla.kv_lora_rank
+            down = _gemm(
+                SemanticOpName.MLA_DOWN_PROJECTION,
+                TpSharding.TOKENS,
+                ShardDim.SEQ,
+                GemmShape(m=rows, n=h, k=latent + mla.qk_pos_emb_head_dim),
+                bias=False,
+                width_bytes=e,
+            )
+            fw, ag, wg = _norm_flops(model.normalization)
+            elems = rows * latent
+            norm = SemanticOp(
+                name=SemanticOpName.MLA_LATENT_NORM,
+                kind=OpKind.NORM,
+                sharding=TpSharding.TOKENS,
+                shard_dim=ShardDim.SEQ,
+                forward=Work(
+                    vector_flops=fw * elems, bytes_read=elems * e, bytes_written=elems * e
+                ),
+                activation_grad=Work(
+                    vector_flops=ag * elems, bytes_read=2 * elems * e, bytes_written=elems * e
+                ),
+                weight_grad=Work(vector_flops=wg * elems, bytes_read=2 * elems * e),
+            )
+            q_up = _gemm(
+                SemanticOpName.MLA_UP_PROJECTION,
+                TpSharding.COLUMN,
+                ShardDim.HEADS,
+                GemmShape(m=m, n=h if q_lora is None else q_lora, k=dims.heads * mla.qk_dim),
+                bias=False,
+                width_bytes=e,
+            )
+            kv_up = _gemm(
+                SemanticOpName.MLA_UP_PROJECTION,
+                TpSharding.COLUMN,
+                ShardDim.HEADS,
+                GemmShape(
+                    m=m,
+                    n=mla.kv_lora_rank,
+                    k=dims.heads * (mla.qk_head_dim + mla.v_head_dim),
+                ),
+                bias=False,
+                width_bytes=e,
+            )
+            return (down, norm, _merged(SemanticOpName.MLA_UP_PROJECTION, q_up, kv_up))
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def _mlp_ops(
+    model: TransformerModelSpec,
+    m: int,
+    h: int,
+    ffn: int,
+    *,
+    names: tuple[SemanticOpName, SemanticOpName, SemanticOpName],
+    width_bytes: int,
+) -> tuple[SemanticOp, ...]:
+    """A TP-sharded MLP of (local) width ``ffn``: column-parallel up, activation, row-parallel
+    down (the dense MLP, and the shared experts on the dense TP group)."""
+    e, bias = width_bytes, model.add_bias_linear
+    up_name, act_name, down_name = names
+    up_width = 2 * ffn if model.activation is MlpActivation.SWIGLU else ffn
+    ffn_elems = m * ffn
+    act_fw, act_bw, act_inputs = _activation_flops(model.activation)
     return (
-        _norm(SemanticOpName.INPUT_NORM, model, rows, width_bytes=e),
         _gemm(
-            SemanticOpName.QKV_PROJECTION,
-            TpSharding.COLUMN,
-            ShardDim.HEADS,
-            GemmShape(m=m, n=h, k=qkv_width),
-            bias=bias,
-            width_bytes=e,
-        ),
-        *core,
-        _gemm(
-            SemanticOpName.OUTPUT_PROJECTION,
-            TpSharding.ROW,
-            ShardDim.HEADS,
-            GemmShape(m=m, n=q_width, k=h),
-            bias=False,
-            width_bytes=e,
-        ),
-        _residual(SemanticOpName.ATTENTION_RESIDUAL, rows, h, bias=bias, width_bytes=e),
-        _norm(SemanticOpName.POST_ATTENTION_NORM, model, rows, width_bytes=e),
-        _gemm(
-            SemanticOpName.MLP_UP,
+            up_name,
             TpSharding.COLUMN,
             ShardDim.FFN,
             GemmShape(m=m, n=h, k=up_width),
@@ -696,7 +955,7 @@ def block_ops(
             width_bytes=e,
         ),
         SemanticOp(
-            name=SemanticOpName.MLP_ACTIVATION,
+            name=act_name,
             kind=OpKind.ELEMENTWISE,
             sharding=TpSharding.FEATURES,
             shard_dim=ShardDim.FFN,
@@ -713,13 +972,179 @@ def block_ops(
             weight_grad=Work(),
         ),
         _gemm(
-            SemanticOpName.MLP_DOWN,
+            down_name,
             TpSharding.ROW,
             ShardDim.FFN,
-            GemmShape(m=m, n=dims.ffn, k=h),
+            GemmShape(m=m, n=ffn, k=h),
             bias=False,
             width_bytes=e,
         ),
+    )
+
+
+#: Router bookkeeping per (token, expert) score: softmax / sigmoid, top-k selection and the
+#: gate's normalization (our estimate, like the other element-wise counts).
+_ROUTER_FLOPS = (6, 6)
+#: Bytes of the permutation's row-id map per routed copy (int64, fused permute: shared
+#: reference section 2.8).
+PERMUTE_INDEX_BYTES = 8
+
+
+def _moe_ops(
+    model: TransformerModelSpec, dims: BlockDims, ex: ExpertDims, *, width_bytes: int
+) -> tuple[SemanticOp, ...]:
+    """A MoE layer's feed-forward on one rank: the replicated h x E router on its T tokens,
+    the permute into expert order, the grouped expert GEMMs on the rows it receives, the
+    unpermute with the routing probabilities, then the shared experts as a TP-sharded MLP
+    (Megatron-Core ``moe/moe_layer.py``, ``router.py``, ``experts.py``, ``shared_experts.py``)."""
+    e, bias = width_bytes, model.add_bias_linear
+    h, t_rows = dims.hidden, ex.tokens
+    swiglu = model.activation is MlpActivation.SWIGLU
+    up = 2 * ex.ffn if swiglu else ex.ffn
+    rows = ex.rows_per_expert
+    g = ex.local_experts
+    act_fw, act_bw, act_inputs = _activation_flops(model.activation)
+    scores = t_rows * ex.num_experts
+    router = _gemm(
+        SemanticOpName.ROUTER,
+        TpSharding.TOKENS,
+        ShardDim.SEQ,
+        GemmShape(m=t_rows, n=h, k=ex.num_experts),
+        bias=False,
+        width_bytes=e,
+    )
+    router = SemanticOp(
+        name=router.name,
+        kind=router.kind,
+        sharding=router.sharding,
+        shard_dim=router.shard_dim,
+        gemm=router.gemm,
+        forward=Work(
+            matrix_flops=router.forward.matrix_flops,
+            vector_flops=_ROUTER_FLOPS[0] * scores,
+            bytes_read=router.forward.bytes_read,
+            bytes_written=router.forward.bytes_written,
+        ),
+        activation_grad=Work(
+            matrix_flops=router.activation_grad.matrix_flops,
+            vector_flops=_ROUTER_FLOPS[1] * scores,
+            bytes_read=router.activation_grad.bytes_read,
+            bytes_written=router.activation_grad.bytes_written,
+        ),
+        weight_grad=router.weight_grad,
+    )
+    ops: list[SemanticOp] = [
+        router,
+        _elementwise(
+            SemanticOpName.MOE_PERMUTE,
+            TpSharding.TOKENS,
+            ShardDim.SEQ,
+            elems=t_rows * h,
+            out_elems=ex.routed * h,
+            flops=(0, 1),
+            inputs=1,
+            width_bytes=e,
+        ),
+        _grouped_gemm(
+            SemanticOpName.EXPERT_FC1,
+            GemmShape(m=rows, n=h, k=up, batch=g),
+            bias=bias,
+            width_bytes=e,
+        ),
+        _elementwise(
+            SemanticOpName.EXPERT_ACTIVATION,
+            TpSharding.TOKENS,
+            ShardDim.SEQ,
+            elems=g * rows * ex.ffn,
+            flops=(act_fw + 1, act_bw + 2),  # the routing probability multiplies in (v0.13+)
+            inputs=act_inputs,
+            width_bytes=e,
+        ),
+        _grouped_gemm(
+            SemanticOpName.EXPERT_FC2,
+            GemmShape(m=rows, n=ex.ffn, k=h, batch=g),
+            bias=bias,
+            width_bytes=e,
+        ),
+        _elementwise(
+            SemanticOpName.MOE_UNPERMUTE,
+            TpSharding.TOKENS,
+            ShardDim.SEQ,
+            elems=ex.routed * h,
+            out_elems=t_rows * h,
+            flops=(1, 1),
+            inputs=1,
+            width_bytes=e,
+        ),
+    ]
+    if ex.shared_ffn:
+        ops += _mlp_ops(
+            model,
+            dims.gemm_tokens,
+            h,
+            ex.shared_ffn,
+            names=(
+                SemanticOpName.SHARED_EXPERT_UP,
+                SemanticOpName.SHARED_EXPERT_ACTIVATION,
+                SemanticOpName.SHARED_EXPERT_DOWN,
+            ),
+            width_bytes=e,
+        )
+    return tuple(ops)
+
+
+def block_ops(
+    model: TransformerModelSpec,
+    dims: BlockDims,
+    *,
+    attention: AttentionKernel,
+    experts: ExpertDims | None = None,
+) -> tuple[SemanticOp, ...]:
+    """The block's semantic ops in forward order, evaluated on ``dims`` (global or local), with
+    the attention core as ``attention`` runs it; ``experts``: the block is a MoE layer seen by
+    one rank of that expert grid (None: the dense MLP)."""
+    e = model.datatype.bytes
+    bias = model.add_bias_linear
+    rows, m, h = dims.token_rows, dims.gemm_tokens, dims.hidden
+    b, s = dims.micro_batch, dims.seq_length
+    score_elems = b * dims.heads * s * s
+    core: tuple[SemanticOp, ...]
+    match attention:
+        case FusedAttention():
+            core = (_fused_attention_op(dims, width_bytes=e),)
+        case UnfusedAttention():
+            core = _unfused_attention_ops(
+                dims, width_bytes=e, kv=dims.kv_channels, score_elems=score_elems
+            )
+        case _ as unreachable:
+            assert_never(unreachable)
+    feed_forward = (
+        _mlp_ops(
+            model,
+            m,
+            h,
+            dims.ffn,
+            names=(SemanticOpName.MLP_UP, SemanticOpName.MLP_ACTIVATION, SemanticOpName.MLP_DOWN),
+            width_bytes=e,
+        )
+        if experts is None
+        else _moe_ops(model, dims, experts, width_bytes=e)
+    )
+    return (
+        _norm(SemanticOpName.INPUT_NORM, model, rows, width_bytes=e),
+        *_attention_input_ops(model, dims, width_bytes=e),
+        *core,
+        _gemm(
+            SemanticOpName.OUTPUT_PROJECTION,
+            TpSharding.ROW,
+            ShardDim.HEADS,
+            GemmShape(m=m, n=dims.heads * dims.v_width, k=h),
+            bias=False,
+            width_bytes=e,
+        ),
+        _residual(SemanticOpName.ATTENTION_RESIDUAL, rows, h, bias=bias, width_bytes=e),
+        _norm(SemanticOpName.POST_ATTENTION_NORM, model, rows, width_bytes=e),
+        *feed_forward,
         _residual(SemanticOpName.MLP_RESIDUAL, rows, h, bias=bias, width_bytes=e),
     )
 
@@ -914,6 +1339,9 @@ TP_AXIS = "tp"
 CP_AXIS = "cp"
 CP_A2A_AXIS = "cp_a2a"  # the all-to-all level of a2a+p2p (consecutive cp ranks)
 CP_P2P_AXIS = "cp_p2p"  # its ring level
+EP_AXIS = "ep"  # the expert grid (MoE parallel folding): experts over ep
+ETP_AXIS = "etp"  # each expert's tensor parallelism
+ETP_EP_AXIS = "etp_ep"  # both: the allgather and flex dispatchers' group
 
 
 @final
@@ -936,12 +1364,17 @@ class ContextExchange:
     overlapped: bool
     before: bool
     carries: str  # what it moves, for the printed IR and the report
+    #: the op it sits next to, and why it exists (K/V exchange of the attention core, or a MoE
+    #: layer's token dispatch / combine next to its expert GEMMs)
+    op: SemanticOpName = SemanticOpName.CORE_ATTENTION
+    purpose: CollectivePurpose = CollectivePurpose.KV_EXCHANGE
 
 
 def kv_chunk_bytes(model: TransformerModelSpec, dims: BlockDims) -> int:
     """``M_kv = b (s/cp) (n_kv/t) (d_k + d_v) bytes``: a cp rank's K and V (section 1.2)."""
     local_tokens = dims.micro_batch * dims.seq_length // dims.context
-    return local_tokens * max(1, dims.groups) * 2 * dims.kv_channels * model.datatype.bytes
+    width = dims.qk_width + dims.v_width  # MLA: full-head K (nope + rope) and V (section 1.2)
+    return local_tokens * max(1, dims.groups) * width * model.datatype.bytes
 
 
 def context_exchanges(
@@ -964,7 +1397,7 @@ def context_exchanges(
         return ()
     e = model.datatype.bytes
     local_tokens = dims.micro_batch * dims.seq_length // cp
-    q_bytes = local_tokens * dims.heads * dims.kv_channels * e
+    q_bytes = local_tokens * dims.heads * dims.qk_width * e
     kv = kv_chunk_bytes(model, dims)
     fw, bw = Direction.FORWARD, Direction.BACKWARD
     p2p, a2a = CollectiveKind.P2P, CollectiveKind.ALL_TO_ALL
@@ -998,7 +1431,7 @@ def context_exchanges(
     def all_to_all(axis: str, size: int) -> tuple[ContextExchange, ...]:
         if size == 1:
             return ()
-        qkv, o = q_bytes + kv, q_bytes
+        qkv, o = q_bytes + kv, local_tokens * dims.heads * dims.v_width * e
 
         def one(direction: Direction, n: int, before: bool, what: str) -> ContextExchange:
             return ContextExchange(
@@ -1058,6 +1491,111 @@ def context_exchanges(
             assert_never(unreachable)
 
 
+def distinct_destinations(expert_degree: int, top_k: int) -> float:
+    """Expected distinct EP ranks a token's top-k experts live on under uniform routing,
+    ``e (1 - (1 - 1/e)^k)`` (shared reference section 2.3; DeepSeek-V3 k = 8: 7.6 at e = 64)."""
+    e = expert_degree
+    return e * (1.0 - (1.0 - 1.0 / e) ** top_k)
+
+
+def expert_exchanges(
+    model: TransformerModelSpec, ex: ExpertDims, dispatcher: TokenDispatcher
+) -> tuple[ContextExchange, ...]:
+    """The token traffic of one MoE layer on one rank for one micro-batch, per
+    ``--moe-token-dispatcher-type`` (shared reference sections 2.3 and 7; Megatron-Core
+    ``moe/token_dispatcher.py``), BF16 on the wire whatever the GEMM recipe (section 2.3: only
+    ncclep with ``--moe-dispatch-fwd-dtype`` quantizes it, not modelled):
+
+    - alltoall: the R = k*T permuted copies all-to-all over ep before the experts and back
+      after (the hottest rank receives ``1 + gamma`` of its share), an all-gather over etp of
+      the received rows before and a reduce-scatter after when etp > 1; backward the mirror;
+    - allgather: all T tokens all-gathered over etp x ep (``T h (etp ep)`` gathered), each rank
+      keeping its experts' rows, reduce-scattered back after; backward the mirror;
+    - flex (DeepEP / HybridEP / NCCL-EP): one copy per (token, destination rank),
+      ``T * etp * D * h`` with D = :func:`distinct_destinations`, over etp x ep; combine the same.
+
+    The small exchanges beside them (routing probabilities, per-expert counts and their
+    device-to-host sync) are not modelled.
+    """
+    moe = model.moe
+    assert moe is not None
+    e = model.datatype.bytes
+    h = model.hidden_size
+    u, ep = ex.expert_tensor_degree, ex.expert_degree
+    fw, bw = Direction.FORWARD, Direction.BACKWARD
+    first, last = SemanticOpName.EXPERT_FC1, SemanticOpName.EXPERT_FC2
+    dispatch = CollectivePurpose.TOKEN_DISPATCH
+    gamma = ex.received / max(1, ex.routed * u)
+
+    def x(
+        direction: Direction,
+        kind: CollectiveKind,
+        size: int,
+        where: tuple[str, SemanticOpName, bool, str],
+    ) -> ContextExchange:
+        axis, op, before, what = where
+        return ContextExchange(
+            direction=direction,
+            kind=kind,
+            bytes=size,
+            steps=1,
+            axis=axis,
+            overlapped=dispatcher_overlaps(dispatcher),
+            before=before,
+            carries=what,
+            op=op,
+            purpose=dispatch,
+        )
+
+    a2a, ag, rs = (
+        CollectiveKind.ALL_TO_ALL,
+        CollectiveKind.ALL_GATHER,
+        CollectiveKind.REDUCE_SCATTER,
+    )
+    match dispatcher:
+        case AllToAllDispatcher():
+            sent = math.ceil(ex.routed * gamma) * h * e
+            gathered = ex.received * h * e
+            out: list[ContextExchange] = []
+            if ep > 1:
+                out.append(x(fw, a2a, sent, (EP_AXIS, first, True, "dispatch")))
+            if u > 1:
+                out.append(x(fw, ag, gathered, (ETP_AXIS, first, True, "dispatch")))
+                out.append(x(fw, rs, gathered, (ETP_AXIS, last, False, "combine")))
+            if ep > 1:
+                out.append(x(fw, a2a, sent, (EP_AXIS, last, False, "combine")))
+                out.append(x(bw, a2a, sent, (EP_AXIS, last, True, "dcombine")))
+            if u > 1:
+                out.append(x(bw, ag, gathered, (ETP_AXIS, last, True, "dcombine")))
+                out.append(x(bw, rs, gathered, (ETP_AXIS, first, False, "ddispatch")))
+            if ep > 1:
+                out.append(x(bw, a2a, sent, (EP_AXIS, first, False, "ddispatch")))
+            return tuple(out)
+        case AllGatherDispatcher():
+            if u * ep == 1:
+                return ()
+            gathered = ex.tokens * u * ep * h * e
+            return (
+                x(fw, ag, gathered, (ETP_EP_AXIS, first, True, "dispatch")),
+                x(fw, rs, gathered, (ETP_EP_AXIS, last, False, "combine")),
+                x(bw, ag, gathered, (ETP_EP_AXIS, last, True, "dcombine")),
+                x(bw, rs, gathered, (ETP_EP_AXIS, first, False, "ddispatch")),
+            )
+        case FlexDispatcher():
+            if u * ep == 1:
+                return ()
+            copies = ex.tokens * u * distinct_destinations(ep, moe.top_k) * gamma
+            sent = math.ceil(copies) * h * e
+            return (
+                x(fw, a2a, sent, (ETP_EP_AXIS, first, True, "dispatch")),
+                x(fw, a2a, sent, (ETP_EP_AXIS, last, False, "combine")),
+                x(bw, a2a, sent, (ETP_EP_AXIS, last, True, "dcombine")),
+                x(bw, a2a, sent, (ETP_EP_AXIS, first, False, "ddispatch")),
+            )
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
 def boundary_collectives(
     model: TransformerModelSpec,
     micro_batch: int,
@@ -1071,9 +1609,36 @@ def boundary_collectives(
         return {}
     size = activation_bytes(model, micro_batch, cp)
     sp = sequence_parallel
+    attention_input: dict[SemanticOpName, tuple[BoundaryCollective, ...]]
+    match model.self_attention:
+        case StandardAttention():
+            attention_input = {
+                SemanticOpName.QKV_PROJECTION: _column_input_collectives(
+                    Boundary.ATTENTION_INPUT,
+                    SemanticOpName.QKV_PROJECTION,
+                    size,
+                    sequence_parallel=sp,
+                )
+            }
+        case MultiLatentAttention():
+            latent = size // model.hidden_size * mla_gathered_width(model)
+            attention_input = {
+                SemanticOpName.MLA_UP_PROJECTION: _column_input_collectives(
+                    Boundary.ATTENTION_INPUT,
+                    SemanticOpName.MLA_UP_PROJECTION,
+                    latent,
+                    sequence_parallel=sp,
+                )
+            }
+        case _ as unreachable:
+            assert_never(unreachable)
     return {
-        SemanticOpName.QKV_PROJECTION: _column_input_collectives(
-            Boundary.ATTENTION_INPUT, SemanticOpName.QKV_PROJECTION, size, sequence_parallel=sp
+        **attention_input,
+        SemanticOpName.SHARED_EXPERT_UP: _column_input_collectives(
+            Boundary.MLP_INPUT, SemanticOpName.SHARED_EXPERT_UP, size, sequence_parallel=sp
+        ),
+        SemanticOpName.SHARED_EXPERT_DOWN: _row_output_collectives(
+            Boundary.MLP_OUTPUT, SemanticOpName.SHARED_EXPERT_DOWN, size, sequence_parallel=sp
         ),
         SemanticOpName.OUTPUT_PROJECTION: _row_output_collectives(
             Boundary.ATTENTION_OUTPUT, SemanticOpName.OUTPUT_PROJECTION, size, sequence_parallel=sp
@@ -1184,10 +1749,18 @@ class LocalBlockPlan:
     attention: AttentionKernel
     recompute_modules: frozenset[RecomputeModule] = DEFAULT_RECOMPUTE_MODULES
     context: ContextParallel = field(default_factory=ContextParallel)
+    experts: ExpertParallel = field(default_factory=ExpertParallel)
 
     @property
     def cp(self) -> int:
         return self.context.degree
+
+    @property
+    def local_experts(self) -> ExpertDims | None:
+        """What one rank's MoE layer sees (None for a dense model)."""
+        if self.model.moe is None:
+            return None
+        return expert_dims(self.model, self.local, self.experts, tp=self.tp)
 
     @property
     def local(self) -> BlockDims:

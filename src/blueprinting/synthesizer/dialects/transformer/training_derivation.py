@@ -28,6 +28,7 @@ from blueprinting.mapping.transformer import (
     DataParallel,
     DualPipe,
     DualPipeV,
+    ExpertParallel,
     ForwardOnly,
     FullRecompute,
     InterleavedOneForwardOneBackward,
@@ -55,14 +56,16 @@ from blueprinting.synthesizer.stages.distributed.passes import (
 )
 
 
-def _divides(law: str, tp: int, name: str, value: int) -> LawViolation | None:
+def _divides(
+    law: str, tp: int, name: str, value: int, *, by: str = "tensor_degree"
+) -> LawViolation | None:
     if value % tp == 0:
         return None
     return LawViolation(
         law=law,
-        formula=f"{name} mod tensor_degree = 0",
-        values=((name, value), ("tensor_degree", tp)),
-        message=f"{name}={value} is not divisible by tensor_degree={tp}",
+        formula=f"{name} mod {by} = 0",
+        values=((name, value), (by, tp)),
+        message=f"{name}={value} is not divisible by {by}={tp}",
     )
 
 
@@ -86,6 +89,57 @@ def _block_laws(
     return [c for c in checks if c is not None]
 
 
+def _expert_block_laws(
+    model: TransformerModelSpec, experts: ExpertParallel, tp: int, sequence_parallel: bool
+) -> list[LawViolation]:
+    """What the MoE layer's local work needs (the full MoE law set is in mapping/laws.py):
+    E % ep == 0 and etp | F for integral local experts and widths, and sequence parallelism
+    when t > 1 (Megatron warns without it; the routed path here is modelled on the rank's
+    s/(t cp) tokens only)."""
+    moe = model.moe
+    if moe is None:
+        return []
+    checks = [
+        _divides(
+            "experts_divisible_by_ep",
+            experts.degree,
+            "num_experts",
+            moe.num_experts,
+            by="expert_model_parallel_size",
+        ),
+        _divides(
+            "etp_divides_expert_ffn",
+            experts.tensor_degree,
+            "moe_ffn_hidden_size",
+            moe.expert_ffn_hidden_size,
+            by="expert_tensor_parallel_size",
+        ),
+    ]
+    if moe.shared_expert_ffn_hidden_size:
+        checks.append(
+            _divides(
+                "tp_divides_shared_expert_ffn",
+                tp,
+                "moe_shared_expert_intermediate_size",
+                moe.shared_expert_ffn_hidden_size,
+            )
+        )
+    out = [c for c in checks if c is not None]
+    if tp > 1 and not sequence_parallel:
+        out.append(
+            LawViolation(
+                law="moe_tp_needs_sequence_parallel",
+                formula="MoE and t > 1 => sequence_parallel",
+                values=(("tensor_model_parallel_size", tp),),
+                message=(
+                    "MoE layers with tensor parallelism are modelled with sequence parallelism "
+                    "(Megatron-LM warns without it: model_parallel_config.py l.560-565)"
+                ),
+            )
+        )
+    return out
+
+
 def derive_block_plan(
     model: TransformerModelSpec, mapping: TransformerTrainingMappingSpec
 ) -> LocalBlockPlan:
@@ -97,6 +151,7 @@ def derive_block_plan(
             data=DataParallel(degree=dp),
             recompute=recompute,
             context=context,
+            experts=experts,
         ):
             # pp and dp do not change the local block: every stage and replica runs it
             del pp, dp
@@ -114,6 +169,7 @@ def derive_block_plan(
                         message="the cp exchanges are modelled for the fused attention kernel",
                     )
                 )
+            violations.extend(_expert_block_laws(model, experts, tp, sequence_parallel))
             if violations:
                 raise InvalidStrategyError(violations, subject=f"local TP block of {model.name}")
             return LocalBlockPlan(
@@ -125,6 +181,7 @@ def derive_block_plan(
                 strategy=str(mapping.parallelism),
                 attention=mapping.attention,
                 context=context,
+                experts=experts,
                 recompute_modules=(
                     recompute.modules
                     if isinstance(recompute, SelectiveRecompute)

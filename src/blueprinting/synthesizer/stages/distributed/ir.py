@@ -21,7 +21,9 @@ Reading the IR (the contract for the PortablePlanIR stage)::
                     # ir.mesh.size(a) is the group size
                 case _ as unreachable: assert_never(unreachable)
 
-``ir.block`` is the repeated transformer block; ``ir.first_stage`` (embedding) and
+``ir.block`` is the repeated transformer block (and ``ir.moe_block`` a MoE model's MoE layer,
+on a mesh with the expert axes ``ep``, ``etp`` and ``etp_ep``: its token dispatch and combine
+are ``CollectivePurpose.TOKEN_DISPATCH`` tasks over them); ``ir.first_stage`` (embedding) and
 ``ir.last_stage`` (final norm, LM head, cross-entropy) are added once to the first and the last
 pipeline stage. Phases: FORWARD, BACKWARD_ACTIVATION_GRAD, BACKWARD_WEIGHT_GRAD, RECOMPUTE; the
 RECOMPUTE tasks are the extra forward work recomputation adds before the backward pass (a
@@ -241,10 +243,14 @@ class DistributedTaskIR:
     block: TaskGroup
     first_stage: TaskGroup
     last_stage: TaskGroup
+    #: the MoE layer (routed experts and their token dispatch) of a MoE model; ``block`` is
+    #: then its dense layer (the first-k-dense layers, or those ``moe_layer_freq`` skips)
+    moe_block: TaskGroup | None = None
 
     @property
-    def groups(self) -> tuple[TaskGroup, TaskGroup, TaskGroup]:
-        return (self.block, self.first_stage, self.last_stage)
+    def groups(self) -> tuple[TaskGroup, ...]:
+        base = (self.block, self.first_stage, self.last_stage)
+        return base if self.moe_block is None else (*base, self.moe_block)
 
     @property
     def tp(self) -> int:

@@ -27,6 +27,9 @@ from blueprinting.synthesizer.dialects.transformer.training import (
     CP_A2A_AXIS,
     CP_AXIS,
     CP_P2P_AXIS,
+    EP_AXIS,
+    ETP_AXIS,
+    ETP_EP_AXIS,
     TP_AXIS,
     BoundaryCollective,
     CollectiveKind,
@@ -47,6 +50,7 @@ from blueprinting.synthesizer.dialects.transformer.training import (
     block_ops,
     boundary_collectives,
     context_exchanges,
+    expert_exchanges,
     first_stage_collectives,
     first_stage_ops,
     last_stage_collectives,
@@ -118,21 +122,19 @@ class _GroupBuilder:
         return task_id
 
     def exchange(self, x: ContextExchange, phase: Phase, deps: tuple[str | None, ...]) -> str:
-        task_id = self.fresh(f"{phase.short}.core_attention.{x.axis}.{x.kind}.{x.carries}")
+        task_id = self.fresh(f"{phase.short}.{x.op}.{x.axis}.{x.kind}.{x.carries}")
         source, target = _exchange_placements(x)
         self.tasks.append(
             CollectiveTask(
                 id=task_id,
                 phase=phase,
                 kind=x.kind,
-                purpose=CollectivePurpose.KV_EXCHANGE,
+                purpose=x.purpose,
                 bytes=x.bytes,
                 steps=x.steps,
                 axis=x.axis,
                 deps=_clean(deps),
-                lineage=Lineage(
-                    op=SemanticOpName.CORE_ATTENTION, shards=1, source=source, target=target
-                ),
+                lineage=Lineage(op=x.op, shards=1, source=source, target=target),
             )
         )
         return task_id
@@ -220,9 +222,11 @@ def _lower_group(
     g = _GroupBuilder(plan=plan)
 
     def around(op: SemanticOp, direction: Direction, before: bool) -> list[ContextExchange]:
-        if op.name is not SemanticOpName.CORE_ATTENTION:
-            return []
-        return [x for x in exchanges if x.direction is direction and x.before is before]
+        return [
+            x
+            for x in exchanges
+            if x.op is op.name and x.direction is direction and x.before is before
+        ]
 
     def of(
         op: SemanticOp, direction: Direction, purpose: CollectivePurpose
@@ -301,6 +305,14 @@ def _mesh_axes(plan: LocalBlockPlan) -> tuple[MeshAxis, ...]:
     """tp, then cp when cp > 1 (Megatron's rank order tp-cp-...), then the two levels of an
     a2a+p2p exchange (the a2a level on consecutive cp ranks, TE's ``cp_group[0]``)."""
     axes = [MeshAxis(name=TP_AXIS, size=plan.tp)]
+    experts = plan.local_experts
+    if experts is not None:
+        u, ep = experts.expert_tensor_degree, experts.expert_degree
+        axes += [
+            MeshAxis(name=name, size=size)
+            for name, size in ((ETP_AXIS, u), (EP_AXIS, ep), (ETP_EP_AXIS, u * ep))
+            if size > 1
+        ]
     if plan.cp > 1:
         axes.append(MeshAxis(name=CP_AXIS, size=plan.cp))
         communication = plan.context.communication
@@ -345,8 +357,25 @@ class LowerToDistributedTasks:
             last_stage_collectives(model, b, tp=tp, sequence_parallel=sp, cp=cp),
             lambda _: False,
         )
+        experts = plan.local_experts
+        moe_block = (
+            None
+            if experts is None
+            else _lower_group(
+                "moe_block",
+                plan,
+                block_ops(model, local, attention=plan.attention, experts=experts),
+                boundary_collectives(model, b, tp=tp, sequence_parallel=sp, cp=cp),
+                plan.recomputes,
+                exchanges=(
+                    *context_exchanges(model, local, plan.context),
+                    *expert_exchanges(model, experts, plan.experts.dispatcher),
+                ),
+            )
+        )
         ir = DistributedTaskIR(
             mesh=LogicalMesh(axes=_mesh_axes(plan)),
+            moe_block=moe_block,
             strategy=plan.strategy,
             model=model.name,
             micro_batch=b,

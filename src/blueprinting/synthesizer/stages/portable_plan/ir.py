@@ -45,6 +45,9 @@ class PhaseCost:
     overlap_compute_s: float = 0.0
     cp_comm_s: float = 0.0
     cp_comm_exposed_s: float = 0.0
+    #: a MoE layer's token dispatch and combine (expert-parallel all-to-alls / gathers)
+    ep_comm_s: float = 0.0
+    ep_comm_exposed_s: float = 0.0
 
     @property
     def comm_hidden_s(self) -> float:
@@ -52,7 +55,9 @@ class PhaseCost:
 
     @property
     def critical_path_s(self) -> float:
-        return self.compute_s + self.comm_exposed_s + self.cp_comm_exposed_s
+        return (
+            self.compute_s + self.comm_exposed_s + self.cp_comm_exposed_s + self.ep_comm_exposed_s
+        )
 
     def scaled(self, factor: int) -> PhaseCost:
         return PhaseCost(
@@ -64,6 +69,8 @@ class PhaseCost:
             overlap_compute_s=self.overlap_compute_s * factor,
             cp_comm_s=self.cp_comm_s * factor,
             cp_comm_exposed_s=self.cp_comm_exposed_s * factor,
+            ep_comm_s=self.ep_comm_s * factor,
+            ep_comm_exposed_s=self.ep_comm_exposed_s * factor,
         )
 
 
@@ -121,6 +128,9 @@ class StagePlan:
     recomputed_blocks_per_chunk: tuple[int, ...]
     has_embedding: bool
     has_lm_head: bool
+    #: how many of each chunk's blocks (and of its recomputed ones) are MoE layers (empty: none)
+    moe_blocks_per_chunk: tuple[int, ...] = ()
+    moe_recomputed_per_chunk: tuple[int, ...] = ()
 
     @property
     def blocks(self) -> int:
@@ -129,6 +139,28 @@ class StagePlan:
     @property
     def recomputed_blocks(self) -> int:
         return sum(self.recomputed_blocks_per_chunk)
+
+    @property
+    def moe_blocks(self) -> int:
+        return sum(self.moe_blocks_per_chunk)
+
+    @property
+    def moe_recomputed_blocks(self) -> int:
+        return sum(self.moe_recomputed_per_chunk)
+
+    @property
+    def dense_blocks(self) -> int:
+        return self.blocks - self.moe_blocks
+
+    @property
+    def dense_recomputed_blocks(self) -> int:
+        return self.recomputed_blocks - self.moe_recomputed_blocks
+
+    def chunk_moe(self, chunk: int) -> tuple[int, int]:
+        """(MoE blocks, recomputed MoE blocks) of virtual chunk ``chunk``."""
+        if not self.moe_blocks_per_chunk:
+            return 0, 0
+        return self.moe_blocks_per_chunk[chunk], self.moe_recomputed_per_chunk[chunk]
 
 
 @final
@@ -144,6 +176,8 @@ class PortablePlanIR:
     #: add on the embedding's / the loss's stage (``--first-last-layers-bf16``)
     first_layers: ExtraCost = NO_EXTRA
     last_layers: ExtraCost = NO_EXTRA
+    #: a MoE model's MoE layer (``block`` is then its dense layer)
+    moe_block: BlockCost | None = None
     p2p_forward_s: float
     p2p_backward_s: float
     p2p_bytes: int
@@ -170,6 +204,22 @@ class PortablePlanIR:
                 )
             ):
                 problems.append(f"stage {stage.index} recomputes blocks it does not hold")
+            if stage.moe_blocks_per_chunk and (
+                self.moe_block is None
+                or len(stage.moe_blocks_per_chunk) != len(stage.blocks_per_chunk)
+                or len(stage.moe_recomputed_per_chunk) != len(stage.blocks_per_chunk)
+                or any(
+                    not (0 <= mr <= m <= b and mr <= r)
+                    for b, r, m, mr in zip(
+                        stage.blocks_per_chunk,
+                        stage.recomputed_blocks_per_chunk,
+                        stage.moe_blocks_per_chunk,
+                        stage.moe_recomputed_per_chunk,
+                        strict=True,
+                    )
+                )
+            ):
+                problems.append(f"stage {stage.index} has MoE blocks it does not hold")
         times = (self.p2p_forward_s, self.p2p_backward_s)
         if any(t < 0 for t in times) or self.p2p_bytes < 0:
             problems.append("P2P time and size must be non-negative")
@@ -197,30 +247,55 @@ class PortablePlanIR:
     def total_blocks(self) -> int:
         return sum(stage.blocks for stage in self.stages)
 
+    def _moe(self) -> BlockCost:
+        return self.block if self.moe_block is None else self.moe_block
+
+    def chunk_forward_s(self, stage: StagePlan, chunk: int) -> float:
+        """Forward critical path of one virtual chunk's blocks (dense and MoE), P2P excluded."""
+        moe, _ = stage.chunk_moe(chunk)
+        dense = stage.blocks_per_chunk[chunk] - moe
+        return dense * self.block.forward_s + moe * self._moe().forward_s
+
+    def chunk_backward_s(self, stage: StagePlan, chunk: int) -> float:
+        """Backward (with recompute) critical path of one virtual chunk, P2P excluded."""
+        moe, moe_recomputed = stage.chunk_moe(chunk)
+        dense = stage.blocks_per_chunk[chunk] - moe
+        dense_recomputed = stage.recomputed_blocks_per_chunk[chunk] - moe_recomputed
+        other = self._moe()
+        return (
+            dense * self.block.backward_s
+            + moe * other.backward_s
+            + dense_recomputed * self.block.recompute.critical_path_s
+            + moe_recomputed * other.recompute.critical_path_s
+        )
+
     def forward_chunk_s(self) -> float:
         """T_forward_chunk: forward critical path of the largest virtual chunk, with its edge
         P2P send."""
-        return self.max_blocks_per_chunk * self.block.forward_s + self._p2p(self.p2p_forward_s)
+        longest = max(
+            self.chunk_forward_s(stage, c)
+            for stage in self.stages
+            for c in range(len(stage.blocks_per_chunk))
+        )
+        return longest + self._p2p(self.p2p_forward_s)
 
     def backward_chunk_s(self) -> float:
         """T_backward_chunk: backward (with recompute) of the largest virtual chunk, with its
         edge P2P."""
-        blocks, recomputed = max(
-            (b, r)
+        longest = max(
+            self.chunk_backward_s(stage, c)
             for stage in self.stages
-            for b, r in zip(stage.blocks_per_chunk, stage.recomputed_blocks_per_chunk, strict=True)
+            for c in range(len(stage.blocks_per_chunk))
         )
-        return (
-            blocks * self.block.backward_s
-            + recomputed * self.block.recompute.critical_path_s
-            + self._p2p(self.p2p_backward_s)
-        )
+        return longest + self._p2p(self.p2p_backward_s)
 
     def stage_microbatch_compute_s(self, stage: StagePlan) -> float:
         """Forward + backward (+ recompute) critical path of one microbatch on ``stage``,
         extras included, P2P excluded."""
-        work = stage.blocks * (self.block.forward_s + self.block.backward_s)
-        work += stage.recomputed_blocks * self.block.recompute.critical_path_s
+        work = sum(
+            self.chunk_forward_s(stage, c) + self.chunk_backward_s(stage, c)
+            for c in range(len(stage.blocks_per_chunk))
+        )
         if stage.has_embedding:
             work += self.embedding.total_s + self.first_layers.total_s
         if stage.has_lm_head:

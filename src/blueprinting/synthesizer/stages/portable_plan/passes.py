@@ -29,10 +29,14 @@ edge in forward and once in backward, on the PP group's link.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar, assert_never, final
 
-from blueprinting.analysis.stage_layout import chunk_layer_counts, fully_recomputed_blocks
+from blueprinting.analysis.stage_layout import (
+    chunk_layer_counts,
+    chunk_layer_starts,
+    fully_recomputed_blocks,
+)
 from blueprinting.errors import UnsupportedError
 from blueprinting.hardware.collectives import CollectiveKind as LinkCollective
 from blueprinting.hardware.efficiency import GemmShape as HardwareGemmShape
@@ -55,12 +59,16 @@ from blueprinting.mapping.transformer import (
     TpCommOverlap,
     TrainingSpec,
     UserbufferOverlap,
+    dispatcher_overlaps,
     loss_stage,
 )
 from blueprinting.synthesizer.dialects.transformer.training import (
     CP_A2A_AXIS,
     CP_AXIS,
     CP_P2P_AXIS,
+    EP_AXIS,
+    ETP_AXIS,
+    ETP_EP_AXIS,
     TP_AXIS,
     AttentionShape,
     CollectiveKind,
@@ -171,6 +179,7 @@ class TaskGroupCosts:
     block: BlockCost
     embedding: ExtraCost
     lm_head: ExtraCost
+    moe_block: BlockCost | None = None
 
 
 def cost_task_groups(
@@ -181,45 +190,60 @@ def cost_task_groups(
     overlap: TpCommOverlap | None = None,
     *,
     cp_groups: Mapping[str, CommGroup] | None = None,
+    ep_groups: Mapping[str, CommGroup] | None = None,
+    dispatch_overlap: bool = False,
 ) -> TaskGroupCosts:
-    """Time every task of the IR's three groups and sum them per phase (module docstring);
-    ``overlap`` is the strategy's userbuffer overlap (None: none); ``cp_groups`` the
-    communicator of each cp mesh axis (:func:`context_groups`)."""
+    """Time every task of the IR's groups and sum them per phase (module docstring);
+    ``overlap`` is the strategy's userbuffer overlap (None: none); ``cp_groups`` /
+    ``ep_groups`` the communicator of each cp / expert mesh axis (:func:`context_groups`,
+    :func:`expert_groups`); ``dispatch_overlap``: ``--overlap-moe-expert-parallel-comm``
+    (:func:`_overlapped_dispatch`)."""
     groups = {} if cp_groups is None else dict(cp_groups)
+    experts = {} if ep_groups is None else dict(ep_groups)
 
     def phase(group: TaskGroup, *phases: Phase) -> PhaseCost:
-        return _phase_cost(group, phases, system, tp_group, precision, cp_groups=groups)
-
-    backward = (Phase.BACKWARD_ACTIVATION_GRAD, Phase.BACKWARD_WEIGHT_GRAD)
-    ub = _userbuffer_overlap(
-        ir.block, system, tp_group, precision, NoTpCommOverlap() if overlap is None else overlap
-    )
-    hidden_activation, hidden_weight = (
-        _async_backward_overlap(ir.block, system, tp_group, precision, ub.handled)
-        if system.async_tp_backward_comm
-        else (0.0, 0.0)
-    )
-
-    def block_phase(one: Phase, async_hidden: float = 0.0) -> PhaseCost:
-        return _hide(
-            phase(ir.block, one),
-            async_hidden + ub.hidden_s.get(one, 0.0),
-            ub.compute_delta_s.get(one, 0.0),
+        return _phase_cost(
+            group, phases, system, tp_group, precision, cp_groups=groups, ep_groups=experts
         )
 
-    return TaskGroupCosts(
-        block=BlockCost(
+    backward = (Phase.BACKWARD_ACTIVATION_GRAD, Phase.BACKWARD_WEIGHT_GRAD)
+
+    def block_cost(group: TaskGroup) -> BlockCost:
+        ub = _userbuffer_overlap(
+            group, system, tp_group, precision, NoTpCommOverlap() if overlap is None else overlap
+        )
+        hidden_activation, hidden_weight = (
+            _async_backward_overlap(group, system, tp_group, precision, ub.handled)
+            if system.async_tp_backward_comm
+            else (0.0, 0.0)
+        )
+
+        def block_phase(one: Phase, async_hidden: float = 0.0) -> PhaseCost:
+            return _hide(
+                phase(group, one),
+                async_hidden + ub.hidden_s.get(one, 0.0),
+                ub.compute_delta_s.get(one, 0.0),
+            )
+
+        return BlockCost(
             forward=block_phase(Phase.FORWARD),
             backward_activation=block_phase(Phase.BACKWARD_ACTIVATION_GRAD, hidden_activation),
             backward_weight=block_phase(Phase.BACKWARD_WEIGHT_GRAD, hidden_weight),
             recompute=block_phase(Phase.RECOMPUTE),
-        ),
+        )
+
+    moe_block = None if ir.moe_block is None else block_cost(ir.moe_block)
+    if moe_block is not None and dispatch_overlap:
+        moe_block = _overlapped_dispatch(moe_block)
+    return TaskGroupCosts(
+        block=block_cost(ir.block),
         embedding=ExtraCost(
             forward=phase(ir.first_stage, Phase.FORWARD), backward=phase(ir.first_stage, *backward)
         ),
         lm_head=ExtraCost(
             forward=phase(ir.last_stage, Phase.FORWARD), backward=phase(ir.last_stage, *backward)
         ),
+        moe_block=moe_block,
     )
 
 
@@ -235,6 +259,8 @@ def _phase_delta(high: PhaseCost, low: PhaseCost, times: int) -> PhaseCost:
         overlap_compute_s=times * (high.overlap_compute_s - low.overlap_compute_s),
         cp_comm_s=times * (high.cp_comm_s - low.cp_comm_s),
         cp_comm_exposed_s=times * (high.cp_comm_exposed_s - low.cp_comm_exposed_s),
+        ep_comm_s=times * (high.ep_comm_s - low.ep_comm_s),
+        ep_comm_exposed_s=times * (high.ep_comm_exposed_s - low.ep_comm_exposed_s),
     )
 
 
@@ -248,6 +274,8 @@ def _sum_phases(*phases: PhaseCost) -> PhaseCost:
         overlap_compute_s=sum(ph.overlap_compute_s for ph in phases),
         cp_comm_s=sum(ph.cp_comm_s for ph in phases),
         cp_comm_exposed_s=sum(ph.cp_comm_exposed_s for ph in phases),
+        ep_comm_s=sum(ph.ep_comm_s for ph in phases),
+        ep_comm_exposed_s=sum(ph.ep_comm_exposed_s for ph in phases),
     )
 
 
@@ -306,21 +334,37 @@ def assemble_plan(
     ``base``: the block at the base precision, for the layers a recipe keeps there."""
     p2p_bytes, p2p_s = p2p_message(ctx)
     first_layers, last_layers = high_precision_layer_extras(costs, base, ctx)
-    counts = chunk_layer_counts(ctx.spec.model, ctx.spec.mapping.parallelism.pipeline)
-    stages = tuple(
-        StagePlan(
+    model, pipeline = ctx.spec.model, ctx.spec.mapping.parallelism.pipeline
+    counts = chunk_layer_counts(model, pipeline)
+    starts = chunk_layer_starts(model, pipeline)
+
+    def moe_in(start: int, count: int) -> int:
+        return sum(1 for layer in range(start, start + count) if model.is_moe_layer(layer))
+
+    def stage_plan(index: int, per_chunk: tuple[int, ...]) -> StagePlan:
+        recomputed = tuple(recomputed_blocks(ctx.spec, blocks) for blocks in per_chunk)
+        moe: tuple[int, ...] = ()
+        moe_recomputed: tuple[int, ...] = ()
+        if model.moe is not None:
+            # recompute re-runs the first r blocks of a chunk (all of them but under
+            # recompute_method=block, fully_recomputed_blocks)
+            moe = tuple(moe_in(a, n) for a, n in zip(starts[index], per_chunk, strict=True))
+            moe_recomputed = tuple(
+                moe_in(a, r) for a, r in zip(starts[index], recomputed, strict=True)
+            )
+        return StagePlan(
             index=index,
             blocks_per_chunk=per_chunk,
-            recomputed_blocks_per_chunk=tuple(
-                recomputed_blocks(ctx.spec, blocks) for blocks in per_chunk
-            ),
+            recomputed_blocks_per_chunk=recomputed,
             has_embedding=index == 0,
-            has_lm_head=index
-            == loss_stage(ctx.spec.mapping.parallelism.pipeline.schedule, len(counts)),
+            has_lm_head=index == loss_stage(pipeline.schedule, len(counts)),
+            moe_blocks_per_chunk=moe,
+            moe_recomputed_per_chunk=moe_recomputed,
         )
-        for index, per_chunk in enumerate(counts)
-    )
+
+    stages = tuple(stage_plan(index, per_chunk) for index, per_chunk in enumerate(counts))
     return PortablePlanIR(
+        moe_block=costs.moe_block,
         block=costs.block,
         embedding=costs.embedding,
         lm_head=costs.lm_head,
@@ -349,6 +393,10 @@ class CostDistributedTasks:
                 OpPrecision(datatype=ctx.spec.model.datatype, recipe=recipe),
                 ctx.spec.mapping.tp_comm_overlap,
                 cp_groups=ctx.context_groups(),
+                ep_groups=expert_groups(ctx.spec, ctx.system),
+                dispatch_overlap=dispatcher_overlaps(
+                    ctx.spec.mapping.parallelism.experts.dispatcher
+                ),
             )
 
         precision = ctx.spec.mapping.precision
@@ -364,8 +412,10 @@ def _phase_cost(
     precision: OpPrecision,
     *,
     cp_groups: Mapping[str, CommGroup],
+    ep_groups: Mapping[str, CommGroup] | None = None,
 ) -> PhaseCost:
-    compute_s = comm_s = cp_s = cp_exposed_s = 0.0
+    experts = {} if ep_groups is None else ep_groups
+    compute_s = comm_s = cp_s = cp_exposed_s = ep_s = 0.0
     flops = moved = 0
     attention_s: dict[Phase, float] = {}
     for task in group.tasks:
@@ -383,6 +433,8 @@ def _phase_cost(
                 compute_s += _compute_time(task, system, precision)
                 flops += task.flops
                 moved += task.bytes_read + task.bytes_written
+            case CollectiveTask(axis=axis) if axis in experts:
+                ep_s += _dispatch_time(task, system, experts[axis])
             case CollectiveTask(axis=axis) if axis in cp_groups:
                 link, exposed = _exchange_time(
                     task, system, cp_groups[axis], attention_s.get(task.phase, 0.0)
@@ -403,6 +455,51 @@ def _phase_cost(
         bytes_moved=moved,
         cp_comm_s=cp_s,
         cp_comm_exposed_s=cp_exposed_s,
+        ep_comm_s=ep_s,
+        ep_comm_exposed_s=ep_s,
+    )
+
+
+def _dispatch_time(task: CollectiveTask, system: SystemSpec, group: CommGroup) -> float:
+    """A MoE layer's dispatch / combine: all-to-alls with the hierarchical cost
+    (:meth:`SystemSpec.all_to_all_time`), the etp / etp x ep gathers on the ring model."""
+    if task.kind is CollectiveKind.ALL_TO_ALL:
+        return system.all_to_all_time(task.bytes, group)
+    return system.collective_time(LinkCollective(task.kind.value), task.bytes, group)
+
+
+def expert_groups(spec: TrainingSpec, system: SystemSpec) -> dict[str, CommGroup]:
+    """The communicator of each expert mesh axis (none for a dense model): etp, ep and etp x ep
+    on the expert grid's strides (:meth:`SystemSpec.strided_group`)."""
+    mapping = spec.mapping
+    if spec.model.moe is None:
+        return {}
+    u, e, world = mapping.expert_tensor_degree, mapping.expert_degree, mapping.world_size
+    return {
+        ETP_AXIS: system.strided_group(size=u, stride=1, world=world, like=ParallelDim.TENSOR),
+        EP_AXIS: system.strided_group(size=e, stride=u, world=world, like=ParallelDim.DATA),
+        ETP_EP_AXIS: system.strided_group(size=u * e, stride=1, world=world, like=ParallelDim.DATA),
+    }
+
+
+def _overlapped_dispatch(block: BlockCost) -> BlockCost:
+    """``--overlap-moe-expert-parallel-comm`` (Megatron-Core ``combined_1f1b.py``): one
+    micro-batch's forward and another's backward are co-scheduled layer by layer, so the
+    forward's dispatch and combine hide under the backward's compute and the backward's under
+    the forward's: exposed ``max(0, ep_fw - compute_bw)`` and ``max(0, ep_bw - compute_fw)``
+    (steady state; the first forward and the last backward, which have no partner, are not
+    singled out)."""
+    fw, agrad, wgrad = block.forward, block.backward_activation, block.backward_weight
+    backward_compute = agrad.compute_s + wgrad.compute_s
+    bw_ep = agrad.ep_comm_exposed_s + wgrad.ep_comm_exposed_s
+    fw_exposed = max(0.0, fw.ep_comm_exposed_s - backward_compute)
+    bw_exposed = max(0.0, bw_ep - fw.compute_s)
+    share = agrad.ep_comm_exposed_s / bw_ep if bw_ep > 0 else 1.0
+    return BlockCost(
+        forward=replace(fw, ep_comm_exposed_s=fw_exposed),
+        backward_activation=replace(agrad, ep_comm_exposed_s=bw_exposed * share),
+        backward_weight=replace(wgrad, ep_comm_exposed_s=bw_exposed * (1.0 - share)),
+        recompute=block.recompute,
     )
 
 
@@ -662,6 +759,8 @@ def _hide(phase: PhaseCost, hidden_s: float, compute_delta_s: float = 0.0) -> Ph
         overlap_compute_s=compute_delta_s,
         cp_comm_s=phase.cp_comm_s,
         cp_comm_exposed_s=phase.cp_comm_exposed_s,
+        ep_comm_s=phase.ep_comm_s,
+        ep_comm_exposed_s=phase.ep_comm_exposed_s,
     )
 
 
