@@ -72,7 +72,7 @@ from blueprinting.analysis.precision_memory import (
     te_linear_weights_per_rank,
     weight_extra_bytes,
 )
-from blueprinting.analysis.stage_layout import chunk_layer_counts
+from blueprinting.analysis.stage_layout import chunk_layer_counts, chunk_layer_starts
 
 if TYPE_CHECKING:
     import numpy as np
@@ -83,8 +83,10 @@ from blueprinting.mapping.model import (
     Datatype,
     EmbeddingTying,
     MlpActivation,
+    MultiLatentAttention,
     Normalization,
     PositionEmbedding,
+    StandardAttention,
     TransformerModelSpec,
 )
 from blueprinting.mapping.transformer import (
@@ -94,6 +96,7 @@ from blueprinting.mapping.transformer import (
     DistributedOptimizer,
     DualPipe,
     DualPipeV,
+    ExpertParallel,
     ForwardOnly,
     FullRecompute,
     FusedAttention,
@@ -103,6 +106,7 @@ from blueprinting.mapping.transformer import (
     NoOptimizerSharding,
     NoRecompute,
     OneForwardOneBackward,
+    OptimizerSharding,
     PipelineSchedule,
     RecomputeMethod,
     RecomputeModule,
@@ -118,7 +122,11 @@ from blueprinting.mapping.transformer import (
     model_copies,
 )
 from blueprinting.synthesizer.dialects.transformer.inference import kv_groups_per_rank
-from blueprinting.synthesizer.dialects.transformer.training import SOFTMAX_STATISTIC_BYTES
+from blueprinting.synthesizer.dialects.transformer.training import (
+    SOFTMAX_STATISTIC_BYTES,
+    mla_gathered_width,
+    received_rows,
+)
 
 TOKEN_ID_BYTES = 8
 """Megatron-LM feeds int64 token ids to the embedding."""
@@ -224,19 +232,79 @@ def _kv_width_per_rank(model: TransformerModelSpec, tensor_degree: int) -> int:
     return model.kv_channels * kv_groups_per_rank(model, tensor_degree)
 
 
-def block_parameters_per_rank(model: TransformerModelSpec, tensor_degree: int) -> int:
-    """Parameters of one block on one TP rank (Shoeybi et al. 2019, Section 3: column-parallel
-    QKV and MLP-up, row-parallel output projection and MLP-down). Equals
-    ``model.block_parameters`` for t = 1."""
+def attention_parameters_per_rank(model: TransformerModelSpec, tensor_degree: int) -> int:
+    """Self-attention parameters on one TP rank, norms of Q/K and latents included. MHA / GQA:
+    column-parallel QKV, row-parallel output (Shoeybi et al. 2019, Section 3). MLA
+    (Megatron-Core ``multi_latent_attention.py``): the down projections and latent norms are
+    whole on every rank, the up projections column-parallel, the output row-parallel."""
     t = tensor_degree
     h = model.hidden_size
-    q = _ceil_div(model.query_projection_size, t)
-    kv = _kv_width_per_rank(model, t)
-    up = _ceil_div(model.mlp_up_width, t)
-    f = _ceil_div(model.ffn_hidden_size, t)
-    weights = h * (q + 2 * kv) + q * h + h * up + f * h
-    biases = (q + 2 * kv) + up + 2 * h if model.add_bias_linear else 0
-    return weights + biases + 2 * model.norm_parameters
+    match model.self_attention:
+        case StandardAttention():
+            q = _ceil_div(model.query_projection_size, t)
+            kv = _kv_width_per_rank(model, t)
+            params = h * (q + 2 * kv) + q * h
+            if model.add_bias_linear:
+                params += (q + 2 * kv) + h
+            if model.qk_layernorm:
+                params += 2 * model.norm_of(model.kv_channels)
+            return params
+        case MultiLatentAttention() as mla:
+            heads = _ceil_div(model.num_attention_heads, t)
+            q_lora = mla.q_lora_rank
+            down = h * ((q_lora or 0) + mla.kv_lora_rank + mla.qk_pos_emb_head_dim)
+            norms = model.norm_of(mla.kv_lora_rank) + (
+                0 if q_lora is None else model.norm_of(q_lora)
+            )
+            q_up = (h if q_lora is None else q_lora) * heads * mla.qk_dim
+            kv_up = mla.kv_lora_rank * heads * (mla.qk_head_dim + mla.v_head_dim)
+            out = heads * mla.v_head_dim * h
+            return down + norms + q_up + kv_up + out + (h if model.add_bias_linear else 0)
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def mlp_parameters_per_rank(model: TransformerModelSpec, ffn: int, tensor_degree: int) -> int:
+    """A TP-sharded MLP of width ``ffn``: column-parallel up, row-parallel down, biases."""
+    h = model.hidden_size
+    f = _ceil_div(ffn, tensor_degree)
+    up = 2 * f if model.activation is MlpActivation.SWIGLU else f
+    return h * up + f * h + ((up + h) if model.add_bias_linear else 0)
+
+
+def block_parameters_per_rank(model: TransformerModelSpec, tensor_degree: int) -> int:
+    """Parameters of one dense block on one TP rank (attention, MLP, two norms). Equals
+    ``model.block_parameters`` for t = 1."""
+    return (
+        attention_parameters_per_rank(model, tensor_degree)
+        + mlp_parameters_per_rank(model, model.ffn_hidden_size, tensor_degree)
+        + 2 * model.norm_parameters
+    )
+
+
+def moe_block_parameters_per_rank(
+    model: TransformerModelSpec, tensor_degree: int, experts: ExpertParallel
+) -> tuple[int, int]:
+    """(dense part, routed-expert part) of one MoE block on one rank: attention, shared
+    experts (on the dense TP group), the replicated router and the norms; the routed experts
+    split over etp x ep (Megatron-LM ``theoretical_memory_usage.py`` l.198-306 @d98e8a64's
+    three buckets). (0, 0) for a dense model."""
+    moe = model.moe
+    if moe is None:
+        return 0, 0
+    shared = (
+        mlp_parameters_per_rank(model, moe.shared_expert_ffn_hidden_size, tensor_degree)
+        if moe.shared_expert_ffn_hidden_size
+        else 0
+    )
+    dense = (
+        attention_parameters_per_rank(model, tensor_degree)
+        + shared
+        + model.router_parameters
+        + 2 * model.norm_parameters
+    )
+    routed = _ceil_div(model.routed_expert_parameters, experts.tensor_degree * experts.degree)
+    return dense, routed
 
 
 @final
@@ -250,21 +318,42 @@ class StageParameters:
     embedding: int
     output_layer: int
     final_norm: int
+    #: of ``blocks``, the MoE ones, each holding ``moe_dense_parameters`` (attention, shared
+    #: experts, router, norms) and ``expert_parameters`` (its routed experts' share)
+    moe_blocks: int = 0
+    moe_dense_parameters: int = 0
+    expert_parameters: int = 0
+    #: the multi-token-prediction depths on the loss stage: dense and routed-expert parts
+    mtp_dense: int = 0
+    mtp_expert: int = 0
+
+    @property
+    def expert_total(self) -> int:
+        """Routed-expert parameters: reduced and sharded over expert-dp, not d x cp."""
+        return self.moe_blocks * self.expert_parameters + self.mtp_expert
+
+    @property
+    def dense_total(self) -> int:
+        """Everything else: reduced and sharded over d x cp."""
+        return (
+            (self.blocks - self.moe_blocks) * self.block_parameters
+            + self.moe_blocks * self.moe_dense_parameters
+            + self.mtp_dense
+            + self.embedding
+            + self.output_layer
+            + self.final_norm
+        )
 
     @property
     def total(self) -> int:
-        return (
-            self.blocks * self.block_parameters
-            + self.embedding
-            + self.output_layer
-            + (self.final_norm)
-        )
+        return self.dense_total + self.expert_total
 
     @property
     def largest_unit(self) -> int:
         """The largest FSDP unit on the stage (a block, the embedding or the LM head)."""
-        block = self.block_parameters if self.blocks else 0
-        return max(block, self.embedding, self.output_layer)
+        block = self.block_parameters if self.blocks > self.moe_blocks else 0
+        moe = self.moe_dense_parameters + self.expert_parameters if self.moe_blocks else 0
+        return max(block, moe, self.embedding, self.output_layer)
 
 
 def stage_parameters(
@@ -281,7 +370,7 @@ def _stage_parameters(
     inv: _StageInvariants,
 ) -> StageParameters:
     _check_stage(stage, mapping.pipeline_degree)
-    return stage_parameter_counts(
+    counts = stage_parameter_counts(
         model,
         tensor_degree=mapping.tensor_degree,
         pipeline_degree=mapping.pipeline_degree,
@@ -289,6 +378,27 @@ def _stage_parameters(
         blocks=sum(inv.chunks[stage]),
         block_parameters=inv.block_parameters,
         loss_at=loss_stage(mapping.parallelism.pipeline.schedule, mapping.pipeline_degree),
+    )
+    if model.moe is None:
+        return counts
+    dense, routed = inv.moe_parameters
+    mtp_dense = mtp_expert = 0
+    if model.mtp_num_layers and counts.output_layer + counts.final_norm > 0:
+        # MTP depths sit on the loss stage (Megatron-LM's default placement); each has the
+        # last decoder layer's kind, an eh_proj (2h -> h, column-parallel) and three norms
+        last_moe = model.is_moe_layer(model.num_layers - 1)
+        h, t = model.hidden_size, mapping.tensor_degree
+        extra = 2 * h * _ceil_div(h, t) + 3 * model.norm_parameters
+        layer = dense if last_moe else inv.block_parameters
+        mtp_dense = model.mtp_num_layers * (layer + extra)
+        mtp_expert = model.mtp_num_layers * (routed if last_moe else 0)
+    return replace(
+        counts,
+        moe_blocks=sum(inv.moe_chunks[stage]),
+        moe_dense_parameters=dense,
+        expert_parameters=routed,
+        mtp_dense=mtp_dense,
+        mtp_expert=mtp_expert,
     )
 
 
@@ -397,18 +507,71 @@ def layer_activation_bytes(
     h = model.hidden_size
     x = activation_bytes
     rows = _ceil_div(s, t) if sequence_parallel else s
-    q = _ceil_div(model.query_projection_size, t)
-    kv = _kv_width_per_rank(model, t)
     up = _ceil_div(model.mlp_up_width, t)
     f = _ceil_div(model.ffn_hidden_size, t)
     norm_inputs = rows * (2 * x * h + 2 * DROPOUT_MASK_BYTES * h)  # with the dropout masks
     norm_outputs = 0 if RecomputeModule.LAYERNORM in recomputed else rows * 2 * x * h
-    attention_split = s * x * (2 * q + 2 * kv)
+    attention_split = 0
+    match model.self_attention:
+        case StandardAttention():
+            q = _ceil_div(model.query_projection_size, t)
+            kv = _kv_width_per_rank(model, t)
+            attention_split = s * x * (2 * q + 2 * kv)
+        case MultiLatentAttention() as mla:
+            # Q, K (nope + rope), V and the core output per head, plus the latents: the
+            # up projections' gathered input and the latent norms' input
+            heads = _ceil_div(model.num_attention_heads, t)
+            latent = (mla.q_lora_rank or 0) + mla.kv_lora_rank
+            attention_split = s * x * heads * (2 * mla.qk_dim + 2 * mla.v_head_dim)
+            attention_split += s * x * mla_gathered_width(model) + rows * x * latent
+        case _ as unreachable:
+            assert_never(unreachable)
     mlp_split = 0 if RecomputeModule.MLP in recomputed else s * x * (up + f)
     core = 0
     if RecomputeModule.CORE_ATTN not in recomputed:
         core = attention_core_bytes(model, tensor_degree=t, attention=attention, activation_bytes=x)
     return micro_batch * (norm_inputs + norm_outputs + attention_split + mlp_split + core)
+
+
+#: Per (token, expert) bytes a MoE layer keeps from its router: the scores / probabilities
+#: and the fused permutation's int64 row map (shared reference sections 2.8 and 7: ``T E 10``).
+ROUTER_BYTES_PER_SCORE = 10
+
+
+def moe_ffn_activation_bytes(
+    model: TransformerModelSpec,
+    *,
+    micro_batch: int,
+    tensor_degree: int,
+    sequence_parallel: bool,
+    experts: ExpertParallel,
+    activation_bytes: int,
+) -> int:
+    """Bytes a MoE layer's feed-forward stores for its backward on one rank for one
+    micro-batch (shared reference section 2.8, after Megatron-LM PR 6782's reasoning: EP does
+    not divide activations, the rank keeps the rows its experts received): router ``T E 10``,
+    the FC1 input ``R' h x``, the FC1 output ``R' up x`` and the activation output
+    ``R' F' x`` with ``R'`` the received rows (``k T etp (1 + gamma)``) and ``F' = F/etp``; the
+    shared experts' gathered input (t > 1), FC1 output and activation output. ``model`` is the
+    cp rank's sequence (:func:`local_sequence_model`). The unpermute's input is not kept
+    (Megatron-Core v0.13 moved the probability multiply into the activation)."""
+    moe = model.moe
+    assert moe is not None
+    t, x = tensor_degree, activation_bytes
+    s, h = model.seq_length, model.hidden_size
+    tokens = micro_batch * (_ceil_div(s, t) if sequence_parallel else s)
+    u = experts.tensor_degree
+    received = received_rows(moe, moe.top_k * tokens * u)
+    f = moe.expert_ffn_hidden_size // u
+    up = 2 * f if model.activation is MlpActivation.SWIGLU else f
+    routed = tokens * moe.num_experts * ROUTER_BYTES_PER_SCORE + received * x * (h + up + f)
+    shared = 0
+    if moe.shared_expert_ffn_hidden_size:
+        m = micro_batch * s
+        fs = _ceil_div(moe.shared_expert_ffn_hidden_size, t)
+        ups = 2 * fs if model.activation is MlpActivation.SWIGLU else fs
+        shared = (m * h * x if t > 1 else 0) + m * x * (ups + fs)
+    return routed + shared
 
 
 def attention_core_bytes(
@@ -630,21 +793,27 @@ def _stage_activations(
         microbatches=mapping.microbatch_count,
     )
     chunks = inv.chunks[stage]
+    moe_chunks = inv.moe_chunks[stage]
     checkpoint = inv.checkpoint
     pairs = tuple(zip(in_flight, chunks, strict=True))
+    # a MoE layer stores more than a dense one: its excess over the dense layer, per chunk
+    moe_pairs = tuple(zip(in_flight, moe_chunks, strict=True))
     stored: int
     working = 0
     recompute = mapping.parallelism.recompute
     match recompute:
         case NoRecompute():
             stored = sum(count * layers for count, layers in pairs) * inv.layer_full
+            stored += sum(c * n for c, n in moe_pairs) * (inv.moe_layer_full - inv.layer_full)
         case SelectiveRecompute():
             kept = inv.layer_kept
             stored = sum(count * layers for count, layers in pairs) * kept
+            stored += sum(c * n for c, n in moe_pairs) * (inv.moe_layer_kept - kept)
             # The recomputed attention core of the block in backward (its s x s tensors).
             working = inv.layer_full - kept if max(chunks) > 0 else 0
         case FullRecompute(method=method, num_layers=n):
-            full = inv.layer_full
+            # a recomputed group's working set: MoE layers' when the stage has any
+            full = inv.moe_layer_full if any(moe_chunks) else inv.layer_full
             # A recomputed group's first input is its checkpoint, already counted as stored.
             match method:
                 case RecomputeMethod.UNIFORM:
@@ -694,6 +863,12 @@ class _StageInvariants:
     block_parameters: int
     layer_full: int
     layer_kept: int
+    #: MoE layers per chunk (zeros for a dense model), a MoE block's (dense, routed-expert)
+    #: parameters per rank, and what a MoE layer stores (all / with the selective modules)
+    moe_chunks: tuple[tuple[int, ...], ...]
+    moe_parameters: tuple[int, int]
+    moe_layer_full: int
+    moe_layer_kept: int
     checkpoint: int
     backward_working: int
     logits_transient: int
@@ -728,12 +903,41 @@ class _StageInvariants:
                 activation_bytes=x,
             )
 
+        experts = mapping.parallelism.experts
+        pipeline = mapping.parallelism.pipeline
+        chunks = chunk_layer_counts(model, pipeline)
+        moe_chunks = tuple(tuple(0 for _ in row) for row in chunks)
+        moe_full = moe_kept = 0
+        if model.moe is not None:
+            starts = chunk_layer_starts(model, pipeline)
+            moe_chunks = tuple(
+                tuple(
+                    sum(1 for i in range(a, a + n) if model.is_moe_layer(i))
+                    for a, n in zip(row_starts, row, strict=True)
+                )
+                for row_starts, row in zip(starts, chunks, strict=True)
+            )
+            ffn = moe_ffn_activation_bytes(
+                model,
+                micro_batch=b,
+                tensor_degree=t,
+                sequence_parallel=sp,
+                experts=experts,
+                activation_bytes=x,
+            )
+            # the MoE layer's attention and norms as a dense layer's, its MLP replaced
+            moe_full = layer(recomputed=frozenset({RecomputeModule.MLP})) + ffn
+            moe_kept = layer(recomputed=modules | {RecomputeModule.MLP}) + ffn
         return cls(
             recipe=recipe,
-            chunks=chunk_layer_counts(model, mapping.parallelism.pipeline),
+            chunks=chunks,
             block_parameters=block_parameters_per_rank(model, t),
             layer_full=layer(recomputed=frozenset()),
             layer_kept=layer(recomputed=modules),
+            moe_chunks=moe_chunks,
+            moe_parameters=moe_block_parameters_per_rank(model, t, experts),
+            moe_layer_full=moe_full,
+            moe_layer_kept=moe_kept,
             checkpoint=checkpoint_bytes(
                 model, micro_batch=b, tensor_degree=t, sequence_parallel=sp, activation_bytes=x
             ),
@@ -970,10 +1174,21 @@ class MemoryBreakdown:
     headroom: int
     stage: int = 0
     peak: MemoryPeak = MemoryPeak.STORED
+    #: the routed experts' share of weights, gradients and optimizer states (0: dense model);
+    #: the rest is the dense part (attention, dense MLPs, shared experts, router, embeddings)
+    expert_weights: int = 0
+    expert_gradients: int = 0
+    expert_optimizer_states: int = 0
 
     def __post_init__(self) -> None:
         parts = (self.weights, self.gradients, self.optimizer_states, self.activations, self.other)
         problems = []
+        if not (
+            0 <= self.expert_weights <= self.weights
+            and 0 <= self.expert_gradients <= self.gradients
+            and 0 <= self.expert_optimizer_states <= self.optimizer_states
+        ):
+            problems.append("the expert parts exceed their categories")
         if self.total != sum(parts):
             problems.append(f"total {self.total} is not the sum of its categories {sum(parts)}")
         if self.allocated_peak != self.total + self.transient + self.workspace:
@@ -1028,8 +1243,11 @@ def assemble_breakdown(
     overheads: StageOverheads,
     capacity: int,
     stage: int,
+    expert: tuple[int, int, int] = (0, 0, 0),
 ) -> MemoryBreakdown:
-    """The one composition of the parts into the peaks (the plan and the search both use it)."""
+    """The one composition of the parts into the peaks (the plan and the search both use it);
+    ``expert``: the routed experts' (weights, gradients, optimizer states) within the first
+    three."""
     total = weights + gradients + optimizer_states + activations + other
     allocated, allocator_reserved, reserved = peak_bytes(
         total=total,
@@ -1059,6 +1277,9 @@ def assemble_breakdown(
         headroom=capacity - reserved,
         stage=stage,
         peak=overheads.peak,
+        expert_weights=expert[0],
+        expert_gradients=expert[1],
+        expert_optimizer_states=expert[2],
     )
 
 
@@ -1134,32 +1355,47 @@ def _stage_memory(
 ) -> MemoryBreakdown:
     recipe = inv.recipe
     params = _stage_parameters(model, mapping, stage, inv)
-    count = params.total
+    count, experts = params.dense_total, params.expert_total
     if model_copies(mapping.parallelism.pipeline.schedule) == 2:
         # DualPipe: rank r also holds stage p - 1 - r of the reverse direction (weights,
         # gradients and optimizer states), so the end ranks hold the embedding and the LM head.
-        mirror = mapping.pipeline_degree - 1 - stage
-        count += _stage_parameters(model, mapping, mirror, inv).total
-    d = mapping.dense_gradient_degree  # the distributed optimizer shards over d x cp
-    weights = count * recipe.param
-    gradients = count * recipe.grad
-    optimizer = count * recipe.optimizer
+        mirror = _stage_parameters(model, mapping, mapping.pipeline_degree - 1 - stage, inv)
+        count += mirror.dense_total
+        experts += mirror.expert_total
+    # the distributed optimizer shards dense parameters over d x cp, routed experts over
+    # expert-dp = W / (etp ep p) (shared reference section 2.7)
+    d, de = mapping.dense_gradient_degree, mapping.expert_data_degree
+    weights = (count + experts) * recipe.param
+    gradients = (count + experts) * recipe.grad
+    optimizer = (count + experts) * recipe.optimizer
     sharding = mapping.parallelism.data.optimizer_sharding
     match sharding:
         case NoOptimizerSharding():
             pass
         case DistributedOptimizer():
-            optimizer = _sharded(count, recipe.optimizer, d)
+            optimizer = _sharded(count, recipe.optimizer, d) + _sharded(
+                experts, recipe.optimizer, de
+            )
         case ShardedGradients():
-            optimizer = _sharded(count, recipe.optimizer, d)
-            gradients = _sharded(count, recipe.grad, d)
+            optimizer = _sharded(count, recipe.optimizer, d) + _sharded(
+                experts, recipe.optimizer, de
+            )
+            gradients = _sharded(count, recipe.grad, d) + _sharded(experts, recipe.grad, de)
         case ShardedParameters(overlap_param_gather=prefetch):
-            optimizer = _sharded(count, recipe.optimizer, d)
-            gradients = _sharded(count, recipe.grad, d)
-            gathered = min(count, (2 if prefetch else 1) * params.largest_unit)
-            weights = _sharded(count - gathered, recipe.param, d) + gathered * recipe.param
+            optimizer = _sharded(count, recipe.optimizer, d) + _sharded(
+                experts, recipe.optimizer, de
+            )
+            gradients = _sharded(count, recipe.grad, d) + _sharded(experts, recipe.grad, de)
+            total = count + experts
+            gathered = min(total, (2 if prefetch else 1) * params.largest_unit)
+            weights = (
+                _sharded(count - min(count, gathered), recipe.param, d)
+                + _sharded(experts - max(0, gathered - count), recipe.param, de)
+                + gathered * recipe.param
+            )
         case _ as unreachable:
             assert_never(unreachable)
+    expert_parts = _expert_parts(experts, recipe, sharding, de)
     weights += low_precision_weight_extra(model, mapping, params.blocks, recipe.param)
     acts = _stage_activations(model, mapping, stage, inv)
     return assemble_breakdown(
@@ -1171,7 +1407,36 @@ def _stage_memory(
         overheads=_stage_overheads(model, mapping, stage, runtime, inv),
         capacity=capacity_bytes,
         stage=stage,
+        expert=expert_parts,
     )
+
+
+def _expert_parts(
+    experts: int, recipe: PrecisionRecipe, sharding: OptimizerSharding, expert_dp: int
+) -> tuple[int, int, int]:
+    """The routed experts' (weights, gradients, optimizer states) bytes of a stage: sharded
+    over expert-dp as the optimizer sharding says (the parameter gather's whole units counted
+    with the dense part)."""
+    weights, gradients, optimizer = (
+        experts * recipe.param,
+        experts * recipe.grad,
+        experts * recipe.optimizer,
+    )
+    match sharding:
+        case NoOptimizerSharding():
+            pass
+        case DistributedOptimizer():
+            optimizer = _sharded(experts, recipe.optimizer, expert_dp)
+        case ShardedGradients():
+            optimizer = _sharded(experts, recipe.optimizer, expert_dp)
+            gradients = _sharded(experts, recipe.grad, expert_dp)
+        case ShardedParameters():
+            optimizer = _sharded(experts, recipe.optimizer, expert_dp)
+            gradients = _sharded(experts, recipe.grad, expert_dp)
+            weights = _sharded(experts, recipe.param, expert_dp)
+        case _ as unreachable:
+            assert_never(unreachable)
+    return weights, gradients, optimizer
 
 
 def memory_per_stage(

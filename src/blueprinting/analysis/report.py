@@ -50,6 +50,20 @@ def _stage_memory_json(stage: MemoryBreakdown) -> dict[str, JsonValue]:
         "cuda_context": stage.cuda_context,
         "nccl_buffers": stage.nccl_buffers,
         "reserved_peak": stage.reserved_peak,
+        "expert": _expert_memory_json(stage),
+    }
+
+
+def _expert_memory_json(stage: MemoryBreakdown) -> dict[str, JsonValue]:
+    """The routed experts' part of weights, gradients and optimizer states (sharded over
+    expert-dp); ``dense`` is the rest (sharded over d x cp). All zero for a dense model."""
+    return {
+        "weights": stage.expert_weights,
+        "gradients": stage.expert_gradients,
+        "optimizer_states": stage.expert_optimizer_states,
+        "dense_weights": stage.weights - stage.expert_weights,
+        "dense_gradients": stage.gradients - stage.expert_gradients,
+        "dense_optimizer_states": stage.optimizer_states - stage.expert_optimizer_states,
     }
 
 
@@ -268,6 +282,7 @@ class IterationReport:
                 "headroom": memory.headroom,
                 "stage": memory.stage,
                 "peak_at": memory.peak.value,
+                "expert": _expert_memory_json(memory),
             },
             "fits_in_memory": memory.fits,
             "memory_total_bytes_per_stage": [stage.total for stage in self.memory_per_stage],

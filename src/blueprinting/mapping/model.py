@@ -354,7 +354,8 @@ class TransformerModelSpec:
             case _ as unreachable:
                 assert_never(unreachable)
 
-    def _norm_of(self, width: int) -> int:
+    def norm_of(self, width: int) -> int:
+        """Parameters of one norm over ``width`` features."""
         match self.normalization:
             case Normalization.LAYERNORM:
                 return 2 * width
@@ -405,16 +406,16 @@ class TransformerModelSpec:
                 if self.add_bias_linear:
                     params += qkv_out + h
                 if self.qk_layernorm:
-                    params += 2 * self._norm_of(self.kv_channels)
+                    params += 2 * self.norm_of(self.kv_channels)
                 return params
             case MultiLatentAttention() as mla:
                 if mla.q_lora_rank is None:
                     q = h * n * mla.qk_dim
                 else:
-                    q = mla.q_lora_rank * (h + n * mla.qk_dim) + self._norm_of(mla.q_lora_rank)
+                    q = mla.q_lora_rank * (h + n * mla.qk_dim) + self.norm_of(mla.q_lora_rank)
                 kv = (
                     mla.kv_lora_rank * (h + n * (mla.qk_head_dim + mla.v_head_dim))
-                    + self._norm_of(mla.kv_lora_rank)
+                    + self.norm_of(mla.kv_lora_rank)
                     + h * mla.qk_pos_emb_head_dim
                 )
                 o = n * mla.v_head_dim * h

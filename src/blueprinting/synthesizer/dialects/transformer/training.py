@@ -59,6 +59,7 @@ from blueprinting.hardware.attention import (
 from blueprinting.mapping.model import (
     CapacityFactor,
     Dropless,
+    MixtureOfExperts,
     MlpActivation,
     MultiLatentAttention,
     Normalization,
@@ -724,6 +725,21 @@ class ExpertDims:
         return -(-self.received // self.local_experts)
 
 
+def received_rows(moe: MixtureOfExperts, gathered: int) -> int:
+    """Rows the hottest rank's experts compute out of ``gathered`` balanced ones:
+    ``x (1 + gamma)`` dropless; a capacity factor caps the factor at ``cf`` (tokens beyond are
+    dropped), padding to capacity makes it exactly ``cf`` (shared reference section 2.9)."""
+    factor = 1.0 + moe.load_imbalance
+    match moe.dropping:
+        case Dropless():
+            pass
+        case CapacityFactor(factor=cf, pad_to_capacity=pad):
+            factor = cf if pad else min(factor, cf)
+        case _ as unreachable:
+            assert_never(unreachable)
+    return math.ceil(gathered * factor)
+
+
 def expert_dims(
     model: TransformerModelSpec, dims: BlockDims, experts: ExpertParallel, *, tp: int
 ) -> ExpertDims:
@@ -733,18 +749,10 @@ def expert_dims(
     tokens = dims.token_rows
     routed = moe.top_k * tokens
     u = experts.tensor_degree
-    factor: float
-    match moe.dropping:
-        case Dropless():
-            factor = 1.0 + moe.load_imbalance
-        case CapacityFactor(factor=cf, pad_to_capacity=pad):
-            factor = cf if pad else min(1.0 + moe.load_imbalance, cf)
-        case _ as unreachable:
-            assert_never(unreachable)
     return ExpertDims(
         tokens=tokens,
         routed=routed,
-        received=math.ceil(routed * u * factor),
+        received=received_rows(moe, routed * u),
         local_experts=moe.num_experts // experts.degree,
         num_experts=moe.num_experts,
         ffn=moe.expert_ffn_hidden_size // u,
