@@ -102,6 +102,7 @@ from blueprinting.mapping.transformer import (
     ReplicaParallel,
     RingExchange,
     SelectiveRecompute,
+    ServingExpertParallel,
     ShardedGradients,
     ShardedParameters,
     ShardingVariant,
@@ -610,12 +611,14 @@ def _datatype(
 # Training
 # --------------------------------------------------------------------------------------------
 def _unsupported_sizes(values: Mapping[str, FlatValue], *, serving: bool = False) -> list[str]:
-    """Degrees not modelled: expert parallelism; context parallelism when serving (training
-    models it)."""
+    """Degrees not modelled: expert parallelism in training; context parallelism when serving
+    (training models it; serving models expert parallelism, ``ServingExpertParallel``)."""
     out: list[str] = []
-    sizes = [("expert_model_parallel_size", "expert parallelism")]
-    if serving:
-        sizes.append(("context_parallel_size", "context parallelism in serving"))
+    sizes = (
+        [("context_parallel_size", "context parallelism in serving")]
+        if serving
+        else [("expert_model_parallel_size", "expert parallelism")]
+    )
     for key, what in sizes:
         size = _get_int(values, key)
         if size is not None and size != 1:
@@ -1844,6 +1847,9 @@ def inference_from_mapping(
                 tensor=TensorParallel(degree=t, communication=communication),
                 pipeline=PipelineParallel(degree=p, schedule=schedule),
                 replicas=ReplicaParallel(degree=_get_int(values, "replicas") or 1),
+                experts=ServingExpertParallel(
+                    degree=_get_int(values, "expert_model_parallel_size") or 1
+                ),
             ),
             workload=InferenceWorkload(
                 batch_size=_get_int(values, "batch_size") or 1,
@@ -1863,6 +1869,7 @@ def inference_to_mapping(spec: InferenceSpec) -> dict[str, FlatValue]:
         "tensor_model_parallel_size": mapping.tensor_degree,
         "pipeline_model_parallel_size": mapping.pipeline_degree,
         "replicas": mapping.replica_degree,
+        "expert_model_parallel_size": mapping.expert_degree,
         "sequence_parallel": isinstance(
             mapping.parallelism.tensor.communication, ReduceScatterAllGather
         ),
