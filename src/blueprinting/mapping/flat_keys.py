@@ -41,10 +41,12 @@ from blueprinting.errors import (
 from blueprinting.limits import MAX_INT, int_limit_text
 from blueprinting.mapping.model import (
     Datatype,
+    DenseFeedForward,
     EmbeddingTying,
     MlpActivation,
     Normalization,
     PositionEmbedding,
+    StandardAttention,
     TransformerModelSpec,
 )
 from blueprinting.mapping.precision import (
@@ -580,6 +582,11 @@ def _model(
             add_bias_linear=bias,
             datatype=datatype,
             published_parameters=published,
+            # No flat key sets these yet: a MoE or MLA base model stays one.
+            self_attention=base.self_attention if base else StandardAttention(),
+            feed_forward=base.feed_forward if base else DenseFeedForward(),
+            qk_layernorm=base.qk_layernorm if base else False,
+            mtp_num_layers=base.mtp_num_layers if base else 0,
         )
     except ConfigError as error:
         problems.extend(error.problems)

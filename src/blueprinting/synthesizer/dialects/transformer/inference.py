@@ -36,15 +36,35 @@ sequence parallelism a reduce-scatter there and an all-gather before each column
 (Korthikanti et al. 2022, Section 4.2.2); the vocab-parallel embedding all-reduces (or reduce-
 scatters) its output.
 
-Every op also reports which of its HBM bytes are weights and which are KV cache, so that an
-analysis can set a step against its compute and HBM-bandwidth bounds term by term.
+Every op also reports which of its HBM bytes are weights (and of those, routed experts') and
+which are KV cache, so that an analysis can set a step against its compute and HBM-bandwidth
+bounds term by term.
+
+**Mixture of experts** (the serving layout of :class:`~blueprinting.mapping.transformer.
+ServingExpertParallel`: EP over the TP group, expert TP ``t / ep``): a MoE layer's MLP is the
+replicated router, the routed experts on the rows routed to the rank's ``E / ep`` experts (per
+token ``k`` of them; section 2.5 of ``shared/reference/modern_parallelism.md``) and the shared
+experts (TP-sharded). A step reads the weights of the experts its tokens touch, once each:
+:func:`experts_touched` ``E (1 - (1 - k / E) ** (b q))`` expected under uniform routing (``k`` at
+one token, nearly ``E`` at many), ``1 / ep`` of them per rank. No token is dispatched: every
+rank holds every token after the attention all-reduce, and the block's closing all-reduce
+combines the experts' partial outputs (the collectives are the dense block's). Load imbalance
+gamma inflates the hottest rank's rows.
+
+**Multi-head latent attention** (DeepSeek-V2, arXiv:2405.04434, Section 2.1): down projections
+replicated per TP rank, up projections split by heads; the cache stores the latent
+(``kv_lora_rank + qk_pos_emb_head_dim`` per token and layer); a prefill expands it to per-head K
+and V (head dims ``qk_head_dim + qk_pos_emb_head_dim`` and ``v_head_dim``), a decode step absorbs
+``W_UK`` / ``W_UV`` and attends over the latents (:func:`_mla_attention`). Multi-token-prediction
+layers are not served (engines use them only as speculative-decoding drafts; not modelled).
 
 Public API (used by inference_derivation.py and blueprinting.inference):
 
-- :class:`InferencePhase`, :class:`InferenceStepDims`
+- :class:`InferencePhase`, :class:`InferenceStepDims`, :class:`ServingOpName`
 - :class:`InferenceOp`, :class:`InferenceCollective`, :class:`InferenceStepWork`
-- :func:`kv_groups_per_rank`, :func:`kv_cache_bytes_per_token`
-- :func:`inference_step_work(model, dims, *, tp, sequence_parallel, kv_datatype)`
+- :func:`kv_groups_per_rank`, :func:`kv_cache_bytes_per_token`, :func:`experts_touched`,
+  :func:`expert_weight_bytes`, :func:`resident_expert_bytes`
+- :func:`inference_step_work(model, dims, *, tp, sequence_parallel, kv_datatype, ep=1)`
 - :func:`attention_ops(model, dims, *, tp, sequence_parallel, kv_datatype)`: the only block ops
   whose work depends on the context (an analysis re-costs just these from one decode step to the
   next); :data:`CONTEXT_DEPENDENT` names them
