@@ -2,7 +2,7 @@
 
 ``blueprinting infer FILE [--set KEY=VALUE ...] [--system NAME] [--json]`` reads a file with an
 ``[inference]`` section; ``--search [--latency-target-ms X] [--objective throughput|latency]``
-ranks (t, p, replicas, batch) on the file's GPU count instead.
+ranks (t, ep, p, replicas, batch) on the file's GPU count instead (ep for MoE models).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--search",
         action="store_true",
-        help="rank (t, p, replicas, batch) on the file's number of GPUs",
+        help="rank (t, ep, p, replicas, batch) on the file's number of GPUs (ep: MoE models)",
     )
     parser.add_argument(
         "--objective",

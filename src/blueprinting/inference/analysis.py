@@ -69,6 +69,7 @@ from blueprinting.synthesizer.dialects.transformer.inference import (
     InferenceStepDims,
     InferenceStepWork,
     attention_ops,
+    experts_touched,
 )
 from blueprinting.synthesizer.dialects.transformer.inference_derivation import (
     LocalInferencePlan,
@@ -96,6 +97,8 @@ class StepCost:
     matrix_flops: int = 0
     vector_flops: int = 0
     weight_bytes: int = 0
+    #: the part of ``weight_bytes`` that is routed experts' weights
+    expert_weight_bytes: int = 0
     kv_cache_bytes: int = 0
     activation_bytes: int = 0
 
@@ -118,6 +121,7 @@ class StepCost:
             matrix_flops=self.matrix_flops + other.matrix_flops,
             vector_flops=self.vector_flops + other.vector_flops,
             weight_bytes=self.weight_bytes + other.weight_bytes,
+            expert_weight_bytes=self.expert_weight_bytes + other.expert_weight_bytes,
             kv_cache_bytes=self.kv_cache_bytes + other.kv_cache_bytes,
             activation_bytes=self.activation_bytes + other.activation_bytes,
         )
@@ -129,6 +133,7 @@ class StepCost:
             matrix_flops=self.matrix_flops * count,
             vector_flops=self.vector_flops * count,
             weight_bytes=self.weight_bytes * count,
+            expert_weight_bytes=self.expert_weight_bytes * count,
             kv_cache_bytes=self.kv_cache_bytes * count,
             activation_bytes=self.activation_bytes * count,
         )
@@ -155,6 +160,7 @@ def _cost(
         matrix_flops=sum(op.work.matrix_flops for op in ops),
         vector_flops=sum(op.work.vector_flops for op in ops),
         weight_bytes=sum(op.weight_bytes for op in ops),
+        expert_weight_bytes=sum(op.expert_weight_bytes for op in ops),
         kv_cache_bytes=sum(op.kv_cache_bytes for op in ops),
         activation_bytes=sum(op.activation_bytes for op in ops),
     )
@@ -163,13 +169,15 @@ def _cost(
 def stage_costs(
     step: InferenceStepWork, plan: LocalInferencePlan, system: SystemSpec, tp_group: CommGroup
 ) -> tuple[StepCost, ...]:
-    """The step's cost on each pipeline stage, stage 0 first."""
+    """The step's cost on each pipeline stage, stage 0 first: its dense and MoE layers."""
     block = _cost(step.block, step.block_collectives, system, plan, tp_group)
+    moe_block = _cost(step.moe_block, step.block_collectives, system, plan, tp_group)
     first = _cost(step.first_stage, step.first_stage_collectives, system, plan, tp_group)
     last = _cost(step.last_stage, step.last_stage_collectives, system, plan, tp_group)
     out = []
     for stage, blocks in enumerate(plan.stage_blocks):
-        cost = block.times(blocks)
+        moe = plan.moe_blocks(stage)
+        cost = block.times(blocks - moe) + moe_block.times(moe)
         if stage == 0:
             cost = cost + first
         if stage == plan.pp - 1:
@@ -240,7 +248,9 @@ def decode_stage_costs(
     :data:`AttentionCache`) keeps the attention costs across calls."""
     first = plan.decode(batch, cached[0])
     fixed = replace(
-        first, block=tuple(op for op in first.block if op.name not in CONTEXT_DEPENDENT)
+        first,
+        block=tuple(op for op in first.block if op.name not in CONTEXT_DEPENDENT),
+        moe_block=tuple(op for op in first.moe_block if op.name not in CONTEXT_DEPENDENT),
     )
     fixed_costs = stage_costs(fixed, plan, system, tp_group)
     key = (plan.tp, plan.sequence_parallel, batch, tuple(cached))
@@ -336,6 +346,8 @@ class PhaseBounds:
     weight_bytes: float
     kv_cache_bytes: float
     activation_bytes: float
+    #: the part of ``weight_bytes`` that is routed experts' weights
+    expert_weight_bytes: float = 0.0
 
     def to_json_dict(self) -> dict[str, JsonValue]:
         return {
@@ -346,8 +358,44 @@ class PhaseBounds:
             "flops": {"matrix": self.matrix_flops, "vector": self.vector_flops},
             "bytes": {
                 "weights": self.weight_bytes,
+                "expert_weights": self.expert_weight_bytes,
                 "kv_cache": self.kv_cache_bytes,
                 "activations": self.activation_bytes,
+            },
+        }
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExpertServing:
+    """How a MoE model's experts are served: the layout and the routed experts one step's tokens
+    touch (expected, uniform routing) in one MoE layer, over the replica, for one microbatch's
+    prefill and decode step."""
+
+    expert_parallel_size: int
+    expert_tensor_parallel_size: int
+    experts_per_rank: int
+    moe_layers: int
+    num_experts: int
+    top_k: int
+    prefill_tokens: int
+    prefill_experts_touched: float
+    decode_tokens: int
+    decode_experts_touched: float
+
+    def to_json_dict(self) -> dict[str, JsonValue]:
+        return {
+            "expert_parallel_size": self.expert_parallel_size,
+            "expert_tensor_parallel_size": self.expert_tensor_parallel_size,
+            "num_experts": self.num_experts,
+            "top_k": self.top_k,
+            "experts_per_rank": self.experts_per_rank,
+            "moe_layers": self.moe_layers,
+            "experts_touched_per_layer": {
+                "prefill": self.prefill_experts_touched,
+                "prefill_tokens": self.prefill_tokens,
+                "decode": self.decode_experts_touched,
+                "decode_tokens": self.decode_tokens,
             },
         }
 
@@ -363,6 +411,7 @@ def _bounds(total: StepCost, n: int, system: SystemSpec, plan: LocalInferencePla
     matrix = total.matrix_flops / n
     vector = total.vector_flops / n
     weights = total.weight_bytes / n
+    experts = total.expert_weight_bytes / n
     kv = total.kv_cache_bytes / n
     activations = total.activation_bytes / n
     return PhaseBounds(
@@ -375,6 +424,7 @@ def _bounds(total: StepCost, n: int, system: SystemSpec, plan: LocalInferencePla
         weight_bytes=weights,
         kv_cache_bytes=kv,
         activation_bytes=activations,
+        expert_weight_bytes=experts,
     )
 
 
@@ -400,6 +450,8 @@ class InferenceReport:
     prefill_bounds: PhaseBounds
     decode_bounds: PhaseBounds
     strategy_keys: dict[str, int | bool | str]
+    #: None for a dense model
+    experts: ExpertServing | None = None
 
     @property
     def time_to_first_token_s(self) -> float:
@@ -465,6 +517,8 @@ class InferenceReport:
             "decode_tokens_per_second_per_replica": self.decode_tokens_per_second_per_replica,
             "memory_bytes": {
                 "weights": memory.weights,
+                "dense_weights": memory.dense_weights,
+                "expert_weights": memory.expert_weights,
                 "kv_cache": memory.kv_cache,
                 "activations": memory.activations,
                 "total": memory.total,
@@ -478,8 +532,28 @@ class InferenceReport:
                 "prefill": self.prefill_bounds.to_json_dict(),
                 "decode": self.decode_bounds.to_json_dict(),
             },
+            "experts": None if self.experts is None else self.experts.to_json_dict(),
             "strategy": strategy,
         }
+
+
+def _expert_serving(plan: LocalInferencePlan, microbatch: int, prompt: int) -> ExpertServing | None:
+    moe = plan.model.moe
+    if moe is None:
+        return None
+    prefill_tokens = microbatch * prompt
+    return ExpertServing(
+        expert_parallel_size=plan.ep,
+        expert_tensor_parallel_size=plan.expert_tensor_degree,
+        experts_per_rank=moe.num_experts // plan.ep,
+        moe_layers=plan.model.num_moe_layers,
+        num_experts=moe.num_experts,
+        top_k=moe.top_k,
+        prefill_tokens=prefill_tokens,
+        prefill_experts_touched=experts_touched(moe.num_experts, moe.top_k, prefill_tokens),
+        decode_tokens=microbatch,
+        decode_experts_touched=experts_touched(moe.num_experts, moe.top_k, microbatch),
+    )
 
 
 def _p2p(plan: LocalInferencePlan, system: SystemSpec, size: int) -> float:
@@ -562,6 +636,7 @@ def analyze_inference(
     )
     capacity = system.accelerator.hbm.capacity_bytes
     return InferenceReport(
+        experts=_expert_serving(plan, size, prompt),
         spec=spec,
         system=system,
         microbatches=count,

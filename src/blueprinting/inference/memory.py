@@ -20,6 +20,14 @@ Sources and choices
   the working set is the residual stream of one microbatch's prefill (``b_mb * prompt * h``
   elements) plus the largest op's activation inputs and outputs in that prefill (weights and KV
   cache excluded; attention is fused, so no ``s x s`` scores). Decode steps need less.
+- MoE and MLA models: every routed expert's weights are resident, ``E / ep`` experts per rank at
+  their ``F / (t / ep)`` slice (:func:`~blueprinting.synthesizer.dialects.transformer.inference.
+  resident_expert_bytes`); attention, dense layers, shared experts (TP-sharded), the replicated
+  router and norms are the block ops' weights (MLA's down projections replicated on every TP
+  rank). ``expert_weights`` is the routed-expert part, ``dense_weights`` the rest. The KV cache of
+  MLA stores the latent (:func:`~blueprinting.synthesizer.dialects.transformer.inference.
+  kv_cache_bytes_per_token`). Multi-token-prediction layers are not loaded (a serving engine
+  runs them only as speculative-decoding drafts, which is not modelled).
 - Not counted: CUDA context, allocator fragmentation and paging slack, NCCL buffers, sampling
   temporaries.
 """
@@ -30,9 +38,11 @@ from dataclasses import dataclass
 from typing import final
 
 from blueprinting.analysis.memory import stage_parameter_counts
+from blueprinting.mapping.model import StandardAttention
 from blueprinting.synthesizer.dialects.transformer.inference import (
     InferenceStepWork,
     kv_cache_bytes_per_token,
+    resident_expert_bytes,
 )
 from blueprinting.synthesizer.dialects.transformer.inference_derivation import (
     LocalInferencePlan,
@@ -52,6 +62,14 @@ class InferenceMemory:
     kv_cache: int
     activations: int
     capacity: float
+    #: the part of ``weights`` that is routed experts
+    expert_weights: int = 0
+
+    @property
+    def dense_weights(self) -> int:
+        """Every weight but the routed experts' (attention, dense and shared MLPs, router,
+        norms, embeddings)."""
+        return self.weights - self.expert_weights
 
     @property
     def total(self) -> int:
@@ -66,6 +84,15 @@ class InferenceMemory:
         return self.capacity - self.total
 
 
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StageWeights:
+    """Weight bytes one GPU of a stage holds: in all, and of that the routed experts."""
+
+    total: int
+    experts: int = 0
+
+
 def stage_parameters(plan: LocalInferencePlan, stage: int) -> int:
     """Parameters one TP rank of pipeline stage ``stage`` holds: training's count
     (:func:`blueprinting.analysis.memory.stage_parameter_counts`) of the same blocks."""
@@ -76,6 +103,30 @@ def stage_parameters(plan: LocalInferencePlan, stage: int) -> int:
         stage=stage,
         blocks=plan.stage_blocks[stage],
     ).total
+
+
+def _plain(plan: LocalInferencePlan) -> bool:
+    """A dense GQA model: its weights are training's per-rank count as is."""
+    model = plan.model
+    return model.moe is None and isinstance(model.self_attention, StandardAttention)
+
+
+def stage_weights(plan: LocalInferencePlan, stage: int, step: InferenceStepWork) -> StageWeights:
+    """Weight bytes on one GPU of ``stage`` (module docstring). A MoE or MLA model's layers
+    are counted from the block ops' weights (independent of the step's tokens) with every
+    local expert resident; the embedding, LM head and final norm are training's count."""
+    e = plan.model.datatype.bytes
+    if _plain(plan):
+        return StageWeights(total=stage_parameters(plan, stage) * e)
+    extras = stage_parameter_counts(
+        plan.model, tensor_degree=plan.tp, pipeline_degree=plan.pp, stage=stage, blocks=0
+    ).total
+    moe = plan.moe_blocks(stage)
+    dense_layer = sum(op.weight_bytes for op in step.block)
+    moe_dense = sum(op.weight_bytes - op.expert_weight_bytes for op in step.moe_block)
+    experts = moe * resident_expert_bytes(plan.model, tp=plan.tp, ep=plan.ep)
+    total = extras * e + (plan.stage_blocks[stage] - moe) * dense_layer + moe * moe_dense
+    return StageWeights(total=total + experts, experts=experts)
 
 
 def kv_cache_bytes(plan: LocalInferencePlan, stage: int, batch: int) -> int:
@@ -93,7 +144,10 @@ def activation_bytes(plan: LocalInferencePlan, stage: int, microbatch: int) -> i
 
 
 def _activation_bytes(plan: LocalInferencePlan, stage: int, step: InferenceStepWork) -> int:
-    ops = list(step.block) if plan.stage_blocks[stage] else []
+    moe = plan.moe_blocks(stage)
+    ops = list(step.block) if plan.stage_blocks[stage] > moe else []
+    if moe:
+        ops.extend(step.moe_block)
     if stage == 0:
         ops.extend(step.first_stage)
     if stage == plan.pp - 1:
@@ -117,15 +171,13 @@ def _stage_memory(
     batch: int,
     step: InferenceStepWork,
     capacity: float,
-    weights: int | None = None,
+    weights: StageWeights | None = None,
 ) -> InferenceMemory:
+    held = stage_weights(plan, stage, step) if weights is None else weights
     return InferenceMemory(
         stage=stage,
-        weights=(
-            stage_parameters(plan, stage) * plan.model.datatype.bytes
-            if weights is None
-            else weights
-        ),
+        weights=held.total,
+        expert_weights=held.experts,
         kv_cache=kv_cache_bytes(plan, stage, batch),
         activations=_activation_bytes(plan, stage, step),
         capacity=capacity,
@@ -139,11 +191,10 @@ def microbatch_size(pp: int, batch: int) -> tuple[int, int]:
     return count, -(-batch // count)
 
 
-def stage_weight_bytes(plan: LocalInferencePlan) -> tuple[int, ...]:
+def stage_weight_bytes(plan: LocalInferencePlan) -> tuple[StageWeights, ...]:
     """Weight bytes of one GPU of each stage, stage 0 first (independent of the batch)."""
-    return tuple(
-        stage_parameters(plan, stage) * plan.model.datatype.bytes for stage in range(plan.pp)
-    )
+    step = plan.prefill(1)
+    return tuple(stage_weights(plan, stage, step) for stage in range(plan.pp))
 
 
 def memory_per_gpu(
@@ -151,7 +202,7 @@ def memory_per_gpu(
     *,
     batch: int,
     capacity: float,
-    weights: tuple[int, ...] | None = None,
+    weights: tuple[StageWeights, ...] | None = None,
 ) -> InferenceMemory:
     """The most loaded stage's memory (largest total; the earliest stage on ties). ``weights``:
     :func:`stage_weight_bytes` of ``plan`` when the caller has it already."""

@@ -1,10 +1,12 @@
-"""Search over serving strategies: (t, p, replicas, batch) on a fixed number of GPUs.
+"""Search over serving strategies: (t, ep, p, replicas, batch) on a fixed number of GPUs.
 
 Candidates: ``t`` in the divisors of the GPUs per node (TP stays inside a node, where the
 all-reduces of every block are affordable; Narayanan et al. 2021, Section 3.2, takeaway #1),
 ``p`` in the divisors of the layer count with ``t * p`` dividing the GPU count, ``replicas =
-gpus / (t p)``, and ``batch`` in the powers of two up to the largest batch that fits (plus that
-largest batch itself). Strategies that break a law are skipped, never repaired. A latency target
+gpus / (t p)``, ``ep`` (MoE models only; 1 otherwise) in the divisors of ``t`` that divide the
+number of experts (the serving layout splits the experts over the TP group), and ``batch`` in
+the powers of two up to the largest batch that fits (plus that largest batch itself).
+Strategies that break a law are skipped, never repaired. A latency target
 keeps the candidates whose mean decode latency per token is at most the target.
 
 Objectives: ``throughput`` ranks by deployment tokens/s (higher first), ``latency`` by mean decode
@@ -25,6 +27,7 @@ from blueprinting.mapping.transformer import (
     InferenceSpec,
     PipelineParallel,
     ReplicaParallel,
+    ServingExpertParallel,
     TensorParallel,
     TransformerInferenceMappingSpec,
     TransformerInferenceParallelism,
@@ -73,13 +76,16 @@ def _batches(largest: int) -> list[int]:
     return out
 
 
-def _with(spec: InferenceSpec, *, t: int, p: int, replicas: int, batch: int) -> InferenceSpec:
+def _with(
+    spec: InferenceSpec, *, t: int, p: int, replicas: int, batch: int, ep: int = 1
+) -> InferenceSpec:
     parallelism = TransformerInferenceParallelism(
         tensor=TensorParallel(
             degree=t, communication=spec.mapping.parallelism.tensor.communication
         ),
         pipeline=PipelineParallel(degree=p, schedule=inference_schedule(p)),
         replicas=ReplicaParallel(degree=replicas),
+        experts=ServingExpertParallel(degree=ep),
     )
     workload = replace(spec.mapping.workload, batch_size=batch)
     return InferenceSpec(
@@ -88,8 +94,21 @@ def _with(spec: InferenceSpec, *, t: int, p: int, replicas: int, batch: int) -> 
     )
 
 
-def _key(report: InferenceReport, objective: Objective) -> tuple[float, int, int]:
-    tie = (report.gpus_per_replica, report.spec.mapping.workload.batch_size)
+def expert_degrees(spec: InferenceSpec, t: int) -> list[int]:
+    """The ep a t-wide TP group can serve: divisors of t that divide the experts (MoE only)."""
+    moe = spec.model.moe
+    if moe is None:
+        return [1]
+    return [ep for ep in divisors(t) if moe.num_experts % ep == 0]
+
+
+def _key(report: InferenceReport, objective: Objective) -> tuple[float, int, int, int]:
+    # at equal figures, the smaller ep (fewer expert ranks to balance) comes first
+    tie = (
+        report.gpus_per_replica,
+        report.spec.mapping.workload.batch_size,
+        report.spec.mapping.expert_degree,
+    )
     match objective:
         case Objective.THROUGHPUT:
             return (-report.tokens_per_second, *tie)
@@ -105,7 +124,6 @@ def search_inference(
     """The best ``options.top`` strategies on ``spec.mapping.world_size`` GPUs, best first."""
     chosen = SearchOptions() if options is None else options
     gpus = spec.mapping.world_size
-    capacity = system.accelerator.hbm.capacity_bytes
     found: list[InferenceReport] = []
     # One model, system and KV datatype throughout: the layouts share decode attention costs.
     attention: AttentionCache = {}
@@ -114,24 +132,55 @@ def search_inference(
             if gpus % (t * p) != 0:
                 continue
             replicas = gpus // (t * p)
-            probe = _with(spec, t=t, p=p, replicas=replicas, batch=1)
-            try:
-                plan = derive_inference_plan(probe.model, probe.mapping, megatron=chosen.megatron)
-            except InvalidStrategyError:
-                continue
-            largest = max_batch_that_fits(plan, capacity=capacity)
-            for batch in _batches(largest):
-                candidate = _with(spec, t=t, p=p, replicas=replicas, batch=batch)
-                report = analyze_inference(
-                    candidate,
-                    system,
-                    megatron=chosen.megatron,
-                    max_batch=largest,
-                    attention_cache=attention,
+            for ep in expert_degrees(spec, t):
+                found.extend(
+                    _layout_reports(
+                        spec,
+                        system,
+                        chosen,
+                        attention,
+                        t=t,
+                        p=p,
+                        ep=ep,
+                        replicas=replicas,
+                    )
                 )
-                target = chosen.latency_target_s
-                if target is not None and report.decode_round_mean_s > target:
-                    continue
-                found.append(report)
     found.sort(key=lambda report: _key(report, chosen.objective))
     return tuple(found[: chosen.top])
+
+
+def _layout_reports(
+    spec: InferenceSpec,
+    system: SystemSpec,
+    chosen: SearchOptions,
+    attention: AttentionCache,
+    *,
+    t: int,
+    p: int,
+    ep: int,
+    replicas: int,
+) -> list[InferenceReport]:
+    """Every batch of one lawful (t, ep, p, replicas) layout that meets the latency target;
+    none when the layout breaks a law."""
+    capacity = system.accelerator.hbm.capacity_bytes
+    probe = _with(spec, t=t, p=p, replicas=replicas, batch=1, ep=ep)
+    try:
+        plan = derive_inference_plan(probe.model, probe.mapping, megatron=chosen.megatron)
+    except InvalidStrategyError:
+        return []
+    largest = max_batch_that_fits(plan, capacity=capacity)
+    out = []
+    for batch in _batches(largest):
+        candidate = _with(spec, t=t, p=p, replicas=replicas, batch=batch, ep=ep)
+        report = analyze_inference(
+            candidate,
+            system,
+            megatron=chosen.megatron,
+            max_batch=largest,
+            attention_cache=attention,
+        )
+        target = chosen.latency_target_s
+        if target is not None and report.decode_round_mean_s > target:
+            continue
+        out.append(report)
+    return out

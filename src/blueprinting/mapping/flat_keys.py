@@ -41,10 +41,12 @@ from blueprinting.errors import (
 from blueprinting.limits import MAX_INT, int_limit_text
 from blueprinting.mapping.model import (
     Datatype,
+    DenseFeedForward,
     EmbeddingTying,
     MlpActivation,
     Normalization,
     PositionEmbedding,
+    StandardAttention,
     TransformerModelSpec,
 )
 from blueprinting.mapping.precision import (
@@ -102,6 +104,7 @@ from blueprinting.mapping.transformer import (
     ReplicaParallel,
     RingExchange,
     SelectiveRecompute,
+    ServingExpertParallel,
     ShardedGradients,
     ShardedParameters,
     ShardingVariant,
@@ -579,6 +582,11 @@ def _model(
             add_bias_linear=bias,
             datatype=datatype,
             published_parameters=published,
+            # No flat key sets these yet: a MoE or MLA base model stays one.
+            self_attention=base.self_attention if base else StandardAttention(),
+            feed_forward=base.feed_forward if base else DenseFeedForward(),
+            qk_layernorm=base.qk_layernorm if base else False,
+            mtp_num_layers=base.mtp_num_layers if base else 0,
         )
     except ConfigError as error:
         problems.extend(error.problems)
@@ -610,12 +618,14 @@ def _datatype(
 # Training
 # --------------------------------------------------------------------------------------------
 def _unsupported_sizes(values: Mapping[str, FlatValue], *, serving: bool = False) -> list[str]:
-    """Degrees not modelled: expert parallelism; context parallelism when serving (training
-    models it)."""
+    """Degrees not modelled: expert parallelism in training; context parallelism when serving
+    (training models it; serving models expert parallelism, ``ServingExpertParallel``)."""
     out: list[str] = []
-    sizes = [("expert_model_parallel_size", "expert parallelism")]
-    if serving:
-        sizes.append(("context_parallel_size", "context parallelism in serving"))
+    sizes = (
+        [("context_parallel_size", "context parallelism in serving")]
+        if serving
+        else [("expert_model_parallel_size", "expert parallelism")]
+    )
     for key, what in sizes:
         size = _get_int(values, key)
         if size is not None and size != 1:
@@ -1844,6 +1854,9 @@ def inference_from_mapping(
                 tensor=TensorParallel(degree=t, communication=communication),
                 pipeline=PipelineParallel(degree=p, schedule=schedule),
                 replicas=ReplicaParallel(degree=_get_int(values, "replicas") or 1),
+                experts=ServingExpertParallel(
+                    degree=_get_int(values, "expert_model_parallel_size") or 1
+                ),
             ),
             workload=InferenceWorkload(
                 batch_size=_get_int(values, "batch_size") or 1,
@@ -1863,6 +1876,7 @@ def inference_to_mapping(spec: InferenceSpec) -> dict[str, FlatValue]:
         "tensor_model_parallel_size": mapping.tensor_degree,
         "pipeline_model_parallel_size": mapping.pipeline_degree,
         "replicas": mapping.replica_degree,
+        "expert_model_parallel_size": mapping.expert_degree,
         "sequence_parallel": isinstance(
             mapping.parallelism.tensor.communication, ReduceScatterAllGather
         ),

@@ -31,6 +31,7 @@ from blueprinting.errors import InvalidStrategyError, LawViolation, RuleSet
 from blueprinting.mapping.law_names import Law
 from blueprinting.mapping.model import Datatype, PositionEmbedding, TransformerModelSpec
 from blueprinting.mapping.precision import AcceleratorSupport
+from blueprinting.mapping.serving_laws import serving_expert_laws
 from blueprinting.mapping.transformer import (
     AllGatherKV,
     AllReduce,
@@ -993,8 +994,9 @@ def check_inference(
     """Every violated law of an inference strategy; ``()`` when all hold.
 
     Laws: the block's TP split, blocks per pipeline stage, the schedule (SingleStage iff p = 1,
-    ForwardOnly otherwise), ``prompt_length mod t = 0`` with RS+AG, and for learned absolute
-    positions ``prompt_length + generated_tokens <= seq_length`` (there is no position beyond).
+    ForwardOnly otherwise), ``prompt_length mod t = 0`` with RS+AG, for learned absolute
+    positions ``prompt_length + generated_tokens <= seq_length`` (there is no position beyond),
+    and expert parallelism's (:mod:`blueprinting.mapping.serving_laws`).
     """
     p = mapping.pipeline_degree
     pipeline = mapping.parallelism.pipeline
@@ -1003,6 +1005,7 @@ def check_inference(
     out.extend(_layout_laws(model.num_layers, pipeline, 1))
     out.extend(_inference_schedule_laws(p, pipeline))
     out.extend(_block_laws(model, mapping.parallelism.tensor))
+    out.extend(serving_expert_laws(model, mapping))
     context = workload.prompt_length + workload.generated_tokens
     if model.position_embedding is PositionEmbedding.LEARNED_ABSOLUTE and (
         context > model.seq_length

@@ -1070,13 +1070,39 @@ class TransformerTrainingMappingSpec:
 
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ServingExpertParallel:
+    """Expert parallelism of a serving replica: the routed experts of every MoE layer split over
+    ``degree`` ranks of each pipeline stage's TP group, each expert's FFN over the other
+    ``t / degree`` (the expert tensor degree). It is a remapping of the TP group for the MoE
+    layers, attention and dense layers keep plain TP on the same ranks: vLLM's
+    ``--enable-expert-parallel`` with one attention replica (EP = TP x DP, DP = 1; docs.vllm.ai
+    "Expert Parallel Deployment"), TensorRT-LLM's ``moe_expert_parallel_size x
+    moe_tensor_parallel_size = tp_size``, vLLM-Neuron's ``ep_degree < TP`` layout. Every rank
+    holds every token after the attention block's all-reduce, so no token is dispatched: each
+    rank runs its local experts on the tokens routed to them and the block's closing all-reduce
+    combines the partial outputs."""
+
+    degree: int = 1
+
+    def __post_init__(self) -> None:
+        _require_positive("ServingExpertParallel", degree=self.degree)
+
+    def __str__(self) -> str:
+        return f"EP{self.degree}"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
 class TransformerInferenceParallelism:
     tensor: TensorParallel
     pipeline: PipelineParallel
     replicas: ReplicaParallel
+    #: only MoE models read it (a dense model with EP > 1 breaks a law)
+    experts: ServingExpertParallel = field(default_factory=ServingExpertParallel)
 
     def __str__(self) -> str:
-        return f"{self.tensor} {self.pipeline} {self.replicas}"
+        ep = f" {self.experts}" if self.experts.degree > 1 else ""
+        return f"{self.tensor}{ep} {self.pipeline} {self.replicas}"
 
 
 @final
@@ -1117,6 +1143,15 @@ class TransformerInferenceMappingSpec:
     @property
     def replica_degree(self) -> int:
         return self.parallelism.replicas.degree
+
+    @property
+    def expert_degree(self) -> int:
+        return self.parallelism.experts.degree
+
+    @property
+    def expert_tensor_degree(self) -> int:
+        """Ranks one routed expert's FFN is split over: ``t / ep`` (exact when the laws hold)."""
+        return max(1, self.tensor_degree // self.expert_degree)
 
     @property
     def world_size(self) -> int:
@@ -1205,6 +1240,7 @@ __all__ = [
     "ReplicaParallel",
     "RingExchange",
     "SelectiveRecompute",
+    "ServingExpertParallel",
     "ShardedGradients",
     "ShardedParameters",
     "ShardingVariant",

@@ -16,17 +16,20 @@ if TYPE_CHECKING:
 MS = 1e3
 
 
-def _bounds_row(name: str, bounds: PhaseBounds) -> tuple[str, ...]:
-    return (
+def _bounds_row(name: str, bounds: PhaseBounds, *, experts: bool) -> tuple[str, ...]:
+    row = (
         name,
         f"{bounds.modelled_s * MS:.3f}",
         f"{bounds.compute_s * MS:.3f}",
         f"{bounds.hbm_s * MS:.3f}",
         f"{bounds.tp_comm_s * MS:.3f}",
         f"{bounds.weight_bytes / GIB:.2f}",
+        f"{bounds.expert_weight_bytes / GIB:.2f}",
         f"{bounds.kv_cache_bytes / GIB:.2f}",
         f"{bounds.activation_bytes / GIB:.2f}",
     )
+    # the routed-expert part of the weights: a column of MoE models only
+    return row if experts else row[:6] + row[7:]
 
 
 def render_inference(report: InferenceReport, console: Console) -> None:
@@ -60,18 +63,48 @@ def render_inference(report: InferenceReport, console: Console) -> None:
     console.print(times)
 
     bounds = Table(title="Modelled time vs. speed-of-light bounds (one pass of the batch), ms; GiB")
-    for column in ("phase", "modelled", "compute", "HBM", "TP comm", "weights", "KV", "act."):
+    for column in (
+        "phase",
+        "modelled",
+        "compute",
+        "HBM",
+        "TP comm",
+        "weights",
+        *(("of which experts",) if report.experts is not None else ()),
+        "KV",
+        "act.",
+    ):
         bounds.add_column(column, justify="right" if column != "phase" else "left")
-    bounds.add_row(*_bounds_row("prefill", report.prefill_bounds))
-    bounds.add_row(*_bounds_row("decode (mean step)", report.decode_bounds))
+    moe = report.experts is not None
+    bounds.add_row(*_bounds_row("prefill", report.prefill_bounds, experts=moe))
+    bounds.add_row(*_bounds_row("decode (mean step)", report.decode_bounds, experts=moe))
     console.print(bounds)
+    experts = report.experts
+    if experts is not None:
+        console.print(
+            f"experts: EP{experts.expert_parallel_size} x expert TP "
+            f"{experts.expert_tensor_parallel_size} over each stage's TP group, "
+            f"{experts.experts_per_rank} of {experts.num_experts} experts per GPU, "
+            f"{experts.moe_layers} MoE layers; expected distinct experts touched per MoE layer "
+            f"(uniform top-{experts.top_k} routing): prefill "
+            f"{experts.prefill_experts_touched:.2f} ({experts.prefill_tokens} tokens), decode "
+            f"step {experts.decode_experts_touched:.2f} ({experts.decode_tokens} tokens)"
+        )
 
     memory = report.memory
+    weight_rows = (
+        (("weights", memory.weights),)
+        if experts is None
+        else (
+            ("weights, dense part", memory.dense_weights),
+            ("weights, routed experts", memory.expert_weights),
+        )
+    )
     console.print(
         memory_table(
             memory.stage,
             (
-                ("weights", memory.weights),
+                *weight_rows,
                 ("KV cache", memory.kv_cache),
                 ("activations", memory.activations),
             ),

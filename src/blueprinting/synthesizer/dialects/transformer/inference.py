@@ -36,15 +36,35 @@ sequence parallelism a reduce-scatter there and an all-gather before each column
 (Korthikanti et al. 2022, Section 4.2.2); the vocab-parallel embedding all-reduces (or reduce-
 scatters) its output.
 
-Every op also reports which of its HBM bytes are weights and which are KV cache, so that an
-analysis can set a step against its compute and HBM-bandwidth bounds term by term.
+Every op also reports which of its HBM bytes are weights (and of those, routed experts') and
+which are KV cache, so that an analysis can set a step against its compute and HBM-bandwidth
+bounds term by term.
+
+**Mixture of experts** (the serving layout of :class:`~blueprinting.mapping.transformer.
+ServingExpertParallel`: EP over the TP group, expert TP ``t / ep``): a MoE layer's MLP is the
+replicated router, the routed experts on the rows routed to the rank's ``E / ep`` experts (per
+token ``k`` of them; section 2.5 of ``shared/reference/modern_parallelism.md``) and the shared
+experts (TP-sharded). A step reads the weights of the experts its tokens touch, once each:
+:func:`experts_touched` ``E (1 - (1 - k / E) ** (b q))`` expected under uniform routing (``k`` at
+one token, nearly ``E`` at many), ``1 / ep`` of them per rank. No token is dispatched: every
+rank holds every token after the attention all-reduce, and the block's closing all-reduce
+combines the experts' partial outputs (the collectives are the dense block's). Load imbalance
+gamma inflates the hottest rank's rows.
+
+**Multi-head latent attention** (DeepSeek-V2, arXiv:2405.04434, Section 2.1): down projections
+replicated per TP rank, up projections split by heads; the cache stores the latent
+(``kv_lora_rank + qk_pos_emb_head_dim`` per token and layer); a prefill expands it to per-head K
+and V (head dims ``qk_head_dim + qk_pos_emb_head_dim`` and ``v_head_dim``), a decode step absorbs
+``W_UK`` / ``W_UV`` and attends over the latents (:func:`_mla_attention`). Multi-token-prediction
+layers are not served (engines use them only as speculative-decoding drafts; not modelled).
 
 Public API (used by inference_derivation.py and blueprinting.inference):
 
-- :class:`InferencePhase`, :class:`InferenceStepDims`
+- :class:`InferencePhase`, :class:`InferenceStepDims`, :class:`ServingOpName`
 - :class:`InferenceOp`, :class:`InferenceCollective`, :class:`InferenceStepWork`
-- :func:`kv_groups_per_rank`, :func:`kv_cache_bytes_per_token`
-- :func:`inference_step_work(model, dims, *, tp, sequence_parallel, kv_datatype)`
+- :func:`kv_groups_per_rank`, :func:`kv_cache_bytes_per_token`, :func:`experts_touched`,
+  :func:`expert_weight_bytes`, :func:`resident_expert_bytes`
+- :func:`inference_step_work(model, dims, *, tp, sequence_parallel, kv_datatype, ep=1)`
 - :func:`attention_ops(model, dims, *, tp, sequence_parallel, kv_datatype)`: the only block ops
   whose work depends on the context (an analysis re-costs just these from one decode step to the
   next); :data:`CONTEXT_DEPENDENT` names them
@@ -52,12 +72,21 @@ Public API (used by inference_derivation.py and blueprinting.inference):
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import final
+from typing import TypeAlias, assert_never, final
 
 from blueprinting.errors import ConfigError, positive_int_problems
-from blueprinting.mapping.model import Datatype, MlpActivation, TransformerModelSpec
+from blueprinting.mapping.model import (
+    Datatype,
+    DenseFeedForward,
+    MixtureOfExperts,
+    MlpActivation,
+    MultiLatentAttention,
+    StandardAttention,
+    TransformerModelSpec,
+)
 from blueprinting.mapping.transformer import UnfusedAttention
 from blueprinting.synthesizer.dialects.transformer.training import (
     ATTENTION_CORE,
@@ -75,6 +104,35 @@ from blueprinting.synthesizer.dialects.transformer.training import (
 
 #: Softmax FLOPs per (query, key) pair in forward (Calculon ``calculon/llm/layers.py`` SoftMax).
 SOFTMAX_FLOPS_PER_PAIR = 5
+
+
+class ServingOpName(StrEnum):
+    """The serving ops the training block has no name for: MLA's projections (and decode's
+    weight absorption), the MoE layer's router, routed and shared experts."""
+
+    Q_DOWN = "q_down_projection"
+    Q_NORM = "q_norm"
+    Q_UP = "q_up_projection"
+    Q_PROJECTION = "q_projection"
+    KV_DOWN = "kv_down_projection"
+    KV_NORM = "kv_norm"
+    KV_UP = "kv_up_projection"
+    Q_ABSORB = "q_absorb"
+    V_ABSORB = "v_absorb"
+    ROUTER = "router"
+    EXPERT_UP = "expert_up"
+    EXPERT_ACTIVATION = "expert_activation"
+    EXPERT_DOWN = "expert_down"
+    EXPERT_COMBINE = "expert_combine"
+    SHARED_EXPERT_UP = "shared_expert_up"
+    SHARED_EXPERT_ACTIVATION = "shared_expert_activation"
+    SHARED_EXPERT_DOWN = "shared_expert_down"
+
+
+OpName: TypeAlias = SemanticOpName | ServingOpName
+
+#: Router score and top-k selection FLOPs per (token, expert) logit (the softmax convention).
+ROUTER_VECTOR_FLOPS_PER_LOGIT = 5
 
 
 class InferencePhase(StrEnum):
@@ -129,11 +187,13 @@ class InferenceOp:
     """One op of a forward step on one TP rank: its work and which HBM bytes are weights and
     which KV cache (the rest are activations)."""
 
-    name: SemanticOpName
+    name: OpName
     kind: OpKind
     work: Work
     gemm: GemmShape | None = None
     weight_bytes: int = 0
+    #: the part of ``weight_bytes`` that is routed experts' weights
+    expert_weight_bytes: int = 0
     kv_cache_bytes: int = 0
 
     @property
@@ -168,6 +228,11 @@ class InferenceStepWork:
     first_stage_collectives: tuple[InferenceCollective, ...]
     last_stage: tuple[InferenceOp, ...]
     last_stage_collectives: tuple[InferenceCollective, ...]
+    #: one MoE layer's ops (empty for a dense model); its collectives are ``block_collectives``
+    moe_block: tuple[InferenceOp, ...] = ()
+    #: expected distinct routed experts the step's tokens touch in one MoE layer, over the
+    #: whole replica (:func:`experts_touched`; 0 for a dense model)
+    experts_touched: float = 0.0
 
     @property
     def phase(self) -> InferencePhase:
@@ -181,9 +246,40 @@ def kv_groups_per_rank(model: TransformerModelSpec, tp: int) -> int:
 
 
 def kv_cache_bytes_per_token(model: TransformerModelSpec, tp: int, kv_datatype: Datatype) -> int:
-    """KV-cache bytes one token adds on one TP rank in one layer: ``2 * groups_per_rank *
-    kv_channels * kv_bytes`` (K and V)."""
-    return 2 * kv_groups_per_rank(model, tp) * model.kv_channels * kv_datatype.bytes
+    """KV-cache bytes one token adds on one TP rank in one layer. GQA: ``2 * groups_per_rank *
+    kv_channels * kv_bytes`` (K and V). MLA: the compressed latent and the one shared rope key,
+    ``(kv_lora_rank + qk_pos_emb_head_dim) * kv_bytes``, not per head (DeepSeek-V2,
+    arXiv:2405.04434, Section 2.1.2 and Table 1: ``(d_c + d_h^R) l`` elements per token); every
+    TP rank keeps the whole latent, since all its heads read it (vLLM's MLA backends)."""
+    match model.self_attention:
+        case StandardAttention():
+            return 2 * kv_groups_per_rank(model, tp) * model.kv_channels * kv_datatype.bytes
+        case MultiLatentAttention() as mla:
+            return (mla.kv_lora_rank + mla.qk_pos_emb_head_dim) * kv_datatype.bytes
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def experts_touched(num_experts: int, top_k: int, tokens: int) -> float:
+    """Expected distinct experts that ``tokens`` tokens route to in one MoE layer, under uniform
+    independent routing: each token picks ``k`` distinct experts of ``E`` uniformly, so a given
+    expert is missed by one token with probability ``1 - k / E`` and by all of them with
+    ``(1 - k / E) ** tokens``; by linearity of expectation ``E (1 - (1 - k / E) ** tokens)``.
+    One token touches exactly ``k``; the count grows with the tokens and tends to ``E``. An EP
+    rank holding ``E / ep`` experts expects ``1 / ep`` of it."""
+    if tokens == 1 or top_k == num_experts:
+        return float(top_k if tokens == 1 else num_experts)
+    return num_experts * -math.expm1(tokens * math.log1p(-top_k / num_experts))
+
+
+def _dense_view(model: TransformerModelSpec) -> TransformerModelSpec:
+    """The model with plain GQA attention and dense MLPs: the training block whose norms,
+    residuals and MLP the serving block reuses (MLA and MoE ops are built here)."""
+    if isinstance(model.self_attention, StandardAttention) and isinstance(
+        model.feed_forward, DenseFeedForward
+    ):
+        return model
+    return replace(model, self_attention=StandardAttention(), feed_forward=DenseFeedForward())
 
 
 def _local_dims(
@@ -251,12 +347,16 @@ def _adopt(
     )
 
 
-def _residual(name: SemanticOpName, model: TransformerModelSpec, rows: int) -> InferenceOp:
+def _residual(
+    name: SemanticOpName, model: TransformerModelSpec, rows: int, *, bias_added: bool = True
+) -> InferenceOp:
     """Bias + residual add without dropout (inference): ``elems`` adds, plus the row-parallel
-    GEMM's bias (added after the reduction, as Megatron's ``bias_dropout_add``)."""
+    GEMM's bias (added after the reduction, as Megatron's ``bias_dropout_add``). A MoE layer's
+    routed experts add their own down biases before the combine (``bias_added`` False unless
+    shared experts bring a row-parallel one)."""
     e, h = model.datatype.bytes, model.hidden_size
     elems = rows * h
-    bias = h if model.add_bias_linear else 0
+    bias = h if model.add_bias_linear and bias_added else 0
     return InferenceOp(
         name=name,
         kind=OpKind.ELEMENTWISE,
@@ -270,6 +370,18 @@ def _residual(name: SemanticOpName, model: TransformerModelSpec, rows: int) -> I
 
 
 def _attention(
+    model: TransformerModelSpec, dims: InferenceStepDims, local: BlockDims, kv_datatype: Datatype
+) -> tuple[InferenceOp, ...]:
+    match model.self_attention:
+        case StandardAttention():
+            return _gqa_attention(model, dims, local, kv_datatype)
+        case MultiLatentAttention() as mla:
+            return _mla_attention(model, mla, dims, local, kv_datatype)
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def _gqa_attention(
     model: TransformerModelSpec, dims: InferenceStepDims, local: BlockDims, kv_datatype: Datatype
 ) -> tuple[InferenceOp, ...]:
     """Fused attention on heads/t heads (module docstring). The efficiency shape stacks the
@@ -329,19 +441,385 @@ def attention_ops(
     return _attention(model, dims, local, kv_datatype)
 
 
-def _block(
-    model: TransformerModelSpec, dims: InferenceStepDims, local: BlockDims, kv_datatype: Datatype
+def _linear(name: OpName, model: TransformerModelSpec, m: int, n: int, k: int) -> InferenceOp:
+    """A bias-free ``[m, n] x [n, k]`` projection's forward: training's GEMM work (read input
+    and weight, write output), its weight the ``n x k`` matrix."""
+    e = model.datatype.bytes
+    weight = n * k * e
+    return InferenceOp(
+        name=name,
+        kind=OpKind.GEMM,
+        work=Work(
+            matrix_flops=2 * m * n * k, bytes_read=m * n * e + weight, bytes_written=m * k * e
+        ),
+        gemm=GemmShape(m=m, n=n, k=k),
+        weight_bytes=weight,
+    )
+
+
+def _per_head(
+    name: OpName, model: TransformerModelSpec, *, m: int, heads: int, n: int, k: int
+) -> InferenceOp:
+    """``heads`` independent ``[m, n] x [n, k]`` products with one weight matrix per head (MLA's
+    absorbed ``W_UK`` / ``W_UV``)."""
+    e = model.datatype.bytes
+    weight = heads * n * k * e
+    return InferenceOp(
+        name=name,
+        kind=OpKind.BATCHED_MATMUL,
+        work=Work(
+            matrix_flops=2 * heads * m * n * k,
+            bytes_read=heads * m * n * e + weight,
+            bytes_written=heads * m * k * e,
+        ),
+        gemm=GemmShape(m=m, n=n, k=k, batch=heads),
+        weight_bytes=weight,
+    )
+
+
+def _norm_of(
+    name: OpName, model: TransformerModelSpec, local: BlockDims, rows: int, width: int
+) -> InferenceOp:
+    """The model's norm over ``rows`` vectors of ``width`` (MLA's latent norms): the training
+    block's input norm evaluated at that width."""
+    narrow = replace(_dense_view(model), hidden_size=width)
+    norm = block_ops(
+        narrow, replace(local, token_rows=rows, hidden=width), attention=UnfusedAttention()
+    )[0]
+    return InferenceOp(
+        name=name,
+        kind=norm.kind,
+        work=norm.forward,
+        weight_bytes=narrow.norm_parameters * model.datatype.bytes,
+    )
+
+
+def _mla_projections(
+    model: TransformerModelSpec, mla: MultiLatentAttention, dims: InferenceStepDims, heads: int
 ) -> tuple[InferenceOp, ...]:
+    """MLA's Q and KV projections on one TP rank (DeepSeek-V2, arXiv:2405.04434, Section
+    2.1.2-2.1.3): the down projections (to ``q_lora_rank``, and to ``kv_lora_rank`` plus the
+    shared rope key, which is what the cache stores) and their norms are replicated on every TP
+    rank (vLLM ``ReplicatedLinear``), the up projections split by heads. A prefill expands the
+    latent to per-head K (no-rope part) and V; a decode step instead absorbs ``W_UK`` into the
+    query (``q_nope W_UK``, per head ``qk_head_dim -> kv_lora_rank``) and attends in the latent
+    space (Section 2.1.2's absorption, the FlashMLA / vLLM MLA decode path)."""
+    m = dims.tokens
+    h = model.hidden_size
+    local = _local_dims(model, dims, tp=1, sequence_parallel=False)
     out: list[InferenceOp] = []
+    if mla.q_lora_rank is None:
+        out.append(_linear(ServingOpName.Q_PROJECTION, model, m, h, heads * mla.qk_dim))
+    else:
+        out.append(_linear(ServingOpName.Q_DOWN, model, m, h, mla.q_lora_rank))
+        out.append(_norm_of(ServingOpName.Q_NORM, model, local, m, mla.q_lora_rank))
+        out.append(_linear(ServingOpName.Q_UP, model, m, mla.q_lora_rank, heads * mla.qk_dim))
+    latent = mla.kv_lora_rank + mla.qk_pos_emb_head_dim
+    out.append(_linear(ServingOpName.KV_DOWN, model, m, h, latent))
+    out.append(_norm_of(ServingOpName.KV_NORM, model, local, m, mla.kv_lora_rank))
+    match dims.phase:
+        case InferencePhase.PREFILL:
+            width = heads * (mla.qk_head_dim + mla.v_head_dim)
+            out.append(_linear(ServingOpName.KV_UP, model, m, mla.kv_lora_rank, width))
+        case InferencePhase.DECODE:
+            out.append(
+                _per_head(
+                    ServingOpName.Q_ABSORB,
+                    model,
+                    m=m,
+                    heads=heads,
+                    n=mla.qk_head_dim,
+                    k=mla.kv_lora_rank,
+                )
+            )
+        case _ as unreachable:
+            assert_never(unreachable)
+    return tuple(out)
+
+
+def _mla_output(
+    model: TransformerModelSpec, mla: MultiLatentAttention, dims: InferenceStepDims, heads: int
+) -> tuple[InferenceOp, ...]:
+    """The output projection (row-parallel, ``heads * v_head_dim -> h``); a decode step first
+    maps each head's latent output through its ``W_UV`` (``kv_lora_rank -> v_head_dim``)."""
+    m = dims.tokens
+    out = _linear(
+        SemanticOpName.OUTPUT_PROJECTION, model, m, heads * mla.v_head_dim, model.hidden_size
+    )
+    match dims.phase:
+        case InferencePhase.PREFILL:
+            return (out,)
+        case InferencePhase.DECODE:
+            absorb = _per_head(
+                ServingOpName.V_ABSORB,
+                model,
+                m=m,
+                heads=heads,
+                n=mla.kv_lora_rank,
+                k=mla.v_head_dim,
+            )
+            return (absorb, out)
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def _mla_attention(
+    model: TransformerModelSpec,
+    mla: MultiLatentAttention,
+    dims: InferenceStepDims,
+    local: BlockDims,
+    kv_datatype: Datatype,
+) -> tuple[InferenceOp, ...]:
+    """MLA's attention core on heads/t heads. Prefill: multi-head attention on the expanded
+    per-head keys of ``qk_head_dim + qk_pos_emb_head_dim`` and values of ``v_head_dim`` (the
+    keys and values are this step's activations; the cache holds the latent). Decode: the
+    absorbed query (``kv_lora_rank + qk_pos_emb_head_dim`` wide) attends to the cached latents
+    like multi-query attention, every head reading the same latent, which is read from HBM once
+    per step (FlashMLA); the values are the latents' ``kv_lora_rank`` part."""
+    e, kv_e = model.datatype.bytes, kv_datatype.bytes
+    b, q, c = dims.batch, dims.new_tokens, dims.context
+    heads = local.heads
+    pairs = b * heads * dims.attended_pairs
+    softmax = InferenceOp(
+        name=SemanticOpName.SOFTMAX,
+        kind=OpKind.SOFTMAX,
+        work=Work(vector_flops=SOFTMAX_FLOPS_PER_PAIR * pairs),
+    )
+    match dims.phase:
+        case InferencePhase.PREFILL:
+            qk, v = mla.qk_dim, mla.v_head_dim
+            q_bytes = b * q * heads * qk * e
+            k_bytes = b * heads * qk * c * e
+            v_bytes = b * heads * v * c * e
+            return (
+                InferenceOp(
+                    name=SemanticOpName.ATTENTION_SCORES,
+                    kind=OpKind.BATCHED_MATMUL,
+                    work=Work(matrix_flops=2 * qk * pairs, bytes_read=q_bytes + k_bytes),
+                    gemm=GemmShape(m=q, n=qk, k=c, batch=b * heads),
+                ),
+                softmax,
+                InferenceOp(
+                    name=SemanticOpName.ATTENTION_OVER_VALUES,
+                    kind=OpKind.BATCHED_MATMUL,
+                    work=Work(
+                        matrix_flops=2 * v * pairs,
+                        bytes_read=v_bytes,
+                        bytes_written=b * q * heads * v * e,
+                    ),
+                    gemm=GemmShape(m=q, n=c, k=v, batch=b * heads),
+                ),
+            )
+        case InferencePhase.DECODE:
+            width = mla.kv_lora_rank + mla.qk_pos_emb_head_dim
+            cache = b * c * width * kv_e
+            return (
+                InferenceOp(
+                    name=SemanticOpName.ATTENTION_SCORES,
+                    kind=OpKind.BATCHED_MATMUL,
+                    work=Work(
+                        matrix_flops=2 * width * pairs,
+                        bytes_read=b * q * heads * width * e + cache,
+                    ),
+                    gemm=GemmShape(m=q * heads, n=width, k=c, batch=b),
+                    kv_cache_bytes=cache,
+                ),
+                softmax,
+                InferenceOp(
+                    name=SemanticOpName.ATTENTION_OVER_VALUES,
+                    kind=OpKind.BATCHED_MATMUL,
+                    work=Work(
+                        matrix_flops=2 * mla.kv_lora_rank * pairs,
+                        bytes_written=b * q * heads * mla.kv_lora_rank * e,
+                    ),
+                    gemm=GemmShape(m=q * heads, n=c, k=mla.kv_lora_rank, batch=b),
+                ),
+            )
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def expert_weight_bytes(model: TransformerModelSpec, *, tp: int, ep: int) -> tuple[int, int]:
+    """(up, down) weight bytes of one routed expert on one rank: its FFN split over the
+    ``t / ep`` expert tensor ranks (up ``h x up_width / etp`` and its bias, down ``F / etp x h``
+    and its bias, which every expert adds before the combine)."""
+    moe = model.moe
+    if moe is None:
+        return 0, 0
+    etp = max(1, tp // ep)
+    e, h = model.datatype.bytes, model.hidden_size
+    ffn = moe.expert_ffn_hidden_size // etp
+    up = 2 * ffn if model.activation is MlpActivation.SWIGLU else ffn
+    bias = model.add_bias_linear
+    return (h * up + (up if bias else 0)) * e, (ffn * h + (h if bias else 0)) * e
+
+
+def resident_expert_bytes(model: TransformerModelSpec, *, tp: int, ep: int) -> int:
+    """Routed-expert weight bytes one rank holds per MoE layer: its ``E / ep`` experts, each
+    at its expert-tensor slice (:func:`expert_weight_bytes`)."""
+    moe = model.moe
+    if moe is None:
+        return 0
+    up, down = expert_weight_bytes(model, tp=tp, ep=ep)
+    return moe.num_experts // ep * (up + down)
+
+
+def _mlp_ops(
+    model: TransformerModelSpec, local: BlockDims, tokens: int, *, ffn: int, gemm_tokens: int
+) -> tuple[SemanticOp, SemanticOp, SemanticOp]:
+    """The training block's (MLP_UP, MLP_ACTIVATION, MLP_DOWN) at ``ffn`` columns per rank on
+    ``gemm_tokens`` rows."""
+    dims = replace(local, ffn=ffn, gemm_tokens=gemm_tokens)
+    ops = {
+        op.name: op
+        for op in block_ops(_dense_view(model), dims, attention=UnfusedAttention())
+        if op.name in _MLP_NAMES
+    }
+    return (
+        ops[SemanticOpName.MLP_UP],
+        ops[SemanticOpName.MLP_ACTIVATION],
+        ops[SemanticOpName.MLP_DOWN],
+    )
+
+
+_MLP_NAMES = frozenset(
+    {SemanticOpName.MLP_UP, SemanticOpName.MLP_ACTIVATION, SemanticOpName.MLP_DOWN}
+)
+
+
+def _moe_ops(
+    model: TransformerModelSpec,
+    moe: MixtureOfExperts,
+    dims: InferenceStepDims,
+    local: BlockDims,
+    *,
+    tp: int,
+    ep: int,
+) -> tuple[InferenceOp, ...]:
+    """One MoE layer's feed-forward on one rank (``shared/reference/modern_parallelism.md``
+    sections 2.5 and 7): the replicated ``h x E`` router on every token; the routed experts on
+    the ``ceil(b q k (1 + gamma) / ep)`` rows the rank's experts receive (the hottest rank under
+    ``load_imbalance`` gamma), at ``F / etp`` columns, reading the weights of the experts those
+    rows touch (``experts_touched / ep`` of its ``E / ep``, each once per step); the combine
+    (each row scaled by its routing weight and summed into its token); the shared experts as a
+    TP-sharded dense MLP of their total width."""
+    e, h = model.datatype.bytes, model.hidden_size
+    m = dims.tokens
+    etp = max(1, tp // ep)
+    num, k = moe.num_experts, moe.top_k
+    routed = m * k
+    rows = (
+        -(-routed // ep)
+        if moe.load_imbalance == 0
+        else math.ceil(routed * (1 + moe.load_imbalance) / ep)
+    )
+    touched = experts_touched(num, k, m) / ep
+    groups = max(1, math.ceil(touched))
+    rows_per_expert = max(1, math.ceil(rows / max(touched, 1.0)))
+    router_weights = model.router_parameters * e
+    out: list[InferenceOp] = [
+        InferenceOp(
+            name=ServingOpName.ROUTER,
+            kind=OpKind.GEMM,
+            work=Work(
+                matrix_flops=2 * m * h * num,
+                vector_flops=ROUTER_VECTOR_FLOPS_PER_LOGIT * m * num,
+                bytes_read=m * h * e + router_weights,
+                bytes_written=m * num * e,
+            ),
+            gemm=GemmShape(m=m, n=h, k=num),
+            weight_bytes=router_weights,
+        )
+    ]
+    up_op, act_op, down_op = _mlp_ops(
+        model, local, m, ffn=moe.expert_ffn_hidden_size // etp, gemm_tokens=rows
+    )
+    one_up, one_down = expert_weight_bytes(model, tp=tp, ep=ep)
+    for op, name, one in (
+        (up_op, ServingOpName.EXPERT_UP, one_up),
+        (down_op, ServingOpName.EXPERT_DOWN, one_down),
+    ):
+        gemm = op.gemm
+        assert gemm is not None  # the training MLP GEMMs carry their shape
+        read = round(touched * one)
+        # the one weight matrix (and MLP_UP's bias) the training GEMM reads
+        bias = gemm.k if model.add_bias_linear and name is ServingOpName.EXPERT_UP else 0
+        in_training = (gemm.n * gemm.k + bias) * e
+        out.append(
+            InferenceOp(
+                name=name,
+                kind=OpKind.GEMM,
+                work=replace(op.forward, bytes_read=op.forward.bytes_read - in_training + read),
+                gemm=GemmShape(m=rows_per_expert, n=gemm.n, k=gemm.k, batch=groups),
+                weight_bytes=read,
+                expert_weight_bytes=read,
+            )
+        )
+        if name is ServingOpName.EXPERT_UP:
+            out.append(
+                InferenceOp(
+                    name=ServingOpName.EXPERT_ACTIVATION, kind=act_op.kind, work=act_op.forward
+                )
+            )
+    out.append(
+        InferenceOp(
+            name=ServingOpName.EXPERT_COMBINE,
+            kind=OpKind.ELEMENTWISE,
+            work=Work(vector_flops=2 * rows * h, bytes_read=rows * h * e, bytes_written=m * h * e),
+        )
+    )
+    if moe.shared_expert_ffn_hidden_size:
+        shared = moe.shared_expert_ffn_hidden_size // tp
+        shared_local = replace(local, ffn=shared)
+        names = (
+            ServingOpName.SHARED_EXPERT_UP,
+            ServingOpName.SHARED_EXPERT_ACTIVATION,
+            ServingOpName.SHARED_EXPERT_DOWN,
+        )
+        for op, name in zip(
+            _mlp_ops(model, local, m, ffn=shared, gemm_tokens=m), names, strict=True
+        ):
+            out.append(replace(_adopt(op, model, shared_local, m), name=name))
+    return tuple(out)
+
+
+def _block(
+    model: TransformerModelSpec,
+    dims: InferenceStepDims,
+    local: BlockDims,
+    kv_datatype: Datatype,
+    *,
+    moe_layer: bool = False,
+    tp: int = 1,
+    ep: int = 1,
+) -> tuple[InferenceOp, ...]:
+    """One block's ops: the training block's (of the dense view), with MLA's projections and
+    attention in place of GQA's, and on a MoE layer the router and experts in place of the
+    MLP."""
+    out: list[InferenceOp] = []
+    mla = model.self_attention if isinstance(model.self_attention, MultiLatentAttention) else None
+    moe = model.moe if moe_layer else None
     # Serving prices its own fused attention (_attention): the training block's unfused core
     # is only the marker of where it goes.
-    for op in block_ops(model, local, attention=UnfusedAttention()):
+    for op in block_ops(_dense_view(model), local, attention=UnfusedAttention()):
         if op.name in ATTENTION_CORE:
             if op.name is SemanticOpName.ATTENTION_SCORES:
                 out.extend(_attention(model, dims, local, kv_datatype))
             continue
+        if mla is not None and op.name is SemanticOpName.QKV_PROJECTION:
+            out.extend(_mla_projections(model, mla, dims, local.heads))
+            continue
+        if mla is not None and op.name is SemanticOpName.OUTPUT_PROJECTION:
+            out.extend(_mla_output(model, mla, dims, local.heads))
+            continue
+        if moe is not None and op.name in _MLP_NAMES:
+            if op.name is SemanticOpName.MLP_UP:
+                out.extend(_moe_ops(model, moe, dims, local, tp=tp, ep=ep))
+            continue
         if op.name in (SemanticOpName.ATTENTION_RESIDUAL, SemanticOpName.MLP_RESIDUAL):
-            out.append(_residual(op.name, model, local.token_rows))
+            shared_bias = moe is None or moe.shared_expert_ffn_hidden_size > 0
+            bias_added = op.name is SemanticOpName.ATTENTION_RESIDUAL or shared_bias
+            out.append(_residual(op.name, model, local.token_rows, bias_added=bias_added))
             continue
         out.append(_adopt(op, model, local, dims.tokens))
     return tuple(out)
@@ -374,9 +852,10 @@ def inference_step_work(
     tp: int,
     sequence_parallel: bool,
     kv_datatype: Datatype,
+    ep: int = 1,
 ) -> InferenceStepWork:
     """The local work of one prefill or decode step (module docstring). Callers check the laws
-    first (t | heads, t | ffn, t | vocab, groups vs t)."""
+    first (t | heads, t | ffn, t | vocab, groups vs t, ep | t, ep | E)."""
     local = _local_dims(model, dims, tp=tp, sequence_parallel=sequence_parallel)
     e, h = model.datatype.bytes, model.hidden_size
     first = tuple(_adopt(op, model, local, dims.tokens) for op in first_stage_ops(model, local))
@@ -419,10 +898,19 @@ def inference_step_work(
                 bytes=dims.batch * model.padded_vocab_size * e,
             ),
         )
+    moe = model.moe
     return InferenceStepWork(
         dims=dims,
         tp=tp,
         block=_block(model, dims, local, kv_datatype),
+        moe_block=(
+            ()
+            if moe is None
+            else _block(model, dims, local, kv_datatype, moe_layer=True, tp=tp, ep=ep)
+        ),
+        experts_touched=(
+            0.0 if moe is None else experts_touched(moe.num_experts, moe.top_k, dims.tokens)
+        ),
         block_collectives=_block_collectives(
             dims, model, tp=tp, sequence_parallel=sequence_parallel
         ),

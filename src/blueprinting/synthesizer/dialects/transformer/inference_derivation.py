@@ -68,6 +68,17 @@ class LocalInferencePlan:
     workload: InferenceWorkload
     stage_blocks: tuple[int, ...]
     strategy: str
+    #: expert parallelism over the TP group (1 for a dense model)
+    ep: int = 1
+    #: MoE layers among each stage's blocks (all 0 for a dense model)
+    stage_moe_blocks: tuple[int, ...] = ()
+
+    @property
+    def expert_tensor_degree(self) -> int:
+        return max(1, self.tp // self.ep)
+
+    def moe_blocks(self, stage: int) -> int:
+        return self.stage_moe_blocks[stage] if self.stage_moe_blocks else 0
 
     def prefill(self, batch: int) -> InferenceStepWork:
         """``batch`` sequences of ``prompt_length`` tokens, empty cache."""
@@ -88,7 +99,21 @@ class LocalInferencePlan:
             tp=self.tp,
             sequence_parallel=self.sequence_parallel,
             kv_datatype=self.workload.kv_cache_datatype,
+            ep=self.ep,
         )
+
+
+def _stage_moe_blocks(
+    model: TransformerModelSpec, stage_blocks: tuple[int, ...]
+) -> tuple[int, ...]:
+    """The MoE layers of each stage: stage s holds the consecutive layers after those of the
+    stages before it."""
+    out = []
+    first = 0
+    for blocks in stage_blocks:
+        out.append(sum(1 for layer in range(first, first + blocks) if model.is_moe_layer(layer)))
+        first += blocks
+    return tuple(out)
 
 
 def _sequence_parallel(communication: TensorCommunication) -> bool:
@@ -168,6 +193,7 @@ def derive_inference_plan(
             laws = check_inference(model, mapping, megatron=megatron)
             if laws:
                 raise InvalidStrategyError(laws, subject=f"{model.name}: {mapping}")
+            stage_blocks = stage_layer_counts(model, pipeline)
             return LocalInferencePlan(
                 model=model,
                 tp=tp,
@@ -175,8 +201,10 @@ def derive_inference_plan(
                 replicas=replicas.degree,
                 sequence_parallel=_sequence_parallel(communication),
                 workload=mapping.workload,
-                stage_blocks=stage_layer_counts(model, pipeline),
+                stage_blocks=stage_blocks,
                 strategy=str(mapping.parallelism),
+                ep=mapping.expert_degree,
+                stage_moe_blocks=_stage_moe_blocks(model, stage_blocks),
             )
         case _ as unreachable:
             assert_never(unreachable)
