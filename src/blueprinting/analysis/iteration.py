@@ -368,6 +368,15 @@ def stage_cp_comm(plan: PortablePlanIR, stage: StagePlan, microbatches: int) -> 
     )
 
 
+def stage_ep_comm(plan: PortablePlanIR, stage: StagePlan, microbatches: int) -> StageCpComm:
+    """m x the MoE layers' token dispatch and combine of the stage (link and exposed)."""
+    phases = _stage_phases(plan, stage)
+    return StageCpComm(
+        link_s=microbatches * sum(n * ph.ep_comm_s for n, ph in phases),
+        exposed_s=microbatches * sum(n * ph.ep_comm_exposed_s for n, ph in phases),
+    )
+
+
 def bubble_contract(plan: PortablePlanIR, microbatches: int) -> BubbleContract:
     """The seed's contract fed with this plan's chunk critical paths."""
     p = plan.pipeline_degree

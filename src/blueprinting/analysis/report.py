@@ -16,6 +16,7 @@ from blueprinting.analysis.iteration import (
     BubbleSource,
     TimeBreakdown,
     stage_cp_comm,
+    stage_ep_comm,
     stage_tp_comm,
 )
 from blueprinting.analysis.memory import MemoryBreakdown, stage_activations
@@ -220,6 +221,51 @@ class IterationReport:
             },
         }
 
+    def _ep_comm_json(self) -> dict[str, JsonValue]:
+        """The MoE layers' expert grid and token dispatch: degrees, dispatcher, per MoE-block
+        phase and over the critical stage's iteration the link time, hidden and exposed
+        (``iteration.exposed_s`` = ``time_breakdown_s.ep_comm_exposed``); null blocks for a
+        dense model."""
+        mapping = self.spec.mapping
+        experts = mapping.parallelism.experts
+        moe = self.plan.moe_block
+        total = stage_ep_comm(self.plan, self.plan.critical_stage(), mapping.microbatch_count)
+        phases: JsonValue = None
+        if moe is not None:
+            phases = {
+                name: {
+                    "link_s": phase.ep_comm_s,
+                    "hidden_s": phase.ep_comm_s - phase.ep_comm_exposed_s,
+                    "exposed_s": phase.ep_comm_exposed_s,
+                }
+                for name, phase in (
+                    ("forward", moe.forward),
+                    ("backward_activation", moe.backward_activation),
+                    ("backward_weight", moe.backward_weight),
+                    ("recompute", moe.recompute),
+                )
+            }
+        return {
+            "expert_model_parallel_size": experts.degree,
+            "expert_tensor_parallel_size": experts.tensor_degree,
+            "expert_data_parallel_size": mapping.expert_data_degree,
+            "dispatcher": str(experts.dispatcher),
+            "moe_block": phases,
+            "moe_block_time_s": None
+            if moe is None
+            else {
+                "forward": moe.forward_s,
+                "backward": moe.backward_s,
+                "recompute": moe.recompute.critical_path_s,
+            },
+            "moe_layers_on_critical_stage": self.plan.critical_stage().moe_blocks,
+            "iteration": {
+                "link_s": total.link_s,
+                "hidden_s": total.hidden_s,
+                "exposed_s": total.exposed_s,
+            },
+        }
+
     def to_json_dict(self) -> dict[str, JsonValue]:
         """The ``plan --json`` object (README documents each key and unit)."""
         memory = self.memory
@@ -314,6 +360,7 @@ class IterationReport:
             },
             "tp_comm": self._tp_comm_json(),
             "cp_comm": self._cp_comm_json(),
+            "ep_comm": self._ep_comm_json(),
             "dp_comm": {
                 "grad_bytes": self.data_parallel.grad_bytes,
                 "param_gather_bytes": self.data_parallel.param_gather_bytes,

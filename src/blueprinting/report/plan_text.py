@@ -17,6 +17,16 @@ if TYPE_CHECKING:
 BAR_WIDTH = 40
 
 
+def _expert_row(name: str, expert: int, total: int) -> tuple[tuple[str, float], ...]:
+    """The routed-expert / dense split of a category (MoE models only)."""
+    if expert == 0:
+        return ()
+    return (
+        ("  of which routed experts (over expert-dp)", float(expert)),
+        ("  of which dense (over dp x cp)", float(total - expert)),
+    )
+
+
 def _bar(fraction: float) -> str:
     filled = min(BAR_WIDTH, round(max(0.0, fraction) * BAR_WIDTH))
     return "█" * filled + "·" * (BAR_WIDTH - filled)
@@ -66,8 +76,13 @@ def render_plan(report: IterationReport, console: Console, *, all_stages: bool =
             memory.stage,
             (
                 ("weights", memory.weights),
+                *_expert_row("weights", memory.expert_weights, memory.weights),
                 ("gradients", memory.gradients),
+                *_expert_row("gradients", memory.expert_gradients, memory.gradients),
                 ("optimizer states", memory.optimizer_states),
+                *_expert_row(
+                    "optimizer states", memory.expert_optimizer_states, memory.optimizer_states
+                ),
                 ("activations", memory.activations),
                 ("other (embedding, logits)", memory.other),
             ),
