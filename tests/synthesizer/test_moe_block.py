@@ -1,0 +1,265 @@
+"""The MoE layer and MLA in the block algebra, the DistributedTaskIR and the plan: exact work,
+dispatch bytes per dispatcher, conservation over tp, EP exposure and overlap, memory parts."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from blueprinting.analysis.evaluate import PlanOptions
+from blueprinting.analysis.report import IterationReport
+from blueprinting.api import plan_spec
+from blueprinting.hardware.collectives import CollectiveKind
+from blueprinting.hardware.presets import system_preset
+from blueprinting.hardware.system import CommGroup, LinkTier
+from blueprinting.mapping.model import DenseFeedForward, TransformerModelSpec
+from blueprinting.mapping.transformer import (
+    AllGatherDispatcher,
+    AllReduce,
+    AllToAllDispatcher,
+    BatchSpec,
+    DataParallel,
+    DistributedOptimizer,
+    ExpertParallel,
+    FlexDispatcher,
+    OneForwardOneBackward,
+    PipelineParallel,
+    ReduceScatterAllGather,
+    SingleStage,
+    TensorParallel,
+    TrainingSpec,
+    TransformerTrainingMappingSpec,
+    TransformerTrainingParallelism,
+)
+from blueprinting.synthesizer.dialects.transformer.training import (
+    CollectivePurpose,
+    SemanticOpName,
+    distinct_destinations,
+)
+from blueprinting.synthesizer.dialects.transformer.training_derivation import (
+    derive_training_block,
+)
+from blueprinting.synthesizer.stages.distributed.ir import (
+    CollectiveTask,
+    ComputeTask,
+    DistributedTaskIR,
+    Phase,
+)
+from tests.synthesizer.moe_models import deepseek_like, mixtral_like
+
+
+def _mapping(
+    *,
+    tp: int = 1,
+    ep: int = 1,
+    etp: int = 1,
+    pp: int = 1,
+    dp: int = 1,
+    dispatcher: AllToAllDispatcher | AllGatherDispatcher | FlexDispatcher | None = None,
+    gbs: int = 1,
+) -> TransformerTrainingMappingSpec:
+    return TransformerTrainingMappingSpec(
+        parallelism=TransformerTrainingParallelism(
+            tensor=TensorParallel(
+                degree=tp, communication=ReduceScatterAllGather() if tp > 1 else AllReduce()
+            ),
+            pipeline=PipelineParallel(
+                degree=pp, schedule=OneForwardOneBackward() if pp > 1 else SingleStage()
+            ),
+            data=DataParallel(degree=dp, optimizer_sharding=DistributedOptimizer()),
+            experts=ExpertParallel(
+                degree=ep,
+                tensor_degree=etp,
+                dispatcher=AllToAllDispatcher() if dispatcher is None else dispatcher,
+            ),
+        ),
+        batch=BatchSpec(global_batch_size=gbs, micro_batch_size=1),
+    )
+
+
+def _moe(ir: DistributedTaskIR) -> tuple[ComputeTask | CollectiveTask, ...]:
+    assert ir.moe_block is not None
+    return ir.moe_block.tasks
+
+
+def _flops(ir: DistributedTaskIR, op: SemanticOpName, phase: Phase) -> int:
+    return sum(
+        t.work.matrix_flops
+        for t in _moe(ir)
+        if isinstance(t, ComputeTask) and t.lineage.op is op and t.phase is phase
+    )
+
+
+def _dispatch(ir: DistributedTaskIR) -> list[CollectiveTask]:
+    return [
+        t
+        for t in _moe(ir)
+        if isinstance(t, CollectiveTask) and t.purpose is CollectivePurpose.TOKEN_DISPATCH
+    ]
+
+
+def test_expert_gemm_flops_are_top_k_routed_tokens_exactly() -> None:
+    """2 k T h (2F) for FC1 (SwiGLU), 2 k T F h for FC2, per phase; T = b s tokens at t = 1;
+    the grouped GEMM's 32 local experts at ep 8 each take k T / 32 rows."""
+    model = mixtral_like()
+    ir = derive_training_block(model, _mapping(ep=8, dp=8))
+    tokens, k, h, f = 4096, 2, 4096, 14336
+    assert _flops(ir, SemanticOpName.EXPERT_FC1, Phase.FORWARD) == 2 * k * tokens * h * 2 * f
+    assert _flops(ir, SemanticOpName.EXPERT_FC2, Phase.FORWARD) == 2 * k * tokens * f * h
+    assert _flops(ir, SemanticOpName.EXPERT_FC1, Phase.BACKWARD_WEIGHT_GRAD) == (
+        2 * k * tokens * h * 2 * f
+    )
+    # the router: a replicated h x E GEMM on the rank's tokens
+    assert _flops(ir, SemanticOpName.ROUTER, Phase.FORWARD) == 2 * tokens * h * 8
+
+
+def test_mla_projection_flops_are_twice_its_gemm_parameters_per_token() -> None:
+    """Shared reference section 2.10: forward FLOPs per token = 2 x the Q, KV and O
+    projection parameters (the latent norms are not GEMMs)."""
+    model = deepseek_like()
+    ir = derive_training_block(model, _mapping())
+    tokens = 4096
+    gemm_params = model.attention_parameters - (1536 + 512)  # minus the two latent norms
+    assert gemm_params == 187_107_328 - 2048
+    projections = sum(
+        _flops(ir, op, Phase.FORWARD)
+        for op in (
+            SemanticOpName.MLA_DOWN_PROJECTION,
+            SemanticOpName.MLA_UP_PROJECTION,
+            SemanticOpName.OUTPUT_PROJECTION,
+        )
+    )
+    assert projections == 2 * gemm_params * tokens
+
+
+def test_alltoall_sends_k_copies_per_token_four_times() -> None:
+    """alltoall at ep 8, etp 1: dispatch + combine forward, their mirrors backward, each
+    k T h bytes (bf16) per rank; etp 2 adds an all-gather and a reduce-scatter of the
+    received rows (k T etp h bytes) each way."""
+    model = mixtral_like()
+    tokens, k, h = 4096, 2, 4096
+    ir = derive_training_block(model, _mapping(ep=8, dp=8))
+    dispatch = _dispatch(ir)
+    assert [t.kind.value for t in dispatch] == ["all_to_all"] * 4
+    assert {t.bytes for t in dispatch} == {k * tokens * h * 2}
+    assert {t.axis for t in dispatch} == {"ep"}
+    ir2 = derive_training_block(model, _mapping(ep=4, etp=2, dp=8))
+    gathers = [t for t in _dispatch(ir2) if t.axis == "etp"]
+    assert sorted(t.kind.value for t in gathers) == ["all_gather"] * 2 + ["reduce_scatter"] * 2
+    assert {t.bytes for t in gathers} == {k * tokens * 2 * h * 2}
+
+
+def test_allgather_and_flex_bytes() -> None:
+    """allgather: T h (etp ep) gathered, independent of k; flex: one copy per distinct
+    destination rank, e (1 - (1 - 1/e)^k) (DeepSeek-V3 k 8: 7.6 at e 64, 5.25 at e 8)."""
+    assert distinct_destinations(64, 8) == pytest.approx(7.6, abs=0.05)
+    assert distinct_destinations(8, 8) == pytest.approx(5.25, abs=0.01)
+    model = mixtral_like()
+    tokens, h = 4096, 4096
+    gathered = derive_training_block(model, _mapping(ep=8, dp=8, dispatcher=AllGatherDispatcher()))
+    assert {t.bytes for t in _dispatch(gathered)} == {tokens * 8 * h * 2}
+    flex = derive_training_block(model, _mapping(ep=8, dp=8, dispatcher=FlexDispatcher()))
+    copies = math.ceil(tokens * distinct_destinations(8, 2))
+    assert {t.bytes for t in _dispatch(flex)} == {copies * h * 2}
+    assert {t.axis for t in _dispatch(flex)} == {"etp_ep"}
+
+
+@settings(max_examples=20, deadline=None)
+@given(tp=st.sampled_from([1, 2, 4]), ep=st.sampled_from([1, 2, 4, 8]))
+def test_moe_work_is_conserved_over_tp(tp: int, ep: int) -> None:
+    """Every MoE-layer task's local work x its lineage shards is the same global work at any
+    t and ep (the routed path is token-sharded under sequence parallelism)."""
+    model = mixtral_like()
+    base = derive_training_block(model, _mapping(ep=1, dp=8))
+    ir = derive_training_block(model, _mapping(tp=tp, ep=ep, dp=8))
+
+    def global_work(x: DistributedTaskIR) -> dict[tuple[str, str], int]:
+        out: dict[tuple[str, str], int] = {}
+        for t in _moe(x):
+            if isinstance(t, ComputeTask):
+                key = (t.lineage.op.value, t.phase.value)
+                out[key] = out.get(key, 0) + t.work.matrix_flops * t.lineage.shards
+        return out
+
+    assert global_work(ir) == global_work(base)
+
+
+def _plan(
+    model: TransformerModelSpec, mapping: TransformerTrainingMappingSpec, system: str = "dgx-h100"
+) -> IterationReport:
+    return plan_spec(
+        TrainingSpec(model=model, mapping=mapping),
+        system,
+        PlanOptions(megatron_rules=False, simulate=False),
+    )
+
+
+def test_ep_comm_is_its_own_term_and_overlap_hides_it() -> None:
+    model = mixtral_like()
+    one = _plan(model, _mapping(ep=1, dp=8, gbs=16))
+    assert one.breakdown.ep_comm_exposed == 0.0
+    plain = _plan(model, _mapping(ep=8, dp=8, gbs=16))
+    assert plain.breakdown.ep_comm_exposed > 0.0
+    moe = plain.plan.moe_block
+    assert moe is not None
+    # exposed whole without the EP overlap: the term is m x MoE layers x the block's link time
+    link = moe.forward.ep_comm_s + moe.backward_activation.ep_comm_s + moe.backward_weight.ep_comm_s
+    m = plain.spec.mapping.microbatch_count
+    assert plain.breakdown.ep_comm_exposed == pytest.approx(m * 4 * link, rel=1e-12)
+    overlapped = _plan(
+        model, _mapping(ep=8, dp=8, gbs=16, dispatcher=AllToAllDispatcher(overlap=True))
+    )
+    assert overlapped.breakdown.ep_comm_exposed < plain.breakdown.ep_comm_exposed
+    assert overlapped.breakdown.forward == pytest.approx(plain.breakdown.forward, rel=1e-12)
+
+
+def test_expert_optimizer_states_shard_over_expert_dp() -> None:
+    """12 bytes per routed-expert parameter over expert-dp = W/(etp ep p) with the
+    distributed optimizer; the dense part over d x cp."""
+    model = mixtral_like()
+    report = _plan(model, _mapping(ep=4, dp=8, gbs=16), "dgx-h100")
+    memory = report.memory
+    experts = 4 * model.routed_expert_parameters // 4  # 4 MoE layers, E/ep of the experts
+    assert memory.expert_weights == experts * 2
+    assert memory.expert_optimizer_states == -(-experts * 12 // 2)  # expert-dp = 8/(1*4*1)
+    dense_params = (memory.weights - memory.expert_weights) // 2
+    assert memory.optimizer_states - memory.expert_optimizer_states == -(-dense_params * 12 // 8)
+
+
+def test_first_dense_layers_cost_as_dense_blocks() -> None:
+    """DeepSeek's first-k-dense: the stage holding them runs dense blocks, the others MoE."""
+    model = deepseek_like(layers=4, dense=2)
+    report = _plan(model, _mapping(pp=2, ep=8, dp=8, gbs=16))
+    stages = report.plan.stages
+    assert [s.moe_blocks for s in stages] == [0, 2]
+    assert [s.dense_blocks for s in stages] == [2, 0]
+
+
+def test_hierarchical_all_to_all_sends_only_the_remote_share_over_the_nic() -> None:
+    """16 ranks on 2 nodes: the flat model sends 15/16 of the buffer over the NIC, the
+    hierarchical one 8/16 there (and 7/16 over NVLink at the same time, faster)."""
+    system = system_preset("dgx-h100")
+    group = CommGroup(size=16, tier=LinkTier.SCALE_OUT, ranks_per_node=8)
+    size = 1e9
+    flat = system.collective_time(CollectiveKind.ALL_TO_ALL, size, group)
+    latency = system.scale_out.latency_s
+    hierarchical = system.all_to_all_time(size, group)
+    assert hierarchical - latency == pytest.approx((flat - latency) * 8 / 15, rel=1e-9)
+
+
+def test_dense_models_have_no_moe_block() -> None:
+    model = replace(mixtral_like(), feed_forward=DenseFeedForward())
+    ir = derive_training_block(model, _mapping())
+    assert ir.moe_block is None
+    assert [a.name for a in ir.mesh.axes] == ["tp"]
+    moe = derive_training_block(mixtral_like(), _mapping(ep=4, etp=2, dp=8))
+    assert [(a.name, a.size) for a in moe.mesh.axes] == [
+        ("tp", 1),
+        ("etp", 2),
+        ("ep", 4),
+        ("etp_ep", 8),
+    ]
