@@ -24,6 +24,16 @@ from blueprinting.mapping.model import (
     TransformerModelSpec,
 )
 
+DEEPSEEK_V3_MOE = MixtureOfExperts(
+    num_experts=256,
+    top_k=8,
+    expert_ffn_hidden_size=2048,
+    shared_expert_ffn_hidden_size=2048,
+    score_function=RouterScore.SIGMOID,
+    expert_bias=True,
+    layer_pattern=MoeLayerList(layers=(False,) * 3 + (True,) * 58),
+)
+
 DEEPSEEK_V3_LIKE = TransformerModelSpec(
     name="deepseek-v3",
     num_layers=61,
@@ -48,15 +58,7 @@ DEEPSEEK_V3_LIKE = TransformerModelSpec(
         qk_pos_emb_head_dim=64,
         v_head_dim=128,
     ),
-    feed_forward=MixtureOfExperts(
-        num_experts=256,
-        top_k=8,
-        expert_ffn_hidden_size=2048,
-        shared_expert_ffn_hidden_size=2048,
-        score_function=RouterScore.SIGMOID,
-        expert_bias=True,
-        layer_pattern=MoeLayerList(layers=(False,) * 3 + (True,) * 58),
-    ),
+    feed_forward=DEEPSEEK_V3_MOE,
     qk_layernorm=True,
     mtp_num_layers=1,
 )

@@ -27,6 +27,7 @@ from blueprinting.mapping.model import (
     MoeLayerList,
     Normalization,
     PositionEmbedding,
+    TokenDropping,
     TransformerModelSpec,
 )
 from blueprinting.mapping.precision import (
@@ -407,15 +408,12 @@ def expert_grids(draw: st.DrawFn, max_degree: int = 64) -> ExpertParallel:
 @st.composite
 def mixtures_of_experts(draw: st.DrawFn, num_layers: int) -> MixtureOfExperts:
     experts = draw(st.integers(1, 512))
-    dropping = draw(
-        st.sampled_from(
-            [
-                Dropless(),
-                CapacityFactor(factor=1.25),
-                CapacityFactor(factor=1.0, pad_to_capacity=True),
-            ]
-        )
-    )
+    droppings: list[TokenDropping] = [
+        Dropless(),
+        CapacityFactor(factor=1.25),
+        CapacityFactor(factor=1.0, pad_to_capacity=True),
+    ]
+    dropping = draw(st.sampled_from(droppings))
     pattern = draw(
         st.one_of(
             st.builds(MoeLayerFrequency, every=st.integers(1, 4)),

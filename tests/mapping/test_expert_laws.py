@@ -31,7 +31,7 @@ from blueprinting.mapping.transformer import (
     TrainingSpec,
     TransformerTrainingMappingSpec,
 )
-from tests.moe_models import DEEPSEEK_V3_LIKE, GPT_OSS_LIKE
+from tests.moe_models import DEEPSEEK_V3_LIKE, DEEPSEEK_V3_MOE, GPT_OSS_LIKE
 from tests.strategies import moe_training_specs
 
 
@@ -40,9 +40,8 @@ def _spec(model: TransformerModelSpec, **keys: object) -> TrainingSpec:
 
 
 def _with_experts(
-    mapping: TransformerTrainingMappingSpec, **fields: object
+    mapping: TransformerTrainingMappingSpec, experts: ExpertParallel
 ) -> TransformerTrainingMappingSpec:
-    experts = replace(mapping.parallelism.experts, **fields)
     return replace(mapping, parallelism=replace(mapping.parallelism, experts=experts))
 
 
@@ -116,20 +115,16 @@ def test_check_with_p15_and_ep48_lists_every_violated_law_at_once() -> None:
 
 def test_the_expert_world_law_with_an_integral_dense_grid() -> None:
     """d integral (2048 = 1 * 16 * 128) but the expert grid 1 x 48 x edp cannot tile 128."""
-    spec = TrainingSpec(
-        model=DEEPSEEK_V3_LIKE,
-        mapping=_with_experts(
-            _spec(
-                DEEPSEEK_V3_LIKE,
-                world_size=2048,
-                pipeline_model_parallel_size=16,
-                pipeline_model_parallel_layout=_DSV3_LAYOUT,
-                global_batch_size=15360,
-                moe_token_dispatcher_type="alltoall",
-            ).mapping,
-            degree=48,
-        ),
+    spec = _spec(
+        DEEPSEEK_V3_LIKE,
+        world_size=2048,
+        pipeline_model_parallel_size=16,
+        pipeline_model_parallel_layout=_DSV3_LAYOUT,
+        global_batch_size=15360,
+        moe_token_dispatcher_type="alltoall",
+        expert_model_parallel_size=48,
     )
+    assert spec.mapping.data_degree == 128
     assert _names(check_training(spec.model, spec.mapping)) == [
         "expert_world_size",
         "experts_per_expert_rank",
@@ -168,7 +163,7 @@ def test_expert_ffn_and_shared_expert_splits() -> None:
     model = replace(
         DEEPSEEK_V3_LIKE,
         feed_forward=replace(
-            DEEPSEEK_V3_LIKE.feed_forward,
+            DEEPSEEK_V3_MOE,
             expert_ffn_hidden_size=2002,
             shared_expert_ffn_hidden_size=2050,
         ),
@@ -225,7 +220,7 @@ def test_flex_dispatcher_rules() -> None:
     padded = replace(
         DEEPSEEK_V3_LIKE,
         feed_forward=replace(
-            DEEPSEEK_V3_LIKE.feed_forward,
+            DEEPSEEK_V3_MOE,
             dropping=CapacityFactor(factor=1.0, pad_to_capacity=True),
         ),
     )
@@ -299,7 +294,7 @@ def test_shared_expert_overlap_needs_shared_experts_and_no_shared_recompute() ->
     model = replace(GPT_OSS_LIKE, add_bias_linear=False)
     mapping = _with_experts(
         _spec(model, world_size=8, expert_model_parallel_size=8).mapping,
-        dispatcher=AllToAllDispatcher(shared_expert_overlap=True),
+        ExpertParallel(degree=8, dispatcher=AllToAllDispatcher(shared_expert_overlap=True)),
     )
     mapping = replace(
         mapping,
@@ -310,7 +305,7 @@ def test_shared_expert_overlap_needs_shared_experts_and_no_shared_recompute() ->
             ),
         ),
     )
-    mapping = _with_experts(mapping, grouped_gemm=False)
+    mapping = _with_experts(mapping, replace(mapping.parallelism.experts, grouped_gemm=False))
     assert [str(v) for v in expert_laws(model, mapping)] == [
         "[megatron] shared_expert_overlap: moe_shared_expert_overlap = true: model "
         "'gpt-oss-120b' has no shared experts; it excludes the shared_experts recompute module "
@@ -323,7 +318,7 @@ def test_shared_expert_overlap_needs_shared_experts_and_no_shared_recompute() ->
 def test_full_recompute_and_the_moe_module_both_break_the_overlap() -> None:
     base = _with_experts(
         _dsv3_mapping(expert_model_parallel_size=8),
-        dispatcher=AllToAllDispatcher(overlap=True),
+        ExpertParallel(degree=8, dispatcher=AllToAllDispatcher(overlap=True)),
     )
     moe_module = replace(
         base,
