@@ -11,14 +11,16 @@ Contract:
 - every problem (unknown key, wrong type, conflicting keys, missing key) is collected and raised
   as one :class:`ConfigError`; an unknown key gets a did-you-mean suggestion;
 - a ``world_size`` not divisible by ``t * p`` is an :class:`InvalidStrategyError` naming the law
-  ``world_size = t * p * d``; every other law is left to :mod:`blueprinting.mapping.laws`;
+  ``world_size = t * p * d`` (with the expert grid's ``expert_world_size`` on the same world
+  size); every other law is left to :mod:`blueprinting.mapping.laws`;
 - nothing is repaired: where Megatron-LM silently drops a setting (``overlap_p2p_comm`` without
   interleaving, ``num_query_groups`` without ``group_query_attention``, ``sequence_parallel`` with
   t = 1 in the training script) this adapter refuses or leaves the law to report it;
 - defaults are Megatron-LM's where it has one (``micro_batch_size`` 1, ``global_batch_size``
   ``micro_batch_size * d``, ``overlap_p2p_comm`` true with interleaving since Megatron-LM's flag is
   ``--no-overlap-p2p-communication``, ``ffn_hidden_size`` 4h or ``int(8h/3/64)*64`` with SwiGLU,
-  ``kv_channels`` h / heads, fp32 when no precision flag is given).
+  ``kv_channels`` h / heads, fp32 when no precision flag is given; for a mixture-of-experts model
+  ``expert_tensor_parallel_size`` t, the ``allgather`` dispatcher, no grouped GEMM).
 
 With a base ``model`` (e.g. a preset), model keys override it field by field; a derived field
 (``kv_channels``, ``ffn_hidden_size``, ``num_query_groups``) that held its Megatron default in the
@@ -1519,7 +1521,10 @@ def to_mapping(spec: TrainingSpec) -> dict[str, FlatValue]:
     p = 1 and v = 1, 1F1B for p > 1 and v = 1, interleaved for v >= 2), whose model has no
     ``published_parameters`` and uses ``overlap_param_gather`` only with a sharded optimizer. The
     precision recipe maps to ``fp8`` / ``fp8_recipe`` / ``fp8_param_gather`` (``fp4`` ...) beside
-    the model's ``bf16`` / ``fp16`` (:func:`precision_keys`).
+    the model's ``bf16`` / ``fp16`` (:func:`precision_keys`). A mixture-of-experts spec writes
+    every expert key (:func:`expert_keys`); its model's MoE keys are the model part's, so until
+    they exist the inverse needs the model as the base: ``from_mapping(to_mapping(x),
+    model=x.model) == x``.
     """
     mapping = spec.mapping
     par = mapping.parallelism

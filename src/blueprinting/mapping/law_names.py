@@ -6,7 +6,9 @@ from ``check_training`` refer to the same rule; the one exception is ``megatron_
 the search's union of the checker's ``microbatch_group_bounds`` and ``microbatch_group_remainder``
 (``world_size`` is checked by ``from_mapping``). ``overlap_param_gather_needs_overlap_grad_reduce``
 reads only the data-parallel overlap knobs, so the search applies it per option of those knobs
-(:func:`blueprinting.search.laws_vectorized.free_option_violations`). Notation: t, p, d
+(:func:`blueprinting.search.laws_vectorized.free_option_violations`). The expert grid's laws
+(:data:`EXPERT_LAWS`, checked by :mod:`blueprinting.mapping.expert_laws`) are not searched until
+the search varies ep, etp and the dispatcher; e ep, u etp. Notation: t, p, d
 tensor/pipeline/data degrees, N GPUs, v virtual stages, L blocks, B global batch, b micro-batch
 size, m = B // (d*b) microbatches, G microbatch group size per virtual stage (``None`` means
 Megatron's default, p).
