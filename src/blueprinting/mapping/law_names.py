@@ -8,7 +8,7 @@ the search's union of the checker's ``microbatch_group_bounds`` and ``microbatch
 reads only the data-parallel overlap knobs, so the search applies it per option of those knobs
 (:func:`blueprinting.search.laws_vectorized.free_option_violations`). The expert grid's laws
 (:data:`EXPERT_LAWS`, checked by :mod:`blueprinting.mapping.expert_laws`) are not searched until
-the search varies ep, etp and the dispatcher; e ep, u etp. Notation: t, p, d
+the search varies ep, etp and the dispatcher. Notation: t, p, d
 tensor/pipeline/data degrees, N GPUs, v virtual stages, L blocks, B global batch, b micro-batch
 size, m = B // (d*b) microbatches, G microbatch group size per virtual stage (``None`` means
 Megatron's default, p).
