@@ -6,6 +6,8 @@
 - :func:`lawful_models`, :func:`lawful_training_specs`: specs that satisfy every planner law and
   every Megatron-LM rule (even stage layouts).
 - :func:`lawful_inference_specs`: inference specs that satisfy every inference law.
+- :func:`expert_grids`, :func:`moe_training_specs`: any expert grid; training specs of a
+  mixture-of-experts model with one (laws may fail).
 """
 
 from __future__ import annotations
@@ -15,11 +17,17 @@ from dataclasses import replace
 from hypothesis import strategies as st
 
 from blueprinting.mapping.model import (
+    CapacityFactor,
     Datatype,
+    Dropless,
     EmbeddingTying,
+    MixtureOfExperts,
     MlpActivation,
+    MoeLayerFrequency,
+    MoeLayerList,
     Normalization,
     PositionEmbedding,
+    TokenDropping,
     TransformerModelSpec,
 )
 from blueprinting.mapping.precision import (
@@ -32,8 +40,10 @@ from blueprinting.mapping.precision import (
 )
 from blueprinting.mapping.transformer import (
     DENSE_RECOMPUTE_MODULES,
+    AllGatherDispatcher,
     AllGatherKV,
     AllReduce,
+    AllToAllDispatcher,
     AttentionBackend,
     AttentionKernel,
     BatchSpec,
@@ -42,6 +52,9 @@ from blueprinting.mapping.transformer import (
     DataParallel,
     DistributedOptimizer,
     EvenStages,
+    ExpertParallel,
+    FlexBackend,
+    FlexDispatcher,
     ForwardOnly,
     FullRecompute,
     FusedAttention,
@@ -68,6 +81,7 @@ from blueprinting.mapping.transformer import (
     StageLayout,
     TensorCommunication,
     TensorParallel,
+    TokenDispatcher,
     TrainingSpec,
     TransformerInferenceMappingSpec,
     TransformerInferenceParallelism,
@@ -362,3 +376,72 @@ def lawful_inference_specs(draw: st.DrawFn) -> InferenceSpec:
             ),
         ),
     )
+
+
+# --------------------------------------------------------------------------------------------
+# Mixture of experts and the expert grid
+# --------------------------------------------------------------------------------------------
+@st.composite
+def token_dispatchers(draw: st.DrawFn) -> TokenDispatcher:
+    kind = draw(st.sampled_from(["alltoall", "allgather", "flex"]))
+    if kind == "allgather":
+        return AllGatherDispatcher()
+    overlap, shared = draw(st.booleans()), draw(st.booleans())
+    if kind == "alltoall":
+        return AllToAllDispatcher(overlap=overlap, shared_expert_overlap=shared)
+    return FlexDispatcher(
+        backend=draw(st.sampled_from(FlexBackend)), overlap=overlap, shared_expert_overlap=shared
+    )
+
+
+@st.composite
+def expert_grids(draw: st.DrawFn, max_degree: int = 64) -> ExpertParallel:
+    """Any expert grid (laws may fail)."""
+    return ExpertParallel(
+        degree=draw(st.integers(1, max_degree)),
+        tensor_degree=draw(st.integers(1, 8)),
+        dispatcher=draw(token_dispatchers()),
+        grouped_gemm=draw(st.booleans()),
+    )
+
+
+@st.composite
+def mixtures_of_experts(draw: st.DrawFn, num_layers: int) -> MixtureOfExperts:
+    experts = draw(st.integers(1, 512))
+    droppings: list[TokenDropping] = [
+        Dropless(),
+        CapacityFactor(factor=1.25),
+        CapacityFactor(factor=1.0, pad_to_capacity=True),
+    ]
+    dropping = draw(st.sampled_from(droppings))
+    pattern = draw(
+        st.one_of(
+            st.builds(MoeLayerFrequency, every=st.integers(1, 4)),
+            st.builds(
+                MoeLayerList,
+                layers=st.lists(st.booleans(), min_size=num_layers, max_size=num_layers).map(tuple),
+            ),
+        )
+    )
+    return MixtureOfExperts(
+        num_experts=experts,
+        top_k=draw(st.integers(1, min(experts, 8))),
+        expert_ffn_hidden_size=draw(st.integers(1, 8192)),
+        shared_expert_ffn_hidden_size=draw(st.sampled_from([0, 0, 128, 1408, 2048, 2816])),
+        dropping=dropping,
+        layer_pattern=pattern,
+    )
+
+
+@st.composite
+def moe_training_specs(draw: st.DrawFn) -> TrainingSpec:
+    """:func:`training_specs` with a mixture-of-experts model and any expert grid; round-trips
+    through flat keys given the model as the base (its MoE keys are the model part's)."""
+    spec = draw(training_specs())
+    model = replace(
+        spec.model,
+        feed_forward=draw(mixtures_of_experts(spec.model.num_layers)),
+        mtp_num_layers=draw(st.integers(0, 2)),
+    )
+    parallelism = replace(spec.mapping.parallelism, experts=draw(expert_grids()))
+    return TrainingSpec(model=model, mapping=replace(spec.mapping, parallelism=parallelism))

@@ -124,12 +124,118 @@ def test_check_malformed_file_exits_2_without_traceback(
     )
 
 
-def test_check_unsupported_key_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
+def test_check_expert_parallelism_of_a_dense_model_breaks_a_law(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     assert _run(capsys, "check", GPT3, "--set", "expert_model_parallel_size=2") == (
-        2,
+        1,
         "",
-        "error: expert_model_parallel_size = 2: expert parallelism is not modelled "
-        "(only 1 is accepted)\n",
+        "checking gpt3-175b: TP8(rs+ag) PP8(1F1B x3) DP16(dist-opt) EP2xETP1(alltoall) "
+        "recompute=selective: 1 law(s) violated:\n"
+        "  - [planner] expert_parallel_needs_moe: expert_model_parallel_size = 2 and "
+        "expert_tensor_parallel_size = 1 need a mixture-of-experts model; 'gpt3-175b' has "
+        "dense feed-forward layers (Megatron-LM arguments.py l.1655-1658: the experts must be "
+        "set for ep > 1)\n",
+    )
+
+
+@pytest.fixture
+def deepseek_v3(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``--model deepseek-v3``: the built-in preset where this checkout has it (issue 13's
+    model part), else the same architecture built in Python (tests/moe_models.py)."""
+    from blueprinting.mapping import presets
+    from tests.moe_models import DEEPSEEK_V3_LIKE
+
+    if "deepseek-v3" not in presets.MODEL_PRESETS:
+        monkeypatch.setattr(
+            presets, "MODEL_PRESETS", {**presets.MODEL_PRESETS, "deepseek-v3": DEEPSEEK_V3_LIKE}
+        )
+
+
+@pytest.mark.usefixtures("deepseek_v3")
+def test_check_deepseek_v3_with_p15_and_ep48_lists_both_laws_at_once(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Issue 13, "Done when": 61 layers over 15 stages and 256 experts over 48 ranks in one
+    report, with the two world-size laws the layout also breaks."""
+    code, out, err = _run(
+        capsys,
+        "check",
+        "--model",
+        "deepseek-v3",
+        "--gpus",
+        "2048",
+        "--system",
+        "dgx-h800",
+        "--set",
+        "pipeline_model_parallel_size=15",
+        "--set",
+        "expert_model_parallel_size=48",
+        "--set",
+        "global_batch_size=15360",
+    )
+    assert (code, out) == (1, "")
+    assert err == (
+        "checking degrees t=1 p=15 world_size=2048: 4 law(s) violated:\n"
+        "  - [planner] world_size: d = world_size / (t * p) = 2048 / (1 * 15) is not integral\n"
+        "  - [planner] blocks_per_pipeline_stage: blocks_per_pipeline_stage = 61 / 15 is not "
+        "integral\n"
+        "  - [planner] experts_per_expert_rank: num_experts = 256 is not divisible by "
+        "expert_model_parallel_size = 48: an expert rank would hold 5.33333 experts "
+        "(Megatron-LM arguments.py l.1655-1658, moe_layer.py l.184-187)\n"
+        "  - [planner] expert_world_size: world_size = 2048 is not divisible by etp * ep * p = "
+        '1 * 48 * 15 = 720 (Megatron-LM parallel_state.py l.874-884: "not divisible by '
+        'expert_tensor_model_pipeline_parallel size"): the expert grid etp x ep x expert-dp '
+        "does not tile the ranks of a pipeline stage\n"
+    )
+
+
+@pytest.mark.usefixtures("deepseek_v3")
+def test_check_deepseek_v3_as_trained(capsys: pytest.CaptureFixture[str]) -> None:
+    """PP16 x EP64 on 2048 H800 with a 16-stage layout for the 61 layers: lawful; the
+    dispatcher options contradicting their variant are refused by name."""
+    layout = "Et*3|" + "t*4|" * 14 + "t*2L"
+    args = [
+        "check",
+        "--model",
+        "deepseek-v3",
+        "--gpus",
+        "2048",
+        "--system",
+        "dgx-h800",
+        "--set",
+        "pipeline_model_parallel_size=16",
+        "--set",
+        f"pipeline_model_parallel_layout={layout}",
+        "--set",
+        "expert_model_parallel_size=64",
+        "--set",
+        "global_batch_size=15360",
+        "--set",
+        "use_distributed_optimizer=true",
+        "--set",
+        "moe_token_dispatcher_type=alltoall",
+        "--set",
+        "moe_grouped_gemm=true",
+    ]
+    code, out, err = _run(capsys, *args)
+    assert (code, err) == (0, "")
+    assert out.startswith("ok: deepseek-v3: TP1(ar) PP16(1F1B layout(")
+    assert "DP128(dist-opt) EP64xETP1(alltoall) recompute=none" in out
+    code, out, err = _run(capsys, *args, "--set", "moe_flex_dispatcher_backend=hybrdep")
+    assert (code, out) == (2, "")
+    assert err == (
+        "invalid configuration:\n"
+        "  - moe_flex_dispatcher_backend must be one of deepep, hybridep, ncclep, got "
+        "'hybrdep' (did you mean 'hybridep'?)\n"
+    )
+    code, out, err = _run(capsys, *args, "--set", "moe_flex_dispatcher_backend=hybridep")
+    assert (code, out) == (2, "")
+    assert err == (
+        "invalid configuration:\n"
+        "  - moe_flex_dispatcher_backend = hybridep is read only with "
+        "moe_token_dispatcher_type = flex, got alltoall (Megatron-LM transformer_config.py "
+        "l.1743-1791)\n"
     )
 
 

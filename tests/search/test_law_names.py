@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from blueprinting.errors import RuleSet
-from blueprinting.mapping.law_names import MEGATRON_LAWS, PLANNER_LAWS, Law
+from blueprinting.mapping.law_names import EXPERT_LAWS, MEGATRON_LAWS, PLANNER_LAWS, Law
 
 
 def test_names_and_rulesets() -> None:
@@ -23,6 +23,11 @@ def test_names_and_rulesets() -> None:
         "cp_sequence_split",
         "cp_hierarchical_sizes",
         "base_precision_layers",
+        "expert_parallel_needs_moe",
+        "expert_world_size",
+        "experts_per_expert_rank",
+        "expert_ffn_per_expert_tensor_rank",
+        "shared_expert_ffn_per_tensor_rank",
     ]
     assert [str(law) for law in MEGATRON_LAWS] == [
         "interleaving_pipeline_degree",
@@ -36,12 +41,27 @@ def test_names_and_rulesets() -> None:
         "cp_needs_fused_attention",
         "precision_recipe_accelerator",
         "low_precision_param_gather_needs_sharded_optimizer",
+        "expert_tensor_parallel_without_bias",
+        "expert_parallel_needs_sequence_parallel",
+        "flex_dispatcher_needs_expert_grid",
+        "flex_dispatcher_no_pad_to_capacity",
+        "ep_overlap_needs_expert_parallel",
+        "ep_overlap_needs_virtual_pipeline",
+        "ep_overlap_recompute",
+        "ep_overlap_mtp_layers",
+        "ep_overlap_datatype",
+        "shared_expert_overlap",
+        "moe_act_recompute_needs_grouped_gemm",
     ]
+    # the search does not vary the expert grid yet (issue 13 item 5)
     assert [law for law in Law if not law.searched] == [
         Law.BASE_PRECISION_LAYERS,
+        *(law for law in Law if law in EXPERT_LAWS and law.ruleset is RuleSet.PLANNER),
         Law.MEGATRON_PRECISION_RECIPE_ACCELERATOR,
         Law.MEGATRON_PARAM_GATHER_NEEDS_SHARDING,
+        *(law for law in Law if law in EXPERT_LAWS and law.ruleset is RuleSet.MEGATRON),
     ]
+    assert len(EXPERT_LAWS) == 16
     assert all(law.ruleset is RuleSet.MEGATRON for law in MEGATRON_LAWS)
     assert all(law.ruleset is RuleSet.PLANNER for law in PLANNER_LAWS)
     assert Law.MEGATRON_MICROBATCH_GROUP.formula == (
@@ -55,13 +75,17 @@ def test_the_scalar_checker_uses_the_same_names() -> None:
     search's union of the checker's microbatch_group_bounds and microbatch_group_remainder)."""
     from pathlib import Path
 
-    from blueprinting.mapping import laws, precision_laws
+    from blueprinting.mapping import expert_laws, laws, precision_laws
 
     source = Path(laws.__file__).read_text()
     scalar_only = {Law.MEGATRON_MICROBATCH_GROUP, Law.WORLD_SIZE}
     # the precision laws live in their own module and report by Law member
     precision = Path(precision_laws.__file__).read_text()
+    # so do the expert grid's
+    expert = Path(expert_laws.__file__).read_text()
     for law in Law:
         if law in scalar_only:
             continue
-        assert f'"{law}"' in source or f"Law.{law.name}" in precision, law
+        assert (
+            f'"{law}"' in source or f"Law.{law.name}" in precision or f"Law.{law.name}" in expert
+        ), law

@@ -11,9 +11,14 @@ from hypothesis import strategies as st
 
 from blueprinting.errors import ConfigError
 from blueprinting.mapping.transformer import (
+    AllGatherDispatcher,
+    AllToAllDispatcher,
     BatchSpec,
     DataParallel,
     DistributedOptimizer,
+    ExpertParallel,
+    FlexBackend,
+    FlexDispatcher,
     FullRecompute,
     InterleavedOneForwardOneBackward,
     NoRecompute,
@@ -23,6 +28,7 @@ from blueprinting.mapping.transformer import (
     SelectiveRecompute,
     SingleStage,
     TensorParallel,
+    TokenDispatcher,
     TransformerTrainingMappingSpec,
     UserbufferOverlap,
     ZeroBubbleH1,
@@ -73,7 +79,8 @@ def test_every_problem_at_once() -> None:
     assert info.value.problems == (
         "foo: unknown key (accepted: tp, cp, cp_comm, pp, dp, gpus, v, vp, mbs, gbs, sp, "
         "tp_overlap, recompute, recompute_method, recompute_layers, sharding, overlap_grad, "
-        "overlap_param_gather, overlap_p2p, group, schedule, layout, precision)",
+        "overlap_param_gather, overlap_p2p, group, schedule, layout, precision, ep, etp, "
+        "dispatcher, ep_overlap, grouped_gemm)",
         "tp: given twice",
         "'bare': expected key=value",
         "tp=0: expected a positive integer",
@@ -190,3 +197,77 @@ def test_integers_past_the_limit_are_refused_without_converting_them() -> None:
         "2**63 - 1 = 9223372036854775807",
         "pp=9223372036854775808: exceeds the limit 2**63 - 1 = 9223372036854775807",
     }
+
+
+def test_expert_grid_words() -> None:
+    """DeepSeek-V3's trained grid (PP16, EP64 on 2048 GPUs) as a line, and back."""
+    text = (
+        "tp=1 pp=16 dp=128 ep=64 etp=1 dispatcher=flex-deepep ep_overlap=on grouped_gemm=on "
+        "mbs=1 gbs=15360 sp=off recompute=none sharding=optim overlap_param_gather=off "
+        "overlap_grad=off"
+    )
+    mapping = parse_strategy_text(text)
+    assert mapping.parallelism.experts == ExpertParallel(
+        degree=64,
+        tensor_degree=1,
+        dispatcher=FlexDispatcher(backend=FlexBackend.DEEPEP, overlap=True),
+    )
+    assert mapping.expert_data_degree == 2
+    assert format_strategy_text(mapping) == text
+    # the default grid is written without expert words, and read back as the default
+    dense = parse_strategy_text("tp=2 dp=4 gbs=8")
+    assert dense.parallelism.experts == ExpertParallel()
+    assert "ep=" not in format_strategy_text(dense)
+
+
+@pytest.mark.parametrize(
+    "dispatcher",
+    [
+        AllToAllDispatcher(),
+        AllToAllDispatcher(overlap=True),
+        AllGatherDispatcher(),
+        *(FlexDispatcher(backend=b, overlap=o) for b in FlexBackend for o in (False, True)),
+    ],
+    ids=str,
+)
+@pytest.mark.parametrize("grouped_gemm", [False, True])
+def test_every_dispatcher_round_trips(dispatcher: TokenDispatcher, grouped_gemm: bool) -> None:
+    base = parse_strategy_text("tp=2 pp=2 dp=4 gbs=64 sp=on")
+    experts = ExpertParallel(
+        degree=4, tensor_degree=2, dispatcher=dispatcher, grouped_gemm=grouped_gemm
+    )
+    mapping = dataclasses.replace(
+        base, parallelism=dataclasses.replace(base.parallelism, experts=experts)
+    )
+    assert parse_strategy_text(format_strategy_text(mapping)) == mapping
+
+
+def test_expert_words_refuse_what_a_dispatcher_lacks() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_strategy_text("dp=8 gbs=8 ep=8 dispatcher=allgather ep_overlap=on grouped_gemm=maybe")
+    assert info.value.problems == (
+        "ep_overlap=on: the EP overlap needs dispatcher=alltoall or flex-*",
+        "grouped_gemm=maybe: expected on or off",
+    )
+    with pytest.raises(ConfigError) as info:
+        parse_strategy_text("dp=8 gbs=8 ep=8 dispatcher=flex-deepepp")
+    assert info.value.problems == (
+        "dispatcher=flex-deepepp: expected one of alltoall, allgather, flex-deepep, "
+        "flex-hybridep, flex-ncclep (did you mean 'flex-deepep'?)",
+    )
+    dense = parse_strategy_text("dp=8 gbs=8")
+    shared = dataclasses.replace(
+        dense,
+        parallelism=dataclasses.replace(
+            dense.parallelism,
+            experts=ExpertParallel(
+                degree=8, dispatcher=AllToAllDispatcher(shared_expert_overlap=True)
+            ),
+        ),
+    )
+    with pytest.raises(ConfigError) as info:
+        format_strategy_text(shared)
+    assert info.value.problems == (
+        "dispatcher alltoall+shared-overlap: the shared-expert overlap has no strategy-text "
+        "spelling (give the strategy as flat keys)",
+    )

@@ -75,8 +75,10 @@ def _run_without_file(args: argparse.Namespace, megatron: bool) -> int:
     from blueprinting.cli.plan import load_training
 
     args.no_megatron_rules = not megatron
-    spec, _ = load_training(args)
-    violations = check_training(spec.model, spec.mapping, megatron=megatron)
+    spec, system = load_training(args)
+    violations = check_training(
+        spec.model, spec.mapping, megatron=megatron, accelerator=system.accelerator.support
+    )
     if violations:
         raise InvalidStrategyError(violations, subject=str(spec))
     mapping = spec.mapping

@@ -11,14 +11,16 @@ Contract:
 - every problem (unknown key, wrong type, conflicting keys, missing key) is collected and raised
   as one :class:`ConfigError`; an unknown key gets a did-you-mean suggestion;
 - a ``world_size`` not divisible by ``t * p`` is an :class:`InvalidStrategyError` naming the law
-  ``world_size = t * p * d``; every other law is left to :mod:`blueprinting.mapping.laws`;
+  ``world_size = t * p * d`` (with the expert grid's ``expert_world_size`` on the same world
+  size); every other law is left to :mod:`blueprinting.mapping.laws`;
 - nothing is repaired: where Megatron-LM silently drops a setting (``overlap_p2p_comm`` without
   interleaving, ``num_query_groups`` without ``group_query_attention``, ``sequence_parallel`` with
   t = 1 in the training script) this adapter refuses or leaves the law to report it;
 - defaults are Megatron-LM's where it has one (``micro_batch_size`` 1, ``global_batch_size``
   ``micro_batch_size * d``, ``overlap_p2p_comm`` true with interleaving since Megatron-LM's flag is
   ``--no-overlap-p2p-communication``, ``ffn_hidden_size`` 4h or ``int(8h/3/64)*64`` with SwiGLU,
-  ``kv_channels`` h / heads, fp32 when no precision flag is given).
+  ``kv_channels`` h / heads, fp32 when no precision flag is given; for a mixture-of-experts model
+  ``expert_tensor_parallel_size`` t, the ``allgather`` dispatcher, no grouped GEMM).
 
 With a base ``model`` (e.g. a preset), model keys override it field by field; a derived field
 (``kv_channels``, ``ffn_hidden_size``, ``num_query_groups``) that held its Megatron default in the
@@ -64,8 +66,10 @@ from blueprinting.mapping.transformer import (
     DEFAULT_RECOMPUTE_MODULES,
     DENSE_RECOMPUTE_MODULES,
     TE_PIPELINE_SPLITS,
+    AllGatherDispatcher,
     AllGatherKV,
     AllReduce,
+    AllToAllDispatcher,
     AttentionBackend,
     AttentionKernel,
     BatchSpec,
@@ -75,10 +79,14 @@ from blueprinting.mapping.transformer import (
     CpCommType,
     CpCommunication,
     DataParallel,
+    DispatcherType,
     DistributedOptimizer,
     DualPipe,
     DualPipeV,
     EvenStages,
+    ExpertParallel,
+    FlexBackend,
+    FlexDispatcher,
     FlexibleStages,
     ForwardOnly,
     FullRecompute,
@@ -112,6 +120,7 @@ from blueprinting.mapping.transformer import (
     StageLayout,
     TensorCommunication,
     TensorParallel,
+    TokenDispatcher,
     TpCommOverlap,
     TrainingSpec,
     TransformerInferenceMappingSpec,
@@ -123,7 +132,10 @@ from blueprinting.mapping.transformer import (
     ZeroBubbleH1,
     attention_kernel,
     cp_comm_type,
+    dispatcher_overlaps,
+    dispatcher_type,
     inference_schedule,
+    shared_expert_overlaps,
     single_level_communication,
     tensor_communication,
     training_schedule,
@@ -233,6 +245,20 @@ SHARED_KEYS: Mapping[str, _Key] = {
 CONTEXT_KEYS: Mapping[str, _Key] = {
     "cp_comm_type": _Key(kind=_Kind.LIST),
     "hierarchical_context_parallel_sizes": _Key(kind=_Kind.LIST),
+}
+
+#: The expert grid's keys (training only; Megatron-LM ``transformer_config.py`` and
+#: ``model_parallel_config.py`` fields, ``arguments.py`` flags @d98e8a64; shared reference
+#: ``modern_parallelism.md`` section 2.1). ``expert_model_parallel_size`` is a shared key.
+EXPERT_KEYS: Mapping[str, _Key] = {
+    "expert_tensor_parallel_size": _int(),
+    "moe_token_dispatcher_type": _choice(*(d.value for d in DispatcherType)),
+    "moe_flex_dispatcher_backend": _choice(*(b.value for b in FlexBackend)),
+    "moe_grouped_gemm": _bool(),
+    "overlap_moe_expert_parallel_comm": _bool(),
+    "moe_shared_expert_overlap": _bool(),
+    # deprecated in Megatron-LM: flex with the deepep backend
+    "moe_enable_deepep": _bool(),
 }
 
 INFERENCE_KEYS: Mapping[str, _Key] = {
@@ -560,6 +586,9 @@ def _model(
         k not in _NON_ARCHITECTURE_MODEL_KEYS for k in values if k in MODEL_KEYS
     )
     published = base.published_parameters if base is not None and not architecture_given else None
+    published_active = (
+        base.published_active_parameters if base is not None and not architecture_given else None
+    )
 
     if problems:
         return None
@@ -582,11 +611,12 @@ def _model(
             add_bias_linear=bias,
             datatype=datatype,
             published_parameters=published,
-            # No flat key sets these yet: a MoE or MLA base model stays one.
-            self_attention=base.self_attention if base else StandardAttention(),
-            feed_forward=base.feed_forward if base else DenseFeedForward(),
-            qk_layernorm=base.qk_layernorm if base else False,
-            mtp_num_layers=base.mtp_num_layers if base else 0,
+            published_active_parameters=published_active,
+            # the base's layer kinds are kept (their own keys are read elsewhere, issue 13)
+            self_attention=base.self_attention if base is not None else StandardAttention(),
+            feed_forward=base.feed_forward if base is not None else DenseFeedForward(),
+            qk_layernorm=base.qk_layernorm if base is not None else False,
+            mtp_num_layers=base.mtp_num_layers if base is not None else 0,
         )
     except ConfigError as error:
         problems.extend(error.problems)
@@ -618,14 +648,13 @@ def _datatype(
 # Training
 # --------------------------------------------------------------------------------------------
 def _unsupported_sizes(values: Mapping[str, FlatValue], *, serving: bool = False) -> list[str]:
-    """Degrees not modelled: expert parallelism in training; context parallelism when serving
-    (training models it; serving models expert parallelism, ``ServingExpertParallel``)."""
+    """Degrees not modelled: context parallelism when serving (training models it and expert
+    parallelism; serving models expert parallelism over the TP group,
+    ``ServingExpertParallel``)."""
     out: list[str] = []
-    sizes = (
-        [("context_parallel_size", "context parallelism in serving")]
-        if serving
-        else [("expert_model_parallel_size", "expert parallelism")]
-    )
+    sizes: list[tuple[str, str]] = []
+    if serving:
+        sizes.append(("context_parallel_size", "context parallelism in serving"))
     for key, what in sizes:
         size = _get_int(values, key)
         if size is not None and size != 1:
@@ -714,6 +743,90 @@ def _context(
     return ContextParallel(degree=cp, communication=communication)
 
 
+def _experts(
+    values: Mapping[str, FlatValue],
+    model: TransformerModelSpec | None,
+    t: int,
+    problems: list[str],
+) -> ExpertParallel:
+    """The expert grid of ``expert_model_parallel_size`` and the :data:`EXPERT_KEYS`, with
+    Megatron-LM's defaults for a mixture-of-experts model (``arguments.py`` l.587-588 and the
+    ``transformer_config.py`` fields @d98e8a64): ``expert_tensor_parallel_size`` = t,
+    ``moe_token_dispatcher_type`` = allgather, ``moe_flex_dispatcher_backend`` = deepep,
+    ``moe_grouped_gemm``, ``overlap_moe_expert_parallel_comm`` and
+    ``moe_shared_expert_overlap`` false. A dense model keeps the unread default grid; ep > 1 on
+    it is left to the ``expert_parallel_needs_moe`` law, the other keys are refused here.
+
+    A key the chosen dispatcher does not read is refused where Megatron-LM would ignore it or
+    raise: a backend without flex (``ncclep`` => flex, ``transformer_config.py`` l.1743-1791),
+    the EP overlap or the shared-expert overlap with allgather (l.3002-3071, l.1820-1826), the
+    deprecated ``moe_enable_deepep`` without flex or beside another backend ("DeepEP backend is
+    only supported with flex token dispatcher")."""
+    ep = _get_int(values, "expert_model_parallel_size") or 1
+    if model is not None and model.moe is None:
+        stray = [k for k in EXPERT_KEYS if k in values]
+        if stray:
+            problems.append(
+                f"{', '.join(stray)}: read only for a mixture-of-experts model; model "
+                f"{model.name!r} has dense feed-forward layers"
+            )
+        return ExpertParallel(degree=ep)
+    etp = _get_int(values, "expert_tensor_parallel_size") or t
+    kind_text = _get_str(values, "moe_token_dispatcher_type")
+    backend_text = _get_str(values, "moe_flex_dispatcher_backend")
+    deepep = _get_bool(values, "moe_enable_deepep") is True
+    kind = DispatcherType(kind_text) if kind_text is not None else DispatcherType.ALLGATHER
+    overlap = _get_bool(values, "overlap_moe_expert_parallel_comm") is True
+    shared = _get_bool(values, "moe_shared_expert_overlap") is True
+    if deepep and kind is not DispatcherType.FLEX:
+        problems.append(
+            f"moe_enable_deepep = true needs moe_token_dispatcher_type = flex, got {kind.value} "
+            '(Megatron-LM: "DeepEP backend is only supported with flex token dispatcher")'
+        )
+    if deepep and backend_text not in (None, FlexBackend.DEEPEP.value):
+        problems.append(
+            f"moe_enable_deepep = true selects the deepep backend, which conflicts with "
+            f"moe_flex_dispatcher_backend = {backend_text} (Megatron-LM: only one backend is "
+            "supported for the flex token dispatcher)"
+        )
+    dispatcher: TokenDispatcher
+    match kind:
+        case DispatcherType.FLEX:
+            backend = FlexBackend(backend_text) if backend_text is not None else FlexBackend.DEEPEP
+            dispatcher = FlexDispatcher(
+                backend=backend, overlap=overlap, shared_expert_overlap=shared
+            )
+        case DispatcherType.ALLTOALL | DispatcherType.ALLGATHER:
+            if backend_text is not None:
+                problems.append(
+                    f"moe_flex_dispatcher_backend = {backend_text} is read only with "
+                    f"moe_token_dispatcher_type = flex, got {kind.value} (Megatron-LM "
+                    "transformer_config.py l.1743-1791)"
+                )
+            if kind is DispatcherType.ALLTOALL:
+                dispatcher = AllToAllDispatcher(overlap=overlap, shared_expert_overlap=shared)
+            else:
+                dispatcher = AllGatherDispatcher()
+                for key, on, where in (
+                    ("overlap_moe_expert_parallel_comm", overlap, "l.3002-3071"),
+                    ("moe_shared_expert_overlap", shared, "l.1820-1826"),
+                ):
+                    if on:
+                        problems.append(
+                            f"{key} = true needs moe_token_dispatcher_type = alltoall or flex, "
+                            f"got allgather (Megatron-LM transformer_config.py {where}; "
+                            "allgather is Megatron's default dispatcher)"
+                        )
+        case _ as unreachable:
+            assert_never(unreachable)
+    return ExpertParallel(
+        degree=ep,
+        tensor_degree=etp,
+        dispatcher=dispatcher,
+        grouped_gemm=_get_bool(values, "moe_grouped_gemm") is True,
+    )
+
+
 def from_mapping(
     keys: Mapping[str, object], *, model: TransformerModelSpec | None = None
 ) -> TrainingSpec:
@@ -721,7 +834,7 @@ def from_mapping(
     problems: list[str] = []
     allowed = {**SHARED_KEYS, **TRAINING_KEYS, **MODEL_KEYS}
     refused = {k: "is an inference key; training uses data_parallel_size" for k in INFERENCE_KEYS}
-    values = _parse_keys(keys, {**allowed, **CONTEXT_KEYS}, problems, refused)
+    values = _parse_keys(keys, {**allowed, **CONTEXT_KEYS, **EXPERT_KEYS}, problems, refused)
 
     t = _get_int(values, "tensor_model_parallel_size") or 1
     p = _get_int(values, "pipeline_model_parallel_size") or 1
@@ -730,11 +843,13 @@ def from_mapping(
     )
     context = _context(values, None if spec_model is None else spec_model.num_layers, problems)
     cp = context.degree
+    experts = _experts(values, spec_model, t, problems)
 
     # Data-parallel degree: Megatron derives it as world_size // (t * p * cp).
     d = _get_int(values, "data_parallel_size")
     world = _get_int(values, "world_size")
     world_violation: LawViolation | None = None
+    expert_world: LawViolation | None = None
     model_size = t * cp * p
     # The cp factor is spelt out only when cp > 1, so the messages of t x p x d stay as they were.
     names, sizes = ("t * cp * p", f"{t} * {cp} * {p}") if cp > 1 else ("t * p", f"{t} * {p}")
@@ -756,6 +871,13 @@ def from_mapping(
                     else (("world_size", world), ("t", t), ("p", p))
                 ),
                 message=f"d = world_size / ({names}) = {world} / ({sizes}) is not integral",
+            )
+            from blueprinting.mapping.expert_laws import expert_world_violation
+
+            expert_world = (
+                expert_world_violation(world, experts.tensor_degree, experts.degree, p)
+                if spec_model is not None and spec_model.moe is not None
+                else None
             )
         d = max(world // model_size, 1)
 
@@ -801,6 +923,7 @@ def from_mapping(
                 ),
                 recompute=recompute,
                 context=context,
+                experts=experts,
             ),
             batch=BatchSpec(global_batch_size=gbs, micro_batch_size=mbs),
             attention=attention,
@@ -808,8 +931,10 @@ def from_mapping(
         ),
     )
     if world_violation is not None:
+        # the expert grid's world law on the given world size, not on the placeholder d's
+        expert = [] if expert_world is None else [expert_world]
         raise InvalidStrategyError(
-            [world_violation, *_laws_without_data_degree(spec)],
+            [world_violation, *_laws_without_data_degree(spec), *expert],
             subject=f"degrees t={t} cp={cp} p={p} world_size={world}"
             if cp > 1
             else f"degrees t={t} p={p} world_size={world}",
@@ -927,6 +1052,7 @@ def _reuse_grad_buffer(
 # Laws whose values involve d: meaningless while d = world_size / (t * p) is not an integer.
 _DATA_DEGREE_LAWS = frozenset(
     {
+        "expert_world_size",
         "local_batch",
         "microbatch_count",
         "microbatch_group_bounds",
@@ -1396,7 +1522,10 @@ def to_mapping(spec: TrainingSpec) -> dict[str, FlatValue]:
     p = 1 and v = 1, 1F1B for p > 1 and v = 1, interleaved for v >= 2), whose model has no
     ``published_parameters`` and uses ``overlap_param_gather`` only with a sharded optimizer. The
     precision recipe maps to ``fp8`` / ``fp8_recipe`` / ``fp8_param_gather`` (``fp4`` ...) beside
-    the model's ``bf16`` / ``fp16`` (:func:`precision_keys`).
+    the model's ``bf16`` / ``fp16`` (:func:`precision_keys`). A mixture-of-experts spec writes
+    every expert key (:func:`expert_keys`); its model's MoE keys are the model part's, so until
+    they exist the inverse needs the model as the base: ``from_mapping(to_mapping(x),
+    model=x.model) == x``.
     """
     mapping = spec.mapping
     par = mapping.parallelism
@@ -1407,6 +1536,7 @@ def to_mapping(spec: TrainingSpec) -> dict[str, FlatValue]:
         "sequence_parallel": mapping.sequence_parallel,
     }
     out |= _context_keys(par.context)
+    out |= expert_keys(spec)
     out |= _tp_overlap_keys(mapping.tp_comm_overlap)
     out |= _pipeline_keys(par.pipeline)
     out |= _sharding_keys(par.data.optimizer_sharding)
@@ -1418,6 +1548,52 @@ def to_mapping(spec: TrainingSpec) -> dict[str, FlatValue]:
     out |= _model_to_mapping(spec.model)
     out |= precision_keys(mapping.precision)
     return out
+
+
+def expert_keys(spec: TrainingSpec) -> dict[str, FlatValue]:
+    """The expert grid's keys: every one, spelled out, for a mixture-of-experts model (Megatron's
+    defaults differ from the ADT's); for a dense model only an ep > 1, which the laws refuse."""
+    experts = spec.mapping.parallelism.experts
+    if spec.model.moe is None:
+        return {} if experts.degree == 1 else {"expert_model_parallel_size": experts.degree}
+    dispatcher = experts.dispatcher
+    out: dict[str, FlatValue] = {
+        "expert_model_parallel_size": experts.degree,
+        "expert_tensor_parallel_size": experts.tensor_degree,
+        "moe_token_dispatcher_type": dispatcher_type(dispatcher).value,
+    }
+    match dispatcher:
+        case FlexDispatcher(backend=backend):
+            out["moe_flex_dispatcher_backend"] = backend.value
+        case AllToAllDispatcher() | AllGatherDispatcher():
+            pass
+        case _ as unreachable:
+            assert_never(unreachable)
+    out["moe_grouped_gemm"] = experts.grouped_gemm
+    match dispatcher:
+        case AllToAllDispatcher() | FlexDispatcher():
+            out["overlap_moe_expert_parallel_comm"] = dispatcher_overlaps(dispatcher)
+            out["moe_shared_expert_overlap"] = shared_expert_overlaps(dispatcher)
+        case AllGatherDispatcher():
+            pass
+        case _ as unreachable_dispatcher:
+            assert_never(unreachable_dispatcher)
+    return out
+
+
+def _expert_args(spec: TrainingSpec) -> list[str]:
+    """Megatron-LM's flags of the expert grid (a mixture-of-experts model only: the laws refuse
+    ep > 1 on a dense one): ``--expert-model-parallel-size``, ``--expert-tensor-parallel-size``,
+    ``--moe-token-dispatcher-type`` (always written: Megatron's default allgather is rarely
+    what a recipe runs), ``--moe-flex-dispatcher-backend`` and the switches that are on."""
+    args: list[str] = []
+    for key, value in expert_keys(spec).items():
+        flag = "--" + key.replace("_", "-")
+        if isinstance(value, bool):
+            args += [flag] if value else []
+        else:
+            args += [flag, str(value)]
+    return args
 
 
 def _context_keys(context: ContextParallel) -> dict[str, FlatValue]:
@@ -1670,6 +1846,7 @@ def megatron_args_of_lawful(spec: TrainingSpec) -> list[str]:
         str(mapping.pipeline_degree),
     ]
     args += _flags(_context_keys(par.context))
+    args += _expert_args(spec)
     schedule_args = _schedule_args(par.pipeline.schedule)
     if isinstance(par.pipeline.layout, FlexibleStages) and schedule_args[:1] == [
         "--num-virtual-stages-per-pipeline-rank"
@@ -1827,6 +2004,9 @@ def inference_from_mapping(
         k: "is a training-only key; inference has replicas instead of data parallelism and no "
         "optimizer, recompute, micro-batches or virtual pipeline"
         for k in TRAINING_KEYS
+    } | {
+        k: "is a training key: serving runs its experts over the TP group (expert_model_parallel_size), with no token dispatcher"
+        for k in EXPERT_KEYS
     }
     values = _parse_keys(keys, allowed, problems, refused)
     t = _get_int(values, "tensor_model_parallel_size") or 1

@@ -6,7 +6,9 @@ from ``check_training`` refer to the same rule; the one exception is ``megatron_
 the search's union of the checker's ``microbatch_group_bounds`` and ``microbatch_group_remainder``
 (``world_size`` is checked by ``from_mapping``). ``overlap_param_gather_needs_overlap_grad_reduce``
 reads only the data-parallel overlap knobs, so the search applies it per option of those knobs
-(:func:`blueprinting.search.laws_vectorized.free_option_violations`). Notation: t, p, d
+(:func:`blueprinting.search.laws_vectorized.free_option_violations`). The expert grid's laws
+(:data:`EXPERT_LAWS`, checked by :mod:`blueprinting.mapping.expert_laws`) are not searched until
+the search varies ep, etp and the dispatcher. Notation: t, p, d
 tensor/pipeline/data degrees, N GPUs, v virtual stages, L blocks, B global batch, b micro-batch
 size, m = B // (d*b) microbatches, G microbatch group size per virtual stage (``None`` means
 Megatron's default, p).
@@ -44,6 +46,11 @@ class Law(StrEnum):
     CP_SEQUENCE_SPLIT = "cp_sequence_split"
     CP_HIERARCHICAL_SIZES = "cp_hierarchical_sizes"
     BASE_PRECISION_LAYERS = "base_precision_layers"
+    EXPERT_PARALLEL_NEEDS_MOE = "expert_parallel_needs_moe"
+    EXPERT_WORLD_SIZE = "expert_world_size"
+    EXPERTS_PER_EXPERT_RANK = "experts_per_expert_rank"
+    EXPERT_FFN_DIVISIBILITY = "expert_ffn_per_expert_tensor_rank"
+    SHARED_EXPERT_FFN_DIVISIBILITY = "shared_expert_ffn_per_tensor_rank"
     # Megatron-LM start-up rules.
     MEGATRON_INTERLEAVING_MIN_PIPELINE = "interleaving_pipeline_degree"
     MEGATRON_MICROBATCH_GROUP = "megatron_microbatch_group"
@@ -56,17 +63,32 @@ class Law(StrEnum):
     MEGATRON_CP_NEEDS_FUSED_ATTENTION = "cp_needs_fused_attention"
     MEGATRON_PRECISION_RECIPE_ACCELERATOR = "precision_recipe_accelerator"
     MEGATRON_PARAM_GATHER_NEEDS_SHARDING = "low_precision_param_gather_needs_sharded_optimizer"
+    MEGATRON_EXPERT_TENSOR_WITHOUT_BIAS = "expert_tensor_parallel_without_bias"
+    MEGATRON_EP_NEEDS_SEQUENCE_PARALLEL = "expert_parallel_needs_sequence_parallel"
+    MEGATRON_FLEX_NEEDS_EXPERT_GRID = "flex_dispatcher_needs_expert_grid"
+    MEGATRON_FLEX_NO_PAD_TO_CAPACITY = "flex_dispatcher_no_pad_to_capacity"
+    MEGATRON_EP_OVERLAP_NEEDS_EP = "ep_overlap_needs_expert_parallel"
+    MEGATRON_EP_OVERLAP_NEEDS_VIRTUAL_PIPELINE = "ep_overlap_needs_virtual_pipeline"
+    MEGATRON_EP_OVERLAP_RECOMPUTE = "ep_overlap_recompute"
+    MEGATRON_EP_OVERLAP_MTP = "ep_overlap_mtp_layers"
+    MEGATRON_EP_OVERLAP_DATATYPE = "ep_overlap_datatype"
+    MEGATRON_SHARED_EXPERT_OVERLAP = "shared_expert_overlap"
+    MEGATRON_MOE_ACT_RECOMPUTE = "moe_act_recompute_needs_grouped_gemm"
 
     @property
     def searched(self) -> bool:
         """Whether the strategy search applies the law (its vectorized filter,
         ``search/laws_vectorized.py``, has a mask for it)."""
-        return self not in (
-            # the precision recipe is one per search, checked before enumerating
-            Law.MEGATRON_PRECISION_RECIPE_ACCELERATOR,
-            Law.MEGATRON_PARAM_GATHER_NEEDS_SHARDING,
-            # the searched recipes keep no layer at the base precision
-            Law.BASE_PRECISION_LAYERS,
+        return (
+            self
+            not in (
+                # the precision recipe is one per search, checked before enumerating
+                Law.MEGATRON_PRECISION_RECIPE_ACCELERATOR,
+                Law.MEGATRON_PARAM_GATHER_NEEDS_SHARDING,
+                # the searched recipes keep no layer at the base precision
+                Law.BASE_PRECISION_LAYERS,
+            )
+            and self not in EXPERT_LAWS
         )
 
     @property
@@ -134,9 +156,70 @@ class Law(StrEnum):
                 return "the recipe's GEMM format is one the accelerator runs"
             case Law.MEGATRON_PARAM_GATHER_NEEDS_SHARDING:
                 return "fp8_param_gather or fp4_param_gather => a sharded (distributed) optimizer"
+            case Law.EXPERT_PARALLEL_NEEDS_MOE:
+                return "ep > 1 or etp > 1 => the model has routed experts (num_experts)"
+            case Law.EXPERT_WORLD_SIZE:
+                return "N mod (etp * ep * p) == 0, so that etp * ep * expert_dp == t * cp * d"
+            case Law.EXPERTS_PER_EXPERT_RANK:
+                return "num_experts mod ep == 0"
+            case Law.EXPERT_FFN_DIVISIBILITY:
+                return "moe_ffn_hidden_size mod etp == 0"
+            case Law.SHARED_EXPERT_FFN_DIVISIBILITY:
+                return "moe_shared_expert_intermediate_size mod t == 0"
+            case Law.MEGATRON_EXPERT_TENSOR_WITHOUT_BIAS:
+                return "routed experts and etp > 1 => not add_bias_linear"
+            case Law.MEGATRON_EP_NEEDS_SEQUENCE_PARALLEL:
+                return "ep > 1 and t > 1 => sequence parallel"
+            case Law.MEGATRON_FLEX_NEEDS_EXPERT_GRID:
+                return "moe_token_dispatcher_type flex => etp * ep > 1"
+            case Law.MEGATRON_FLEX_NO_PAD_TO_CAPACITY:
+                return "moe_token_dispatcher_type flex => not moe_pad_expert_input_to_capacity"
+            case Law.MEGATRON_EP_OVERLAP_NEEDS_EP:
+                return "overlap_moe_expert_parallel_comm => ep > 1"
+            case Law.MEGATRON_EP_OVERLAP_NEEDS_VIRTUAL_PIPELINE:
+                return "overlap_moe_expert_parallel_comm and p > 1 => interleaved schedule (v > 1)"
+            case Law.MEGATRON_EP_OVERLAP_RECOMPUTE:
+                return (
+                    "overlap_moe_expert_parallel_comm => no full recompute and no moe in "
+                    "recompute_modules"
+                )
+            case Law.MEGATRON_EP_OVERLAP_MTP:
+                return "overlap_moe_expert_parallel_comm => mtp_num_layers <= 1"
+            case Law.MEGATRON_EP_OVERLAP_DATATYPE:
+                return "overlap_moe_expert_parallel_comm => datatype in {bf16, fp16}"
+            case Law.MEGATRON_SHARED_EXPERT_OVERLAP:
+                return (
+                    "moe_shared_expert_overlap => shared experts, not "
+                    "overlap_moe_expert_parallel_comm, no shared_experts in recompute_modules"
+                )
+            case Law.MEGATRON_MOE_ACT_RECOMPUTE:
+                return "moe_act in recompute_modules => moe_grouped_gemm"
             case _ as unreachable:
                 assert_never(unreachable)
 
 
+#: The laws of the expert grid (:mod:`blueprinting.mapping.expert_laws`). The search does not
+#: vary ep, etp or the dispatcher yet (issue 13 item 5): it plans the default grid, under which
+#: none of them reads a searched knob except the shared experts' t split, so none is searched.
+EXPERT_LAWS: frozenset[Law] = frozenset(
+    {
+        Law.EXPERT_PARALLEL_NEEDS_MOE,
+        Law.EXPERT_WORLD_SIZE,
+        Law.EXPERTS_PER_EXPERT_RANK,
+        Law.EXPERT_FFN_DIVISIBILITY,
+        Law.SHARED_EXPERT_FFN_DIVISIBILITY,
+        Law.MEGATRON_EXPERT_TENSOR_WITHOUT_BIAS,
+        Law.MEGATRON_EP_NEEDS_SEQUENCE_PARALLEL,
+        Law.MEGATRON_FLEX_NEEDS_EXPERT_GRID,
+        Law.MEGATRON_FLEX_NO_PAD_TO_CAPACITY,
+        Law.MEGATRON_EP_OVERLAP_NEEDS_EP,
+        Law.MEGATRON_EP_OVERLAP_NEEDS_VIRTUAL_PIPELINE,
+        Law.MEGATRON_EP_OVERLAP_RECOMPUTE,
+        Law.MEGATRON_EP_OVERLAP_MTP,
+        Law.MEGATRON_EP_OVERLAP_DATATYPE,
+        Law.MEGATRON_SHARED_EXPERT_OVERLAP,
+        Law.MEGATRON_MOE_ACT_RECOMPUTE,
+    }
+)
 PLANNER_LAWS: tuple[Law, ...] = tuple(law for law in Law if law.ruleset is RuleSet.PLANNER)
 MEGATRON_LAWS: tuple[Law, ...] = tuple(law for law in Law if law.ruleset is RuleSet.MEGATRON)

@@ -859,8 +859,10 @@ def check_training(
 
     With ``megatron=False`` only the planner's laws are checked. ``accelerator`` (the system's,
     ``AcceleratorSpec.support``) adds the law that the precision recipe runs on it
-    (:mod:`blueprinting.mapping.precision_laws`).
+    (:mod:`blueprinting.mapping.precision_laws`). The expert grid's laws live in
+    :mod:`blueprinting.mapping.expert_laws`.
     """
+    from blueprinting.mapping.expert_laws import expert_laws
     from blueprinting.mapping.precision_laws import precision_laws
 
     p = mapping.pipeline_degree
@@ -906,6 +908,8 @@ def check_training(
     out.extend(x for x in megatron_out if x.ruleset is RuleSet.PLANNER)
     precision_out = precision_laws(model, mapping, accelerator, megatron=megatron)
     out.extend(x for x in precision_out if x.ruleset is RuleSet.PLANNER)
+    expert_out = expert_laws(model, mapping)
+    out.extend(x for x in expert_out if x.ruleset is RuleSet.PLANNER)
     if not megatron:
         return tuple(out)
 
@@ -932,6 +936,7 @@ def check_training(
         )
     )
     out.extend(x for x in precision_out if x.ruleset is RuleSet.MEGATRON)
+    out.extend(x for x in expert_out if x.ruleset is RuleSet.MEGATRON)
     return tuple(out)
 
 

@@ -318,12 +318,20 @@ class AllToAllDispatcher:
     """Permute, all-to-all over EP (one copy per (token, expert)), all-gather / reduce-scatter
     over ETP, experts, and back (shared reference section 2.3). ``overlap`` is
     ``--overlap-moe-expert-parallel-comm``: the combined-1F1B schedule runs one micro-batch's
-    all-to-alls under another's compute."""
+    all-to-alls under another's compute. ``shared_expert_overlap`` is
+    ``--moe-shared-expert-overlap``: the shared experts run on a side stream during dispatch and
+    combine (Megatron-LM ``transformer_config.py`` l.1820-1826: alltoall or flex only; the laws
+    refuse it beside ``overlap`` and without shared experts)."""
 
     overlap: bool = False
+    shared_expert_overlap: bool = False
 
     def __str__(self) -> str:
-        return "alltoall" + ("+overlap" if self.overlap else "")
+        return (
+            "alltoall"
+            + ("+overlap" if self.overlap else "")
+            + ("+shared-overlap" if self.shared_expert_overlap else "")
+        )
 
 
 @final
@@ -340,13 +348,18 @@ class AllGatherDispatcher:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FlexDispatcher:
     """DeepEP / HybridEP / NCCL-EP fused kernels: one copy per (token, destination rank).
-    ``overlap`` as for :class:`AllToAllDispatcher`."""
+    ``overlap`` and ``shared_expert_overlap`` as for :class:`AllToAllDispatcher`."""
 
     backend: FlexBackend = FlexBackend.DEEPEP
     overlap: bool = False
+    shared_expert_overlap: bool = False
 
     def __str__(self) -> str:
-        return f"flex-{self.backend.value}" + ("+overlap" if self.overlap else "")
+        return (
+            f"flex-{self.backend.value}"
+            + ("+overlap" if self.overlap else "")
+            + ("+shared-overlap" if self.shared_expert_overlap else "")
+        )
 
 
 TokenDispatcher: TypeAlias = AllToAllDispatcher | AllGatherDispatcher | FlexDispatcher
@@ -360,6 +373,19 @@ def dispatcher_type(dispatcher: TokenDispatcher) -> DispatcherType:
             return DispatcherType.ALLGATHER
         case FlexDispatcher():
             return DispatcherType.FLEX
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def shared_expert_overlaps(dispatcher: TokenDispatcher) -> bool:
+    """Whether ``--moe-shared-expert-overlap`` is on."""
+    match dispatcher:
+        case (
+            AllToAllDispatcher(shared_expert_overlap=on) | FlexDispatcher(shared_expert_overlap=on)
+        ):
+            return on
+        case AllGatherDispatcher():
+            return False
         case _ as unreachable:
             assert_never(unreachable)
 

@@ -27,7 +27,19 @@ schedule               ``auto`` (from p and v), ``zb-h1`` (ZeroBubbleH1, v = 1),
                        ``dualpipe`` or ``dualpipev`` (DeepSeek's, no v)
 layout                 Megatron's ``pipeline_model_parallel_layout`` (no spaces), even
                        e.g. ``Et|(tt|)*30L``; v defaults to its stages / pp
+ep                     expert-parallel degree (the expert grid folds inside     1
+                       the t * cp * p * d ranks)
+etp                    expert tensor-parallel degree                            1
+dispatcher             alltoall | allgather | flex-deepep | flex-hybridep |     alltoall
+                       flex-ncclep
+ep_overlap             ``--overlap-moe-expert-parallel-comm``: on/off           off
+                       (alltoall and flex only)
+grouped_gemm           ``--moe-grouped-gemm``: on/off                           on
 ====================== ======================================================== ===============
+
+The expert words default to ``ExpertParallel()``'s values (not to Megatron-LM's flag defaults,
+which the flat keys follow: etp = t, allgather, no grouped GEMM); a strategy whose expert grid
+is that default is written without them.
 
 The schedule follows from p and v: p = v = 1 is SingleStage, v = 1 < p is 1F1B, v > 1 is
 interleaved 1F1B (also with p = 1, which the laws then reject: text is never repaired). An option
@@ -44,7 +56,9 @@ from blueprinting.limits import MAX_INT, int_limit_text
 from blueprinting.mapping.precision import HighPrecision, PrecisionChoice, TrainingPrecision
 from blueprinting.mapping.presets import did_you_mean
 from blueprinting.mapping.transformer import (
+    AllGatherDispatcher,
     AllReduce,
+    AllToAllDispatcher,
     BatchSpec,
     ContextParallel,
     CpCommType,
@@ -54,6 +68,9 @@ from blueprinting.mapping.transformer import (
     DualPipe,
     DualPipeV,
     EvenStages,
+    ExpertParallel,
+    FlexBackend,
+    FlexDispatcher,
     FlexibleStages,
     ForwardOnly,
     FullRecompute,
@@ -75,12 +92,15 @@ from blueprinting.mapping.transformer import (
     SingleStage,
     StageLayout,
     TensorParallel,
+    TokenDispatcher,
     TransformerTrainingMappingSpec,
     TransformerTrainingParallelism,
     UnevenStages,
     UserbufferOverlap,
     ZeroBubbleH1,
     cp_comm_type,
+    dispatcher_overlaps,
+    shared_expert_overlaps,
     single_level_communication,
     training_schedule,
 )
@@ -109,6 +129,11 @@ _KEYS = (
     "schedule",
     "layout",
     "precision",
+    "ep",
+    "etp",
+    "dispatcher",
+    "ep_overlap",
+    "grouped_gemm",
 )
 _TRUE = ("on", "true", "yes", "1")
 _FALSE = ("off", "false", "no", "0")
@@ -225,6 +250,7 @@ def parse_strategy_text(
     recompute = _parse_recompute(r)
     sharding = _parse_sharding(r)
     overlap_grad = r.flag("overlap_grad")
+    experts = _parse_experts(r)
     schedule = _parse_schedule(r, p, v)
     if problems or gbs is None or d is None:
         raise ConfigError(problems, source="strategy text")
@@ -248,6 +274,7 @@ def parse_strategy_text(
             context=ContextParallel(
                 degree=cp, communication=_cp_communication(CpCommType(cp_kind))
             ),
+            experts=experts,
         ),
         batch=BatchSpec(global_batch_size=gbs, micro_batch_size=mbs),
         precision=precision,
@@ -296,6 +323,66 @@ def _cp_communication(kind: CpCommType) -> CpCommunication:
     if kind is CpCommType.A2A_P2P:
         raise ConfigError(["cp_comm=a2a+p2p has no strategy-text spelling (give it in a file)"])
     return single_level_communication(kind)
+
+
+#: The dispatcher words: the types, flex once per backend (``str`` of the variant).
+_DISPATCHERS = (
+    "alltoall",
+    "allgather",
+    *(f"flex-{backend.value}" for backend in FlexBackend),
+)
+
+
+def _parse_experts(r: _Reader) -> ExpertParallel:
+    ep = r.integer("ep", 1) or 1
+    etp = r.integer("etp", 1) or 1
+    kind = r.words.get("dispatcher", "alltoall")
+    if kind not in _DISPATCHERS:
+        r.problems.append(
+            f"dispatcher={kind}: expected one of {', '.join(_DISPATCHERS)}"
+            f"{did_you_mean(kind, _DISPATCHERS)}"
+        )
+        kind = "alltoall"
+    overlap = r.flag("ep_overlap")
+    grouped = r.words.get("grouped_gemm", "on")
+    dispatcher: TokenDispatcher
+    if kind == "allgather":
+        r.refuse("ep_overlap", "the EP overlap needs dispatcher=alltoall or flex-*")
+        dispatcher = AllGatherDispatcher()
+    elif kind == "alltoall":
+        dispatcher = AllToAllDispatcher(overlap=overlap)
+    else:
+        dispatcher = FlexDispatcher(
+            backend=FlexBackend(kind.removeprefix("flex-")), overlap=overlap
+        )
+    if grouped.lower() not in (*_TRUE, *_FALSE):
+        r.problems.append(f"grouped_gemm={grouped}: expected on or off")
+    return ExpertParallel(
+        degree=ep,
+        tensor_degree=etp,
+        dispatcher=dispatcher,
+        grouped_gemm=grouped.lower() not in _FALSE,
+    )
+
+
+def _expert_words(experts: ExpertParallel) -> list[str]:
+    """The expert words (none for the default grid); the shared-expert overlap has none."""
+    if experts == ExpertParallel():
+        return []
+    dispatcher = experts.dispatcher
+    if shared_expert_overlaps(dispatcher):
+        raise ConfigError(
+            [
+                f"dispatcher {dispatcher}: the shared-expert overlap has no strategy-text "
+                "spelling (give the strategy as flat keys)"
+            ]
+        )
+    # the variant's compact text without its overlap suffix: the _DISPATCHERS word
+    name = str(dispatcher).removesuffix("+overlap")
+    words = [f"ep={experts.degree}", f"etp={experts.tensor_degree}", f"dispatcher={name}"]
+    if dispatcher_overlaps(dispatcher):
+        words.append("ep_overlap=on")
+    return [*words, f"grouped_gemm={_on(experts.grouped_gemm)}"]
 
 
 def _parse_recompute(r: _Reader) -> RecomputePolicy:
@@ -373,6 +460,7 @@ def format_strategy_text(mapping: TransformerTrainingMappingSpec) -> str:
     words += [
         f"pp={par.pipeline.degree}",
         f"dp={par.data.degree}",
+        *_expert_words(par.experts),
     ]
     schedule = par.pipeline.schedule
     schedule_words: list[str] = []
