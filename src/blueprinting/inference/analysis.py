@@ -399,7 +399,7 @@ class InferenceReport:
     max_batch_that_fits: int
     prefill_bounds: PhaseBounds
     decode_bounds: PhaseBounds
-    strategy_keys: dict[str, int | bool | str]
+    strategy_keys: dict[str, int | bool | str | float]
 
     @property
     def time_to_first_token_s(self) -> float:

@@ -112,31 +112,35 @@ class FullAttention:
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SlidingWindow:
-    """Local attention on some layers: a query sees itself and the ``size`` positions before it
-    (Megatron/TE ``window_size = (size, 0)``); layer i (0-based) keeps full attention iff
-    ``(i + 1) % full_every == 0`` (Megatron's ``window_attn_skip_freq``; GPT-OSS: window 128 on
-    even layers, full on odd ones, Megatron-Bridge ``gpt_oss_provider.py`` window_size (128, 0),
-    window_attn_skip_freq 2; HF ``layer_types`` alternating from ``sliding_attention``).
+    """Local attention: a query sees itself and the ``size`` positions before it (Megatron/TE
+    ``window_size = (size, 0)``). With ``full_every`` N, layer i (0-based) keeps full attention
+    iff ``(i + 1) % N == 0`` (Megatron's ``window_attn_skip_freq``); None: every layer is
+    windowed. GPT-OSS: window 128 on even layers, full on odd ones (Megatron-Bridge
+    ``gpt_oss_provider.py`` window_size (128, 0), window_attn_skip_freq 2; HF ``layer_types``
+    alternating from ``sliding_attention``).
 
     Parameters are unchanged. FLOPs: Megatron-LM's counter ignores the window (full causal);
     the ``megatron-bridge`` convention counts the window's exact causal context
     (``analysis/flops.py``)."""
 
     size: int
-    full_every: int
+    full_every: int | None = None
 
     def __post_init__(self) -> None:
         problems = positive_int_problems(
-            None, window_size=self.size, window_attn_skip_freq=self.full_every
+            None,
+            window_size=self.size,
+            **({} if self.full_every is None else {"window_attn_skip_freq": self.full_every}),
         )
         if problems:
             raise ConfigError(problems, source="sliding-window attention")
 
     def is_windowed(self, layer: int) -> bool:
-        return (layer + 1) % self.full_every != 0
+        return self.full_every is None or (layer + 1) % self.full_every != 0
 
     def __str__(self) -> str:
-        return f"swa{self.size}/full-every-{self.full_every}"
+        full = "" if self.full_every is None else f"/full-every-{self.full_every}"
+        return f"swa{self.size}{full}"
 
 
 AttentionWindow: TypeAlias = FullAttention | SlidingWindow
