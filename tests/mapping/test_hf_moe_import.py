@@ -23,18 +23,21 @@ _HF_SEQ = {"qwen3-30b-a3b": 40960, "qwen3-235b-a22b": 40960}
 
 
 def test_fixtures_cover_every_moe_preset() -> None:
-    assert _PRESETS == sorted(
-        [
-            "deepseek-v3",
-            "deepseek-v2-lite",
-            "kimi-k2",
-            "mixtral-8x7b",
-            "mixtral-8x22b",
-            "qwen3-30b-a3b",
-            "qwen3-235b-a22b",
-            "gpt-oss-20b",
-            "gpt-oss-120b",
-        ]
+    assert (
+        sorted(
+            [
+                "deepseek-v3",
+                "deepseek-v2-lite",
+                "kimi-k2",
+                "mixtral-8x7b",
+                "mixtral-8x22b",
+                "qwen3-30b-a3b",
+                "qwen3-235b-a22b",
+                "gpt-oss-20b",
+                "gpt-oss-120b",
+            ]
+        )
+        == _PRESETS
     )
 
 
