@@ -1695,7 +1695,8 @@ def _model_to_mapping(model: TransformerModelSpec) -> dict[str, FlatValue]:
     }
     if model.datatype is Datatype.FP8:
         out["fp8"] = "hybrid"
-    out["qk_layernorm"] = model.qk_layernorm
+    if model.qk_layernorm:
+        out["qk_layernorm"] = True
     match model.self_attention:
         case StandardAttention():
             pass
