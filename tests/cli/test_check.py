@@ -269,10 +269,10 @@ def test_presets_lists_models(capsys: pytest.CaptureFixture[str]) -> None:
     rows = {line.split()[1]: line.split() for line in out.splitlines() if line.startswith("│")}
     assert rows["gpt3-175b"][2:] == [
         "│", "96", "│", "12288", "│", "96", "│", "96", "│", "49152", "│", "2048", "│",
-        "51200", "│", "174.62B", "│", "175.00B", "│", "-0.22%", "│",
+        "51200", "│", "174.62B", "│", "175.00B", "│", "-0.22%", "│", "│", "│", "│",
     ]  # fmt: skip
-    assert rows["llama3-405b"][-4:] == ["405.85B", "│", "+0.00%", "│"]
-    assert len(rows) == 21
+    assert rows["llama3-405b"][-7:] == ["405.85B", "│", "+0.00%", "│", "│", "│", "│"]
+    assert len(rows) == 30
 
 
 def test_presets_lists_systems(capsys: pytest.CaptureFixture[str]) -> None:
@@ -293,3 +293,22 @@ def test_presets_lists_systems(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = _run(capsys, "presets")
     assert "Model presets" in out
     assert "System presets" in out
+
+
+def test_presets_models_lists_the_moe_presets(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = _run(capsys, "presets", "models")
+    assert code == 0
+    cells = {
+        row[1]: row[1:-1]
+        for row in ([c.strip() for c in line.split("│")] for line in out.splitlines())
+        if len(row) > 2
+    }
+    # E/k, active (owner's convention), published active
+    assert cells["deepseek-v3"][-3:] == ["256/8", "36.63B", "37.00B"]
+    assert cells["gpt-oss-120b"][-3:] == ["128/4", "5.13B", "5.13B"]
+    assert cells["mixtral-8x7b"][-3:] == ["8/2", "12.88B", "12.90B"]
+    assert cells["llama3-8b"][-3:] == ["", "", ""]
+    rows = cells
+    for name in ("deepseek-v2-lite", "kimi-k2", "mixtral-8x22b", "qwen3-30b-a3b",
+                 "qwen3-235b-a22b", "gpt-oss-20b"):  # fmt: skip
+        assert name in rows

@@ -35,6 +35,15 @@ def test_preset_names_are_the_issue_list() -> None:
         "llama3-8b",
         "llama3-70b",
         "llama3-405b",
+        "deepseek-v3",
+        "deepseek-v2-lite",
+        "kimi-k2",
+        "mixtral-8x7b",
+        "mixtral-8x22b",
+        "qwen3-30b-a3b",
+        "qwen3-235b-a22b",
+        "gpt-oss-20b",
+        "gpt-oss-120b",
     ]
 
 

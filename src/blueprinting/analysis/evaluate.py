@@ -324,7 +324,7 @@ def evaluate_plan(
     system: SystemSpec,
     options: PlanOptions,
     *,
-    strategy_keys: dict[str, int | bool | str],
+    strategy_keys: dict[str, int | bool | str | float],
     megatron_args: tuple[str, ...],
     megatron_refusals: tuple[str, ...] = (),
     bubble_simulated_s: float | None = None,

@@ -19,15 +19,35 @@ Every figure says which convention produced it, because the published ones diffe
     (``transformer_flops``): the same per-op count, but QK^T and attention-over-V count only the
     non-masked half of the s x s matrix (causal mask); about 1.4% below the legacy figure for
     GPT-3 175B.
+``megatron-bridge``
+    NVIDIA-NeMo/Megatron-Bridge ``src/megatron/bridge/training/utils/flop_utils.py``
+    ``num_floating_point_operations`` (26.06 and later; read at 0494433b): ``megatron-causal``
+    except that sliding-window layers count their exact causal context, ``W - W (W - 1) / (2 s)``
+    keys per query on average with ``W = window + 1`` (full layers: ``s / 2``). It is the
+    convention of the model TFLOP/s in Megatron-Bridge's performance tables from 26.06 on. For
+    a model without sliding windows it equals ``megatron-causal``. (Earlier releases, up to
+    26.04.01, counted a gated MLP as three GEMMs only with a SiLU activation, so gpt-oss's
+    gated quick-GELU experts as two, and ignored the window; shared reference
+    ``modern_runs.md``.)
 ``6nd``
     Kaplan et al. 2020 (arXiv:2001.08361), Section 2.1: ``C = 6 N D`` with N parameters and D
-    tokens. Kaplan's N excludes embeddings; here N is ``model.num_parameters`` (all parameters,
-    the usual reading since Hoffmann et al. 2022), so the LM head GEMM is counted, and the input
-    embedding lookup, which costs no FLOPs, is too.
+    tokens. Kaplan's N excludes embeddings; here N is ``model.active_parameters`` (all
+    parameters of a dense model, the usual reading since Hoffmann et al. 2022; for a mixture of
+    experts the top-k routed experts instead of all, MTP depths excluded), so the LM head GEMM is
+    counted, and the input embedding lookup, which costs no FLOPs, is too.
 ``6nd-attn``
     6ND plus Kaplan's attention term (Kaplan et al. 2020, Table 1): forward
     ``2 L n_ctx d_attn`` per token, times 3 for training. With ``d_attn = heads * kv_channels``
     this equals the causal per-op count of QK^T and attention-over-V.
+
+Mixtures of experts, multi-head latent attention and multi-token prediction follow Megatron-LM
+``megatron/training/training.py`` ``num_floating_point_operations`` (l.845-861, 1094-1135,
+1255-1300 @d98e8a64; shared reference ``modern_parallelism.md`` sections 2.5, 2.10, 2.11), which
+Megatron-Bridge's counter repeats (:class:`ModelForwardFlops`): each MoE layer computes its
+top-k routed experts and its shared experts, never all E; the router GEMM is omitted; MLA counts
+its down/up projections with the LoRA norms (``2 x`` the weights of section 2.10) and a causal
+core of ``s n (d_n + d_r + d_v)`` per token; each MTP depth adds one decoder layer of the last
+layer's kind, its ``eh_proj`` (2h -> h) and three norms, and one more LM-head GEMM.
 
 The per-op count (:class:`ForwardFlopsPerToken`) counts the GEMMs and batched matmuls only,
 2 FLOPs per multiply-add, backward = 2x forward (data and weight gradients). It ignores biases,
@@ -56,7 +76,14 @@ from typing import assert_never, final
 
 from blueprinting.analysis.stage_layout import chunk_layer_counts, fully_recomputed_blocks
 from blueprinting.errors import ConfigError
-from blueprinting.mapping.model import TransformerModelSpec
+from blueprinting.mapping.model import (
+    FullAttention,
+    MlpActivation,
+    MultiLatentAttention,
+    SlidingWindow,
+    StandardAttention,
+    TransformerModelSpec,
+)
 from blueprinting.mapping.transformer import (
     FullRecompute,
     NoRecompute,
@@ -71,6 +98,7 @@ class FlopsConvention(StrEnum):
 
     MEGATRON_LEGACY = "megatron-legacy"
     MEGATRON_CAUSAL = "megatron-causal"
+    MEGATRON_BRIDGE = "megatron-bridge"
     SIX_ND = "6nd"
     SIX_ND_ATTENTION = "6nd-attn"
 
@@ -120,27 +148,196 @@ def forward_flops_per_token(model: TransformerModelSpec, *, causal: bool) -> For
     )
 
 
+class _Core(StrEnum):
+    """How a per-op convention counts QK^T and attention over V."""
+
+    FULL_MATRIX = "full"
+    CAUSAL = "causal"
+    CAUSAL_WINDOWED = "causal-windowed"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelForwardFlops:
+    """Forward FLOPs of one sequence of ``seq_length`` tokens through the whole model (no
+    parallelism), per part, summed over the decoder layers and the MTP depths."""
+
+    attention_projections: int
+    attention_core: int
+    dense_mlp: int
+    routed_experts: int
+    shared_experts: int
+    #: MTP depths' ``eh_proj`` and norms (their decoder layers are in the parts above)
+    mtp_projections: int
+    #: the LM head, once per MTP depth more
+    logits: int
+
+    @property
+    def total(self) -> int:
+        return (
+            self.attention_projections
+            + self.attention_core
+            + self.dense_mlp
+            + self.routed_experts
+            + self.shared_experts
+            + self.mtp_projections
+            + self.logits
+        )
+
+
+def _mlp_forward_per_token(model: TransformerModelSpec, ffn: int) -> int:
+    """``2 h u + 2 f h``: the up (2f wide with SwiGLU) and down GEMMs of an MLP of width f."""
+    up = 2 * ffn if model.activation is MlpActivation.SWIGLU else ffn
+    return 2 * model.hidden_size * up + 2 * ffn * model.hidden_size
+
+
+def _core_width(model: TransformerModelSpec) -> int:
+    """``n (d_qk + d_v)``: the per-token, per-key multiply-adds of QK^T plus attention over V
+    (GQA: ``2 q``, q = heads * kv_channels; MLA: ``n (d_n + d_r + d_v)``)."""
+    match model.self_attention:
+        case StandardAttention():
+            return 2 * model.query_projection_size
+        case MultiLatentAttention() as mla:
+            return model.num_attention_heads * (mla.qk_dim + mla.v_head_dim)
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def _layer_core_per_sequence(model: TransformerModelSpec, layer: int, core: _Core) -> int:
+    """QK^T and attention over V of one layer for one sequence: ``c s^2`` causal (each query
+    sees s / 2 keys on average, as Megatron-LM counts it), ``2 c s^2`` over the full matrix, and
+    for a windowed layer under ``megatron-bridge`` ``c (2 s W - W (W - 1))`` (the exact causal
+    sum of ``min(t, W)`` keys, W = window + 1), with c = :func:`_core_width`."""
+    s = model.seq_length
+    width = _core_width(model)
+    match core:
+        case _Core.FULL_MATRIX:
+            return 2 * width * s * s
+        case _Core.CAUSAL:
+            return width * s * s
+        case _Core.CAUSAL_WINDOWED:
+            window = model.attention_window
+            match window:
+                case FullAttention():
+                    return width * s * s
+                case SlidingWindow(size=size):
+                    keys = size + 1
+                    if not window.is_windowed(layer) or keys >= s:
+                        return width * s * s
+                    return width * (2 * s * keys - keys * (keys - 1))
+                case _ as unreachable:
+                    assert_never(unreachable)
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def _core_of(convention: FlopsConvention) -> _Core:
+    match convention:
+        case FlopsConvention.MEGATRON_LEGACY:
+            return _Core.FULL_MATRIX
+        case FlopsConvention.MEGATRON_BRIDGE:
+            return _Core.CAUSAL_WINDOWED
+        case (
+            FlopsConvention.MEGATRON_CAUSAL
+            | FlopsConvention.SIX_ND
+            | FlopsConvention.SIX_ND_ATTENTION
+        ):
+            return _Core.CAUSAL
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def model_forward_flops(
+    model: TransformerModelSpec, convention: FlopsConvention, *, mtp: bool = True
+) -> ModelForwardFlops:
+    """Per-op forward FLOPs of one sequence (module docstring): every decoder layer's attention
+    and its dense MLP or its top-k routed plus shared experts, then, with ``mtp``, each MTP
+    depth as one more layer of the last layer's kind with its projection and LM head. The
+    attention core follows ``convention`` (full matrix for ``megatron-legacy``, windows only for
+    ``megatron-bridge``, causal otherwise)."""
+    s = model.seq_length
+    h = model.hidden_size
+    depths = model.mtp_num_layers if mtp else 0
+    layers = model.num_layers + depths
+    core = _core_of(convention)
+    last = model.num_layers - 1
+    moe = model.moe
+    dense_layers = sum(
+        1 for i in range(layers) if not model.is_moe_layer(i if i < model.num_layers else last)
+    )
+    moe_layers = layers - dense_layers
+    routed = (
+        0 if moe is None else moe.top_k * _mlp_forward_per_token(model, moe.expert_ffn_hidden_size)
+    )
+    shared = (
+        0
+        if moe is None or moe.shared_expert_ffn_hidden_size == 0
+        else _mlp_forward_per_token(model, moe.shared_expert_ffn_hidden_size)
+    )
+    return ModelForwardFlops(
+        attention_projections=s * layers * 2 * sum(model.attention_projection_parameters),
+        attention_core=sum(_layer_core_per_sequence(model, i, core) for i in range(layers)),
+        dense_mlp=s * dense_layers * _mlp_forward_per_token(model, model.ffn_hidden_size),
+        routed_experts=s * moe_layers * routed,
+        shared_experts=s * moe_layers * shared,
+        # Megatron-LM counts the three MTP norms as 3h multiply-adds beside eh_proj's 2h^2.
+        mtp_projections=s * depths * 2 * (3 * h + 2 * h * h),
+        logits=s * (1 + depths) * 2 * h * model.padded_vocab_size,
+    )
+
+
+def model_flops_per_token(model: TransformerModelSpec, convention: FlopsConvention) -> float:
+    """Training (forward + backward) model FLOPs per token, as Megatron-Bridge's tables imply
+    them (model TFLOP/s per GPU / tokens/s per GPU)."""
+    return model_flops_per_iteration(model, 1, convention) / model.seq_length
+
+
 def _recomputable_forward_per_token(
     model: TransformerModelSpec, convention: FlopsConvention
 ) -> tuple[int, int, int]:
     """(one block's forward, its attention-core forward, its MLP forward) per token, in the
     convention's own terms: 6ND's block is 2 * block parameters and has no separate attention
-    core; every convention counts the MLP as its GEMMs, ``2 (h u + f h)`` = 2 * MLP weights."""
-    mlp = forward_flops_per_token(model, causal=False).mlp
+    core; every convention counts the MLP as its GEMMs, ``2 (h u + f h)`` = 2 * MLP weights.
+    Layers that differ (dense and MoE layers, windowed and full attention) give their mean over
+    the decoder layers, rounded down (exact when the layers are alike)."""
+    ops = model_forward_flops(model, _per_op(convention), mtp=False)
+    per_layer = model.seq_length * model.num_layers
+    mlp = (ops.dense_mlp + ops.routed_experts + ops.shared_experts) // per_layer
     match convention:
-        case FlopsConvention.MEGATRON_LEGACY:
-            ops = forward_flops_per_token(model, causal=False)
-            return ops.block, ops.attention_core, mlp
-        case FlopsConvention.MEGATRON_CAUSAL:
-            ops = forward_flops_per_token(model, causal=True)
-            return ops.block, ops.attention_core, mlp
+        case (
+            FlopsConvention.MEGATRON_LEGACY
+            | FlopsConvention.MEGATRON_CAUSAL
+            | FlopsConvention.MEGATRON_BRIDGE
+        ):
+            block = (ops.total - ops.logits) // per_layer
+            return block, ops.attention_core // per_layer, mlp
         case FlopsConvention.SIX_ND:
-            return 2 * model.block_parameters, 0, mlp
+            return 2 * _mean_active_layer_parameters(model), 0, mlp
         case FlopsConvention.SIX_ND_ATTENTION:
-            core = forward_flops_per_token(model, causal=True).attention_core
-            return 2 * model.block_parameters + core, core, mlp
+            core = ops.attention_core // per_layer
+            return 2 * _mean_active_layer_parameters(model) + core, core, mlp
         case _ as unreachable:
             assert_never(unreachable)
+
+
+def _per_op(convention: FlopsConvention) -> FlopsConvention:
+    """The per-op convention whose attention core a convention uses (6ND-attn: causal)."""
+    match convention:
+        case FlopsConvention.SIX_ND | FlopsConvention.SIX_ND_ATTENTION:
+            return FlopsConvention.MEGATRON_CAUSAL
+        case (
+            FlopsConvention.MEGATRON_LEGACY
+            | FlopsConvention.MEGATRON_CAUSAL
+            | FlopsConvention.MEGATRON_BRIDGE
+        ):
+            return convention
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def _mean_active_layer_parameters(model: TransformerModelSpec) -> int:
+    total = sum(model.layer_active_parameters(i) for i in range(model.num_layers))
+    return total // model.num_layers
 
 
 def tokens_per_iteration(model: TransformerModelSpec, global_batch: int) -> int:
@@ -151,20 +348,21 @@ def tokens_per_iteration(model: TransformerModelSpec, global_batch: int) -> int:
 def model_flops_per_iteration(
     model: TransformerModelSpec, global_batch: int, convention: FlopsConvention
 ) -> int:
-    """FLOPs of one iteration without recomputation (the MFU numerator)."""
+    """FLOPs of one iteration without recomputation (the MFU numerator): 3x the forward
+    (backward = data and weight gradients)."""
     tokens = tokens_per_iteration(model, global_batch)
     match convention:
-        case FlopsConvention.MEGATRON_LEGACY:
-            ops = forward_flops_per_token(model, causal=False)
-            return 3 * tokens * (model.num_layers * ops.block + ops.logits)
-        case FlopsConvention.MEGATRON_CAUSAL:
-            ops = forward_flops_per_token(model, causal=True)
-            return 3 * tokens * (model.num_layers * ops.block + ops.logits)
+        case (
+            FlopsConvention.MEGATRON_LEGACY
+            | FlopsConvention.MEGATRON_CAUSAL
+            | FlopsConvention.MEGATRON_BRIDGE
+        ):
+            return 3 * global_batch * model_forward_flops(model, convention).total
         case FlopsConvention.SIX_ND:
-            return 6 * model.num_parameters * tokens
+            return 6 * model.active_parameters * tokens
         case FlopsConvention.SIX_ND_ATTENTION:
-            core = forward_flops_per_token(model, causal=True).attention_core
-            return 6 * model.num_parameters * tokens + 3 * tokens * model.num_layers * core
+            core = model_forward_flops(model, convention, mtp=False).attention_core
+            return 6 * model.active_parameters * tokens + 3 * global_batch * core
         case _ as unreachable:
             assert_never(unreachable)
 

@@ -248,7 +248,7 @@ def attention_parameters_per_rank(model: TransformerModelSpec, tensor_degree: in
                 params += (q + 2 * kv) + h
             if model.qk_layernorm:
                 params += 2 * model.norm_of(model.kv_channels)
-            return params
+            return params + _ceil_div(model.attention_sink_parameters, t)
         case MultiLatentAttention() as mla:
             heads = _ceil_div(model.num_attention_heads, t)
             q_lora = mla.q_lora_rank

@@ -90,7 +90,7 @@ class IterationReport:
     memory_per_stage: tuple[MemoryBreakdown, ...]
     data_parallel: DataParallelCost
     optimizer: OptimizerStepCost
-    strategy_keys: dict[str, int | bool | str]
+    strategy_keys: dict[str, int | bool | str | float]
     megatron_args: tuple[str, ...]
     train_tokens: int
     megatron_refusals: tuple[str, ...] = ()

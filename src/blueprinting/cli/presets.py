@@ -1,6 +1,7 @@
 """``blueprinting presets``: list the built-in model presets (computed against published
-parameter counts) and system presets (datasheet peaks, memory, links, GPUs per node and per
-NVLink domain)."""
+parameter counts; MoE presets with their experts / top-k and active parameters, counted with
+the embedding matrices their owners count) and system presets (datasheet peaks, memory, links,
+GPUs per node and per NVLink domain)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import argparse
 from blueprinting.hardware.presets import SYSTEM_PRESETS
 from blueprinting.hardware.system import Engine
 from blueprinting.mapping.model import Datatype
-from blueprinting.mapping.presets import MODEL_PRESETS
+from blueprinting.mapping.presets import MODEL_PRESETS, PUBLISHED_ACTIVE_COUNT
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -33,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     console = Console()
     if not console.is_terminal:
         # Piped output has no width to adapt to; keep every column readable.
-        console = Console(width=140)
+        console = Console(width=190)
     kind = str(args.kind)
     if kind in ("all", "models"):
         table = Table(title="Model presets")
@@ -42,10 +43,27 @@ def run(args: argparse.Namespace) -> int:
         table.add_column("params", justify="right", no_wrap=True)
         table.add_column("published", justify="right", no_wrap=True)
         table.add_column("delta", justify="right", no_wrap=True)
+        table.add_column("E/k", justify="right", no_wrap=True)
+        table.add_column("active", justify="right", no_wrap=True)
+        table.add_column("pub. active", justify="right", no_wrap=True)
         for name, model in MODEL_PRESETS.items():
             published = model.published_parameters
             delta = (
                 "" if published is None else f"{100 * (model.num_parameters / published - 1):+.2f}%"
+            )
+            moe = model.moe
+            shape = "" if moe is None else f"{moe.num_experts}/{moe.top_k}"
+            active = model.published_active_parameters
+            # the active count under the owner's convention, comparable with its figure
+            convention = PUBLISHED_ACTIVE_COUNT.get(name)
+            ours_active = (
+                ""
+                if moe is None
+                else _billions(
+                    model.active_parameters
+                    if convention is None
+                    else model.active_parameters_as(convention)
+                )
             )
             table.add_row(
                 name,
@@ -59,6 +77,9 @@ def run(args: argparse.Namespace) -> int:
                 _billions(model.num_parameters),
                 "" if published is None else _billions(published),
                 delta,
+                shape,
+                ours_active,
+                "" if active is None else _billions(active),
             )
         console.print(table)
     if kind in ("all", "systems"):

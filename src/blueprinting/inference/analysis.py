@@ -449,7 +449,7 @@ class InferenceReport:
     max_batch_that_fits: int
     prefill_bounds: PhaseBounds
     decode_bounds: PhaseBounds
-    strategy_keys: dict[str, int | bool | str]
+    strategy_keys: dict[str, int | bool | str | float]
     #: None for a dense model
     experts: ExpertServing | None = None
 

@@ -14,7 +14,7 @@ run sections are merged; ``model.preset=...`` and ``system.KEY=...`` address tho
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -29,11 +29,24 @@ from blueprinting.mapping.flat_keys import (
     inference_from_mapping,
 )
 from blueprinting.mapping.model import (
+    AttentionWindow,
     Datatype,
+    DenseFeedForward,
     EmbeddingTying,
+    FeedForward,
+    FullAttention,
+    MixtureOfExperts,
     MlpActivation,
+    MoeLayerFrequency,
+    MoeLayerList,
+    MultiLatentAttention,
     Normalization,
     PositionEmbedding,
+    RouterScore,
+    SelfAttention,
+    SlidingWindow,
+    SoftmaxType,
+    StandardAttention,
     TransformerModelSpec,
 )
 from blueprinting.mapping.presets import did_you_mean, model_preset
@@ -274,7 +287,10 @@ _HF_DTYPES = {
 def model_from_hf_config(
     path_or_mapping: str | Path | Mapping[str, object], *, name: str | None = None
 ) -> TransformerModelSpec:
-    """A model from a Hugging Face ``config.json`` with LlamaConfig-style keys.
+    """A model from a Hugging Face ``config.json`` with LlamaConfig-style keys, and the
+    mixture-of-experts architectures by ``model_type`` (:data:`HF_MOE_MODEL_TYPES`, read by
+    :func:`_hf_moe`): ``deepseek_v2`` / ``deepseek_v3`` / ``kimi_k2`` (MLA + MoE), ``mixtral``,
+    ``qwen3_moe``, ``gpt_oss``.
 
     Keys read (``transformers/models/llama/configuration_llama.py`` defaults where absent):
     hidden_size, intermediate_size, num_hidden_layers, num_attention_heads,
@@ -345,6 +361,13 @@ def model_from_hf_config(
     bias = get_bool("attention_bias", False) or get_bool("mlp_bias", False)
     raw_name = data.get("_name_or_path")
     model_name = name or (raw_name if isinstance(raw_name, str) and raw_name else fallback_name)
+    model_type = data.get("model_type")
+    moe = _HfMoe()
+    if isinstance(model_type, str) and model_type in HF_MOE_MODEL_TYPES:
+        moe = _hf_moe(data, model_type, layers=layers, get_int=get_int, problems=problems)
+        seq = moe.seq_length or seq
+        bias = bias or moe.add_bias_linear
+        kv_channels = moe.kv_channels or kv_channels
     if problems:
         raise ConfigError(problems, source=source)
     return TransformerModelSpec(
@@ -364,7 +387,215 @@ def model_from_hf_config(
         embeddings=EmbeddingTying.TIED if tie else EmbeddingTying.UNTIED,
         add_bias_linear=bias,
         datatype=datatype,
+        self_attention=moe.self_attention,
+        feed_forward=moe.feed_forward,
+        qk_layernorm=moe.qk_layernorm,
+        mtp_num_layers=moe.mtp_num_layers,
+        softmax_type=moe.softmax_type,
+        attention_window=moe.attention_window,
     )
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _HfMoe:
+    """What a MoE ``model_type`` adds to the Llama-style reading (None / defaults: nothing)."""
+
+    seq_length: int | None = None
+    kv_channels: int | None = None
+    add_bias_linear: bool = False
+    self_attention: SelfAttention = field(default_factory=StandardAttention)
+    feed_forward: FeedForward = field(default_factory=DenseFeedForward)
+    qk_layernorm: bool = False
+    mtp_num_layers: int = 0
+    softmax_type: SoftmaxType = SoftmaxType.VANILLA
+    attention_window: AttentionWindow = field(default_factory=FullAttention)
+
+
+#: HF ``model_type`` values read as mixtures of experts.
+HF_MOE_MODEL_TYPES = frozenset(
+    {"deepseek_v2", "deepseek_v3", "kimi_k2", "mixtral", "qwen3_moe", "gpt_oss"}
+)
+
+_HF_SCORES = {"softmax": RouterScore.SOFTMAX, "sigmoid": RouterScore.SIGMOID}
+
+
+def _hf_moe(
+    data: Mapping[str, object],
+    model_type: str,
+    *,
+    layers: int,
+    get_int: Callable[..., int],
+    problems: list[str],
+) -> _HfMoe:
+    """The MoE / MLA / MTP / sink / window fields of one of :data:`HF_MOE_MODEL_TYPES`, HF names
+    mapped as the shared reference section 2.1 lists them (transformers'
+    ``configuration_deepseek_v3.py``, ``configuration_mixtral.py``, ``configuration_qwen3_moe.py``,
+    ``configuration_gpt_oss.py``). The sequence length is the pre-training context:
+    ``rope_scaling.original_max_position_embeddings`` when YaRN extends it, else
+    ``max_position_embeddings``."""
+    seq: int | None = None
+    rope = data.get("rope_scaling")
+    if isinstance(rope, Mapping):
+        original = rope.get("original_max_position_embeddings")
+        seq = original if is_positive_int(original) else None
+    match model_type:
+        case "deepseek_v2" | "deepseek_v3" | "kimi_k2":
+            dense = data.get("first_k_dense_replace", 0)
+            if not (type(dense) is int and 0 <= dense <= layers):
+                problems.append(f"first_k_dense_replace must be 0..{layers}, got {dense!r}")
+                dense = 0
+            score_key = data.get("scoring_func", "softmax")
+            score = _HF_SCORES.get(score_key) if isinstance(score_key, str) else None
+            if score is None:
+                problems.append(f"scoring_func must be softmax or sigmoid, got {score_key!r}")
+                score = RouterScore.SOFTMAX
+            expert_ffn = get_int("moe_intermediate_size")
+            shared = data.get("n_shared_experts") or 0
+            if not (type(shared) is int and shared >= 0):
+                problems.append(f"n_shared_experts must be a count, got {shared!r}")
+                shared = 0
+            q_lora = data.get("q_lora_rank")
+            if q_lora is not None and not is_positive_int(q_lora):
+                problems.extend(positive_int_problems(None, q_lora_rank=q_lora))
+                q_lora = None
+            mtp = data.get("num_nextn_predict_layers") or 0
+            if not (type(mtp) is int and mtp >= 0):
+                problems.append(f"num_nextn_predict_layers must be a count, got {mtp!r}")
+                mtp = 0
+            v_head = get_int("v_head_dim")
+            return _HfMoe(
+                seq_length=seq,
+                kv_channels=v_head,
+                self_attention=MultiLatentAttention(
+                    q_lora_rank=q_lora,
+                    kv_lora_rank=get_int("kv_lora_rank"),
+                    qk_head_dim=get_int("qk_nope_head_dim"),
+                    qk_pos_emb_head_dim=get_int("qk_rope_head_dim"),
+                    v_head_dim=v_head,
+                ),
+                qk_layernorm=True,
+                mtp_num_layers=mtp,
+                feed_forward=_hf_experts(
+                    problems,
+                    num_experts=get_int("n_routed_experts"),
+                    top_k=get_int("num_experts_per_tok"),
+                    expert_ffn_hidden_size=expert_ffn,
+                    shared_expert_ffn_hidden_size=shared * expert_ffn,
+                    score_function=score,
+                    # aux-loss-free balancing: the e_score_correction_bias of noaux_tc
+                    expert_bias=data.get("topk_method") == "noaux_tc",
+                    layer_pattern=(
+                        MoeLayerList(layers=(False,) * dense + (True,) * (layers - dense))
+                        if dense
+                        else MoeLayerFrequency()
+                    ),
+                ),
+            )
+        case "mixtral":
+            return _HfMoe(
+                seq_length=seq,
+                feed_forward=_hf_experts(
+                    problems,
+                    num_experts=get_int("num_local_experts"),
+                    top_k=get_int("num_experts_per_tok"),
+                    expert_ffn_hidden_size=get_int("intermediate_size"),
+                ),
+            )
+        case "qwen3_moe":
+            step = get_int("decoder_sparse_step", 1)
+            dense_only = data.get("mlp_only_layers") or []
+            if not (isinstance(dense_only, list) and all(type(i) is int for i in dense_only)):
+                problems.append(
+                    f"mlp_only_layers must be a list of layer indices, got {dense_only!r}"
+                )
+                dense_only = []
+            flags = tuple((i + 1) % step == 0 and i not in dense_only for i in range(layers))
+            return _HfMoe(
+                seq_length=seq,
+                qk_layernorm=True,
+                feed_forward=_hf_experts(
+                    problems,
+                    num_experts=get_int("num_experts"),
+                    top_k=get_int("num_experts_per_tok"),
+                    expert_ffn_hidden_size=get_int("moe_intermediate_size"),
+                    layer_pattern=(
+                        MoeLayerFrequency() if all(flags) else MoeLayerList(layers=flags)
+                    ),
+                ),
+            )
+        case "gpt_oss":
+            top_k = data.get("experts_per_token", data.get("num_experts_per_tok"))
+            return _HfMoe(
+                seq_length=seq,
+                add_bias_linear=True,  # QKV, O, router and expert biases
+                softmax_type=SoftmaxType.LEARNABLE,  # the per-head sinks
+                attention_window=_hf_window(data, layers, get_int, problems),
+                feed_forward=_hf_experts(
+                    problems,
+                    num_experts=get_int("num_local_experts"),
+                    top_k=top_k if is_positive_int(top_k) else get_int("experts_per_token"),
+                    expert_ffn_hidden_size=get_int("intermediate_size"),
+                ),
+            )
+        case _:
+            problems.append(f"model_type {model_type!r} is not a mixture of experts")
+            return _HfMoe()
+
+
+def _hf_experts(
+    problems: list[str],
+    *,
+    num_experts: int,
+    top_k: int,
+    expert_ffn_hidden_size: int,
+    shared_expert_ffn_hidden_size: int = 0,
+    score_function: RouterScore = RouterScore.SOFTMAX,
+    expert_bias: bool = False,
+    layer_pattern: MoeLayerFrequency | MoeLayerList | None = None,
+) -> FeedForward:
+    try:
+        return MixtureOfExperts(
+            num_experts=num_experts,
+            top_k=top_k,
+            expert_ffn_hidden_size=expert_ffn_hidden_size,
+            shared_expert_ffn_hidden_size=shared_expert_ffn_hidden_size,
+            score_function=score_function,
+            expert_bias=expert_bias,
+            layer_pattern=layer_pattern or MoeLayerFrequency(),
+        )
+    except ConfigError as error:
+        problems.extend(error.problems)
+        return DenseFeedForward()
+
+
+def _hf_window(
+    data: Mapping[str, object],
+    layers: int,
+    get_int: Callable[..., int],
+    problems: list[str],
+) -> AttentionWindow:
+    """gpt-oss's ``sliding_window`` on the layers ``layer_types`` marks ``sliding_attention``,
+    as Megatron-Bridge maps it: window_size (sliding_window, 0), and the full layers every N-th
+    (``window_attn_skip_freq``)."""
+    size = get_int("sliding_window")
+    kinds = data.get("layer_types")
+    if kinds is None:
+        return SlidingWindow(size=size)
+    if not (isinstance(kinds, list) and len(kinds) == layers):
+        problems.append(f"layer_types must list one kind per layer ({layers}), got {kinds!r}")
+        return SlidingWindow(size=size)
+    full = [i for i, kind in enumerate(kinds) if kind == "full_attention"]
+    if not full:
+        return SlidingWindow(size=size)
+    every = full[0] + 1
+    expected = [i for i in range(layers) if (i + 1) % every == 0]
+    if full != expected:
+        problems.append(
+            "layer_types: full attention on layers "
+            f"{full} is not every {every}-th layer (window_attn_skip_freq cannot say it)"
+        )
+    return SlidingWindow(size=size, full_every=every)
 
 
 __all__ = [

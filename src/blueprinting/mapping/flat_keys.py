@@ -29,6 +29,7 @@ base follows the overridden fields, one that was set explicitly keeps its value.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -42,15 +43,30 @@ from blueprinting.errors import (
 )
 from blueprinting.limits import MAX_INT, int_limit_text
 from blueprinting.mapping.model import (
+    AttentionWindow,
+    CapacityFactor,
     Datatype,
     DenseFeedForward,
+    Dropless,
     EmbeddingTying,
+    FeedForward,
+    FullAttention,
+    MixtureOfExperts,
     MlpActivation,
+    MoeLayerFrequency,
+    MoeLayerList,
+    MultiLatentAttention,
     Normalization,
     PositionEmbedding,
+    RouterScore,
+    SelfAttention,
+    SlidingWindow,
+    SoftmaxType,
     StandardAttention,
+    TokenDropping,
     TransformerModelSpec,
 )
+from blueprinting.mapping.moe_layer_freq import format_moe_layer_freq, parse_moe_layer_freq
 from blueprinting.mapping.precision import (
     Fp4Format,
     Fp4Precision,
@@ -141,7 +157,7 @@ from blueprinting.mapping.transformer import (
     training_schedule,
 )
 
-FlatValue = int | bool | str
+FlatValue = int | bool | str | float
 
 
 class _Kind(StrEnum):
@@ -151,6 +167,11 @@ class _Kind(StrEnum):
     FP8 = "a boolean or one of 'e4m3', 'hybrid'"
     LIST = "a string or a list of strings or positive integers"
     FP4 = "a boolean or 'e2m1'"
+    NUMBER = "a number"
+    COUNT = "a non-negative integer"
+    LAYER_FREQ = (
+        "a positive integer or a list expression of 0/1 such as '([0]*3+[1]*58)' or '[0,1,1]'"
+    )
 
 
 @final
@@ -292,7 +313,52 @@ MODEL_KEYS: Mapping[str, _Key] = {
     "bf16": _bool(),
     "fp16": _bool(),
     "fp8": _Key(kind=_Kind.FP8, choices=tuple(f.value for f in Fp8Format)),
+    # Mixture of experts (Megatron-LM transformer_config.py l.700-1030, arguments.py
+    # l.3515-3560 @d98e8a64; shared reference modern_parallelism.md section 2.1).
+    "num_experts": _int(),
+    "moe_router_topk": _int(),
+    "moe_ffn_hidden_size": _int(),
+    "moe_shared_expert_intermediate_size": _int(),
+    "moe_layer_freq": _Key(kind=_Kind.LAYER_FREQ),
+    "moe_router_score_function": _choice(*(r.value for r in RouterScore)),
+    "moe_router_enable_expert_bias": _bool(),
+    "moe_expert_capacity_factor": _Key(kind=_Kind.NUMBER),
+    "moe_pad_expert_input_to_capacity": _bool(),
+    # Blueprinting's own key (Megatron-LM has none): gamma = max/mean - 1 of the tokens an EP
+    # rank receives (shared reference section 2.9); 0, the default, is what Megatron-Bridge's
+    # benchmarks force with --moe-router-force-load-balancing.
+    "moe_load_imbalance": _Key(kind=_Kind.NUMBER),
+    # Multi-head latent attention (MLATransformerConfig; arguments.py hand-written flags).
+    "multi_latent_attention": _bool(),
+    "q_lora_rank": _int(),
+    "kv_lora_rank": _int(),
+    "qk_head_dim": _int(),
+    "qk_pos_emb_head_dim": _int(),
+    "v_head_dim": _int(),
+    "qk_layernorm": _bool(),
+    "mtp_num_layers": _Key(kind=_Kind.COUNT),
+    # Attention sinks and sliding windows (gpt-oss; TransformerConfig softmax_type,
+    # window_size = (window_size, 0), window_attn_skip_freq).
+    "softmax_type": _choice(*(t.value for t in SoftmaxType)),
+    "window_size": _int(),
+    "window_attn_skip_freq": _int(),
 }
+
+#: Model keys that only a mixture of experts takes: refused without ``num_experts``.
+MOE_KEYS = (
+    "moe_router_topk",
+    "moe_ffn_hidden_size",
+    "moe_shared_expert_intermediate_size",
+    "moe_layer_freq",
+    "moe_router_score_function",
+    "moe_router_enable_expert_bias",
+    "moe_expert_capacity_factor",
+    "moe_pad_expert_input_to_capacity",
+    "moe_load_imbalance",
+)
+
+#: Model keys that only multi-head latent attention takes.
+MLA_KEYS = ("q_lora_rank", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim", "v_head_dim")
 
 # Megatron-LM spells a few keys differently as flags than as config fields.
 ALIASES: Mapping[str, str] = {
@@ -399,6 +465,30 @@ def _parse_value(key: str, value: object, spec: _Key) -> FlatValue | _Problem:
             if isinstance(value, str):
                 hint = did_you_mean(value, spec.choices)
                 return _Problem(f"{key} must be {spec.kind}, got {value!r}{hint}")
+            return wrong
+        case _Kind.COUNT:
+            if type(value) is not int:
+                return wrong
+            if not 0 <= value <= MAX_INT:
+                return _Problem(
+                    f"{key} must be {spec.kind} at most {int_limit_text()}, got {value!r}"
+                )
+            return value
+        case _Kind.NUMBER:
+            if type(value) is bool or not isinstance(value, (int, float)):
+                return wrong
+            if not math.isfinite(value):
+                return _Problem(f"{key} must be a finite number, got {value!r}")
+            return float(value)
+        case _Kind.LAYER_FREQ:
+            if type(value) is int:
+                if value < 1:
+                    return _Problem(f"{key} must be a positive integer, got {value!r}")
+                return value
+            if isinstance(value, str):
+                return value
+            if isinstance(value, (list, tuple)) and all(type(x) is int for x in value):
+                return "[" + ",".join(str(x) for x in value) + "]"
             return wrong
         case _Kind.LIST:
             # Megatron takes these as nargs lists; one space-separated string here, so that a
@@ -580,15 +670,30 @@ def _model(
             else (base.add_bias_linear if base else True)
         )
 
+    self_attention = _self_attention(values, base, gqa=groups != heads, problems=problems)
+    feed_forward = _feed_forward(values, base, ffn=ffn, layers=layers, problems=problems)
+    window = _attention_window(values, base, problems)
+    qk_layernorm = _get_bool(values, "qk_layernorm")
+    if qk_layernorm is None:
+        qk_layernorm = base.qk_layernorm if base else False
+    mtp = _get_int(values, "mtp_num_layers")
+    if mtp is None:
+        mtp = base.mtp_num_layers if base else 0
+    softmax_key = _get_str(values, "softmax_type")
+    softmax = (
+        SoftmaxType(softmax_key)
+        if softmax_key is not None
+        else (base.softmax_type if base else SoftmaxType.VANILLA)
+    )
+
     datatype = _datatype(values, base, problems)
     name = _get_str(values, "model_name") or (base.name if base else "custom")
     architecture_given = any(
         k not in _NON_ARCHITECTURE_MODEL_KEYS for k in values if k in MODEL_KEYS
     )
-    published = base.published_parameters if base is not None and not architecture_given else None
-    published_active = (
-        base.published_active_parameters if base is not None and not architecture_given else None
-    )
+    kept = base is not None and not architecture_given
+    published = base.published_parameters if kept and base is not None else None
+    published_active = base.published_active_parameters if kept and base is not None else None
 
     if problems:
         return None
@@ -612,15 +717,218 @@ def _model(
             datatype=datatype,
             published_parameters=published,
             published_active_parameters=published_active,
-            # the base's layer kinds are kept (their own keys are read elsewhere, issue 13)
-            self_attention=base.self_attention if base is not None else StandardAttention(),
-            feed_forward=base.feed_forward if base is not None else DenseFeedForward(),
-            qk_layernorm=base.qk_layernorm if base is not None else False,
-            mtp_num_layers=base.mtp_num_layers if base is not None else 0,
+            self_attention=self_attention,
+            feed_forward=feed_forward,
+            qk_layernorm=qk_layernorm,
+            mtp_num_layers=mtp,
+            softmax_type=softmax,
+            attention_window=window,
         )
     except ConfigError as error:
         problems.extend(error.problems)
         return None
+
+
+# Megatron-LM's MLA flag defaults (arguments.py, hand-written MLA flags @d98e8a64; shared
+# reference section 2.1): q_lora_rank None, kv_lora_rank 32, qk_head_dim 128,
+# qk_pos_emb_head_dim 64, v_head_dim 128.
+_MLA_DEFAULTS = MultiLatentAttention(
+    q_lora_rank=None, kv_lora_rank=32, qk_head_dim=128, qk_pos_emb_head_dim=64, v_head_dim=128
+)
+
+
+def _self_attention(
+    values: Mapping[str, FlatValue],
+    base: TransformerModelSpec | None,
+    *,
+    gqa: bool,
+    problems: list[str],
+) -> SelfAttention:
+    """``multi_latent_attention`` and its ranks; MLA keys without it are refused, and MLA
+    with grouped-query attention (Megatron-LM arguments.py l.1973-1974)."""
+    flag = _get_bool(values, "multi_latent_attention")
+    base_mla = (
+        base.self_attention
+        if base is not None and isinstance(base.self_attention, MultiLatentAttention)
+        else None
+    )
+    mla_on = flag if flag is not None else base_mla is not None
+    if not mla_on:
+        for key in MLA_KEYS:
+            if key in values:
+                problems.append(f"{key} needs multi_latent_attention = true")
+        return StandardAttention()
+    if gqa:
+        problems.append(
+            "multi_latent_attention cannot be combined with group_query_attention "
+            "(Megatron-LM arguments.py l.1973-1974)"
+        )
+    start = base_mla or _MLA_DEFAULTS
+    try:
+        return MultiLatentAttention(
+            q_lora_rank=_get_int(values, "q_lora_rank") or start.q_lora_rank,
+            kv_lora_rank=_get_int(values, "kv_lora_rank") or start.kv_lora_rank,
+            qk_head_dim=_get_int(values, "qk_head_dim") or start.qk_head_dim,
+            qk_pos_emb_head_dim=_get_int(values, "qk_pos_emb_head_dim")
+            or start.qk_pos_emb_head_dim,
+            v_head_dim=_get_int(values, "v_head_dim") or start.v_head_dim,
+        )
+    except ConfigError as error:
+        problems.extend(error.problems)
+        return start
+
+
+def _get_number(values: Mapping[str, FlatValue], key: str) -> float | None:
+    value = values.get(key)
+    return float(value) if isinstance(value, (int, float)) and type(value) is not bool else None
+
+
+def _feed_forward(
+    values: Mapping[str, FlatValue],
+    base: TransformerModelSpec | None,
+    *,
+    ffn: int,
+    layers: int,
+    problems: list[str],
+) -> FeedForward:
+    """``num_experts`` and the MoE keys, checked with Megatron-LM's model-only rules (shared
+    reference section 2.12), every violated one reported."""
+    base_moe = base.moe if base is not None else None
+    experts = _get_int(values, "num_experts")
+    if experts is None and base_moe is None:
+        for key in MOE_KEYS:
+            if key in values:
+                problems.append(f"{key} needs num_experts (a mixture of experts)")
+        return DenseFeedForward()
+    num_experts = experts if experts is not None else (base_moe.num_experts if base_moe else 0)
+    # Megatron-LM's defaults: top-k 2, moe_ffn_hidden_size = ffn_hidden_size, softmax scores.
+    top_k = _get_int(values, "moe_router_topk") or (base_moe.top_k if base_moe else 2)
+    expert_ffn = _get_int(values, "moe_ffn_hidden_size") or (
+        base_moe.expert_ffn_hidden_size if base_moe else ffn
+    )
+    shared = _get_int(values, "moe_shared_expert_intermediate_size")
+    if shared is None:
+        shared = base_moe.shared_expert_ffn_hidden_size if base_moe else 0
+    score_key = _get_str(values, "moe_router_score_function")
+    score = (
+        RouterScore(score_key)
+        if score_key is not None
+        else (base_moe.score_function if base_moe else RouterScore.SOFTMAX)
+    )
+    bias = _get_bool(values, "moe_router_enable_expert_bias")
+    if bias is None:
+        bias = base_moe.expert_bias if base_moe else False
+    imbalance = _get_number(values, "moe_load_imbalance")
+    if imbalance is None:
+        imbalance = base_moe.load_imbalance if base_moe else 0.0
+    dropping = _token_dropping(values, base_moe, problems)
+    pattern = _layer_pattern(values, base_moe, layers, problems)
+
+    if top_k > num_experts:
+        problems.append(
+            f"moe_router_topk = {top_k} exceeds num_experts = {num_experts} "
+            "(Megatron-LM: a token is routed to at most every expert)"
+        )
+    if bias and score is RouterScore.SOFTMAX:
+        problems.append(
+            "moe_router_enable_expert_bias needs moe_router_score_function sigmoid or "
+            "sqrtsoftplus, got softmax (Megatron-LM transformer_config.py l.2617-2625)"
+        )
+    if top_k == 1 and score is RouterScore.SOFTMAX:
+        problems.append(
+            "moe_router_topk = 1 with moe_router_score_function = softmax needs Megatron-LM's "
+            "--moe-router-pre-softmax (transformer_config.py l.2661-2669), which Blueprinting "
+            "does not model: use sigmoid or sqrtsoftplus scores"
+        )
+    if imbalance < 0:
+        problems.append(f"moe_load_imbalance = {imbalance:g} must be >= 0")
+    if problems:
+        return DenseFeedForward()
+    return MixtureOfExperts(
+        num_experts=num_experts,
+        top_k=top_k,
+        expert_ffn_hidden_size=expert_ffn,
+        shared_expert_ffn_hidden_size=shared,
+        score_function=score,
+        expert_bias=bias,
+        dropping=dropping,
+        layer_pattern=pattern,
+        load_imbalance=imbalance,
+    )
+
+
+def _token_dropping(
+    values: Mapping[str, FlatValue], base_moe: MixtureOfExperts | None, problems: list[str]
+) -> TokenDropping:
+    factor = _get_number(values, "moe_expert_capacity_factor")
+    pad = _get_bool(values, "moe_pad_expert_input_to_capacity")
+    base_dropping: TokenDropping = base_moe.dropping if base_moe else Dropless()
+    if factor is None:
+        match base_dropping:
+            case CapacityFactor(factor=base_factor, pad_to_capacity=base_pad):
+                return CapacityFactor(
+                    factor=base_factor, pad_to_capacity=base_pad if pad is None else pad
+                )
+            case Dropless():
+                if pad:
+                    problems.append(
+                        "moe_pad_expert_input_to_capacity needs moe_expert_capacity_factor "
+                        "(Megatron-LM transformer_config.py l.1836-1866)"
+                    )
+                return Dropless()
+            case _ as unreachable:
+                assert_never(unreachable)
+    if not factor > 0:
+        problems.append(
+            f"moe_expert_capacity_factor = {factor:g} must be > 0 (Megatron-LM reads a "
+            "negative factor as dropless: leave the key out instead)"
+        )
+        return Dropless()
+    return CapacityFactor(factor=factor, pad_to_capacity=bool(pad))
+
+
+def _layer_pattern(
+    values: Mapping[str, FlatValue],
+    base_moe: MixtureOfExperts | None,
+    layers: int,
+    problems: list[str],
+) -> MoeLayerFrequency | MoeLayerList:
+    raw = values.get("moe_layer_freq")
+    if isinstance(raw, (int, str)) and type(raw) is not bool:
+        try:
+            pattern = parse_moe_layer_freq(raw)
+        except ConfigError as error:
+            problems.extend(error.problems)
+            return MoeLayerFrequency()
+    else:
+        pattern = base_moe.layer_pattern if base_moe else MoeLayerFrequency()
+    if isinstance(pattern, MoeLayerList) and len(pattern.layers) != layers:
+        problems.append(
+            f"moe_layer_freq lists {len(pattern.layers)} layers, num_layers = {layers} "
+            "(Megatron-LM requires one flag per layer)"
+        )
+    return pattern
+
+
+def _attention_window(
+    values: Mapping[str, FlatValue], base: TransformerModelSpec | None, problems: list[str]
+) -> AttentionWindow:
+    size = _get_int(values, "window_size")
+    every = _get_int(values, "window_attn_skip_freq")
+    base_window: AttentionWindow = base.attention_window if base else FullAttention()
+    if size is None:
+        match base_window:
+            case SlidingWindow(size=base_size, full_every=base_every):
+                return SlidingWindow(size=base_size, full_every=every or base_every)
+            case FullAttention():
+                if every is not None:
+                    problems.append("window_attn_skip_freq needs window_size")
+                return FullAttention()
+            case _ as unreachable:
+                assert_never(unreachable)
+    if every is None and isinstance(base_window, SlidingWindow):
+        every = base_window.full_every
+    return SlidingWindow(size=size, full_every=every)
 
 
 def _datatype(
@@ -1512,7 +1820,68 @@ def _model_to_mapping(model: TransformerModelSpec) -> dict[str, FlatValue]:
     }
     if model.datatype is Datatype.FP8:
         out["fp8"] = "hybrid"
+    if model.qk_layernorm:
+        out["qk_layernorm"] = True
+    match model.self_attention:
+        case StandardAttention():
+            pass
+        case MultiLatentAttention() as mla:
+            out["multi_latent_attention"] = True
+            if mla.q_lora_rank is not None:
+                out["q_lora_rank"] = mla.q_lora_rank
+            out |= {
+                "kv_lora_rank": mla.kv_lora_rank,
+                "qk_head_dim": mla.qk_head_dim,
+                "qk_pos_emb_head_dim": mla.qk_pos_emb_head_dim,
+                "v_head_dim": mla.v_head_dim,
+            }
+        case _ as unreachable:
+            assert_never(unreachable)
+    out |= _moe_keys(model.feed_forward)
+    if model.mtp_num_layers:
+        out["mtp_num_layers"] = model.mtp_num_layers
+    if model.softmax_type is not SoftmaxType.VANILLA:
+        out["softmax_type"] = model.softmax_type.value
+    match model.attention_window:
+        case FullAttention():
+            pass
+        case SlidingWindow(size=size, full_every=every):
+            out["window_size"] = size
+            if every is not None:
+                out["window_attn_skip_freq"] = every
+        case _ as unreachable_window:
+            assert_never(unreachable_window)
     return out
+
+
+def _moe_keys(feed_forward: FeedForward) -> dict[str, FlatValue]:
+    match feed_forward:
+        case DenseFeedForward():
+            return {}
+        case MixtureOfExperts() as moe:
+            out: dict[str, FlatValue] = {
+                "num_experts": moe.num_experts,
+                "moe_router_topk": moe.top_k,
+                "moe_ffn_hidden_size": moe.expert_ffn_hidden_size,
+            }
+            if moe.shared_expert_ffn_hidden_size:
+                out["moe_shared_expert_intermediate_size"] = moe.shared_expert_ffn_hidden_size
+            out["moe_layer_freq"] = format_moe_layer_freq(moe.layer_pattern)
+            out["moe_router_score_function"] = moe.score_function.value
+            out["moe_router_enable_expert_bias"] = moe.expert_bias
+            match moe.dropping:
+                case Dropless():
+                    pass
+                case CapacityFactor(factor=factor, pad_to_capacity=pad):
+                    out["moe_expert_capacity_factor"] = factor
+                    out["moe_pad_expert_input_to_capacity"] = pad
+                case _ as unreachable:
+                    assert_never(unreachable)
+            if moe.load_imbalance:
+                out["moe_load_imbalance"] = moe.load_imbalance
+            return out
+        case _ as unreachable:
+            assert_never(unreachable)
 
 
 def to_mapping(spec: TrainingSpec) -> dict[str, FlatValue]:
@@ -1973,6 +2342,7 @@ def _model_args(model: TransformerModelSpec) -> list[str]:
         "--padded-vocab-size",
         str(model.padded_vocab_size),
     ]
+    args += _architecture_args(model)
     match model.datatype:
         case Datatype.BF16:
             args.append("--bf16")
@@ -1982,6 +2352,42 @@ def _model_args(model: TransformerModelSpec) -> list[str]:
             args += ["--bf16", "--fp8-format", "hybrid"]
         case Datatype.FP32:
             pass
+        case _ as unreachable:
+            assert_never(unreachable)
+    return args
+
+
+def _architecture_args(model: TransformerModelSpec) -> list[str]:
+    """MLA, MoE, MTP, sinks and windows as Megatron-LM flags (booleans as bare switches,
+    ``moe_load_imbalance`` left out: Megatron-LM has no such flag)."""
+    keys = _model_to_mapping(model)
+    args: list[str] = []
+    for key in (
+        "multi_latent_attention",
+        "q_lora_rank",
+        "kv_lora_rank",
+        "qk_head_dim",
+        "qk_pos_emb_head_dim",
+        "v_head_dim",
+        "qk_layernorm",
+        *(k for k in ("num_experts", *MOE_KEYS) if k != "moe_load_imbalance"),
+        "mtp_num_layers",
+        "softmax_type",
+    ):
+        value = keys.get(key)
+        if value is None or value is False:
+            continue
+        flag = f"--{key.replace('_', '-')}"
+        args += [flag] if value is True else [flag, str(value)]
+    window = model.attention_window
+    match window:
+        case FullAttention():
+            pass
+        case SlidingWindow(size=size, full_every=every):
+            # Megatron-LM's --window-size takes the (left, right) pair.
+            args += ["--window-size", f"({size},0)"]
+            if every is not None:
+                args += ["--window-attn-skip-freq", str(every)]
         case _ as unreachable:
             assert_never(unreachable)
     return args
@@ -2005,7 +2411,10 @@ def inference_from_mapping(
         "optimizer, recompute, micro-batches or virtual pipeline"
         for k in TRAINING_KEYS
     } | {
-        k: "is a training key: serving runs its experts over the TP group (expert_model_parallel_size), with no token dispatcher"
+        k: (
+            "is a training key: serving runs its experts over the TP group "
+            "(expert_model_parallel_size), with no token dispatcher"
+        )
         for k in EXPERT_KEYS
     }
     values = _parse_keys(keys, allowed, problems, refused)

@@ -69,12 +69,81 @@ class EmbeddingTying(StrEnum):
     UNTIED = "untied"
 
 
+class ActiveCount(StrEnum):
+    """Which embedding matrices an owner's published active-parameter count includes (shared
+    reference section 4): Mixtral, Qwen3 and DeepSeek count the input embedding and the LM head;
+    OpenAI's gpt-oss model card counts the unembedding only."""
+
+    EMBEDDING_AND_HEAD = "embedding-and-head"
+    HEAD_ONLY = "head-only"
+
+
 class RouterScore(StrEnum):
     """Megatron's ``--moe-router-score-function``."""
 
     SOFTMAX = "softmax"
     SIGMOID = "sigmoid"
     SQRTSOFTPLUS = "sqrtsoftplus"
+
+
+class SoftmaxType(StrEnum):
+    """Megatron's ``--softmax-type`` (``transformer_config.py`` ``softmax_type`` @d98e8a64):
+    ``learnable`` adds one learned sink logit per attention head and layer (GPT-OSS's attention
+    sinks, OpenAI gpt-oss model card arXiv:2508.10925); ``off-by-one`` a fixed one, no
+    parameters."""
+
+    VANILLA = "vanilla"
+    OFF_BY_ONE = "off-by-one"
+    LEARNABLE = "learnable"
+
+
+# --------------------------------------------------------------------------------------------
+# Attention window: which keys a query sees
+# --------------------------------------------------------------------------------------------
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FullAttention:
+    """Every layer attends to every earlier position (causal)."""
+
+    def __str__(self) -> str:
+        return "full"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SlidingWindow:
+    """Local attention: a query sees itself and the ``size`` positions before it (Megatron/TE
+    ``window_size = (size, 0)``). With ``full_every`` N, layer i (0-based) keeps full attention
+    iff ``(i + 1) % N == 0`` (Megatron's ``window_attn_skip_freq``); None: every layer is
+    windowed. GPT-OSS: window 128 on even layers, full on odd ones (Megatron-Bridge
+    ``gpt_oss_provider.py`` window_size (128, 0), window_attn_skip_freq 2; HF ``layer_types``
+    alternating from ``sliding_attention``).
+
+    Parameters are unchanged. FLOPs: Megatron-LM's counter ignores the window (full causal);
+    the ``megatron-bridge`` convention counts the window's exact causal context
+    (``analysis/flops.py``)."""
+
+    size: int
+    full_every: int | None = None
+
+    def __post_init__(self) -> None:
+        problems = positive_int_problems(
+            None,
+            window_size=self.size,
+            **({} if self.full_every is None else {"window_attn_skip_freq": self.full_every}),
+        )
+        if problems:
+            raise ConfigError(problems, source="sliding-window attention")
+
+    def is_windowed(self, layer: int) -> bool:
+        return self.full_every is None or (layer + 1) % self.full_every != 0
+
+    def __str__(self) -> str:
+        full = "" if self.full_every is None else f"/full-every-{self.full_every}"
+        return f"swa{self.size}{full}"
+
+
+AttentionWindow: TypeAlias = FullAttention | SlidingWindow
 
 
 # --------------------------------------------------------------------------------------------
@@ -300,6 +369,10 @@ class TransformerModelSpec:
     qk_layernorm: bool = False
     #: multi-token-prediction depths (``--mtp-num-layers``; DeepSeek-V3: 1)
     mtp_num_layers: int = 0
+    #: ``learnable`` adds GPT-OSS's per-head attention sinks
+    softmax_type: SoftmaxType = SoftmaxType.VANILLA
+    #: full causal attention, or GPT-OSS's alternating sliding window
+    attention_window: AttentionWindow = field(default_factory=FullAttention)
 
     def __post_init__(self) -> None:
         problems = positive_int_problems(
@@ -314,6 +387,8 @@ class TransformerModelSpec:
             vocab_size=self.vocab_size,
             padded_vocab_size=self.padded_vocab_size,
         )
+        if self.mtp_num_layers < 0:
+            problems.append(f"mtp_num_layers = {self.mtp_num_layers} must be >= 0")
         if problems:
             raise ConfigError(problems, source=f"model {self.name!r}")
 
@@ -391,23 +466,19 @@ class TransformerModelSpec:
 
     # Parameters per part -------------------------------------------------------------------
     @property
-    def attention_parameters(self) -> int:
-        """Self-attention of one layer: projections, their biases, QK norms (not the input norm).
+    def attention_projection_parameters(self) -> tuple[int, int, int]:
+        """(Q, K+V, O) weights of one layer's self-attention, without biases.
 
-        MLA (Megatron-LM ``theoretical_memory_usage.py`` l.62-82 @d98e8a64): Q ``h*n*(d_n+d_r)``
-        or through LoRA ``q_lora*(h + n*(d_n+d_r)) + norm(q_lora)``; KV
-        ``kv_lora*(h + n*(d_n+d_v)) + norm(kv_lora) + h*d_r``; O ``n*d_v*h``."""
+        GQA: ``h*n*d``, ``2*h*g*d``, ``n*d*h``. MLA (Megatron-LM ``theoretical_memory_usage.py``
+        l.62-82 @d98e8a64; shared reference section 2.10): Q ``h*n*(d_n+d_r)`` or through LoRA
+        ``q_lora*(h + n*(d_n+d_r)) + norm(q_lora)``; KV ``kv_lora*(h + n*(d_n+d_v)) +
+        norm(kv_lora) + h*d_r``; O ``n*d_v*h`` (DeepSeek-V3: 48.8M, 20.9M, 117.4M)."""
         h = self.hidden_size
         n = self.num_attention_heads
         match self.self_attention:
             case StandardAttention():
-                qkv_out = self.query_projection_size + 2 * self.kv_projection_size
-                params = h * qkv_out + self.query_projection_size * h
-                if self.add_bias_linear:
-                    params += qkv_out + h
-                if self.qk_layernorm:
-                    params += 2 * self.norm_of(self.kv_channels)
-                return params
+                q_size = self.query_projection_size
+                return h * q_size, 2 * h * self.kv_projection_size, q_size * h
             case MultiLatentAttention() as mla:
                 if mla.q_lora_rank is None:
                     q = h * n * mla.qk_dim
@@ -418,8 +489,38 @@ class TransformerModelSpec:
                     + self.norm_of(mla.kv_lora_rank)
                     + h * mla.qk_pos_emb_head_dim
                 )
-                o = n * mla.v_head_dim * h
-                return q + kv + o + (h if self.add_bias_linear else 0)
+                return q, kv, n * mla.v_head_dim * h
+            case _ as unreachable:
+                assert_never(unreachable)
+
+    @property
+    def attention_parameters(self) -> int:
+        """Self-attention of one layer: projections, their biases, QK norms, attention sinks
+        (not the input norm). Biases with ``add_bias_linear``: GQA's on Q, K, V and O, MLA's on
+        O only."""
+        q, kv, o = self.attention_projection_parameters
+        params = q + kv + o + self.attention_sink_parameters
+        match self.self_attention:
+            case StandardAttention():
+                if self.add_bias_linear:
+                    params += self.query_projection_size + 2 * self.kv_projection_size
+                    params += self.hidden_size
+                if self.qk_layernorm:
+                    params += 2 * self.norm_of(self.kv_channels)
+                return params
+            case MultiLatentAttention():
+                return params + (self.hidden_size if self.add_bias_linear else 0)
+            case _ as unreachable:
+                assert_never(unreachable)
+
+    @property
+    def attention_sink_parameters(self) -> int:
+        """One learned sink logit per head with ``softmax_type = learnable`` (GPT-OSS)."""
+        match self.softmax_type:
+            case SoftmaxType.LEARNABLE:
+                return self.num_attention_heads
+            case SoftmaxType.VANILLA | SoftmaxType.OFF_BY_ONE:
+                return 0
             case _ as unreachable:
                 assert_never(unreachable)
 
@@ -553,3 +654,16 @@ class TransformerModelSpec:
             + self.output_layer_parameters
             + self.norm_parameters
         )
+
+    def active_parameters_as(self, convention: ActiveCount) -> int:
+        """``active_parameters`` under an owner's convention: ``head-only`` leaves out the input
+        embedding (the word table when untied, learned positions either way)."""
+        match convention:
+            case ActiveCount.EMBEDDING_AND_HEAD:
+                return self.active_parameters
+            case ActiveCount.HEAD_ONLY:
+                words = self.padded_vocab_size * self.hidden_size
+                shared_with_head = words if self.embeddings is EmbeddingTying.TIED else 0
+                return self.active_parameters - (self.embedding_parameters - shared_with_head)
+            case _ as unreachable:
+                assert_never(unreachable)

@@ -18,6 +18,37 @@ Sources (architecture numbers and published counts):
 - ``llama3-*``: Llama Team 2024, "The Llama 3 Herd of Models" (arXiv:2407.21783), Table 3 and the
   ``meta-llama/Meta-Llama-3-8B``/``-70B`` and ``Llama-3.1-405B`` ``config.json``; seq_length is the
   8,192-token pre-training context; counts are the released checkpoints'.
+
+Mixture-of-experts presets (architecture from each owner's Hugging Face ``config.json``, the
+Megatron flags of yanring/Megatron-MoE-ModelZoo ``model_configs/benchmarking/*.yaml`` @e8650517
+where NVIDIA runs them; shared reference ``modern_parallelism.md`` section 4). ``seq_length`` is
+the pre-training context before any long-context extension. Published total / active counts,
+each at the precision its owner prints it (``PUBLISHED_ROUNDING``), and which embedding
+matrices the active count includes (``PUBLISHED_ACTIVE_COUNT``; DeepSeek's and Moonshot's fit
+one of embedding / LM head, not both):
+
+- ``deepseek-v3``: DeepSeek-V3 Technical Report (arXiv:2412.19437), Section 1 / 4.2: 671B total,
+  37B activated per token, MTP excluded (the 685B of the HF checkpoint adds the 14B MTP module);
+  ``deepseek-ai/DeepSeek-V3`` ``config.json`` (= ``inference/configs/config_671B.json``).
+- ``deepseek-v2-lite``: DeepSeek-V2 (arXiv:2405.04434), Appendix B and the
+  ``deepseek-ai/DeepSeek-V2-Lite`` model card: 15.7B total, 2.4B activated; its ``config.json``.
+- ``kimi-k2``: Kimi K2 technical report (arXiv:2507.20534) and the ``moonshotai/Kimi-K2-Instruct``
+  model card: 1T total ("1.04 trillion"), 32B activated; its ``config.json`` (model_type
+  ``kimi_k2``, DeepSeek-V3's architecture with 384 experts, 64 heads, one dense layer, vocabulary
+  163,840, no MTP).
+- ``mixtral-8x7b``, ``mixtral-8x22b``: Mistral AI, "Mixtral of Experts" (arXiv:2401.04088) and the
+  Mixtral 8x22B announcement: 46.7B / 12.9B and 141B / 39B (active counted with embedding and
+  head); ``mistralai/Mixtral-8x7B-v0.1`` / ``Mixtral-8x22B-v0.1`` ``config.json`` (vocabulary
+  32,000); 32K and 64K context.
+- ``qwen3-30b-a3b``, ``qwen3-235b-a22b``: Qwen3 Technical Report (arXiv:2505.09388), Table 2 and
+  the ``Qwen/Qwen3-30B-A3B`` / ``Qwen3-235B-A22B`` model cards: 30.5B / 3.3B and 235B / 22B;
+  their ``config.json`` (QK RMSNorm, 128 experts, top-8, no shared expert); 4,096-token S1/S2
+  pre-training context.
+- ``gpt-oss-120b``, ``gpt-oss-20b``: OpenAI, gpt-oss-120b & gpt-oss-20b model card
+  (arXiv:2508.10925), Table 1: 116.83B / 5.13B and 20.91B / 3.61B, the active count including the
+  unembedding but not the embedding; ``openai/gpt-oss-*`` ``config.json`` (biases on QKV, O,
+  router and experts; learned attention sinks; 128-token sliding window on alternate layers;
+  initial context 4,096 before YaRN).
 """
 
 from __future__ import annotations
@@ -28,10 +59,17 @@ from types import MappingProxyType
 
 from blueprinting.errors import ConfigError
 from blueprinting.mapping.model import (
+    ActiveCount,
     EmbeddingTying,
+    MixtureOfExperts,
     MlpActivation,
+    MoeLayerList,
+    MultiLatentAttention,
     Normalization,
     PositionEmbedding,
+    RouterScore,
+    SlidingWindow,
+    SoftmaxType,
     TransformerModelSpec,
 )
 
@@ -88,6 +126,128 @@ def _llama(
 
 
 _B = 1_000_000_000
+
+
+def _first_dense(dense: int, layers: int) -> MoeLayerList:
+    """DeepSeek's ``first_k_dense_replace``: Megatron's ``([0]*dense+[1]*(layers-dense))``."""
+    return MoeLayerList(layers=(False,) * dense + (True,) * (layers - dense))
+
+
+def _deepseek(
+    name: str,
+    *,
+    layers: int,
+    hidden: int,
+    heads: int,
+    ffn: int,
+    vocab: int,
+    q_lora: int | None,
+    moe: MixtureOfExperts,
+    mtp: int,
+    published: int,
+    active: int,
+) -> TransformerModelSpec:
+    """DeepSeek-V2/V3-style model: MLA (kv_lora 512, heads of 128 + 64 rope, v 128), SwiGLU,
+    RMSNorm, untied embeddings, no linear biases (ZOO ``DeepSeek-V3.yaml`` flags)."""
+    return TransformerModelSpec(
+        name=name,
+        num_layers=layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_query_groups=heads,
+        kv_channels=128,
+        ffn_hidden_size=ffn,
+        seq_length=4096,
+        vocab_size=vocab,
+        padded_vocab_size=vocab,
+        activation=MlpActivation.SWIGLU,
+        normalization=Normalization.RMSNORM,
+        position_embedding=PositionEmbedding.ROPE,
+        embeddings=EmbeddingTying.UNTIED,
+        add_bias_linear=False,
+        published_parameters=published,
+        published_active_parameters=active,
+        self_attention=MultiLatentAttention(
+            q_lora_rank=q_lora,
+            kv_lora_rank=512,
+            qk_head_dim=128,
+            qk_pos_emb_head_dim=64,
+            v_head_dim=128,
+        ),
+        feed_forward=moe,
+        qk_layernorm=True,
+        mtp_num_layers=mtp,
+    )
+
+
+def _moe_gqa(
+    name: str,
+    *,
+    layers: int,
+    hidden: int,
+    heads: int,
+    groups: int,
+    head_dim: int,
+    ffn: int,
+    seq: int,
+    vocab: int,
+    moe: MixtureOfExperts,
+    published: int,
+    active: int,
+    qk_layernorm: bool = False,
+) -> TransformerModelSpec:
+    """Mixtral / Qwen3-MoE: GQA, SwiGLU experts, RMSNorm, rope, untied, no linear biases."""
+    return TransformerModelSpec(
+        name=name,
+        num_layers=layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_query_groups=groups,
+        kv_channels=head_dim,
+        ffn_hidden_size=ffn,
+        seq_length=seq,
+        vocab_size=vocab,
+        padded_vocab_size=vocab,
+        activation=MlpActivation.SWIGLU,
+        normalization=Normalization.RMSNORM,
+        position_embedding=PositionEmbedding.ROPE,
+        embeddings=EmbeddingTying.UNTIED,
+        add_bias_linear=False,
+        published_parameters=published,
+        published_active_parameters=active,
+        feed_forward=moe,
+        qk_layernorm=qk_layernorm,
+    )
+
+
+def _gpt_oss(
+    name: str, *, layers: int, experts: int, published: int, active: int
+) -> TransformerModelSpec:
+    """gpt-oss: h 2880, 64 query heads of 64 in 8 groups, every layer MoE (top-4 of 2880-wide
+    experts), biases everywhere, attention sinks, alternating 128-token window."""
+    return TransformerModelSpec(
+        name=name,
+        num_layers=layers,
+        hidden_size=2880,
+        num_attention_heads=64,
+        num_query_groups=8,
+        kv_channels=64,
+        ffn_hidden_size=2880,
+        seq_length=4096,
+        vocab_size=201088,
+        padded_vocab_size=201088,
+        activation=MlpActivation.SWIGLU,
+        normalization=Normalization.RMSNORM,
+        position_embedding=PositionEmbedding.ROPE,
+        embeddings=EmbeddingTying.UNTIED,
+        add_bias_linear=True,
+        published_parameters=published,
+        published_active_parameters=active,
+        feed_forward=MixtureOfExperts(num_experts=experts, top_k=4, expert_ffn_hidden_size=2880),
+        softmax_type=SoftmaxType.LEARNABLE,
+        attention_window=SlidingWindow(size=128, full_every=2),
+    )
+
 
 _ALL: tuple[TransformerModelSpec, ...] = (
     # Narayanan et al. 2021, Table 1 (published in billions to one decimal).
@@ -186,6 +346,129 @@ _ALL: tuple[TransformerModelSpec, ...] = (
         vocab=128256,
         published=405_853_388_800,
     ),
+    _deepseek(
+        "deepseek-v3",
+        layers=61,
+        hidden=7168,
+        heads=128,
+        ffn=18432,
+        vocab=129280,
+        q_lora=1536,
+        moe=MixtureOfExperts(
+            num_experts=256,
+            top_k=8,
+            expert_ffn_hidden_size=2048,
+            shared_expert_ffn_hidden_size=2048,
+            score_function=RouterScore.SIGMOID,
+            expert_bias=True,
+            layer_pattern=_first_dense(3, 61),
+        ),
+        mtp=1,
+        published=671 * _B,
+        active=37 * _B,
+    ),
+    _deepseek(
+        "deepseek-v2-lite",
+        layers=27,
+        hidden=2048,
+        heads=16,
+        ffn=10944,
+        vocab=102400,
+        q_lora=None,
+        moe=MixtureOfExperts(
+            num_experts=64,
+            top_k=6,
+            expert_ffn_hidden_size=1408,
+            shared_expert_ffn_hidden_size=2 * 1408,
+            layer_pattern=_first_dense(1, 27),
+        ),
+        mtp=0,
+        published=15_700_000_000,
+        active=2_400_000_000,
+    ),
+    _deepseek(
+        "kimi-k2",
+        layers=61,
+        hidden=7168,
+        heads=64,
+        ffn=18432,
+        vocab=163840,
+        q_lora=1536,
+        moe=MixtureOfExperts(
+            num_experts=384,
+            top_k=8,
+            expert_ffn_hidden_size=2048,
+            shared_expert_ffn_hidden_size=2048,
+            score_function=RouterScore.SIGMOID,
+            expert_bias=True,
+            layer_pattern=_first_dense(1, 61),
+        ),
+        mtp=0,
+        published=1000 * _B,
+        active=32 * _B,
+    ),
+    _moe_gqa(
+        "mixtral-8x7b",
+        layers=32,
+        hidden=4096,
+        heads=32,
+        groups=8,
+        head_dim=128,
+        ffn=14336,
+        seq=32768,
+        vocab=32000,
+        moe=MixtureOfExperts(num_experts=8, top_k=2, expert_ffn_hidden_size=14336),
+        published=46_700_000_000,
+        active=12_900_000_000,
+    ),
+    _moe_gqa(
+        "mixtral-8x22b",
+        layers=56,
+        hidden=6144,
+        heads=48,
+        groups=8,
+        head_dim=128,
+        ffn=16384,
+        seq=65536,
+        vocab=32000,
+        moe=MixtureOfExperts(num_experts=8, top_k=2, expert_ffn_hidden_size=16384),
+        published=141 * _B,
+        active=39 * _B,
+    ),
+    _moe_gqa(
+        "qwen3-30b-a3b",
+        layers=48,
+        hidden=2048,
+        heads=32,
+        groups=4,
+        head_dim=128,
+        ffn=6144,
+        seq=4096,
+        vocab=151936,
+        moe=MixtureOfExperts(num_experts=128, top_k=8, expert_ffn_hidden_size=768),
+        published=30_500_000_000,
+        active=3_300_000_000,
+        qk_layernorm=True,
+    ),
+    _moe_gqa(
+        "qwen3-235b-a22b",
+        layers=94,
+        hidden=4096,
+        heads=64,
+        groups=4,
+        head_dim=128,
+        ffn=12288,
+        seq=4096,
+        vocab=151936,
+        moe=MixtureOfExperts(num_experts=128, top_k=8, expert_ffn_hidden_size=1536),
+        published=235 * _B,
+        active=22 * _B,
+        qk_layernorm=True,
+    ),
+    _gpt_oss("gpt-oss-20b", layers=24, experts=32, published=20_910_000_000, active=3_610_000_000),
+    _gpt_oss(
+        "gpt-oss-120b", layers=36, experts=128, published=116_830_000_000, active=5_130_000_000
+    ),
 )
 
 MODEL_PRESETS: Mapping[str, TransformerModelSpec] = MappingProxyType({m.name: m for m in _ALL})
@@ -201,6 +484,31 @@ PUBLISHED_ROUNDING: Mapping[str, int] = MappingProxyType(
         **{m.name: 50_000_000 for m in _ALL if m.name.startswith("gpt-")},
         **{name: 500_000_000 for name in ("megatron-22b", "gpt3-175b", "mt-nlg-530b")},
         "megatron-1t": 500_000_000,
+        # MoE owners print billions: to 1B, to 0.1B, or (gpt-oss) to 0.01B.
+        **{name: 500_000_000 for name in ("deepseek-v3", "mixtral-8x22b", "qwen3-235b-a22b")},
+        "kimi-k2": 500_000_000_000,
+        **{name: 50_000_000 for name in ("deepseek-v2-lite", "mixtral-8x7b", "qwen3-30b-a3b")},
+        **{name: 5_000_000 for name in ("gpt-oss-20b", "gpt-oss-120b")},
+    }
+)
+
+# The active counts' rounding: as the totals, except Kimi K2's "32B" (to 1B).
+PUBLISHED_ACTIVE_ROUNDING: Mapping[str, int] = MappingProxyType(
+    {**PUBLISHED_ROUNDING, "kimi-k2": 500_000_000}
+)
+
+#: Which embedding matrices each owner's active count includes (module docstring).
+PUBLISHED_ACTIVE_COUNT: Mapping[str, ActiveCount] = MappingProxyType(
+    {
+        **{
+            m.name: ActiveCount.EMBEDDING_AND_HEAD
+            for m in _ALL
+            if m.published_active_parameters is not None
+        },
+        # one of embedding / head: the two are the same size, the figures cannot tell which
+        **{name: ActiveCount.HEAD_ONLY for name in ("deepseek-v3", "deepseek-v2-lite", "kimi-k2")},
+        "gpt-oss-20b": ActiveCount.HEAD_ONLY,
+        "gpt-oss-120b": ActiveCount.HEAD_ONLY,
     }
 )
 
