@@ -25,13 +25,21 @@ from blueprinting.mapping.precision import GemmFormat, TrainingPrecision, gemm_f
 from blueprinting.synthesizer.dialects.transformer.training import SemanticOpName
 
 #: The block's Transformer Engine linear layers (Megatron ``linear_qkv``, ``linear_proj``,
-#: ``linear_fc1``, ``linear_fc2``).
+#: ``linear_fc1``, ``linear_fc2``; MLA's down / up projections; the experts' ``GroupedLinear``
+#: and the shared experts' linears). The router's gate stays at the base precision (shared
+#: reference section 2.1: ``router_gating_linear``, not an FP8 GEMM).
 TE_LINEAR_OPS: frozenset[SemanticOpName] = frozenset(
     {
         SemanticOpName.QKV_PROJECTION,
         SemanticOpName.OUTPUT_PROJECTION,
         SemanticOpName.MLP_UP,
         SemanticOpName.MLP_DOWN,
+        SemanticOpName.MLA_DOWN_PROJECTION,
+        SemanticOpName.MLA_UP_PROJECTION,
+        SemanticOpName.EXPERT_FC1,
+        SemanticOpName.EXPERT_FC2,
+        SemanticOpName.SHARED_EXPERT_UP,
+        SemanticOpName.SHARED_EXPERT_DOWN,
     }
 )
 
