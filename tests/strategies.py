@@ -27,6 +27,7 @@ from blueprinting.mapping.model import (
     MoeLayerList,
     Normalization,
     PositionEmbedding,
+    RouterScore,
     TokenDropping,
     TransformerModelSpec,
 )
@@ -423,9 +424,12 @@ def mixtures_of_experts(draw: st.DrawFn, num_layers: int) -> MixtureOfExperts:
             ),
         )
     )
+    top_k = draw(st.integers(1, min(experts, 8)))
     return MixtureOfExperts(
         num_experts=experts,
-        top_k=draw(st.integers(1, min(experts, 8))),
+        top_k=top_k,
+        # top-1 with softmax scores is refused (Megatron needs --moe-router-pre-softmax)
+        score_function=RouterScore.SIGMOID if top_k == 1 else RouterScore.SOFTMAX,
         expert_ffn_hidden_size=draw(st.integers(1, 8192)),
         shared_expert_ffn_hidden_size=draw(st.sampled_from([0, 0, 128, 1408, 2048, 2816])),
         dropping=dropping,

@@ -8,6 +8,7 @@ from hypothesis import given, settings
 
 from blueprinting.errors import ConfigError
 from blueprinting.mapping.flat_keys import (
+    EXPERT_KEYS,
     from_mapping,
     inference_from_mapping,
     megatron_args_of_lawful,
@@ -178,7 +179,8 @@ _TRAINED = {
 def test_to_mapping_spells_out_every_expert_key() -> None:
     spec = from_mapping(_TRAINED, model=DEEPSEEK_V3_LIKE)
     flat = to_mapping(spec)
-    assert {k: v for k, v in flat.items() if "expert" in k or k.startswith("moe_")} == {
+    grid = {*EXPERT_KEYS, "expert_model_parallel_size"}
+    assert {k: v for k, v in flat.items() if k in grid} == {
         "expert_model_parallel_size": 64,
         "expert_tensor_parallel_size": 1,
         "moe_token_dispatcher_type": "flex",
@@ -191,6 +193,8 @@ def test_to_mapping_spells_out_every_expert_key() -> None:
     # a dense model writes no expert key
     gpt3 = from_mapping(BASE, model=model_preset("gpt3-175b"))
     assert not [k for k in to_mapping(gpt3) if "expert" in k or k.startswith("moe_")]
+    # the model's own MoE keys are written beside the grid's
+    assert flat["num_experts"] == 256
 
 
 def test_megatron_flags_of_the_expert_grid() -> None:
