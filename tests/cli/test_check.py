@@ -139,20 +139,6 @@ def test_check_expert_parallelism_of_a_dense_model_breaks_a_law(
     )
 
 
-@pytest.fixture
-def deepseek_v3(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``--model deepseek-v3``: the built-in preset where this checkout has it (issue 13's
-    model part), else the same architecture built in Python (tests/moe_models.py)."""
-    from blueprinting.mapping import presets
-    from tests.moe_models import DEEPSEEK_V3_LIKE
-
-    if "deepseek-v3" not in presets.MODEL_PRESETS:
-        monkeypatch.setattr(
-            presets, "MODEL_PRESETS", {**presets.MODEL_PRESETS, "deepseek-v3": DEEPSEEK_V3_LIKE}
-        )
-
-
-@pytest.mark.usefixtures("deepseek_v3")
 def test_check_deepseek_v3_with_p15_and_ep48_lists_both_laws_at_once(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -190,7 +176,6 @@ def test_check_deepseek_v3_with_p15_and_ep48_lists_both_laws_at_once(
     )
 
 
-@pytest.mark.usefixtures("deepseek_v3")
 def test_check_deepseek_v3_as_trained(capsys: pytest.CaptureFixture[str]) -> None:
     """PP16 x EP64 on 2048 H800 with a 16-stage layout for the 61 layers: lawful; the
     dispatcher options contradicting their variant are refused by name."""

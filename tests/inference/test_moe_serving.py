@@ -22,15 +22,9 @@ from blueprinting.mapping.flat_keys import inference_from_mapping
 from blueprinting.mapping.model import (
     Datatype,
     DenseFeedForward,
-    EmbeddingTying,
-    MixtureOfExperts,
-    MlpActivation,
-    MoeLayerList,
-    MultiLatentAttention,
-    Normalization,
-    PositionEmbedding,
     TransformerModelSpec,
 )
+from blueprinting.mapping.presets import model_preset
 from blueprinting.mapping.transformer import InferenceSpec
 from blueprinting.synthesizer.dialects.transformer.inference import (
     ServingOpName,
@@ -41,53 +35,8 @@ from blueprinting.synthesizer.dialects.transformer.inference_derivation import (
     derive_inference_plan,
 )
 
-MIXTRAL = TransformerModelSpec(
-    name="mixtral-8x7b",
-    num_layers=32,
-    hidden_size=4096,
-    num_attention_heads=32,
-    num_query_groups=8,
-    kv_channels=128,
-    ffn_hidden_size=14336,
-    seq_length=32768,
-    vocab_size=32000,
-    padded_vocab_size=32000,
-    activation=MlpActivation.SWIGLU,
-    normalization=Normalization.RMSNORM,
-    position_embedding=PositionEmbedding.ROPE,
-    embeddings=EmbeddingTying.UNTIED,
-    add_bias_linear=False,
-    feed_forward=MixtureOfExperts(num_experts=8, top_k=2, expert_ffn_hidden_size=14336),
-)
-
-DEEPSEEK_V3 = TransformerModelSpec(
-    name="deepseek-v3",
-    num_layers=61,
-    hidden_size=7168,
-    num_attention_heads=128,
-    num_query_groups=128,
-    kv_channels=128,
-    ffn_hidden_size=18432,
-    seq_length=4096,
-    vocab_size=129280,
-    padded_vocab_size=129280,
-    activation=MlpActivation.SWIGLU,
-    normalization=Normalization.RMSNORM,
-    position_embedding=PositionEmbedding.ROPE,
-    embeddings=EmbeddingTying.UNTIED,
-    add_bias_linear=False,
-    self_attention=MultiLatentAttention(
-        q_lora_rank=1536, kv_lora_rank=512, qk_head_dim=128, qk_pos_emb_head_dim=64, v_head_dim=128
-    ),
-    feed_forward=MixtureOfExperts(
-        num_experts=256,
-        top_k=8,
-        expert_ffn_hidden_size=2048,
-        shared_expert_ffn_hidden_size=2048,
-        layer_pattern=MoeLayerList(layers=(False,) * 3 + (True,) * 58),
-    ),
-    mtp_num_layers=1,
-)
+MIXTRAL = model_preset("mixtral-8x7b")
+DEEPSEEK_V3 = model_preset("deepseek-v3")
 
 H = 4096
 F = 14336
@@ -177,7 +126,12 @@ def test_mixtral_expert_tensor_split_holds_the_same_bytes_at_ep1() -> None:
     assert by_ep[1].dense_weights == by_ep[2].dense_weights
 
 
-@pytest.mark.parametrize("model", [MIXTRAL, DEEPSEEK_V3], ids=lambda m: m.name)
+@pytest.mark.parametrize(
+    "model",
+    # gpt-oss (attention sinks, biased experts) and qwen3 (QK norms): every part is counted
+    [MIXTRAL, DEEPSEEK_V3, model_preset("gpt-oss-20b"), model_preset("qwen3-30b-a3b")],
+    ids=lambda m: m.name,
+)
 def test_single_gpu_weights_are_the_model_parameters(model: TransformerModelSpec) -> None:
     """At t = p = 1 the resident weights are exactly Megatron's parameter count (MTP layers not
     loaded for serving)."""

@@ -288,7 +288,8 @@ def moe_block_parameters_per_rank(
     """(dense part, routed-expert part) of one MoE block on one rank: attention, shared
     experts (on the dense TP group), the replicated router and the norms; the routed experts
     split over etp x ep (Megatron-LM ``theoretical_memory_usage.py`` l.198-306 @d98e8a64's
-    three buckets). (0, 0) for a dense model."""
+    three buckets; the row-parallel down bias whole on each etp rank). (0, 0) for a dense
+    model."""
     moe = model.moe
     if moe is None:
         return 0, 0
@@ -303,8 +304,21 @@ def moe_block_parameters_per_rank(
         + model.router_parameters
         + 2 * model.norm_parameters
     )
-    routed = _ceil_div(model.routed_expert_parameters, experts.tensor_degree * experts.degree)
-    return dense, routed
+    return dense, expert_parameters_per_rank(model, experts)
+
+
+def expert_parameters_per_rank(model: TransformerModelSpec, experts: ExpertParallel) -> int:
+    """One MoE layer's routed experts on one rank: E / ep experts, each at its etp shard
+    (:meth:`TransformerModelSpec.expert_shard_parameters`). Training's expert grid and
+    serving's (ep x t/ep of the TP group) both count it here."""
+    moe = model.moe
+    if moe is None:
+        return 0
+    return (
+        moe.num_experts
+        // experts.degree
+        * sum(model.expert_shard_parameters(experts.tensor_degree))
+    )
 
 
 @final

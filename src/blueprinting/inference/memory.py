@@ -21,10 +21,10 @@ Sources and choices
   elements) plus the largest op's activation inputs and outputs in that prefill (weights and KV
   cache excluded; attention is fused, so no ``s x s`` scores). Decode steps need less.
 - MoE and MLA models: every routed expert's weights are resident, ``E / ep`` experts per rank at
-  their ``F / (t / ep)`` slice (:func:`~blueprinting.synthesizer.dialects.transformer.inference.
-  resident_expert_bytes`); attention, dense layers, shared experts (TP-sharded), the replicated
-  router and norms are the block ops' weights (MLA's down projections replicated on every TP
-  rank). ``expert_weights`` is the routed-expert part, ``dense_weights`` the rest. The KV cache of
+  their ``F / (t / ep)`` slice; attention, dense layers, shared experts (TP-sharded), the
+  replicated router and norms as training counts them per rank (MLA's down projections
+  replicated on every TP rank): :func:`stage_weights`. ``expert_weights`` is the
+  routed-expert part, ``dense_weights`` the rest. The KV cache of
   MLA stores the latent (:func:`~blueprinting.synthesizer.dialects.transformer.inference.
   kv_cache_bytes_per_token`). Multi-token-prediction layers are not loaded (a serving engine
   runs them only as speculative-decoding drafts, which is not modelled).
@@ -37,12 +37,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import final
 
-from blueprinting.analysis.memory import stage_parameter_counts
-from blueprinting.mapping.model import StandardAttention
+from blueprinting.analysis.memory import moe_block_parameters_per_rank, stage_parameter_counts
+from blueprinting.mapping.transformer import ExpertParallel
 from blueprinting.synthesizer.dialects.transformer.inference import (
     InferenceStepWork,
     kv_cache_bytes_per_token,
-    resident_expert_bytes,
 )
 from blueprinting.synthesizer.dialects.transformer.inference_derivation import (
     LocalInferencePlan,
@@ -93,40 +92,26 @@ class StageWeights:
     experts: int = 0
 
 
-def stage_parameters(plan: LocalInferencePlan, stage: int) -> int:
-    """Parameters one TP rank of pipeline stage ``stage`` holds: training's count
-    (:func:`blueprinting.analysis.memory.stage_parameter_counts`) of the same blocks."""
-    return stage_parameter_counts(
-        plan.model,
+def stage_weights(plan: LocalInferencePlan, stage: int) -> StageWeights:
+    """Weight bytes on one GPU of ``stage``: training's per-rank count
+    (:func:`blueprinting.analysis.memory.stage_parameter_counts`) of the same blocks, each MoE
+    layer with its dense part (attention, shared experts, router, norms) and every local
+    expert resident; serving's expert grid is ep x (t / ep) of the stage's TP group
+    (:func:`~blueprinting.analysis.memory.moe_block_parameters_per_rank`)."""
+    model = plan.model
+    e = model.datatype.bytes
+    counts = stage_parameter_counts(
+        model,
         tensor_degree=plan.tp,
         pipeline_degree=plan.pp,
         stage=stage,
         blocks=plan.stage_blocks[stage],
-    ).total
-
-
-def _plain(plan: LocalInferencePlan) -> bool:
-    """A dense GQA model: its weights are training's per-rank count as is."""
-    model = plan.model
-    return model.moe is None and isinstance(model.self_attention, StandardAttention)
-
-
-def stage_weights(plan: LocalInferencePlan, stage: int, step: InferenceStepWork) -> StageWeights:
-    """Weight bytes on one GPU of ``stage`` (module docstring). A MoE or MLA model's layers
-    are counted from the block ops' weights (independent of the step's tokens) with every
-    local expert resident; the embedding, LM head and final norm are training's count."""
-    e = plan.model.datatype.bytes
-    if _plain(plan):
-        return StageWeights(total=stage_parameters(plan, stage) * e)
-    extras = stage_parameter_counts(
-        plan.model, tensor_degree=plan.tp, pipeline_degree=plan.pp, stage=stage, blocks=0
-    ).total
+    )
     moe = plan.moe_blocks(stage)
-    dense_layer = sum(op.weight_bytes for op in step.block)
-    moe_dense = sum(op.weight_bytes - op.expert_weight_bytes for op in step.moe_block)
-    experts = moe * resident_expert_bytes(plan.model, tp=plan.tp, ep=plan.ep)
-    total = extras * e + (plan.stage_blocks[stage] - moe) * dense_layer + moe * moe_dense
-    return StageWeights(total=total + experts, experts=experts)
+    grid = ExpertParallel(degree=plan.ep, tensor_degree=max(1, plan.tp // plan.ep))
+    dense, routed = moe_block_parameters_per_rank(model, plan.tp, grid)
+    params = counts.total + moe * (dense + routed - counts.block_parameters)
+    return StageWeights(total=params * e, experts=moe * routed * e)
 
 
 def kv_cache_bytes(plan: LocalInferencePlan, stage: int, batch: int) -> int:
@@ -173,7 +158,7 @@ def _stage_memory(
     capacity: float,
     weights: StageWeights | None = None,
 ) -> InferenceMemory:
-    held = stage_weights(plan, stage, step) if weights is None else weights
+    held = stage_weights(plan, stage) if weights is None else weights
     return InferenceMemory(
         stage=stage,
         weights=held.total,
@@ -193,8 +178,7 @@ def microbatch_size(pp: int, batch: int) -> tuple[int, int]:
 
 def stage_weight_bytes(plan: LocalInferencePlan) -> tuple[StageWeights, ...]:
     """Weight bytes of one GPU of each stage, stage 0 first (independent of the batch)."""
-    step = plan.prefill(1)
-    return tuple(stage_weights(plan, stage, step) for stage in range(plan.pp))
+    return tuple(stage_weights(plan, stage) for stage in range(plan.pp))
 
 
 def memory_per_gpu(

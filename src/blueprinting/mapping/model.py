@@ -530,6 +530,19 @@ class TransformerModelSpec:
         up = 2 * ffn if self.activation is MlpActivation.SWIGLU else ffn
         return h * up + ffn * h + ((up + h) if self.add_bias_linear else 0)
 
+    def expert_shard_parameters(self, expert_tensor_degree: int) -> tuple[int, int]:
+        """(up, down) parameters of one routed expert on one of its ``expert_tensor_degree``
+        ranks: the up projection's columns and its bias split, the down projection's rows
+        split and its bias whole on every rank (added after the reduction). (0, 0) for a dense
+        model; their sum at etp = 1 is :attr:`expert_parameters`."""
+        moe = self.moe
+        if moe is None:
+            return 0, 0
+        h, bias = self.hidden_size, self.add_bias_linear
+        ffn = moe.expert_ffn_hidden_size // expert_tensor_degree
+        up = 2 * ffn if self.activation is MlpActivation.SWIGLU else ffn
+        return h * up + (up if bias else 0), ffn * h + (h if bias else 0)
+
     @property
     def dense_mlp_parameters(self) -> int:
         """The dense MLP (``ffn_hidden_size``) of a layer without routed experts."""

@@ -63,7 +63,7 @@ Public API (used by inference_derivation.py and blueprinting.inference):
 - :class:`InferencePhase`, :class:`InferenceStepDims`, :class:`ServingOpName`
 - :class:`InferenceOp`, :class:`InferenceCollective`, :class:`InferenceStepWork`
 - :func:`kv_groups_per_rank`, :func:`kv_cache_bytes_per_token`, :func:`experts_touched`,
-  :func:`expert_weight_bytes`, :func:`resident_expert_bytes`
+  :func:`expert_weight_bytes`
 - :func:`inference_step_work(model, dims, *, tp, sequence_parallel, kv_datatype, ep=1)`
 - :func:`attention_ops(model, dims, *, tp, sequence_parallel, kv_datatype)`: the only block ops
   whose work depends on the context (an analysis re-costs just these from one decode step to the
@@ -641,27 +641,10 @@ def _mla_attention(
 
 def expert_weight_bytes(model: TransformerModelSpec, *, tp: int, ep: int) -> tuple[int, int]:
     """(up, down) weight bytes of one routed expert on one rank: its FFN split over the
-    ``t / ep`` expert tensor ranks (up ``h x up_width / etp`` and its bias, down ``F / etp x h``
-    and its bias, which every expert adds before the combine)."""
-    moe = model.moe
-    if moe is None:
-        return 0, 0
-    etp = max(1, tp // ep)
-    e, h = model.datatype.bytes, model.hidden_size
-    ffn = moe.expert_ffn_hidden_size // etp
-    up = 2 * ffn if model.activation is MlpActivation.SWIGLU else ffn
-    bias = model.add_bias_linear
-    return (h * up + (up if bias else 0)) * e, (ffn * h + (h if bias else 0)) * e
-
-
-def resident_expert_bytes(model: TransformerModelSpec, *, tp: int, ep: int) -> int:
-    """Routed-expert weight bytes one rank holds per MoE layer: its ``E / ep`` experts, each
-    at its expert-tensor slice (:func:`expert_weight_bytes`)."""
-    moe = model.moe
-    if moe is None:
-        return 0
-    up, down = expert_weight_bytes(model, tp=tp, ep=ep)
-    return moe.num_experts // ep * (up + down)
+    ``t / ep`` expert tensor ranks (:meth:`TransformerModelSpec.expert_shard_parameters`)."""
+    e = model.datatype.bytes
+    up, down = model.expert_shard_parameters(max(1, tp // ep))
+    return up * e, down * e
 
 
 def _mlp_ops(
