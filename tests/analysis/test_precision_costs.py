@@ -11,9 +11,9 @@ import pytest
 
 from blueprinting.analysis.precision_memory import (
     param_gather_bytes,
-    te_linear_weights_per_rank,
     weight_extra_bytes,
 )
+from blueprinting.analysis.rank_parameters import block_linear_weights_per_rank
 from blueprinting.api import plan_spec
 from blueprinting.hardware.efficiency import GemmShape, efficiency_fraction
 from blueprinting.hardware.presets import system_preset
@@ -156,7 +156,7 @@ def test_plan_with_fp8_param_gather_halves_the_linear_all_gather() -> None:
     fp8 = plan_spec(spec, H100)
     bf16 = plan_spec(base, H100)
     # p = 1: one stage holding every block
-    linear = MODEL.num_layers * te_linear_weights_per_rank(MODEL, 2)
+    linear = MODEL.num_layers * block_linear_weights_per_rank(MODEL, 2)
     assert bf16.data_parallel.param_gather_bytes - fp8.data_parallel.param_gather_bytes == linear
     # weights: no persistent bf16 copy of the linears, their two FP8 copies instead (2 B)
     assert fp8.memory.weights == bf16.memory.weights

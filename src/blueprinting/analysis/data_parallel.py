@@ -55,6 +55,20 @@ class DataParallelCost:
     grad_sync_exposed_s: float
     param_gather_exposed_s: float
 
+    def then(self, other: DataParallelCost) -> DataParallelCost:
+        """This sync and then ``other`` on the same GPU (a MoE model's dense buckets, then its
+        expert buckets over expert-dp)."""
+        return DataParallelCost(
+            grad_bytes=self.grad_bytes + other.grad_bytes,
+            param_gather_bytes=self.param_gather_bytes + other.param_gather_bytes,
+            grad_sync_s=self.grad_sync_s + other.grad_sync_s,
+            param_gather_s=self.param_gather_s + other.param_gather_s,
+            link_s=self.link_s + other.link_s,
+            exposed_s=self.exposed_s + other.exposed_s,
+            grad_sync_exposed_s=self.grad_sync_exposed_s + other.grad_sync_exposed_s,
+            param_gather_exposed_s=self.param_gather_exposed_s + other.param_gather_exposed_s,
+        )
+
 
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -184,3 +198,46 @@ def data_parallel_cost(
             )
         case _ as unreachable:
             assert_never(unreachable)
+
+
+def stage_data_parallel_cost(
+    *,
+    data: DataParallel,
+    parameters: tuple[int, int],
+    param_bytes: int,
+    grad_bytes: int,
+    groups: tuple[CommGroup, CommGroup],
+    system: SystemSpec,
+    windows: OverlapWindows,
+    param_gather_sizes: tuple[int, int] | None = None,
+) -> DataParallelCost:
+    """A stage's DP cost for its (dense, routed-expert) ``parameters``: the dense ones reduce
+    (and shard) over ``groups[0]`` (d x cp), then the experts' own buckets over ``groups[1]``
+    (expert-dp; Megatron-Core ``distributed_data_parallel.py`` l.273-293 @d98e8a64);
+    ``param_gather_sizes`` the two all-gathers' bytes (None: the parameters' bytes)."""
+    dense, expert = parameters
+    gathers = (None, None) if param_gather_sizes is None else param_gather_sizes
+    cost = data_parallel_cost(
+        data=data,
+        stage_parameters=dense,
+        param_bytes=param_bytes,
+        grad_bytes=grad_bytes,
+        group=groups[0],
+        system=system,
+        windows=windows,
+        param_gather_size=gathers[0],
+    )
+    if expert == 0:
+        return cost
+    return cost.then(
+        data_parallel_cost(
+            data=data,
+            stage_parameters=expert,
+            param_bytes=param_bytes,
+            grad_bytes=grad_bytes,
+            group=groups[1],
+            system=system,
+            windows=windows,
+            param_gather_size=gathers[1],
+        )
+    )

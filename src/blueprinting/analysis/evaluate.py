@@ -10,11 +10,7 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import assert_never, final
 
-from blueprinting.analysis.data_parallel import (
-    DataParallelCost,
-    OverlapWindows,
-    data_parallel_cost,
-)
+from blueprinting.analysis.data_parallel import OverlapWindows, stage_data_parallel_cost
 from blueprinting.analysis.flops import (
     FlopsConvention,
     hardware_flops_per_iteration,
@@ -198,33 +194,6 @@ def portable_plan(spec: TrainingSpec, system: SystemSpec) -> PortablePlanIR:
     return VerifyPortablePlan().run(assemble_plan(costed(recipe), ctx, base), ctx)
 
 
-def _plus(a: DataParallelCost, b: DataParallelCost) -> DataParallelCost:
-    """Two DP syncs one after the other on the same GPU (dense, then expert buckets)."""
-    return DataParallelCost(
-        grad_bytes=a.grad_bytes + b.grad_bytes,
-        param_gather_bytes=a.param_gather_bytes + b.param_gather_bytes,
-        grad_sync_s=a.grad_sync_s + b.grad_sync_s,
-        param_gather_s=a.param_gather_s + b.param_gather_s,
-        link_s=a.link_s + b.link_s,
-        exposed_s=a.exposed_s + b.exposed_s,
-        grad_sync_exposed_s=a.grad_sync_exposed_s + b.grad_sync_exposed_s,
-        param_gather_exposed_s=a.param_gather_exposed_s + b.param_gather_exposed_s,
-    )
-
-
-def expert_data_group(spec: TrainingSpec, system: SystemSpec) -> CommGroup:
-    """The expert-dp group: W / (etp ep p) ranks etp x ep apart (``parallel_state.py``
-    l.874-884)."""
-    mapping = spec.mapping
-    stride = mapping.expert_tensor_degree * mapping.expert_degree
-    return system.strided_group(
-        size=mapping.expert_data_degree,
-        stride=stride,
-        world=mapping.world_size,
-        like=ParallelDim.DATA,
-    )
-
-
 def _owned_parameters(spec: TrainingSpec, stage_params: int, *, degree: int | None = None) -> int:
     """Parameters whose optimizer state this GPU updates (the distributed optimizer shards over
     d x cp, Megatron's ``intra_dp_cp_group``; routed experts over expert-dp, ``degree``)."""
@@ -364,34 +333,19 @@ def evaluate_plan(
         microbatch_count=m,
     )
     dense_params, expert_params = critical_params.dense_total, critical_params.expert_total
-    dp = data_parallel_cost(
+    context = PlanContext(spec=spec, system=system)
+    dp = stage_data_parallel_cost(
         data=mapping.parallelism.data,
-        stage_parameters=dense_params,
+        parameters=(dense_params, expert_params),
         param_bytes=recipe.param,
         grad_bytes=recipe.grad,
-        group=PlanContext(spec=spec, system=system).gradient_group(),
+        groups=(context.gradient_group(), context.expert_gradient_group()),
         system=system,
         windows=windows,
-        param_gather_size=stage_param_gather_bytes(
+        param_gather_sizes=stage_param_gather_bytes(
             spec.model, mapping, critical_params, recipe.param
         ),
     )
-    if expert_params:
-        # the routed experts' gradients reduce (and shard) over expert-dp, in their own
-        # buckets after the dense ones (Megatron-Core distributed_data_parallel.py l.273-293)
-        dp = _plus(
-            dp,
-            data_parallel_cost(
-                data=mapping.parallelism.data,
-                stage_parameters=expert_params,
-                param_bytes=recipe.param,
-                grad_bytes=recipe.grad,
-                group=expert_data_group(spec, system),
-                system=system,
-                windows=windows,
-                param_gather_size=expert_params * recipe.param,
-            ),
-        )
     optimizer = adam_step_cost(
         parameters=_owned_parameters(spec, dense_params)
         + _owned_parameters(spec, expert_params, degree=mapping.expert_data_degree),

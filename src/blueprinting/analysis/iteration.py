@@ -30,6 +30,7 @@ with, for m microbatches, v virtual chunks and the critical stage's B blocks:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import assert_never, final
@@ -347,9 +348,9 @@ def _stage_phases(plan: PortablePlanIR, stage: StagePlan) -> list[tuple[int, Pha
 
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
-class StageCpComm:
-    """A stage's context-parallel K/V exchanges over one iteration: link time and the part on
-    the critical path (``exposed_s`` is the breakdown's ``cp_comm_exposed``)."""
+class StageLinkTime:
+    """A stage's communication of one kind over one iteration: link time and the part on the
+    critical path (the breakdown's ``cp_comm_exposed`` / ``ep_comm_exposed``)."""
 
     link_s: float
     exposed_s: float
@@ -359,21 +360,31 @@ class StageCpComm:
         return self.link_s - self.exposed_s
 
 
-def stage_cp_comm(plan: PortablePlanIR, stage: StagePlan, microbatches: int) -> StageCpComm:
-    """m x the cp exchanges of the stage's blocks and extras."""
+def _stage_link_time(
+    plan: PortablePlanIR,
+    stage: StagePlan,
+    microbatches: int,
+    link: Callable[[PhaseCost], float],
+    exposed: Callable[[PhaseCost], float],
+) -> StageLinkTime:
     phases = _stage_phases(plan, stage)
-    return StageCpComm(
-        link_s=microbatches * sum(n * ph.cp_comm_s for n, ph in phases),
-        exposed_s=microbatches * sum(n * ph.cp_comm_exposed_s for n, ph in phases),
+    return StageLinkTime(
+        link_s=microbatches * sum(n * link(ph) for n, ph in phases),
+        exposed_s=microbatches * sum(n * exposed(ph) for n, ph in phases),
     )
 
 
-def stage_ep_comm(plan: PortablePlanIR, stage: StagePlan, microbatches: int) -> StageCpComm:
-    """m x the MoE layers' token dispatch and combine of the stage (link and exposed)."""
-    phases = _stage_phases(plan, stage)
-    return StageCpComm(
-        link_s=microbatches * sum(n * ph.ep_comm_s for n, ph in phases),
-        exposed_s=microbatches * sum(n * ph.ep_comm_exposed_s for n, ph in phases),
+def stage_cp_comm(plan: PortablePlanIR, stage: StagePlan, microbatches: int) -> StageLinkTime:
+    """m x the cp exchanges of the stage's blocks and extras."""
+    return _stage_link_time(
+        plan, stage, microbatches, lambda ph: ph.cp_comm_s, lambda ph: ph.cp_comm_exposed_s
+    )
+
+
+def stage_ep_comm(plan: PortablePlanIR, stage: StagePlan, microbatches: int) -> StageLinkTime:
+    """m x the MoE layers' token dispatch and combine of the stage."""
+    return _stage_link_time(
+        plan, stage, microbatches, lambda ph: ph.ep_comm_s, lambda ph: ph.ep_comm_exposed_s
     )
 
 

@@ -69,8 +69,14 @@ from typing import TYPE_CHECKING, TypeVar, assert_never, cast, final
 
 from blueprinting.analysis.precision_memory import (
     param_gather_bytes,
-    te_linear_weights_per_rank,
     weight_extra_bytes,
+)
+from blueprinting.analysis.rank_parameters import (
+    block_linear_weights_per_rank,
+    block_parameters_per_rank,
+    kv_width_per_rank,
+    moe_block_linear_weights_per_rank,
+    moe_block_parameters_per_rank,
 )
 from blueprinting.analysis.stage_layout import chunk_layer_counts, chunk_layer_starts
 
@@ -121,7 +127,6 @@ from blueprinting.mapping.transformer import (
     loss_stage,
     model_copies,
 )
-from blueprinting.synthesizer.dialects.transformer.inference import kv_groups_per_rank
 from blueprinting.synthesizer.dialects.transformer.training import (
     SOFTMAX_STATISTIC_BYTES,
     mla_gathered_width,
@@ -227,100 +232,6 @@ def precision_recipe(datatype: Datatype) -> PrecisionRecipe:
 # --------------------------------------------------------------------------------------------
 # Parameters per stage
 # --------------------------------------------------------------------------------------------
-def _kv_width_per_rank(model: TransformerModelSpec, tensor_degree: int) -> int:
-    """K (or V) width on one TP rank: groups are split over t, or replicated when t > groups."""
-    return model.kv_channels * kv_groups_per_rank(model, tensor_degree)
-
-
-def attention_parameters_per_rank(model: TransformerModelSpec, tensor_degree: int) -> int:
-    """Self-attention parameters on one TP rank, norms of Q/K and latents included. MHA / GQA:
-    column-parallel QKV, row-parallel output (Shoeybi et al. 2019, Section 3). MLA
-    (Megatron-Core ``multi_latent_attention.py``): the down projections and latent norms are
-    whole on every rank, the up projections column-parallel, the output row-parallel."""
-    t = tensor_degree
-    h = model.hidden_size
-    match model.self_attention:
-        case StandardAttention():
-            q = _ceil_div(model.query_projection_size, t)
-            kv = _kv_width_per_rank(model, t)
-            params = h * (q + 2 * kv) + q * h
-            if model.add_bias_linear:
-                params += (q + 2 * kv) + h
-            if model.qk_layernorm:
-                params += 2 * model.norm_of(model.kv_channels)
-            return params + _ceil_div(model.attention_sink_parameters, t)
-        case MultiLatentAttention() as mla:
-            heads = _ceil_div(model.num_attention_heads, t)
-            q_lora = mla.q_lora_rank
-            down = h * ((q_lora or 0) + mla.kv_lora_rank + mla.qk_pos_emb_head_dim)
-            norms = model.norm_of(mla.kv_lora_rank) + (
-                0 if q_lora is None else model.norm_of(q_lora)
-            )
-            q_up = (h if q_lora is None else q_lora) * heads * mla.qk_dim
-            kv_up = mla.kv_lora_rank * heads * (mla.qk_head_dim + mla.v_head_dim)
-            out = heads * mla.v_head_dim * h
-            return down + norms + q_up + kv_up + out + (h if model.add_bias_linear else 0)
-        case _ as unreachable:
-            assert_never(unreachable)
-
-
-def mlp_parameters_per_rank(model: TransformerModelSpec, ffn: int, tensor_degree: int) -> int:
-    """A TP-sharded MLP of width ``ffn``: column-parallel up, row-parallel down, biases."""
-    h = model.hidden_size
-    f = _ceil_div(ffn, tensor_degree)
-    up = 2 * f if model.activation is MlpActivation.SWIGLU else f
-    return h * up + f * h + ((up + h) if model.add_bias_linear else 0)
-
-
-def block_parameters_per_rank(model: TransformerModelSpec, tensor_degree: int) -> int:
-    """Parameters of one dense block on one TP rank (attention, MLP, two norms). Equals
-    ``model.block_parameters`` for t = 1."""
-    return (
-        attention_parameters_per_rank(model, tensor_degree)
-        + mlp_parameters_per_rank(model, model.ffn_hidden_size, tensor_degree)
-        + 2 * model.norm_parameters
-    )
-
-
-def moe_block_parameters_per_rank(
-    model: TransformerModelSpec, tensor_degree: int, experts: ExpertParallel
-) -> tuple[int, int]:
-    """(dense part, routed-expert part) of one MoE block on one rank: attention, shared
-    experts (on the dense TP group), the replicated router and the norms; the routed experts
-    split over etp x ep (Megatron-LM ``theoretical_memory_usage.py`` l.198-306 @d98e8a64's
-    three buckets; the row-parallel down bias whole on each etp rank). (0, 0) for a dense
-    model."""
-    moe = model.moe
-    if moe is None:
-        return 0, 0
-    shared = (
-        mlp_parameters_per_rank(model, moe.shared_expert_ffn_hidden_size, tensor_degree)
-        if moe.shared_expert_ffn_hidden_size
-        else 0
-    )
-    dense = (
-        attention_parameters_per_rank(model, tensor_degree)
-        + shared
-        + model.router_parameters
-        + 2 * model.norm_parameters
-    )
-    return dense, expert_parameters_per_rank(model, experts)
-
-
-def expert_parameters_per_rank(model: TransformerModelSpec, experts: ExpertParallel) -> int:
-    """One MoE layer's routed experts on one rank: E / ep experts, each at its etp shard
-    (:meth:`TransformerModelSpec.expert_shard_parameters`). Training's expert grid and
-    serving's (ep x t/ep of the TP group) both count it here."""
-    moe = model.moe
-    if moe is None:
-        return 0
-    return (
-        moe.num_experts
-        // experts.degree
-        * sum(model.expert_shard_parameters(experts.tensor_degree))
-    )
-
-
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StageParameters:
@@ -529,7 +440,7 @@ def layer_activation_bytes(
     match model.self_attention:
         case StandardAttention():
             q = _ceil_div(model.query_projection_size, t)
-            kv = _kv_width_per_rank(model, t)
+            kv = kv_width_per_rank(model, t)
             attention_split = s * x * (2 * q + 2 * kv)
         case MultiLatentAttention() as mla:
             # Q, K (nope + rope), V and the core output per head, plus the latents: the
@@ -1302,15 +1213,29 @@ def low_precision_weight_extra(
     mapping: TransformerTrainingMappingSpec,
     blocks: int,
     param_bytes: int,
+    moe_blocks: int = 0,
 ) -> int:
-    """The weight bytes the precision recipe adds on a stage of ``blocks`` blocks
-    (:func:`~blueprinting.analysis.precision_memory.weight_extra_bytes` over its Transformer
-    Engine linear weights). Under ZeRO-3 (``ShardedParameters``) TE's cached copies belong to the
-    gathered units: not modelled, 0."""
+    """The weight bytes the precision recipe adds on a stage of ``blocks`` blocks, ``moe_blocks``
+    of them MoE layers (:func:`~blueprinting.analysis.precision_memory.weight_extra_bytes`
+    over its Transformer Engine linear weights, :func:`stage_linear_weights`). Under ZeRO-3
+    (``ShardedParameters``) TE's cached copies belong to the gathered units: not modelled, 0."""
     if isinstance(mapping.parallelism.data.optimizer_sharding, ShardedParameters):
         return 0
-    linear = blocks * te_linear_weights_per_rank(model, mapping.tensor_degree)
-    return weight_extra_bytes(mapping.precision, linear, param_bytes)
+    dense, expert = stage_linear_weights(model, mapping, blocks, moe_blocks)
+    return weight_extra_bytes(mapping.precision, dense + expert, param_bytes)
+
+
+def stage_linear_weights(
+    model: TransformerModelSpec,
+    mapping: TransformerTrainingMappingSpec,
+    blocks: int,
+    moe_blocks: int,
+) -> tuple[int, int]:
+    """(dense, routed-expert) TE linear weight elements of a stage's blocks on one rank."""
+    t = mapping.tensor_degree
+    moe_dense, moe_expert = moe_block_linear_weights_per_rank(model, t, mapping.parallelism.experts)
+    dense = (blocks - moe_blocks) * block_linear_weights_per_rank(model, t) + moe_blocks * moe_dense
+    return dense, moe_blocks * moe_expert
 
 
 def stage_param_gather_bytes(
@@ -1318,11 +1243,15 @@ def stage_param_gather_bytes(
     mapping: TransformerTrainingMappingSpec,
     params: StageParameters,
     param_bytes: int,
-) -> int:
+) -> tuple[int, int]:
     """The DP parameter all-gather's bytes of a stage under the precision recipe
-    (:func:`~blueprinting.analysis.precision_memory.param_gather_bytes`)."""
-    linear = params.blocks * te_linear_weights_per_rank(model, mapping.tensor_degree)
-    return param_gather_bytes(mapping.precision, params.total, linear, param_bytes)
+    (:func:`~blueprinting.analysis.precision_memory.param_gather_bytes`): (dense parameters
+    over d x cp, routed experts over expert-dp)."""
+    dense, expert = stage_linear_weights(model, mapping, params.blocks, params.moe_blocks)
+    return (
+        param_gather_bytes(mapping.precision, params.dense_total, dense, param_bytes),
+        param_gather_bytes(mapping.precision, params.expert_total, expert, param_bytes),
+    )
 
 
 def _sharded(count: int, bytes_per: int, data_degree: int) -> int:
@@ -1379,38 +1308,16 @@ def _stage_memory(
     # the distributed optimizer shards dense parameters over d x cp, routed experts over
     # expert-dp = W / (etp ep p) (shared reference section 2.7)
     d, de = mapping.dense_gradient_degree, mapping.expert_data_degree
-    weights = (count + experts) * recipe.param
-    gradients = (count + experts) * recipe.grad
-    optimizer = (count + experts) * recipe.optimizer
     sharding = mapping.parallelism.data.optimizer_sharding
-    match sharding:
-        case NoOptimizerSharding():
-            pass
-        case DistributedOptimizer():
-            optimizer = _sharded(count, recipe.optimizer, d) + _sharded(
-                experts, recipe.optimizer, de
-            )
-        case ShardedGradients():
-            optimizer = _sharded(count, recipe.optimizer, d) + _sharded(
-                experts, recipe.optimizer, de
-            )
-            gradients = _sharded(count, recipe.grad, d) + _sharded(experts, recipe.grad, de)
-        case ShardedParameters(overlap_param_gather=prefetch):
-            optimizer = _sharded(count, recipe.optimizer, d) + _sharded(
-                experts, recipe.optimizer, de
-            )
-            gradients = _sharded(count, recipe.grad, d) + _sharded(experts, recipe.grad, de)
-            total = count + experts
-            gathered = min(total, (2 if prefetch else 1) * params.largest_unit)
-            weights = (
-                _sharded(count - min(count, gathered), recipe.param, d)
-                + _sharded(experts - max(0, gathered - count), recipe.param, de)
-                + gathered * recipe.param
-            )
-        case _ as unreachable:
-            assert_never(unreachable)
-    expert_parts = _expert_parts(experts, recipe, sharding, de)
-    weights += low_precision_weight_extra(model, mapping, params.blocks, recipe.param)
+    # ZeRO-3 keeps the units being gathered whole (the dense ones first: the largest unit of a
+    # MoE stage is a MoE block, its dense part before its experts)
+    gathered = _gathered_whole(sharding, count + experts, params.largest_unit)
+    dense = _state_bytes(count, recipe, sharding, d, min(count, gathered))
+    expert_parts = _state_bytes(experts, recipe, sharding, de, max(0, gathered - count))
+    weights, gradients, optimizer = (x + y for x, y in zip(dense, expert_parts, strict=True))
+    weights += low_precision_weight_extra(
+        model, mapping, params.blocks, recipe.param, params.moe_blocks
+    )
     acts = _stage_activations(model, mapping, stage, inv)
     return assemble_breakdown(
         weights=weights,
@@ -1425,29 +1332,40 @@ def _stage_memory(
     )
 
 
-def _expert_parts(
-    experts: int, recipe: PrecisionRecipe, sharding: OptimizerSharding, expert_dp: int
+def _gathered_whole(sharding: OptimizerSharding, total: int, largest_unit: int) -> int:
+    """Parameters ZeRO-3 holds unsharded at once: the unit being computed (and the next one
+    when the gather is prefetched); none for the other variants."""
+    match sharding:
+        case NoOptimizerSharding() | DistributedOptimizer() | ShardedGradients():
+            return 0
+        case ShardedParameters(overlap_param_gather=prefetch):
+            return min(total, (2 if prefetch else 1) * largest_unit)
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def _state_bytes(
+    count: int, recipe: PrecisionRecipe, sharding: OptimizerSharding, degree: int, gathered: int
 ) -> tuple[int, int, int]:
-    """The routed experts' (weights, gradients, optimizer states) bytes of a stage: sharded
-    over expert-dp as the optimizer sharding says (the parameter gather's whole units counted
-    with the dense part)."""
+    """(weights, gradients, optimizer states) bytes of ``count`` parameters whose states shard
+    over ``degree`` ranks as ``sharding`` says, ``gathered`` of them held whole (ZeRO-3)."""
     weights, gradients, optimizer = (
-        experts * recipe.param,
-        experts * recipe.grad,
-        experts * recipe.optimizer,
+        count * recipe.param,
+        count * recipe.grad,
+        count * recipe.optimizer,
     )
     match sharding:
         case NoOptimizerSharding():
             pass
         case DistributedOptimizer():
-            optimizer = _sharded(experts, recipe.optimizer, expert_dp)
+            optimizer = _sharded(count, recipe.optimizer, degree)
         case ShardedGradients():
-            optimizer = _sharded(experts, recipe.optimizer, expert_dp)
-            gradients = _sharded(experts, recipe.grad, expert_dp)
+            optimizer = _sharded(count, recipe.optimizer, degree)
+            gradients = _sharded(count, recipe.grad, degree)
         case ShardedParameters():
-            optimizer = _sharded(experts, recipe.optimizer, expert_dp)
-            gradients = _sharded(experts, recipe.grad, expert_dp)
-            weights = _sharded(experts, recipe.param, expert_dp)
+            optimizer = _sharded(count, recipe.optimizer, degree)
+            gradients = _sharded(count, recipe.grad, degree)
+            weights = _sharded(count - gathered, recipe.param, degree) + gathered * recipe.param
         case _ as unreachable:
             assert_never(unreachable)
     return weights, gradients, optimizer

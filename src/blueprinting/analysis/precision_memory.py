@@ -4,8 +4,9 @@ From ``shared/reference/modern_parallelism.md`` 3.3 and the formula sheet of sec
 Engine ``docs/.../performance_considerations.rst`` "Memory usage", ``mxfp8.rst``,
 ``fp8_blockwise_scaling.rst``, ``nvfp4.rst`` @d0067d0d; Megatron-LM ``arguments.py``
 l.1095-1109, ``param_and_grad_buffer.py`` l.301-330 @d98e8a64). Only the weights of the
-Transformer Engine linear layers (QKV, proj, FC1, FC2: :func:`te_linear_weights_per_rank`) are
-quantized; biases, norms, the embedding and the LM head keep the model's datatype.
+Transformer Engine linear layers (QKV, proj, FC1, FC2, MLA's projections, the experts' grouped
+linears: :mod:`.rank_parameters`) are quantized; biases, norms, the embedding and the LM head
+keep the model's datatype.
 
 Weights, per linear weight element (``n`` elements on the rank):
 
@@ -36,7 +37,6 @@ from __future__ import annotations
 
 from typing import assert_never
 
-from blueprinting.mapping.model import TransformerModelSpec
 from blueprinting.mapping.precision import (
     Fp4Precision,
     Fp8Precision,
@@ -44,7 +44,6 @@ from blueprinting.mapping.precision import (
     HighPrecision,
     TrainingPrecision,
 )
-from blueprinting.synthesizer.dialects.transformer.inference import kv_groups_per_rank
 
 MXFP8_BLOCK = 32
 BLOCKWISE_WEIGHT_TILE = 128 * 128
@@ -54,18 +53,6 @@ NVFP4_BLOCK = 16
 
 def _ceil_div(numerator: int, denominator: int) -> int:
     return -(-numerator // denominator)
-
-
-def te_linear_weights_per_rank(model: TransformerModelSpec, tensor_degree: int) -> int:
-    """Weight elements of one block's four Transformer Engine linears on one TP rank (the weight
-    terms of ``memory.block_parameters_per_rank``, without biases and norms)."""
-    t = tensor_degree
-    h = model.hidden_size
-    q = _ceil_div(model.query_projection_size, t)
-    kv = model.kv_channels * kv_groups_per_rank(model, t)
-    up = _ceil_div(model.mlp_up_width, t)
-    f = _ceil_div(model.ffn_hidden_size, t)
-    return h * (q + 2 * kv) + q * h + h * up + f * h
 
 
 def _fp8_scale_bytes(recipe: Fp8Recipe, elements: int) -> int:

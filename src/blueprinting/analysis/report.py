@@ -6,6 +6,7 @@ bytes, FLOPs (counts), FLOP/s, tokens per second. ``mfu`` and ``hfu`` are fracti
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, final
 
@@ -24,7 +25,7 @@ from blueprinting.analysis.optimizer_step import OptimizerStepCost
 from blueprinting.analysis.pipeline_contract import BubbleContract
 from blueprinting.hardware.system import SystemSpec
 from blueprinting.mapping.transformer import TrainingSpec
-from blueprinting.synthesizer.stages.portable_plan.ir import PortablePlanIR
+from blueprinting.synthesizer.stages.portable_plan.ir import BlockCost, PhaseCost, PortablePlanIR
 
 if TYPE_CHECKING:
     from blueprinting.simulator.from_plan import PlanSimulation
@@ -53,6 +54,23 @@ def _stage_memory_json(stage: MemoryBreakdown) -> dict[str, JsonValue]:
         "reserved_peak": stage.reserved_peak,
         "expert": _expert_memory_json(stage),
     }
+
+
+def _phase_links(
+    block: BlockCost, times: Callable[[PhaseCost], tuple[float, float]]
+) -> dict[str, JsonValue]:
+    """Per phase of one block and microbatch: a communication's ``link_s``, ``hidden_s`` and
+    ``exposed_s`` (``times`` gives its (link, exposed) pair of a phase)."""
+    out: dict[str, JsonValue] = {}
+    for name, phase in (
+        ("forward", block.forward),
+        ("backward_activation", block.backward_activation),
+        ("backward_weight", block.backward_weight),
+        ("recompute", block.recompute),
+    ):
+        link, exposed = times(phase)
+        out[name] = {"link_s": link, "hidden_s": link - exposed, "exposed_s": exposed}
+    return out
 
 
 def _expert_memory_json(stage: MemoryBreakdown) -> dict[str, JsonValue]:
@@ -193,20 +211,7 @@ class IterationReport:
         critical stage's iteration, link time, the part hidden behind attention and the part
         exposed (``iteration.exposed_s`` = ``time_breakdown_s.cp_comm_exposed``)."""
         context = self.spec.mapping.parallelism.context
-        block = self.plan.block
-        phases: dict[str, JsonValue] = {
-            name: {
-                "link_s": phase.cp_comm_s,
-                "hidden_s": phase.cp_comm_s - phase.cp_comm_exposed_s,
-                "exposed_s": phase.cp_comm_exposed_s,
-            }
-            for name, phase in (
-                ("forward", block.forward),
-                ("backward_activation", block.backward_activation),
-                ("backward_weight", block.backward_weight),
-                ("recompute", block.recompute),
-            )
-        }
+        phases = _phase_links(self.plan.block, lambda ph: (ph.cp_comm_s, ph.cp_comm_exposed_s))
         total = stage_cp_comm(
             self.plan, self.plan.critical_stage(), self.spec.mapping.microbatch_count
         )
@@ -230,21 +235,11 @@ class IterationReport:
         experts = mapping.parallelism.experts
         moe = self.plan.moe_block
         total = stage_ep_comm(self.plan, self.plan.critical_stage(), mapping.microbatch_count)
-        phases: JsonValue = None
-        if moe is not None:
-            phases = {
-                name: {
-                    "link_s": phase.ep_comm_s,
-                    "hidden_s": phase.ep_comm_s - phase.ep_comm_exposed_s,
-                    "exposed_s": phase.ep_comm_exposed_s,
-                }
-                for name, phase in (
-                    ("forward", moe.forward),
-                    ("backward_activation", moe.backward_activation),
-                    ("backward_weight", moe.backward_weight),
-                    ("recompute", moe.recompute),
-                )
-            }
+        phases: JsonValue = (
+            None
+            if moe is None
+            else _phase_links(moe, lambda ph: (ph.ep_comm_s, ph.ep_comm_exposed_s))
+        )
         return {
             "expert_model_parallel_size": experts.degree,
             "expert_tensor_parallel_size": experts.tensor_degree,

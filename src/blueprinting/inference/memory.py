@@ -3,11 +3,11 @@
 Sources and choices
 -------------------
 - Weights: the same per-TP-rank parameter count as training
-  (:func:`blueprinting.analysis.memory.block_parameters_per_rank`: column/row-parallel splits
-  over t, KV heads replicated when t > groups, norms and row-parallel biases replicated), in the
-  model's datatype. Stage 0 adds the word embedding (/ t) and learned positions; the last stage
-  the final norm and, when untied or when p > 1, the LM head (Megatron keeps a copy of a tied
-  embedding on the last stage). No gradients and no optimizer states.
+  (:func:`blueprinting.analysis.rank_parameters.block_parameters_per_rank`: column/row-parallel
+  splits over t, KV heads replicated when t > groups, norms and row-parallel biases replicated),
+  in the model's datatype. Stage 0 adds the word embedding (/ t) and learned positions; the last
+  stage the final norm and, when untied or when p > 1, the LM head (Megatron keeps a copy of a
+  tied embedding on the last stage). No gradients and no optimizer states.
 - KV cache (Pope et al. 2022, Section 2.1; Kwon et al. 2023, vLLM, Section 2.2), GQA-aware
   (Ainslie et al. 2023)::
 
@@ -37,7 +37,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import final
 
-from blueprinting.analysis.memory import moe_block_parameters_per_rank, stage_parameter_counts
+from blueprinting.analysis.memory import stage_parameter_counts
+from blueprinting.analysis.rank_parameters import moe_block_parameters_per_rank
 from blueprinting.mapping.transformer import ExpertParallel
 from blueprinting.synthesizer.dialects.transformer.inference import (
     InferenceStepWork,
@@ -97,7 +98,7 @@ def stage_weights(plan: LocalInferencePlan, stage: int) -> StageWeights:
     (:func:`blueprinting.analysis.memory.stage_parameter_counts`) of the same blocks, each MoE
     layer with its dense part (attention, shared experts, router, norms) and every local
     expert resident; serving's expert grid is ep x (t / ep) of the stage's TP group
-    (:func:`~blueprinting.analysis.memory.moe_block_parameters_per_rank`)."""
+    (:func:`~blueprinting.analysis.rank_parameters.moe_block_parameters_per_rank`)."""
     model = plan.model
     e = model.datatype.bytes
     counts = stage_parameter_counts(

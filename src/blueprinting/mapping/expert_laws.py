@@ -59,7 +59,7 @@ from __future__ import annotations
 from typing import assert_never
 
 from blueprinting.errors import LawViolation
-from blueprinting.mapping.law_names import Law
+from blueprinting.mapping.law_names import Law, law_violation
 from blueprinting.mapping.model import CapacityFactor, Datatype, Dropless, TransformerModelSpec
 from blueprinting.mapping.transformer import (
     AllGatherDispatcher,
@@ -84,22 +84,12 @@ from blueprinting.mapping.transformer import (
 )
 
 
-def _violation(law: Law, message: str, **values: str | int | bool | None) -> LawViolation:
-    return LawViolation(
-        law=law.value,
-        formula=law.formula,
-        values=tuple(values.items()),
-        message=message,
-        ruleset=law.ruleset,
-    )
-
-
 def expert_world_violation(world: int, etp: int, ep: int, p: int) -> LawViolation | None:
     """``expert_world_size`` on a world size: None when ``etp * ep * p`` divides it."""
     grid = etp * ep * p
     if world % grid == 0:
         return None
-    return _violation(
+    return law_violation(
         Law.EXPERT_WORLD_SIZE,
         f"world_size = {world} is not divisible by etp * ep * p = {etp} * {ep} * {p} = {grid} "
         '(Megatron-LM parallel_state.py l.874-884: "not divisible by '
@@ -150,7 +140,7 @@ def _ep_overlap_laws(
     out: list[LawViolation] = []
     if ep == 1:
         out.append(
-            _violation(
+            law_violation(
                 Law.MEGATRON_EP_OVERLAP_NEEDS_EP,
                 "overlap_moe_expert_parallel_comm needs expert_model_parallel_size > 1, got 1 "
                 "(transformer_config.py l.3002-3071): there is no all-to-all to hide",
@@ -159,7 +149,7 @@ def _ep_overlap_laws(
         )
     if p > 1 and not _interleaved(mapping.parallelism.pipeline.schedule):
         out.append(
-            _violation(
+            law_violation(
                 Law.MEGATRON_EP_OVERLAP_NEEDS_VIRTUAL_PIPELINE,
                 f"overlap_moe_expert_parallel_comm with p = {p} needs the interleaved schedule "
                 f"(a virtual pipeline size), got {mapping.parallelism.pipeline.schedule} "
@@ -170,7 +160,7 @@ def _ep_overlap_laws(
         )
     if isinstance(recompute, FullRecompute) or RecomputeModule.MOE in _recompute_modules(recompute):
         out.append(
-            _violation(
+            law_violation(
                 Law.MEGATRON_EP_OVERLAP_RECOMPUTE,
                 f"overlap_moe_expert_parallel_comm refuses recompute = {recompute} (full "
                 "recompute and the moe recompute module re-run the layer it splits; "
@@ -180,7 +170,7 @@ def _ep_overlap_laws(
         )
     if model.mtp_num_layers > 1:
         out.append(
-            _violation(
+            law_violation(
                 Law.MEGATRON_EP_OVERLAP_MTP,
                 "overlap_moe_expert_parallel_comm takes at most 1 multi-token-prediction layer, "
                 f"got mtp_num_layers = {model.mtp_num_layers} (transformer_config.py "
@@ -190,7 +180,7 @@ def _ep_overlap_laws(
         )
     if model.datatype is Datatype.FP32:
         out.append(
-            _violation(
+            law_violation(
                 Law.MEGATRON_EP_OVERLAP_DATATYPE,
                 "overlap_moe_expert_parallel_comm needs bf16 or fp16, got float32 "
                 "(transformer_config.py l.3002-3071)",
@@ -218,7 +208,7 @@ def _shared_overlap_laws(
     if not reasons:
         return []
     return [
-        _violation(
+        law_violation(
             Law.MEGATRON_SHARED_EXPERT_OVERLAP,
             "moe_shared_expert_overlap = true: " + "; ".join(reasons),
             shared_expert_width=shared_width,
@@ -240,7 +230,7 @@ def expert_laws(
         if ep == 1 and etp == 1:
             return []
         return [
-            _violation(
+            law_violation(
                 Law.EXPERT_PARALLEL_NEEDS_MOE,
                 f"expert_model_parallel_size = {ep} and expert_tensor_parallel_size = {etp} "
                 f"need a mixture-of-experts model; {model.name!r} has dense feed-forward "
@@ -256,7 +246,7 @@ def expert_laws(
         out.append(world)
     if moe.num_experts % ep != 0:
         out.append(
-            _violation(
+            law_violation(
                 Law.EXPERTS_PER_EXPERT_RANK,
                 f"num_experts = {moe.num_experts} is not divisible by expert_model_parallel_size "
                 f"= {ep}: an expert rank would hold {moe.num_experts / ep:g} experts "
@@ -268,7 +258,7 @@ def expert_laws(
     ffn = moe.expert_ffn_hidden_size
     if ffn % etp != 0:
         out.append(
-            _violation(
+            law_violation(
                 Law.EXPERT_FFN_DIVISIBILITY,
                 f"moe_ffn_hidden_size = {ffn} does not split over expert_tensor_parallel_size = "
                 f"{etp} ranks (each expert's columns are partitioned over ETP, moe/experts.py "
@@ -280,7 +270,7 @@ def expert_laws(
     shared = moe.shared_expert_ffn_hidden_size
     if shared % t != 0:
         out.append(
-            _violation(
+            law_violation(
                 Law.SHARED_EXPERT_FFN_DIVISIBILITY,
                 f"moe_shared_expert_intermediate_size = {shared} does not split over t = {t} "
                 "ranks (the shared experts use the dense TP group, moe/shared_experts.py "
@@ -291,7 +281,7 @@ def expert_laws(
         )
     if etp > 1 and model.add_bias_linear:
         out.append(
-            _violation(
+            law_violation(
                 Law.MEGATRON_EXPERT_TENSOR_WITHOUT_BIAS,
                 f"routed experts with add_bias_linear = true need expert_tensor_parallel_size = "
                 f"1, got {etp} (transformer_config.py l.2612-2615)",
@@ -301,7 +291,7 @@ def expert_laws(
         )
     if ep > 1 and t > 1 and not mapping.sequence_parallel:
         out.append(
-            _violation(
+            law_violation(
                 Law.MEGATRON_EP_NEEDS_SEQUENCE_PARALLEL,
                 f"expert_model_parallel_size = {ep} with t = {t} needs sequence_parallel: "
                 'Megatron-LM warns "sequence parallelism must be used" (model_parallel_config.py '
@@ -317,7 +307,7 @@ def expert_laws(
         case FlexDispatcher(backend=backend):
             if etp * ep == 1:
                 out.append(
-                    _violation(
+                    law_violation(
                         Law.MEGATRON_FLEX_NEEDS_EXPERT_GRID,
                         f"moe_token_dispatcher_type = flex ({backend}) needs etp * ep > 1, got "
                         f'{etp} * {ep} (token_dispatcher.py l.1836, 1854: "Flex token '
@@ -329,7 +319,7 @@ def expert_laws(
             match moe.dropping:
                 case CapacityFactor(pad_to_capacity=True):
                     out.append(
-                        _violation(
+                        law_violation(
                             Law.MEGATRON_FLEX_NO_PAD_TO_CAPACITY,
                             "moe_token_dispatcher_type = flex does not support "
                             "moe_pad_expert_input_to_capacity (transformer_config.py "
@@ -354,7 +344,7 @@ def expert_laws(
         and not experts.grouped_gemm
     ):
         out.append(
-            _violation(
+            law_violation(
                 Law.MEGATRON_MOE_ACT_RECOMPUTE,
                 "recompute module moe_act needs moe_grouped_gemm = true (transformer_config.py "
                 "l.1940-2025)",

@@ -24,7 +24,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import assert_never
 
-from blueprinting.errors import RuleSet
+from blueprinting.errors import LawViolation, RuleSet
 
 
 class Law(StrEnum):
@@ -223,3 +223,14 @@ EXPERT_LAWS: frozenset[Law] = frozenset(
 )
 PLANNER_LAWS: tuple[Law, ...] = tuple(law for law in Law if law.ruleset is RuleSet.PLANNER)
 MEGATRON_LAWS: tuple[Law, ...] = tuple(law for law in Law if law.ruleset is RuleSet.MEGATRON)
+
+
+def law_violation(law: Law, message: str, **values: str | int | bool | None) -> LawViolation:
+    """A violation of ``law`` with its formula and rule set, the values named as given."""
+    return LawViolation(
+        law=law.value,
+        formula=law.formula,
+        values=tuple(values.items()),
+        message=message,
+        ruleset=law.ruleset,
+    )

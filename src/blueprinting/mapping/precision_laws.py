@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import assert_never
 
 from blueprinting.errors import LawViolation
-from blueprinting.mapping.law_names import Law
+from blueprinting.mapping.law_names import Law, law_violation
 from blueprinting.mapping.model import TransformerModelSpec
 from blueprinting.mapping.precision import (
     AcceleratorSupport,
@@ -36,16 +36,6 @@ from blueprinting.mapping.precision import (
     recipe_name,
 )
 from blueprinting.mapping.transformer import NoOptimizerSharding, TransformerTrainingMappingSpec
-
-
-def _violation(law: Law, message: str, **values: str | int | bool | None) -> LawViolation:
-    return LawViolation(
-        law=law.value,
-        formula=law.formula,
-        values=tuple(values.items()),
-        message=message,
-        ruleset=law.ruleset,
-    )
 
 
 def _param_gather_key(precision: TrainingPrecision) -> str | None:
@@ -70,7 +60,7 @@ def accelerator_violation(
     if accelerator is None or needed is None or needed in accelerator.formats:
         return None
     has = ", ".join(sorted(f.value for f in accelerator.formats)) or "none"
-    return _violation(
+    return law_violation(
         Law.MEGATRON_PRECISION_RECIPE_ACCELERATOR,
         f"{recipe_name(precision)} needs {needed.value} GEMMs, which accelerator "
         f"{accelerator.name} does not run (its low-precision GEMM formats: {has}; MXFP8 "
@@ -114,7 +104,7 @@ def precision_laws(
     sharding = mapping.parallelism.data.optimizer_sharding
     if gather_key is not None and isinstance(sharding, NoOptimizerSharding):
         out.append(
-            _violation(
+            law_violation(
                 Law.MEGATRON_PARAM_GATHER_NEEDS_SHARDING,
                 f"{gather_key} = true needs use_distributed_optimizer (or Megatron-FSDP): "
                 "Megatron-LM asserts it at start-up (arguments.py l.1051-1057)",

@@ -967,7 +967,8 @@ def evaluate_candidates(
         mapping = candidate_to_spec(table, int(i), model).mapping
         stage_params = stage_parameters(model, mapping, int(critical[i]))
         count = stage_params.total
-        gather_size = stage_param_gather_bytes(model, mapping, stage_params, recipe.param)
+        # dense models only (the search refuses MoE ones): the dense gather is the whole one
+        gather_size, _ = stage_param_gather_bytes(model, mapping, stage_params, recipe.param)
         keyed_params.append(count)
         keyed_gather.append(gather_size)
         group = PlanContext(

@@ -33,7 +33,7 @@ from typing import final
 
 import numpy as np
 
-from blueprinting.analysis.data_parallel import OverlapWindows, data_parallel_cost
+from blueprinting.analysis.data_parallel import OverlapWindows, stage_data_parallel_cost
 from blueprinting.analysis.memory import precision_recipe, stage_parameters
 from blueprinting.errors import UnsupportedError, VerificationError
 from blueprinting.hardware.collectives import CollectiveKind, collective_alpha_beta
@@ -180,7 +180,8 @@ def _dp_buckets(
     if mapping.dense_gradient_degree == 1:  # d x cp ranks share the dense gradients
         return ()
     recipe = precision_recipe(spec.model.datatype)
-    group = PlanContext(spec=spec, system=system).gradient_group()
+    context = PlanContext(spec=spec, system=system)
+    groups = (context.gradient_group(), context.expert_gradient_group())
     v = plan.virtual_stages
     out: list[tuple[DpBucket, ...]] = []
     for stage in plan.stages:
@@ -196,16 +197,24 @@ def _dp_buckets(
             ),
             microbatch_count=mapping.microbatch_count,
         )
-        sync_s = data_parallel_cost(
+        sync_s = stage_data_parallel_cost(
             data=mapping.parallelism.data,
-            stage_parameters=params.total,
+            parameters=(params.dense_total, params.expert_total),
             param_bytes=recipe.param,
             grad_bytes=recipe.grad,
-            group=group,
+            groups=groups,
             system=system,
             windows=windows,
         ).grad_sync_s
-        shares = [blocks * params.block_parameters for blocks in stage.blocks_per_chunk]
+        moe_block = params.moe_dense_parameters + params.expert_parameters
+        shares = [
+            (blocks - moe) * params.block_parameters + moe * moe_block
+            for blocks, (moe, _) in zip(
+                stage.blocks_per_chunk,
+                (stage.chunk_moe(c) for c in range(len(stage.blocks_per_chunk))),
+                strict=True,
+            )
+        ]
         shares[0] += params.embedding
         shares[v - 1] += params.output_layer + params.final_norm
         total = sum(shares)

@@ -126,6 +126,17 @@ class PlanContext:
             context=mapping.context_degree,
         )
 
+    def expert_gradient_group(self) -> CommGroup:
+        """The expert-dp group of the routed experts' gradients: W / (etp ep p) ranks etp x ep
+        apart (``parallel_state.py`` l.874-884; :func:`expert_groups` has the others)."""
+        mapping = self.spec.mapping
+        return self.system.strided_group(
+            size=mapping.expert_data_degree,
+            stride=mapping.expert_tensor_degree * mapping.expert_degree,
+            world=mapping.world_size,
+            like=ParallelDim.DATA,
+        )
+
     def context_groups(self) -> dict[str, CommGroup]:
         """The communicator of each cp mesh axis of the DistributedTaskIR (none when cp = 1)."""
         return context_groups(self.spec, self.system)
