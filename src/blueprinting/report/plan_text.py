@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 BAR_WIDTH = 40
 
 
-def _expert_row(name: str, expert: int, total: int) -> tuple[tuple[str, float], ...]:
+def _expert_row(expert: int, total: int) -> tuple[tuple[str, float], ...]:
     """The routed-expert / dense split of a category (MoE models only)."""
     if expert == 0:
         return ()
@@ -76,13 +76,11 @@ def render_plan(report: IterationReport, console: Console, *, all_stages: bool =
             memory.stage,
             (
                 ("weights", memory.weights),
-                *_expert_row("weights", memory.expert_weights, memory.weights),
+                *_expert_row(memory.expert_weights, memory.weights),
                 ("gradients", memory.gradients),
-                *_expert_row("gradients", memory.expert_gradients, memory.gradients),
+                *_expert_row(memory.expert_gradients, memory.gradients),
                 ("optimizer states", memory.optimizer_states),
-                *_expert_row(
-                    "optimizer states", memory.expert_optimizer_states, memory.optimizer_states
-                ),
+                *_expert_row(memory.expert_optimizer_states, memory.optimizer_states),
                 ("activations", memory.activations),
                 ("other (embedding, logits)", memory.other),
             ),

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import TypeAlias, assert_never, final
 
@@ -962,22 +962,14 @@ def _mlp_ops(
             bias=bias,
             width_bytes=e,
         ),
-        SemanticOp(
-            name=act_name,
-            kind=OpKind.ELEMENTWISE,
-            sharding=TpSharding.FEATURES,
-            shard_dim=ShardDim.FFN,
-            forward=Work(
-                vector_flops=act_fw * ffn_elems,
-                bytes_read=act_inputs * ffn_elems * e,
-                bytes_written=ffn_elems * e,
-            ),
-            activation_grad=Work(
-                vector_flops=act_bw * ffn_elems,
-                bytes_read=(act_inputs + 1) * ffn_elems * e,
-                bytes_written=act_inputs * ffn_elems * e,
-            ),
-            weight_grad=Work(),
+        _elementwise(
+            act_name,
+            TpSharding.FEATURES,
+            ShardDim.FFN,
+            elems=ffn_elems,
+            flops=(act_fw, act_bw),
+            inputs=act_inputs,
+            width_bytes=e,
         ),
         _gemm(
             down_name,
@@ -1013,7 +1005,7 @@ def _moe_ops(
     g = ex.local_experts
     act_fw, act_bw, act_inputs = _activation_flops(model.activation)
     scores = t_rows * ex.num_experts
-    router = _gemm(
+    gate = _gemm(
         SemanticOpName.ROUTER,
         TpSharding.TOKENS,
         ShardDim.SEQ,
@@ -1021,25 +1013,11 @@ def _moe_ops(
         bias=False,
         width_bytes=e,
     )
-    router = SemanticOp(
-        name=router.name,
-        kind=router.kind,
-        sharding=router.sharding,
-        shard_dim=router.shard_dim,
-        gemm=router.gemm,
-        forward=Work(
-            matrix_flops=router.forward.matrix_flops,
-            vector_flops=_ROUTER_FLOPS[0] * scores,
-            bytes_read=router.forward.bytes_read,
-            bytes_written=router.forward.bytes_written,
-        ),
-        activation_grad=Work(
-            matrix_flops=router.activation_grad.matrix_flops,
-            vector_flops=_ROUTER_FLOPS[1] * scores,
-            bytes_read=router.activation_grad.bytes_read,
-            bytes_written=router.activation_grad.bytes_written,
-        ),
-        weight_grad=router.weight_grad,
+    # the gate GEMM plus the scores' activation, top-k and normalization
+    router = replace(
+        gate,
+        forward=replace(gate.forward, vector_flops=_ROUTER_FLOPS[0] * scores),
+        activation_grad=replace(gate.activation_grad, vector_flops=_ROUTER_FLOPS[1] * scores),
     )
     ops: list[SemanticOp] = [
         router,
