@@ -130,10 +130,23 @@ def test_model_rules_all_at_once() -> None:
         "moe_layer_freq lists 5 layers, num_layers = 4 (Megatron-LM requires one flag per layer)",
         "moe_router_enable_expert_bias needs moe_router_score_function sigmoid or sqrtsoftplus, "
         "got softmax (Megatron-LM transformer_config.py l.2617-2625)",
-        "moe_router_topk = 1 with moe_router_score_function = softmax needs Megatron-LM's "
-        "--moe-router-pre-softmax (transformer_config.py l.2661-2669), which Blueprinting does "
-        "not model: use sigmoid or sqrtsoftplus scores",
+        "moe_router_topk = 1 with moe_router_score_function = softmax needs "
+        "moe_router_pre_softmax = true (Megatron-LM transformer_config.py l.2661-2669: "
+        '"Please use --moe-router-pre-softmax when topk is 1")',
     )
+
+
+def test_top_one_softmax_routing_plans_with_pre_softmax() -> None:
+    """Megatron's functional tests route top-1 over softmax scores with
+    --moe-router-pre-softmax: the key is read, written back and emitted as the flag."""
+    keys = {**_SMALL, "bf16": True, "num_experts": 8, "moe_router_topk": 1}
+    keys["moe_router_pre_softmax"] = True
+    spec = from_mapping(keys)
+    moe = spec.model.moe
+    assert moe is not None and moe.pre_softmax and moe.top_k == 1
+    assert to_mapping(spec)["moe_router_pre_softmax"] is True
+    assert "--moe-router-pre-softmax" in to_megatron_args(spec)
+    assert from_mapping(to_mapping(spec)) == spec
 
 
 def test_moe_and_mla_keys_need_their_switch() -> None:

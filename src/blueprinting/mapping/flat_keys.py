@@ -322,6 +322,7 @@ MODEL_KEYS: Mapping[str, _Key] = {
     "moe_layer_freq": _Key(kind=_Kind.LAYER_FREQ),
     "moe_router_score_function": _choice(*(r.value for r in RouterScore)),
     "moe_router_enable_expert_bias": _bool(),
+    "moe_router_pre_softmax": _bool(),
     "moe_expert_capacity_factor": _Key(kind=_Kind.NUMBER),
     "moe_pad_expert_input_to_capacity": _bool(),
     # Blueprinting's own key (Megatron-LM has none): gamma = max/mean - 1 of the tokens an EP
@@ -352,6 +353,7 @@ MOE_KEYS = (
     "moe_layer_freq",
     "moe_router_score_function",
     "moe_router_enable_expert_bias",
+    "moe_router_pre_softmax",
     "moe_expert_capacity_factor",
     "moe_pad_expert_input_to_capacity",
     "moe_load_imbalance",
@@ -818,6 +820,9 @@ def _feed_forward(
     bias = _get_bool(values, "moe_router_enable_expert_bias")
     if bias is None:
         bias = base_moe.expert_bias if base_moe else False
+    pre_softmax = _get_bool(values, "moe_router_pre_softmax")
+    if pre_softmax is None:
+        pre_softmax = base_moe.pre_softmax if base_moe else False
     imbalance = _get_number(values, "moe_load_imbalance")
     if imbalance is None:
         imbalance = base_moe.load_imbalance if base_moe else 0.0
@@ -834,11 +839,11 @@ def _feed_forward(
             "moe_router_enable_expert_bias needs moe_router_score_function sigmoid or "
             "sqrtsoftplus, got softmax (Megatron-LM transformer_config.py l.2617-2625)"
         )
-    if top_k == 1 and score is RouterScore.SOFTMAX:
+    if top_k == 1 and score is RouterScore.SOFTMAX and not pre_softmax:
         problems.append(
-            "moe_router_topk = 1 with moe_router_score_function = softmax needs Megatron-LM's "
-            "--moe-router-pre-softmax (transformer_config.py l.2661-2669), which Blueprinting "
-            "does not model: use sigmoid or sqrtsoftplus scores"
+            "moe_router_topk = 1 with moe_router_score_function = softmax needs "
+            "moe_router_pre_softmax = true (Megatron-LM transformer_config.py l.2661-2669: "
+            '"Please use --moe-router-pre-softmax when topk is 1")'
         )
     if imbalance < 0:
         problems.append(f"moe_load_imbalance = {imbalance:g} must be >= 0")
@@ -851,6 +856,7 @@ def _feed_forward(
         shared_expert_ffn_hidden_size=shared,
         score_function=score,
         expert_bias=bias,
+        pre_softmax=pre_softmax,
         dropping=dropping,
         layer_pattern=pattern,
         load_imbalance=imbalance,
@@ -1869,6 +1875,8 @@ def _moe_keys(feed_forward: FeedForward) -> dict[str, FlatValue]:
             out["moe_layer_freq"] = format_moe_layer_freq(moe.layer_pattern)
             out["moe_router_score_function"] = moe.score_function.value
             out["moe_router_enable_expert_bias"] = moe.expert_bias
+            if moe.pre_softmax:
+                out["moe_router_pre_softmax"] = True
             match moe.dropping:
                 case Dropless():
                     pass

@@ -296,6 +296,10 @@ class MixtureOfExperts:
     shared_expert_ffn_hidden_size: int = 0
     score_function: RouterScore = RouterScore.SOFTMAX
     expert_bias: bool = False
+    #: ``--moe-router-pre-softmax``: the softmax over all E scores before the top-k (DeepSeek-V2
+    #: style; Megatron requires it for top-1 with softmax scores). The router's work is the
+    #: same either way: only the order of the normalization and the selection differs.
+    pre_softmax: bool = False
     dropping: TokenDropping = field(default_factory=Dropless)
     layer_pattern: MoeLayerPattern = field(default_factory=MoeLayerFrequency)
     load_imbalance: float = 0.0
