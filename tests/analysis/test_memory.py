@@ -10,7 +10,6 @@ from hypothesis import strategies as st
 
 from blueprinting.analysis.memory import (
     MemoryBreakdown,
-    block_parameters_per_rank,
     checkpoint_bytes,
     in_flight_microbatches,
     layer_activation_bytes,
@@ -22,6 +21,7 @@ from blueprinting.analysis.memory import (
     stage_memory,
     stage_parameters,
 )
+from blueprinting.analysis.rank_parameters import block_parameters_per_rank
 from blueprinting.analysis.stage_layout import chunk_layer_counts, stage_layer_counts
 from blueprinting.errors import ConfigError, InvalidStrategyError, UnsupportedError
 from blueprinting.mapping.model import (

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from blueprinting.analysis.memory import block_parameters_per_rank
+from blueprinting.analysis.rank_parameters import block_parameters_per_rank
 from blueprinting.errors import ConfigError, InvalidStrategyError
 from blueprinting.hardware.efficiency import ConstantEfficiency
 from blueprinting.hardware.presets import system_preset

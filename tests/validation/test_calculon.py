@@ -438,7 +438,8 @@ def _memory_mismatches(
       ``optimizer_sharding`` also shards gradients; no fp16 main gradients), and the in-flight
       activation total (its factor ``min(m, p)(1 + (p-1)/(v p))`` for every schedule).
     """
-    from blueprinting.analysis.memory import block_parameters_per_rank, layer_activation_bytes
+    from blueprinting.analysis.memory import layer_activation_bytes
+    from blueprinting.analysis.rank_parameters import block_parameters_per_rank
     from blueprinting.mapping.transformer import TrainingSpec
 
     assert isinstance(spec, TrainingSpec)
