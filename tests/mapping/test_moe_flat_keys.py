@@ -13,6 +13,7 @@ from blueprinting.mapping.flat_keys import EXPERT_KEYS, from_mapping, to_mapping
 from blueprinting.mapping.model import (
     CapacityFactor,
     Dropless,
+    LoadBalancing,
     MixtureOfExperts,
     MoeLayerFrequency,
     MoeLayerList,
@@ -131,15 +132,16 @@ def test_model_rules_all_at_once() -> None:
         "moe_router_enable_expert_bias needs moe_router_score_function sigmoid or sqrtsoftplus, "
         "got softmax (Megatron-LM transformer_config.py l.2617-2625)",
         "moe_router_topk = 1 with moe_router_score_function = softmax needs "
-        "moe_router_pre_softmax = true (Megatron-LM transformer_config.py l.2661-2669: "
-        '"Please use --moe-router-pre-softmax when topk is 1")',
+        "moe_router_pre_softmax = true or sinkhorn balancing (Megatron-LM "
+        'transformer_config.py l.2661-2669: "Please use --moe-router-pre-softmax when topk '
+        'is 1")',
     )
 
 
 def test_top_one_softmax_routing_plans_with_pre_softmax() -> None:
     """Megatron's functional tests route top-1 over softmax scores with
     --moe-router-pre-softmax: the key is read, written back and emitted as the flag."""
-    keys = {**_SMALL, "bf16": True, "num_experts": 8, "moe_router_topk": 1}
+    keys: dict[str, object] = {**_SMALL, "bf16": True, "num_experts": 8, "moe_router_topk": 1}
     keys["moe_router_pre_softmax"] = True
     spec = from_mapping(keys)
     moe = spec.model.moe
@@ -147,6 +149,13 @@ def test_top_one_softmax_routing_plans_with_pre_softmax() -> None:
     assert to_mapping(spec)["moe_router_pre_softmax"] is True
     assert "--moe-router-pre-softmax" in to_megatron_args(spec)
     assert from_mapping(to_mapping(spec)) == spec
+    # sinkhorn balancing is Megatron's other exemption
+    del keys["moe_router_pre_softmax"]
+    keys["moe_router_load_balancing_type"] = "sinkhorn"
+    sinkhorn = from_mapping(keys)
+    assert sinkhorn.model.moe is not None
+    assert sinkhorn.model.moe.load_balancing is LoadBalancing.SINKHORN
+    assert "--moe-router-load-balancing-type sinkhorn" in " ".join(to_megatron_args(sinkhorn))
 
 
 def test_moe_and_mla_keys_need_their_switch() -> None:

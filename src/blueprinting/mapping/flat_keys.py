@@ -51,6 +51,7 @@ from blueprinting.mapping.model import (
     EmbeddingTying,
     FeedForward,
     FullAttention,
+    LoadBalancing,
     MixtureOfExperts,
     MlpActivation,
     MoeLayerFrequency,
@@ -323,6 +324,7 @@ MODEL_KEYS: Mapping[str, _Key] = {
     "moe_router_score_function": _choice(*(r.value for r in RouterScore)),
     "moe_router_enable_expert_bias": _bool(),
     "moe_router_pre_softmax": _bool(),
+    "moe_router_load_balancing_type": _choice(*(b.value for b in LoadBalancing)),
     "moe_expert_capacity_factor": _Key(kind=_Kind.NUMBER),
     "moe_pad_expert_input_to_capacity": _bool(),
     # Blueprinting's own key (Megatron-LM has none): gamma = max/mean - 1 of the tokens an EP
@@ -354,6 +356,7 @@ MOE_KEYS = (
     "moe_router_score_function",
     "moe_router_enable_expert_bias",
     "moe_router_pre_softmax",
+    "moe_router_load_balancing_type",
     "moe_expert_capacity_factor",
     "moe_pad_expert_input_to_capacity",
     "moe_load_imbalance",
@@ -823,6 +826,12 @@ def _feed_forward(
     pre_softmax = _get_bool(values, "moe_router_pre_softmax")
     if pre_softmax is None:
         pre_softmax = base_moe.pre_softmax if base_moe else False
+    balancing_key = _get_str(values, "moe_router_load_balancing_type")
+    balancing = (
+        LoadBalancing(balancing_key)
+        if balancing_key is not None
+        else (base_moe.load_balancing if base_moe else LoadBalancing.AUX_LOSS)
+    )
     imbalance = _get_number(values, "moe_load_imbalance")
     if imbalance is None:
         imbalance = base_moe.load_imbalance if base_moe else 0.0
@@ -839,11 +848,13 @@ def _feed_forward(
             "moe_router_enable_expert_bias needs moe_router_score_function sigmoid or "
             "sqrtsoftplus, got softmax (Megatron-LM transformer_config.py l.2617-2625)"
         )
-    if top_k == 1 and score is RouterScore.SOFTMAX and not pre_softmax:
+    sinkhorn = balancing is LoadBalancing.SINKHORN
+    if top_k == 1 and score is RouterScore.SOFTMAX and not pre_softmax and not sinkhorn:
         problems.append(
             "moe_router_topk = 1 with moe_router_score_function = softmax needs "
-            "moe_router_pre_softmax = true (Megatron-LM transformer_config.py l.2661-2669: "
-            '"Please use --moe-router-pre-softmax when topk is 1")'
+            "moe_router_pre_softmax = true or sinkhorn balancing (Megatron-LM "
+            'transformer_config.py l.2661-2669: "Please use --moe-router-pre-softmax when topk '
+            'is 1")'
         )
     if imbalance < 0:
         problems.append(f"moe_load_imbalance = {imbalance:g} must be >= 0")
@@ -857,6 +868,7 @@ def _feed_forward(
         score_function=score,
         expert_bias=bias,
         pre_softmax=pre_softmax,
+        load_balancing=balancing,
         dropping=dropping,
         layer_pattern=pattern,
         load_imbalance=imbalance,
@@ -1877,6 +1889,8 @@ def _moe_keys(feed_forward: FeedForward) -> dict[str, FlatValue]:
             out["moe_router_enable_expert_bias"] = moe.expert_bias
             if moe.pre_softmax:
                 out["moe_router_pre_softmax"] = True
+            if moe.load_balancing is not LoadBalancing.AUX_LOSS:
+                out["moe_router_load_balancing_type"] = moe.load_balancing.value
             match moe.dropping:
                 case Dropless():
                     pass

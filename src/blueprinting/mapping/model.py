@@ -146,6 +146,19 @@ class SlidingWindow:
 AttentionWindow: TypeAlias = FullAttention | SlidingWindow
 
 
+class LoadBalancing(StrEnum):
+    """``--moe-router-load-balancing-type`` (Megatron-LM ``transformer_config.py``): which
+    balancing the router trains with. The planner's cost does not depend on it (the auxiliary
+    losses are a few element-wise passes over the scores); Megatron's start-up rules do."""
+
+    AUX_LOSS = "aux_loss"
+    SEQ_AUX_LOSS = "seq_aux_loss"
+    GLOBAL_AUX_LOSS = "global_aux_loss"
+    SINKHORN = "sinkhorn"
+    QUANTILE_BALANCING = "quantile_balancing"
+    NONE = "none"
+
+
 # --------------------------------------------------------------------------------------------
 # Attention: which projections a layer's self-attention has
 # --------------------------------------------------------------------------------------------
@@ -300,6 +313,7 @@ class MixtureOfExperts:
     #: style; Megatron requires it for top-1 with softmax scores). The router's work is the
     #: same either way: only the order of the normalization and the selection differs.
     pre_softmax: bool = False
+    load_balancing: LoadBalancing = LoadBalancing.AUX_LOSS
     dropping: TokenDropping = field(default_factory=Dropless)
     layer_pattern: MoeLayerPattern = field(default_factory=MoeLayerFrequency)
     load_imbalance: float = 0.0
