@@ -88,9 +88,6 @@ class ExclusionReason(StrEnum):
     """Why Blueprinting cannot plan a run today. Each names a feature the flat keys cannot say
     (:attr:`keys`: the launch-script keys that set it) or a missing input."""
 
-    MIXTURE_OF_EXPERTS = "mixture_of_experts"
-    MULTI_LATENT_ATTENTION = "multi_latent_attention"
-    MULTI_TOKEN_PREDICTION = "multi_token_prediction"
     FP8_RECIPE = "fp8_recipe"
     TP_COMM_OVERLAP = "tp_comm_overlap"
     PIPELINE_LAYOUT = "pipeline_layout"
@@ -103,31 +100,6 @@ class ExclusionReason(StrEnum):
     def keys(self) -> frozenset[str]:
         """The flat keys that set this feature (empty for the two that name a missing input)."""
         match self:
-            case ExclusionReason.MIXTURE_OF_EXPERTS:
-                return frozenset(
-                    {
-                        "num_experts",
-                        "expert_model_parallel_size",
-                        "expert_tensor_parallel_size",
-                        "moe_router_topk",
-                        "moe_layer_freq",
-                        "moe_ffn_hidden_size",
-                        "moe_shared_expert_intermediate_size",
-                    }
-                )
-            case ExclusionReason.MULTI_LATENT_ATTENTION:
-                return frozenset(
-                    {
-                        "multi_latent_attention",
-                        "q_lora_rank",
-                        "kv_lora_rank",
-                        "qk_head_dim",
-                        "qk_pos_emb_head_dim",
-                        "v_head_dim",
-                    }
-                )
-            case ExclusionReason.MULTI_TOKEN_PREDICTION:
-                return frozenset({"mtp_num_layers"})
             case ExclusionReason.FP8_RECIPE:
                 return frozenset({"fp8_recipe", "fp8_param_gather"})
             case ExclusionReason.TP_COMM_OVERLAP:
