@@ -80,15 +80,12 @@ class Law(StrEnum):
     def searched(self) -> bool:
         """Whether the strategy search applies the law (its vectorized filter,
         ``search/laws_vectorized.py``, has a mask for it)."""
-        return (
-            self
-            not in (
-                # the precision recipe is one per search, checked before enumerating
-                Law.MEGATRON_PRECISION_RECIPE_ACCELERATOR,
-                Law.MEGATRON_PARAM_GATHER_NEEDS_SHARDING,
-                # the searched recipes keep no layer at the base precision
-                Law.BASE_PRECISION_LAYERS,
-            )
+        return self not in (
+            # the precision recipe is one per search, checked before enumerating
+            Law.MEGATRON_PRECISION_RECIPE_ACCELERATOR,
+            Law.MEGATRON_PARAM_GATHER_NEEDS_SHARDING,
+            # the searched recipes keep no layer at the base precision
+            Law.BASE_PRECISION_LAYERS,
         )
 
     @property

@@ -38,7 +38,6 @@ from blueprinting.analysis.report import IterationReport
 from blueprinting.errors import (
     InvalidStrategyError,
     LawViolation,
-    UnsupportedError,
     VerificationError,
 )
 from blueprinting.hardware.system import SystemSpec
