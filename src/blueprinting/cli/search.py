@@ -541,6 +541,7 @@ TABLE_COLUMNS = (
     "DP",
     "optim",
     "CP",
+    "EP",
     "mem GiB",
 )
 
@@ -579,6 +580,7 @@ def _print_text(result: SearchResult, reports: list[IterationReport], rows: list
                     b.dp_comm_exposed,
                     b.optimizer,
                     b.cp_comm_exposed,
+                    b.ep_comm_exposed,
                 )
             ),
             f"{report.memory.total / GIB:.1f}",
