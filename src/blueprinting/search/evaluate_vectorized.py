@@ -33,10 +33,17 @@ scalar code                      reads                             here
 
 The transcription relies on what the enumeration guarantees (``search/space.py``): an even stage
 layout (``L mod (p*v) == 0``: every stage and every chunk holds the same number of blocks) and a
-schedule in {SingleStage, 1F1B, interleaved 1F1B}. Under an even layout only the first and the
-last pipeline stage can be the critical stage (the middle stages carry neither extra) and only
-they can be the most loaded one in memory (in-flight microbatches do not grow with the stage
-index, and the first stage holds the embedding on top).
+schedule in {SingleStage, 1F1B, interleaved 1F1B}. Under an even layout a dense model's critical
+and most loaded stage is the first or the last one (the middle stages carry neither extra, and
+in-flight microbatches do not grow with the stage index). A MoE model's stages also differ by
+their dense layers (DeepSeek's first_k_dense_replace): ``passes.stage_plans`` is called once per
+(p, v, recompute) key and the first stage of each distinct (MoE layers per chunk, extras)
+signature stands for its class (``_layout``); its largest chunk is taken over every distinct
+chunk composition. The MoE block (``PortablePlanIR.moe_block``) is costed by the scalar code per
+(t, sp, recompute scope, b, cp, recipe, ep, etp, dispatcher, N) key beside the dense block; the
+stage parameters' dense and routed-expert parts and a MoE layer's stored bytes per key; the DP
+numpy transcription runs once for the dense buckets (d x cp) and once for the experts'
+(expert-dp), as ``data_parallel.stage_data_parallel_cost`` composes them.
 """
 
 from __future__ import annotations
@@ -504,25 +511,6 @@ def _groups(
 # --------------------------------------------------------------------------------------------
 # Layout (analysis/stage_layout.py, PortablePlanIR projections) under an even split
 # --------------------------------------------------------------------------------------------
-def _recomputed_per_chunk(table: CandidateTable, blocks_in_chunk: IntArray) -> IntArray:
-    """``passes.recomputed_blocks`` for one chunk of ``blocks_in_chunk`` blocks."""
-    r = table.recompute
-    return np.select(
-        [
-            r == _CODE[RecomputeVariant.NONE],
-            r == _CODE[RecomputeVariant.SELECTIVE],
-            r == _CODE[RecomputeVariant.FULL_UNIFORM],
-            r == _CODE[RecomputeVariant.FULL_BLOCK],
-        ],
-        [
-            np.zeros_like(blocks_in_chunk),
-            blocks_in_chunk,
-            blocks_in_chunk,
-            np.minimum(table.recompute_num_layers, blocks_in_chunk),
-        ],
-    )
-
-
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _StageColumns:
