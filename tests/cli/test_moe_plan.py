@@ -59,7 +59,19 @@ def test_deepseek_v3_plans_with_the_uneven_first_stage(
     assert "--moe-token-dispatcher-type alltoall" in flags
 
 
-def test_search_refuses_moe_models_by_name(capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["search", "--model", "deepseek-v3", "--system", "dgx-gb200", "--gpus", "256"]
-    assert main([*args, "--global-batch", "2048"]) == 2
-    assert "expert parallelism (ep, etp, the dispatcher) is not an axis" in capsys.readouterr().err
+def test_search_ranks_moe_strategies(capsys: pytest.CaptureFixture[str]) -> None:
+    """Mixtral 8x7B on 16 H100: the expert grid is an axis; every listed strategy is re-planned
+    by the scalar planner (search --json), and ep and the dispatcher come from the flags."""
+    args = ["search", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--gpus", "16"]
+    flags = ["--global-batch", "8", "--max-micro-batch", "1", "--top", "3", "--json"]
+    dispatch = ["--expert-parallel", "2", "8", "--dispatcher", "alltoall", "flex-deepep"]
+    assert main([*args, *flags, *dispatch]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["ranked"]) == 3
+    for entry in out["ranked"]:
+        assert " ep=2 " in entry["strategy_text"] or " ep=8 " in entry["strategy_text"]
+        assert "dispatcher=" in entry["strategy_text"]
+    assert out["rejections"]["experts_per_expert_rank"] == 0
+    assert main([*args, *flags, "--dispatcher", "flex-deepep+overlap", "alltoal"]) == 2
+    err = capsys.readouterr().err
+    assert "--dispatcher: unknown dispatcher 'alltoal'" in err and "alltoall" in err

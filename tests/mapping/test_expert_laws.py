@@ -203,17 +203,22 @@ def test_expert_parallelism_with_tensor_parallelism_needs_sequence_parallelism()
     mapping = _dsv3_mapping(
         tensor_model_parallel_size=2, expert_tensor_parallel_size=1, expert_model_parallel_size=8
     )
-    (violation,) = expert_laws(DEEPSEEK_V3_LIKE, mapping)
-    assert str(violation) == (
+    planner, megatron = expert_laws(DEEPSEEK_V3_LIKE, mapping)
+    assert str(planner) == (
+        "[planner] moe_tp_needs_sequence_parallel: MoE layers with t = 2 are modelled with "
+        "sequence parallelism only (Megatron-LM warns without it: model_parallel_config.py "
+        "l.560-565)"
+    )
+    assert str(megatron) == (
         "[megatron] expert_parallel_needs_sequence_parallel: expert_model_parallel_size = 8 "
         'with t = 2 needs sequence_parallel: Megatron-LM warns "sequence parallelism must be '
         'used" (model_parallel_config.py l.560-565; earlier releases refused it), Blueprinting '
         "refuses it under the Megatron rule set"
     )
-    # a Megatron rule: the planner's rules alone accept it
-    assert "expert_parallel_needs_sequence_parallel" not in _names(
-        check_training(DEEPSEEK_V3_LIKE, mapping, megatron=False)
-    )
+    # the planner's rules alone keep only the planner's: the MoE block is modelled with SP
+    names = _names(check_training(DEEPSEEK_V3_LIKE, mapping, megatron=False))
+    assert "expert_parallel_needs_sequence_parallel" not in names
+    assert "moe_tp_needs_sequence_parallel" in names
 
 
 def test_flex_dispatcher_rules() -> None:
@@ -357,6 +362,8 @@ def _predicted(spec: TrainingSpec) -> set[str]:
         Law.EXPERT_WORLD_SIZE: mapping.world_size % (etp * ep * p) != 0,
         Law.EXPERTS_PER_EXPERT_RANK: moe.num_experts % ep != 0,
         Law.EXPERT_FFN_DIVISIBILITY: moe.expert_ffn_hidden_size % etp != 0,
+        Law.MOE_TP_NEEDS_SEQUENCE_PARALLEL: mapping.tensor_degree > 1
+        and not mapping.sequence_parallel,
         Law.SHARED_EXPERT_FFN_DIVISIBILITY: moe.shared_expert_ffn_hidden_size % t != 0,
         Law.MEGATRON_EXPERT_TENSOR_WITHOUT_BIAS: etp > 1 and model.add_bias_linear,
         Law.MEGATRON_EP_NEEDS_SEQUENCE_PARALLEL: ep > 1 and t > 1 and not mapping.sequence_parallel,

@@ -3,6 +3,8 @@ field (relative error <= 1e-9 on floats, equality on integers), contract bubble 
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -11,13 +13,21 @@ from blueprinting.analysis.iteration import BubbleSource
 from blueprinting.analysis.report import JsonValue
 from blueprinting.api import plan_spec
 from blueprinting.hardware.presets import system_preset
+from blueprinting.mapping.laws import check_training
+from blueprinting.mapping.model import MoeLayerList, TransformerModelSpec
 from blueprinting.mapping.precision import Fp4Precision, Fp8Precision, Fp8Recipe, HighPrecision
 from blueprinting.mapping.presets import model_preset
-from blueprinting.mapping.transformer import CpCommType
+from blueprinting.mapping.transformer import (
+    AllGatherDispatcher,
+    AllToAllDispatcher,
+    CpCommType,
+    FlexDispatcher,
+)
 from blueprinting.search.evaluate_vectorized import evaluate_candidates
 from blueprinting.search.space import (
     RecomputeVariant,
     SearchSpace,
+    ShardingVariant,
     candidate_to_spec,
     enumerate_strategies,
 )
@@ -182,3 +192,86 @@ def test_tp_comm_overlap_changes_only_the_block_tp_communication() -> None:
         j = int(twin[0])
         assert figures.tp_comm_exposed[i] < figures.tp_comm_exposed[j]
         assert figures.memory_reserved_peak[i] == figures.memory_reserved_peak[j]
+
+
+def _trimmed_deepseek_v3() -> TransformerModelSpec:
+    """DeepSeek-V3 cut to 12 layers (3 dense first, as its first_k_dense_replace), 16 experts
+    and 1024 tokens: the dense first layers, MLA, shared experts and the MTP depth on the loss
+    stage, small enough to plan every row."""
+    full = model_preset("deepseek-v3")
+    moe = full.moe
+    assert moe is not None
+    trimmed = dataclasses.replace(
+        moe, num_experts=16, layer_pattern=MoeLayerList(layers=(False,) * 3 + (True,) * 9)
+    )
+    return dataclasses.replace(
+        full, name="deepseek-v3-12", num_layers=12, feed_forward=trimmed, seq_length=1024
+    )
+
+
+MOE_SPACES = [
+    pytest.param(
+        model_preset("mixtral-8x7b"),
+        "dgx-h100",
+        SearchSpace(
+            gpu_counts=(16,),
+            global_batch_size=8,
+            max_microbatch_size=1,
+            recompute=(RecomputeVariant.NONE, RecomputeVariant.SELECTIVE),
+            sharding=(ShardingVariant.NO_SHARD, ShardingVariant.OPTIM_GRADS_PARAMS),
+            overlap_grad_reduce=(True,),
+            expert_tensor_parallel=(1, 2),
+            dispatchers=(
+                AllToAllDispatcher(),
+                AllGatherDispatcher(),
+                FlexDispatcher(),
+                AllToAllDispatcher(overlap=True),
+            ),
+        ),
+        id="mixtral-8x7b-h100",
+    ),
+    pytest.param(
+        _trimmed_deepseek_v3(),
+        "dgx-gb200",
+        SearchSpace(
+            gpu_counts=(32,),
+            global_batch_size=16,
+            max_microbatch_size=1,
+            recompute=(RecomputeVariant.SELECTIVE, RecomputeVariant.FULL_BLOCK),
+            recompute_num_layers=(1, 2),
+            sharding=(ShardingVariant.OPTIM, ShardingVariant.OPTIM_GRADS_PARAMS),
+            overlap_grad_reduce=(True,),
+            dispatchers=(AllToAllDispatcher(), FlexDispatcher(overlap=True)),
+        ),
+        id="deepseek-v3-12-layers-gb200",
+    ),
+]
+
+
+@pytest.mark.parametrize(("model", "system_name", "space"), MOE_SPACES)
+def test_moe_candidates_match_the_scalar_plan(
+    model: TransformerModelSpec, system_name: str, space: SearchSpace
+) -> None:
+    """ep, etp and the dispatcher in the space: a spread sample of at least 400 rows, every
+    field of the vectorized figures against the scalar plan (the ep_comm_exposed term, the
+    expert parts of memory and DP, the dense first layers' stage)."""
+    system = system_preset(system_name)
+    table = enumerate_strategies(model, space).table
+    figures = evaluate_candidates(table, model, system)
+    keep = ~(table.overlap_param_gather & ~table.overlap_grad_reduce)
+    rows = np.flatnonzero(keep)[:: max(1, int(keep.sum()) // 450)]
+    assert rows.shape[0] >= 400
+    # the sample spans the expert axes
+    assert len(set(table.expert[rows].tolist())) > 2
+    assert len(set(table.dispatcher[rows].tolist())) == len(space.dispatchers)
+    options = PlanOptions(bubble_source=BubbleSource.CONTRACT)
+    problems: list[str] = []
+    for i in rows:
+        spec = candidate_to_spec(table, int(i), model)
+        assert check_training(model, spec.mapping) == ()
+        exact = plan_spec(spec, system, options).to_json_dict()
+        problems.extend(
+            f"{spec.mapping}: {m}" for m in _mismatches(figures.row_json(int(i)), exact, "")
+        )
+    assert problems == []
+    assert float(figures.ep_comm_exposed.max()) > 0.0

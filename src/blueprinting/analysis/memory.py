@@ -881,6 +881,16 @@ class _StageInvariants:
         )
 
 
+def moe_layer_bytes(
+    model: TransformerModelSpec, mapping: TransformerTrainingMappingSpec
+) -> tuple[int, int]:
+    """(all, with the selective modules recomputed) bytes a MoE layer stores on one rank for
+    one micro-batch (0, 0 for a dense model): what :func:`stage_activations` counts per MoE
+    layer, for the vectorized search."""
+    inv = _StageInvariants.of(model, mapping)
+    return inv.moe_layer_full, inv.moe_layer_kept
+
+
 # --------------------------------------------------------------------------------------------
 # The breakdown
 # --------------------------------------------------------------------------------------------

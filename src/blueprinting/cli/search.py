@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from blueprinting.analysis.report import IterationReport, JsonValue
     from blueprinting.mapping.model import TransformerModelSpec
     from blueprinting.mapping.precision import TrainingPrecision
+    from blueprinting.mapping.transformer import TokenDispatcher
     from blueprinting.search.rank import SearchResult, Standing
 
 
@@ -104,6 +105,31 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default: 1)",
     )
     parser.add_argument(
+        "--expert-parallel",
+        nargs="+",
+        default=["auto"],
+        metavar="EP",
+        help="expert-parallel degrees of a MoE model (expert_model_parallel_size), or 'auto' "
+        "for every divisor of num_experts whose grid folds into t x cp x d (default: auto)",
+    )
+    parser.add_argument(
+        "--expert-tensor-parallel",
+        nargs="+",
+        default=["1"],
+        metavar="ETP",
+        help="expert-tensor-parallel degrees of a MoE model (expert_tensor_parallel_size), or "
+        "'auto' for every divisor of moe_ffn_hidden_size (default: 1)",
+    )
+    parser.add_argument(
+        "--dispatcher",
+        nargs="+",
+        default=["alltoall"],
+        metavar="DISPATCHER",
+        help="token dispatchers of a MoE model: alltoall, allgather, flex-deepep, flex-hybridep, "
+        "flex-ncclep; '+overlap' after alltoall or flex-* adds "
+        "--overlap-moe-expert-parallel-comm (default: alltoall)",
+    )
+    parser.add_argument(
         "--precision",
         nargs="+",
         default=None,
@@ -173,6 +199,11 @@ def _result(args: argparse.Namespace) -> SearchResult:
     if args.train_tokens < 1:
         problems.append(f"--train-tokens must be >= 1, got {args.train_tokens}")
     context = _context_degrees(list(args.context_parallel), problems)
+    expert = _auto_degrees("--expert-parallel", list(args.expert_parallel), problems)
+    expert_tensor = _auto_degrees(
+        "--expert-tensor-parallel", list(args.expert_tensor_parallel), problems
+    )
+    dispatchers = _dispatchers(list(args.dispatcher), problems)
     precision_names: list[str] | None = args.precision
     comm_types = _cp_comm_types(list(args.cp_comm_type), problems)
     tp_overlap = _tp_comm_overlap(args.tp_comm_overlap, problems)
@@ -190,6 +221,9 @@ def _result(args: argparse.Namespace) -> SearchResult:
         context_parallel=context,
         cp_comm_types=comm_types,
         tp_comm_overlap=tp_overlap.values,
+        expert_parallel=expert,
+        expert_tensor_parallel=expert_tensor,
+        dispatchers=dispatchers,
         gpu_counts=tuple(args.gpus),
         global_batch_size=args.global_batch,
         gpus_per_node=system.gpus_per_node,
@@ -263,6 +297,47 @@ def _context_degrees(values: list[str], problems: list[str]) -> tuple[int, ...] 
         else:
             out.append(int(value))
     return tuple(out) if out else (1,)
+
+
+def _auto_degrees(flag: str, values: list[str], problems: list[str]) -> tuple[int, ...] | None:
+    """``--expert-parallel`` / ``--expert-tensor-parallel``: positive integers, or ``auto``
+    alone (None: every divisor, see ``SearchSpace``)."""
+    if values == ["auto"]:
+        return None
+    out: list[int] = []
+    for value in values:
+        if not value.isdigit() or int(value) < 1:
+            problems.append(f"{flag} takes positive integers or 'auto', got {value!r}")
+        elif int(value) not in out:
+            out.append(int(value))
+    return tuple(out) if out else (1,)
+
+
+def _dispatchers(values: list[str], problems: list[str]) -> tuple[TokenDispatcher, ...]:
+    """``--dispatcher``: the variants' compact text (``str``), e.g. ``flex-deepep+overlap``."""
+    from blueprinting.mapping.presets import did_you_mean
+    from blueprinting.mapping.transformer import (
+        AllGatherDispatcher,
+        AllToAllDispatcher,
+        FlexBackend,
+        FlexDispatcher,
+    )
+
+    choices: list[TokenDispatcher] = [AllGatherDispatcher()]
+    for overlap in (False, True):
+        choices.append(AllToAllDispatcher(overlap=overlap))
+        choices.extend(FlexDispatcher(backend=b, overlap=overlap) for b in FlexBackend)
+    known = {str(choice): choice for choice in choices}
+    out: list[TokenDispatcher] = []
+    for value in values:
+        if value not in known:
+            problems.append(
+                f"--dispatcher: unknown dispatcher {value!r}{did_you_mean(value, list(known))}; "
+                "dispatchers: " + ", ".join(known)
+            )
+        elif known[value] not in out:
+            out.append(known[value])
+    return tuple(out) if out else (AllToAllDispatcher(),)
 
 
 def _cp_comm_types(values: list[str], problems: list[str]) -> tuple[CpCommType, ...]:
@@ -466,6 +541,7 @@ TABLE_COLUMNS = (
     "DP",
     "optim",
     "CP",
+    "EP",
     "mem GiB",
 )
 
@@ -504,6 +580,7 @@ def _print_text(result: SearchResult, reports: list[IterationReport], rows: list
                     b.dp_comm_exposed,
                     b.optimizer,
                     b.cp_comm_exposed,
+                    b.ep_comm_exposed,
                 )
             ),
             f"{report.memory.total / GIB:.1f}",

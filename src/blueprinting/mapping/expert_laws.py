@@ -21,7 +21,10 @@ l.858-906). Planner laws (the analysis divides by these):
   Megatron: ``moe/experts.py`` l.210-238 splits each expert's columns over ETP; the fused SwiGLU
   FC1 of 2F columns then splits too);
 - ``shared_expert_ffn_per_tensor_rank``: the shared experts use the dense TP group
-  (``moe/shared_experts.py`` l.127-131), so their total width splits over t.
+  (``moe/shared_experts.py`` l.127-131), so their total width splits over t;
+- ``moe_tp_needs_sequence_parallel``: the MoE block is modelled with sequence parallelism
+  whenever t > 1 (the derivation refuses the other layout; Megatron-LM warns without it,
+  ``model_parallel_config.py`` l.560-565), so the checker reports it with the others.
 
 Megatron-LM rules (``transformer_config.py`` unless named):
 
@@ -277,6 +280,16 @@ def expert_laws(
                 "l.127-131)",
                 moe_shared_expert_intermediate_size=shared,
                 t=t,
+            )
+        )
+    if t > 1 and not mapping.sequence_parallel:
+        out.append(
+            law_violation(
+                Law.MOE_TP_NEEDS_SEQUENCE_PARALLEL,
+                f"MoE layers with t = {t} are modelled with sequence parallelism only "
+                "(Megatron-LM warns without it: model_parallel_config.py l.560-565)",
+                t=t,
+                sequence_parallel=False,
             )
         )
     if etp > 1 and model.add_bias_linear:

@@ -7,8 +7,8 @@ the search's union of the checker's ``microbatch_group_bounds`` and ``microbatch
 (``world_size`` is checked by ``from_mapping``). ``overlap_param_gather_needs_overlap_grad_reduce``
 reads only the data-parallel overlap knobs, so the search applies it per option of those knobs
 (:func:`blueprinting.search.laws_vectorized.free_option_violations`). The expert grid's laws
-(:data:`EXPERT_LAWS`, checked by :mod:`blueprinting.mapping.expert_laws`) are not searched until
-the search varies ep, etp and the dispatcher. Notation: t, p, d
+(:data:`EXPERT_LAWS`, checked by :mod:`blueprinting.mapping.expert_laws`) are searched too: the
+search varies ep, etp and the dispatcher. Notation: t, p, d
 tensor/pipeline/data degrees, N GPUs, v virtual stages, L blocks, B global batch, b micro-batch
 size, m = B // (d*b) microbatches, G microbatch group size per virtual stage (``None`` means
 Megatron's default, p).
@@ -51,6 +51,7 @@ class Law(StrEnum):
     EXPERTS_PER_EXPERT_RANK = "experts_per_expert_rank"
     EXPERT_FFN_DIVISIBILITY = "expert_ffn_per_expert_tensor_rank"
     SHARED_EXPERT_FFN_DIVISIBILITY = "shared_expert_ffn_per_tensor_rank"
+    MOE_TP_NEEDS_SEQUENCE_PARALLEL = "moe_tp_needs_sequence_parallel"
     # Megatron-LM start-up rules.
     MEGATRON_INTERLEAVING_MIN_PIPELINE = "interleaving_pipeline_degree"
     MEGATRON_MICROBATCH_GROUP = "megatron_microbatch_group"
@@ -79,16 +80,12 @@ class Law(StrEnum):
     def searched(self) -> bool:
         """Whether the strategy search applies the law (its vectorized filter,
         ``search/laws_vectorized.py``, has a mask for it)."""
-        return (
-            self
-            not in (
-                # the precision recipe is one per search, checked before enumerating
-                Law.MEGATRON_PRECISION_RECIPE_ACCELERATOR,
-                Law.MEGATRON_PARAM_GATHER_NEEDS_SHARDING,
-                # the searched recipes keep no layer at the base precision
-                Law.BASE_PRECISION_LAYERS,
-            )
-            and self not in EXPERT_LAWS
+        return self not in (
+            # the precision recipe is one per search, checked before enumerating
+            Law.MEGATRON_PRECISION_RECIPE_ACCELERATOR,
+            Law.MEGATRON_PARAM_GATHER_NEEDS_SHARDING,
+            # the searched recipes keep no layer at the base precision
+            Law.BASE_PRECISION_LAYERS,
         )
 
     @property
@@ -166,6 +163,8 @@ class Law(StrEnum):
                 return "moe_ffn_hidden_size mod etp == 0"
             case Law.SHARED_EXPERT_FFN_DIVISIBILITY:
                 return "moe_shared_expert_intermediate_size mod t == 0"
+            case Law.MOE_TP_NEEDS_SEQUENCE_PARALLEL:
+                return "MoE and t > 1 => sequence_parallel"
             case Law.MEGATRON_EXPERT_TENSOR_WITHOUT_BIAS:
                 return "routed experts and etp > 1 => not add_bias_linear"
             case Law.MEGATRON_EP_NEEDS_SEQUENCE_PARALLEL:
@@ -198,9 +197,8 @@ class Law(StrEnum):
                 assert_never(unreachable)
 
 
-#: The laws of the expert grid (:mod:`blueprinting.mapping.expert_laws`). The search does not
-#: vary ep, etp or the dispatcher yet (issue 13 item 5): it plans the default grid, under which
-#: none of them reads a searched knob except the shared experts' t split, so none is searched.
+#: The laws of the expert grid (:mod:`blueprinting.mapping.expert_laws`), which the search
+#: applies over its ep, etp and dispatcher axes (``search/laws_vectorized.py``).
 EXPERT_LAWS: frozenset[Law] = frozenset(
     {
         Law.EXPERT_PARALLEL_NEEDS_MOE,
@@ -208,6 +206,7 @@ EXPERT_LAWS: frozenset[Law] = frozenset(
         Law.EXPERTS_PER_EXPERT_RANK,
         Law.EXPERT_FFN_DIVISIBILITY,
         Law.SHARED_EXPERT_FFN_DIVISIBILITY,
+        Law.MOE_TP_NEEDS_SEQUENCE_PARALLEL,
         Law.MEGATRON_EXPERT_TENSOR_WITHOUT_BIAS,
         Law.MEGATRON_EP_NEEDS_SEQUENCE_PARALLEL,
         Law.MEGATRON_FLEX_NEEDS_EXPERT_GRID,

@@ -33,10 +33,17 @@ scalar code                      reads                             here
 
 The transcription relies on what the enumeration guarantees (``search/space.py``): an even stage
 layout (``L mod (p*v) == 0``: every stage and every chunk holds the same number of blocks) and a
-schedule in {SingleStage, 1F1B, interleaved 1F1B}. Under an even layout only the first and the
-last pipeline stage can be the critical stage (the middle stages carry neither extra) and only
-they can be the most loaded one in memory (in-flight microbatches do not grow with the stage
-index, and the first stage holds the embedding on top).
+schedule in {SingleStage, 1F1B, interleaved 1F1B}. Under an even layout a dense model's critical
+and most loaded stage is the first or the last one (the middle stages carry neither extra, and
+in-flight microbatches do not grow with the stage index). A MoE model's stages also differ by
+their dense layers (DeepSeek's first_k_dense_replace): ``passes.stage_plans`` is called once per
+(p, v, recompute) key and the first stage of each distinct (MoE layers per chunk, extras)
+signature stands for its class (``_layout``); its largest chunk is taken over every distinct
+chunk composition. The MoE block (``PortablePlanIR.moe_block``) is costed by the scalar code per
+(t, sp, recompute scope, b, cp, recipe, ep, etp, dispatcher, N) key beside the dense block; the
+stage parameters' dense and routed-expert parts and a MoE layer's stored bytes per key; the DP
+numpy transcription runs once for the dense buckets (d x cp) and once for the experts'
+(expert-dp), as ``data_parallel.stage_data_parallel_cost`` composes them.
 """
 
 from __future__ import annotations
@@ -67,6 +74,7 @@ from blueprinting.analysis.memory import (
     LOGITS_BYTES,
     PEAK_PHASES,
     TOKEN_ID_BYTES,
+    PrecisionRecipe,
     backward_working_bytes,
     checkpoint_bytes,
     context_transient_bytes,
@@ -74,6 +82,7 @@ from blueprinting.analysis.memory import (
     local_sequence_model,
     logits_transient_bytes,
     low_precision_weight_extra,
+    moe_layer_bytes,
     nccl_buffer_bytes,
     overhead_parts,
     peak_bytes,
@@ -101,6 +110,7 @@ from blueprinting.search.space import (
 from blueprinting.synthesizer.stages.portable_plan.passes import (
     PlanContext,
     p2p_message,
+    stage_plans,
 )
 
 IntArray = npt.NDArray[np.int64]
@@ -148,6 +158,7 @@ class CandidateFigures:
     dp_comm_exposed: FloatArray
     optimizer: FloatArray
     cp_comm_exposed: FloatArray
+    ep_comm_exposed: FloatArray
     # bubble
     bubble_contract_s: FloatArray
     bubble_chunk_time_s: FloatArray
@@ -205,6 +216,7 @@ class CandidateFigures:
             + self.pipeline_bubble
             + self.tp_comm_exposed
             + self.cp_comm_exposed
+            + self.ep_comm_exposed
             + self.pp_comm_exposed
             + self.dp_comm_exposed
             + self.optimizer
@@ -257,6 +269,7 @@ class CandidateFigures:
                 "pipeline_bubble": float(self.pipeline_bubble[i]),
                 "tp_comm_exposed": float(self.tp_comm_exposed[i]),
                 "cp_comm_exposed": float(self.cp_comm_exposed[i]),
+                "ep_comm_exposed": float(self.ep_comm_exposed[i]),
                 "pp_comm_exposed": float(self.pp_comm_exposed[i]),
                 "dp_comm_exposed": float(self.dp_comm_exposed[i]),
                 "optimizer": float(self.optimizer[i]),
@@ -345,6 +358,11 @@ class _BlockArrays:
     lm_head_backward_compute: FloatArray
     lm_head_backward_comm: FloatArray
     lm_head_total_s: FloatArray
+    #: ``PortablePlanIR.moe_block`` (the dense block's figures for a dense model)
+    moe_forward_s: FloatArray
+    moe_backward_s: FloatArray
+    moe_backward_with_recompute_s: FloatArray
+    moe_recompute_critical_s: FloatArray
     #: every (part, time) of ``iteration.STAGE_WORK_TERMS``, per row
     parts: dict[tuple[CostedPart, PhaseField], FloatArray]
 
@@ -381,6 +399,9 @@ def _block_costs(
         cp_tier,
         cp_per_node,
         table.precision,
+        # the expert grid: the MoE block's dispatch and experts (zeros for a dense model), its
+        # groups placed on the world's strides (passes.expert_groups)
+        *_expert_key(table, model),
     )
     part_keys = sorted({(part, time) for e in STAGE_WORK_TERMS.values() for _, part, time in e})
     part_rows: list[list[float]] = []
@@ -390,6 +411,7 @@ def _block_costs(
             progress(done, len(first))
         plan = portable_plan(candidate_to_spec(table, int(i), model), system)
         block, emb, lm = plan.block, plan.embedding, plan.lm_head
+        moe = block if plan.moe_block is None else plan.moe_block
         part_rows.append([phase_field(costed_part(plan, part), time) for part, time in part_keys])
         rows.append(
             (  # in the field order of _BlockArrays
@@ -417,6 +439,10 @@ def _block_costs(
                 lm.backward.compute_s,
                 lm.backward.comm_exposed_s,
                 lm.total_s + plan.last_layers.total_s,
+                moe.forward_s,
+                moe.backward_s,
+                moe.backward_with_recompute_s,
+                moe.recompute.critical_path_s,
             )
         )
     if progress is not None:
@@ -428,6 +454,17 @@ def _block_costs(
         **{name: values[:, j] for j, name in enumerate(names)},
         parts={key: part_values[:, j] for j, key in enumerate(part_keys)},
     )
+
+
+def _expert_key(
+    table: CandidateTable, model: TransformerModelSpec
+) -> tuple[IntArray, IntArray, IntArray, IntArray]:
+    """(ep, etp, dispatcher, N) where the model has experts, zeros otherwise (a dense model's
+    rows all plan the default grid)."""
+    if model.moe is None:
+        zero = np.zeros_like(table.tensor)
+        return zero, zero, zero, zero
+    return table.expert, table.expert_tensor, table.dispatcher, table.num_gpus
 
 
 def _p2p_time(table: CandidateTable, model: TransformerModelSpec, system: SystemSpec) -> FloatArray:
@@ -474,39 +511,140 @@ def _groups(
 # --------------------------------------------------------------------------------------------
 # Layout (analysis/stage_layout.py, PortablePlanIR projections) under an even split
 # --------------------------------------------------------------------------------------------
-def _recomputed_per_chunk(table: CandidateTable, blocks_in_chunk: IntArray) -> IntArray:
-    """``passes.recomputed_blocks`` for one chunk of ``blocks_in_chunk`` blocks."""
-    r = table.recompute
-    return np.select(
-        [
-            r == _CODE[RecomputeVariant.NONE],
-            r == _CODE[RecomputeVariant.SELECTIVE],
-            r == _CODE[RecomputeVariant.FULL_UNIFORM],
-            r == _CODE[RecomputeVariant.FULL_BLOCK],
-        ],
-        [
-            np.zeros_like(blocks_in_chunk),
-            blocks_in_chunk,
-            blocks_in_chunk,
-            np.minimum(table.recompute_num_layers, blocks_in_chunk),
-        ],
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _StageColumns:
+    """One representative stage per row (``passes.stage_plans``): its index and counts."""
+
+    index: IntArray
+    dense_blocks: IntArray
+    moe_blocks: IntArray
+    dense_recomputed: IntArray
+    moe_recomputed: IntArray
+    #: per virtual chunk (columns 0..max v - 1, zero-padded): the blocks that are not MoE
+    dense_per_chunk: IntArray
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Layout:
+    """What ``passes.stage_plans`` says of every row's layout, per (p, v, recompute) key.
+
+    ``stages``: the stages that can be critical or most loaded: under the enumeration's even
+    layout (``L mod (p v) == 0``) stages differ only by their MoE layers and their extras, so
+    the first stage of each distinct (MoE layers per chunk, extras) signature stands for every
+    stage of it: equal work, and no fewer in-flight microbatches than the later ones (a dense
+    model keeps the first and the last stage, as before). ``chunks``: every distinct chunk
+    composition (dense, MoE, recomputed dense, recomputed MoE), for the largest chunk."""
+
+    stages: tuple[_StageColumns, ...]
+    chunks: tuple[tuple[IntArray, IntArray, IntArray, IntArray], ...]
+
+
+def _layout(table: CandidateTable, model: TransformerModelSpec) -> _Layout:
+    first, inverse = _keys(
+        table.pipeline, table.virtual_stages, table.recompute, table.recompute_num_layers
     )
+    width = int(table.virtual_stages.max())
+    keyed_stages: list[list[tuple[int, int, int, int, int, tuple[int, ...]]]] = []
+    keyed_chunks: list[list[tuple[int, int, int, int]]] = []
+    for i in first:
+        plans = stage_plans(candidate_to_spec(table, int(i), model))
+        chosen: list[tuple[int, int, int, int, int, tuple[int, ...]]] = []
+        if model.moe is None:
+            candidates = [plans[0], plans[-1]]
+        else:
+            seen: set[tuple[object, ...]] = set()
+            candidates = []
+            for plan in plans:
+                signature = (
+                    plan.moe_blocks_per_chunk,
+                    plan.moe_recomputed_per_chunk,
+                    plan.has_embedding,
+                    plan.has_lm_head,
+                )
+                if signature not in seen:
+                    seen.add(signature)
+                    candidates.append(plan)
+        for plan in candidates:
+            dense = tuple(b - plan.chunk_moe(c)[0] for c, b in enumerate(plan.blocks_per_chunk))
+            chosen.append(
+                (
+                    plan.index,
+                    plan.dense_blocks,
+                    plan.moe_blocks,
+                    plan.dense_recomputed_blocks,
+                    plan.moe_recomputed_blocks,
+                    dense + (0,) * (width - len(dense)),
+                )
+            )
+        keyed_stages.append(chosen)
+        compositions = sorted(
+            {
+                (
+                    b - plan.chunk_moe(c)[0],
+                    plan.chunk_moe(c)[0],
+                    plan.recomputed_blocks_per_chunk[c] - plan.chunk_moe(c)[1],
+                    plan.chunk_moe(c)[1],
+                )
+                for plan in plans
+                for c, b in enumerate(plan.blocks_per_chunk)
+            }
+        )
+        keyed_chunks.append(compositions)
+    # pad every key to the longest list by repeating its last entry: a repeated stage is never
+    # strictly larger than itself, so the first-on-ties choices below are unchanged
+    n_stages = max(len(x) for x in keyed_stages)
+    n_chunks = max(len(x) for x in keyed_chunks)
+    stages = []
+    for j in range(n_stages):
+        rows = [x[min(j, len(x) - 1)] for x in keyed_stages]
+        per_chunk = np.array([r[5] for r in rows], dtype=np.int64).reshape(len(rows), width)
+        stages.append(
+            _StageColumns(
+                index=np.array([r[0] for r in rows], dtype=np.int64)[inverse],
+                dense_blocks=np.array([r[1] for r in rows], dtype=np.int64)[inverse],
+                moe_blocks=np.array([r[2] for r in rows], dtype=np.int64)[inverse],
+                dense_recomputed=np.array([r[3] for r in rows], dtype=np.int64)[inverse],
+                moe_recomputed=np.array([r[4] for r in rows], dtype=np.int64)[inverse],
+                dense_per_chunk=per_chunk[inverse],
+            )
+        )
+    chunks = []
+    for j in range(n_chunks):
+        rows4 = np.array([x[min(j, len(x) - 1)] for x in keyed_chunks], dtype=np.int64)
+        chunks.append((rows4[inverse, 0], rows4[inverse, 1], rows4[inverse, 2], rows4[inverse, 3]))
+    return _Layout(stages=tuple(stages), chunks=tuple(chunks))
+
+
+def _select(choice: IntArray, options: list[IntArray]) -> IntArray:
+    """``options[choice[i]][i]`` per row."""
+    return np.choose(choice, options)
 
 
 # --------------------------------------------------------------------------------------------
 # Iteration (analysis/iteration.py)
 # --------------------------------------------------------------------------------------------
-def _critical_stage(
-    p: IntArray, stage_blocks: IntArray, stage_recomputed: IntArray, c: _BlockArrays
-) -> IntArray:
-    """``PortablePlanIR.critical_stage`` (first stage on ties) via
-    ``stage_microbatch_compute_s`` of the first and the last stage."""
-    work = stage_blocks * (c.forward_s + c.backward_s)
-    work = work + stage_recomputed * c.recompute_critical_s
-    first = work + c.embedding_total_s
-    first = np.where(p == 1, first + c.lm_head_total_s, first)
-    last = work + c.lm_head_total_s
-    return np.where((p > 1) & (last > first), p - 1, 0)
+def _stage_compute(stage: _StageColumns, p: IntArray, c: _BlockArrays) -> FloatArray:
+    """``PortablePlanIR.stage_microbatch_compute_s`` of a representative stage."""
+    work = stage.dense_blocks * (c.forward_s + c.backward_s)
+    work = work + stage.dense_recomputed * c.recompute_critical_s
+    work = work + stage.moe_blocks * (c.moe_forward_s + c.moe_backward_s)
+    work = work + stage.moe_recomputed * c.moe_recompute_critical_s
+    work = np.where(stage.index == 0, work + c.embedding_total_s, work)
+    return np.where(stage.index == p - 1, work + c.lm_head_total_s, work)
+
+
+def _critical_choice(layout: _Layout, p: IntArray, c: _BlockArrays) -> IntArray:
+    """Which representative stage is ``PortablePlanIR.critical_stage`` (first on ties)."""
+    best = _stage_compute(layout.stages[0], p, c)
+    choice = np.zeros(p.shape, dtype=np.int64)
+    for j, stage in enumerate(layout.stages[1:], start=1):
+        work = _stage_compute(stage, p, c)
+        better = work > best
+        choice = np.where(better, j, choice)
+        best = np.where(better, work, best)
+    return choice
 
 
 def _stage_work(
@@ -514,19 +652,15 @@ def _stage_work(
     p: IntArray,
     critical: IntArray,
     m: IntArray,
-    stage_blocks: IntArray,
-    stage_recomputed: IntArray,
+    counts: dict[WorkCount, IntArray],
     c: _BlockArrays,
 ) -> dict[str, FloatArray]:
-    """``iteration.stage_work``: the same term table (``STAGE_WORK_TERMS``) on arrays."""
-    counts: dict[WorkCount, IntArray] = {
-        WorkCount.BLOCKS: stage_blocks,
-        WorkCount.RECOMPUTED_BLOCKS: stage_recomputed,
+    """``iteration.stage_work``: the same term table (``STAGE_WORK_TERMS``) on arrays; ``counts``
+    the critical stage's block counts (the extras follow from its index)."""
+    counts = {
+        **counts,
         WorkCount.HAS_EMBEDDING: (critical == 0).astype(np.int64),
         WorkCount.HAS_LM_HEAD: (critical == p - 1).astype(np.int64),
-        # the search enumerates dense models only (search/space.py refuses MoE ones)
-        WorkCount.MOE_BLOCKS: np.zeros_like(stage_blocks),
-        WorkCount.MOE_RECOMPUTED_BLOCKS: np.zeros_like(stage_blocks),
     }
     out: dict[str, FloatArray] = {}
     for name, entries in STAGE_WORK_TERMS.items():
@@ -572,6 +706,69 @@ def _grad_sync_exposed(
     return np.where((blocks == 0) | (total_s == 0.0), total_s, early_exposed + last_exposed)
 
 
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Windows:
+    """``data_parallel.OverlapWindows`` per row."""
+
+    m: IntArray
+    blocks_per_chunk: IntArray
+    virtual_stages: IntArray
+    pipeline_degree: IntArray
+    block_backward_s: FloatArray
+    chunk_backward_s: FloatArray
+    stage_forward_s: FloatArray
+
+
+def _dp_bucket(
+    table: CandidateTable,
+    w: _Windows,
+    times: FloatArray,
+    *,
+    single: BoolArray,
+    grad_bytes: IntArray,
+    gather_bytes: IntArray,
+) -> tuple[IntArray, IntArray, FloatArray, FloatArray]:
+    """``data_parallel.data_parallel_cost`` of one bucket set: (grad bytes, param-gather bytes,
+    link, exposed); ``times`` the (all-reduce, reduce-scatter, all-gather) seconds per row,
+    ``single`` where the group has one rank."""
+    all_reduce_s, reduce_scatter_s, all_gather_s = times[:, 0], times[:, 1], times[:, 2]
+    m = w.m
+    sharding = table.sharding
+    no_shard = sharding == _SHARD[ShardingVariant.NO_SHARD]
+    zero3 = sharding == _SHARD[ShardingVariant.OPTIM_GRADS_PARAMS]
+    sync = np.where(no_shard, all_reduce_s, np.where(zero3, m * reduce_scatter_s, reduce_scatter_s))
+    gather = np.where(no_shard, 0.0, np.where(zero3, 2 * m * all_gather_s, all_gather_s))
+    safe_m = np.maximum(m, 1)
+    # ZeRO-3 reduce-scatters per microbatch, each behind its own backward.
+    per_sync = np.where(zero3, sync / safe_m, sync)
+    per_sync_exposed = _grad_sync_exposed(
+        per_sync,
+        blocks_per_chunk=w.blocks_per_chunk,
+        virtual_stages=w.virtual_stages,
+        pipeline_degree=w.pipeline_degree,
+        block_backward_s=w.block_backward_s,
+        chunk_backward_s=w.chunk_backward_s,
+    )
+    sync_exposed = np.where(
+        table.overlap_grad_reduce,
+        np.where(zero3, safe_m * per_sync_exposed, per_sync_exposed),
+        sync,
+    )
+    zero3_overlapped = safe_m * (
+        np.maximum(0.0, gather / (2 * safe_m) - w.stage_forward_s)
+        + np.maximum(0.0, gather / (2 * safe_m) - w.chunk_backward_s)
+    )
+    gather_exposed = np.where(
+        table.overlap_param_gather,
+        np.where(zero3, zero3_overlapped, np.maximum(0.0, gather - w.stage_forward_s)),
+        gather,
+    )
+    link = np.where(single, 0.0, np.where(no_shard, sync, sync + gather))
+    exposed = np.where(single, 0.0, np.where(no_shard, sync_exposed, sync_exposed + gather_exposed))
+    return grad_bytes, np.where(single | no_shard, 0, gather_bytes), link, exposed
+
+
 # --------------------------------------------------------------------------------------------
 # Memory (analysis/memory.py)
 # --------------------------------------------------------------------------------------------
@@ -596,6 +793,17 @@ def _interleaved_chunk_count(
             break
         g += 1
     return count
+
+
+def _in_flight_chunk(table: CandidateTable, stage: IntArray, m: IntArray, chunk: int) -> IntArray:
+    """``in_flight_microbatches(...)[chunk]`` (rows with fewer chunks: whatever; the caller
+    weighs them by 0)."""
+    p, v = table.pipeline, table.virtual_stages
+    n = np.where(table.microbatch_group > 0, table.microbatch_group, p)
+    peak = np.minimum(2 * (p - stage - 1) + (v - 1) * n + 1, m * v)
+    interleaved = _interleaved_chunk_count(peak, m, n, v, np.full_like(v, chunk))
+    simple = np.where(p == 1, np.ones_like(p), np.minimum(p - stage, m))
+    return np.where(v > 1, interleaved, simple)
 
 
 def _in_flight(
@@ -651,40 +859,15 @@ class _StageMemory:
         )
 
 
-def _stage_memory(
+def _state_bytes(
     table: CandidateTable,
-    model: TransformerModelSpec,
-    *,
-    runtime: RuntimeMemory,
-    stage: IntArray,
-    m: IntArray,
-    layer_full: IntArray,
-    layer_kept: IntArray,
-    checkpoint: IntArray,
-    working_bytes: IntArray,
-    logits_bytes: IntArray,
-) -> _StageMemory:
-    """``memory.stage_memory`` of ``stage`` (per row) under an even layout."""
-    recipe = precision_recipe(model.datatype)
-    p, t, v = table.pipeline, table.tensor, table.virtual_stages
-    d = table.data * table.context  # the distributed optimizer shards over d x cp
-    first, inverse = _keys(t, p, stage, table.sharding, table.precision)
-    mappings = [candidate_to_spec(table, int(i), model).mapping for i in first]
-    params = [
-        stage_parameters(model, mapping, int(stage[i]))
-        for i, mapping in zip(first, mappings, strict=True)
-    ]
-    count = np.array([s.total for s in params], dtype=np.int64)[inverse]
-    largest = np.array([s.largest_unit for s in params], dtype=np.int64)[inverse]
-    # memory.low_precision_weight_extra (0 under ZeRO-3, hence the sharding in the key)
-    weight_extra = np.array(
-        [
-            low_precision_weight_extra(model, mapping, s.blocks, recipe.param)
-            for s, mapping in zip(params, mappings, strict=True)
-        ],
-        dtype=np.int64,
-    )[inverse]
-
+    count: IntArray,
+    degree: IntArray,
+    gathered: IntArray,
+    recipe: PrecisionRecipe,
+) -> tuple[IntArray, IntArray, IntArray]:
+    """``memory._state_bytes`` per row: (weights, gradients, optimizer states) of ``count``
+    parameters sharded over ``degree`` ranks, ``gathered`` of them held whole (ZeRO-3)."""
     weights = count * recipe.param
     gradients = count * recipe.grad
     optimizer = count * recipe.optimizer
@@ -694,14 +877,73 @@ def _stage_memory(
         sharding == _SHARD[ShardingVariant.OPTIM_GRADS_PARAMS]
     )
     params_sharded = sharding == _SHARD[ShardingVariant.OPTIM_GRADS_PARAMS]
-    optimizer = np.where(sharded, _ceil_div(count * recipe.optimizer, d), optimizer)
-    gradients = np.where(grads_sharded, _ceil_div(count * recipe.grad, d), gradients)
-    gathered = np.minimum(count, np.where(table.overlap_param_gather, 2, 1) * largest)
+    optimizer = np.where(sharded, _ceil_div(count * recipe.optimizer, degree), optimizer)
+    gradients = np.where(grads_sharded, _ceil_div(count * recipe.grad, degree), gradients)
     weights = np.where(
         params_sharded,
-        _ceil_div((count - gathered) * recipe.param, d) + gathered * recipe.param,
+        _ceil_div((count - gathered) * recipe.param, degree) + gathered * recipe.param,
         weights,
     )
+    return weights, gradients, optimizer
+
+
+def _stage_memory(
+    table: CandidateTable,
+    model: TransformerModelSpec,
+    *,
+    runtime: RuntimeMemory,
+    rep: _StageColumns,
+    m: IntArray,
+    layer_full: IntArray,
+    layer_kept: IntArray,
+    checkpoint: IntArray,
+    working_bytes: IntArray,
+    logits_bytes: IntArray,
+    moe_full: IntArray,
+    moe_kept: IntArray,
+) -> _StageMemory:
+    """``memory.stage_memory`` of the representative stage ``rep`` (per row) under an even
+    layout; ``moe_full`` / ``moe_kept``: what a MoE layer stores (0 for a dense model)."""
+    recipe = precision_recipe(model.datatype)
+    p, t, v = table.pipeline, table.tensor, table.virtual_stages
+    stage = rep.index
+    d = table.data * table.context  # the distributed optimizer shards over d x cp
+    moe_key = _expert_key(table, model)
+    # a MoE stage's parameters read its MoE layers, which read v (passes.stage_plans)
+    layout_v = v if model.moe is not None else np.zeros_like(v)
+    first, inverse = _keys(t, p, stage, table.sharding, table.precision, *moe_key, layout_v)
+    mappings = [candidate_to_spec(table, int(i), model).mapping for i in first]
+    params = [
+        stage_parameters(model, mapping, int(stage[i]))
+        for i, mapping in zip(first, mappings, strict=True)
+    ]
+    count = np.array([s.dense_total for s in params], dtype=np.int64)[inverse]
+    experts = np.array([s.expert_total for s in params], dtype=np.int64)[inverse]
+    largest = np.array([s.largest_unit for s in params], dtype=np.int64)[inverse]
+    expert_dp = np.array([mp.expert_data_degree for mp in mappings], dtype=np.int64)[inverse]
+    # memory.low_precision_weight_extra (0 under ZeRO-3, hence the sharding in the key)
+    weight_extra = np.array(
+        [
+            low_precision_weight_extra(model, mapping, s.blocks, recipe.param, s.moe_blocks)
+            for s, mapping in zip(params, mappings, strict=True)
+        ],
+        dtype=np.int64,
+    )[inverse]
+
+    # memory._gathered_whole: ZeRO-3 holds its unit (and the prefetched next) whole, the dense
+    # parameters first
+    params_sharded = table.sharding == _SHARD[ShardingVariant.OPTIM_GRADS_PARAMS]
+    total_params = count + experts
+    gathered = np.where(
+        params_sharded,
+        np.minimum(total_params, np.where(table.overlap_param_gather, 2, 1) * largest),
+        0,
+    )
+    dense_parts = _state_bytes(table, count, d, np.minimum(count, gathered), recipe)
+    expert_parts = _state_bytes(table, experts, expert_dp, np.maximum(0, gathered - count), recipe)
+    weights = dense_parts[0] + expert_parts[0]
+    gradients = dense_parts[1] + expert_parts[1]
+    optimizer = dense_parts[2] + expert_parts[2]
     weights = weights + weight_extra
 
     # stage_activations: every chunk holds L/(p v) blocks.
@@ -710,6 +952,19 @@ def _stage_memory(
     n = np.maximum(table.recompute_num_layers, 1)
     r = table.recompute
     has_blocks = layers > 0
+    # memory._stage_activations: a MoE layer stores its excess over a dense one, counted over
+    # the in-flight microbatches of each chunk: all of a chunk's blocks but its dense ones
+    moe_in_flight = np.zeros_like(p)
+    if model.moe is not None:
+        moe_in_flight = total_in_flight * layers
+        for chunk in range(rep.dense_per_chunk.shape[1]):
+            dense_here = rep.dense_per_chunk[:, chunk]
+            if dense_here.any():
+                moe_in_flight = (
+                    moe_in_flight - _in_flight_chunk(table, stage, m, chunk) * dense_here
+                )
+    # a full recompute's group works on MoE layers when the stage holds any
+    full = np.where(rep.moe_blocks > 0, moe_full, layer_full)
     stored = np.select(
         [
             r == _CODE[RecomputeVariant.NONE],
@@ -718,11 +973,11 @@ def _stage_memory(
             r == _CODE[RecomputeVariant.FULL_BLOCK],
         ],
         [
-            total_in_flight * layers * layer_full,
-            total_in_flight * layers * layer_kept,
+            total_in_flight * layers * layer_full + moe_in_flight * (moe_full - layer_full),
+            total_in_flight * layers * layer_kept + moe_in_flight * (moe_kept - layer_kept),
             total_in_flight * _ceil_div(layers, n) * checkpoint,
             total_in_flight
-            * (np.minimum(n, layers) * checkpoint + np.maximum(layers - n, 0) * layer_full),
+            * (np.minimum(n, layers) * checkpoint + np.maximum(layers - n, 0) * full),
         ],
     )
     group = np.minimum(n, layers)
@@ -734,8 +989,8 @@ def _stage_memory(
         ],
         [
             np.where(has_blocks, layer_full - layer_kept, 0),
-            np.where(group > 0, group * layer_full - checkpoint, 0),
-            np.where(has_blocks, layer_full - checkpoint, 0),
+            np.where(group > 0, group * full - checkpoint, 0),
+            np.where(has_blocks, full - checkpoint, 0),
         ],
         default=0,
     )
@@ -797,12 +1052,17 @@ def _stage_memory(
 
 def _layer_bytes(
     table: CandidateTable, model: TransformerModelSpec
-) -> tuple[IntArray, IntArray, IntArray, IntArray, IntArray]:
+) -> tuple[IntArray, IntArray, IntArray, IntArray, IntArray, IntArray, IntArray]:
     """(``layer_activation_bytes`` with and without the attention core, ``checkpoint_bytes``,
     ``backward_working_bytes``, ``logits_transient_bytes``): what reads only t, b and sp."""
     x = precision_recipe(model.datatype).activation
     first, inverse = _keys(
-        table.tensor, table.micro_batch, table.sequence_parallel, table.context, table.cp_comm
+        table.tensor,
+        table.micro_batch,
+        table.sequence_parallel,
+        table.context,
+        table.cp_comm,
+        *_expert_key(table, model),
     )
     # every candidate plans the attention kernel candidate_to_spec gives it (one for all rows)
     attention = candidate_to_spec(table, 0, model).mapping.attention
@@ -864,7 +1124,30 @@ def _layer_bytes(
         _per_key_int(first, inverse, checkpoint),
         _per_key_int(first, inverse, working),
         _per_key_int(first, inverse, logits),
+        *_moe_layer_bytes(table, model),
     )
+
+
+def _moe_layer_bytes(
+    table: CandidateTable, model: TransformerModelSpec
+) -> tuple[IntArray, IntArray]:
+    """``memory.moe_layer_bytes`` per key (zeros for a dense model); what a MoE layer keeps
+    under selective recompute reads the recomputed modules, hence the selective flag."""
+    if model.moe is None:
+        zero = np.zeros_like(table.tensor)
+        return zero, zero
+    first, inverse = _keys(
+        table.tensor,
+        table.micro_batch,
+        table.sequence_parallel,
+        table.context,
+        table.cp_comm,
+        *_expert_key(table, model),
+        _scope(table.recompute) == 1,
+    )
+    pairs = [moe_layer_bytes(model, candidate_to_spec(table, int(i), model).mapping) for i in first]
+    values = np.array(pairs, dtype=np.int64).reshape(-1, 2)[inverse]
+    return values[:, 0], values[:, 1]
 
 
 def _check_int64_range(table: CandidateTable, model: TransformerModelSpec) -> None:
@@ -925,18 +1208,38 @@ def evaluate_candidates(
     edge_p2p = np.where(p > 1, p2p_s, 0.0)
 
     blocks_per_chunk = model.num_layers // (p * v)
-    recomputed_per_chunk = _recomputed_per_chunk(table, blocks_per_chunk)
     stage_blocks = blocks_per_chunk * v
-    stage_recomputed = recomputed_per_chunk * v
-    critical = _critical_stage(p, stage_blocks, stage_recomputed, c)
+    layout = _layout(table, model)
+    choice = _critical_choice(layout, p, c)
+    options = list(layout.stages)
+    critical = _select(choice, [s.index for s in options])
+    crit_dense = _select(choice, [s.dense_blocks for s in options])
+    crit_moe = _select(choice, [s.moe_blocks for s in options])
+    crit_dense_rec = _select(choice, [s.dense_recomputed for s in options])
+    crit_moe_rec = _select(choice, [s.moe_recomputed for s in options])
 
-    # bubble_contract
-    forward_chunk_s = blocks_per_chunk * c.forward_s + edge_p2p
-    backward_chunk_s = (
-        blocks_per_chunk * c.backward_s + recomputed_per_chunk * c.recompute_critical_s + edge_p2p
-    )
+    # bubble_contract: the largest chunk of any stage (PortablePlanIR.forward_chunk_s /
+    # backward_chunk_s), over the distinct chunk compositions
+    forward_longest = np.zeros(p.shape, dtype=np.float64)
+    backward_longest = np.zeros(p.shape, dtype=np.float64)
+    for n_dense, n_moe, n_dense_rec, n_moe_rec in layout.chunks:
+        forward_longest = np.maximum(
+            forward_longest, n_dense * c.forward_s + n_moe * c.moe_forward_s
+        )
+        backward_longest = np.maximum(
+            backward_longest,
+            n_dense * c.backward_s
+            + n_moe * c.moe_backward_s
+            + n_dense_rec * c.recompute_critical_s
+            + n_moe_rec * c.moe_recompute_critical_s,
+        )
+    forward_chunk_s = forward_longest + edge_p2p
+    backward_chunk_s = backward_longest + edge_p2p
     missing = p * stage_blocks - model.num_layers
-    correction = np.where(p == 1, 0.0, missing * (c.forward_s + c.backward_with_recompute_s))
+    # iteration.bubble_contract costs the imbalance with the MoE block where there is one
+    correction = np.where(
+        p == 1, 0.0, missing * (c.moe_forward_s + c.moe_backward_with_recompute_s)
+    )
     chunk_time = np.where(p == 1, 0.0, forward_chunk_s + backward_chunk_s)
     remainder = m % p
     extra = np.where((p > 1) & (remainder != 0), (v - 1) * (p - remainder), 0)
@@ -947,89 +1250,101 @@ def evaluate_candidates(
         p=p,
         critical=critical,
         m=m,
-        stage_blocks=stage_blocks,
-        stage_recomputed=stage_recomputed,
+        counts={
+            WorkCount.BLOCKS: crit_dense,
+            WorkCount.RECOMPUTED_BLOCKS: crit_dense_rec,
+            WorkCount.MOE_BLOCKS: crit_moe,
+            WorkCount.MOE_RECOMPUTED_BLOCKS: crit_moe_rec,
+        },
         c=c,
     )
     forward, backward, recompute = work["forward"], work["backward"], work["recompute"]
     tp_exposed, cp_exposed = work["tp_comm_exposed"], work["cp_comm_exposed"]
+    ep_exposed = work["ep_comm_exposed"]
     pp_exposed = _pipeline_p2p_exposed(table, m, p2p_s)
 
-    # data_parallel_cost
+    # stage_data_parallel_cost: the dense buckets over d x cp, then the experts' over expert-dp
     recipe = precision_recipe(model.datatype)
     cp = table.context
     dense = d * cp  # dense gradients reduce and shard over d x cp
-    first, inverse = _keys(t, p, d, cp, critical, table.precision)
-    keyed_params: list[int] = []
-    keyed_gather: list[int] = []
-    keyed_times: list[tuple[float, float, float]] = []
+    moe_key = _expert_key(table, model)
+    # a MoE stage's parameters read its MoE layers, which read v (passes.stage_plans)
+    layout_v = v if model.moe is not None else np.zeros_like(v)
+    first, inverse = _keys(t, p, d, cp, critical, table.precision, *moe_key, layout_v)
+    keyed: list[tuple[int, int, int, int, int]] = []
+    keyed_times: list[tuple[float, ...]] = []
     for i in first:
-        mapping = candidate_to_spec(table, int(i), model).mapping
+        spec = candidate_to_spec(table, int(i), model)
+        mapping = spec.mapping
         stage_params = stage_parameters(model, mapping, int(critical[i]))
-        count = stage_params.total
-        # dense models only (the search refuses MoE ones): the dense gather is the whole one
-        gather_size, _ = stage_param_gather_bytes(model, mapping, stage_params, recipe.param)
-        keyed_params.append(count)
-        keyed_gather.append(gather_size)
-        group = PlanContext(
-            spec=candidate_to_spec(table, int(i), model), system=system
-        ).gradient_group()
-        if group.size == 1:
-            keyed_times.append((0.0, 0.0, 0.0))
-            continue
-        keyed_times.append(
-            (
-                system.collective_time(CollectiveKind.ALL_REDUCE, count * recipe.grad, group),
-                system.collective_time(CollectiveKind.REDUCE_SCATTER, count * recipe.grad, group),
-                system.collective_time(CollectiveKind.ALL_GATHER, gather_size, group),
+        counts = (stage_params.dense_total, stage_params.expert_total)
+        gathers = stage_param_gather_bytes(model, mapping, stage_params, recipe.param)
+        context = PlanContext(spec=spec, system=system)
+        keyed.append((*counts, *gathers, mapping.expert_data_degree))
+        row: list[float] = []
+        for count, gather_size, group in zip(
+            counts,
+            gathers,
+            (context.gradient_group(), context.expert_gradient_group()),
+            strict=True,
+        ):
+            if group.size == 1 or count == 0:
+                row.extend((0.0, 0.0, 0.0))
+                continue
+            row.extend(
+                (
+                    system.collective_time(CollectiveKind.ALL_REDUCE, count * recipe.grad, group),
+                    system.collective_time(
+                        CollectiveKind.REDUCE_SCATTER, count * recipe.grad, group
+                    ),
+                    system.collective_time(CollectiveKind.ALL_GATHER, gather_size, group),
+                )
             )
-        )
-    params = np.array(keyed_params, dtype=np.int64)[inverse]
+        keyed_times.append(tuple(row))
+    keyed_ints = np.array(keyed, dtype=np.int64)[inverse]
+    params, expert_params = keyed_ints[:, 0], keyed_ints[:, 1]
+    gather_bytes, expert_gather_bytes = keyed_ints[:, 2], keyed_ints[:, 3]
+    expert_dp = keyed_ints[:, 4]
     times = np.array(keyed_times, dtype=np.float64)[inverse]
-    all_reduce_s, reduce_scatter_s, all_gather_s = times[:, 0], times[:, 1], times[:, 2]
-    grads_bytes = params * recipe.grad
-    gather_bytes = np.array(keyed_gather, dtype=np.int64)[inverse]
-    stage_forward_s = stage_blocks * c.forward_s
-
-    sharding = table.sharding
-    no_shard = sharding == _SHARD[ShardingVariant.NO_SHARD]
-    zero3 = sharding == _SHARD[ShardingVariant.OPTIM_GRADS_PARAMS]
-    sync = np.where(no_shard, all_reduce_s, np.where(zero3, m * reduce_scatter_s, reduce_scatter_s))
-    gather = np.where(no_shard, 0.0, np.where(zero3, 2 * m * all_gather_s, all_gather_s))
-    safe_m = np.maximum(m, 1)
-    # ZeRO-3 reduce-scatters per microbatch, each behind its own backward.
-    per_sync = np.where(zero3, sync / safe_m, sync)
-    per_sync_exposed = _grad_sync_exposed(
-        per_sync,
+    # PortablePlanIR.chunk_forward_s summed over the critical stage's chunks
+    stage_forward_s = crit_dense * c.forward_s + crit_moe * c.moe_forward_s
+    windows = _Windows(
+        m=m,
         blocks_per_chunk=blocks_per_chunk,
         virtual_stages=v,
         pipeline_degree=p,
         block_backward_s=c.backward_s,
         chunk_backward_s=backward_chunk_s,
+        stage_forward_s=stage_forward_s,
     )
-    sync_exposed = np.where(
-        table.overlap_grad_reduce,
-        np.where(zero3, safe_m * per_sync_exposed, per_sync_exposed),
-        sync,
+    sharding = table.sharding
+    no_shard = sharding == _SHARD[ShardingVariant.NO_SHARD]
+    dense_dp = _dp_bucket(
+        table,
+        windows,
+        times[:, 0:3],
+        single=dense == 1,
+        grad_bytes=params * recipe.grad,
+        gather_bytes=gather_bytes,
     )
-    zero3_overlapped = safe_m * (
-        np.maximum(0.0, gather / (2 * safe_m) - stage_forward_s)
-        + np.maximum(0.0, gather / (2 * safe_m) - backward_chunk_s)
+    expert_dp_cost = _dp_bucket(
+        table,
+        windows,
+        times[:, 3:6],
+        single=expert_dp == 1,
+        grad_bytes=expert_params * recipe.grad,
+        gather_bytes=expert_gather_bytes,
     )
-    gather_exposed = np.where(
-        table.overlap_param_gather,
-        np.where(zero3, zero3_overlapped, np.maximum(0.0, gather - stage_forward_s)),
-        gather,
-    )
-    single = dense == 1
-    dp_link = np.where(single, 0.0, np.where(no_shard, sync, sync + gather))
-    dp_exposed = np.where(
-        single, 0.0, np.where(no_shard, sync_exposed, sync_exposed + gather_exposed)
-    )
-    dp_gather_bytes = np.where(single | no_shard, 0, gather_bytes)
+    # DataParallelCost.then: the expert buckets add only where the stage has experts
+    has_experts = expert_params > 0
+    grads_bytes = dense_dp[0] + np.where(has_experts, expert_dp_cost[0], 0)
+    dp_gather_bytes = dense_dp[1] + np.where(has_experts, expert_dp_cost[1], 0)
+    dp_link = dense_dp[2] + np.where(has_experts, expert_dp_cost[2], 0.0)
+    dp_exposed = dense_dp[3] + np.where(has_experts, expert_dp_cost[3], 0.0)
 
-    # adam_step_cost over the owned parameters
+    # adam_step_cost over the owned parameters (evaluate._owned_parameters, dense then experts)
     owned = np.where(no_shard, params, _ceil_div(params, dense))
+    owned = owned + np.where(no_shard, expert_params, _ceil_div(expert_params, expert_dp))
     owned_values, owned_inverse = np.unique(owned, return_inverse=True)
     steps = [
         adam_step_cost(
@@ -1045,9 +1360,10 @@ def evaluate_candidates(
     optimizer_flops = np.array([s.flops for s in steps], dtype=np.int64)[owned_inverse]
     optimizer_moved = np.array([s.bytes_moved for s in steps], dtype=np.int64)[owned_inverse]
 
-    # memory_per_stage: the first and the last stage, the earlier on ties
-    layer_full, layer_kept, checkpoint, working, logits = _layer_bytes(table, model)
-    zero = np.zeros_like(p)
+    # memory_per_stage over the representative stages, the earlier on ties (most_loaded)
+    layer_full, layer_kept, checkpoint, working, logits, moe_full, moe_kept = _layer_bytes(
+        table, model
+    )
     layer = {
         "m": m,
         "layer_full": layer_full,
@@ -1055,14 +1371,23 @@ def evaluate_candidates(
         "checkpoint": checkpoint,
         "working_bytes": working,
         "logits_bytes": logits,
+        "moe_full": moe_full,
+        "moe_kept": moe_kept,
     }
-    at_first = _stage_memory(table, model, runtime=system.runtime, stage=zero, **layer)
-    at_last = _stage_memory(table, model, runtime=system.runtime, stage=p - 1, **layer)
-    first_peaks, last_peaks = at_first.peaks, at_last.peaks
-    use_last = last_peaks[2] > first_peaks[2]  # memory.most_loaded: by reserved_peak
+    at = [
+        _stage_memory(table, model, runtime=system.runtime, rep=rep, **layer)
+        for rep in layout.stages
+    ]
+    peaks = [stage.peaks for stage in at]
+    heaviest = np.zeros(p.shape, dtype=np.int64)
+    top = peaks[0][2]
+    for j in range(1, len(at)):
+        heavier = peaks[j][2] > top  # memory.most_loaded: by reserved_peak
+        heaviest = np.where(heavier, j, heaviest)
+        top = np.where(heavier, peaks[j][2], top)
 
-    def worst(first_values: IntArray, last_values: IntArray) -> IntArray:
-        return np.where(use_last, last_values, first_values)
+    def worst(values: list[IntArray]) -> IntArray:
+        return _select(heaviest, values)
 
     # FLOPs
     first_f, inverse_f = _keys(table.recompute, table.recompute_num_layers, p, v)
@@ -1080,6 +1405,7 @@ def evaluate_candidates(
         pipeline_bubble=bubble_s,
         tp_comm_exposed=tp_exposed,
         cp_comm_exposed=cp_exposed,
+        ep_comm_exposed=ep_exposed,
         pp_comm_exposed=pp_exposed,
         dp_comm_exposed=dp_exposed,
         optimizer=optimizer_s,
@@ -1089,23 +1415,23 @@ def evaluate_candidates(
         bubble_extra_interleaving=extra,
         bubble_imbalance_correction_s=correction,
         critical_stage=critical,
-        memory_weights=worst(at_first.weights, at_last.weights),
-        memory_gradients=worst(at_first.gradients, at_last.gradients),
-        memory_optimizer_states=worst(at_first.optimizer, at_last.optimizer),
-        memory_activations=worst(at_first.activations, at_last.activations),
-        memory_other=worst(at_first.other, at_last.other),
-        memory_total=worst(at_first.total, at_last.total),
-        memory_transient=worst(at_first.transient, at_last.transient),
-        memory_workspace=worst(at_first.workspace, at_last.workspace),
-        memory_allocator_reserve=worst(at_first.allocator_reserve, at_last.allocator_reserve),
-        memory_cuda_context=worst(at_first.cuda_context, at_last.cuda_context),
-        memory_nccl_buffers=worst(at_first.nccl_buffers, at_last.nccl_buffers),
-        memory_allocated_peak=worst(first_peaks[0], last_peaks[0]),
-        memory_allocator_reserved_peak=worst(first_peaks[1], last_peaks[1]),
-        memory_reserved_peak=worst(first_peaks[2], last_peaks[2]),
-        memory_peak=worst(at_first.peak, at_last.peak),
+        memory_weights=worst([x.weights for x in at]),
+        memory_gradients=worst([x.gradients for x in at]),
+        memory_optimizer_states=worst([x.optimizer for x in at]),
+        memory_activations=worst([x.activations for x in at]),
+        memory_other=worst([x.other for x in at]),
+        memory_total=worst([x.total for x in at]),
+        memory_transient=worst([x.transient for x in at]),
+        memory_workspace=worst([x.workspace for x in at]),
+        memory_allocator_reserve=worst([x.allocator_reserve for x in at]),
+        memory_cuda_context=worst([x.cuda_context for x in at]),
+        memory_nccl_buffers=worst([x.nccl_buffers for x in at]),
+        memory_allocated_peak=worst([x[0] for x in peaks]),
+        memory_allocator_reserved_peak=worst([x[1] for x in peaks]),
+        memory_reserved_peak=worst([x[2] for x in peaks]),
+        memory_peak=worst([x.peak for x in at]),
         memory_capacity=int(system.accelerator.hbm.capacity_bytes),
-        memory_stage=np.where(use_last, p - 1, 0),
+        memory_stage=worst([rep.index for rep in layout.stages]),
         dp_grad_bytes=grads_bytes,
         dp_param_gather_bytes=dp_gather_bytes,
         dp_link_s=dp_link,

@@ -18,7 +18,14 @@ import numpy.typing as npt
 
 from blueprinting.mapping.law_names import MEGATRON_LAWS, PLANNER_LAWS, Law
 from blueprinting.mapping.laws import fused_attention_supported
-from blueprinting.mapping.model import TransformerModelSpec
+from blueprinting.mapping.model import CapacityFactor, Datatype, TransformerModelSpec
+from blueprinting.mapping.transformer import (
+    FlexDispatcher,
+    RecomputeModule,
+    TokenDispatcher,
+    dispatcher_overlaps,
+    shared_expert_overlaps,
+)
 
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
@@ -47,6 +54,10 @@ class LawColumns:
     context: IntArray
     cp_head_split: BoolArray  # the row's cp_comm_type splits heads (a2a)
     tp_comm_overlap: BoolArray  # the row plans UserbufferOverlap (inside RS+AG)
+    selective: BoolArray  # the row recomputes selectively (the space's one module set)
+    expert: IntArray  # ep
+    expert_tensor: IntArray  # etp
+    dispatcher: IntArray  # index into the dispatchers law_violations is given
 
 
 #: Laws that read only the free knobs (the data-parallel overlaps), not :class:`LawColumns`.
@@ -77,9 +88,12 @@ def law_violations(
     global_batch_size: int,
     *,
     megatron_rules: bool,
+    dispatchers: tuple[TokenDispatcher, ...],
+    selective_modules: frozenset[RecomputeModule],
 ) -> dict[Law, BoolArray]:
     """Violation mask of every applied law that reads ``columns`` (all but
-    :data:`FREE_OPTION_LAWS`; see ``Law.formula`` for each condition)."""
+    :data:`FREE_OPTION_LAWS`; see ``Law.formula`` for each condition). ``selective_modules``:
+    what the selective rows recompute (read by the expert overlap laws)."""
     c = columns
     t, p, d, v, b = c.tensor, c.pipeline, c.data, c.virtual_stages, c.micro_batch
     big_l = model.num_layers
@@ -116,6 +130,7 @@ def law_violations(
         # the search enumerates no a2a+p2p (its two sizes are not searched)
         Law.CP_HIERARCHICAL_SIZES: np.zeros(t.shape, dtype=np.bool_),
     }
+    masks.update(_expert_laws(c, model, dispatchers, selective_modules, megatron_rules))
     if megatron_rules:
         group = np.where(c.microbatch_group > 0, c.microbatch_group, p)
         remainder = microbatches % group
@@ -143,4 +158,86 @@ def law_violations(
         masks[Law.MEGATRON_TP_COMM_OVERLAP_BUFFER] = overlap & (
             ((s % t_safe) * (b % t_safe)) % t_safe != 0
         )
+    return masks
+
+
+def _expert_laws(
+    c: LawColumns,
+    model: TransformerModelSpec,
+    dispatchers: tuple[TokenDispatcher, ...],
+    selective_modules: frozenset[RecomputeModule],
+    megatron_rules: bool,
+) -> dict[Law, BoolArray]:
+    """The expert grid's laws (``mapping/expert_laws.py``, the same conditions on arrays). A
+    dense model breaks only ``expert_parallel_needs_moe``; on a MoE model every law reads its
+    row. The enumeration plans ``moe_grouped_gemm`` on (Megatron-Bridge's recipes), so
+    ``moe_act_recompute_needs_grouped_gemm`` never fires there."""
+    t, p, v, ep, etp = c.tensor, c.pipeline, c.virtual_stages, c.expert, c.expert_tensor
+    none = np.zeros(t.shape, dtype=np.bool_)
+    moe = model.moe
+    if moe is None:
+        masks = {
+            law: none
+            for law in (
+                Law.EXPERT_WORLD_SIZE,
+                Law.EXPERTS_PER_EXPERT_RANK,
+                Law.EXPERT_FFN_DIVISIBILITY,
+                Law.SHARED_EXPERT_FFN_DIVISIBILITY,
+                Law.MOE_TP_NEEDS_SEQUENCE_PARALLEL,
+            )
+        }
+        masks[Law.EXPERT_PARALLEL_NEEDS_MOE] = (ep > 1) | (etp > 1)
+        if megatron_rules:
+            for law in (
+                Law.MEGATRON_EXPERT_TENSOR_WITHOUT_BIAS,
+                Law.MEGATRON_EP_NEEDS_SEQUENCE_PARALLEL,
+                Law.MEGATRON_FLEX_NEEDS_EXPERT_GRID,
+                Law.MEGATRON_FLEX_NO_PAD_TO_CAPACITY,
+                Law.MEGATRON_EP_OVERLAP_NEEDS_EP,
+                Law.MEGATRON_EP_OVERLAP_NEEDS_VIRTUAL_PIPELINE,
+                Law.MEGATRON_EP_OVERLAP_RECOMPUTE,
+                Law.MEGATRON_EP_OVERLAP_MTP,
+                Law.MEGATRON_EP_OVERLAP_DATATYPE,
+                Law.MEGATRON_SHARED_EXPERT_OVERLAP,
+                Law.MEGATRON_MOE_ACT_RECOMPUTE,
+            ):
+                masks[law] = none
+        return masks
+    ep_safe, etp_safe = np.maximum(ep, 1), np.maximum(etp, 1)
+    grid = etp_safe * ep_safe * np.maximum(p, 1)
+    shared = moe.shared_expert_ffn_hidden_size
+    masks = {
+        Law.EXPERT_PARALLEL_NEEDS_MOE: none,
+        # N mod (etp ep p), with the quotient form: etp ep p can pass N only on illegal rows
+        Law.EXPERT_WORLD_SIZE: c.num_gpus % grid != 0,
+        Law.EXPERTS_PER_EXPERT_RANK: moe.num_experts % ep_safe != 0,
+        Law.EXPERT_FFN_DIVISIBILITY: moe.expert_ffn_hidden_size % etp_safe != 0,
+        Law.SHARED_EXPERT_FFN_DIVISIBILITY: shared % np.maximum(t, 1) != 0,
+        Law.MOE_TP_NEEDS_SEQUENCE_PARALLEL: (t > 1) & ~c.sequence_parallel,
+    }
+    if not megatron_rules:
+        return masks
+
+    def per_dispatcher(flag: list[bool]) -> BoolArray:
+        return np.array(flag, dtype=np.bool_)[c.dispatcher]
+
+    flex = per_dispatcher([isinstance(k, FlexDispatcher) for k in dispatchers])
+    overlap = per_dispatcher([dispatcher_overlaps(k) for k in dispatchers])
+    shared_overlap = per_dispatcher([shared_expert_overlaps(k) for k in dispatchers])
+    padded = isinstance(moe.dropping, CapacityFactor) and moe.dropping.pad_to_capacity
+    moe_module = c.selective & (RecomputeModule.MOE in selective_modules)
+    shared_module = c.selective & (RecomputeModule.SHARED_EXPERTS in selective_modules)
+    masks[Law.MEGATRON_EXPERT_TENSOR_WITHOUT_BIAS] = (etp > 1) & model.add_bias_linear
+    masks[Law.MEGATRON_EP_NEEDS_SEQUENCE_PARALLEL] = (ep > 1) & (t > 1) & ~c.sequence_parallel
+    masks[Law.MEGATRON_FLEX_NEEDS_EXPERT_GRID] = flex & (etp * ep == 1)
+    masks[Law.MEGATRON_FLEX_NO_PAD_TO_CAPACITY] = flex & padded
+    masks[Law.MEGATRON_EP_OVERLAP_NEEDS_EP] = overlap & (ep == 1)
+    masks[Law.MEGATRON_EP_OVERLAP_NEEDS_VIRTUAL_PIPELINE] = overlap & (p > 1) & (v <= 1)
+    masks[Law.MEGATRON_EP_OVERLAP_RECOMPUTE] = overlap & (c.recompute_full | moe_module)
+    masks[Law.MEGATRON_EP_OVERLAP_MTP] = overlap & (model.mtp_num_layers > 1)
+    masks[Law.MEGATRON_EP_OVERLAP_DATATYPE] = overlap & (model.datatype is Datatype.FP32)
+    masks[Law.MEGATRON_SHARED_EXPERT_OVERLAP] = shared_overlap & (
+        (shared == 0) | overlap | shared_module
+    )
+    masks[Law.MEGATRON_MOE_ACT_RECOMPUTE] = none
     return masks

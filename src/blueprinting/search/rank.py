@@ -38,7 +38,6 @@ from blueprinting.analysis.report import IterationReport
 from blueprinting.errors import (
     InvalidStrategyError,
     LawViolation,
-    UnsupportedError,
     VerificationError,
 )
 from blueprinting.hardware.system import SystemSpec
@@ -206,14 +205,6 @@ def run_search(
     """Enumerate ``space``, evaluate every valid candidate, rank those that fit."""
     chosen = RankOptions() if options is None else options
     start = time.perf_counter()
-    if model.moe is not None:
-        # the vectorized evaluation holds one dense block per candidate; the expert grid
-        # (ep, etp, dispatcher) is not an axis of the space yet: refused, never mis-ranked
-        raise UnsupportedError(
-            f"search of the MoE model {model.name!r}: expert parallelism (ep, etp, the "
-            "dispatcher) is not an axis of the search yet; plan a strategy with "
-            "`blueprinting plan --set expert_model_parallel_size=...` (issue 13 item 5)"
-        )
     if space.megatron_rules:
         refused = [
             violation

@@ -89,20 +89,24 @@ from blueprinting.mapping.model import TransformerModelSpec
 from blueprinting.mapping.precision import HighPrecision, TrainingPrecision
 from blueprinting.mapping.transformer import (
     AllReduce,
+    AllToAllDispatcher,
     BatchSpec,
     ContextParallel,
     CpCommType,
     DataParallel,
+    ExpertParallel,
     FullRecompute,
     NoRecompute,
     NoTpCommOverlap,
     PipelineParallel,
     RecomputeMethod,
+    RecomputeModule,
     RecomputePolicy,
     ReduceScatterAllGather,
     SelectiveRecompute,
     ShardingVariant,
     TensorParallel,
+    TokenDispatcher,
     TrainingSpec,
     TransformerTrainingMappingSpec,
     TransformerTrainingParallelism,
@@ -249,6 +253,15 @@ class SearchSpace:
     #: sequence-parallel rows with t > 1 only: the overlap lives inside RS+AG, and at t = 1
     #: there is no TP collective to hide. Other rows take ``False``.
     tp_comm_overlap: tuple[bool, ...] = (False,)
+    #: expert-parallel degrees of a MoE model; ``None``: every divisor of num_experts (the
+    #: ``expert_world_size`` law keeps those whose grid folds into t x cp x d). Dense models
+    #: take ep = 1 whatever this says.
+    expert_parallel: tuple[int, ...] | None = None
+    #: expert-tensor-parallel degrees; ``None``: every divisor of moe_ffn_hidden_size. The
+    #: default is Megatron's (1), the published MoE recipes' choice.
+    expert_tensor_parallel: tuple[int, ...] | None = (1,)
+    #: token dispatchers (with their EP overlap) crossed with every MoE row.
+    dispatchers: tuple[TokenDispatcher, ...] = (AllToAllDispatcher(),)
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -275,6 +288,18 @@ class SearchSpace:
         _no_duplicates("cp_comm_types", self.cp_comm_types, problems)
         _no_duplicates("precision", self.precision, problems)
         _no_duplicates("tp_comm_overlap", self.tp_comm_overlap, problems)
+        _no_duplicates("dispatchers", self.dispatchers, problems)
+        for name, degrees in (
+            ("expert_parallel", self.expert_parallel),
+            ("expert_tensor_parallel", self.expert_tensor_parallel),
+        ):
+            if degrees is None:
+                continue
+            _no_duplicates(name, degrees, problems)
+            for degree in degrees:
+                problem = positive_int_problem(f"SearchSpace.{name}", degree)
+                if problem is not None:
+                    problems.append(problem)
         if self.context_parallel is not None:
             _no_duplicates("context_parallel", self.context_parallel, problems)
             for c in self.context_parallel:
@@ -320,6 +345,12 @@ class CandidateTable:
     precision: IntArray  # index into precisions
     tp_comm_overlap: BoolArray  # UserbufferOverlap() (only on sequence-parallel rows, t > 1)
     precisions: tuple[TrainingPrecision, ...] = (HighPrecision(),)
+    #: the expert grid: ep, etp and the index into ``dispatchers`` (a dense model's rows hold
+    #: 1, 1, 0 and plan Megatron's default ``ExpertParallel()``)
+    expert: IntArray
+    expert_tensor: IntArray
+    dispatcher: IntArray
+    dispatchers: tuple[TokenDispatcher, ...] = (AllToAllDispatcher(),)
 
     def __len__(self) -> int:
         return int(self.tensor.shape[0])
@@ -383,6 +414,23 @@ def _free_options(space: SearchSpace) -> tuple[IntArray, BoolArray, BoolArray]:
     )
 
 
+def expert_grids(space: SearchSpace, model: TransformerModelSpec) -> list[tuple[int, int, int]]:
+    """(ep, etp, dispatcher index) of every expert grid the space crosses with a row: for a
+    MoE model ep over the divisors of num_experts (or the listed ones), etp over the divisors
+    of moe_ffn_hidden_size (or the listed ones), each dispatcher; a dense model has one, the
+    default grid."""
+    moe = model.moe
+    if moe is None:
+        return [(1, 1, 0)]
+    eps = divisors(moe.num_experts) if space.expert_parallel is None else space.expert_parallel
+    etps = (
+        divisors(moe.expert_ffn_hidden_size)
+        if space.expert_tensor_parallel is None
+        else space.expert_tensor_parallel
+    )
+    return [(ep, etp, k) for ep in eps for etp in etps for k in range(len(space.dispatchers))]
+
+
 def _micro_batches(space: SearchSpace) -> list[int]:
     cap = (
         space.global_batch_size if space.max_microbatch_size is None else space.max_microbatch_size
@@ -397,6 +445,7 @@ def space_rows(model: TransformerModelSpec, space: SearchSpace) -> int:
     pairs = 0
     comm = len(space.cp_comm_types) * len(space.precision)
     plain = len(space.precision)
+    grids = len(expert_grids(space, model))
     for n in space.gpu_counts:
         tp_limit = n if space.allow_cross_node_tp else gcd(n, space.gpus_per_node)
         for t in divisors(tp_limit):
@@ -405,7 +454,7 @@ def space_rows(model: TransformerModelSpec, space: SearchSpace) -> int:
     recompute = sum(len(space.recompute_num_layers) if r.is_full else 1 for r in space.recompute)
     per_v = 1 + 2 * len(space.overlap_p2p_comm) * (divisor_count(model.num_layers) - 1)
     sp = sum(len(space.tp_comm_overlap) if on else 1 for on in space.sequence_parallel)
-    return pairs * per_v * len(_micro_batches(space)) * sp * recompute
+    return pairs * grids * per_v * len(_micro_batches(space)) * sp * recompute
 
 
 def _refuse_size(what: str, value: int, limit: int, hint: str) -> ConfigError:
@@ -413,6 +462,12 @@ def _refuse_size(what: str, value: int, limit: int, hint: str) -> ConfigError:
         [f"search space too large: {what} = {value:,} exceeds the limit of {limit:,}; {hint}"],
         source="search space",
     )
+
+
+def _selective_modules() -> frozenset[RecomputeModule]:
+    """The modules the space's one selective variant recomputes (Megatron's default)."""
+    selective = RecomputeVariant.SELECTIVE.build(1)
+    return selective.modules if isinstance(selective, SelectiveRecompute) else frozenset()
 
 
 def enumerate_strategies(model: TransformerModelSpec, space: SearchSpace) -> Enumeration:
@@ -431,16 +486,21 @@ def enumerate_strategies(model: TransformerModelSpec, space: SearchSpace) -> Enu
             "search fewer GPU counts, cap --max-micro-batch, or choose a GPU count or global "
             "batch with fewer divisors",
         )
-    triples: list[tuple[int, int, int, int, int, int]] = []
+    triples: list[tuple[int, ...]] = []
     comm_codes = [CP_COMM_CODES.index(kind) for kind in space.cp_comm_types]
+    grids = expert_grids(space, model)
     for n in space.gpu_counts:
         tp_limit = n if space.allow_cross_node_tp else gcd(n, space.gpus_per_node)
         for t in divisors(tp_limit):
             for c in _cp_degrees(space, model, n // t):
                 for code in comm_codes if c > 1 else [CP_COMM_CODES.index(CpCommType.P2P)]:
                     for r in range(len(space.precision)):
-                        triples.extend((n, t, p, c, code, r) for p in divisors(n // (t * c)))
-    triple = np.array(triples, dtype=np.int64).reshape(-1, 6)
+                        triples.extend(
+                            (n, t, p, c, code, r, *grid)
+                            for p in divisors(n // (t * c))
+                            for grid in grids
+                        )
+    triple = np.array(triples, dtype=np.int64).reshape(-1, 9)
     vs = np.array(divisors(model.num_layers), dtype=np.int64)
     mbs = np.array(_micro_batches(space), dtype=np.int64)
     sps = np.array(space.sequence_parallel, dtype=np.bool_)
@@ -455,6 +515,7 @@ def enumerate_strategies(model: TransformerModelSpec, space: SearchSpace) -> Enu
     i_tri, i_v, i_b, i_sp, i_rec = (axis.reshape(-1) for axis in grid)
     num_gpus, t, p = triple[i_tri, 0], triple[i_tri, 1], triple[i_tri, 2]
     cp, cp_code, recipe = triple[i_tri, 3], triple[i_tri, 4], triple[i_tri, 5]
+    ep, etp, disp = triple[i_tri, 6], triple[i_tri, 7], triple[i_tri, 8]
     d = num_gpus // (t * cp * p)
     v, b, sp = vs[i_v], mbs[i_b], sps[i_sp]
     rec_code, rec_layers = rec[i_rec, 0], rec[i_rec, 1]
@@ -474,6 +535,7 @@ def enumerate_strategies(model: TransformerModelSpec, space: SearchSpace) -> Enu
     rows, k = _ragged(np.where(interleaved, p2ps.shape[0] * n_groups, 1))
     num_gpus, t, p, d, v, b, sp = (x[rows] for x in (num_gpus, t, p, d, v, b, sp))
     cp, cp_code, recipe = cp[rows], cp_code[rows], recipe[rows]
+    ep, etp, disp = ep[rows], etp[rows], disp[rows]
     rec_code, rec_layers, m, n_g = rec_code[rows], rec_layers[rows], m[rows], n_groups[rows]
     interleaved = v > 1
     p2p = interleaved & p2ps[k // n_g]
@@ -486,6 +548,7 @@ def enumerate_strategies(model: TransformerModelSpec, space: SearchSpace) -> Enu
     rows, k = _ragged(np.where(overlappable, tp_overlaps.shape[0], 1))
     num_gpus, t, p, d, v, b, sp = (x[rows] for x in (num_gpus, t, p, d, v, b, sp))
     cp, cp_code, recipe = cp[rows], cp_code[rows], recipe[rows]
+    ep, etp, disp = ep[rows], etp[rows], disp[rows]
     rec_code, rec_layers, m = rec_code[rows], rec_layers[rows], m[rows]
     p2p, group = p2p[rows], group[rows]
     tp_overlap = overlappable[rows] & tp_overlaps[k]
@@ -506,8 +569,19 @@ def enumerate_strategies(model: TransformerModelSpec, space: SearchSpace) -> Enu
         context=cp,
         cp_head_split=cp_code == CP_COMM_CODES.index(CpCommType.A2A),
         tp_comm_overlap=tp_overlap,
+        selective=rec_code == RECOMPUTE_CODES.index(RecomputeVariant.SELECTIVE),
+        expert=ep,
+        expert_tensor=etp,
+        dispatcher=disp,
     )
-    masks = law_violations(columns, model, gbs, megatron_rules=space.megatron_rules)
+    masks = law_violations(
+        columns,
+        model,
+        gbs,
+        megatron_rules=space.megatron_rules,
+        dispatchers=space.dispatchers,
+        selective_modules=_selective_modules(),
+    )
     free_sharding, free_gather, free_grad = _free_options(space)
     free_masks = free_option_violations(free_gather, free_grad, megatron_rules=space.megatron_rules)
     weight = np.where(d > 1, free_sharding.shape[0], 1)
@@ -562,6 +636,10 @@ def enumerate_strategies(model: TransformerModelSpec, space: SearchSpace) -> Enu
         precision=recipe[keep][rows],
         tp_comm_overlap=tp_overlap[keep][rows],
         precisions=space.precision,
+        expert=ep[keep][rows],
+        expert_tensor=etp[keep][rows],
+        dispatcher=disp[keep][rows],
+        dispatchers=space.dispatchers,
     )
     report = EnumerationReport(
         candidates_enumerated=int(weight.sum()),
@@ -612,6 +690,15 @@ def candidate_to_spec(table: CandidateTable, i: int, model: TransformerModelSpec
         context=ContextParallel(
             degree=int(table.context[i]),
             communication=single_level_communication(CP_COMM_CODES[int(table.cp_comm[i])]),
+        ),
+        experts=(
+            ExpertParallel()
+            if model.moe is None
+            else ExpertParallel(
+                degree=int(table.expert[i]),
+                tensor_degree=int(table.expert_tensor[i]),
+                dispatcher=table.dispatchers[int(table.dispatcher[i])],
+            )
         ),
     )
     batch = BatchSpec(

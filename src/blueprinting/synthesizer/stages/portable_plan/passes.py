@@ -338,14 +338,11 @@ def high_precision_layer_extras(
     return extra(start), extra(end)
 
 
-def assemble_plan(
-    costs: TaskGroupCosts, ctx: PlanContext, base: TaskGroupCosts | None = None
-) -> PortablePlanIR:
-    """Lay the costed block out over the typed program's pipeline stages and add the P2P;
-    ``base``: the block at the base precision, for the layers a recipe keeps there."""
-    p2p_bytes, p2p_s = p2p_message(ctx)
-    first_layers, last_layers = high_precision_layer_extras(costs, base, ctx)
-    model, pipeline = ctx.spec.model, ctx.spec.mapping.parallelism.pipeline
+def stage_plans(spec: TrainingSpec) -> tuple[StagePlan, ...]:
+    """The pipeline stages of ``spec``: blocks per virtual chunk, how many of them recompute,
+    how many are MoE layers, the extras. Reads only the model and the pipeline and recompute
+    choices (no cost), so the vectorized search calls it once per layout."""
+    model, pipeline = spec.model, spec.mapping.parallelism.pipeline
     counts = chunk_layer_counts(model, pipeline)
     starts = chunk_layer_starts(model, pipeline)
 
@@ -353,7 +350,7 @@ def assemble_plan(
         return sum(1 for layer in range(start, start + count) if model.is_moe_layer(layer))
 
     def stage_plan(index: int, per_chunk: tuple[int, ...]) -> StagePlan:
-        recomputed = tuple(recomputed_blocks(ctx.spec, blocks) for blocks in per_chunk)
+        recomputed = tuple(recomputed_blocks(spec, blocks) for blocks in per_chunk)
         moe: tuple[int, ...] = ()
         moe_recomputed: tuple[int, ...] = ()
         if model.moe is not None:
@@ -373,7 +370,17 @@ def assemble_plan(
             moe_recomputed_per_chunk=moe_recomputed,
         )
 
-    stages = tuple(stage_plan(index, per_chunk) for index, per_chunk in enumerate(counts))
+    return tuple(stage_plan(index, per_chunk) for index, per_chunk in enumerate(counts))
+
+
+def assemble_plan(
+    costs: TaskGroupCosts, ctx: PlanContext, base: TaskGroupCosts | None = None
+) -> PortablePlanIR:
+    """Lay the costed block out over the typed program's pipeline stages and add the P2P;
+    ``base``: the block at the base precision, for the layers a recipe keeps there."""
+    p2p_bytes, p2p_s = p2p_message(ctx)
+    first_layers, last_layers = high_precision_layer_extras(costs, base, ctx)
+    stages = stage_plans(ctx.spec)
     return PortablePlanIR(
         moe_block=costs.moe_block,
         block=costs.block,

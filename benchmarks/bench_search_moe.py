@@ -1,0 +1,58 @@
+"""Time the MoE search (issue 13 item 5): ``blueprinting search --model deepseek-v3 --system
+dgx-gb200 --gpus 256 --global-batch 2048`` with ep, etp and the dispatcher in the space.
+
+Run: ``OMP_NUM_THREADS=1 taskset -c 0 .venv/bin/python benchmarks/bench_search_moe.py`` (one core).
+
+Two spaces, each printed as enumerated / lawful / fit / seconds (enumeration + vectorized
+evaluation + ranking):
+
+1. the command's default space (ep over every divisor of the 256 experts, etp 1, alltoall).
+   Target: under 10 s on one core;
+2. a wider one: etp in {1, 2}, dispatchers alltoall and flex-deepep (with and without the EP
+   overlap), for the cost of each added axis.
+
+DeepSeek-V3 has 61 layers (a prime): the enumeration's even layout (``L mod (p v) == 0``, the
+laws ``check`` applies without a pipeline layout string) leaves p = 1 on 256 GPUs.
+"""
+
+from __future__ import annotations
+
+import time
+
+from blueprinting.hardware.presets import system_preset
+from blueprinting.mapping.presets import model_preset
+from blueprinting.mapping.transformer import AllToAllDispatcher, FlexDispatcher
+from blueprinting.search.rank import run_search
+from blueprinting.search.space import SearchSpace
+
+
+def main() -> None:
+    model = model_preset("deepseek-v3")
+    system = system_preset("dgx-gb200")
+    base = {"gpu_counts": (256,), "global_batch_size": 2048, "gpus_per_node": system.gpus_per_node}
+    spaces = {
+        "default (ep auto, etp 1, alltoall)": SearchSpace(**base),  # type: ignore[arg-type]
+        "wider (etp 1|2, alltoall|flex-deepep, +overlap)": SearchSpace(
+            **base,  # type: ignore[arg-type]
+            expert_tensor_parallel=(1, 2),
+            dispatchers=(
+                AllToAllDispatcher(),
+                AllToAllDispatcher(overlap=True),
+                FlexDispatcher(),
+                FlexDispatcher(overlap=True),
+            ),
+        ),
+    }
+    for name, space in spaces.items():
+        start = time.perf_counter()
+        result = run_search(model, system, space)
+        seconds = time.perf_counter() - start
+        print(
+            f"deepseek-v3 / dgx-gb200 / 256 GPUs / B=2048, {name}: "
+            f"enumerated {result.candidates_enumerated:,} / lawful {result.candidates_valid:,} "
+            f"/ fit {result.candidates_fit:,} / {seconds:.2f} s"
+        )
+
+
+if __name__ == "__main__":
+    main()
