@@ -166,3 +166,49 @@ def test_missing_modern_fixture_exits_2(
 ) -> None:
     assert main(["validate", "--modern-fixture", str(tmp_path / "none.toml")]) == 2
     assert "modern-runs fixture not found" in capsys.readouterr().err
+
+
+def test_json_gains_the_moe_object(fake_api: None, capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    assert main(["validate", "--json"]) == 1
+    document = json.loads(capsys.readouterr().out)
+    moe = document["moe"]
+    assert len(moe["rows"]) == 65
+    assert moe["planned_runs"] + moe["not_planned_runs"] == 65
+    assert [gate["name"] for gate in moe["gates"]] == [
+        "MoE iteration time: median |error| (planned rows)",
+        "MoE iteration time: max |error| (planned rows)",
+        "every MoE row planned",
+    ]
+    assert [gate["limit"] for gate in moe["gates"]] == [0.10, 0.25, 1.0]
+    (row,) = [
+        r
+        for r in moe["rows"]
+        if r["run"] == "mbridge_26.04.01_pretrain_deepseekv3_b200_n256_mxfp8_gbs4096"
+    ]
+    assert (row["t"], row["p"], row["cp"], row["ep"], row["etp"], row["vp"]) == (1, 8, 1, 32, 1, 2)
+    assert row["dispatcher"] == "flex-deepep" and row["recipe"] == "mxfp8"
+    assert {(s["axis"], s["group"]) for s in moe["summaries"]} >= {
+        ("model", "deepseek-v3"),
+        ("model", "mixtral-8x22b"),
+        ("generation", "hopper"),
+        ("dispatcher", "flex-hybridep"),
+        ("dispatcher", "alltoall"),
+    }
+
+
+def test_text_report_shows_the_moe_tables(
+    fake_api: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["validate"]) == 1
+    out = capsys.readouterr().out
+    assert "MoE runs: iteration time" in out
+    assert "MoE-run gates (issue 13)" in out
+
+
+def test_missing_moe_fixture_exits_2(
+    fake_api: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["validate", "--moe-fixture", str(tmp_path / "none.toml")]) == 2
+    assert "MoE-runs fixture not found" in capsys.readouterr().err

@@ -10,8 +10,12 @@ against the outcomes, the runs not planned and why, and the memory gates. Then t
 2024-2026 of ``tests/validation/fixtures/modern_runs.toml`` (Megatron-Bridge Llama 3 / 3.1 on
 DGX-H100, DGX-B200, DGX-GB200; NeMo 24.07; NeMo long-sequence context parallel; issue 12): measured
 vs predicted iteration time per run (or the planner's message where it cannot plan it), the
-|error| by GPU generation and by precision recipe, and the gates. ``--json`` prints the same as
-one object (the memory part under ``memory``, the dense runs under ``modern``).
+|error| by GPU generation and by precision recipe, and the gates. Then the mixture-of-experts
+runs of ``tests/validation/fixtures/modern_moe_runs.toml`` (Megatron-Bridge DeepSeek-V3,
+Qwen3-30B-A3B, GPT-OSS-120B; Megatron-MoE-ModelZoo Mixtral 8x22B; issue 13): the same per run
+with its expert grid and dispatcher, the |error| by model, GPU generation and dispatcher, and the
+issue 13 gates. ``--json`` prints the same as one object (the memory part under ``memory``, the
+dense runs under ``modern``, the MoE runs under ``moe``).
 Exit status: 0 when every gate passes, 1 when one fails, 2 when the cost model or a fixture is
 missing.
 """
@@ -45,6 +49,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="modern dense-runs TOML (default: tests/validation/fixtures/modern_runs.toml)",
     )
     parser.add_argument(
+        "--moe-fixture",
+        type=Path,
+        default=None,
+        help="modern MoE-runs TOML (default: tests/validation/fixtures/modern_moe_runs.toml)",
+    )
+    parser.add_argument(
         "--summary-only", action="store_true", help="print only the gates, not every row"
     )
     parser.add_argument(
@@ -65,12 +75,17 @@ def run(args: argparse.Namespace) -> int:
         render_modern_rows,
         render_modern_summaries,
     )
+    from blueprinting.report.moe_validation_text import (
+        render_moe_gates,
+        render_moe_rows,
+        render_moe_summaries,
+    )
     from blueprinting.report.validation_text import (
         render_alternatives,
         render_gates,
         render_rows,
     )
-    from blueprinting.validation import measured_memory, modern
+    from blueprinting.validation import measured_memory, modern, modern_moe
     from blueprinting.validation.comparison import compare_published, to_json_dict
     from blueprinting.validation.predictor import api_predictor
     from blueprinting.validation.published import default_fixture_path, load_published_runs
@@ -100,12 +115,19 @@ def run(args: argparse.Namespace) -> int:
     if not modern_fixture.is_file():
         print(f"error: modern-runs fixture not found: {modern_fixture}", file=sys.stderr)
         return 2
+    moe_fixture: Path = (
+        args.moe_fixture if args.moe_fixture is not None else modern_moe.default_moe_fixture_path()
+    )
+    if not moe_fixture.is_file():
+        print(f"error: MoE-runs fixture not found: {moe_fixture}", file=sys.stderr)
+        return 2
     table = compare_published(predict, load_published_runs(fixture))
     memory = measured_memory.compare_measured_memory(
         predict_memory, measured_memory.load_measured_memory(memory_fixture)
     )
     dense = modern.compare_modern_runs(predict_modern, modern.load_modern_runs(modern_fixture))
-    passed = table.passed and memory.passed and dense.passed
+    moe = modern_moe.compare_moe_runs(predict_modern, modern_moe.load_moe_runs(moe_fixture))
+    passed = table.passed and memory.passed and dense.passed and moe.passed
     if args.json:
         import json
 
@@ -113,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
         document["passed"] = passed
         document["memory"] = measured_memory.memory_to_json_dict(memory)
         document["modern"] = modern.modern_to_json_dict(dense)
+        document["moe"] = modern_moe.moe_to_json_dict(moe)
         print(json.dumps(document, indent=2))
         return 0 if passed else 1
 
@@ -133,4 +156,8 @@ def run(args: argparse.Namespace) -> int:
         console.print(render_modern_rows(dense))
     console.print(render_modern_summaries(dense))
     console.print(render_modern_gates(dense))
+    if not args.summary_only:
+        console.print(render_moe_rows(moe))
+    console.print(render_moe_summaries(moe))
+    console.print(render_moe_gates(moe))
     return 0 if passed else 1

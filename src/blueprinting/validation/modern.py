@@ -76,6 +76,9 @@ class ModernSource(StrEnum):
     MEGATRON_BRIDGE = "megatron_bridge_perf_summary"
     NEMO_24_07 = "nemo_24.07_perf_summary"
     NEMO_LONG_SEQUENCE = "nemo_long_sequence_cp"
+    #: The mixture-of-experts rows (validation/modern_moe.py).
+    MEGATRON_BRIDGE_MOE = "megatron_bridge_perf_summary_moe"
+    MOE_MODELZOO_MIXTRAL = "megatron_moe_modelzoo_mixtral"
 
 
 class GpuGeneration(StrEnum):

@@ -1,0 +1,398 @@
+"""Measured mixture-of-experts training throughput, and scoring the iteration time on it (issue 13
+item 7).
+
+The fixture ``tests/validation/fixtures/modern_moe_runs.toml`` carries, in the format of
+``modern_runs.toml`` (read by :func:`blueprinting.validation.modern.load_modern_runs`), the 65 MoE
+records of ``shared/reference/modern_runs.json``: Megatron-Bridge's performance summaries
+(DeepSeek-V3, Qwen3-30B-A3B, GPT-OSS-120B on DGX-H100, DGX-B200, DGX-GB200; NeMo containers 25.09
+to 26.08; force-balanced, dropless unless labelled token-drop) and Megatron-MoE-ModelZoo's
+Mixtral 8x22B on 128 H100 (approximate figures). Its header says which Megatron flat keys each
+row sets and why.
+
+Scoring (:func:`compare_moe_runs`) is the dense runs' (:func:`~blueprinting.validation.modern.
+compare_modern_runs`: measured iteration time from tokens/s per GPU, or model TFLOP/s under the
+named convention; a run the planner refuses is "not planned" with its message), each row adding
+its expert grid (ep, etp), virtual pipeline, pipeline layout and dispatcher; the error is
+summarised by model, GPU generation and dispatcher. Gates (issue 13 item 7): median |relative
+error| <= :data:`MOE_MEDIAN_ERROR_LIMIT` and max <= :data:`MOE_MAX_ERROR_LIMIT` on the
+iteration time over the planned rows, and every MoE row planned. No efficiency is fitted on
+these runs: they are held out.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import assert_never, final
+
+from blueprinting.errors import ConfigError, ProblemCollector
+from blueprinting.mapping.flat_keys import FlatValue, canonical_key
+from blueprinting.mapping.presets import did_you_mean
+from blueprinting.mapping.transformer import DispatcherType, FlexBackend
+from blueprinting.validation.fields import fixture_path
+from blueprinting.validation.modern import (
+    GpuGeneration,
+    ModernPredictor,
+    ModernRow,
+    ModernRun,
+    ModernSource,
+    compare_modern_runs,
+    load_modern_runs,
+)
+
+#: Issue 13 item 7: median |relative error| of the iteration time over the planned MoE rows.
+MOE_MEDIAN_ERROR_LIMIT = 0.10
+#: Issue 13 item 7: largest |relative error| of the iteration time over the planned MoE rows.
+MOE_MAX_ERROR_LIMIT = 0.25
+
+#: The sources whose rows are mixture-of-experts runs (``modern_runs.md``).
+MOE_SOURCES: frozenset[ModernSource] = frozenset(
+    {ModernSource.MEGATRON_BRIDGE_MOE, ModernSource.MOE_MODELZOO_MIXTRAL}
+)
+
+
+class MoeDispatcher(StrEnum):
+    """The token dispatcher a row runs, a flex dispatcher with its backend."""
+
+    ALLTOALL = "alltoall"
+    ALLGATHER = "allgather"
+    FLEX_DEEPEP = "flex-deepep"
+    FLEX_HYBRIDEP = "flex-hybridep"
+    FLEX_NCCLEP = "flex-ncclep"
+
+
+def _flex(backend: FlexBackend) -> MoeDispatcher:
+    match backend:
+        case FlexBackend.DEEPEP:
+            return MoeDispatcher.FLEX_DEEPEP
+        case FlexBackend.HYBRIDEP:
+            return MoeDispatcher.FLEX_HYBRIDEP
+        case FlexBackend.NCCLEP:
+            return MoeDispatcher.FLEX_NCCLEP
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def moe_dispatcher(keys: Mapping[str, FlatValue]) -> MoeDispatcher:
+    """The dispatcher ``keys`` set, with Megatron-LM's defaults (``transformer_config.py``:
+    ``moe_token_dispatcher_type`` allgather, ``moe_flex_dispatcher_backend`` deepep; the
+    deprecated ``moe_enable_deepep`` is flex with deepep). Read from the keys, not the planned
+    spec, so that a row the planner refuses still names its dispatcher; :class:`ConfigError`
+    for a value that is not a dispatcher."""
+    canonical = {canonical_key(key): value for key, value in keys.items()}
+    kind_text = str(canonical.get("moe_token_dispatcher_type", DispatcherType.ALLGATHER.value))
+    backend_text = str(canonical.get("moe_flex_dispatcher_backend", FlexBackend.DEEPEP.value))
+    kinds = {kind.value: kind for kind in DispatcherType}
+    backends = {backend.value: backend for backend in FlexBackend}
+    problems = [
+        f"{key} {text!r} is not one of {', '.join(choices)}{did_you_mean(text, tuple(choices))}"
+        for key, text, choices in (
+            ("moe_token_dispatcher_type", kind_text, kinds),
+            ("moe_flex_dispatcher_backend", backend_text, backends),
+        )
+        if text not in choices
+    ]
+    if problems:
+        raise ConfigError(problems)
+    kind = kinds[kind_text]
+    match kind:
+        case DispatcherType.ALLTOALL:
+            return MoeDispatcher.ALLTOALL
+        case DispatcherType.ALLGATHER:
+            return MoeDispatcher.ALLGATHER
+        case DispatcherType.FLEX:
+            return _flex(backends[backend_text])
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def default_moe_fixture_path() -> Path:
+    """``tests/validation/fixtures/modern_moe_runs.toml`` of the checkout this module is in."""
+    return fixture_path("modern_moe_runs.toml")
+
+
+def load_moe_runs(path: Path | None = None) -> tuple[ModernRun, ...]:
+    """Read the MoE fixture (default :func:`default_moe_fixture_path`) with the modern-runs
+    loader; every problem at once, including a row from a dense source or whose dispatcher keys
+    name no dispatcher."""
+    source = path if path is not None else default_moe_fixture_path()
+    runs = load_modern_runs(source)
+    problems = ProblemCollector(source=str(source))
+    for run in runs:
+        if run.source not in MOE_SOURCES:
+            problems.add(
+                f"run {run.id!r}: source {run.source.value!r} is not a mixture-of-experts "
+                f"source ({', '.join(sorted(s.value for s in MOE_SOURCES))})"
+            )
+        try:
+            moe_dispatcher(run.strategy_keys)
+        except ConfigError as error:
+            for problem in error.problems:
+                problems.add(f"run {run.id!r}.strategy: {problem}")
+    problems.raise_if_any()
+    return runs
+
+
+# --------------------------------------------------------------------------------------------
+# Scoring
+# --------------------------------------------------------------------------------------------
+def _size(keys: Mapping[str, FlatValue], key: str, default: int) -> int:
+    value = keys.get(key, default)
+    return value if type(value) is int else default
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MoeRow:
+    """One MoE run scored: the dense scoring's row (layout, measured and predicted iteration
+    time, the planner's message) with the expert grid, the virtual pipeline, the pipeline
+    layout (``None``: Megatron's even split) and the dispatcher."""
+
+    row: ModernRow
+    expert_parallel: int
+    expert_tensor_parallel: int
+    virtual_pipeline: int
+    pipeline_layout: str | None
+    dispatcher: MoeDispatcher
+
+    @property
+    def run_id(self) -> str:
+        return self.row.run_id
+
+    @property
+    def planned(self) -> bool:
+        return self.row.planned
+
+    @property
+    def relative_error(self) -> float | None:
+        return self.row.relative_error
+
+
+def _moe_row(run: ModernRun, row: ModernRow) -> MoeRow:
+    keys = run.strategy_keys
+    layout = keys.get("pipeline_model_parallel_layout")
+    return MoeRow(
+        row=row,
+        expert_parallel=_size(keys, "expert_model_parallel_size", 1),
+        # Megatron-LM's default expert_tensor_parallel_size is t (arguments.py).
+        expert_tensor_parallel=_size(keys, "expert_tensor_parallel_size", run.tensor_parallel),
+        virtual_pipeline=_size(keys, "virtual_pipeline_model_parallel_size", 1),
+        pipeline_layout=layout if isinstance(layout, str) else None,
+        dispatcher=moe_dispatcher(keys),
+    )
+
+
+class MoeSummaryAxis(StrEnum):
+    """How the MoE error summaries split the rows."""
+
+    ALL = "all"
+    MODEL = "model"
+    GENERATION = "generation"
+    DISPATCHER = "dispatcher"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MoeErrorSummary:
+    """|relative error| over the planned rows of one group; ``None`` when none is planned."""
+
+    axis: MoeSummaryAxis
+    group: str
+    rows: int
+    planned: int
+    median_abs_error: float | None
+    max_abs_error: float | None
+    mean_error: float | None
+
+
+class MoeGate(StrEnum):
+    """The issue 13 item 7 gates."""
+
+    MEDIAN_ERROR = "MoE iteration time: median |error| (planned rows)"
+    MAX_ERROR = "MoE iteration time: max |error| (planned rows)"
+    ALL_PLANNED = "every MoE row planned"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MoeGateResult:
+    """``value``: the median or max |error| over ``count`` planned rows, or (ALL_PLANNED) the
+    fraction of rows planned; ``failing``: the rows breaking it."""
+
+    gate: MoeGate
+    count: int
+    value: float | None
+    limit: float
+    failing: tuple[str, ...]
+
+    @property
+    def passed(self) -> bool:
+        if self.count == 0 or self.value is None:
+            return False
+        match self.gate:
+            case MoeGate.MEDIAN_ERROR:
+                return self.value <= self.limit
+            case MoeGate.MAX_ERROR:
+                return self.value <= self.limit and not self.failing
+            case MoeGate.ALL_PLANNED:
+                return self.value >= self.limit and not self.failing
+            case _ as unreachable:
+                assert_never(unreachable)
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MoeValidation:
+    rows: tuple[MoeRow, ...]
+    summaries: tuple[MoeErrorSummary, ...]
+    gates: tuple[MoeGateResult, ...]
+
+    @property
+    def passed(self) -> bool:
+        return all(result.passed for result in self.gates)
+
+    @property
+    def planned_rows(self) -> tuple[MoeRow, ...]:
+        return tuple(row for row in self.rows if row.planned)
+
+    @property
+    def not_planned_rows(self) -> tuple[MoeRow, ...]:
+        return tuple(row for row in self.rows if not row.planned)
+
+    def gate(self, gate: MoeGate) -> MoeGateResult:
+        return next(result for result in self.gates if result.gate is gate)
+
+
+def _summary(axis: MoeSummaryAxis, group: str, rows: Sequence[MoeRow]) -> MoeErrorSummary:
+    errors = [error for row in rows if (error := row.relative_error) is not None]
+    magnitudes = [abs(error) for error in errors]
+    return MoeErrorSummary(
+        axis=axis,
+        group=group,
+        rows=len(rows),
+        planned=len(errors),
+        median_abs_error=statistics.median(magnitudes) if magnitudes else None,
+        max_abs_error=max(magnitudes) if magnitudes else None,
+        mean_error=statistics.fmean(errors) if errors else None,
+    )
+
+
+def summarise_moe(rows: Sequence[MoeRow]) -> tuple[MoeErrorSummary, ...]:
+    """All rows, then per model (in first-seen order), per GPU generation and per dispatcher
+    (each in its enum's order); groups without rows are left out."""
+    out = [_summary(MoeSummaryAxis.ALL, "all", rows)]
+    for model in dict.fromkeys(row.row.model for row in rows):
+        members = [row for row in rows if row.row.model == model]
+        out.append(_summary(MoeSummaryAxis.MODEL, model, members))
+    for generation in GpuGeneration:
+        members = [row for row in rows if row.row.generation is generation]
+        if members:
+            out.append(_summary(MoeSummaryAxis.GENERATION, generation.value, members))
+    for dispatcher in MoeDispatcher:
+        members = [row for row in rows if row.dispatcher is dispatcher]
+        if members:
+            out.append(_summary(MoeSummaryAxis.DISPATCHER, dispatcher.value, members))
+    return tuple(out)
+
+
+def _gates(rows: Sequence[MoeRow]) -> tuple[MoeGateResult, ...]:
+    planned = [row for row in rows if row.planned]
+    magnitudes = {row.run_id: abs(row.relative_error or 0.0) for row in planned}
+    return (
+        MoeGateResult(
+            gate=MoeGate.MEDIAN_ERROR,
+            count=len(planned),
+            value=statistics.median(magnitudes.values()) if magnitudes else None,
+            limit=MOE_MEDIAN_ERROR_LIMIT,
+            failing=(),
+        ),
+        MoeGateResult(
+            gate=MoeGate.MAX_ERROR,
+            count=len(planned),
+            value=max(magnitudes.values()) if magnitudes else None,
+            limit=MOE_MAX_ERROR_LIMIT,
+            failing=tuple(
+                run_id for run_id, error in magnitudes.items() if error > MOE_MAX_ERROR_LIMIT
+            ),
+        ),
+        MoeGateResult(
+            gate=MoeGate.ALL_PLANNED,
+            count=len(rows),
+            value=len(planned) / len(rows) if rows else None,
+            limit=1.0,
+            failing=tuple(row.run_id for row in rows if not row.planned),
+        ),
+    )
+
+
+def compare_moe_runs(
+    predict: ModernPredictor, runs: Sequence[ModernRun] | None = None
+) -> MoeValidation:
+    """Score ``predict`` on the MoE ``runs`` (default: the fixture) with the modern runs' scoring
+    (a :class:`~blueprinting.errors.BlueprintingError` leaves a run not planned, with the
+    planner's message), then the MoE summaries and the issue 13 gates."""
+    chosen = tuple(load_moe_runs() if runs is None else runs)
+    scored = compare_modern_runs(predict, chosen).rows
+    rows = tuple(_moe_row(run, row) for run, row in zip(chosen, scored, strict=True))
+    return MoeValidation(rows=rows, summaries=summarise_moe(rows), gates=_gates(rows))
+
+
+def moe_to_json_dict(validation: MoeValidation) -> dict[str, object]:
+    """The ``moe`` object of ``blueprinting validate --json`` (seconds; errors as fractions)."""
+    return {
+        "passed": validation.passed,
+        "gates": [
+            {
+                "name": str(result.gate),
+                "count": result.count,
+                "value": result.value,
+                "limit": result.limit,
+                "failing": list(result.failing),
+                "passed": result.passed,
+            }
+            for result in validation.gates
+        ],
+        "summaries": [
+            {
+                "axis": str(summary.axis),
+                "group": summary.group,
+                "rows": summary.rows,
+                "planned": summary.planned,
+                "median_abs_error": summary.median_abs_error,
+                "max_abs_error": summary.max_abs_error,
+                "mean_error": summary.mean_error,
+            }
+            for summary in validation.summaries
+        ],
+        "rows": [
+            {
+                "run": row.run_id,
+                "source": str(row.row.source),
+                "model": row.row.model,
+                "system": row.row.system,
+                "generation": str(row.row.generation),
+                "gpus": row.row.num_gpus,
+                "t": row.row.tensor_parallel,
+                "p": row.row.pipeline_parallel,
+                "cp": row.row.context_parallel,
+                "d": row.row.data_parallel,
+                "ep": row.expert_parallel,
+                "etp": row.expert_tensor_parallel,
+                "vp": row.virtual_pipeline,
+                "pipeline_layout": row.pipeline_layout,
+                "dispatcher": str(row.dispatcher),
+                "recipe": str(row.row.recipe),
+                "measured_iteration_time_s": row.row.measured_s,
+                "predicted_iteration_time_s": row.row.predicted_s,
+                "relative_error": row.relative_error,
+                "planned": row.planned,
+                "not_planned": row.row.not_planned,
+            }
+            for row in validation.rows
+        ],
+        "planned_runs": len(validation.planned_rows),
+        "not_planned_runs": len(validation.not_planned_rows),
+    }

@@ -1,0 +1,357 @@
+"""The mixture-of-experts modern runs (issue 13 item 7): fixture, loader, scoring and the gates.
+
+The fixture ``tests/validation/fixtures/modern_moe_runs.toml`` transcribes the 65 MoE records of
+``shared/reference/modern_runs.json``; :func:`test_fixture_matches_the_shared_reference` checks
+it against that file when it is present (skipped on a clone without ``shared/``).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from blueprinting.analysis.flops import FlopsConvention, model_flops_per_iteration
+from blueprinting.errors import ConfigError
+from blueprinting.validation.modern import (
+    GpuGeneration,
+    ModernRun,
+    ModernSource,
+    PrecisionRecipe,
+    api_modern_predictor,
+)
+from blueprinting.validation.modern_moe import (
+    MOE_MAX_ERROR_LIMIT,
+    MOE_MEDIAN_ERROR_LIMIT,
+    MOE_SOURCES,
+    MoeDispatcher,
+    MoeGate,
+    MoeValidation,
+    compare_moe_runs,
+    load_moe_runs,
+    moe_dispatcher,
+    moe_to_json_dict,
+)
+from tests.reference import shared_reference
+
+_RUNS = load_moe_runs()
+_BY_ID = {run.id: run for run in _RUNS}
+
+
+@pytest.fixture(scope="module")
+def planned() -> MoeValidation:
+    """Every MoE fixture run through ``blueprinting.api.plan_spec`` (about a second)."""
+    return compare_moe_runs(api_modern_predictor(), _RUNS)
+
+
+# --------------------------------------------------------------------------------------------
+# The fixture and the loader
+# --------------------------------------------------------------------------------------------
+def test_fixture_holds_every_moe_run_once() -> None:
+    assert len(_RUNS) == len(_BY_ID) == 65
+    counts = {source: sum(1 for r in _RUNS if r.source is source) for source in MOE_SOURCES}
+    assert counts == {ModernSource.MEGATRON_BRIDGE_MOE: 61, ModernSource.MOE_MODELZOO_MIXTRAL: 4}
+    models = {run.model_preset for run in _RUNS}
+    assert models == {"deepseek-v3", "qwen3-30b-a3b", "gpt-oss-120b", "mixtral-8x22b"}
+    assert {run.system for run in _RUNS} == {"dgx-h100", "dgx-b200", "dgx-gb200"}
+    assert all(run.provenance and run.framework for run in _RUNS)
+    assert all(run.base_model().moe is not None for run in _RUNS)
+
+
+def test_a_deepseek_row_carries_the_recipes_keys() -> None:
+    run = _BY_ID["mbridge_26.04.01_pretrain_deepseekv3_b200_n256_mxfp8_gbs4096"]
+    assert run.system == "dgx-b200" and run.generation is GpuGeneration.BLACKWELL
+    assert (run.num_gpus, run.tensor_parallel, run.pipeline_parallel, run.data_parallel) == (
+        256,
+        1,
+        8,
+        32,
+    )
+    assert run.recipe is PrecisionRecipe.MXFP8
+    keys = run.strategy_keys
+    assert keys["expert_model_parallel_size"] == 32
+    assert keys["expert_tensor_parallel_size"] == 1
+    assert keys["virtual_pipeline_model_parallel_size"] == 2
+    # Megatron-Bridge's DeepSeek-V3 layout for (PP8, VP2), MTP on the loss stage.
+    assert keys["pipeline_model_parallel_layout"] == "Et*4|(t*4|)*14tmL"
+    assert keys["moe_token_dispatcher_type"] == "flex"
+    assert keys["moe_flex_dispatcher_backend"] == "deepep"
+    assert keys["overlap_moe_expert_parallel_comm"] is True
+    assert keys["recompute_granularity"] == "selective"
+    assert keys["recompute_modules"] == "mla_up_proj mlp"
+    assert moe_dispatcher(keys) is MoeDispatcher.FLEX_DEEPEP
+    # gbs x seq / (tokens/s/GPU x GPUs) = 4096 x 4096 / (3328 x 256)
+    assert run.measured_iteration_time_s() == pytest.approx(4096 * 4096 / (3328 * 256), rel=1e-15)
+
+
+def test_the_rows_without_mtp_turn_it_off() -> None:
+    off = [run for run in _RUNS if "w_o_mtp" in run.id]
+    assert len(off) == 2
+    assert all(run.model_keys["mtp_num_layers"] == 0 for run in off)
+    bf16 = _BY_ID["mbridge_25.11_pretrain_deepseekv3_gb200_n256_bf16_gbs4096_w_o_mtp"]
+    assert bf16.recipe is PrecisionRecipe.BF16
+    assert bf16.strategy_keys["pipeline_model_parallel_layout"] == "Et*4|(t*4|)*14tL"
+    with_mtp = [r for r in _RUNS if r.model_preset == "deepseek-v3" and "w_o_mtp" not in r.id]
+    assert all("mtp_num_layers" not in run.model_keys for run in with_mtp)
+    assert with_mtp[0].base_model().mtp_num_layers == 1
+
+
+def test_token_drop_rows_set_a_capacity_factor() -> None:
+    drop = {run.id for run in _RUNS if "moe_expert_capacity_factor" in run.model_keys}
+    assert drop == {run.id for run in _RUNS if "tokendrop" in run.id or "token_drop" in run.id}
+    assert len(drop) == 9  # 8 Megatron-Bridge 25.09 rows and ModelZoo's capacity factor 1
+    zoo = _BY_ID["modelzoo_mixtral_8x22b_h100_128_token_drop_cf1"]
+    assert zoo.model_keys["moe_expert_capacity_factor"] == 1
+    assert zoo.model_keys["moe_pad_expert_input_to_capacity"] is True
+
+
+def _bridge_moe_flops_per_token(run: ModernRun) -> float:
+    """Megatron-Bridge flop_utils for a SwiGLU GQA MoE transformer (every layer MoE, no shared
+    expert), written out independently of analysis/flops.py: per token and layer the Q, K, V and
+    output projections 2 h d (2 a + 2 g), causal core attention 2 a d s, top-k experts of three
+    h x F matrices and the h x E router; the h x V logits; x 3 for forward and backward."""
+    model = run.base_model()
+    moe = model.moe
+    assert moe is not None
+    s, layers, h, vocab = run.seq_length, model.num_layers, model.hidden_size, model.vocab_size
+    heads, groups, head_dim = model.num_attention_heads, model.num_query_groups, model.kv_channels
+    attention = 2 * h * head_dim * (2 * heads + 2 * groups) + 2 * heads * head_dim * s / 2 * 2
+    experts = moe.top_k * 3 * 2 * h * moe.expert_ffn_hidden_size + 2 * h * moe.num_experts
+    return 3 * (layers * (attention + experts) + 2 * h * vocab)
+
+
+def test_the_mixtral_rows_are_timed_with_the_bridge_convention() -> None:
+    """Only model TFLOP/s are printed: the time is the megatron-bridge FLOPs / (TFLOP/s x GPUs);
+    the reference's own estimate is 242.2 GFLOP per token (V = 32000)."""
+    run = _BY_ID["modelzoo_mixtral_8x22b_h100_128_dropless"]
+    assert run.flops_convention is FlopsConvention.MEGATRON_BRIDGE
+    assert run.measured.tokens_per_s_per_gpu is None
+    model = replace(run.base_model(), seq_length=run.seq_length)
+    tokens = run.global_batch_size * run.seq_length
+    flops = model_flops_per_iteration(model, run.global_batch_size, FlopsConvention.MEGATRON_BRIDGE)
+    assert flops / tokens == pytest.approx(242.2e9, rel=2e-3)
+    assert flops / tokens == pytest.approx(_bridge_moe_flops_per_token(run), rel=2e-3)
+    assert run.measured_iteration_time_s() == pytest.approx(flops / (445e12 * 128), rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("keys", "dispatcher"),
+    [
+        ({}, MoeDispatcher.ALLGATHER),
+        ({"moe_token_dispatcher_type": "alltoall"}, MoeDispatcher.ALLTOALL),
+        ({"moe_token_dispatcher_type": "flex"}, MoeDispatcher.FLEX_DEEPEP),
+        (
+            {"moe_token_dispatcher_type": "flex", "moe_flex_dispatcher_backend": "hybridep"},
+            MoeDispatcher.FLEX_HYBRIDEP,
+        ),
+        (
+            {"moe-token-dispatcher-type": "flex", "moe_flex_dispatcher_backend": "ncclep"},
+            MoeDispatcher.FLEX_NCCLEP,
+        ),
+    ],
+)
+def test_the_dispatcher_reads_megatrons_keys(
+    keys: dict[str, str], dispatcher: MoeDispatcher
+) -> None:
+    assert moe_dispatcher(keys) is dispatcher
+
+
+def test_a_misspelt_dispatcher_is_named_with_a_suggestion() -> None:
+    with pytest.raises(ConfigError) as raised:
+        moe_dispatcher({"moe_token_dispatcher_type": "alltoal", "moe_flex_dispatcher_backend": "x"})
+    text = "\n".join(raised.value.problems)
+    assert "moe_token_dispatcher_type 'alltoal' is not one of alltoall, allgather, flex" in text
+    assert "did you mean 'alltoall'" in text
+    assert "moe_flex_dispatcher_backend 'x'" in text
+
+
+_COMMON = (
+    'provenance = "p"\nframework = "f"\ngpu = "g"\nprecision_stated = "BF16"\n'
+    "[run.model]\nseq_length = 4096\n"
+)
+
+
+def test_a_malformed_fixture_reports_every_problem(tmp_path: Path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(
+        "[[run]]\n"
+        'id = "dense"\nsource = "megatron_bridge_perf_summary"\nsystem = "dgx-h100"\n'
+        'num_gpus = 8\nmodel_preset = "llama3-8b"\n'
+        f"{_COMMON}[run.strategy]\ntensor_model_parallel_size = 1\nglobal_batch_size = 8\n"
+        "[run.measured]\ntokens_per_s_per_gpu = 500\n"
+        "[[run]]\n"
+        'id = "moe"\nsource = "megatron_bridge_perf_summary_moe"\nsystem = "dgx-h100"\n'
+        'num_gpus = 8\nmodel_preset = "qwen3-30b-a3b"\n'
+        f"{_COMMON}[run.strategy]\ntensor_model_parallel_size = 1\nglobal_batch_size = 8\n"
+        'moe_token_dispatcher_type = "alltoal"\n'
+        "[run.measured]\ntokens_per_s_per_gpu = 500\n"
+    )
+    with pytest.raises(ConfigError) as raised:
+        load_moe_runs(path)
+    text = "\n".join(raised.value.problems)
+    assert "run 'dense': source 'megatron_bridge_perf_summary' is not a mixture-of-experts" in text
+    assert "run 'moe'.strategy: moe_token_dispatcher_type 'alltoal'" in text
+
+
+def test_fixture_matches_the_shared_reference() -> None:
+    reference = shared_reference()
+    if reference is None:
+        pytest.skip("shared/reference is absent (a fresh clone): nothing to compare with")
+    records = {
+        record["id"]: record
+        for record in json.loads((reference / "modern_runs.json").read_text())
+        if record["source_key"] in {source.value for source in MOE_SOURCES}
+    }
+    assert set(records) == set(_BY_ID)
+    presets = {
+        "DeepSeek-V3": "deepseek-v3",
+        "Qwen3-30B-A3B": "qwen3-30b-a3b",
+        "GPT-OSS-120B": "gpt-oss-120b",
+        "Mixtral 8x22B": "mixtral-8x22b",
+    }
+    for run_id, record in records.items():
+        run = _BY_ID[run_id]
+        strategy, measured, model = record["strategy"], record["measured"], record["model"]
+        keys = run.strategy_keys
+        assert run.source.value == record["source_key"], run_id
+        assert run.model_preset == presets[model["name"]], run_id
+        assert run.num_gpus == record["hardware"]["n_gpus"], run_id
+        assert run.tensor_parallel == strategy["t"], run_id
+        assert run.pipeline_parallel == strategy["p"], run_id
+        assert run.context_parallel == strategy["cp"], run_id
+        assert run.data_parallel == strategy["d"], run_id
+        assert keys["expert_model_parallel_size"] == strategy["ep"], run_id
+        if strategy["etp"] is not None:
+            assert keys["expert_tensor_parallel_size"] == strategy["etp"], run_id
+        assert keys.get("virtual_pipeline_model_parallel_size", 1) == (strategy["v"] or 1), run_id
+        assert keys["micro_batch_size"] == strategy["micro_batch"], run_id
+        assert run.global_batch_size == strategy["global_batch"], run_id
+        assert run.seq_length == model["s"], run_id
+        if strategy["dispatcher"] is not None:
+            assert moe_dispatcher(keys).value == strategy["dispatcher"].replace(" / ", "-")
+        assert keys.get("overlap_moe_expert_parallel_comm", False) is bool(
+            strategy.get("moe_a2a_overlap")
+        ), run_id
+        assert run.measured.tokens_per_s_per_gpu == measured.get("tokens_per_s_per_gpu"), run_id
+        assert run.measured.model_tflops_per_gpu == measured.get("model_tflops_per_gpu"), run_id
+        assert run.notes == tuple(record["notes"]), run_id
+        base = run.base_model()
+        assert (base.num_layers, base.hidden_size) == (model["L"], model["h"]), run_id
+        assert base.moe is not None and base.moe.num_experts == model["moe"]["num_experts"]
+
+
+# --------------------------------------------------------------------------------------------
+# Scoring (a stand-in predictor: exact arithmetic)
+# --------------------------------------------------------------------------------------------
+def _stand_in(run: ModernRun) -> float:
+    """5% slow on Hopper, 20% fast on Blackwell; DeepSeek-V3 refused."""
+    if run.model_preset == "deepseek-v3":
+        raise ConfigError(["pipeline_model_parallel_layout: stand-in refusal"])
+    factor = 1.05 if run.generation is GpuGeneration.HOPPER else 0.8
+    return factor * run.measured_iteration_time_s()
+
+
+def test_scoring_splits_the_error_by_model_generation_and_dispatcher() -> None:
+    validation = compare_moe_runs(_stand_in, _RUNS)
+    by_group = {(s.axis.value, s.group): s for s in validation.summaries}
+    deepseek = by_group[("model", "deepseek-v3")]
+    assert (deepseek.rows, deepseek.planned, deepseek.median_abs_error) == (20, 0, None)
+    mixtral = by_group[("model", "mixtral-8x22b")]
+    assert (mixtral.rows, mixtral.planned) == (4, 4)
+    assert mixtral.median_abs_error == pytest.approx(0.05, rel=1e-12)
+    hopper = by_group[("generation", "hopper")]
+    assert (hopper.rows, hopper.planned) == (18, 16)
+    assert hopper.max_abs_error == pytest.approx(0.05, rel=1e-12)
+    blackwell = by_group[("generation", "blackwell")]
+    assert (blackwell.rows, blackwell.planned) == (47, 29)
+    assert blackwell.mean_error == pytest.approx(-0.2, rel=1e-12)
+    assert by_group[("dispatcher", "flex-deepep")].rows == 2
+    assert by_group[("all", "all")].planned == 45
+    assert {row.row.not_planned for row in validation.not_planned_rows} == {
+        "pipeline_model_parallel_layout: stand-in refusal"
+    }
+    assert validation.gate(MoeGate.MAX_ERROR).passed is True  # 0.2 <= 0.25
+    assert validation.gate(MoeGate.MEDIAN_ERROR).passed is False  # 0.2 > 0.10
+    assert validation.gate(MoeGate.ALL_PLANNED).value == pytest.approx(45 / 65)
+    assert validation.passed is False
+    document = json.loads(json.dumps(moe_to_json_dict(validation)))
+    assert document["planned_runs"] == 45 and document["not_planned_runs"] == 20
+    (row,) = [r for r in document["rows"] if r["run"] == "modelzoo_mixtral_8x22b_h100_128_dropless"]
+    assert (row["t"], row["p"], row["cp"], row["ep"], row["etp"], row["vp"]) == (2, 8, 1, 8, 1, 7)
+    assert row["d"] == 8 and row["dispatcher"] == "alltoall" and row["recipe"] == "bf16"
+    assert row["pipeline_layout"] is None
+    assert row["relative_error"] == pytest.approx(0.05, rel=1e-12)
+
+
+def test_a_perfect_predictor_passes_every_gate() -> None:
+    validation = compare_moe_runs(lambda run: run.measured_iteration_time_s(), _RUNS)
+    assert validation.passed
+    assert validation.gate(MoeGate.MEDIAN_ERROR).value == 0.0
+
+
+# --------------------------------------------------------------------------------------------
+# The planner on the runs (held out: no efficiency is fitted on them)
+# --------------------------------------------------------------------------------------------
+#: The runs the planner does not plan today, by the start of its message: DeepSeek-V3's layouts
+#: place the MTP layer ('m'), which the layout parser refuses; the recompute modules
+#: mla_up_proj and moe_act are not modelled; DeepSeek-V3's 61 layers do not split evenly over
+#: (PP8, VP4), for which Megatron-Bridge has no layout.
+_MTP_LAYOUT = "pipeline_model_parallel_layout: MTP layers"
+_MOE_ACT = "recompute_modules: moe_act"
+_UNEVEN = "[planner] blocks_per_pipeline_stage"
+
+
+def test_which_runs_are_not_planned_and_why(planned: MoeValidation) -> None:
+    refused = {row.run_id: row.row.not_planned for row in planned.not_planned_rows}
+    assert len(planned.planned_rows) == 34 and len(refused) == 31
+    starts = {_MTP_LAYOUT: 16, _MOE_ACT: 12, _UNEVEN: 3}
+    for start, count in starts.items():
+        assert sum(1 for message in refused.values() if message.startswith(start)) == count
+    assert all("Traceback" not in message for message in refused.values())
+    gpt_oss = {r.run_id for r in planned.not_planned_rows if r.row.model == "gpt-oss-120b"}
+    assert all(refused[run_id].startswith(_MOE_ACT) for run_id in gpt_oss)
+
+
+def test_the_planned_runs_stay_within_todays_bounds(planned: MoeValidation) -> None:
+    """Regression bound, not the issue gate (no efficiency is fitted on these runs). Today:
+    median |error| 42.1% over 34 planned runs, nearly all predicted fast (Qwen3-30B-A3B median
+    42.2%, GPT-OSS-120B 42.4%, Mixtral 8x22B 21.8%); the one DeepSeek-V3 run planned (BF16, no
+    MTP, GB200) is predicted 2.4x slow."""
+    errors = {row.run_id: row.relative_error or 0.0 for row in planned.planned_rows}
+    median = planned.gate(MoeGate.MEDIAN_ERROR).value
+    assert median is not None and 0.35 <= median <= 0.50
+    deepseek = "mbridge_25.11_pretrain_deepseekv3_gb200_n256_bf16_gbs4096_w_o_mtp"
+    assert 1.2 <= errors[deepseek] <= 1.6
+    others = [error for run, error in errors.items() if run != deepseek]
+    assert all(-0.80 <= error <= -0.10 for error in others)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "34 of 65 MoE runs planned: median |error| 42.1% (limit 10%), max 140.6% (limit 25%), "
+        "28 rows beyond 25%; Qwen3-30B-A3B and GPT-OSS-120B predicted 35-78% fast, the one "
+        "DeepSeek-V3 row planned (BF16 w/o MTP, GB200) 141% slow"
+    ),
+)
+def test_issue_gate_on_the_planned_runs(planned: MoeValidation) -> None:
+    median = planned.gate(MoeGate.MEDIAN_ERROR)
+    largest = planned.gate(MoeGate.MAX_ERROR)
+    assert median.count == len(planned.planned_rows) > 0
+    assert median.value is not None and median.value <= MOE_MEDIAN_ERROR_LIMIT
+    assert largest.value is not None and largest.value <= MOE_MAX_ERROR_LIMIT
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "31 of 65 MoE runs are not planned (16 DeepSeek-V3 layouts with the MTP layer 'm', "
+        "12 GPT-OSS-120B recipes recomputing moe_act, 3 DeepSeek-V3 runs at PP8 x VP4 whose 61 "
+        "layers do not split evenly) and the accuracy gates fail"
+    ),
+)
+def test_full_issue_gate_every_moe_run(planned: MoeValidation) -> None:
+    assert planned.gate(MoeGate.ALL_PLANNED).passed
+    assert planned.passed
