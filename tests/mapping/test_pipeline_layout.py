@@ -12,10 +12,10 @@ import pytest
 from blueprinting.analysis.evaluate import portable_plan
 from blueprinting.analysis.memory import stage_parameters
 from blueprinting.analysis.stage_layout import chunk_layer_counts, stage_layer_counts
-from blueprinting.errors import ConfigError, InvalidStrategyError, UnsupportedError
+from blueprinting.errors import ConfigError, InvalidStrategyError
 from blueprinting.hardware.system_mapping import system_from_mapping
 from blueprinting.mapping.config_file import load_config
-from blueprinting.mapping.laws import check_training
+from blueprinting.mapping.laws import check_training, flexible_layout_laws
 from blueprinting.mapping.pipeline_layout import format_pipeline_layout, parse_pipeline_layout
 from blueprinting.mapping.presets import model_preset
 from blueprinting.mapping.transformer import (
@@ -94,9 +94,33 @@ def test_empty_layout_and_all_problems_at_once() -> None:
     assert len(problems) == 4  # E not first, x unknown, L not last, a second L
 
 
-def test_mtp_parses_and_is_unsupported_with_its_position() -> None:
-    with pytest.raises(UnsupportedError, match=r"MTP layers \('m' at position 14\)"):
-        parse_pipeline_layout("Ettt|(tt|)*29,m|L")
+def test_mtp_depths_parse_into_their_stage_and_format_back() -> None:
+    """Megatron-Bridge's DeepSeek-V3 layout for PP4 x VP4: 16 stages, the MTP depth in the
+    loss's stage after its blocks."""
+    text = "Et*4|(t*4|)*14tmL"
+    layout = parse_pipeline_layout(text)
+    assert len(layout.stages) == 16
+    assert sum(stage.decoder_layers for stage in layout.stages) == 61
+    assert [stage.mtp_layers for stage in layout.stages] == [0] * 15 + [1]
+    assert parse_pipeline_layout(format_pipeline_layout(layout)) == layout
+    assert _problems("Etmt|L") == (
+        "'t' at position 3 after an 'm' of its stage (Megatron-LM builds the MTP depths after "
+        "the decoder blocks)",
+    )
+
+
+def test_mtp_depths_in_the_layout_must_be_the_models_and_sit_with_the_loss() -> None:
+    model = model_preset("deepseek-v3")  # mtp_num_layers = 1
+    laws = flexible_layout_laws(61, parse_pipeline_layout("Et*4|(t*4|)*14tmL"), 4, 4, 1)
+    assert laws == []
+    misplaced = flexible_layout_laws(61, parse_pipeline_layout("Et*4m|(t*4|)*14tL"), 4, 4, 1)
+    assert [f"{v.law}: {v.message}" for v in misplaced] == [
+        "layout_mtp_layers: the layout holds 1 MTP depths (m) in stage 0, the model has "
+        "mtp_num_layers = 1, costed on the last stage (with the loss)"
+    ]
+    missing = flexible_layout_laws(61, parse_pipeline_layout("Et*4|(t*4|)*14tL"), 4, 4, 1)
+    assert [v.law for v in missing] == ["layout_mtp_layers"]
+    assert model.mtp_num_layers == 1
 
 
 def _spec(layout: str, p: int, **extra: int | str | bool) -> object:

@@ -263,3 +263,19 @@ def test_dense_models_have_no_moe_block() -> None:
         ("ep", 4),
         ("etp_ep", 8),
     ]
+
+
+def test_mtp_depth_adds_one_layer_and_one_lm_head_on_the_loss_stage() -> None:
+    """DeepSeek-V3's MTP 1 (shared reference section 2.11): per micro-batch the loss's stage
+    runs one more MoE layer and one more LM head and loss, forward and backward."""
+    with_mtp = replace(deepseek_like(layers=4, dense=1), mtp_num_layers=1)
+    without = replace(with_mtp, mtp_num_layers=0)
+    mapping = _mapping(pp=2, ep=8, dp=8, gbs=16)
+    a, b = _plan(with_mtp, mapping), _plan(without, mapping)
+    moe, lm = a.plan.moe_block, a.plan.lm_head
+    assert moe is not None
+    m = mapping.microbatch_count
+    expected = m * (moe.forward.compute_s + lm.forward.compute_s)
+    assert a.breakdown.forward - b.breakdown.forward == pytest.approx(expected, rel=1e-9)
+    assert a.plan.stages[0].has_embedding and not a.plan.stages[0].has_lm_head
+    assert a.plan.mtp.forward.flops == moe.forward.flops + lm.forward.flops

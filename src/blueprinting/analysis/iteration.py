@@ -166,6 +166,8 @@ class CostedPart(StrEnum):
     FIRST_LAYERS_BACKWARD = "first_layers.backward"
     LAST_LAYERS_FORWARD = "last_layers.forward"
     LAST_LAYERS_BACKWARD = "last_layers.backward"
+    MTP_FORWARD = "mtp.forward"
+    MTP_BACKWARD = "mtp.backward"
 
 
 class PhaseField(StrEnum):
@@ -194,6 +196,8 @@ _RUNS = (
     (WorkCount.HAS_EMBEDDING, CostedPart.FIRST_LAYERS_BACKWARD),
     (WorkCount.HAS_LM_HEAD, CostedPart.LAST_LAYERS_FORWARD),
     (WorkCount.HAS_LM_HEAD, CostedPart.LAST_LAYERS_BACKWARD),
+    (WorkCount.HAS_LM_HEAD, CostedPart.MTP_FORWARD),
+    (WorkCount.HAS_LM_HEAD, CostedPart.MTP_BACKWARD),
 )
 _FORWARD_PARTS = frozenset(
     {
@@ -203,6 +207,7 @@ _FORWARD_PARTS = frozenset(
         CostedPart.LM_HEAD_FORWARD,
         CostedPart.FIRST_LAYERS_FORWARD,
         CostedPart.LAST_LAYERS_FORWARD,
+        CostedPart.MTP_FORWARD,
     }
 )
 
@@ -264,6 +269,10 @@ def costed_part(plan: PortablePlanIR, part: CostedPart) -> PhaseCost:
             return plan.last_layers.forward
         case CostedPart.LAST_LAYERS_BACKWARD:
             return plan.last_layers.backward
+        case CostedPart.MTP_FORWARD:
+            return plan.mtp.forward
+        case CostedPart.MTP_BACKWARD:
+            return plan.mtp.backward
         case _ as unreachable:
             assert_never(unreachable)
 

@@ -128,7 +128,9 @@ def stage_blocks(num_layers: int, pipeline: PipelineParallel) -> tuple[int, ...]
             assert_never(unreachable)
 
 
-def _layout_laws(num_layers: int, pipeline: PipelineParallel, v: int) -> list[LawViolation]:
+def _layout_laws(
+    num_layers: int, pipeline: PipelineParallel, v: int, mtp_layers: int = 0
+) -> list[LawViolation]:
     p = pipeline.degree
     out: list[LawViolation] = []
     match pipeline.layout:
@@ -157,7 +159,7 @@ def _layout_laws(num_layers: int, pipeline: PipelineParallel, v: int) -> list[La
         case UnevenStages(first_stage_layers=first, last_stage_layers=last):
             out.extend(_uneven_laws(num_layers, p, v, first, last))
         case FlexibleStages():
-            out.extend(flexible_layout_laws(num_layers, pipeline.layout, p, v))
+            out.extend(flexible_layout_laws(num_layers, pipeline.layout, p, v, mtp_layers))
         case _ as unreachable:
             assert_never(unreachable)
     return out
@@ -168,7 +170,7 @@ def _at(position: int | None) -> str:
 
 
 def flexible_layout_laws(
-    num_layers: int, layout: FlexibleStages, p: int, v: int
+    num_layers: int, layout: FlexibleStages, p: int, v: int, mtp_layers: int = 0
 ) -> list[LawViolation]:
     """Megatron-LM's checks of ``pipeline_model_parallel_layout`` (``arguments.py`` l.941-950
     and ``pipeline_parallel_layer_layout.py`` ``validate_layer_layout`` @d98e8a64): p * v
@@ -212,6 +214,23 @@ def flexible_layout_laws(
                 f"the {role} ({name}) must be given once, in the {place} stage ({expected}); "
                 f"found in {where}",
                 count=len(holders),
+            )
+        )
+    # Megatron-LM (pipeline_parallel_layer_layout.py): count(m) = mtp_num_layers; Blueprinting
+    # costs the MTP depths on the loss's stage, where the default placement puts them
+    placed = [k for k, stage in enumerate(stages) if stage.mtp_layers]
+    given = sum(stage.mtp_layers for stage in stages)
+    if given != mtp_layers or any(k != len(stages) - 1 for k in placed):
+        out.append(
+            _violation(
+                "layout_mtp_layers",
+                "count(m) = mtp_num_layers, in the loss's stage",
+                f"the layout holds {given} MTP depths (m) in "
+                + (", ".join(f"stage {k}" for k in placed) or "no stage")
+                + f", the model has mtp_num_layers = {mtp_layers}, costed on the last stage "
+                "(with the loss)",
+                layout_mtp=given,
+                mtp_num_layers=mtp_layers,
             )
         )
     return out
@@ -894,7 +913,7 @@ def check_training(
                 microbatch_size=mbs,
             )
         )
-    out.extend(_layout_laws(model.num_layers, pipeline, v))
+    out.extend(_layout_laws(model.num_layers, pipeline, v, model.mtp_num_layers))
     out.extend(_training_schedule_laws(p, pipeline))
     if isinstance(pipeline.schedule, DualPipe | DualPipeV):
         out.extend(dualpipe_laws(pipeline.schedule, p, mapping.microbatch_count))
@@ -1007,7 +1026,7 @@ def check_inference(
     pipeline = mapping.parallelism.pipeline
     workload = mapping.workload
     out: list[LawViolation] = []
-    out.extend(_layout_laws(model.num_layers, pipeline, 1))
+    out.extend(_layout_laws(model.num_layers, pipeline, 1))  # serving loads no MTP depth
     out.extend(_inference_schedule_laws(p, pipeline))
     out.extend(_block_laws(model, mapping.parallelism.tensor))
     out.extend(serving_expert_laws(model, mapping))

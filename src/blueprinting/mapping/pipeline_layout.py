@@ -11,15 +11,15 @@ and loss). Example: ``Et|(tt|)*30L`` is 32 stages, 61 blocks.
 What the typed layout cannot hold is refused here with the character's position (0-based, in
 the string as given): unknown characters, unbalanced or nested parentheses, a ``*`` without a
 count, an embedding that is not the first layer of its stage, a loss that is not the last, a
-second ``E`` or ``L`` in a stage. ``m`` parses but is refused with
-:class:`~blueprinting.errors.UnsupportedError` until multi-token prediction is modelled. The
-rules on the typed value (stage count p * v, blocks = num_layers, embedding in the first stage,
-loss in the last) are laws (:func:`blueprinting.mapping.laws.flexible_layout_laws`).
+second ``E`` or ``L`` in a stage, an ``m`` before a ``t`` of its stage. The rules on the typed
+value (stage count p * v, blocks = num_layers, embedding in the first stage, loss in the last,
+the MTP depths = ``mtp_num_layers`` in the loss's stage) are laws
+(:func:`blueprinting.mapping.laws.flexible_layout_laws`).
 """
 
 from __future__ import annotations
 
-from blueprinting.errors import ConfigError, UnsupportedError
+from blueprinting.errors import ConfigError
 from blueprinting.mapping.transformer import FlexibleStages, LayoutStage
 
 _LAYERS = {"E": "embedding", "t": "decoder block", "m": "MTP layer", "L": "loss"}
@@ -104,9 +104,10 @@ def _unroll_characters(tokens: list[_Token], problems: list[str]) -> list[_Token
     return out
 
 
-def _stage(tokens: list[_Token], start: int, problems: list[str], mtp: list[int]) -> LayoutStage:
+def _stage(tokens: list[_Token], start: int, problems: list[str]) -> LayoutStage:
     embedding = loss = False
     blocks = 0
+    mtp: list[int] = []
     for k, (ch, pos) in enumerate(tokens):
         match ch:
             case "E":
@@ -128,6 +129,11 @@ def _stage(tokens: list[_Token], start: int, problems: list[str], mtp: list[int]
                     )
                 loss = True
             case "t":
+                if mtp:
+                    problems.append(
+                        f"'t' at position {pos} after an 'm' of its stage (Megatron-LM builds "
+                        "the MTP depths after the decoder blocks)"
+                    )
                 blocks += 1
             case "m":
                 mtp.append(pos)
@@ -138,12 +144,18 @@ def _stage(tokens: list[_Token], start: int, problems: list[str], mtp: list[int]
                 problems.append(
                     f"invalid layer character {ch!r} at position {pos} (known: {known}){mean}"
                 )
-    return LayoutStage(embedding=embedding, decoder_layers=blocks, loss=loss, position=start)
+    return LayoutStage(
+        embedding=embedding,
+        decoder_layers=blocks,
+        loss=loss,
+        mtp_layers=len(mtp),
+        position=start,
+    )
 
 
 def parse_pipeline_layout(text: str) -> FlexibleStages:
     """The typed layout of a Megatron-LM layout string; every problem at once, each with its
-    position, as a :class:`ConfigError` (an ``m`` raises :class:`UnsupportedError`)."""
+    position, as a :class:`ConfigError`."""
     source = "pipeline_model_parallel_layout"
     if not text.strip():
         raise ConfigError(["the layout string is empty"], source=source)
@@ -153,33 +165,27 @@ def parse_pipeline_layout(text: str) -> FlexibleStages:
     if problems:
         raise ConfigError(problems, source=source)
     stages: list[LayoutStage] = []
-    mtp: list[int] = []
     current: list[_Token] = []
     start = 0
     for ch, pos in [*tokens, ("|", len(text))]:
         if ch != "|":
             current.append((ch, pos))
             continue
-        stages.append(_stage(current, start if not current else current[0][1], problems, mtp))
+        stages.append(_stage(current, start if not current else current[0][1], problems))
         if len(stages) > MAX_LAYOUT_STAGES:
             problems.append(f"the layout expands to more than {MAX_LAYOUT_STAGES} stages")
             break
         current, start = [], pos + 1
     if problems:
         raise ConfigError(problems, source=source)
-    if mtp:
-        where = ", ".join(str(pos) for pos in sorted(set(mtp)))
-        raise UnsupportedError(
-            f"{source}: MTP layers ('m' at position {where}) need multi-token prediction, "
-            "which Blueprinting does not model yet"
-        )
     return FlexibleStages(stages=tuple(stages))
 
 
 def _stage_text(stage: LayoutStage) -> str:
     n = stage.decoder_layers
     blocks = "t" * n if n <= 2 else f"t*{n}"
-    return ("E" if stage.embedding else "") + blocks + ("L" if stage.loss else "")
+    mtp = "m" * stage.mtp_layers
+    return ("E" if stage.embedding else "") + blocks + mtp + ("L" if stage.loss else "")
 
 
 def format_pipeline_layout(layout: FlexibleStages) -> str:

@@ -652,19 +652,25 @@ class LayoutStage:
     embedding: bool = False
     decoder_layers: int = 0
     loss: bool = False
+    #: multi-token-prediction depths (``m``) the stage holds, after its decoder blocks
+    mtp_layers: int = 0
     position: int | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
-        if self.decoder_layers < 0:
+        if self.decoder_layers < 0 or self.mtp_layers < 0:
             raise ConfigError(
-                [f"LayoutStage decoder_layers must be >= 0, got {self.decoder_layers}"]
+                [
+                    f"LayoutStage decoder_layers / mtp_layers must be >= 0, got "
+                    f"{self.decoder_layers} / {self.mtp_layers}"
+                ]
             )
 
     def __str__(self) -> str:
         blocks = "t" * min(self.decoder_layers, 1)
         if self.decoder_layers > 1:
             blocks = f"t*{self.decoder_layers}"
-        return ("E" if self.embedding else "") + blocks + ("L" if self.loss else "")
+        mtp = "m" * self.mtp_layers
+        return ("E" if self.embedding else "") + blocks + mtp + ("L" if self.loss else "")
 
 
 @final

@@ -438,7 +438,7 @@ def _block_costs(
                 lm.forward.comm_exposed_s,
                 lm.backward.compute_s,
                 lm.backward.comm_exposed_s,
-                lm.total_s + plan.last_layers.total_s,
+                lm.total_s + plan.last_layers.total_s + plan.mtp.total_s,
                 moe.forward_s,
                 moe.backward_s,
                 moe.backward_with_recompute_s,

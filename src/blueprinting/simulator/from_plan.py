@@ -126,10 +126,15 @@ def _chunk_matrices(plan: PortablePlanIR) -> tuple[Matrix, Matrix, Matrix]:
                     + plan.first_layers.backward.critical_path_s
                 )
             if stage.has_lm_head and c == v - 1:
-                f += plan.lm_head.forward.critical_path_s + plan.last_layers.forward.critical_path_s
+                f += (
+                    plan.lm_head.forward.critical_path_s
+                    + plan.last_layers.forward.critical_path_s
+                    + plan.mtp.forward.critical_path_s
+                )
                 b += (
                     plan.lm_head.backward.critical_path_s
                     + plan.last_layers.backward.critical_path_s
+                    + plan.mtp.backward.critical_path_s
                 )
             f_row.append(f)
             b_row.append(b)

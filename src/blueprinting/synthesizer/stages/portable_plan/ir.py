@@ -178,6 +178,8 @@ class PortablePlanIR:
     last_layers: ExtraCost = NO_EXTRA
     #: a MoE model's MoE layer (``block`` is then its dense layer)
     moe_block: BlockCost | None = None
+    #: the multi-token-prediction depths on the loss's stage (``--mtp-num-layers``)
+    mtp: ExtraCost = NO_EXTRA
     p2p_forward_s: float
     p2p_backward_s: float
     p2p_bytes: int
@@ -299,7 +301,7 @@ class PortablePlanIR:
         if stage.has_embedding:
             work += self.embedding.total_s + self.first_layers.total_s
         if stage.has_lm_head:
-            work += self.lm_head.total_s + self.last_layers.total_s
+            work += self.lm_head.total_s + self.last_layers.total_s + self.mtp.total_s
         return work
 
     def critical_stage(self) -> StagePlan:

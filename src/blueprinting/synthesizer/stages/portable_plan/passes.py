@@ -373,6 +373,23 @@ def stage_plans(spec: TrainingSpec) -> tuple[StagePlan, ...]:
     return tuple(stage_plan(index, per_chunk) for index, per_chunk in enumerate(counts))
 
 
+def mtp_extra(costs: TaskGroupCosts, ctx: PlanContext) -> ExtraCost:
+    """What the ``mtp_num_layers`` multi-token-prediction depths add on the loss's stage per
+    micro-batch (Megatron-Core ``MultiTokenPredictionLayer``; the default placement, shared
+    reference section 2.11): each runs one decoder layer of the last layer's kind and one more
+    LM head and loss, forward and backward. Its ``eh_proj`` (a 2h -> h GEMM per token, about
+    1/30 of a DeepSeek-V3 MoE layer's FLOPs) and norms are not costed."""
+    model = ctx.spec.model
+    n = model.mtp_num_layers
+    if n == 0:
+        return NO_EXTRA
+    last_moe = model.is_moe_layer(model.num_layers - 1) and costs.moe_block is not None
+    layer = costs.moe_block if last_moe and costs.moe_block is not None else costs.block
+    forward = _sum_phases(layer.forward, costs.lm_head.forward)
+    backward = _sum_phases(layer.backward_activation, layer.backward_weight, costs.lm_head.backward)
+    return ExtraCost(forward=forward.scaled(n), backward=backward.scaled(n))
+
+
 def assemble_plan(
     costs: TaskGroupCosts, ctx: PlanContext, base: TaskGroupCosts | None = None
 ) -> PortablePlanIR:
@@ -383,6 +400,7 @@ def assemble_plan(
     stages = stage_plans(ctx.spec)
     return PortablePlanIR(
         moe_block=costs.moe_block,
+        mtp=mtp_extra(costs, ctx),
         block=costs.block,
         embedding=costs.embedding,
         lm_head=costs.lm_head,
