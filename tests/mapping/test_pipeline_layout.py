@@ -109,7 +109,7 @@ def test_mtp_depths_parse_into_their_stage_and_format_back() -> None:
     )
 
 
-def test_mtp_depths_in_the_layout_must_be_the_models_and_sit_with_the_loss() -> None:
+def test_mtp_depths_a_layout_names_are_the_models_and_sit_with_the_loss() -> None:
     model = model_preset("deepseek-v3")  # mtp_num_layers = 1
     laws = flexible_layout_laws(61, parse_pipeline_layout("Et*4|(t*4|)*14tmL"), 4, 4, 1)
     assert laws == []
@@ -118,8 +118,10 @@ def test_mtp_depths_in_the_layout_must_be_the_models_and_sit_with_the_loss() -> 
         "layout_mtp_layers: the layout holds 1 MTP depths (m) in stage 0, the model has "
         "mtp_num_layers = 1, costed on the last stage (with the loss)"
     ]
-    missing = flexible_layout_laws(61, parse_pipeline_layout("Et*4|(t*4|)*14tL"), 4, 4, 1)
-    assert [v.law for v in missing] == ["layout_mtp_layers"]
+    # without 'm' the depths stay where the default puts them, with the loss
+    assert flexible_layout_laws(61, parse_pipeline_layout("Et*4|(t*4|)*14tL"), 4, 4, 1) == []
+    two = flexible_layout_laws(61, parse_pipeline_layout("Et*4|(t*4|)*14tmmL"), 4, 4, 1)
+    assert [v.law for v in two] == ["layout_mtp_layers"]
     assert model.mtp_num_layers == 1
 
 

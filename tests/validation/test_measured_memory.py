@@ -81,8 +81,6 @@ def test_exclusion_counts() -> None:
     assert validation.exclusion_counts == {
         ExclusionReason.FP8_RECIPE: 2,
         ExclusionReason.TP_COMM_OVERLAP: 1,
-        # Two runs keep it: their layouts hold MTP layers (m); the other two plan their layout.
-        ExclusionReason.PIPELINE_LAYOUT: 2,
         ExclusionReason.ACTIVATION_OFFLOAD: 4,
         ExclusionReason.RECOMPUTE_MODULES: 4,
         ExclusionReason.INCOMPLETE_CONFIGURATION: 2,

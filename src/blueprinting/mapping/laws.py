@@ -216,15 +216,16 @@ def flexible_layout_laws(
                 count=len(holders),
             )
         )
-    # Megatron-LM (pipeline_parallel_layer_layout.py): count(m) = mtp_num_layers; Blueprinting
-    # costs the MTP depths on the loss's stage, where the default placement puts them
+    # A layout that names the MTP depths names all of them (Megatron-LM
+    # pipeline_parallel_layer_layout.py); one without 'm' leaves them where the default puts
+    # them, with the loss. Blueprinting costs them on the loss's stage only.
     placed = [k for k, stage in enumerate(stages) if stage.mtp_layers]
     given = sum(stage.mtp_layers for stage in stages)
-    if given != mtp_layers or any(k != len(stages) - 1 for k in placed):
+    if (given and given != mtp_layers) or any(k != len(stages) - 1 for k in placed):
         out.append(
             _violation(
                 "layout_mtp_layers",
-                "count(m) = mtp_num_layers, in the loss's stage",
+                "count(m) in {0, mtp_num_layers}, in the loss's stage",
                 f"the layout holds {given} MTP depths (m) in "
                 + (", ".join(f"stage {k}" for k in placed) or "no stage")
                 + f", the model has mtp_num_layers = {mtp_layers}, costed on the last stage "

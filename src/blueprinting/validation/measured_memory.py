@@ -90,7 +90,6 @@ class ExclusionReason(StrEnum):
 
     FP8_RECIPE = "fp8_recipe"
     TP_COMM_OVERLAP = "tp_comm_overlap"
-    PIPELINE_LAYOUT = "pipeline_layout"
     ACTIVATION_OFFLOAD = "activation_offload"
     RECOMPUTE_MODULES = "recompute_modules"
     INCOMPLETE_CONFIGURATION = "incomplete_configuration"
@@ -104,8 +103,6 @@ class ExclusionReason(StrEnum):
                 return frozenset({"fp8_recipe", "fp8_param_gather"})
             case ExclusionReason.TP_COMM_OVERLAP:
                 return frozenset({"tp_comm_overlap"})
-            case ExclusionReason.PIPELINE_LAYOUT:
-                return frozenset({"pipeline_model_parallel_layout"})
             case ExclusionReason.ACTIVATION_OFFLOAD:
                 return frozenset({"fine_grained_activation_offloading", "offload_modules"})
             case ExclusionReason.RECOMPUTE_MODULES:
