@@ -6,19 +6,27 @@ seconds per iteration; errors are (predicted - measured) / measured.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, assert_never
 
-from blueprinting.validation.modern import ModernGate, ModernGateResult, ModernValidation
+from blueprinting.validation.modern import (
+    AxisT,
+    ErrorSummary,
+    GateKind,
+    GateResult,
+    GateT,
+    ModernValidation,
+)
 
 if TYPE_CHECKING:
     from rich.table import Table
 
 
-def _seconds(value: float | None) -> str:
+def seconds_text(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
-def _percent(value: float | None, *, signed: bool = True) -> str:
+def percent_text(value: float | None, *, signed: bool = True) -> str:
     if value is None:
         return "-"
     return f"{100.0 * value:+.1f}%" if signed else f"{100.0 * value:.1f}%"
@@ -53,9 +61,9 @@ def render_modern_rows(validation: ModernValidation) -> Table:
             f"{row.tensor_parallel}/{row.pipeline_parallel}/{row.context_parallel}/"
             f"{row.data_parallel}",
             str(row.recipe),
-            _seconds(row.measured_s),
-            _seconds(row.predicted_s),
-            _percent(row.relative_error),
+            seconds_text(row.measured_s),
+            seconds_text(row.predicted_s),
+            percent_text(row.relative_error),
             row.not_planned,
         )
     planned = len(validation.planned_rows)
@@ -63,42 +71,50 @@ def render_modern_rows(validation: ModernValidation) -> Table:
     return out
 
 
-def render_modern_summaries(validation: ModernValidation) -> Table:
-    """|error| over the planned runs: all, per GPU generation, per precision recipe."""
+def render_error_summaries(title: str, summaries: Sequence[ErrorSummary[AxisT]]) -> Table:
+    """|error| over the planned runs, one line per group of the summaries."""
     from rich.table import Table
 
-    out = Table(title="Modern dense runs: |error| by GPU generation and by precision recipe")
+    out = Table(title=title)
     for column in ("split", "group", "runs", "planned", "median |err|", "max |err|", "mean err"):
         out.add_column(column, justify="left" if column in {"split", "group"} else "right")
-    for summary in validation.summaries:
+    for summary in summaries:
         out.add_row(
             str(summary.axis),
             summary.group,
             str(summary.rows),
             str(summary.planned),
-            _percent(summary.median_abs_error, signed=False),
-            _percent(summary.max_abs_error, signed=False),
-            _percent(summary.mean_error),
+            percent_text(summary.median_abs_error, signed=False),
+            percent_text(summary.max_abs_error, signed=False),
+            percent_text(summary.mean_error),
         )
     return out
 
 
-def _gate_value(result: ModernGateResult) -> tuple[str, str]:
-    match result.gate:
-        case ModernGate.MEDIAN_ERROR | ModernGate.MAX_ERROR:
-            return _percent(result.value, signed=False), f"<= {100.0 * result.limit:.0f}%"
-        case ModernGate.ALL_PLANNED:
+def render_modern_summaries(validation: ModernValidation) -> Table:
+    """|error| over the planned runs: all, per GPU generation, per precision recipe."""
+    return render_error_summaries(
+        "Modern dense runs: |error| by GPU generation and by precision recipe",
+        validation.summaries,
+    )
+
+
+def _gate_value(result: GateResult[GateT]) -> tuple[str, str]:
+    match result.kind:
+        case GateKind.MEDIAN_ERROR | GateKind.MAX_ERROR:
+            return percent_text(result.value, signed=False), f"<= {100.0 * result.limit:.0f}%"
+        case GateKind.ALL_PLANNED:
             return f"{result.count - len(result.failing)}/{result.count}", "all"
         case _ as unreachable:
             assert_never(unreachable)
 
 
-def render_modern_gates(validation: ModernValidation) -> Table:
-    """The issue 12 item 7 gates."""
+def render_iteration_gates(title: str, gates: Sequence[GateResult[GateT]]) -> Table:
+    """Iteration-time gates: value reached, limit, rows failing, verdict."""
     from blueprinting.report.gate_table import GateRow, render_gate_table
 
     return render_gate_table(
-        "Modern dense-run gates (issue 12)",
+        title,
         (
             GateRow(
                 gate=str(result.gate),
@@ -108,6 +124,11 @@ def render_modern_gates(validation: ModernValidation) -> Table:
                 failing=len(result.failing),
                 passed=result.passed,
             )
-            for result in validation.gates
+            for result in gates
         ),
     )
+
+
+def render_modern_gates(validation: ModernValidation) -> Table:
+    """The issue 12 item 7 gates."""
+    return render_iteration_gates("Modern dense-run gates (issue 12)", validation.gates)

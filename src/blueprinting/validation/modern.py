@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from types import MappingProxyType
-from typing import assert_never, final
+from typing import Generic, Protocol, TypeVar, assert_never, final
 
 from blueprinting.analysis.flops import FlopsConvention
 from blueprinting.errors import (
@@ -444,12 +444,40 @@ class SummaryAxis(StrEnum):
     RECIPE = "recipe"
 
 
+class GateKind(StrEnum):
+    """What an iteration-time gate measures (the dense runs' and the MoE runs' share them)."""
+
+    MEDIAN_ERROR = "median_error"
+    MAX_ERROR = "max_error"
+    ALL_PLANNED = "all_planned"
+
+
+class ScoredRow(Protocol):
+    """What the summaries and gates read of a scored run."""
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def planned(self) -> bool: ...
+
+    @property
+    def relative_error(self) -> float | None: ...
+
+
+AxisT = TypeVar("AxisT", bound=StrEnum)
+GateT = TypeVar("GateT", bound=StrEnum)
+RowT = TypeVar("RowT", bound=ScoredRow)
+
+
 @final
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ErrorSummary:
+# no slots: a slotted dataclass is a new class object, which a Generic frozen dataclass
+# trips over on Python 3.11 (TypeError from super(); cpython gh-90562)
+@dataclass(frozen=True, kw_only=True)
+class ErrorSummary(Generic[AxisT]):
     """|relative error| over the planned rows of one group; ``None`` when none is planned."""
 
-    axis: SummaryAxis
+    axis: AxisT
     group: str
     rows: int
     planned: int
@@ -458,65 +486,7 @@ class ErrorSummary:
     mean_error: float | None
 
 
-class ModernGate(StrEnum):
-    """The issue 12 item 7 gates."""
-
-    MEDIAN_ERROR = "iteration time: median |error| (planned rows)"
-    MAX_ERROR = "iteration time: max |error| (planned rows)"
-    ALL_PLANNED = "every dense row planned"
-
-
-@final
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ModernGateResult:
-    """``value``: the median or max |error| over ``count`` planned rows, or (ALL_PLANNED) the
-    fraction of rows planned; ``failing``: the rows breaking it."""
-
-    gate: ModernGate
-    count: int
-    value: float | None
-    limit: float
-    failing: tuple[str, ...]
-
-    @property
-    def passed(self) -> bool:
-        if self.count == 0 or self.value is None:
-            return False
-        match self.gate:
-            case ModernGate.MEDIAN_ERROR:
-                return self.value <= self.limit
-            case ModernGate.MAX_ERROR:
-                return self.value <= self.limit and not self.failing
-            case ModernGate.ALL_PLANNED:
-                return self.value >= self.limit and not self.failing
-            case _ as unreachable:
-                assert_never(unreachable)
-
-
-@final
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ModernValidation:
-    rows: tuple[ModernRow, ...]
-    summaries: tuple[ErrorSummary, ...]
-    gates: tuple[ModernGateResult, ...]
-
-    @property
-    def passed(self) -> bool:
-        return all(result.passed for result in self.gates)
-
-    @property
-    def planned_rows(self) -> tuple[ModernRow, ...]:
-        return tuple(row for row in self.rows if row.planned)
-
-    @property
-    def not_planned_rows(self) -> tuple[ModernRow, ...]:
-        return tuple(row for row in self.rows if not row.planned)
-
-    def gate(self, gate: ModernGate) -> ModernGateResult:
-        return next(result for result in self.gates if result.gate is gate)
-
-
-def _summary(axis: SummaryAxis, group: str, rows: Sequence[ModernRow]) -> ErrorSummary:
+def error_summary(axis: AxisT, group: str, rows: Sequence[ScoredRow]) -> ErrorSummary[AxisT]:
     errors = [error for row in rows if (error := row.relative_error) is not None]
     magnitudes = [abs(error) for error in errors]
     return ErrorSummary(
@@ -530,48 +500,138 @@ def _summary(axis: SummaryAxis, group: str, rows: Sequence[ModernRow]) -> ErrorS
     )
 
 
-def summarise(rows: Sequence[ModernRow]) -> tuple[ErrorSummary, ...]:
-    """All rows, then per GPU generation, then per precision recipe (each in its enum's order;
-    groups without rows are left out)."""
-    out = [_summary(SummaryAxis.ALL, "all", rows)]
-    for generation in GpuGeneration:
-        members = [row for row in rows if row.generation is generation]
-        if members:
-            out.append(_summary(SummaryAxis.GENERATION, generation.value, members))
-    for recipe in PrecisionRecipe:
-        members = [row for row in rows if row.recipe is recipe]
-        if members:
-            out.append(_summary(SummaryAxis.RECIPE, recipe.value, members))
-    return tuple(out)
+class ModernGate(StrEnum):
+    """The issue 12 item 7 gates."""
+
+    MEDIAN_ERROR = "iteration time: median |error| (planned rows)"
+    MAX_ERROR = "iteration time: max |error| (planned rows)"
+    ALL_PLANNED = "every dense row planned"
 
 
-def _gates(rows: Sequence[ModernRow]) -> tuple[ModernGateResult, ...]:
+@final
+# no slots: a slotted dataclass is a new class object, which a Generic frozen dataclass
+# trips over on Python 3.11 (TypeError from super(); cpython gh-90562)
+@dataclass(frozen=True, kw_only=True)
+class GateResult(Generic[GateT]):
+    """``value``: the median or max |error| over ``count`` planned rows, or (ALL_PLANNED) the
+    fraction of rows planned; ``failing``: the rows breaking it; ``gate`` names it."""
+
+    gate: GateT
+    kind: GateKind
+    count: int
+    value: float | None
+    limit: float
+    failing: tuple[str, ...]
+
+    @property
+    def passed(self) -> bool:
+        if self.count == 0 or self.value is None:
+            return False
+        match self.kind:
+            case GateKind.MEDIAN_ERROR:
+                return self.value <= self.limit
+            case GateKind.MAX_ERROR:
+                return self.value <= self.limit and not self.failing
+            case GateKind.ALL_PLANNED:
+                return self.value >= self.limit and not self.failing
+            case _ as unreachable:
+                assert_never(unreachable)
+
+
+ModernGateResult = GateResult[ModernGate]
+
+
+def iteration_gates(
+    rows: Sequence[ScoredRow],
+    names: tuple[GateT, GateT, GateT],
+    *,
+    median_limit: float,
+    max_limit: float,
+) -> tuple[GateResult[GateT], GateResult[GateT], GateResult[GateT]]:
+    """The median and max |error| over the planned rows and the share of rows planned, named
+    ``names`` (median, max, all planned)."""
     planned = [row for row in rows if row.planned]
     magnitudes = {row.run_id: abs(row.relative_error or 0.0) for row in planned}
+    median_name, max_name, all_name = names
     return (
-        ModernGateResult(
-            gate=ModernGate.MEDIAN_ERROR,
+        GateResult(
+            gate=median_name,
+            kind=GateKind.MEDIAN_ERROR,
             count=len(planned),
             value=statistics.median(magnitudes.values()) if magnitudes else None,
-            limit=MEDIAN_ERROR_LIMIT,
+            limit=median_limit,
             failing=(),
         ),
-        ModernGateResult(
-            gate=ModernGate.MAX_ERROR,
+        GateResult(
+            gate=max_name,
+            kind=GateKind.MAX_ERROR,
             count=len(planned),
             value=max(magnitudes.values()) if magnitudes else None,
-            limit=MAX_ERROR_LIMIT,
-            failing=tuple(
-                run_id for run_id, error in magnitudes.items() if error > MAX_ERROR_LIMIT
-            ),
+            limit=max_limit,
+            failing=tuple(run_id for run_id, error in magnitudes.items() if error > max_limit),
         ),
-        ModernGateResult(
-            gate=ModernGate.ALL_PLANNED,
+        GateResult(
+            gate=all_name,
+            kind=GateKind.ALL_PLANNED,
             count=len(rows),
             value=len(planned) / len(rows) if rows else None,
             limit=1.0,
             failing=tuple(row.run_id for row in rows if not row.planned),
         ),
+    )
+
+
+@final
+# no slots: a slotted dataclass is a new class object, which a Generic frozen dataclass
+# trips over on Python 3.11 (TypeError from super(); cpython gh-90562)
+@dataclass(frozen=True, kw_only=True)
+class IterationValidation(Generic[RowT, AxisT, GateT]):
+    """Scored rows, their error summaries and their gates."""
+
+    rows: tuple[RowT, ...]
+    summaries: tuple[ErrorSummary[AxisT], ...]
+    gates: tuple[GateResult[GateT], ...]
+
+    @property
+    def passed(self) -> bool:
+        return all(result.passed for result in self.gates)
+
+    @property
+    def planned_rows(self) -> tuple[RowT, ...]:
+        return tuple(row for row in self.rows if row.planned)
+
+    @property
+    def not_planned_rows(self) -> tuple[RowT, ...]:
+        return tuple(row for row in self.rows if not row.planned)
+
+    def gate(self, gate: GateT) -> GateResult[GateT]:
+        return next(result for result in self.gates if result.gate is gate)
+
+
+ModernValidation = IterationValidation[ModernRow, SummaryAxis, ModernGate]
+
+
+def summarise(rows: Sequence[ModernRow]) -> tuple[ErrorSummary[SummaryAxis], ...]:
+    """All rows, then per GPU generation, then per precision recipe (each in its enum's order;
+    groups without rows are left out)."""
+    out = [error_summary(SummaryAxis.ALL, "all", rows)]
+    for generation in GpuGeneration:
+        members = [row for row in rows if row.generation is generation]
+        if members:
+            out.append(error_summary(SummaryAxis.GENERATION, generation.value, members))
+    for recipe in PrecisionRecipe:
+        members = [row for row in rows if row.recipe is recipe]
+        if members:
+            out.append(error_summary(SummaryAxis.RECIPE, recipe.value, members))
+    return tuple(out)
+
+
+def _gates(rows: Sequence[ModernRow]) -> tuple[ModernGateResult, ...]:
+    return iteration_gates(
+        rows,
+        (ModernGate.MEDIAN_ERROR, ModernGate.MAX_ERROR, ModernGate.ALL_PLANNED),
+        median_limit=MEDIAN_ERROR_LIMIT,
+        max_limit=MAX_ERROR_LIMIT,
     )
 
 

@@ -21,7 +21,6 @@ these runs: they are held out.
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -34,12 +33,17 @@ from blueprinting.mapping.presets import did_you_mean
 from blueprinting.mapping.transformer import DispatcherType, FlexBackend
 from blueprinting.validation.fields import fixture_path
 from blueprinting.validation.modern import (
+    ErrorSummary,
+    GateResult,
     GpuGeneration,
+    IterationValidation,
     ModernPredictor,
     ModernRow,
     ModernRun,
     ModernSource,
     compare_modern_runs,
+    error_summary,
+    iteration_gates,
     load_modern_runs,
 )
 
@@ -194,18 +198,7 @@ class MoeSummaryAxis(StrEnum):
     DISPATCHER = "dispatcher"
 
 
-@final
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MoeErrorSummary:
-    """|relative error| over the planned rows of one group; ``None`` when none is planned."""
-
-    axis: MoeSummaryAxis
-    group: str
-    rows: int
-    planned: int
-    median_abs_error: float | None
-    max_abs_error: float | None
-    mean_error: float | None
+MoeErrorSummary = ErrorSummary[MoeSummaryAxis]
 
 
 class MoeGate(StrEnum):
@@ -216,115 +209,34 @@ class MoeGate(StrEnum):
     ALL_PLANNED = "every MoE row planned"
 
 
-@final
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MoeGateResult:
-    """``value``: the median or max |error| over ``count`` planned rows, or (ALL_PLANNED) the
-    fraction of rows planned; ``failing``: the rows breaking it."""
-
-    gate: MoeGate
-    count: int
-    value: float | None
-    limit: float
-    failing: tuple[str, ...]
-
-    @property
-    def passed(self) -> bool:
-        if self.count == 0 or self.value is None:
-            return False
-        match self.gate:
-            case MoeGate.MEDIAN_ERROR:
-                return self.value <= self.limit
-            case MoeGate.MAX_ERROR:
-                return self.value <= self.limit and not self.failing
-            case MoeGate.ALL_PLANNED:
-                return self.value >= self.limit and not self.failing
-            case _ as unreachable:
-                assert_never(unreachable)
-
-
-@final
-@dataclass(frozen=True, slots=True, kw_only=True)
-class MoeValidation:
-    rows: tuple[MoeRow, ...]
-    summaries: tuple[MoeErrorSummary, ...]
-    gates: tuple[MoeGateResult, ...]
-
-    @property
-    def passed(self) -> bool:
-        return all(result.passed for result in self.gates)
-
-    @property
-    def planned_rows(self) -> tuple[MoeRow, ...]:
-        return tuple(row for row in self.rows if row.planned)
-
-    @property
-    def not_planned_rows(self) -> tuple[MoeRow, ...]:
-        return tuple(row for row in self.rows if not row.planned)
-
-    def gate(self, gate: MoeGate) -> MoeGateResult:
-        return next(result for result in self.gates if result.gate is gate)
-
-
-def _summary(axis: MoeSummaryAxis, group: str, rows: Sequence[MoeRow]) -> MoeErrorSummary:
-    errors = [error for row in rows if (error := row.relative_error) is not None]
-    magnitudes = [abs(error) for error in errors]
-    return MoeErrorSummary(
-        axis=axis,
-        group=group,
-        rows=len(rows),
-        planned=len(errors),
-        median_abs_error=statistics.median(magnitudes) if magnitudes else None,
-        max_abs_error=max(magnitudes) if magnitudes else None,
-        mean_error=statistics.fmean(errors) if errors else None,
-    )
+MoeGateResult = GateResult[MoeGate]
+MoeValidation = IterationValidation[MoeRow, MoeSummaryAxis, MoeGate]
 
 
 def summarise_moe(rows: Sequence[MoeRow]) -> tuple[MoeErrorSummary, ...]:
     """All rows, then per model (in first-seen order), per GPU generation and per dispatcher
     (each in its enum's order); groups without rows are left out."""
-    out = [_summary(MoeSummaryAxis.ALL, "all", rows)]
+    out = [error_summary(MoeSummaryAxis.ALL, "all", rows)]
     for model in dict.fromkeys(row.row.model for row in rows):
         members = [row for row in rows if row.row.model == model]
-        out.append(_summary(MoeSummaryAxis.MODEL, model, members))
+        out.append(error_summary(MoeSummaryAxis.MODEL, model, members))
     for generation in GpuGeneration:
         members = [row for row in rows if row.row.generation is generation]
         if members:
-            out.append(_summary(MoeSummaryAxis.GENERATION, generation.value, members))
+            out.append(error_summary(MoeSummaryAxis.GENERATION, generation.value, members))
     for dispatcher in MoeDispatcher:
         members = [row for row in rows if row.dispatcher is dispatcher]
         if members:
-            out.append(_summary(MoeSummaryAxis.DISPATCHER, dispatcher.value, members))
+            out.append(error_summary(MoeSummaryAxis.DISPATCHER, dispatcher.value, members))
     return tuple(out)
 
 
 def _gates(rows: Sequence[MoeRow]) -> tuple[MoeGateResult, ...]:
-    planned = [row for row in rows if row.planned]
-    magnitudes = {row.run_id: abs(row.relative_error or 0.0) for row in planned}
-    return (
-        MoeGateResult(
-            gate=MoeGate.MEDIAN_ERROR,
-            count=len(planned),
-            value=statistics.median(magnitudes.values()) if magnitudes else None,
-            limit=MOE_MEDIAN_ERROR_LIMIT,
-            failing=(),
-        ),
-        MoeGateResult(
-            gate=MoeGate.MAX_ERROR,
-            count=len(planned),
-            value=max(magnitudes.values()) if magnitudes else None,
-            limit=MOE_MAX_ERROR_LIMIT,
-            failing=tuple(
-                run_id for run_id, error in magnitudes.items() if error > MOE_MAX_ERROR_LIMIT
-            ),
-        ),
-        MoeGateResult(
-            gate=MoeGate.ALL_PLANNED,
-            count=len(rows),
-            value=len(planned) / len(rows) if rows else None,
-            limit=1.0,
-            failing=tuple(row.run_id for row in rows if not row.planned),
-        ),
+    return iteration_gates(
+        rows,
+        (MoeGate.MEDIAN_ERROR, MoeGate.MAX_ERROR, MoeGate.ALL_PLANNED),
+        median_limit=MOE_MEDIAN_ERROR_LIMIT,
+        max_limit=MOE_MAX_ERROR_LIMIT,
     )
 
 
