@@ -16,7 +16,8 @@ from typing import final
 import numpy as np
 import numpy.typing as npt
 
-from blueprinting.mapping.law_names import MEGATRON_LAWS, PLANNER_LAWS, Law
+from blueprinting.errors import RuleSet
+from blueprinting.mapping.law_names import EXPERT_LAWS, MEGATRON_LAWS, PLANNER_LAWS, Law
 from blueprinting.mapping.laws import fused_attention_supported
 from blueprinting.mapping.model import CapacityFactor, Datatype, TransformerModelSpec
 from blueprinting.mapping.transformer import (
@@ -177,31 +178,9 @@ def _expert_laws(
     moe = model.moe
     if moe is None:
         masks = {
-            law: none
-            for law in (
-                Law.EXPERT_WORLD_SIZE,
-                Law.EXPERTS_PER_EXPERT_RANK,
-                Law.EXPERT_FFN_DIVISIBILITY,
-                Law.SHARED_EXPERT_FFN_DIVISIBILITY,
-                Law.MOE_TP_NEEDS_SEQUENCE_PARALLEL,
-            )
+            law: none for law in EXPERT_LAWS if megatron_rules or law.ruleset is RuleSet.PLANNER
         }
         masks[Law.EXPERT_PARALLEL_NEEDS_MOE] = (ep > 1) | (etp > 1)
-        if megatron_rules:
-            for law in (
-                Law.MEGATRON_EXPERT_TENSOR_WITHOUT_BIAS,
-                Law.MEGATRON_EP_NEEDS_SEQUENCE_PARALLEL,
-                Law.MEGATRON_FLEX_NEEDS_EXPERT_GRID,
-                Law.MEGATRON_FLEX_NO_PAD_TO_CAPACITY,
-                Law.MEGATRON_EP_OVERLAP_NEEDS_EP,
-                Law.MEGATRON_EP_OVERLAP_NEEDS_VIRTUAL_PIPELINE,
-                Law.MEGATRON_EP_OVERLAP_RECOMPUTE,
-                Law.MEGATRON_EP_OVERLAP_MTP,
-                Law.MEGATRON_EP_OVERLAP_DATATYPE,
-                Law.MEGATRON_SHARED_EXPERT_OVERLAP,
-                Law.MEGATRON_MOE_ACT_RECOMPUTE,
-            ):
-                masks[law] = none
         return masks
     ep_safe, etp_safe = np.maximum(ep, 1), np.maximum(etp, 1)
     grid = etp_safe * ep_safe * np.maximum(p, 1)
