@@ -293,13 +293,14 @@ def test_which_runs_are_not_planned_and_why(planned: ModernValidation) -> None:
 
 def test_the_planned_runs_stay_within_todays_bounds(planned: ModernValidation) -> None:
     """Regression bound, not the issue gate (no efficiency is fitted on these runs). Today:
-    median |error| 14.6% over 74 runs, most predicted fast (Blackwell median 19.7%, Hopper
-    9.3%); the outliers are the GB200 Llama 3.1 405B run at t=2, p=1 under Megatron-FSDP
+    median |error| 16.7% over 74 runs, most predicted fast (Blackwell median 19.9%, Hopper
+    10.0%; 14.6% before the 29 Megatron-Bridge rows with t > 1 gained the TP communication
+    overlap their recipes set, which hides TP time and so moves them faster); the outliers are the GB200 Llama 3.1 405B run at t=2, p=1 under Megatron-FSDP
     (+305%: its ZeRO-3 parameter gathers across two NVL72 racks are costed as flat ring
     all-gathers on the scale-out link; the table's parenthesised alternative layout is another
     reading) and GPT-3 20B (+43%: 1.0 s of exposed data-parallel communication)."""
     errors = {row.run_id: abs(row.relative_error or 0.0) for row in planned.planned_rows}
-    assert statistics.median(errors.values()) <= 0.16
+    assert statistics.median(errors.values()) <= 0.17
     fsdp = "mbridge_25.09_DGX-GB200_LLAMA3.1_405B_128gpu_na_75"
     assert errors[fsdp] > 2.0
     assert max(e for run, e in errors.items() if run != fsdp) <= 0.45
@@ -308,8 +309,8 @@ def test_the_planned_runs_stay_within_todays_bounds(planned: ModernValidation) -
 @pytest.mark.xfail(
     strict=True,
     reason=(
-        "74 of 79 runs planned: median |error| 14.6% (limit 8%), max 305% (limit 20%); most "
-        "runs are predicted fast (Blackwell median 19.7%: no quantization-kernel cost, "
+        "74 of 79 runs planned: median |error| 16.7% (limit 8%), max 304% (limit 20%); most "
+        "runs are predicted fast (Blackwell median 19.9%: no quantization-kernel cost, "
         "Blackwell GEMM and attention fractions from few microbenchmarks), the Megatron-FSDP "
         "405B run slow (+305%)"
     ),
