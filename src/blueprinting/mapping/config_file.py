@@ -346,8 +346,11 @@ def model_from_hf_config(
         problems.append(f"hidden_act must be a string, got {act!r}")
     elif act.startswith("gelu"):
         activation = MlpActivation.GELU
+    elif act == "relu2":
+        # transformers' ACT2FN "relu2" (ReLUSquaredActivation): Nemotron's squared ReLU
+        activation = MlpActivation.SQUARED_RELU
     elif act not in ("silu", "swish"):
-        problems.append(f"hidden_act {act!r} is not supported (silu or gelu)")
+        problems.append(f"hidden_act {act!r} is not supported (silu, gelu or relu2)")
     dtype = data.get("torch_dtype", data.get("dtype", "bfloat16"))
     datatype = _HF_DTYPES.get(dtype) if isinstance(dtype, str) else None
     if datatype is None:

@@ -301,7 +301,9 @@ MODEL_KEYS: Mapping[str, _Key] = {
     "kv_channels": _int(),
     "ffn_hidden_size": _int(),
     "swiglu": _bool(),
+    "squared_relu": _bool(),
     "normalization": _choice(*(n.value for n in Normalization)),
+    "apply_layernorm_1p": _bool(),
     "position_embedding_type": _choice(*(p.value for p in PositionEmbedding)),
     "seq_length": _int(),
     "max_position_embeddings": _int(),
@@ -531,7 +533,7 @@ def default_ffn_hidden_size(hidden_size: int, activation: MlpActivation) -> int:
     """Megatron-LM's ``ffn_hidden_size`` default (``arguments.py``): 4h, or with SwiGLU
     ``int((4h * 2/3) / 64) * 64`` so that the two up projections keep about 8h^2 parameters."""
     match activation:
-        case MlpActivation.GELU:
+        case MlpActivation.GELU | MlpActivation.SQUARED_RELU:
             return 4 * hidden_size
         case MlpActivation.SWIGLU:
             return (8 * hidden_size) // 192 * 64
@@ -579,10 +581,24 @@ def _model(
     seq = pick("seq_length", base.seq_length if base else 0)
 
     swiglu = _get_bool(values, "swiglu")
-    if swiglu is not None:
+    squared_relu = _get_bool(values, "squared_relu")
+    if swiglu and squared_relu:
+        # Megatron-LM arguments.py: ``--squared-relu`` asserts ``not args.swiglu``
+        problems.append("swiglu and squared_relu are exclusive (Megatron-LM refuses both)")
+    if squared_relu:
+        activation = MlpActivation.SQUARED_RELU
+    elif swiglu is not None:
         activation = MlpActivation.SWIGLU if swiglu else MlpActivation.GELU
+    elif squared_relu is not None and base is not None:
+        # squared_relu = false on a squared-ReLU preset falls back to Megatron's GELU
+        activation = (
+            MlpActivation.GELU if base.activation is MlpActivation.SQUARED_RELU else base.activation
+        )
     else:
         activation = base.activation if base else MlpActivation.GELU
+    zero_centered = _get_bool(values, "apply_layernorm_1p")
+    if zero_centered is None:
+        zero_centered = base.layernorm_zero_centered_gamma if base else False
 
     # kv_channels / ffn / query groups: a base value that was Megatron's default follows the
     # overridden fields; an explicit one stays.
@@ -728,6 +744,7 @@ def _model(
             mtp_num_layers=mtp,
             softmax_type=softmax,
             attention_window=window,
+            layernorm_zero_centered_gamma=zero_centered,
         )
     except ConfigError as error:
         problems.extend(error.problems)
@@ -1836,6 +1853,11 @@ def _model_to_mapping(model: TransformerModelSpec) -> dict[str, FlatValue]:
         "bf16": model.datatype in (Datatype.BF16, Datatype.FP8),
         "fp16": model.datatype is Datatype.FP16,
     }
+    # written only when set, like the Megatron flags they mirror
+    if model.activation is MlpActivation.SQUARED_RELU:
+        out["squared_relu"] = True
+    if model.layernorm_zero_centered_gamma:
+        out["apply_layernorm_1p"] = True
     if model.datatype is Datatype.FP8:
         out["fp8"] = "hybrid"
     if model.qk_layernorm:
@@ -2354,6 +2376,10 @@ def _model_args(model: TransformerModelSpec) -> list[str]:
     ]
     if model.activation is MlpActivation.SWIGLU:
         args.append("--swiglu")
+    if model.activation is MlpActivation.SQUARED_RELU:
+        args.append("--squared-relu")
+    if model.layernorm_zero_centered_gamma:
+        args.append("--apply-layernorm-1p")
     if model.embeddings is EmbeddingTying.UNTIED:
         args.append("--untie-embeddings-and-output-weights")
     if not model.add_bias_linear:

@@ -46,10 +46,13 @@ class Normalization(StrEnum):
 
 
 class MlpActivation(StrEnum):
-    """GELU: up projection h->f; SwiGLU: gate and up projections h->f each (Shazeer 2020)."""
+    """GELU: up projection h->f; SwiGLU: gate and up projections h->f each (Shazeer 2020);
+    squared ReLU: up projection h->f, ``relu(x) ** 2`` (So et al. 2021, "Primer", Section 3;
+    Megatron-LM ``--squared-relu``, the Nemotron models' activation)."""
 
     GELU = "gelu"
     SWIGLU = "swiglu"
+    SQUARED_RELU = "squared_relu"
 
 
 class PositionEmbedding(StrEnum):
@@ -391,6 +394,9 @@ class TransformerModelSpec:
     softmax_type: SoftmaxType = SoftmaxType.VANILLA
     #: full causal attention, or GPT-OSS's alternating sliding window
     attention_window: AttentionWindow = field(default_factory=FullAttention)
+    #: the norms learn ``1 + gamma`` (Megatron-LM ``--apply-layernorm-1p``, Transformer Engine's
+    #: ``zero_centered_gamma``; the Nemotron models): the same parameters and cost
+    layernorm_zero_centered_gamma: bool = False
 
     def __post_init__(self) -> None:
         problems = positive_int_problems(
@@ -429,7 +435,7 @@ class TransformerModelSpec:
     def mlp_up_width(self) -> int:
         """Output width of the first MLP GEMM (SwiGLU fuses gate and up: 2f)."""
         match self.activation:
-            case MlpActivation.GELU:
+            case MlpActivation.GELU | MlpActivation.SQUARED_RELU:
                 return self.ffn_hidden_size
             case MlpActivation.SWIGLU:
                 return 2 * self.ffn_hidden_size

@@ -456,11 +456,14 @@ def shards_of(sharding: TpSharding, *, tp: int, sequence_parallel: bool) -> int:
 # LayerNorm, softmax, GeLU: Calculon calculon/llm/layers.py (LayerNorm 9/14/7, SoftMax 5/8,
 # GeLU 8/13). RMSNorm: our estimate, LayerNorm without the mean and the bias (6/10/2 per element).
 # SwiGLU: our estimate, silu(gate)*up = 6 per output element forward, 10 backward.
+# Squared ReLU: our estimate, max(x, 0) then a square = 2 forward; backward 2 * relu(x) * grad
+# under the mask = 3.
 _LAYERNORM_FLOPS: tuple[int, int, int] = (9, 14, 7)
 _RMSNORM_FLOPS: tuple[int, int, int] = (6, 10, 2)
 _SOFTMAX_FLOPS = (5, 8)
 _GELU_FLOPS = (8, 13)
 _SWIGLU_FLOPS = (6, 10)
+_SQUARED_RELU_FLOPS = (2, 3)
 _DROPOUT_MASK_BYTES = 1
 
 
@@ -536,6 +539,8 @@ def _activation_flops(activation: MlpActivation) -> tuple[int, int, int]:
             return (*_GELU_FLOPS, 1)
         case MlpActivation.SWIGLU:
             return (*_SWIGLU_FLOPS, 2)
+        case MlpActivation.SQUARED_RELU:
+            return (*_SQUARED_RELU_FLOPS, 1)
         case _ as unreachable:
             assert_never(unreachable)
 
