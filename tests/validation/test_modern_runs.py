@@ -293,9 +293,10 @@ def test_the_planned_runs_stay_within_todays_bounds(planned: ModernValidation) -
     11.6%; 14.6% over 74 before the 29 Megatron-Bridge rows with t > 1 gained the TP
     communication overlap their recipes set, which hides TP time and so moves them faster, and
     the three Nemotron rows joined at -11% to -20%); the outliers are the GB200 Llama 3.1 405B
-    run at t=2, p=1 under Megatron-FSDP (+304%: its ZeRO-3 parameter gathers across two NVL72 racks are costed as flat ring
-    all-gathers on the scale-out link; the table's parenthesised alternative layout is another
-    reading) and GPT-3 20B (+43%: 1.0 s of exposed data-parallel communication)."""
+    run at t=2, p=1 under Megatron-FSDP (+304%: its ZeRO-3 parameter gathers across two NVL72
+    racks are costed as flat ring all-gathers on the scale-out link; the table's parenthesised
+    alternative layout is another reading) and GPT-3 20B (+43%: 1.0 s of exposed data-parallel
+    communication)."""
     errors = {row.run_id: abs(row.relative_error or 0.0) for row in planned.planned_rows}
     assert statistics.median(errors.values()) <= 0.17
     fsdp = "mbridge_25.09_DGX-GB200_LLAMA3.1_405B_128gpu_na_75"
