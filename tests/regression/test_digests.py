@@ -305,7 +305,7 @@ def test_command_without_cost_model_exits_2(
 def test_bad_config_file_reports_every_problem(tmp_path: Path) -> None:
     bad = tmp_path / "c.toml"
     bad.write_text(
-        '[[config]]\nname = "a"\nmodel = 3\nsystem = "s"\n[config.strategy]\nx = 1.5\n'
+        '[[config]]\nname = "a"\nmodel = 3\nsystem = "s"\n[config.strategy]\nx = {a = 1}\n'
         '[[config]]\nname = "a"\nmodel = "m"\nsystem = "s"\n[config.strategy]\n'
         '[[config]]\nname = "b"\nmodel = "m"\nsystem = "s"\n[config.strategy]\n'
         '[[config]]\nname = "b"\nmodel = "m"\nsystem = "s"\n[config.strategy]\n',
@@ -315,7 +315,7 @@ def test_bad_config_file_reports_every_problem(tmp_path: Path) -> None:
         load_configs(bad)
     assert info.value.problems == (
         "config[0].model must be a string",
-        "config[0].strategy.x must be an integer, boolean or string",
+        "config[0].strategy.x must be an integer, boolean, number or string",
         "duplicate config name 'b'",
     )
 

@@ -139,6 +139,13 @@ TOKEN_ID_BYTES = 8
 DROPOUT_MASK_BYTES = 1
 """Korthikanti et al. 2022, Section 4.1: dropout masks take one byte per element."""
 
+
+def dropout_mask_bytes(dropout: bool) -> int:
+    """A dropout's mask bytes per element: none when its probability is 0 (PyTorch returns the
+    input unchanged and stores nothing)."""
+    return DROPOUT_MASK_BYTES if dropout else 0
+
+
 LOGITS_BYTES = 4
 """The vocab-parallel cross entropy works on fp32 logits (Megatron-LM ``cross_entropy.py``)."""
 
@@ -434,7 +441,8 @@ def layer_activation_bytes(
     rows = _ceil_div(s, t) if sequence_parallel else s
     up = _ceil_div(model.mlp_up_width, t)
     f = _ceil_div(model.ffn_hidden_size, t)
-    norm_inputs = rows * (2 * x * h + 2 * DROPOUT_MASK_BYTES * h)  # with the dropout masks
+    # with the two dropout masks (none at hidden_dropout = 0)
+    norm_inputs = rows * (2 * x * h + 2 * dropout_mask_bytes(model.has_hidden_dropout) * h)
     norm_outputs = 0 if RecomputeModule.LAYERNORM in recomputed else rows * 2 * x * h
     attention_split = 0
     match model.self_attention:
@@ -508,11 +516,15 @@ def attention_core_bytes(
 ) -> int:
     """What the attention core alone saves for its backward, per sequence on one TP rank
     (:func:`layer_activation_bytes`): unfused, the softmax output, its dropout mask and the
-    dropout output ``(2x + 1) (a/t) s^2``; fused, the softmax statistics ``4 (a/t) s``."""
+    dropout output ``(2x + 1) (a/t) s^2``, or the softmax output alone ``x (a/t) s^2`` at
+    ``attention_dropout = 0`` (it is also the input of ``A V``); fused, the softmax statistics
+    ``4 (a/t) s``."""
     s = model.seq_length
     heads = _ceil_div(model.num_attention_heads, tensor_degree)
     match attention:
         case UnfusedAttention():
+            if not model.has_attention_dropout:
+                return s * s * heads * activation_bytes
             return s * s * heads * (2 * activation_bytes + DROPOUT_MASK_BYTES)
         case FusedAttention():
             return s * heads * SOFTMAX_STATISTIC_BYTES
@@ -762,7 +774,8 @@ def _stage_activations(
     rows = _ceil_div(s, t) if sp else s
     embedding = 0
     if stage == 0:
-        embedding = in_flight[0] * b * (TOKEN_ID_BYTES * s + DROPOUT_MASK_BYTES * rows * h)
+        mask = dropout_mask_bytes(model.has_hidden_dropout)
+        embedding = in_flight[0] * b * (TOKEN_ID_BYTES * s + mask * rows * h)
     logits = 0
     if stage == loss_stage(mapping.parallelism.pipeline.schedule, p):
         vocab = _ceil_div(model.padded_vocab_size, t)

@@ -43,6 +43,7 @@ from blueprinting.errors import (
 )
 from blueprinting.limits import MAX_INT, int_limit_text
 from blueprinting.mapping.model import (
+    DEFAULT_DROPOUT,
     AttentionWindow,
     CapacityFactor,
     Datatype,
@@ -304,6 +305,8 @@ MODEL_KEYS: Mapping[str, _Key] = {
     "squared_relu": _bool(),
     "normalization": _choice(*(n.value for n in Normalization)),
     "apply_layernorm_1p": _bool(),
+    "attention_dropout": _Key(kind=_Kind.NUMBER),
+    "hidden_dropout": _Key(kind=_Kind.NUMBER),
     "position_embedding_type": _choice(*(p.value for p in PositionEmbedding)),
     "seq_length": _int(),
     "max_position_embeddings": _int(),
@@ -599,6 +602,12 @@ def _model(
     zero_centered = _get_bool(values, "apply_layernorm_1p")
     if zero_centered is None:
         zero_centered = base.layernorm_zero_centered_gamma if base else False
+    attention_dropout = _get_number(values, "attention_dropout")
+    if attention_dropout is None:
+        attention_dropout = base.attention_dropout if base else DEFAULT_DROPOUT
+    hidden_dropout = _get_number(values, "hidden_dropout")
+    if hidden_dropout is None:
+        hidden_dropout = base.hidden_dropout if base else DEFAULT_DROPOUT
 
     # kv_channels / ffn / query groups: a base value that was Megatron's default follows the
     # overridden fields; an explicit one stays.
@@ -745,6 +754,8 @@ def _model(
             softmax_type=softmax,
             attention_window=window,
             layernorm_zero_centered_gamma=zero_centered,
+            attention_dropout=attention_dropout,
+            hidden_dropout=hidden_dropout,
         )
     except ConfigError as error:
         problems.extend(error.problems)
@@ -1858,6 +1869,10 @@ def _model_to_mapping(model: TransformerModelSpec) -> dict[str, FlatValue]:
         out["squared_relu"] = True
     if model.layernorm_zero_centered_gamma:
         out["apply_layernorm_1p"] = True
+    if model.attention_dropout != DEFAULT_DROPOUT:
+        out["attention_dropout"] = model.attention_dropout
+    if model.hidden_dropout != DEFAULT_DROPOUT:
+        out["hidden_dropout"] = model.hidden_dropout
     if model.datatype is Datatype.FP8:
         out["fp8"] = "hybrid"
     if model.qk_layernorm:
@@ -2380,6 +2395,10 @@ def _model_args(model: TransformerModelSpec) -> list[str]:
         args.append("--squared-relu")
     if model.layernorm_zero_centered_gamma:
         args.append("--apply-layernorm-1p")
+    if model.attention_dropout != DEFAULT_DROPOUT:
+        args += ["--attention-dropout", f"{model.attention_dropout:g}"]
+    if model.hidden_dropout != DEFAULT_DROPOUT:
+        args += ["--hidden-dropout", f"{model.hidden_dropout:g}"]
     if model.embeddings is EmbeddingTying.UNTIED:
         args.append("--untie-embeddings-and-output-weights")
     if not model.add_bias_linear:

@@ -40,6 +40,10 @@ class Datatype(StrEnum):
                 assert_never(unreachable)
 
 
+#: Megatron-LM's ``--attention-dropout`` and ``--hidden-dropout`` default (arguments.py)
+DEFAULT_DROPOUT = 0.1
+
+
 class Normalization(StrEnum):
     LAYERNORM = "LayerNorm"
     RMSNORM = "RMSNorm"
@@ -397,6 +401,12 @@ class TransformerModelSpec:
     #: the norms learn ``1 + gamma`` (Megatron-LM ``--apply-layernorm-1p``, Transformer Engine's
     #: ``zero_centered_gamma``; the Nemotron models): the same parameters and cost
     layernorm_zero_centered_gamma: bool = False
+    #: dropout probabilities (Megatron-LM ``--attention-dropout`` on the attention scores,
+    #: ``--hidden-dropout`` on the embedding and the two bias-dropout-adds; both default 0.1).
+    #: At 0 PyTorch's dropout returns its input (ATen ``dropout``: ``p == 0`` skips the kernel):
+    #: no mask is stored and no dropout work runs
+    attention_dropout: float = DEFAULT_DROPOUT
+    hidden_dropout: float = DEFAULT_DROPOUT
 
     def __post_init__(self) -> None:
         problems = positive_int_problems(
@@ -413,8 +423,24 @@ class TransformerModelSpec:
         )
         if self.mtp_num_layers < 0:
             problems.append(f"mtp_num_layers = {self.mtp_num_layers} must be >= 0")
+        for name, p in (
+            ("attention_dropout", self.attention_dropout),
+            ("hidden_dropout", self.hidden_dropout),
+        ):
+            if not 0 <= p < 1:
+                problems.append(f"{name} = {p!r} must be a probability in [0, 1)")
         if problems:
             raise ConfigError(problems, source=f"model {self.name!r}")
+
+    @property
+    def has_attention_dropout(self) -> bool:
+        """Whether the attention scores pass a dropout that stores a mask."""
+        return self.attention_dropout > 0
+
+    @property
+    def has_hidden_dropout(self) -> bool:
+        """Whether the embedding and the residual adds pass a dropout that stores a mask."""
+        return self.hidden_dropout > 0
 
     # Derived projections -------------------------------------------------------------------
     @property

@@ -70,7 +70,6 @@ from blueprinting.analysis.iteration import (
     phase_field,
 )
 from blueprinting.analysis.memory import (
-    DROPOUT_MASK_BYTES,
     LOGITS_BYTES,
     PEAK_PHASES,
     TOKEN_ID_BYTES,
@@ -78,6 +77,7 @@ from blueprinting.analysis.memory import (
     backward_working_bytes,
     checkpoint_bytes,
     context_transient_bytes,
+    dropout_mask_bytes,
     layer_activation_bytes,
     local_sequence_model,
     logits_transient_bytes,
@@ -1001,7 +1001,9 @@ def _stage_memory(
 
     embedding = np.where(
         stage == 0,
-        first_in_flight * b * (TOKEN_ID_BYTES * s + DROPOUT_MASK_BYTES * rows * h),
+        first_in_flight
+        * b
+        * (TOKEN_ID_BYTES * s + dropout_mask_bytes(model.has_hidden_dropout) * rows * h),
         0,
     )
     vocab = _ceil_div(np.full_like(t, model.padded_vocab_size), t)

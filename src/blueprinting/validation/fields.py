@@ -174,11 +174,11 @@ def choice(
 def flat_key_values(
     raw: Mapping[str, object], where: str, problems: ProblemCollector
 ) -> dict[str, FlatValue]:
-    """Megatron-LM flat keys as written: every value an integer, boolean or string."""
+    """Megatron-LM flat keys as written: every value an integer, boolean, number or string."""
     keys: dict[str, FlatValue] = {}
     for key, value in raw.items():
-        if isinstance(value, bool | int | str):
+        if isinstance(value, bool | int | float | str):
             keys[key] = value
         else:
-            problems.add(f"{where}.{key} must be an integer, boolean or string")
+            problems.add(f"{where}.{key} must be an integer, boolean, number or string")
     return keys

@@ -570,26 +570,29 @@ def _norm(
 
 
 def _residual(
-    name: SemanticOpName, rows: int, hidden: int, *, bias: bool, width_bytes: int
+    name: SemanticOpName, rows: int, hidden: int, *, bias: bool, dropout: bool, width_bytes: int
 ) -> SemanticOp:
     """Bias + dropout + residual add, fused as Megatron's ``bias_dropout_add`` does; the
-    row-parallel GEMM's bias therefore belongs here (added after the reduction)."""
+    row-parallel GEMM's bias therefore belongs here (added after the reduction). Without
+    dropout (``hidden_dropout = 0``) no mask is written or read and nothing is multiplied."""
     e, elems = width_bytes, rows * hidden
     bias_flops = elems if bias else 0
     bias_elems = hidden if bias else 0
+    mask = elems * _DROPOUT_MASK_BYTES if dropout else 0
+    drop_flops = elems if dropout else 0
     return SemanticOp(
         name=name,
         kind=OpKind.ELEMENTWISE,
         sharding=TpSharding.TOKENS,
         shard_dim=ShardDim.SEQ,
         forward=Work(
-            vector_flops=2 * elems + bias_flops,  # dropout multiply, residual add
+            vector_flops=drop_flops + elems + bias_flops,  # dropout multiply, residual add
             bytes_read=(2 * elems + bias_elems) * e,
-            bytes_written=elems * e + elems * _DROPOUT_MASK_BYTES,
+            bytes_written=elems * e + mask,
         ),
         activation_grad=Work(
-            vector_flops=2 * elems,  # mask the gradient, accumulate the residual stream
-            bytes_read=2 * elems * e + elems * _DROPOUT_MASK_BYTES,
+            vector_flops=drop_flops + elems,  # mask the gradient, accumulate the residual
+            bytes_read=2 * elems * e + mask,
             bytes_written=elems * e,
         ),
         weight_grad=Work(
@@ -601,12 +604,32 @@ def _residual(
 
 
 def _unfused_attention_ops(
-    dims: BlockDims, *, width_bytes: int, kv: int, score_elems: int
+    dims: BlockDims, *, width_bytes: int, kv: int, score_elems: int, dropout: bool
 ) -> tuple[SemanticOp, ...]:
     """Korthikanti et al. 2022's attention core: ``Q K^T``, softmax, dropout and ``A V`` as
-    separate kernels over the full ``s x s`` scores."""
+    separate kernels over the full ``s x s`` scores; no dropout kernel when
+    ``attention_dropout = 0``."""
     e = width_bytes
     b, s = dims.micro_batch, dims.seq_length
+    drop = (
+        SemanticOp(
+            name=SemanticOpName.ATTENTION_DROPOUT,
+            kind=OpKind.ELEMENTWISE,
+            sharding=TpSharding.HEADS,
+            shard_dim=ShardDim.HEADS,
+            forward=Work(
+                vector_flops=score_elems,
+                bytes_read=score_elems * e,
+                bytes_written=score_elems * (e + _DROPOUT_MASK_BYTES),
+            ),
+            activation_grad=Work(
+                vector_flops=score_elems,
+                bytes_read=score_elems * (e + _DROPOUT_MASK_BYTES),
+                bytes_written=score_elems * e,
+            ),
+            weight_grad=Work(),
+        ),
+    )
     return (
         _bmm(
             SemanticOpName.ATTENTION_SCORES,
@@ -630,23 +653,7 @@ def _unfused_attention_ops(
             ),
             weight_grad=Work(),
         ),
-        SemanticOp(
-            name=SemanticOpName.ATTENTION_DROPOUT,
-            kind=OpKind.ELEMENTWISE,
-            sharding=TpSharding.HEADS,
-            shard_dim=ShardDim.HEADS,
-            forward=Work(
-                vector_flops=score_elems,
-                bytes_read=score_elems * e,
-                bytes_written=score_elems * (e + _DROPOUT_MASK_BYTES),
-            ),
-            activation_grad=Work(
-                vector_flops=score_elems,
-                bytes_read=score_elems * (e + _DROPOUT_MASK_BYTES),
-                bytes_written=score_elems * e,
-            ),
-            weight_grad=Work(),
-        ),
+        *(drop if dropout else ()),
         _bmm(
             SemanticOpName.ATTENTION_OVER_VALUES,
             GemmShape(m=s, n=s, k=kv, batch=b * dims.heads),
@@ -1105,7 +1112,11 @@ def block_ops(
             core = (_fused_attention_op(dims, width_bytes=e),)
         case UnfusedAttention():
             core = _unfused_attention_ops(
-                dims, width_bytes=e, kv=dims.kv_channels, score_elems=score_elems
+                dims,
+                width_bytes=e,
+                kv=dims.kv_channels,
+                score_elems=score_elems,
+                dropout=model.has_attention_dropout,
             )
         case _ as unreachable:
             assert_never(unreachable)
@@ -1133,10 +1144,24 @@ def block_ops(
             bias=False,
             width_bytes=e,
         ),
-        _residual(SemanticOpName.ATTENTION_RESIDUAL, rows, h, bias=bias, width_bytes=e),
+        _residual(
+            SemanticOpName.ATTENTION_RESIDUAL,
+            rows,
+            h,
+            bias=bias,
+            dropout=model.has_hidden_dropout,
+            width_bytes=e,
+        ),
         _norm(SemanticOpName.POST_ATTENTION_NORM, model, rows, width_bytes=e),
         *feed_forward,
-        _residual(SemanticOpName.MLP_RESIDUAL, rows, h, bias=bias, width_bytes=e),
+        _residual(
+            SemanticOpName.MLP_RESIDUAL,
+            rows,
+            h,
+            bias=bias,
+            dropout=model.has_hidden_dropout,
+            width_bytes=e,
+        ),
     )
 
 
