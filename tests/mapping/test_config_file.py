@@ -179,6 +179,11 @@ def test_hf_config_reproduces_the_llama2_7b_preset(tmp_path: Path) -> None:
     assert model.normalization is Normalization.RMSNORM
     assert model.embeddings is EmbeddingTying.UNTIED
     assert model.datatype is Datatype.FP16
+    # transformers' configs default their dropout to 0.0, and Megatron-Bridge passes it on
+    assert (model.attention_dropout, model.hidden_dropout) == (0.0, 0.0)
+    with pytest.raises(ConfigError) as error:
+        model_from_hf_config({**LLAMA2_7B_HF, "attention_dropout": 1.5})
+    assert error.value.problems == ("attention_dropout must be a probability in [0, 1), got 1.5",)
     folder = tmp_path / "Llama-2-7b-hf"
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({**LLAMA2_7B_HF, "num_key_value_heads": 8}))

@@ -50,6 +50,9 @@ def test_imported_model_equals_the_preset(name: str) -> None:
         seq_length=_HF_SEQ.get(name, preset.seq_length),
         published_parameters=None,
         published_active_parameters=None,
+        # the Hugging Face model's own dropout (none), where the preset keeps Megatron's 0.1
+        attention_dropout=0.0,
+        hidden_dropout=0.0,
     )
     assert imported == expected
 

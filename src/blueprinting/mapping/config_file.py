@@ -362,6 +362,16 @@ def model_from_hf_config(
     seq = get_int("max_position_embeddings")
     tie = get_bool("tie_word_embeddings", False)
     bias = get_bool("attention_bias", False) or get_bool("mlp_bias", False)
+    # Hugging Face models carry their own dropout (0.0 when unset, as transformers' configs
+    # default it), and Megatron-Bridge's bridges pass it on (model_bridge.py maps
+    # attention_dropout; the Llama, DeepSeek and GPT-OSS bridges set hidden_dropout = 0.0)
+    dropouts: dict[str, float] = {}
+    for key in ("attention_dropout", "hidden_dropout"):
+        value = data.get(key, 0.0)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value < 1:
+            problems.append(f"{key} must be a probability in [0, 1), got {value!r}")
+            value = 0.0
+        dropouts[key] = float(value)
     raw_name = data.get("_name_or_path")
     model_name = name or (raw_name if isinstance(raw_name, str) and raw_name else fallback_name)
     model_type = data.get("model_type")
@@ -396,6 +406,8 @@ def model_from_hf_config(
         mtp_num_layers=moe.mtp_num_layers,
         softmax_type=moe.softmax_type,
         attention_window=moe.attention_window,
+        attention_dropout=dropouts["attention_dropout"],
+        hidden_dropout=dropouts["hidden_dropout"],
     )
 
 
