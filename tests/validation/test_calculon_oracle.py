@@ -1,7 +1,9 @@
 """Loading the Calculon oracle and translating its records into Blueprinting specs.
 
-Records come from ``shared/reference/calculon_oracle.json`` (Calculon caa4b11); tests that need the
-file skip when it is absent, the translator itself is also tested on an inline record.
+Records come from ``shared/reference/calculon_oracle.json`` (Calculon caa4b11) or
+``BLUEPRINTING_CALCULON_ORACLE``, and from the committed subset (fixtures/calculon_subset); tests
+on the first skip when it is absent, and none holds a count of either file. The translator itself
+is also tested on an inline record.
 """
 
 from __future__ import annotations
@@ -46,13 +48,26 @@ from blueprinting.validation.calculon import (
     translate,
 )
 
+SUBSET = Path(__file__).parent / "fixtures" / "calculon_subset" / "calculon_oracle.json"
 
-@pytest.fixture(scope="module")
-def oracle() -> dict[int, CalculonRecord]:
-    path = default_oracle_path()
+
+@pytest.fixture(scope="module", params=["oracle", "subset"])
+def oracle(request: pytest.FixtureRequest) -> dict[int, CalculonRecord]:
+    path = SUBSET if request.param == "subset" else default_oracle_path()
     if path is None or not path.is_file():
-        pytest.skip(f"calculon_oracle.json not found (set {ORACLE_ENV} or BLUEPRINTING_SHARED)")
+        pytest.skip(
+            f"calculon_oracle.json not found (set {ORACLE_ENV} or BLUEPRINTING_SHARED); "
+            "the committed subset still runs"
+        )
     return {record.id: record for record in load_oracle(path)}
+
+
+def _known(oracle: dict[int, CalculonRecord], record_id: int, name: str) -> CalculonRecord:
+    """Record ``record_id`` of the shared oracle, when this oracle holds it."""
+    record = oracle.get(record_id)
+    if record is None or record.name != name:
+        pytest.skip(f"this oracle has no record {record_id} {name!r}")
+    return record
 
 
 def _exe(**overrides: object) -> dict[str, object]:
@@ -225,39 +240,40 @@ def test_bad_tp_overlap_value_is_a_problem() -> None:
         _record(tensor_par_overlap="rings")
 
 
+#: The tiled-overlap records over all-reduce TP of the shared oracle (comm type, overlap).
+TILED_OVER_ALL_REDUCE = {
+    103: ("ar", "ring"),
+    105: ("ar", "pipe"),
+    147: ("ar", "ring"),
+    307: ("ar", "pipe"),
+    374: ("ar", "pipe"),
+    222: ("p2p_rs_ag", "pipe"),
+    244: ("p2p_rs_ag", "ring"),
+    300: ("p2p_rs_ag", "pipe"),
+    469: ("p2p_rs_ag", "pipe"),
+}
+
+
 def test_oracle_tiled_overlap_records(oracle: dict[int, CalculonRecord]) -> None:
-    """The 19 ok training records with tiled TP overlap and no offload: 10 with rs_ag are
-    translated, 9 over all-reduce TP are excluded, each with its reason."""
+    """The ok training records with tiled TP overlap and no offload: those with rs_ag translate
+    to CALCULON_TP_OVERLAP, those over all-reduce TP are excluded, each with its reason."""
     tiled = {
         rid: r
         for rid, r in oracle.items()
         if r.ok and r.exe.training and str(r.exe.tensor_par_overlap) != "none"
         if not (r.exe.weight_offload or r.exe.activations_offload or r.exe.optimizer_offload)
     }
-    assert len(tiled) == 19
-    translated = {rid for rid, r in tiled.items() if tp_overlap_exclusion(r.exe) is None}
-    assert translated == {104, 106, 137, 159, 204, 217, 265, 295, 304, 344}
-    for rid in translated:
-        tensor = translate(tiled[rid]).spec.mapping.parallelism.tensor
-        assert tensor.communication == ReduceScatterAllGather(overlap=CALCULON_TP_OVERLAP)
-    excluded = {
-        rid: (str(r.exe.tensor_par_comm_type), str(r.exe.tensor_par_overlap))
-        for rid, r in tiled.items()
-        if rid not in translated
-    }
-    assert excluded == {
-        103: ("ar", "ring"),
-        105: ("ar", "pipe"),
-        147: ("ar", "ring"),
-        307: ("ar", "pipe"),
-        374: ("ar", "pipe"),
-        222: ("p2p_rs_ag", "pipe"),
-        244: ("p2p_rs_ag", "ring"),
-        300: ("p2p_rs_ag", "pipe"),
-        469: ("p2p_rs_ag", "pipe"),
-    }
-    for rid, (comm, overlap) in excluded.items():
-        assert tp_overlap_exclusion(tiled[rid].exe) == (
+    for rid, record in tiled.items():
+        comm, overlap = str(record.exe.tensor_par_comm_type), str(record.exe.tensor_par_overlap)
+        tensor = translate(record).spec.mapping.parallelism.tensor
+        if comm == "rs_ag":
+            assert tp_overlap_exclusion(record.exe) is None, rid
+            assert tensor.communication == ReduceScatterAllGather(overlap=CALCULON_TP_OVERLAP)
+            assert rid not in TILED_OVER_ALL_REDUCE
+            continue
+        assert TILED_OVER_ALL_REDUCE.get(rid, (comm, overlap)) == (comm, overlap)
+        assert tensor.communication == AllReduce(), rid
+        assert tp_overlap_exclusion(record.exe) == (
             f"tensor_par_overlap={overlap} over all-reduce TP (tensor_par_comm_type={comm}): "
             "Megatron-LM's --tp-comm-overlap needs sequence parallelism"
         )
@@ -304,29 +320,29 @@ def test_classify_rejection(message: str, reason: CalculonRejection) -> None:
 # --------------------------------------------------------------------------------------------
 # On the oracle file
 # --------------------------------------------------------------------------------------------
-def test_oracle_counts(oracle: dict[int, CalculonRecord]) -> None:
-    assert len(oracle) == 381
-    assert sum(record.ok for record in oracle.values()) == 213
-    assert all(len(record.stats) == 96 for record in oracle.values() if record.ok)
+def test_oracle_records_are_complete(oracle: dict[int, CalculonRecord]) -> None:
+    """Every record Calculon computed carries its 96 stats (calculon_oracle.md), every other one
+    its refusal."""
+    assert oracle
+    for record in oracle.values():
+        assert (len(record.stats) == 96) if record.ok else (record.failure is not None)
 
 
 def test_rejections_grouped(oracle: dict[int, CalculonRecord]) -> None:
-    assert summarize_rejections(oracle.values()) == {
-        CalculonRejection.HBM_CAPACITY: 87,
-        CalculonRejection.INTERLEAVING_NOT_A_FACTOR: 36,
-        CalculonRejection.INTERLEAVING_EXCEEDS_BLOCKS: 18,
-        CalculonRejection.TP_UNEVEN_SPLIT: 13,
-        CalculonRejection.OFFLOAD_NEEDS_BLOCKS: 8,
-        CalculonRejection.OFFLOAD_CAPACITY: 4,
-        CalculonRejection.UNSUPPORTED_DATATYPE: 1,
-        CalculonRejection.NETWORK_TOO_SMALL: 1,
-    }
+    """Every refusal message is one of the known kinds; the kinds sum to the refusals."""
+    summary = summarize_rejections(oracle.values())
+    assert CalculonRejection.OTHER not in summary, [
+        r.failure.error
+        for r in oracle.values()
+        if r.failure is not None and r.failure.rejection is CalculonRejection.OTHER
+    ]
+    assert sum(summary.values()) == sum(not record.ok for record in oracle.values())
+    assert list(summary.values()) == sorted(summary.values(), reverse=True)
 
 
 def test_validation_record_seqsel(oracle: dict[int, CalculonRecord]) -> None:
     """Record 1: fig1/gpt3-175B_seqsel (Korthikanti 2022 Fig. 1, selective + SP, t8 p8 v3)."""
-    record = oracle[1]
-    assert record.name == "fig1/gpt3-175B_seqsel"
+    record = _known(oracle, 1, "fig1/gpt3-175B_seqsel")
     translation = translate(record)
     parallelism = translation.spec.mapping.parallelism
     assert parallelism == TransformerTrainingParallelism(
@@ -347,7 +363,9 @@ def test_validation_record_seqsel(oracle: dict[int, CalculonRecord]) -> None:
 def test_random_record_with_sharding_and_multiquery(oracle: dict[int, CalculonRecord]) -> None:
     """Record 130: gpt3-13B, t8 p16 d4, full recompute, rs_ag, optimizer sharding, MQA; Calculon
     refused it because hidden 5140 does not split over 8 TP ranks."""
-    record = oracle[130]
+    record = _known(
+        oracle, 130, "r001_gpt3-13B_a100_80g_roofline_float16_t8p16d4v1_mbs8_gbs512_full_rs_ag"
+    )
     assert record.failure is not None
     assert record.failure.rejection is CalculonRejection.TP_UNEVEN_SPLIT
     spec = translate(record).spec
@@ -363,7 +381,7 @@ def test_random_record_with_sharding_and_multiquery(oracle: dict[int, CalculonRe
 
 def test_every_training_record_translates(oracle: dict[int, CalculonRecord]) -> None:
     training = [record for record in oracle.values() if record.exe.training]
-    assert len(training) == 357
+    assert training
     for record in training:
         assert translate(record).spec.mapping.world_size == record.exe.num_procs
 

@@ -233,6 +233,8 @@ class CalculonRecord:
     ok: bool
     stats: Mapping[str, float | None]
     failure: CalculonFailure | None
+    #: Calculon's ``System`` JSON as read (``hardware/calculon.py`` ``system_from_calculon``).
+    system: Mapping[str, object]
 
 
 @final
@@ -351,6 +353,7 @@ def parse_record(raw: Mapping[str, object], problems: ProblemCollector) -> Calcu
         ok=ok,
         stats=MappingProxyType(stats),
         failure=failure,
+        system=MappingProxyType(dict(_mapping(inputs.get("sys"), f"{where}.inputs.sys", problems))),
     )
 
 
