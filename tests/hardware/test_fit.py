@@ -181,21 +181,35 @@ def test_fit_link_with_a_given_latency_fits_the_rate_only() -> None:
     assert fit.bandwidth_bytes_per_s == pytest.approx(367e9, rel=1e-9)
 
 
-def test_fit_link_refuses_mixed_ops_and_one_size() -> None:
-    ar = _alpha_beta_points(1e-5, 1e11, [1e6], 8)
+def test_fit_link_refuses_one_size() -> None:
     with pytest.raises(ConfigError) as raised:
-        fit_link(ar)
+        fit_link(_alpha_beta_points(1e-5, 1e11, [1e6], 8))
     assert raised.value.problems == (
         "fitting a link's latency and bandwidth needs at least 2 message sizes, got 1",
     )
-    ag = CollectivePoint(
-        kind=CollectiveKind.ALL_GATHER, group_size=8, size_bytes=1e6, bus_bandwidth_bytes_per_s=1e10
+
+
+def test_fit_link_fits_several_ops_and_group_sizes_of_one_link() -> None:
+    # One line costs every op: all-reduce over 8 and all-gather over 4 give the same latency
+    # and rate back.
+    link = LinkSpec(
+        bandwidth_bytes_per_s=2e11, latency_s=3e-5, efficiency=ConstantEfficiency(fraction=1.0)
     )
-    with pytest.raises(ConfigError) as raised:
-        fit_link([*ar, ag])
-    assert raised.value.problems == (
-        "one link fit takes one op and group size, got all_gather x8, all_reduce x8",
-    )
+    points = list(_alpha_beta_points(3e-5, 2e11, [2.0**i for i in range(12, 32, 4)], 8))
+    for size in (2.0**14, 2.0**24, 2.0**30):
+        time = collective_link_time(CollectiveKind.ALL_GATHER, size, 4, link)
+        points.append(
+            CollectivePoint(
+                kind=CollectiveKind.ALL_GATHER,
+                group_size=4,
+                size_bytes=size,
+                bus_bandwidth_bytes_per_s=size * 3 / 4 / time,
+            )
+        )
+    fit = fit_link(points)
+    assert fit.latency_s == pytest.approx(3e-5, rel=1e-9)
+    assert fit.bandwidth_bytes_per_s == pytest.approx(2e11, rel=1e-9)
+    assert fit.fitted.count == 8
 
 
 def test_link_efficiency_refuses_a_rate_above_the_link() -> None:
@@ -203,7 +217,7 @@ def test_link_efficiency_refuses_a_rate_above_the_link() -> None:
     with pytest.raises(ConfigError) as raised:
         link_efficiency(fit, 450e9)
     assert raised.value.problems[0].startswith(
-        "all_reduce x8: fitted bus bandwidth 480.0 GB/s is 1.07 of the link's 450.0 GB/s"
+        "fitted bus bandwidth 480.0 GB/s is 1.07 of the link's 450.0 GB/s"
     )
 
 

@@ -232,10 +232,9 @@ class CollectivePoint:
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LinkFit:
-    """``t = latency_s + S * w(n) / bandwidth_bytes_per_s`` fitted on one op x group size."""
+    """``t = latency_s + S * w(n) / bandwidth_bytes_per_s`` fitted on the rows of one link (any
+    ops and group sizes: the link model costs them all with the same two numbers)."""
 
-    kind: CollectiveKind
-    group_size: int
     latency_s: float
     #: The achieved per-direction wire rate (busbw's large-message limit), bytes/s.
     bandwidth_bytes_per_s: float
@@ -249,21 +248,17 @@ class LinkFit:
             efficiency=ConstantEfficiency(fraction=1.0),
         )
 
-
-def _link_errors(
-    kind: CollectiveKind, latency: float, rate: float, points: Sequence[CollectivePoint]
-) -> list[float]:
-    link = LinkSpec(
-        bandwidth_bytes_per_s=rate, latency_s=latency, efficiency=ConstantEfficiency(fraction=1.0)
-    )
-    return [
-        collective_link_time(kind, p.size_bytes, p.group_size, link) / p.time_s - 1.0
-        for p in points
-    ]
+    def errors(self, points: Sequence[CollectivePoint]) -> list[float]:
+        """``predicted time / measured time - 1`` of each row, through the link model."""
+        link = self.link()
+        return [
+            collective_link_time(p.kind, p.size_bytes, p.group_size, link) / p.time_s - 1.0
+            for p in points
+        ]
 
 
 def fit_link(points: Sequence[CollectivePoint], *, latency_s: float | None = None) -> LinkFit:
-    """Alpha-beta fit of one op x group size (module docstring); ``latency_s`` given: only the
+    """Alpha-beta fit of one link's rows (module docstring); ``latency_s`` given: only the
     rate is fitted (rows that hold large messages only do not determine a latency)."""
     if len(points) < MIN_LINK_POINTS and latency_s is None:
         raise ConfigError(
@@ -274,35 +269,31 @@ def fit_link(points: Sequence[CollectivePoint], *, latency_s: float | None = Non
         )
     if not points:
         raise ConfigError(["fitting a link's bandwidth needs at least 1 message size, got 0"])
-    keys = {(p.kind, p.group_size) for p in points}
-    if len(keys) != 1:
-        shown = ", ".join(f"{kind} x{n}" for kind, n in sorted(keys))
-        raise ConfigError([f"one link fit takes one op and group size, got {shown}"])
-    kind, group_size = next(iter(keys))
     time = np.array([p.time_s for p in points])
-    wire_bytes = np.array([p.size_bytes * p.wire_factor for p in points])
-    # Relative error (alpha + x * beta) / t - 1: rows scaled by 1 / t, target 1.
+    scaled = np.array([p.size_bytes * p.wire_factor for p in points]) / time
+    # Relative error (alpha + x * beta) / t - 1: each row divided by t, target 1.
     if latency_s is None:
-        design = np.stack([1.0 / time, wire_bytes / time], axis=1)
+        design = np.stack([1.0 / time, scaled], axis=1)
         (alpha, beta), *_ = np.linalg.lstsq(design, np.ones_like(time), rcond=None)
         if alpha < 0:
             alpha = 0.0
-            beta = float(np.sum(wire_bytes / time) / np.sum((wire_bytes / time) ** 2))
+            beta = float(np.sum(scaled) / np.sum(scaled**2))
     else:
         alpha = latency_s
-        scaled = wire_bytes / time
         beta = float(np.sum(scaled * (1.0 - alpha / time)) / np.sum(scaled**2))
     if not (beta > 0):
         raise ConfigError(
-            [f"{kind} x{group_size}: the fitted bandwidth is not positive (1/beta = {beta!r})"]
+            [f"the fitted link bandwidth is not positive (1/beta with beta = {beta!r})"]
         )
-    rate = 1.0 / float(beta)
-    return LinkFit(
-        kind=kind,
-        group_size=group_size,
+    line = LinkFit(
         latency_s=float(alpha),
-        bandwidth_bytes_per_s=rate,
-        fitted=FitError.of(_link_errors(kind, float(alpha), rate, points)),
+        bandwidth_bytes_per_s=1.0 / float(beta),
+        fitted=FitError.of([]),
+    )
+    return LinkFit(
+        latency_s=line.latency_s,
+        bandwidth_bytes_per_s=line.bandwidth_bytes_per_s,
+        fitted=FitError.of(line.errors(points)),
     )
 
 
@@ -314,10 +305,10 @@ def link_efficiency(fit: LinkFit, link_bandwidth_bytes_per_s: float) -> Constant
     if not (0 < fraction <= 1):
         raise ConfigError(
             [
-                f"{fit.kind} x{fit.group_size}: fitted bus bandwidth "
-                f"{fit.bandwidth_bytes_per_s / 1e9:.1f} GB/s is {fraction:.2f} of the link's "
-                f"{link_bandwidth_bytes_per_s / 1e9:.1f} GB/s; the cost model is a ring over one "
-                "link (rerun nccl-tests with NCCL_NVLS_ENABLE=0 / NCCL_ALGO=Ring)"
+                f"fitted bus bandwidth {fit.bandwidth_bytes_per_s / 1e9:.1f} GB/s is "
+                f"{fraction:.2f} of the link's {link_bandwidth_bytes_per_s / 1e9:.1f} GB/s; the "
+                "cost model is a ring over one link (rerun nccl-tests with NCCL_NVLS_ENABLE=0 "
+                "and NCCL_ALGO=Ring)"
             ]
         )
     return ConstantEfficiency(fraction=fraction)

@@ -75,7 +75,7 @@ from functools import partial
 from pathlib import Path
 from typing import TypeVar, assert_never
 
-from blueprinting.errors import BlueprintingError, ConfigError, ProblemCollector
+from blueprinting.errors import ConfigError, ProblemCollector
 from blueprinting.hardware.attention import AttentionKernelRates
 from blueprinting.hardware.collectives import (
     DEFAULT_ALL_TO_ALL,
@@ -890,8 +890,9 @@ def _assignment_from_mapping(
     return FixedTiers(tensor=tp, pipeline=pp, data=dp)
 
 
-def load_system(path: str | Path) -> SystemSpec:
-    """Read a system from a ``.toml`` or ``.json`` file: the whole file, or its ``system`` table."""
+def system_table(path: str | Path) -> dict[str, object]:
+    """The system mapping of a ``.toml`` or ``.json`` file: the whole file, or its ``system``
+    table (what ``blueprinting calibrate --out`` writes)."""
     file = Path(path)
     source = str(file)
     document: object
@@ -914,7 +915,22 @@ def load_system(path: str | Path) -> SystemSpec:
         out.raise_if_any()
         if inner is not None:
             table = inner
-    try:
-        return system_from_mapping(table, source=source)
-    except BlueprintingError:
-        raise
+    return dict(table)
+
+
+def is_system_file(name: str) -> bool:
+    """``--system`` names a file (``.toml`` / ``.json``) rather than a preset."""
+    return Path(name).suffix.lower() in (".toml", ".json")
+
+
+def system_section_for(name: str) -> dict[str, object]:
+    """The ``[system]`` section ``--system NAME`` stands for: a preset name, or a system file's
+    table (read here, so its overrides merge with ``--set system.*`` like a config file's)."""
+    if is_system_file(name):
+        return system_table(name)
+    return {"preset": name}
+
+
+def load_system(path: str | Path) -> SystemSpec:
+    """Read a system from a ``.toml`` or ``.json`` file: the whole file, or its ``system`` table."""
+    return system_from_mapping(system_table(path), source=str(path))
