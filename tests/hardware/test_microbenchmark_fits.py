@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from blueprinting.hardware import presets
+from blueprinting.hardware.efficiency import ConstantEfficiency, GemmShapeEfficiency
 from blueprinting.hardware.fit import fit_gemm, fit_hbm, fit_link
 from blueprinting.hardware.microbenchmarks import (
     GEMM_SERIES,
@@ -90,3 +92,64 @@ def test_hbm_fits(bench: Microbenchmarks) -> None:
         for s in STREAM_SERIES
     ]
     assert fractions == pytest.approx([1700 / 2039, 2970 / 3350, 4150 / 4800])
+
+
+def _rounded(fit: GemmShapeEfficiency) -> tuple[float, float, float]:
+    """The presets' rounding: peak to 0.01, dim to 1, FLOPs to two significant digits."""
+    return (
+        round(fit.peak_fraction, 2),
+        float(round(fit.half_saturation_dim)),
+        float(f"{fit.half_saturation_flops:.2g}"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("label", "constant"),
+    [
+        ("A100 fp16 cuBLASLt", presets.A100_GEMM_FIT),
+        ("H100 fp8 cuBLASLt", presets.H100_FP8_GEMM_FIT),
+        ("H200 fp8 cuBLASLt", presets.H200_FP8_GEMM_FIT),
+        ("H800 fp8 DeepGEMM", presets.HOPPER_FP8_BLOCKWISE_GEMM_FIT),
+        ("B200 bf16 torch.mm", presets.B200_BF16_GEMM_FIT),
+        ("B200 nvfp4 torchao", presets.B200_NVFP4_GEMM_FIT),
+        ("GB200 fp8 cuBLASLt", presets.GB200_FP8_GEMM_FIT),
+        ("GB200 fp4 cuBLASLt", presets.GB200_NVFP4_GEMM_FIT),
+    ],
+)
+def test_preset_gemm_figures_are_the_fits(
+    bench: Microbenchmarks, label: str, constant: tuple[float, float, float]
+) -> None:
+    series = next(s for s in GEMM_SERIES if s.label == label)
+    fit = fit_gemm(bench.gemm_points(series), series.peak_tflops * 1e12)
+    assert _rounded(fit.model) == constant
+
+
+def test_preset_link_figures_are_the_fits(bench: Microbenchmarks) -> None:
+    by_label = {s.label: s for s in LINK_SERIES}
+    a100 = fit_link(
+        bench.link_points(by_label["A100 8-GPU all-reduce (mlengr_net)"])
+        + bench.link_points(by_label["A100 8-GPU all-reduce (azure_abg)"])
+    )
+    assert (round(a100.latency_s, 6), round(a100.bandwidth_bytes_per_s / 300e9, 2)) == (
+        presets.A100_NVLINK_FIT
+    )
+    gb200 = fit_link(bench.link_points(by_label["GB200 4-GPU ring all-reduce (azure_abg_gb200)"]))
+    assert (round(gb200.latency_s, 6), round(gb200.bandwidth_bytes_per_s / 900e9, 2)) == (
+        presets.GB200_NVLINK_FIT
+    )
+    for label, link_gbps, constant in (
+        ("H200 8-GPU ring all-reduce, NVLS off (mlengr_net)", 450e9, presets.HOPPER_NVLINK_FIT),
+        ("B200 8-GPU ring all-reduce, NVLS off (mlengr_net)", 900e9, presets.B200_NVLINK_FIT),
+    ):
+        fit = fit_link(bench.link_points(by_label[label]), latency_s=presets.INTRA_NODE_LATENCY_S)
+        assert (fit.latency_s, round(fit.bandwidth_bytes_per_s / link_gbps, 2)) == constant
+
+
+def test_preset_hbm_figures_are_the_fits(bench: Microbenchmarks) -> None:
+    for series, preset in zip(
+        STREAM_SERIES, ("dgx-a100-80gb", "dgx-h100", "dgx-h200"), strict=True
+    ):
+        fit = fit_hbm(bench.stream_rates(series), series.datasheet_gbps * 1e9)
+        assert presets.system_preset(preset).accelerator.hbm.efficiency == ConstantEfficiency(
+            fraction=round(fit.efficiency.fraction, 2)
+        )
