@@ -22,11 +22,10 @@ from blueprinting.hardware.microbenchmarks import (
     load_microbenchmarks,
 )
 
+# ../shared beside the repository (tests/hardware/ -> tests -> repo -> its parent).
 MICROBENCHMARKS = (
     Path(__file__).resolve().parents[3] / "shared" / "reference" / "microbenchmarks.json"
 )
-if not MICROBENCHMARKS.exists():
-    MICROBENCHMARKS = Path("/work/shared/reference/microbenchmarks.json")
 
 
 @pytest.fixture(scope="module")
