@@ -23,7 +23,11 @@ def add_strategy_arguments(parser: argparse.ArgumentParser) -> None:
     """The options ``plan`` and ``simulate`` share."""
     parser.add_argument("file", metavar="FILE", nargs="?", help="strategy file (.toml/.json/.yaml)")
     parser.add_argument("--model", help="model preset (without FILE)")
-    parser.add_argument("--system", help="system preset (overrides the file's [system] preset)")
+    parser.add_argument(
+        "--system",
+        help="system preset or system file (.toml/.json, e.g. from `blueprinting calibrate "
+        "--out`); replaces the file's [system]",
+    )
     parser.add_argument("--gpus", type=int, help="number of GPUs = world_size (without FILE)")
     parser.add_argument(
         "--set",
@@ -83,7 +87,11 @@ def load_training(args: argparse.Namespace) -> tuple[TrainingSpec, SystemSpec]:
     """The spec and system named by FILE or by --model/--gpus, with --set and --system."""
     from blueprinting.api import build_spec
     from blueprinting.hardware.presets import system_preset
-    from blueprinting.hardware.system_mapping import system_from_mapping
+    from blueprinting.hardware.system_mapping import (
+        is_system_file,
+        system_from_mapping,
+        system_section_for,
+    )
     from blueprinting.mapping.config_file import (
         apply_overrides,
         load_config,
@@ -105,13 +113,14 @@ def load_training(args: argparse.Namespace) -> tuple[TrainingSpec, SystemSpec]:
     if args.model is None:
         raise ConfigError(["give a strategy FILE, or --model (with --gpus and --set keys)"])
     system_name = args.system or "dgx-a100-80gb"
-    system: dict[str, object] = {"preset": system_name}
+    system = system_section_for(system_name)
     # Without a file there is no [model] table: model.* stays a flat key.
     flat_overrides = route_section_overrides(overrides, system)
     flat = apply_overrides({}, flat_overrides)
     spec = build_spec(model=args.model, gpus=args.gpus, settings=flat)
-    if len(flat_overrides) < len(overrides):  # some system.* override was applied
-        return spec, system_from_mapping(system)
+    if len(flat_overrides) < len(overrides) or is_system_file(system_name):
+        # some system.* override was applied, or the system is a file's section
+        return spec, system_from_mapping(system, source=system_name)
     return spec, system_preset(system_name)
 
 

@@ -17,13 +17,22 @@ SystemSpec` (matrix and vector engines per datatype, HBM, each network link). It
   Memory Bounds" and "Dimension Quantization Effects"); the hyperbola is a modelling choice with
   two named, calibratable parameters. Without a shape (a vector op, or a GEMM known only by its
   FLOP count) ``d`` is the side of the cube with the same FLOPs, ``(flops / 2) ** (1/3)``.
+* :class:`GemmShapeEfficiency` -- the saturating hyperbola times a per-call term:
+  ``fraction = peak_fraction / (1 + half_saturation_dim / d) / (1 + half_saturation_flops / F)``
+  with ``F`` the GEMM's FLOPs. The second factor is a fixed time per call (launch, prologue and
+  the last partial wave) written in FLOPs: ``half_saturation_flops = t0 * peak_fraction * peak``.
+  The hyperbola in ``d`` alone cannot reproduce square sweeps (1024^3 runs at 0.14-0.38 of peak
+  on A100 / H100 / GB200 cuBLASLt while a 802816x192x768 GEMM, smallest side 192, reaches 0.5):
+  fitted on the shape-resolved points of ``shared/reference/microbenchmarks.json`` it has an RMS
+  error of 30-90%, this model 5-10% (:mod:`blueprinting.hardware.fit`).
 
 The memory-bound ceiling (roofline, Williams et al. 2009) is not part of these fractions: the
 processor model takes ``max(compute time, memory time)`` (or their sum) in
 :meth:`~blueprinting.hardware.system.SystemSpec.processing_time`.
 
 Public API: ``Efficiency``, ``ConstantEfficiency``, ``SteppedEfficiency``, ``EfficiencyStep``,
-``SaturatingGemmEfficiency``, ``GemmShape``, ``efficiency_fraction(model, size, shape=None)``.
+``SaturatingGemmEfficiency``, ``GemmShapeEfficiency``, ``GemmShape``,
+``efficiency_fraction(model, size, shape=None)``.
 """
 
 from __future__ import annotations
@@ -165,7 +174,57 @@ class SaturatingGemmEfficiency:
         return f"sat({self.peak_fraction:g}, d1/2={self.half_saturation_dim:g})"
 
 
-Efficiency: TypeAlias = ConstantEfficiency | SteppedEfficiency | SaturatingGemmEfficiency
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GemmShapeEfficiency:
+    """``peak_fraction / (1 + half_saturation_dim / d) / (1 + half_saturation_flops / F)``.
+
+    ``d = min(M, N, K)``, ``F`` = the GEMM's FLOPs. ``half_saturation_flops`` is the size at
+    which a fixed per-call time costs half the rate (module docstring).
+    """
+
+    peak_fraction: float
+    half_saturation_dim: float
+    half_saturation_flops: float
+
+    def __post_init__(self) -> None:
+        _check_fraction("GemmShapeEfficiency", "peak_fraction", self.peak_fraction)
+        problems = [
+            f"GemmShapeEfficiency.{name} must be >= 0, got {value!r}"
+            for name, value in (
+                ("half_saturation_dim", self.half_saturation_dim),
+                ("half_saturation_flops", self.half_saturation_flops),
+            )
+            if not is_nonnegative(value)
+        ]
+        if problems:
+            raise ConfigError(problems)
+
+    def __str__(self) -> str:
+        return (
+            f"gemm({self.peak_fraction:g}, d1/2={self.half_saturation_dim:g}, "
+            f"F1/2={self.half_saturation_flops:.3g})"
+        )
+
+
+Efficiency: TypeAlias = (
+    ConstantEfficiency | SteppedEfficiency | SaturatingGemmEfficiency | GemmShapeEfficiency
+)
+
+
+def _equivalent_dim(size: float, shape: GemmShape | None) -> float:
+    """``min(M, N, K)``, or without a shape the side of the cube of ``size`` FLOPs."""
+    return float(shape.smallest_dim) if shape is not None else (max(size, 0.0) / 2) ** (1 / 3)
+
+
+def _saturation(dim: float, half: float) -> float:
+    """``1 / (1 + half / dim)``: 1 when ``half`` is 0, 0 at ``dim`` 0."""
+    if half == 0:
+        return 1.0
+    if dim <= 0:
+        return 0.0
+    # Written as a quotient by (1 + h/d) >= 1 so rounding never exceeds 1.
+    return 1.0 / (1.0 + half / dim)
 
 
 def efficiency_fraction(model: Efficiency, size: float, shape: GemmShape | None = None) -> float:
@@ -182,14 +241,17 @@ def efficiency_fraction(model: Efficiency, size: float, shape: GemmShape | None 
         case SaturatingGemmEfficiency(
             peak_fraction=peak_fraction, half_saturation_dim=half_saturation_dim
         ):
-            dim = (
-                float(shape.smallest_dim) if shape is not None else (max(size, 0.0) / 2) ** (1 / 3)
+            return peak_fraction * _saturation(_equivalent_dim(size, shape), half_saturation_dim)
+        case GemmShapeEfficiency(
+            peak_fraction=peak_fraction,
+            half_saturation_dim=half_saturation_dim,
+            half_saturation_flops=half_saturation_flops,
+        ):
+            flops = float(shape.flops) if shape is not None else max(size, 0.0)
+            return (
+                peak_fraction
+                * _saturation(_equivalent_dim(size, shape), half_saturation_dim)
+                * _saturation(flops, half_saturation_flops)
             )
-            if half_saturation_dim == 0:
-                return peak_fraction
-            if dim == 0:
-                return 0.0
-            # Written as a quotient by (1 + h/d) >= 1 so rounding never exceeds peak_fraction.
-            return peak_fraction / (1.0 + half_saturation_dim / dim)
         case _ as unreachable:
             assert_never(unreachable)

@@ -51,7 +51,9 @@ The mapping form (every key optional when a ``preset`` is given; SI units, the u
     costs = {all_reduce = [2, -1], reduce_scatter = [1, -1], all_gather = [1, -1], p2p = [1]}
 
 Efficiency tables: ``{model = "constant", fraction = f}``, ``{model = "steps", steps = [[threshold,
-fraction], ...]}``, ``{model = "saturating_gemm", peak_fraction = f, half_saturation_dim = d}``.
+fraction], ...]}``, ``{model = "saturating_gemm", peak_fraction = f, half_saturation_dim = d}``,
+``{model = "gemm_shape", peak_fraction = f, half_saturation_dim = d, half_saturation_flops = F}``
+(what ``blueprinting calibrate --gemm`` fits).
 A cost pair ``[scalar]`` (or ``[scalar, null]`` in JSON) has no ``1/n`` term.
 
 Overrides: the section is deep-merged over ``system_to_mapping(preset)``: nested tables merge
@@ -73,7 +75,7 @@ from functools import partial
 from pathlib import Path
 from typing import TypeVar, assert_never
 
-from blueprinting.errors import BlueprintingError, ConfigError, ProblemCollector
+from blueprinting.errors import ConfigError, ProblemCollector
 from blueprinting.hardware.attention import AttentionKernelRates
 from blueprinting.hardware.collectives import (
     DEFAULT_ALL_TO_ALL,
@@ -85,6 +87,7 @@ from blueprinting.hardware.efficiency import (
     ConstantEfficiency,
     Efficiency,
     EfficiencyStep,
+    GemmShapeEfficiency,
     SaturatingGemmEfficiency,
     SteppedEfficiency,
 )
@@ -170,6 +173,17 @@ def efficiency_to_mapping(model: Efficiency) -> float | dict[str, object]:
                 "model": "saturating_gemm",
                 "peak_fraction": peak_fraction,
                 "half_saturation_dim": half_saturation_dim,
+            }
+        case GemmShapeEfficiency(
+            peak_fraction=peak_fraction,
+            half_saturation_dim=half_saturation_dim,
+            half_saturation_flops=half_saturation_flops,
+        ):
+            return {
+                "model": "gemm_shape",
+                "peak_fraction": peak_fraction,
+                "half_saturation_dim": half_saturation_dim,
+                "half_saturation_flops": half_saturation_flops,
             }
         case _ as unreachable:
             assert_never(unreachable)
@@ -346,7 +360,8 @@ def _checked(out: ProblemCollector, where: str, make: Callable[[], _T]) -> _T | 
 
 
 def efficiency_from_mapping(value: object, where: str, out: ProblemCollector) -> Efficiency | None:
-    """A number, or a table with ``model`` = ``constant`` | ``steps`` | ``saturating_gemm``."""
+    """A number, or a table with ``model`` = ``constant`` | ``steps`` | ``saturating_gemm`` |
+    ``gemm_shape``."""
     if value is _MISSING:
         return None
     if isinstance(value, int | float) and not isinstance(value, bool):
@@ -412,8 +427,24 @@ def efficiency_from_mapping(value: object, where: str, out: ProblemCollector) ->
                 where,
                 lambda: SaturatingGemmEfficiency(peak_fraction=pk, half_saturation_dim=hf),
             )
+        case "gemm_shape":
+            keys = ("peak_fraction", "half_saturation_dim", "half_saturation_flops")
+            _unknown_keys(table, ("model", *keys), where, out)
+            values = [
+                _number(_required(table, key, where, out), f"{where}.{key}", out) for key in keys
+            ]
+            pk2, hd, hf2 = values
+            if pk2 is None or hd is None or hf2 is None:
+                return None
+            return _checked(
+                out,
+                where,
+                lambda: GemmShapeEfficiency(
+                    peak_fraction=pk2, half_saturation_dim=hd, half_saturation_flops=hf2
+                ),
+            )
         case _:
-            choices = ["constant", "steps", "saturating_gemm"]
+            choices = ["constant", "steps", "saturating_gemm", "gemm_shape"]
             close = difflib.get_close_matches(model, choices, n=1)
             hint = f" (did you mean {close[0]!r}?)" if close else ""
             out.add(f"{where}.model: unknown model {model!r}{hint}; choices: {', '.join(choices)}")
@@ -859,8 +890,9 @@ def _assignment_from_mapping(
     return FixedTiers(tensor=tp, pipeline=pp, data=dp)
 
 
-def load_system(path: str | Path) -> SystemSpec:
-    """Read a system from a ``.toml`` or ``.json`` file: the whole file, or its ``system`` table."""
+def system_table(path: str | Path) -> dict[str, object]:
+    """The system mapping of a ``.toml`` or ``.json`` file: the whole file, or its ``system``
+    table (what ``blueprinting calibrate --out`` writes)."""
     file = Path(path)
     source = str(file)
     document: object
@@ -883,7 +915,22 @@ def load_system(path: str | Path) -> SystemSpec:
         out.raise_if_any()
         if inner is not None:
             table = inner
-    try:
-        return system_from_mapping(table, source=source)
-    except BlueprintingError:
-        raise
+    return dict(table)
+
+
+def is_system_file(name: str) -> bool:
+    """``--system`` names a file (``.toml`` / ``.json``) rather than a preset."""
+    return Path(name).suffix.lower() in (".toml", ".json")
+
+
+def system_section_for(name: str) -> dict[str, object]:
+    """The ``[system]`` section ``--system NAME`` stands for: a preset name, or a system file's
+    table (read here, so its overrides merge with ``--set system.*`` like a config file's)."""
+    if is_system_file(name):
+        return system_table(name)
+    return {"preset": name}
+
+
+def load_system(path: str | Path) -> SystemSpec:
+    """Read a system from a ``.toml`` or ``.json`` file: the whole file, or its ``system`` table."""
+    return system_from_mapping(system_table(path), source=str(path))

@@ -75,9 +75,14 @@ class ConfigFile:
 
     def system_section(self, preset: str | None = None) -> dict[str, object]:
         """The [system] table the hardware is built from: ``{"preset": preset}`` when a preset
-        is given (the CLI's ``--system``, which replaces the file's section), else the file's.
-        A :class:`ConfigError` naming the file when there is neither."""
-        section: dict[str, object] = {"preset": preset} if preset is not None else dict(self.system)
+        is given (the CLI's ``--system``, which replaces the file's section; a ``.toml`` /
+        ``.json`` name is a system file's table), else the file's. A :class:`ConfigError`
+        naming the file when there is neither."""
+        from blueprinting.hardware.system_mapping import system_section_for
+
+        section: dict[str, object] = (
+            system_section_for(preset) if preset is not None else dict(self.system)
+        )
         if not section:
             raise ConfigError(
                 ["the file has no [system] section; pass --system"], source=self.source

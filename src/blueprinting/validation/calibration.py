@@ -26,8 +26,10 @@ from dataclasses import dataclass, replace
 from typing import final
 
 from blueprinting.errors import ConfigError
-from blueprinting.hardware.efficiency import SaturatingGemmEfficiency
+from blueprinting.hardware.efficiency import GemmShapeEfficiency, SaturatingGemmEfficiency
+from blueprinting.hardware.fit import toml_inline
 from blueprinting.hardware.system import DatatypeRate, SystemSpec
+from blueprinting.hardware.system_mapping import efficiency_to_mapping
 from blueprinting.validation.comparison import (
     ComparisonRow,
     ValidationTable,
@@ -48,7 +50,7 @@ def with_gemm_peak_fraction(system: SystemSpec, peak_fraction: float) -> SystemS
     changed = False
     for rate in matrix.rates:
         model = rate.efficiency
-        if isinstance(model, SaturatingGemmEfficiency):
+        if isinstance(model, SaturatingGemmEfficiency | GemmShapeEfficiency):
             rates.append(replace(rate, efficiency=replace(model, peak_fraction=peak_fraction)))
             changed = True
         else:
@@ -158,11 +160,7 @@ def override_toml(result: CalibrationResult, preset: str) -> str:
     lines = ["[system]", f'preset = "{preset}"']
     for rate in result.system.accelerator.matrix.rates:
         model = rate.efficiency
-        if isinstance(model, SaturatingGemmEfficiency):
+        if isinstance(model, SaturatingGemmEfficiency | GemmShapeEfficiency):
             lines.append(f"[system.accelerator.matrix.{rate.datatype.value}]")
-            lines.append(
-                'efficiency = {model = "saturating_gemm", '
-                f"peak_fraction = {model.peak_fraction:g}, "
-                f"half_saturation_dim = {model.half_saturation_dim:g}}}"
-            )
+            lines.append(f"efficiency = {toml_inline(efficiency_to_mapping(model))}")
     return "\n".join(lines)

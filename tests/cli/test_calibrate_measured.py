@@ -1,0 +1,248 @@
+"""``blueprinting calibrate --gemm / --nccl / --stream``: the fixtures in tests/hardware/data
+(figures from shared/reference/microbenchmarks.json, each file's first line says which rows),
+the written [system] section read back by `plan`, and bad files refused with line numbers."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from blueprinting.cli.main import main
+from blueprinting.hardware.efficiency import ConstantEfficiency, GemmShapeEfficiency
+from blueprinting.hardware.system_mapping import load_system
+from blueprinting.mapping.model import Datatype
+
+DATA = Path(__file__).resolve().parents[1] / "hardware" / "data"
+NCCL = DATA / "nccl_tests_all_reduce_a100.txt"
+GEMM = DATA / "gemm_sweep_a100.csv"
+STREAM = DATA / "babelstream_a100.txt"
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_calibrate_nccl_writes_a_system_that_plan_accepts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "system.toml"
+    code, stdout, _ = _run(capsys, "calibrate", "--nccl", str(NCCL), "--out", str(out))
+    assert code == 0
+    assert "intra link: latency 44.2 us, bus bandwidth 204.7 GB/s = 0.682 of 300.0 GB/s" in stdout
+    assert "24 points, RMS 13.2%, max 30.2%" in stdout
+    system = load_system(out)
+    assert system.node.link.latency_s == pytest.approx(44.24e-6, rel=1e-3)
+    efficiency = system.node.link.efficiency
+    assert isinstance(efficiency, ConstantEfficiency)
+    assert efficiency.fraction == pytest.approx(0.6823, rel=1e-3)
+    # Everything else is the preset's.
+    assert system.scale_out.latency_s == 20e-6
+    code, stdout, stderr = _run(
+        capsys,
+        "plan",
+        "--model",
+        "gpt-1.7b",
+        "--gpus",
+        "8",
+        "--system",
+        str(out),
+        "--set",
+        "tensor_model_parallel_size=2",
+        "--no-simulate",
+        "--json",
+    )
+    assert code == 0, stderr
+    calibrated = json.loads(stdout)
+    # The same plan as the preset with the two fitted figures set by hand.
+    code, stdout, _ = _run(
+        capsys,
+        "plan",
+        "--model",
+        "gpt-1.7b",
+        "--gpus",
+        "8",
+        "--set",
+        "tensor_model_parallel_size=2",
+        "--set",
+        f"system.intra_node.latency_s={system.node.link.latency_s!r}",
+        "--set",
+        f"system.intra_node.efficiency={efficiency.fraction!r}",
+        "--no-simulate",
+        "--json",
+    )
+    assert code == 0
+    assert json.loads(stdout)["time_breakdown_s"] == calibrated["time_breakdown_s"]
+    code, stdout, _ = _run(
+        capsys,
+        "plan",
+        "--model",
+        "gpt-1.7b",
+        "--gpus",
+        "8",
+        "--set",
+        "tensor_model_parallel_size=2",
+        "--no-simulate",
+        "--json",
+    )
+    preset = json.loads(stdout)
+    assert (
+        calibrated["time_breakdown_s"]["tp_comm_exposed"]
+        != preset["time_breakdown_s"]["tp_comm_exposed"]
+    )
+    assert calibrated["time_breakdown_s"]["forward"] == preset["time_breakdown_s"]["forward"]
+
+
+def test_calibrate_all_three_inputs(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "system.toml"
+    code, stdout, _ = _run(
+        capsys,
+        "calibrate",
+        "--gemm",
+        str(GEMM),
+        "--nccl",
+        str(NCCL),
+        "--stream",
+        str(STREAM),
+        "--out",
+        str(out),
+    )
+    assert code == 0
+    assert (
+        "gemm float16: peak_fraction 0.808, half_saturation_dim 113, half_saturation_flops "
+        "2.24e+09; fitted 8 points, RMS 5.9%, max 12.3%; leave-one-out 8 points, RMS 45.9%, "
+        "max 125.2%"
+    ) in stdout
+    assert "hbm: Triad 0.834 of datasheet (copy 0.790, mul 0.790, add 0.834" in stdout
+    section = tomllib.loads(out.read_text())["system"]
+    assert section["preset"] == "dgx-a100-80gb"
+    assert section["accelerator"]["hbm"] == {"efficiency": pytest.approx(1700 / 2039)}
+    system = load_system(out)
+    fp16 = next(r for r in system.accelerator.matrix.rates if r.datatype == Datatype.FP16)
+    assert isinstance(fp16.efficiency, GemmShapeEfficiency)
+    assert fp16.efficiency.peak_fraction == pytest.approx(0.808, abs=1e-3)
+    assert fp16.peak_flop_per_s == 312e12  # the preset's peak, merged
+    bf16 = next(r for r in system.accelerator.matrix.rates if r.datatype == Datatype.BF16)
+    assert bf16.efficiency != fp16.efficiency  # not in the CSV: the preset's
+
+
+def test_calibrate_prints_the_section_without_out(capsys: pytest.CaptureFixture[str]) -> None:
+    code, stdout, _ = _run(capsys, "calibrate", "--stream", str(STREAM), "--system", "dgx-h100")
+    assert code == 0
+    toml_text = stdout[stdout.index("[system]") :]
+    section = tomllib.loads(toml_text)["system"]
+    assert section["preset"] == "dgx-h100"
+    assert section["accelerator"]["hbm"]["efficiency"] == pytest.approx(1700 / 3350)
+
+
+def _nccl_text() -> list[str]:
+    return NCCL.read_text().splitlines()
+
+
+def test_a_truncated_nccl_row_names_its_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = _nccl_text()
+    row = next(i for i, line in enumerate(lines) if line.strip().startswith("1048576 "))
+    lines[row] = lines[row][:60]
+    bad = tmp_path / "ar.txt"
+    bad.write_text("\n".join(lines[: row + 1]))
+    code, _, stderr = _run(capsys, "calibrate", "--nccl", str(bad))
+    assert code == 2
+    assert f"invalid configuration in {bad}:" in stderr
+    assert f"line {row + 1}: 6 field(s), the header on line 18 has 13 (a truncated row?)" in stderr
+    assert "Traceback" not in stderr
+
+
+def test_an_nccl_file_without_header_or_op(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    lines = [line for line in _nccl_text() if "Collective test" not in line]
+    header = next(i for i, line in enumerate(lines) if line.lstrip("#").split()[:1] == ["size"])
+    del lines[header]
+    bad = tmp_path / "ar.txt"
+    bad.write_text("\n".join(lines))
+    code, _, stderr = _run(capsys, "calibrate", "--nccl", str(bad))
+    assert code == 2
+    assert f"line {header + 2}: a data row before the nccl-tests column header" in stderr
+    assert "no nccl-tests column header (#  size  count  type ... busbw ...) found" in stderr
+    assert "pass --nccl-op" in stderr
+
+
+def test_an_inter_node_rate_above_the_nic_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # The same rows on two hosts: 230 GB/s busbw is no ring over one 25 GB/s NIC.
+    lines = [
+        line.replace("ndv4-node-01", "ndv4-node-02") if " Rank  5 " in line else line
+        for line in _nccl_text()
+    ]
+    two_hosts = tmp_path / "ar.txt"
+    two_hosts.write_text("\n".join(lines))
+    code, _, stderr = _run(capsys, "calibrate", "--nccl", str(two_hosts))
+    assert code == 2
+    assert f"{two_hosts} (inter link): fitted bus bandwidth 204.7 GB/s is 8.19 of the link's" in (
+        stderr
+    )
+    # Told it is the intra-node link, the same file fits.
+    code, _, _ = _run(capsys, "calibrate", "--nccl", str(two_hosts), "--nccl-scope", "intra")
+    assert code == 0
+
+
+def test_bad_gemm_rows_name_their_lines(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "gemm.csv"
+    bad.write_text("M,N,K,dtype,TFLOP/s\n1024,1024,1024,bf61,100\n2048,-1,2048,bf16,x\n4096,4096\n")
+    code, _, stderr = _run(capsys, "calibrate", "--gemm", str(bad))
+    assert code == 2
+    assert "line 2: unknown dtype 'bf61' (did you mean 'bf16'?); choices: bf16, fp16, fp8" in stderr
+    assert "line 3: N '-1' is not a positive integer" in stderr
+    assert "line 3: TFLOP/s 'x' is not a positive number" in stderr
+    assert "line 4: 2 field(s), the header has 5" in stderr
+
+
+def test_a_gemm_csv_without_its_columns(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "gemm.csv"
+    bad.write_text("# a sweep\nm,n,k,tflops\n1,2,3,4\n")
+    code, _, stderr = _run(capsys, "calibrate", "--gemm", str(bad))
+    assert code == 2
+    assert "line 2: the header lacks column(s) dtype (got m, n, k, tflops)" in stderr
+
+
+def test_too_few_gemm_shapes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    short = tmp_path / "gemm.csv"
+    short.write_text("\n".join(GEMM.read_text().splitlines()[:5]))
+    code, _, stderr = _run(capsys, "calibrate", "--gemm", str(short))
+    assert code == 2
+    assert "float16: fitting a GEMM efficiency needs at least 4 shapes" in stderr
+
+
+def test_a_truncated_babelstream_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lines = STREAM.read_text().splitlines()
+    triad = next(i for i, line in enumerate(lines) if line.startswith("Triad"))
+    bad = tmp_path / "stream.txt"
+    bad.write_text("\n".join([*lines[:triad], "Triad       1700000.0"]))
+    code, _, stderr = _run(capsys, "calibrate", "--stream", str(bad))
+    assert code == 2
+    assert (
+        f"line {triad + 1}: a Triad row needs a rate and min / max / average times, "
+        "got 'Triad       1700000.0'"
+    ) in stderr
+    bad.write_text("\n".join(lines[:triad]))
+    code, _, stderr = _run(capsys, "calibrate", "--stream", str(bad))
+    assert code == 2
+    assert "the result table has no Triad row (a truncated run?)" in stderr
+
+
+def test_measurements_and_runs_are_not_mixed(capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, stderr = _run(
+        capsys, "calibrate", "--stream", str(STREAM), "--fit", "korthikanti2022_table4"
+    )
+    assert code == 2
+    assert "give one kind" in stderr
+    code, _, stderr = _run(capsys, "calibrate", "--out", "x.toml")
+    assert code == 2
+    assert "--out, --nccl-scope and --nccl-op need --gemm, --nccl or --stream" in stderr
