@@ -325,7 +325,7 @@ reason = "r"
 strategy = {}
 [[run.alternative]]
 reason = 3
-strategy = { pipeline_model_parallel_size = 1.5 }
+strategy = { pipeline_model_parallel_size = [1] }
 """,
         encoding="utf-8",
     )
