@@ -146,6 +146,7 @@ def _compute_wavefront(dag: CommandDag, dur: FloatArray) -> tuple[FloatArray, Fl
     producer = dag.deps[:, 0]
     burst = np.zeros(n, dtype=np.int64)  # 0 for the first transfer a step posts, 1, 2, ...
     tails: list[IntArray] = []
+    movings: list[IntArray] = []
     for program in comm_programs:
         bucket = kind[program] == _DP
         first = int(np.argmax(bucket)) if bucket.any() else program.shape[0]
@@ -153,6 +154,7 @@ def _compute_wavefront(dag: CommandDag, dur: FloatArray) -> tuple[FloatArray, Fl
             return None
         tails.append(program[first:])
         moving = program[:first]
+        movings.append(moving)
         if moving.shape[0]:
             starts = np.concatenate([[True], producer[moving[1:]] != producer[moving[:-1]]])
             group = np.flatnonzero(starts)
@@ -178,11 +180,8 @@ def _compute_wavefront(dag: CommandDag, dur: FloatArray) -> tuple[FloatArray, Fl
     waits[:, never] = never
     waits[:, zero_row] = zero_row
     waits[:, pad_row] = pad_row
-    # hops[j - 1][k - 1, row]: 1.0 where the k-th wait of row sits j or more places into its
-    # burst (one more c to add), else 0.0 (adding 0.0 changes nothing).
     depth = np.zeros((width - 1, rows), dtype=np.int64)
     depth[:, rows_of] = np.where(cross >= 0, burst[np.maximum(cross, 0)], 0).T
-    hops = [(depth >= j).astype(np.float64) for j in range(1, extra_hops + 1)]
     # Columns that differ only in DP bucket durations (the plan path's pipeline-only and full
     # runs) share every compute and transfer time: run each distinct one once.
     distinct: list[int] = []
@@ -196,68 +195,143 @@ def _compute_wavefront(dag: CommandDag, dur: FloatArray) -> tuple[FloatArray, Fl
         if not same:
             distinct.append(k)
         copy_of.append(same[0] if same else len(distinct) - 1)
-    loop_dur = dur[:, distinct]
     duration = np.zeros((len(distinct), rows), dtype=np.float64)
-    duration[:, rows_of] = loop_dur[compute].T
-    end = np.full((len(distinct), rows), np.inf, dtype=np.float64)
-    end[:, zero_row] = 0.0
-    end[:, pad_row] = -np.inf
-    c = hop[distinct][:, None, None]
-    head = firsts.copy()
-    last = head.copy()
+    duration[:, rows_of] = dur[compute][:, distinct].T
+    timed = _chain_longest_path(
+        waits=waits,
+        depth=depth,
+        duration=duration,
+        hop=hop[distinct],
+        heads=firsts,
+        never=never,
+        zero_row=zero_row,
+        pad_row=pad_row,
+        extra_hops=extra_hops,
+    )
+    if timed is None:
+        return None
+    begin, end = timed
+    # Outputs are built column by column ((columns, n), each column contiguous) and returned
+    # transposed, as (n, columns) views.
+    start_out = np.zeros((columns, n), dtype=np.float64)
+    end_out = np.zeros((columns, n), dtype=np.float64)
+    start_out[:, compute] = begin[:, rows_of][copy_of]
+    end_out[:, compute] = end[:, rows_of][copy_of]
+    per_column = dur.T
+    # Transfers of every rank at once, burst level by burst level: the first of a burst leaves
+    # when its producer ends, the j-th when the (j-1)-th has arrived (the same additions as the
+    # full wavefront's).
+    moving = np.concatenate(movings) if movings else np.zeros(0, dtype=np.int64)
+    if moving.shape[0]:
+        level_of = burst[moving]
+        step = hop[:, None]
+        sent_start = np.empty((columns, moving.shape[0]), dtype=np.float64)
+        sent_end = np.empty_like(sent_start)
+        for j in range(extra_hops + 1):
+            level = np.flatnonzero(level_of == j)
+            if j:
+                sent_start[:, level] = sent_end[:, level - 1]
+            else:
+                sent_start[:, level] = end_out[:, producer[moving[level]]]
+            sent_end[:, level] = sent_start[:, level] + step
+        # A burst's first transfer must not queue behind the previous burst of its stream.
+        program_first = np.zeros(moving.shape[0], dtype=np.bool_)
+        firsts_at = np.cumsum([0, *(x.shape[0] for x in movings[:-1])])
+        program_first[firsts_at[firsts_at < moving.shape[0]]] = True
+        pair = np.flatnonzero((level_of[1:] == 0) & ~program_first[1:])
+        if (sent_end[:, pair] > sent_start[:, pair + 1]).any():
+            return None
+        start_out[:, moving] = sent_start
+        end_out[:, moving] = sent_end
+    for program, tail in zip(movings, tails, strict=True):
+        free = end_out[:, program[-1]] if program.shape[0] else np.zeros(columns, np.float64)
+        for bucket in tail.tolist():
+            begin_b = np.maximum(free, end_out[:, producer[bucket]])
+            start_out[:, bucket] = begin_b
+            free = begin_b + per_column[:, bucket]
+            end_out[:, bucket] = free
+    return start_out.T, end_out.T
+
+
+def _chain_longest_path(
+    *,
+    waits: IntArray,
+    depth: IntArray,
+    duration: FloatArray,
+    hop: FloatArray,
+    heads: IntArray,
+    never: IntArray,
+    zero_row: int,
+    pad_row: int,
+    extra_hops: int,
+) -> tuple[FloatArray, FloatArray] | None:
+    """Start and end (``(columns, rows)``) of rows laid out stream by stream, each stream's
+    rows contiguous and followed by its ``never`` row; ``waits[0]`` is the stream predecessor
+    (``zero_row`` for a first row), ``waits[1:]`` the cross-stream waits, each reached through
+    ``depth + 1`` sequential additions of the column's ``hop`` (the transfers of a burst leave
+    one after the other). None on a deadlock.
+
+    One numpy step per row of the longest stream: every step gathers the heads' waits, takes
+    their maximum and writes ``begin + duration`` to every head, and the ready heads (finite
+    end) move on. Everything is one-dimensional, the columns side by side (row ``k * rows + i``
+    of column k), because numpy's 1-D integer gathers and scatters cost a fraction of 2-D
+    ones, and the per-step work is a few dozen heads. A finished row's end is kept together
+    with its ends plus one, two, ... hops, so a cross wait is a single gather from the array
+    of its depth; the additions are those the event-driven engine makes, in its order, so the
+    times are equal bit for bit."""
+    columns, rows = duration.shape
+    n_flat = columns * rows
+    offset = (np.arange(columns, dtype=np.int64) * rows)[:, None]
+    # Cross waits grouped by depth: gathers[j] holds, for each row, its waits of depth j
+    # (padded with pad_row, which ends at -inf in every array).
+    gathers: list[list[IntArray]] = []
+    cross, cross_depth = waits[1:], depth
+    for j in range(extra_hops + 1):
+        chosen = np.where(cross_depth == j, cross, pad_row)
+        useful = [row for row in chosen if (row != pad_row).any()]
+        gathers.append([(row[None, :] + offset).reshape(-1) for row in useful])
+    # The never rows wait for themselves in the first array: they never become ready.
+    flat_never = (never[None, :] + offset).reshape(-1)
+    if not gathers[0]:
+        gathers[0].append(np.full(n_flat, pad_row, dtype=np.int64) + offset.repeat(rows))
+    gathers[0][0][flat_never] = flat_never
+    end = np.full(n_flat, np.inf, dtype=np.float64)
+    end[zero_row + offset[:, 0]] = 0.0
+    end[pad_row + offset[:, 0]] = -np.inf
+    hopped = [end.copy() for _ in range(extra_hops + 1)]
+    flat_duration = duration.reshape(-1).copy()
+    flat_duration[flat_never] = np.inf
+    head = (heads[None, :] + offset).reshape(-1)
+    stops = flat_never
+    step_hop = np.repeat(hop, heads.shape[0])
+    last = np.zeros(head.shape[0], dtype=np.float64)
+    maximum, where = np.maximum, np.where
+    plan = [(array, index) for array, group in zip(hopped, gathers, strict=True) for index in group]
+    previous = head.copy()
     while True:
         for _ in range(16):
-            gathered = end[:, waits[:, head]]
-            begin = gathered[:, 0]
-            if width > 1:
-                sent = gathered[:, 1:] + c
-                for extra in hops:
-                    sent = sent + extra[:, head] * c
-                for k in range(width - 1):
-                    begin = np.maximum(begin, sent[:, k])
-            end[:, head] = begin + duration[:, head]
-            head += begin[0] < np.inf
-        if (head == never).all():
+            begin = last
+            for array, index in plan:
+                begin = maximum(begin, array[index[head]])
+            finish = begin + flat_duration[head]
+            end[head] = finish
+            sent = finish
+            for array in hopped:
+                sent = sent + step_hop
+                array[head] = sent
+            ready = finish < np.inf
+            last = where(ready, finish, last)
+            head += ready
+        if (head == stops).all():
             break
-        if (head == last).all():
+        if (head == previous).all():
             return None
-        last = head.copy()
-    gathered = end[:, waits]
-    begin = gathered[:, 0]
-    if width > 1:
-        sent = gathered[:, 1:] + c
-        for extra in hops:
-            sent = sent + extra * c
-        for k in range(width - 1):
-            begin = np.maximum(begin, sent[:, k])
-    start_out = np.zeros((n, columns), dtype=np.float64)
-    end_out = np.zeros((n, columns), dtype=np.float64)
-    start_out[compute] = begin[:, rows_of].T[:, copy_of]
-    end_out[compute] = end[:, rows_of].T[:, copy_of]
-    for program, tail in zip(comm_programs, tails, strict=True):
-        moving = program[: program.shape[0] - tail.shape[0]]
-        free = np.zeros(columns, dtype=np.float64)
-        if moving.shape[0]:
-            ready = end_out[producer[moving]]
-            first = burst[moving] == 0
-            at = np.where(first[:, None], ready, 0.0)
-            # Sequential adds within a burst: the j-th transfer starts where the (j-1)-th ends.
-            for j in range(extra_hops + 1):
-                level = burst[moving] == j
-                if j:
-                    at[level] = end_out[moving[np.flatnonzero(level) - 1]]
-                start_out[moving[level]] = at[level]
-                end_out[moving[level]] = at[level] + hop
-            earlier = end_out[moving[:-1]][first[1:]]
-            if (earlier > start_out[moving[1:]][first[1:]]).any():
-                return None
-            free = end_out[moving[-1]]
-        for bucket in tail.tolist():
-            begin_b = np.maximum(free, end_out[producer[bucket]])
-            start_out[bucket] = begin_b
-            free = begin_b + dur[bucket]
-            end_out[bucket] = free
-    return start_out, end_out
+        previous = head.copy()
+    pred = (waits[0][None, :] + offset).reshape(-1)
+    begin_all = end[pred]
+    for array, index in plan:
+        begin_all = maximum(begin_all, array[index])
+    return begin_all.reshape(columns, rows), end.reshape(columns, rows)
 
 
 def _full_wavefront(dag: CommandDag, dur: FloatArray) -> tuple[FloatArray, FloatArray]:
