@@ -31,6 +31,7 @@ Definitions (seconds):
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import final
@@ -49,6 +50,10 @@ from blueprinting.simulator.commands import (
     FloatArray,
     IntArray,
 )
+
+
+_SUM_IS_SEQUENTIAL = sys.version_info < (3, 12)
+"""Python 3.12 made ``sum`` of floats compensated (Neumaier); earlier versions add in order."""
 
 
 @final
@@ -83,23 +88,25 @@ def simulate_many(dag: CommandDag, durations: Sequence[FloatArray]) -> list[Simu
     the results' ``dag`` is ``dag`` itself, whatever durations they ran with."""
     n = len(dag)
     columns = len(durations)
-    dur = np.zeros((n, columns), dtype=np.float64)
+    # One contiguous row per run; the wavefronts read it as its (n, columns) transpose.
+    by_run = np.zeros((columns, n), dtype=np.float64)
     for k, d in enumerate(durations):
-        dur[:, k] = d
-    start, end = _wavefront(dag, dur)
+        by_run[k] = d
+    start, end = _wavefront(dag, by_run.T)
     held = _held_activations(dag)
     compute = np.concatenate(dag.programs[0::2]) if dag.programs else np.zeros(0, np.int64)
+    compute_dur = [row[compute] for row in by_run]
     busy: list[tuple[float, ...]] = []
     for k in range(columns):
         # Runs with the same compute durations have the same busy times: sum once.
-        same = [i for i in range(k) if (dur[compute, i] == dur[compute, k]).all()]
-        busy.append(busy[same[0]] if same else _busy(dag, dur[:, k], 0))
+        same = [i for i in range(k) if (compute_dur[i] == compute_dur[k]).all()]
+        busy.append(busy[same[0]] if same else _busy(dag, by_run[k], 0))
     return [
         _summarise(
             dag,
-            start=start[:, k].copy(),
-            end=end[:, k].copy(),
-            duration=dur[:, k],
+            start=np.ascontiguousarray(start[:, k]),
+            end=np.ascontiguousarray(end[:, k]),
+            duration=by_run[k],
             busy=busy[k],
             held=held,
         )
@@ -108,10 +115,17 @@ def simulate_many(dag: CommandDag, durations: Sequence[FloatArray]) -> list[Simu
 
 
 def _busy(dag: CommandDag, duration: FloatArray, stream: int) -> tuple[float, ...]:
-    """Total time of stream ``stream`` (0 compute, 1 communication) of every rank."""
-    return tuple(
-        sum(duration[dag.programs[2 * r + stream]].tolist()) for r in range(dag.pipeline_degree)
-    )
+    """Total time of stream ``stream`` (0 compute, 1 communication) of every rank: Python's
+    ``sum`` over the program, in program order."""
+    programs = dag.programs[stream::2]
+    if _SUM_IS_SEQUENTIAL:
+        # Before 3.12 ``sum`` adds floats one by one, as ``np.cumsum`` does (a quarter of the
+        # cost); ``0.0 +`` turns an all -0.0 total into ``sum``'s 0.0.
+        return tuple(
+            0.0 + float(np.cumsum(duration[program])[-1]) if program.shape[0] else 0
+            for program in programs
+        )
+    return tuple(sum(duration[program].tolist()) for program in programs)
 
 
 def _wavefront(dag: CommandDag, dur: FloatArray) -> tuple[FloatArray, FloatArray]:
@@ -141,7 +155,9 @@ def _compute_wavefront(dag: CommandDag, dur: FloatArray) -> tuple[FloatArray, Fl
     columns = dur.shape[1]
     transfers = np.flatnonzero((kind == _SEND_F) | (kind == _SEND_B))
     hop = dur[transfers[0]] if transfers.shape[0] else np.zeros(columns, dtype=np.float64)
-    if transfers.shape[0] and not (dur[transfers] == hop).all():
+    if transfers.shape[0] and any(
+        not (dur[:, k][transfers] == hop[k]).all() for k in range(columns)
+    ):
         return None
     producer = dag.deps[:, 0]
     burst = np.zeros(n, dtype=np.int64)  # 0 for the first transfer a step posts, 1, 2, ...
@@ -190,13 +206,14 @@ def _compute_wavefront(dag: CommandDag, dur: FloatArray) -> tuple[FloatArray, Fl
         same = [
             i
             for i, d in enumerate(distinct)
-            if hop[d] == hop[k] and (dur[compute, d] == dur[compute, k]).all()
+            if hop[d] == hop[k] and (dur[:, d][compute] == dur[:, k][compute]).all()
         ]
         if not same:
             distinct.append(k)
         copy_of.append(same[0] if same else len(distinct) - 1)
     duration = np.zeros((len(distinct), rows), dtype=np.float64)
-    duration[:, rows_of] = dur[compute][:, distinct].T
+    for row, k in zip(duration, distinct, strict=True):
+        row[rows_of] = dur[:, k][compute]
     timed = _chain_longest_path(
         waits=waits,
         depth=depth,
@@ -211,38 +228,46 @@ def _compute_wavefront(dag: CommandDag, dur: FloatArray) -> tuple[FloatArray, Fl
     if timed is None:
         return None
     begin, end = timed
-    # Outputs are built column by column ((columns, n), each column contiguous) and returned
-    # transposed, as (n, columns) views.
+    # Outputs are built column by column ((columns, n), each column contiguous: numpy's 1-D
+    # gathers and scatters are several times faster than 2-D ones) and returned transposed,
+    # as (n, columns) views.
     start_out = np.zeros((columns, n), dtype=np.float64)
     end_out = np.zeros((columns, n), dtype=np.float64)
-    start_out[:, compute] = begin[:, rows_of][copy_of]
-    end_out[:, compute] = end[:, rows_of][copy_of]
-    per_column = dur.T
-    # Transfers of every rank at once, burst level by burst level: the first of a burst leaves
-    # when its producer ends, the j-th when the (j-1)-th has arrived (the same additions as the
-    # full wavefront's).
     moving = np.concatenate(movings) if movings else np.zeros(0, dtype=np.int64)
-    if moving.shape[0]:
-        level_of = burst[moving]
-        step = hop[:, None]
-        sent_start = np.empty((columns, moving.shape[0]), dtype=np.float64)
-        sent_end = np.empty_like(sent_start)
-        for j in range(extra_hops + 1):
-            level = np.flatnonzero(level_of == j)
+    level_of = burst[moving]
+    levels = [np.flatnonzero(level_of == j) for j in range(extra_hops + 1)]
+    # A burst's first transfer must not queue behind the previous burst of its stream.
+    program_first = np.zeros(moving.shape[0], dtype=np.bool_)
+    firsts_at = np.cumsum([0, *(x.shape[0] for x in movings[:-1])])
+    program_first[firsts_at[firsts_at < moving.shape[0]]] = True
+    pair = np.flatnonzero((level_of[1:] == 0) & ~program_first[1:])
+    moving_producer = producer[moving]
+    for k in range(columns):
+        start_k, end_k = start_out[k], end_out[k]
+        twin = copy_of.index(copy_of[k])
+        if twin < k:
+            # Same compute and transfer times as an earlier column (DP buckets come later).
+            start_k[:] = start_out[twin]
+            end_k[:] = end_out[twin]
+            continue
+        start_k[compute] = begin[copy_of[k]][rows_of]
+        end_k[compute] = end[copy_of[k]][rows_of]
+        # Transfers of every rank at once, burst level by burst level: the first of a burst
+        # leaves when its producer ends, the j-th when the (j-1)-th has arrived (the same
+        # additions as the full wavefront's).
+        sent_start = np.empty(moving.shape[0], dtype=np.float64)
+        sent_end = np.empty(moving.shape[0], dtype=np.float64)
+        for j, level in enumerate(levels):
             if j:
-                sent_start[:, level] = sent_end[:, level - 1]
+                sent_start[level] = sent_end[level - 1]
             else:
-                sent_start[:, level] = end_out[:, producer[moving[level]]]
-            sent_end[:, level] = sent_start[:, level] + step
-        # A burst's first transfer must not queue behind the previous burst of its stream.
-        program_first = np.zeros(moving.shape[0], dtype=np.bool_)
-        firsts_at = np.cumsum([0, *(x.shape[0] for x in movings[:-1])])
-        program_first[firsts_at[firsts_at < moving.shape[0]]] = True
-        pair = np.flatnonzero((level_of[1:] == 0) & ~program_first[1:])
-        if (sent_end[:, pair] > sent_start[:, pair + 1]).any():
+                sent_start[level] = end_k[moving_producer[level]]
+            sent_end[level] = sent_start[level] + hop[k]
+        if (sent_end[pair] > sent_start[pair + 1]).any():
             return None
-        start_out[:, moving] = sent_start
-        end_out[:, moving] = sent_end
+        start_k[moving] = sent_start
+        end_k[moving] = sent_end
+    per_column = dur.T
     for program, tail in zip(movings, tails, strict=True):
         free = end_out[:, program[-1]] if program.shape[0] else np.zeros(columns, np.float64)
         for bucket in tail.tolist():
@@ -308,17 +333,27 @@ def _chain_longest_path(
     maximum, where = np.maximum, np.where
     plan = [(array, index) for array, group in zip(hopped, gathers, strict=True) for index in group]
     previous = head.copy()
+    # The common case (one cross wait, transfers one per producer) without the inner loops.
+    single = len(plan) == 1 and len(hopped) == 1
+    array0, index0 = plan[0]
+    hopped0 = hopped[0]
     while True:
         for _ in range(16):
-            begin = last
-            for array, index in plan:
-                begin = maximum(begin, array[index[head]])
-            finish = begin + flat_duration[head]
-            end[head] = finish
-            sent = finish
-            for array in hopped:
-                sent = sent + step_hop
-                array[head] = sent
+            if single:
+                begin = maximum(last, array0[index0[head]])
+                finish = begin + flat_duration[head]
+                end[head] = finish
+                hopped0[head] = finish + step_hop
+            else:
+                begin = last
+                for array, index in plan:
+                    begin = maximum(begin, array[index[head]])
+                finish = begin + flat_duration[head]
+                end[head] = finish
+                sent = finish
+                for array in hopped:
+                    sent = sent + step_hop
+                    array[head] = sent
             ready = finish < np.inf
             last = where(ready, finish, last)
             head += ready

@@ -188,6 +188,8 @@ def _dp_buckets(
     context = PlanContext(spec=spec, system=system)
     groups = (context.gradient_group(), context.expert_gradient_group())
     v = plan.virtual_stages
+    # The longest chunk's backward over every stage: one value for the whole pipeline.
+    chunk_backward_s = plan.backward_chunk_s()
     out: list[tuple[DpBucket, ...]] = []
     for stage in plan.stages:
         params = stage_parameters(spec.model, mapping, stage.index)
@@ -196,7 +198,7 @@ def _dp_buckets(
             virtual_stages=v,
             pipeline_degree=plan.pipeline_degree,
             block_backward_s=plan.block.backward_s,
-            chunk_backward_s=plan.backward_chunk_s(),
+            chunk_backward_s=chunk_backward_s,
             stage_forward_s=sum(
                 plan.chunk_forward_s(stage, c) for c in range(len(stage.blocks_per_chunk))
             ),
