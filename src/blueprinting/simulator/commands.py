@@ -202,6 +202,9 @@ def _step_bounds(
         at = [np.asarray(o.receive_at, np.int64) + offsets[r] for r, o in enumerate(orders)]
         after = [np.asarray(o.send_after, np.int64) + offsets[r] for r, o in enumerate(orders)]
         return np.concatenate(at), np.concatenate(after)
+    if all(order.step_starts is None for order in orders):
+        every = np.arange(n, dtype=np.int64)  # one op per step
+        return every, every
     for r, order in enumerate(orders):
         if lengths[r] == 0:
             continue
@@ -243,15 +246,20 @@ def build_from_orders(
     slot_count = n_virtual * m
     arrays = [_ops_array(order.ops) for order in orders]
     lengths = np.array([a.shape[0] for a in arrays], dtype=np.int64)
-    ops = np.concatenate(arrays) if arrays else np.zeros((0, 3), dtype=np.int64)
-    code, ch, mb = ops[:, 0], ops[:, 1], ops[:, 2]
+    # One contiguous array per field (every later pass reads them whole).
+    code, ch, mb = (
+        np.concatenate([a[:, field] for a in arrays]) if arrays else np.zeros(0, dtype=np.int64)
+        for field in range(3)
+    )
+    del arrays
     rk = np.repeat(np.arange(p, dtype=np.int64), lengths)
 
     # Pass 1: compute commands, ids in program order; every problem at once.
     found, kept = _order_problems(code, ch, mb, rk, p=p, m=m, v=v)
     found.sort()
     problems = [message for _, message in found]
-    code, ch, mb, rk = code[kept], ch[kept], mb[kept], rk[kept]
+    if not kept.all():
+        code, ch, mb, rk = code[kept], ch[kept], mb[kept], rk[kept]
     n_compute = int(code.shape[0])
     ids = np.full((4, slot_count), -1, dtype=np.int64)
     ids[code, (ch * p + rk) * m + mb] = np.arange(n_compute, dtype=np.int64)
@@ -282,8 +290,9 @@ def build_from_orders(
         if costs.weight_grad_s is None
         else np.asarray(costs.weight_grad_s, dtype=np.float64)
     )
-    f, b, w = forward[rk, ch], backward[rk, ch], weight[rk, ch]
-    dur = np.where(code == _F, f, np.where(code == _B, b, np.where(code == _BI, b - w, w)))
+    # Duration of every (kind, rank, chunk), indexed by OpKind: one gather for all ops.
+    by_kind = np.stack([forward, backward, backward - weight, weight])
+    dur = by_kind.reshape(-1)[(code * p + rk) * v + ch]
 
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     step_first, step_last = _step_bounds(orders, lengths, offsets)
@@ -306,9 +315,12 @@ def build_from_orders(
     has_grad_input = is_grad & ~last_stage
     local_f = has_input & (rank_at[prev_q] == rk) & graph.local_handoff
     local_b = has_grad_input & (rank_at[next_q] == rk) & graph.local_handoff
-    own = np.arange(n_compute, dtype=np.int64)
-    late = local_f & (fid[slot_at[prev_q] * m + mb] > own)
-    late |= local_b & (grad_id[slot_at[next_q] * m + mb] > own)
+    if graph.local_handoff:
+        own = np.arange(n_compute, dtype=np.int64)
+        late = local_f & (fid[slot_at[prev_q] * m + mb] > own)
+        late |= local_b & (grad_id[slot_at[next_q] * m + mb] > own)
+    else:
+        late = np.zeros(1, dtype=np.bool_)  # every hand-over is a message: none is late
     if late.any():
         first_late = int(np.flatnonzero(late)[0])
         raise VerificationError(

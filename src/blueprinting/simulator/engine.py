@@ -51,7 +51,6 @@ from blueprinting.simulator.commands import (
     IntArray,
 )
 
-
 _SUM_IS_SEQUENTIAL = sys.version_info < (3, 12)
 """Python 3.12 made ``sum`` of floats compensated (Neumaier); earlier versions add in order."""
 
