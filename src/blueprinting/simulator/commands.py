@@ -409,16 +409,17 @@ def build_from_orders(
     recv_src[is_b] = send_of[grad_id[slot_at[next_q[is_b]] * m + mb[is_b]]]
     receiving = np.flatnonzero(recv_src != -1)
     # Explicit receive points need not be monotone in op order: group by waiter, stably.
-    receiving = receiving[np.argsort(step_first[receiving], kind="stable")]
     waiter = step_first[receiving]
+    if (waiter[1:] < waiter[:-1]).any():
+        order = np.argsort(waiter, kind="stable")
+        receiving, waiter = receiving[order], waiter[order]
     # A step's receives all go to its first op, in op order: consecutive in ``receiving``.
     new_group = np.concatenate([[True], waiter[1:] != waiter[:-1]])[: waiter.shape[0]]
     group_start = np.flatnonzero(new_group)
     receive_column = (
         np.arange(receiving.shape[0], dtype=np.int64) - group_start[np.cumsum(new_group) - 1]
     )
-    counts = np.zeros(n, dtype=np.int64)
-    counts[waiter[group_start]] = np.diff(np.append(group_start, receiving.shape[0]))
+    group_sizes = np.diff(np.append(group_start, receiving.shape[0]))
     own_cmd = np.zeros(0, dtype=np.int64)
     own_src = np.zeros(0, dtype=np.int64)
     waiting = [r for r, order in enumerate(orders) if order.wait_own_sends]
@@ -432,11 +433,15 @@ def build_from_orders(
         own_cmd, own_src = cmd[has], send_of[before[has]]
     width = max(
         1,
-        int(counts.max(initial=0)) + (1 if own_cmd.shape[0] else 0),
+        int(group_sizes.max(initial=0)) + (1 if own_cmd.shape[0] else 0),
     )
     deps = np.full((n, width), -1, dtype=np.int64)
     deps[waiter, receive_column] = recv_src[receiving]
-    deps[own_cmd, counts[own_cmd]] = own_src
+    if own_cmd.shape[0]:
+        # After the receives of its step's first op (receivers are compute commands).
+        counts = np.zeros(n_compute, dtype=np.int64)
+        counts[waiter[group_start]] = group_sizes
+        deps[own_cmd, counts[own_cmd]] = own_src
     deps[tid, 0] = t_after
     if bucket_rows:
         deps[np.array([row[0] for row in bucket_rows], dtype=np.int64), 0] = bucket_after
