@@ -310,6 +310,7 @@ def build_from_orders(
     last_stage = starts[pos + 1]
     prev_q = np.maximum(pos - 1, 0)
     next_q = np.minimum(pos + 1, n_virtual - 1)
+    del pos
     is_grad = (code == _B) | (code == _BI)
     has_input = (code == _F) & ~first_stage
     has_grad_input = is_grad & ~last_stage
@@ -391,6 +392,10 @@ def build_from_orders(
     rank[tid], chunk[tid], micro[tid] = t_rank, ch[sending], mb[sending]
     duration[tid] = costs.p2p_time_s
     peer[tid] = np.where(sends_fwd[sending], rank_at[next_q[sending]], rank_at[prev_q[sending]])
+    # The op fields live on as the DAG's columns: drop the copies (half a million ops each),
+    # so the dependencies below reuse their memory.
+    code, ch, mb, rk = kind[:n_compute], chunk[:n_compute], micro[:n_compute], rank[:n_compute]
+    del dur, t_rank, sending
     if bucket_rows:
         rows = np.array([row[0] for row in bucket_rows], dtype=np.int64)
         kind[rows] = _DP

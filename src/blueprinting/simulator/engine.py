@@ -197,6 +197,9 @@ def _compute_wavefront(dag: CommandDag, dur: FloatArray) -> tuple[FloatArray, Fl
     waits[:, pad_row] = pad_row
     depth = np.zeros((width - 1, rows), dtype=np.int64)
     depth[:, rows_of] = np.where(cross >= 0, burst[np.maximum(cross, 0)], 0).T
+    moving = np.concatenate(movings) if movings else np.zeros(0, dtype=np.int64)
+    level_of = burst[moving]
+    del burst, transfers
     # Columns that differ only in DP bucket durations (the plan path's pipeline-only and full
     # runs) share every compute and transfer time: run each distinct one once.
     distinct: list[int] = []
@@ -224,6 +227,7 @@ def _compute_wavefront(dag: CommandDag, dur: FloatArray) -> tuple[FloatArray, Fl
         pad_row=pad_row,
         extra_hops=extra_hops,
     )
+    del waits, depth, duration, cross, new_id  # their memory serves the outputs
     if timed is None:
         return None
     begin, end = timed
@@ -232,8 +236,6 @@ def _compute_wavefront(dag: CommandDag, dur: FloatArray) -> tuple[FloatArray, Fl
     # as (n, columns) views.
     start_out = np.zeros((columns, n), dtype=np.float64)
     end_out = np.zeros((columns, n), dtype=np.float64)
-    moving = np.concatenate(movings) if movings else np.zeros(0, dtype=np.int64)
-    level_of = burst[moving]
     levels = [np.flatnonzero(level_of == j) for j in range(extra_hops + 1)]
     # A burst's first transfer must not queue behind the previous burst of its stream.
     program_first = np.zeros(moving.shape[0], dtype=np.bool_)
