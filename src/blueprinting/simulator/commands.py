@@ -254,15 +254,22 @@ def build_from_orders(
     del arrays
     rk = np.repeat(np.arange(p, dtype=np.int64), lengths)
 
-    # Pass 1: compute commands, ids in program order; every problem at once.
-    found, kept = _order_problems(code, ch, mb, rk, p=p, m=m, v=v)
-    found.sort()
-    problems = [message for _, message in found]
-    if not kept.all():
-        code, ch, mb, rk = code[kept], ch[kept], mb[kept], rk[kept]
-    n_compute = int(code.shape[0])
+    # Pass 1: compute commands, ids in program order; every problem at once. A valid order
+    # (in range, every pass once) fills as many slots as it has ops: the slots are written
+    # first and the problems looked for only when the count is short.
     ids = np.full((4, slot_count), -1, dtype=np.int64)
-    ids[code, (ch * p + rk) * m + mb] = np.arange(n_compute, dtype=np.int64)
+    in_range = not ((ch < 0) | (ch >= v) | (mb < 0) | (mb >= m)).any()
+    if in_range:
+        ids[code, (ch * p + rk) * m + mb] = np.arange(code.shape[0], dtype=np.int64)
+    problems: list[str] = []
+    if not in_range or np.count_nonzero(ids != -1) != code.shape[0]:
+        found, kept = _order_problems(code, ch, mb, rk, p=p, m=m, v=v)
+        found.sort()
+        problems = [message for _, message in found]
+        code, ch, mb, rk = code[kept], ch[kept], mb[kept], rk[kept]
+        ids.fill(-1)
+        ids[code, (ch * p + rk) * m + mb] = np.arange(code.shape[0], dtype=np.int64)
+    n_compute = int(code.shape[0])
     fid, bid, biid, wid = ids
     grad_id = np.where(bid != -1, bid, biid)
     if (fid == -1).any():
