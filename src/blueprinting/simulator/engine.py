@@ -5,16 +5,19 @@ a command starts at ``max(end of its stream predecessor, end of each dependency)
 ``duration`` later, i.e. its end is a longest path in the DAG. :func:`simulate_many` computes it
 as a numpy wavefront: each step takes the head of every stream whose dependencies have all
 finished, so one step advances the whole pipeline and a schedule takes as many steps as its
-longest chain of commands (16,128 for p=64, v=4, m=1024: the 8,192 compute passes of a rank and
-the transfers between them), whatever its size. Where transfers never queue behind an earlier
+longest chain of commands, whatever its size. Where transfers never queue behind an earlier
 step's and DP buckets trail their stream (the common case), transfers are timed inline and the
-wavefront runs over compute commands only (8,320 steps there; :func:`_compute_wavefront`).
-Several duration vectors run in the same
-wavefront (the plan path's P2P-free, pipeline-only and full runs share one DAG). The sums and
-maxima are the ones the seed's event-driven engine performed, so start and end times are equal
-bit for bit (``tests/simulator/reference_engine.py`` keeps that engine and the tests compare
-them). Streams whose head can never start hold commands that can never start: a deadlock, raised
-as :class:`~blueprinting.errors.DeadlockError`, never a hang.
+wavefront runs over compute commands only (:func:`_compute_wavefront`: 8,192 compute passes per
+rank and so about 8,300 steps for p=64, v=4, m=1024), then the transfers and buckets of every
+rank are timed at once. A step is a dozen numpy calls on a few dozen numbers, so its cost is
+per call: one-dimensional arrays, preallocated outputs, the distinct duration vectors side by
+side as lanes of one step (:func:`_chain_longest_path`); the plan path's P2P-free,
+pipeline-only and full runs share one DAG and one wavefront, the last two one column.
+The sums and maxima are the ones the seed's event-driven engine performed, so start and end
+times are equal bit for bit (``tests/simulator/reference_engine.py`` keeps that engine;
+``tests/simulator/test_engine_reference.py`` and ``test_engine_equality.py`` compare them on
+every schedule). Streams whose head can never start hold commands that can never start: a
+deadlock, raised as :class:`~blueprinting.errors.DeadlockError`, never a hang.
 
 Definitions (seconds):
 
