@@ -251,7 +251,11 @@ def _compute_wavefront(dag: CommandDag, dur: FloatArray) -> tuple[FloatArray, Fl
     # block whose last column is the never rows, copied without index arrays.
     n_compute = compute.shape[0]
     block = None
-    if n_compute and int(compute[-1]) == n_compute - 1 and (lengths == lengths[0]).all():
+    if (
+        n_compute
+        and (lengths == lengths[0]).all()
+        and np.array_equal(np.concatenate(compute_programs), np.arange(n_compute))
+    ):
         block = (lengths.shape[0], int(lengths[0]))
     for k in range(columns):
         start_k, end_k = start_out[k], end_out[k]
