@@ -14,18 +14,22 @@ Run: .venv/bin/python benchmarks/bench_simulator.py [--repeat N] [--skip-process
 "Before" figures: run the same script with PYTHONPATH pointing at an older checkout's src/
 (the script only uses ``build_schedule``, ``simulate`` and the CLI, which main already had).
 
-Recorded on the shared 2-core development machine (other people's test runs share it: load
-average about 9 during these runs, so the in-process wall times are inflated; compare within
-one column, and trust the CPU figures and the ratio most), ``--repeat 3``, the two runs two
-minutes apart, "before" with PYTHONPATH at an export of main 0447686's src/:
+Recorded on the shared 2-core development machine with other people's test suites running
+(load average 8 to 9: wall times are two to five times the CPU times, so the in-process figures,
+wall clock, are inflated; compare within one column and trust the CPU figures and the ratio
+most), ``--repeat 3``, "before" with PYTHONPATH at an export of main 0447686's src/, the two
+runs one after the other:
 
 | figure | main 0447686 | this branch (sim14) |
 |---|---|---|
-| build + run in process (best, wall) | 2.67 s, 392,344 commands/s | 1.83 s, 573,205 commands/s |
-| ``plan --no-simulate`` CPU (median) | 0.72 s | 0.70 s |
-| ``plan`` CPU (simulated) | 2.08 s | 1.44 s |
-| ``simulate`` CPU | 2.20 s | 1.52 s |
-| ``simulate`` / ``plan --no-simulate`` | 3.05 | 2.16 |
+| build + run in process (best, wall) | 4.89 s, 213,989 commands/s | 2.78 s, 376,006 commands/s |
+| ``plan --no-simulate`` CPU (median) | 0.70 s | 0.70 s |
+| ``plan`` CPU (simulated) | 2.05 s | 1.56 s |
+| ``simulate`` CPU | 2.13 s | 1.64 s |
+| ``simulate`` / ``plan --no-simulate`` | 3.06 | 2.34 |
+
+A run twenty minutes earlier (load about 9, one change fewer) gave 3.05 before and 2.16 after,
+``simulate`` 2.20 s -> 1.52 s; in process 2.67 s -> 1.83 s (392,344 -> 573,205 commands/s).
 
 The issue's target (at most 2) is not reached with bytecode caching on (this script's
 setting). With PYTHONDONTWRITEBYTECODE=1 (every process compiles the package first, about
