@@ -57,8 +57,8 @@ MAX_SIMULATED_PASSES = 1_048_576
 simulate. The plan path builds one DAG and runs its three duration vectors in one numpy
 wavefront (:func:`simulate_plan_all`), whose steps follow the longest chain of commands rather
 than the count: p = 64, v = 4, m = 1024 (524,288 passes, about a million commands) adds about
-0.75 s of CPU to ``plan`` on the shared 2-core machine (``benchmarks/bench_simulator.py``: 1.44 s
-against 0.70 s for ``plan --no-simulate``). The limit is twice that size, so every
+0.8 s of CPU to ``plan`` on the shared 2-core machine (``benchmarks/bench_simulator.py``: 1.44 to
+1.56 s against 0.70 s for ``plan --no-simulate``). The limit is twice that size, so every
 Megatron-runnable schedule up to it is simulated; p = 8, v = 3, m = 192 is 9,216 passes."""
 
 P2P_TOLERANCE = 1e-9
