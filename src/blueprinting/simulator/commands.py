@@ -202,6 +202,9 @@ def _step_bounds(
         at = [np.asarray(o.receive_at, np.int64) + offsets[r] for r, o in enumerate(orders)]
         after = [np.asarray(o.send_after, np.int64) + offsets[r] for r, o in enumerate(orders)]
         return np.concatenate(at), np.concatenate(after)
+    if all(order.step_starts is None for order in orders):
+        every = np.arange(n, dtype=np.int64)  # one op per step
+        return every, every
     for r, order in enumerate(orders):
         if lengths[r] == 0:
             continue
@@ -243,18 +246,30 @@ def build_from_orders(
     slot_count = n_virtual * m
     arrays = [_ops_array(order.ops) for order in orders]
     lengths = np.array([a.shape[0] for a in arrays], dtype=np.int64)
-    ops = np.concatenate(arrays) if arrays else np.zeros((0, 3), dtype=np.int64)
-    code, ch, mb = ops[:, 0], ops[:, 1], ops[:, 2]
+    # One contiguous array per field (every later pass reads them whole).
+    code, ch, mb = (
+        np.concatenate([a[:, field] for a in arrays]) if arrays else np.zeros(0, dtype=np.int64)
+        for field in range(3)
+    )
+    del arrays
     rk = np.repeat(np.arange(p, dtype=np.int64), lengths)
 
-    # Pass 1: compute commands, ids in program order; every problem at once.
-    found, kept = _order_problems(code, ch, mb, rk, p=p, m=m, v=v)
-    found.sort()
-    problems = [message for _, message in found]
-    code, ch, mb, rk = code[kept], ch[kept], mb[kept], rk[kept]
-    n_compute = int(code.shape[0])
+    # Pass 1: compute commands, ids in program order; every problem at once. A valid order
+    # (in range, every pass once) fills as many slots as it has ops: the slots are written
+    # first and the problems looked for only when the count is short.
     ids = np.full((4, slot_count), -1, dtype=np.int64)
-    ids[code, (ch * p + rk) * m + mb] = np.arange(n_compute, dtype=np.int64)
+    in_range = not ((ch < 0) | (ch >= v) | (mb < 0) | (mb >= m)).any()
+    if in_range:
+        ids[code, (ch * p + rk) * m + mb] = np.arange(code.shape[0], dtype=np.int64)
+    problems: list[str] = []
+    if not in_range or np.count_nonzero(ids != -1) != code.shape[0]:
+        found, kept = _order_problems(code, ch, mb, rk, p=p, m=m, v=v)
+        found.sort()
+        problems = [message for _, message in found]
+        code, ch, mb, rk = code[kept], ch[kept], mb[kept], rk[kept]
+        ids.fill(-1)
+        ids[code, (ch * p + rk) * m + mb] = np.arange(code.shape[0], dtype=np.int64)
+    n_compute = int(code.shape[0])
     fid, bid, biid, wid = ids
     grad_id = np.where(bid != -1, bid, biid)
     if (fid == -1).any():
@@ -282,8 +297,9 @@ def build_from_orders(
         if costs.weight_grad_s is None
         else np.asarray(costs.weight_grad_s, dtype=np.float64)
     )
-    f, b, w = forward[rk, ch], backward[rk, ch], weight[rk, ch]
-    dur = np.where(code == _F, f, np.where(code == _B, b, np.where(code == _BI, b - w, w)))
+    # Duration of every (kind, rank, chunk), indexed by OpKind: one gather for all ops.
+    by_kind = np.stack([forward, backward, backward - weight, weight])
+    dur = by_kind.reshape(-1)[(code * p + rk) * v + ch]
 
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     step_first, step_last = _step_bounds(orders, lengths, offsets)
@@ -301,14 +317,18 @@ def build_from_orders(
     last_stage = starts[pos + 1]
     prev_q = np.maximum(pos - 1, 0)
     next_q = np.minimum(pos + 1, n_virtual - 1)
+    del pos
     is_grad = (code == _B) | (code == _BI)
     has_input = (code == _F) & ~first_stage
     has_grad_input = is_grad & ~last_stage
     local_f = has_input & (rank_at[prev_q] == rk) & graph.local_handoff
     local_b = has_grad_input & (rank_at[next_q] == rk) & graph.local_handoff
-    own = np.arange(n_compute, dtype=np.int64)
-    late = local_f & (fid[slot_at[prev_q] * m + mb] > own)
-    late |= local_b & (grad_id[slot_at[next_q] * m + mb] > own)
+    if graph.local_handoff:
+        own = np.arange(n_compute, dtype=np.int64)
+        late = local_f & (fid[slot_at[prev_q] * m + mb] > own)
+        late |= local_b & (grad_id[slot_at[next_q] * m + mb] > own)
+    else:
+        late = np.zeros(1, dtype=np.bool_)  # every hand-over is a message: none is late
     if late.any():
         first_late = int(np.flatnonzero(late)[0])
         raise VerificationError(
@@ -379,6 +399,10 @@ def build_from_orders(
     rank[tid], chunk[tid], micro[tid] = t_rank, ch[sending], mb[sending]
     duration[tid] = costs.p2p_time_s
     peer[tid] = np.where(sends_fwd[sending], rank_at[next_q[sending]], rank_at[prev_q[sending]])
+    # The op fields live on as the DAG's columns: drop the copies (half a million ops each),
+    # so the dependencies below reuse their memory.
+    code, ch, mb, rk = kind[:n_compute], chunk[:n_compute], micro[:n_compute], rank[:n_compute]
+    del dur, t_rank, sending
     if bucket_rows:
         rows = np.array([row[0] for row in bucket_rows], dtype=np.int64)
         kind[rows] = _DP
@@ -397,16 +421,17 @@ def build_from_orders(
     recv_src[is_b] = send_of[grad_id[slot_at[next_q[is_b]] * m + mb[is_b]]]
     receiving = np.flatnonzero(recv_src != -1)
     # Explicit receive points need not be monotone in op order: group by waiter, stably.
-    receiving = receiving[np.argsort(step_first[receiving], kind="stable")]
     waiter = step_first[receiving]
+    if (waiter[1:] < waiter[:-1]).any():
+        order = np.argsort(waiter, kind="stable")
+        receiving, waiter = receiving[order], waiter[order]
     # A step's receives all go to its first op, in op order: consecutive in ``receiving``.
     new_group = np.concatenate([[True], waiter[1:] != waiter[:-1]])[: waiter.shape[0]]
     group_start = np.flatnonzero(new_group)
     receive_column = (
         np.arange(receiving.shape[0], dtype=np.int64) - group_start[np.cumsum(new_group) - 1]
     )
-    counts = np.zeros(n, dtype=np.int64)
-    counts[waiter[group_start]] = np.diff(np.append(group_start, receiving.shape[0]))
+    group_sizes = np.diff(np.append(group_start, receiving.shape[0]))
     own_cmd = np.zeros(0, dtype=np.int64)
     own_src = np.zeros(0, dtype=np.int64)
     waiting = [r for r, order in enumerate(orders) if order.wait_own_sends]
@@ -420,11 +445,15 @@ def build_from_orders(
         own_cmd, own_src = cmd[has], send_of[before[has]]
     width = max(
         1,
-        int(counts.max(initial=0)) + (1 if own_cmd.shape[0] else 0),
+        int(group_sizes.max(initial=0)) + (1 if own_cmd.shape[0] else 0),
     )
     deps = np.full((n, width), -1, dtype=np.int64)
     deps[waiter, receive_column] = recv_src[receiving]
-    deps[own_cmd, counts[own_cmd]] = own_src
+    if own_cmd.shape[0]:
+        # After the receives of its step's first op (receivers are compute commands).
+        counts = np.zeros(n_compute, dtype=np.int64)
+        counts[waiter[group_start]] = group_sizes
+        deps[own_cmd, counts[own_cmd]] = own_src
     deps[tid, 0] = t_after
     if bucket_rows:
         deps[np.array([row[0] for row in bucket_rows], dtype=np.int64), 0] = bucket_after

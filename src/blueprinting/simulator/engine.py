@@ -5,16 +5,19 @@ a command starts at ``max(end of its stream predecessor, end of each dependency)
 ``duration`` later, i.e. its end is a longest path in the DAG. :func:`simulate_many` computes it
 as a numpy wavefront: each step takes the head of every stream whose dependencies have all
 finished, so one step advances the whole pipeline and a schedule takes as many steps as its
-longest chain of commands (16,128 for p=64, v=4, m=1024: the 8,192 compute passes of a rank and
-the transfers between them), whatever its size. Where transfers never queue behind an earlier
+longest chain of commands, whatever its size. Where transfers never queue behind an earlier
 step's and DP buckets trail their stream (the common case), transfers are timed inline and the
-wavefront runs over compute commands only (8,320 steps there; :func:`_compute_wavefront`).
-Several duration vectors run in the same
-wavefront (the plan path's P2P-free, pipeline-only and full runs share one DAG). The sums and
-maxima are the ones the seed's event-driven engine performed, so start and end times are equal
-bit for bit (``tests/simulator/reference_engine.py`` keeps that engine and the tests compare
-them). Streams whose head can never start hold commands that can never start: a deadlock, raised
-as :class:`~blueprinting.errors.DeadlockError`, never a hang.
+wavefront runs over compute commands only (:func:`_compute_wavefront`: 8,192 compute passes per
+rank and so about 8,300 steps for p=64, v=4, m=1024), then the transfers and buckets of every
+rank are timed at once. A step is a dozen numpy calls on a few dozen numbers, so its cost is
+per call: one-dimensional arrays, preallocated outputs, the distinct duration vectors side by
+side as lanes of one step (:func:`_chain_longest_path`); the plan path's P2P-free,
+pipeline-only and full runs share one DAG and one wavefront, the last two one column.
+The sums and maxima are the ones the seed's event-driven engine performed, so start and end
+times are equal bit for bit (``tests/simulator/reference_engine.py`` keeps that engine;
+``tests/simulator/test_engine_reference.py`` and ``test_engine_equality.py`` compare them on
+every schedule). Streams whose head can never start hold commands that can never start: a
+deadlock, raised as :class:`~blueprinting.errors.DeadlockError`, never a hang.
 
 Definitions (seconds):
 
@@ -31,6 +34,7 @@ Definitions (seconds):
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import final
@@ -49,6 +53,9 @@ from blueprinting.simulator.commands import (
     FloatArray,
     IntArray,
 )
+
+_SUM_IS_SEQUENTIAL = sys.version_info < (3, 12)
+"""Python 3.12 made ``sum`` of floats compensated (Neumaier); earlier versions add in order."""
 
 
 @final
@@ -83,23 +90,25 @@ def simulate_many(dag: CommandDag, durations: Sequence[FloatArray]) -> list[Simu
     the results' ``dag`` is ``dag`` itself, whatever durations they ran with."""
     n = len(dag)
     columns = len(durations)
-    dur = np.zeros((n, columns), dtype=np.float64)
+    # One contiguous row per run; the wavefronts read it as its (n, columns) transpose.
+    by_run = np.zeros((columns, n), dtype=np.float64)
     for k, d in enumerate(durations):
-        dur[:, k] = d
-    start, end = _wavefront(dag, dur)
+        by_run[k] = d
+    start, end = _wavefront(dag, by_run.T)
     held = _held_activations(dag)
     compute = np.concatenate(dag.programs[0::2]) if dag.programs else np.zeros(0, np.int64)
+    compute_dur = [row[compute] for row in by_run]
     busy: list[tuple[float, ...]] = []
     for k in range(columns):
         # Runs with the same compute durations have the same busy times: sum once.
-        same = [i for i in range(k) if (dur[compute, i] == dur[compute, k]).all()]
-        busy.append(busy[same[0]] if same else _busy(dag, dur[:, k], 0))
+        same = [i for i in range(k) if (compute_dur[i] == compute_dur[k]).all()]
+        busy.append(busy[same[0]] if same else _busy(dag, by_run[k], 0))
     return [
         _summarise(
             dag,
-            start=start[:, k].copy(),
-            end=end[:, k].copy(),
-            duration=dur[:, k],
+            start=np.ascontiguousarray(start[:, k]),
+            end=np.ascontiguousarray(end[:, k]),
+            duration=by_run[k],
             busy=busy[k],
             held=held,
         )
@@ -108,10 +117,17 @@ def simulate_many(dag: CommandDag, durations: Sequence[FloatArray]) -> list[Simu
 
 
 def _busy(dag: CommandDag, duration: FloatArray, stream: int) -> tuple[float, ...]:
-    """Total time of stream ``stream`` (0 compute, 1 communication) of every rank."""
-    return tuple(
-        sum(duration[dag.programs[2 * r + stream]].tolist()) for r in range(dag.pipeline_degree)
-    )
+    """Total time of stream ``stream`` (0 compute, 1 communication) of every rank: Python's
+    ``sum`` over the program, in program order."""
+    programs = dag.programs[stream::2]
+    if _SUM_IS_SEQUENTIAL:
+        # Before 3.12 ``sum`` adds floats one by one, as ``np.cumsum`` does (a quarter of the
+        # cost); ``0.0 +`` turns an all -0.0 total into ``sum``'s 0.0.
+        return tuple(
+            0.0 + float(np.cumsum(duration[program])[-1]) if program.shape[0] else 0
+            for program in programs
+        )
+    return tuple(sum(duration[program].tolist()) for program in programs)
 
 
 def _wavefront(dag: CommandDag, dur: FloatArray) -> tuple[FloatArray, FloatArray]:
@@ -141,11 +157,14 @@ def _compute_wavefront(dag: CommandDag, dur: FloatArray) -> tuple[FloatArray, Fl
     columns = dur.shape[1]
     transfers = np.flatnonzero((kind == _SEND_F) | (kind == _SEND_B))
     hop = dur[transfers[0]] if transfers.shape[0] else np.zeros(columns, dtype=np.float64)
-    if transfers.shape[0] and not (dur[transfers] == hop).all():
+    if transfers.shape[0] and any(
+        not (dur[:, k][transfers] == hop[k]).all() for k in range(columns)
+    ):
         return None
     producer = dag.deps[:, 0]
     burst = np.zeros(n, dtype=np.int64)  # 0 for the first transfer a step posts, 1, 2, ...
     tails: list[IntArray] = []
+    movings: list[IntArray] = []
     for program in comm_programs:
         bucket = kind[program] == _DP
         first = int(np.argmax(bucket)) if bucket.any() else program.shape[0]
@@ -153,6 +172,7 @@ def _compute_wavefront(dag: CommandDag, dur: FloatArray) -> tuple[FloatArray, Fl
             return None
         tails.append(program[first:])
         moving = program[:first]
+        movings.append(moving)
         if moving.shape[0]:
             starts = np.concatenate([[True], producer[moving[1:]] != producer[moving[:-1]]])
             group = np.flatnonzero(starts)
@@ -178,11 +198,11 @@ def _compute_wavefront(dag: CommandDag, dur: FloatArray) -> tuple[FloatArray, Fl
     waits[:, never] = never
     waits[:, zero_row] = zero_row
     waits[:, pad_row] = pad_row
-    # hops[j - 1][k - 1, row]: 1.0 where the k-th wait of row sits j or more places into its
-    # burst (one more c to add), else 0.0 (adding 0.0 changes nothing).
     depth = np.zeros((width - 1, rows), dtype=np.int64)
     depth[:, rows_of] = np.where(cross >= 0, burst[np.maximum(cross, 0)], 0).T
-    hops = [(depth >= j).astype(np.float64) for j in range(1, extra_hops + 1)]
+    moving = np.concatenate(movings) if movings else np.zeros(0, dtype=np.int64)
+    level_of = burst[moving]
+    del burst, transfers
     # Columns that differ only in DP bucket durations (the plan path's pipeline-only and full
     # runs) share every compute and transfer time: run each distinct one once.
     distinct: list[int] = []
@@ -191,73 +211,190 @@ def _compute_wavefront(dag: CommandDag, dur: FloatArray) -> tuple[FloatArray, Fl
         same = [
             i
             for i, d in enumerate(distinct)
-            if hop[d] == hop[k] and (dur[compute, d] == dur[compute, k]).all()
+            if hop[d] == hop[k] and (dur[:, d][compute] == dur[:, k][compute]).all()
         ]
         if not same:
             distinct.append(k)
         copy_of.append(same[0] if same else len(distinct) - 1)
-    loop_dur = dur[:, distinct]
     duration = np.zeros((len(distinct), rows), dtype=np.float64)
-    duration[:, rows_of] = loop_dur[compute].T
-    end = np.full((len(distinct), rows), np.inf, dtype=np.float64)
-    end[:, zero_row] = 0.0
-    end[:, pad_row] = -np.inf
-    c = hop[distinct][:, None, None]
-    head = firsts.copy()
-    last = head.copy()
+    for row, k in zip(duration, distinct, strict=True):
+        row[rows_of] = dur[:, k][compute]
+    timed = _chain_longest_path(
+        waits=waits,
+        depth=depth,
+        duration=duration,
+        hop=hop[distinct],
+        heads=firsts,
+        never=never,
+        zero_row=zero_row,
+        pad_row=pad_row,
+        extra_hops=extra_hops,
+    )
+    del waits, depth, duration, cross, new_id  # their memory serves the outputs
+    if timed is None:
+        return None
+    begin, end = timed
+    # Outputs are built column by column ((columns, n), each column contiguous: numpy's 1-D
+    # gathers and scatters are several times faster than 2-D ones) and returned transposed,
+    # as (n, columns) views.
+    start_out = np.zeros((columns, n), dtype=np.float64)
+    end_out = np.zeros((columns, n), dtype=np.float64)
+    levels = [np.flatnonzero(level_of == j) for j in range(extra_hops + 1)]
+    # A burst's first transfer must not queue behind the previous burst of its stream.
+    program_first = np.zeros(moving.shape[0], dtype=np.bool_)
+    firsts_at = np.cumsum([0, *(x.shape[0] for x in movings[:-1])])
+    program_first[firsts_at[firsts_at < moving.shape[0]]] = True
+    pair = np.flatnonzero((level_of[1:] == 0) & ~program_first[1:])
+    moving_producer = producer[moving]
+    # Compute commands numbered 0.. in program order and streams of one length (what
+    # build_from_orders gives every schedule here): the rows are then a (streams, length + 1)
+    # block whose last column is the never rows, copied without index arrays.
+    n_compute = compute.shape[0]
+    block = None
+    if (
+        n_compute
+        and (lengths == lengths[0]).all()
+        and np.array_equal(np.concatenate(compute_programs), np.arange(n_compute))
+    ):
+        block = (lengths.shape[0], int(lengths[0]))
+    for k in range(columns):
+        start_k, end_k = start_out[k], end_out[k]
+        twin = copy_of.index(copy_of[k])
+        if twin < k:
+            # Same compute and transfer times as an earlier column (DP buckets come later).
+            start_k[:] = start_out[twin]
+            end_k[:] = end_out[twin]
+            continue
+        if block is None:
+            start_k[compute] = begin[copy_of[k]][rows_of]
+            end_k[compute] = end[copy_of[k]][rows_of]
+        else:
+            streams, length = block
+            rows_used = streams * (length + 1)
+            start_k[:n_compute].reshape(block)[:] = begin[copy_of[k], :rows_used].reshape(
+                streams, length + 1
+            )[:, :length]
+            end_k[:n_compute].reshape(block)[:] = end[copy_of[k], :rows_used].reshape(
+                streams, length + 1
+            )[:, :length]
+        # Transfers of every rank at once, burst level by burst level: the first of a burst
+        # leaves when its producer ends, the j-th when the (j-1)-th has arrived (the same
+        # additions as the full wavefront's).
+        sent_start = np.empty(moving.shape[0], dtype=np.float64)
+        sent_end = np.empty(moving.shape[0], dtype=np.float64)
+        if extra_hops == 0:  # one transfer per producer
+            np.take(end_k, moving_producer, out=sent_start)
+            np.add(sent_start, hop[k], out=sent_end)
+        for j, level in enumerate(levels if extra_hops else ()):
+            if j:
+                sent_start[level] = sent_end[level - 1]
+            else:
+                sent_start[level] = end_k[moving_producer[level]]
+            sent_end[level] = sent_start[level] + hop[k]
+        if (sent_end[pair] > sent_start[pair + 1]).any():
+            return None
+        start_k[moving] = sent_start
+        end_k[moving] = sent_end
+    per_column = dur.T
+    for program, tail in zip(movings, tails, strict=True):
+        free = end_out[:, program[-1]] if program.shape[0] else np.zeros(columns, np.float64)
+        for bucket in tail.tolist():
+            begin_b = np.maximum(free, end_out[:, producer[bucket]])
+            start_out[:, bucket] = begin_b
+            free = begin_b + per_column[:, bucket]
+            end_out[:, bucket] = free
+    return start_out.T, end_out.T
+
+
+def _chain_longest_path(
+    *,
+    waits: IntArray,
+    depth: IntArray,
+    duration: FloatArray,
+    hop: FloatArray,
+    heads: IntArray,
+    never: IntArray,
+    zero_row: int,
+    pad_row: int,
+    extra_hops: int,
+) -> tuple[FloatArray, FloatArray] | None:
+    """Start and end (``(columns, rows)``) of rows laid out stream by stream, each stream's
+    rows contiguous and followed by its ``never`` row; ``waits[0]`` is the stream predecessor
+    (``zero_row`` for a first row), ``waits[1:]`` the cross-stream waits, each reached through
+    ``depth + 1`` sequential additions of the column's ``hop`` (the transfers of a burst leave
+    one after the other). None on a deadlock.
+
+    One numpy step per row of the longest stream: every step gathers the heads' waits, takes
+    their maximum and writes ``begin + duration`` to every head, and the ready heads (finite
+    end) move on. Everything is one-dimensional, the columns side by side (row ``k * rows + i``
+    of column k), because numpy's 1-D integer gathers and scatters cost a fraction of 2-D
+    ones, and the per-step work is a few dozen heads. A finished row's end is kept together
+    with its ends plus one, two, ... hops, so a cross wait is a single gather from the array
+    of its depth; the additions are those the event-driven engine makes, in its order, so the
+    times are equal bit for bit."""
+    columns, rows = duration.shape
+    n_flat = columns * rows
+    offset = (np.arange(columns, dtype=np.int64) * rows)[:, None]
+    # Cross waits grouped by depth: gathers[j] holds, for each row, its waits of depth j
+    # (padded with pad_row, which ends at -inf in every array).
+    gathers: list[list[IntArray]] = []
+    cross, cross_depth = waits[1:], depth
+    for j in range(extra_hops + 1):
+        chosen = np.where(cross_depth == j, cross, pad_row)
+        useful = [row for row in chosen if (row != pad_row).any()]
+        gathers.append([(row[None, :] + offset).reshape(-1) for row in useful])
+    # The never rows wait for themselves in the first array: they never become ready.
+    flat_never = (never[None, :] + offset).reshape(-1)
+    if not gathers[0]:
+        gathers[0].append(np.full(n_flat, pad_row, dtype=np.int64) + offset.repeat(rows))
+    gathers[0][0][flat_never] = flat_never
+    end = np.full(n_flat, np.inf, dtype=np.float64)
+    end[zero_row + offset[:, 0]] = 0.0
+    end[pad_row + offset[:, 0]] = -np.inf
+    hopped = [end.copy() for _ in range(extra_hops + 1)]
+    flat_duration = duration.reshape(-1).copy()
+    flat_duration[flat_never] = np.inf
+    head = (heads[None, :] + offset).reshape(-1)
+    stops = flat_never
+    step_hop = np.repeat(hop, heads.shape[0])
+    pred = (waits[0][None, :] + offset).reshape(-1)
+    plan = [(array, index) for array, group in zip(hopped, gathers, strict=True) for index in group]
+    (first_array, first_index), other_waits = plan[0], plan[1:]
+    first_hopped, other_hopped = hopped[0], hopped[1:]
+    # Preallocated outputs: a ufunc writing into ``out`` costs about a microsecond less than
+    # one allocating, and a step makes a dozen calls on a few dozen numbers.
+    width = head.shape[0]
+    begin = np.empty(width, dtype=np.float64)
+    finish = np.empty(width, dtype=np.float64)
+    sent = np.empty(width, dtype=np.float64)
+    ready = np.empty(width, dtype=np.bool_)
+    unfinished = np.full(width, np.inf, dtype=np.float64)
+    maximum, add, less = np.maximum, np.add, np.less
+    previous = head.copy()
     while True:
         for _ in range(16):
-            gathered = end[:, waits[:, head]]
-            begin = gathered[:, 0]
-            if width > 1:
-                sent = gathered[:, 1:] + c
-                for extra in hops:
-                    sent = sent + extra[:, head] * c
-                for k in range(width - 1):
-                    begin = np.maximum(begin, sent[:, k])
-            end[:, head] = begin + duration[:, head]
-            head += begin[0] < np.inf
-        if (head == never).all():
+            # The stream predecessor's end is read back (a gather is cheaper than a select).
+            maximum(end[pred[head]], first_array[first_index[head]], out=begin)
+            for array, index in other_waits:
+                maximum(begin, array[index[head]], out=begin)
+            add(begin, flat_duration[head], out=finish)
+            end[head] = finish
+            add(finish, step_hop, out=sent)
+            first_hopped[head] = sent
+            for array in other_hopped:
+                add(sent, step_hop, out=sent)
+                array[head] = sent
+            less(finish, unfinished, out=ready)
+            add(head, ready, out=head)
+        if (head == stops).all():
             break
-        if (head == last).all():
+        if (head == previous).all():
             return None
-        last = head.copy()
-    gathered = end[:, waits]
-    begin = gathered[:, 0]
-    if width > 1:
-        sent = gathered[:, 1:] + c
-        for extra in hops:
-            sent = sent + extra * c
-        for k in range(width - 1):
-            begin = np.maximum(begin, sent[:, k])
-    start_out = np.zeros((n, columns), dtype=np.float64)
-    end_out = np.zeros((n, columns), dtype=np.float64)
-    start_out[compute] = begin[:, rows_of].T[:, copy_of]
-    end_out[compute] = end[:, rows_of].T[:, copy_of]
-    for program, tail in zip(comm_programs, tails, strict=True):
-        moving = program[: program.shape[0] - tail.shape[0]]
-        free = np.zeros(columns, dtype=np.float64)
-        if moving.shape[0]:
-            ready = end_out[producer[moving]]
-            first = burst[moving] == 0
-            at = np.where(first[:, None], ready, 0.0)
-            # Sequential adds within a burst: the j-th transfer starts where the (j-1)-th ends.
-            for j in range(extra_hops + 1):
-                level = burst[moving] == j
-                if j:
-                    at[level] = end_out[moving[np.flatnonzero(level) - 1]]
-                start_out[moving[level]] = at[level]
-                end_out[moving[level]] = at[level] + hop
-            earlier = end_out[moving[:-1]][first[1:]]
-            if (earlier > start_out[moving[1:]][first[1:]]).any():
-                return None
-            free = end_out[moving[-1]]
-        for bucket in tail.tolist():
-            begin_b = np.maximum(free, end_out[producer[bucket]])
-            start_out[bucket] = begin_b
-            free = begin_b + dur[bucket]
-            end_out[bucket] = free
-    return start_out, end_out
+        previous = head.copy()
+    begin_all = end[pred]
+    for array, index in plan:
+        begin_all = maximum(begin_all, array[index])
+    return begin_all.reshape(columns, rows), end.reshape(columns, rows)
 
 
 def _full_wavefront(dag: CommandDag, dur: FloatArray) -> tuple[FloatArray, FloatArray]:

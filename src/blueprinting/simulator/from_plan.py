@@ -56,10 +56,10 @@ MAX_SIMULATED_PASSES = 1_048_576
 """Compute passes (p x v x m x passes per microbatch-chunk) above which the plan path does not
 simulate. The plan path builds one DAG and runs its three duration vectors in one numpy
 wavefront (:func:`simulate_plan_all`), whose steps follow the longest chain of commands rather
-than the count: p = 64, v = 4, m = 1024 (524,288 passes, about a million commands) takes
-about a second on a 2-core machine (``benchmarks/bench_simulator.py``). The limit is twice that
-size, so every Megatron-runnable schedule up to it is simulated; p = 8, v = 3, m = 192 is 9,216
-passes."""
+than the count: p = 64, v = 4, m = 1024 (524,288 passes, about a million commands) adds about
+0.8 s of CPU to ``plan`` on the shared 2-core machine (``benchmarks/bench_simulator.py``: 1.44 to
+1.56 s against 0.70 s for ``plan --no-simulate``). The limit is twice that size, so every
+Megatron-runnable schedule up to it is simulated; p = 8, v = 3, m = 192 is 9,216 passes."""
 
 P2P_TOLERANCE = 1e-9
 """Relative agreement required between the simulator's P2P time and PortablePlanIR's."""
@@ -188,6 +188,8 @@ def _dp_buckets(
     context = PlanContext(spec=spec, system=system)
     groups = (context.gradient_group(), context.expert_gradient_group())
     v = plan.virtual_stages
+    # The longest chunk's backward over every stage: one value for the whole pipeline.
+    chunk_backward_s = plan.backward_chunk_s()
     out: list[tuple[DpBucket, ...]] = []
     for stage in plan.stages:
         params = stage_parameters(spec.model, mapping, stage.index)
@@ -196,7 +198,7 @@ def _dp_buckets(
             virtual_stages=v,
             pipeline_degree=plan.pipeline_degree,
             block_backward_s=plan.block.backward_s,
-            chunk_backward_s=plan.backward_chunk_s(),
+            chunk_backward_s=chunk_backward_s,
             stage_forward_s=sum(
                 plan.chunk_forward_s(stage, c) for c in range(len(stage.blocks_per_chunk))
             ),
