@@ -18,6 +18,7 @@ argparse's ``SystemExit`` is returned as its traceback, never raised.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import math
@@ -46,7 +47,14 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 TRAINING_FILES = ("gpt3-175b-selene.toml", "llama2-70b-h100.toml")
 SERVING_FILE = "llama2-70b-h100-serving.toml"
-FIXTURE = REPO / "tests" / "validation" / "fixtures" / "published_runs.toml"
+FIXTURES = REPO / "tests" / "validation" / "fixtures"
+#: validate's fixture flags and the fixtures they read by default
+VALIDATE_FIXTURES = {
+    "--fixture": "published_runs.toml",
+    "--memory-fixture": "measured_memory.toml",
+    "--modern-fixture": "modern_runs.toml",
+    "--moe-fixture": "modern_moe_runs.toml",
+}
 
 COMMANDS = (
     "calibrate",
@@ -196,6 +204,7 @@ class Outcome:
     err: str
     seconds: float
     crash: str | None  # the traceback of an exception that escaped main()
+    cpu_seconds: float = 0.0  # this process's CPU time during the case (load-independent)
 
 
 # --------------------------------------------------------------------------------------------
@@ -672,32 +681,51 @@ def _infer(rng: random.Random) -> Case:
     return Case("infer", tuple(argv))
 
 
-def _first_run() -> str:
-    text = FIXTURE.read_text(encoding="utf-8")
-    start = text.index("[[run]]")
-    end = text.index("[[run]]", start + 1)
-    return text[:end]
+@functools.cache
+def _fixture_runs(name: str) -> tuple[str, tuple[str, ...]]:
+    """A fixture's text before its first ``[[run]]`` and each run's text."""
+    text = (FIXTURES / name).read_text(encoding="utf-8")
+    head, *runs = text.split("\n[[run]]\n")
+    return head + "\n", tuple("[[run]]\n" + run + "\n" for run in runs)
 
 
-def _fixture(rng: random.Random) -> Case:
-    text = _first_run()
+def one_run_fixture(rng: random.Random, name: str) -> str:
+    """The fixture ``name`` cut to one of its runs (a validate case costs one plan or so)."""
+    head, runs = _fixture_runs(name)
+    return head + rng.choice(runs)
+
+
+def _perturbed(rng: random.Random, text: str) -> str:
     lines = text.splitlines()
     for _ in range(rng.randint(0, 3)):
         i = rng.randrange(len(lines))
         key, sep, _ = lines[i].partition(" = ")
         if sep and not key.startswith("#"):
             lines[i] = f"{key} = {_toml_value(_scalar(rng))}"
-    fixture = _garble(rng, "\n".join(lines) + "\n")
+    return _garble(rng, "\n".join(lines) + "\n")
+
+
+def _fixture(rng: random.Random) -> Case:
+    """``validate`` on the four fixtures, each cut to one run and one of them perturbed, or
+    ``calibrate`` on a perturbed published run."""
     command = rng.choice(("validate", "calibrate"))
-    argv = [command, "--fixture", "{dir}/runs.toml"]
-    if command == "validate":
-        argv += rng.choice(([], ["--summary-only"], ["--json"]))
-    else:
+    if command == "calibrate":
+        argv = ["calibrate", "--fixture", "{dir}/runs.toml"]
         if rng.random() < 0.5:
             argv += ["--fit", rng.choice(("narayanan2021_table1", "korthikanti2022_table4"))]
         if rng.random() < 0.3:
             argv += ["--system", rng.choice((*SYSTEM_PRESETS, "nope"))]
-    return Case("fixture", tuple(argv), (("runs.toml", fixture),))
+        text = _perturbed(rng, one_run_fixture(rng, "published_runs.toml"))
+        return Case("fixture", tuple(argv), (("runs.toml", text),))
+    perturbed = rng.choice(tuple(VALIDATE_FIXTURES))
+    argv = ["validate"]
+    files = []
+    for flag, name in VALIDATE_FIXTURES.items():
+        text = one_run_fixture(rng, name)
+        files.append((name, _perturbed(rng, text) if flag == perturbed else text))
+        argv += [flag, "{dir}/" + name]
+    argv += rng.choice(([], ["--summary-only"], ["--json"]))
+    return Case("fixture", tuple(argv), tuple(files))
 
 
 def _sweep(rng: random.Random) -> Case:
@@ -811,7 +839,7 @@ def run_case(case: Case, folder: Path) -> Outcome:
     argv = [arg.replace("{dir}", str(folder)) for arg in case.argv]
     out, err = io.StringIO(), io.StringIO()
     crash: str | None = None
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     with (
         contextlib.redirect_stdout(out),
         contextlib.redirect_stderr(err),
@@ -827,7 +855,14 @@ def run_case(case: Case, folder: Path) -> Outcome:
         except BaseException:  # a bug: report it, never let it escape
             code = -1
             crash = traceback.format_exc()
-    return Outcome(code, out.getvalue(), err.getvalue(), time.perf_counter() - start, crash)
+    return Outcome(
+        code,
+        out.getvalue(),
+        err.getvalue(),
+        time.perf_counter() - start,
+        crash,
+        time.process_time() - cpu_start,
+    )
 
 
 class RayWouldStartError(Exception):
@@ -851,8 +886,12 @@ def _ray_stopped_at_the_door(active: bool) -> Iterator[None]:
         yield
 
 
-def problems_of(case: Case, outcome: Outcome, *, max_seconds: float) -> list[str]:
-    """What is wrong with ``outcome``: empty for a good answer."""
+def problems_of(
+    case: Case, outcome: Outcome, *, max_seconds: float, max_cpu_seconds: float | None = None
+) -> list[str]:
+    """What is wrong with ``outcome``: empty for a good answer. ``max_seconds`` bounds the wall
+    time, ``max_cpu_seconds`` (when given) the CPU time, which a machine shared with other
+    work does not inflate."""
     found: list[str] = []
     if outcome.crash is not None:
         found.append(f"exception escaped main():\n{outcome.crash}")
@@ -864,6 +903,8 @@ def problems_of(case: Case, outcome: Outcome, *, max_seconds: float) -> list[str
         found.append("a traceback in the output")
     if outcome.seconds > max_seconds:
         found.append(f"took {outcome.seconds:.2f} s (bound {max_seconds} s)")
+    if max_cpu_seconds is not None and outcome.cpu_seconds > max_cpu_seconds:
+        found.append(f"took {outcome.cpu_seconds:.2f} s of CPU (bound {max_cpu_seconds} s)")
     found.extend(contradictions(outcome.err))
     return found
 
