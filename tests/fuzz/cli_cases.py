@@ -901,10 +901,11 @@ def problems_of(
         found.append(f"exit status {outcome.code} without a message")
     if "Traceback (most recent call last)" in outcome.err + outcome.out:
         found.append("a traceback in the output")
+    took = f"took {outcome.seconds:.2f} s wall, {outcome.cpu_seconds:.2f} s CPU"
     if outcome.seconds > max_seconds:
-        found.append(f"took {outcome.seconds:.2f} s (bound {max_seconds} s)")
+        found.append(f"{took} (wall bound {max_seconds} s)")
     if max_cpu_seconds is not None and outcome.cpu_seconds > max_cpu_seconds:
-        found.append(f"took {outcome.cpu_seconds:.2f} s of CPU (bound {max_cpu_seconds} s)")
+        found.append(f"{took} (CPU bound {max_cpu_seconds} s)")
     found.extend(contradictions(outcome.err))
     return found
 
