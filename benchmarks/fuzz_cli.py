@@ -96,6 +96,7 @@ def _worker(
     job: _Job, worker: int, workers: int, cases: int, queue: multiprocessing.Queue[Result | None]
 ) -> None:
     signal.signal(signal.SIGALRM, _alarm)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the parent's early stop ends a worker
     with tempfile.TemporaryDirectory(prefix=f"fuzz{worker}-") as scratch:
         for index in range(worker, cases, workers):
             queue.put(_run_one(job, index, Path(scratch)))
@@ -162,31 +163,41 @@ def main() -> int:
     failures: list[Result] = []
     done = 0
     start = time.perf_counter()
-    for result in _results(job, args.cases, args.workers, args.only):
-        done += 1
-        codes[result.code] += 1
-        by_form[result.form][result.code] += 1
-        seconds_by_form[result.form] += result.seconds
-        cpu_by_form[result.form] += result.cpu_seconds
-        slowest = sorted(
-            [*slowest, (result.cpu_seconds, result.seconds, result.index, result.text)],
-            reverse=True,
-        )[:10]
-        if result.problems:
-            failures.append(result)
-            print(
-                f"FAIL case {result.index}: {result.text}\n  " + "\n  ".join(result.problems),
-                file=sys.stderr,
-                flush=True,
-            )
-        if done % args.report_every == 0:
-            rate = done / (time.perf_counter() - start)
-            print(f"  {done:,} cases, {rate:.1f}/s, {len(failures)} failing", flush=True)
+    stopped = False
+
+    def stop(_signum: int, _frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    # SIGTERM (or ^C) ends the run early with the figures of the cases done.
+    signal.signal(signal.SIGTERM, stop)
+    try:
+        for result in _results(job, args.cases, args.workers, args.only):
+            done += 1
+            codes[result.code] += 1
+            by_form[result.form][result.code] += 1
+            seconds_by_form[result.form] += result.seconds
+            cpu_by_form[result.form] += result.cpu_seconds
+            slowest = sorted(
+                [*slowest, (result.cpu_seconds, result.seconds, result.index, result.text)],
+                reverse=True,
+            )[:10]
+            if result.problems:
+                failures.append(result)
+                print(
+                    f"FAIL case {result.index}: {result.text}\n  " + "\n  ".join(result.problems),
+                    file=sys.stderr,
+                    flush=True,
+                )
+            if done % args.report_every == 0:
+                rate = done / (time.perf_counter() - start)
+                print(f"  {done:,} cases, {rate:.1f}/s, {len(failures)} failing", flush=True)
+    except KeyboardInterrupt:
+        stopped = True
     elapsed = time.perf_counter() - start
 
     print(
-        f"cases: {done:,} in {elapsed:.1f} s with {args.workers} worker(s): "
-        f"{done / elapsed:.1f} cases/s (seed {args.seed})"
+        f"cases: {done:,}{' (stopped early)' if stopped else ''} in {elapsed:.1f} s with "
+        f"{args.workers} worker(s): {done / elapsed:.1f} cases/s (seed {args.seed})"
     )
     print("exit status: " + ", ".join(f"{code}: {n:,}" for code, n in sorted(codes.items())))
     for form in sorted(by_form):
