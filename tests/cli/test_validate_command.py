@@ -35,7 +35,7 @@ class _Report:
 def fake_api(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     module = types.ModuleType("blueprinting.api")
 
-    def plan_spec(spec: str, system: str) -> _Report:
+    def plan_spec(spec: str, system: str, options: object = None) -> _Report:
         return _Report(spec)
 
     module.plan_spec = plan_spec  # type: ignore[attr-defined]

@@ -18,30 +18,78 @@ argparse's ``SystemExit`` is returned as its traceback, never raised.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import math
 import random
+import sys
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
-from blueprinting.mapping.flat_keys import INFERENCE_KEYS, MODEL_KEYS, SHARED_KEYS, TRAINING_KEYS
+import pytest
+
+from blueprinting.mapping.flat_keys import (
+    CONTEXT_KEYS,
+    EXPERT_KEYS,
+    INFERENCE_KEYS,
+    MODEL_KEYS,
+    SHARED_KEYS,
+    TRAINING_KEYS,
+)
 from blueprinting.search.strategy_text import _KEYS as _STRATEGY_KEYS
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 TRAINING_FILES = ("gpt3-175b-selene.toml", "llama2-70b-h100.toml")
 SERVING_FILE = "llama2-70b-h100-serving.toml"
-FIXTURE = REPO / "tests" / "validation" / "fixtures" / "published_runs.toml"
+FIXTURES = REPO / "tests" / "validation" / "fixtures"
+#: validate's fixture flags and the fixtures they read by default
+VALIDATE_FIXTURES = {
+    "--fixture": "published_runs.toml",
+    "--memory-fixture": "measured_memory.toml",
+    "--modern-fixture": "modern_runs.toml",
+    "--moe-fixture": "modern_moe_runs.toml",
+}
 
-COMMANDS = ("check", "plan", "simulate", "search", "infer", "validate", "calibrate")
-FORMS = ("flat", "set", "toml", "json", "yaml", "hf", "explain", "search", "infer", "fixture")
+COMMANDS = (
+    "calibrate",
+    "check",
+    "infer",
+    "plan",
+    "presets",
+    "search",
+    "simulate",
+    "sweep",
+    "validate",
+)
+FORMS = (
+    "flat",
+    "set",
+    "toml",
+    "json",
+    "yaml",
+    "hf",
+    "explain",
+    "search",
+    "infer",
+    "fixture",
+    "sweep",
+    "html",
+    "presets",
+)
 
-MODEL_PRESETS = ("gpt3-175b", "gpt-1.7b", "llama2-7b", "llama2-70b", "llama3-8b", "megatron-1t")
+DENSE_PRESETS = ("gpt3-175b", "gpt-1.7b", "llama2-7b", "llama2-70b", "llama3-8b", "megatron-1t")
+MOE_PRESETS = ("mixtral-8x7b", "deepseek-v2-lite", "deepseek-v3", "qwen3-30b-a3b", "gpt-oss-20b")
+MODEL_PRESETS = DENSE_PRESETS + MOE_PRESETS
 SYSTEM_PRESETS = ("dgx-a100-80gb", "dgx-h100", "dgx-b200", "mi300x-8", "dgx-a100-40gb")
-TRAINING_NAMES = tuple(TRAINING_KEYS) + tuple(SHARED_KEYS)
+TRAINING_NAMES = (
+    tuple(TRAINING_KEYS) + tuple(SHARED_KEYS) + tuple(CONTEXT_KEYS) + tuple(EXPERT_KEYS)
+)
 INFERENCE_NAMES = tuple(INFERENCE_KEYS) + tuple(SHARED_KEYS)
 MODEL_NAMES = tuple(MODEL_KEYS)
 SYSTEM_NAMES = (
@@ -156,6 +204,7 @@ class Outcome:
     err: str
     seconds: float
     crash: str | None  # the traceback of an exception that escaped main()
+    cpu_seconds: float = 0.0  # this process's CPU time during the case (load-independent)
 
 
 # --------------------------------------------------------------------------------------------
@@ -203,7 +252,32 @@ def _set_value(rng: random.Random) -> str:
     return _text(rng)
 
 
-_KINDS = {**TRAINING_KEYS, **SHARED_KEYS, **INFERENCE_KEYS, **MODEL_KEYS}
+_KINDS = {
+    **TRAINING_KEYS,
+    **SHARED_KEYS,
+    **CONTEXT_KEYS,
+    **EXPERT_KEYS,
+    **INFERENCE_KEYS,
+    **MODEL_KEYS,
+}
+_LIST_WORDS = ("p2p", "a2a", "all_gather", "a2a+p2p", "2", "4", "8", "x")
+_LAYOUT_TOKENS = ("E", "L", "t", "m", "t*2", "t*3", "t*12", "t*95", "t*0", "t*-1", "E,t", "x", "")
+
+
+def layout_text(rng: random.Random) -> str:
+    """A ``pipeline_model_parallel_layout`` string (Megatron-LM's ``Et*3|t*3|tmL`` form),
+    mostly well-formed, sometimes garbled or huge."""
+    roll = rng.random()
+    if roll < 0.05:
+        return "t|" * rng.choice((1024, 4096, 100_000))
+    if roll < 0.1:
+        return "t*" + str(_int(rng))
+    stages = []
+    for _ in range(rng.randint(1, 8)):
+        stages.append("".join(rng.choice(_LAYOUT_TOKENS) for _ in range(rng.randint(1, 4))))
+    stages[0] = "E" + stages[0] if rng.random() < 0.7 else stages[0]
+    stages[-1] = stages[-1] + "L" if rng.random() < 0.7 else stages[-1]
+    return rng.choice(("|", "|", ",", " | ")).join(stages)
 
 
 def _typed(rng: random.Random, key: str) -> object:
@@ -212,6 +286,10 @@ def _typed(rng: random.Random, key: str) -> object:
     if spec is None or rng.random() < 0.08:
         return _scalar(rng)
     kind = spec.kind.name
+    if key == "pipeline_model_parallel_layout":
+        return layout_text(rng)
+    if kind == "LIST":
+        return " ".join(rng.choice(_LIST_WORDS) for _ in range(rng.randint(0, 3)))
     if kind == "INT":
         return rng.choice((1, 1, 2, 4, 8, 16, 96, 2 ** rng.randint(0, 14), _int(rng)))
     if kind == "BOOL":
@@ -220,6 +298,14 @@ def _typed(rng: random.Random, key: str) -> object:
         return rng.choice(spec.choices)
     if kind == "FP8":
         return rng.choice((True, False, "e4m3", "hybrid"))
+    if kind == "FP4":
+        return rng.choice((True, False, "e2m1", "e3m2"))
+    if kind == "NUMBER":
+        return rng.choice((0.5, 1.0, 1.25, 2.0, 0.001, _int(rng), *FLOAT_EDGES))
+    if kind == "COUNT":
+        return rng.choice((0, 1, 2, 3, _int(rng)))
+    if kind == "LAYER_FREQ":
+        return rng.choice((1, 2, "([0]*3+[1]*58)", "[0,1,1]", "([1]*10**9)", "[2]", "([0]*", 0))
     return _text(rng)
 
 
@@ -491,7 +577,8 @@ def _hf(rng: random.Random) -> Case:
 
 
 def _search_argv(rng: random.Random, *, small: bool) -> list[str]:
-    model = rng.choice(("gpt-1.7b", "llama2-7b", "gpt3-175b") if small else (*MODEL_PRESETS, "x"))
+    small_models = ("gpt-1.7b", "llama2-7b", "gpt3-175b", "mixtral-8x7b", "deepseek-v2-lite")
+    model = rng.choice(small_models if small else (*MODEL_PRESETS, "x"))
     if small:
         gpus = [str(rng.choice((8, 16, 32, 64)))]
         batch = str(rng.choice((8, 16, 32, 64)))
@@ -500,7 +587,7 @@ def _search_argv(rng: random.Random, *, small: bool) -> list[str]:
         batch = str(_int(rng))
     argv = ["search", "--model", model, "--gpus", *gpus, "--global-batch", batch]
     if rng.random() < 0.5:
-        argv += ["--json"] if rng.random() < 0.5 else ["--csv", "-"]
+        argv += ["--json"] if rng.random() < 0.5 else ["--csv", rng.choice(_CSV_TARGETS)]
     if rng.random() < 0.3:
         argv += ["--top", str(rng.choice((0, 1, 3, -1, 2**63)))]
     if rng.random() < 0.3:
@@ -516,7 +603,52 @@ def _search_argv(rng: random.Random, *, small: bool) -> list[str]:
             argv.append(flag)
     if rng.random() < 0.2:
         argv += ["--tp-comm-overlap", rng.choice(("off", "on", "both", "bth", _text(rng)))]
+    if rng.random() < 0.15:
+        argv += ["--context-parallel", *_degrees(rng)]
+        if rng.random() < 0.5:
+            argv += ["--cp-comm-type", *rng.sample(("p2p", "all_gather", "a2a", "a2a+p2p", "x"), 2)]
+    if rng.random() < 0.15:
+        argv += ["--expert-parallel", *_degrees(rng)]
+    if rng.random() < 0.1:
+        argv += ["--expert-tensor-parallel", *_degrees(rng)]
+    if rng.random() < 0.1:
+        argv += ["--dispatcher", *rng.sample(_DISPATCHERS, rng.randint(1, 3))]
+    if rng.random() < 0.15:
+        argv += ["--precision", *rng.sample(_RECIPES, rng.randint(1, 3))]
+    if rng.random() < 0.1:
+        argv += ["--seq-length", str(rng.choice((1, 2048, 131072, _int(rng))))]
     return argv
+
+
+_CSV_TARGETS = ("-", "-", "{dir}/c.csv", "{dir}/missing/c.csv", "{dir}")
+_DISPATCHERS = (
+    "alltoall",
+    "allgather",
+    "flex-deepep",
+    "flex-hybridep",
+    "flex-ncclep",
+    "alltoall+overlap",
+    "allgather+overlap",
+    "all2all",
+)
+_RECIPES = (
+    "bf16",
+    "fp16",
+    "fp8-delayed",
+    "fp8-tensorwise",
+    "fp8-blockwise",
+    "mxfp8",
+    "nvfp4",
+    "fp8",
+)
+
+
+def _degrees(rng: random.Random) -> list[str]:
+    if rng.random() < 0.3:
+        return ["auto"]
+    return [
+        str(rng.choice((1, 2, 4, 8, 3, 0, -2, 2**40, _int(rng)))) for _ in range(rng.randint(1, 3))
+    ]
 
 
 def _search(rng: random.Random) -> Case:
@@ -549,32 +681,127 @@ def _infer(rng: random.Random) -> Case:
     return Case("infer", tuple(argv))
 
 
-def _first_run() -> str:
-    text = FIXTURE.read_text(encoding="utf-8")
-    start = text.index("[[run]]")
-    end = text.index("[[run]]", start + 1)
-    return text[:end]
+@functools.cache
+def _fixture_runs(name: str) -> tuple[str, tuple[str, ...]]:
+    """A fixture's text before its first ``[[run]]`` and each run's text."""
+    text = (FIXTURES / name).read_text(encoding="utf-8")
+    head, *runs = text.split("\n[[run]]\n")
+    return head + "\n", tuple("[[run]]\n" + run + "\n" for run in runs)
 
 
-def _fixture(rng: random.Random) -> Case:
-    text = _first_run()
+def one_run_fixture(rng: random.Random, name: str) -> str:
+    """The fixture ``name`` cut to one of its runs (a validate case costs one plan or so)."""
+    head, runs = _fixture_runs(name)
+    return head + rng.choice(runs)
+
+
+def _perturbed(rng: random.Random, text: str) -> str:
     lines = text.splitlines()
     for _ in range(rng.randint(0, 3)):
         i = rng.randrange(len(lines))
         key, sep, _ = lines[i].partition(" = ")
         if sep and not key.startswith("#"):
             lines[i] = f"{key} = {_toml_value(_scalar(rng))}"
-    fixture = _garble(rng, "\n".join(lines) + "\n")
+    return _garble(rng, "\n".join(lines) + "\n")
+
+
+def _fixture(rng: random.Random) -> Case:
+    """``validate`` on the four fixtures, each cut to one run and one of them perturbed, or
+    ``calibrate`` on a perturbed published run."""
     command = rng.choice(("validate", "calibrate"))
-    argv = [command, "--fixture", "{dir}/runs.toml"]
-    if command == "validate":
-        argv += rng.choice(([], ["--summary-only"], ["--json"]))
-    else:
+    if command == "calibrate":
+        argv = ["calibrate", "--fixture", "{dir}/runs.toml"]
         if rng.random() < 0.5:
             argv += ["--fit", rng.choice(("narayanan2021_table1", "korthikanti2022_table4"))]
         if rng.random() < 0.3:
             argv += ["--system", rng.choice((*SYSTEM_PRESETS, "nope"))]
-    return Case("fixture", tuple(argv), (("runs.toml", fixture),))
+        text = _perturbed(rng, one_run_fixture(rng, "published_runs.toml"))
+        return Case("fixture", tuple(argv), (("runs.toml", text),))
+    perturbed = rng.choice(tuple(VALIDATE_FIXTURES))
+    argv = ["validate"]
+    files = []
+    for flag, name in VALIDATE_FIXTURES.items():
+        text = one_run_fixture(rng, name)
+        files.append((name, _perturbed(rng, text) if flag == perturbed else text))
+        argv += [flag, "{dir}/" + name]
+    argv += rng.choice(([], ["--summary-only"], ["--json"]))
+    return Case("fixture", tuple(argv), tuple(files))
+
+
+def _sweep(rng: random.Random) -> Case:
+    """A sweep file (grid and options, often wrong or huge) and flags; a sweep the checks
+    accept would start Ray, which :func:`run_case` stops at the door (exit 0)."""
+    data: dict[str, object] = {
+        "model": rng.sample(MODEL_PRESETS, rng.randint(1, 3)),
+        "system": rng.sample(SYSTEM_PRESETS, rng.randint(1, 2)),
+        "gpus": [rng.choice((8, 64, 1024, _int(rng))) for _ in range(rng.randint(1, 3))],
+        "global_batch": [rng.choice((16, 1024, 1536, _int(rng))) for _ in range(rng.randint(1, 2))],
+    }
+    roll = rng.random()
+    if roll < 0.1:  # a grid past MAX_SWEEP_CELLS
+        data["gpus"] = list(range(1, rng.choice((2, 1200))))
+        data["global_batch"] = list(range(1, rng.choice((900, 1001))))
+    elif roll < 0.2:
+        data["gpus"] = [9_316_358_251_200]
+    elif roll < 0.3:
+        data["gpus"] = [_scalar(rng)]
+    for key in ("seq_length", "train_tokens", "memory_headroom_gib", "max_micro_batch"):
+        if rng.random() < 0.2:
+            value = _scalar(rng)
+            data[key] = [value] if key == "seq_length" else value
+    for key in ("allow_cross_node_tp", "megatron_rules"):
+        if rng.random() < 0.1:
+            data[key] = _scalar(rng) if rng.random() < 0.3 else rng.random() < 0.5
+    if rng.random() < 0.15:
+        data["flops_convention"] = rng.choice(("6nd", "megatron-legacy", "6ND", _text(rng)))
+    if rng.random() < 0.2:
+        data["precision"] = rng.sample(_RECIPES, rng.randint(1, 2))
+    if rng.random() < 0.3:
+        data["price"] = {rng.choice(SYSTEM_PRESETS): rng.choice((1.8, 0, -1, "x", 1e308))}
+    if rng.random() < 0.1:
+        data[_key(rng, ("model", "system", "gpus", "global_batch", "extra"))] = _scalar(rng)
+    argv = ["sweep", "{dir}/sweep.toml", "--out", f"{{dir}}/sweep-{rng.randrange(10**9)}"]
+    if rng.random() < 0.2:
+        argv += ["--gpus", *(str(_int(rng)) for _ in range(rng.randint(1, 2)))]
+    if rng.random() < 0.15:
+        argv += ["--workers", str(rng.choice((0, 1, -1, 2)))]
+    if rng.random() < 0.15:
+        argv += ["--plot", rng.choice(("{dir}/s.png", "{dir}/s.svg", "{dir}/s.jpg"))]
+    if rng.random() < 0.15:
+        argv += ["--plot-metric", rng.choice(("cost", "tokens-per-second", "tps"))]
+    if rng.random() < 0.15:
+        argv += ["--price", rng.choice(("dgx-h100=2.5", "dgx-h100", "=1", "dgx-b200=x"))]
+    if rng.random() < 0.15:
+        argv += ["--html", rng.choice(("{dir}/s.html", "{dir}/missing/s.html"))]
+    if rng.random() < 0.1:
+        argv.append("--json")
+    text = _garble(rng, to_toml_top(data))
+    return Case("sweep", tuple(argv), (("sweep.toml", text),))
+
+
+def to_toml_top(data: dict[str, object]) -> str:
+    """A TOML document of top-level keys (tables written inline)."""
+    return "".join(f"{json.dumps(k)} = {_toml_value(v)}\n" for k, v in data.items())
+
+
+def _html(rng: random.Random) -> Case:
+    """``--html`` output of plan, simulate and search into the case's folder (or a folder that
+    does not exist)."""
+    target = rng.choice(("{dir}/r.html", "{dir}/r.html", "{dir}/missing/r.html", "{dir}"))
+    command = rng.choice(("plan", "simulate", "search"))
+    if command == "search":
+        argv = _search_argv(rng, small=True)
+    else:
+        file = rng.choice(TRAINING_FILES)
+        argv = [command, str(EXAMPLES / file), *_sets(rng, TRAINING_NAMES, rng.randint(0, 2))]
+    return Case("html", (*argv, "--html", target))
+
+
+def _presets(rng: random.Random) -> Case:
+    argv = ["presets"]
+    if rng.random() < 0.8:
+        argv.append(rng.choice(("all", "models", "systems", "model", _text(rng) or "x")))
+    return Case("presets", tuple(argv))
 
 
 _MAKERS = {
@@ -588,6 +815,9 @@ _MAKERS = {
     "search": _search,
     "infer": _infer,
     "fixture": _fixture,
+    "sweep": _sweep,
+    "html": _html,
+    "presets": _presets,
 }
 
 
@@ -609,20 +839,59 @@ def run_case(case: Case, folder: Path) -> Outcome:
     argv = [arg.replace("{dir}", str(folder)) for arg in case.argv]
     out, err = io.StringIO(), io.StringIO()
     crash: str | None = None
-    start = time.perf_counter()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+    start, cpu_start = time.perf_counter(), time.process_time()
+    with (
+        contextlib.redirect_stdout(out),
+        contextlib.redirect_stderr(err),
+        _ray_stopped_at_the_door(case.command == "sweep"),
+    ):
         try:
             code = main(argv)
         except SystemExit as exit_:  # argparse: usage errors exit 2
             code = exit_.code if isinstance(exit_.code, int) else 2
+        except RayWouldStartError:
+            code = 0  # every check passed: the sweep would now compute its cells
+            print("fuzz: the sweep passed its checks; Ray not started", file=sys.stderr)
         except BaseException:  # a bug: report it, never let it escape
             code = -1
             crash = traceback.format_exc()
-    return Outcome(code, out.getvalue(), err.getvalue(), time.perf_counter() - start, crash)
+    return Outcome(
+        code,
+        out.getvalue(),
+        err.getvalue(),
+        time.perf_counter() - start,
+        crash,
+        time.process_time() - cpu_start,
+    )
 
 
-def problems_of(case: Case, outcome: Outcome, *, max_seconds: float) -> list[str]:
-    """What is wrong with ``outcome``: empty for a good answer."""
+class RayWouldStartError(Exception):
+    """Raised where a fuzzed sweep that passed every check would start Ray."""
+
+
+@contextlib.contextmanager
+def _ray_stopped_at_the_door(active: bool) -> Iterator[None]:
+    """Within: the sweep runner's Ray session raises :class:`RayWouldStartError` (the fuzz checks
+    what a sweep answers before Ray starts, and never starts it)."""
+    if not active:
+        yield
+        return
+    from blueprinting.sweep import runner
+
+    def refuse(*_args: object, **_kwargs: object) -> NoReturn:
+        raise RayWouldStartError
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(runner, "ray_session", refuse)
+        yield
+
+
+def problems_of(
+    case: Case, outcome: Outcome, *, max_seconds: float, max_cpu_seconds: float | None = None
+) -> list[str]:
+    """What is wrong with ``outcome``: empty for a good answer. ``max_seconds`` bounds the wall
+    time, ``max_cpu_seconds`` (when given) the CPU time, which a machine shared with other
+    work does not inflate."""
     found: list[str] = []
     if outcome.crash is not None:
         found.append(f"exception escaped main():\n{outcome.crash}")
@@ -632,8 +901,11 @@ def problems_of(case: Case, outcome: Outcome, *, max_seconds: float) -> list[str
         found.append(f"exit status {outcome.code} without a message")
     if "Traceback (most recent call last)" in outcome.err + outcome.out:
         found.append("a traceback in the output")
+    took = f"took {outcome.seconds:.2f} s wall, {outcome.cpu_seconds:.2f} s CPU"
     if outcome.seconds > max_seconds:
-        found.append(f"took {outcome.seconds:.2f} s (bound {max_seconds} s)")
+        found.append(f"{took} (wall bound {max_seconds} s)")
+    if max_cpu_seconds is not None and outcome.cpu_seconds > max_cpu_seconds:
+        found.append(f"{took} (CPU bound {max_cpu_seconds} s)")
     found.extend(contradictions(outcome.err))
     return found
 

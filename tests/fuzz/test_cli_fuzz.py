@@ -31,10 +31,14 @@ from tests.fuzz.cli_cases import (
     run_case,
 )
 
-#: The wall-time bound of one case in the suite, generous for a loaded two-core CI machine (the
-#: slowest case, an infer search over 800,000 GPUs, takes 3 to 10 s there);
+#: The CPU-time bound of one case in the suite (this process's CPU time, which other work on a
+#: shared machine does not inflate), generous for a slow CI core: the slowest case, an infer
+#: search over 800,000 GPUs, takes about 9 s; the README's bound is 5 s (``validate`` on the
+#: full fixtures and some searches and infer searches pass it, not run here).
 #: ``benchmarks/fuzz_cli.py`` reports the slowest case of a long run.
 CASE_SECONDS = 15.0
+#: The wall-time bound of one case: a hang, whatever the machine's load.
+WALL_SECONDS = 120.0
 
 _FUZZ = settings(
     max_examples=25,
@@ -45,12 +49,13 @@ _FUZZ = settings(
 
 def _check(case: Case, folder: Path) -> None:
     outcome = run_case(case, folder)
-    problems = problems_of(case, outcome, max_seconds=CASE_SECONDS)
+    problems = problems_of(case, outcome, max_seconds=WALL_SECONDS, max_cpu_seconds=CASE_SECONDS)
     assert not problems, f"{case}\n" + "\n".join(problems) + f"\nstderr:\n{outcome.err[-2000:]}"
 
 
 @pytest.mark.parametrize(
-    "form", ["flat", "set", "toml", "json", "yaml", "hf", "explain", "fixture"]
+    "form",
+    ["flat", "set", "toml", "json", "yaml", "hf", "explain", "fixture", "sweep"],
 )
 @_FUZZ
 @given(rng=st.randoms(use_true_random=False))
@@ -60,7 +65,7 @@ def test_every_input_form_gets_an_answer(
     _check(draw_case(rng, form), tmp_path_factory.mktemp(form))
 
 
-@pytest.mark.parametrize("form", ["search", "infer"])
+@pytest.mark.parametrize("form", ["search", "infer", "html", "presets"])
 @settings(_FUZZ, max_examples=6)
 @given(rng=st.randoms(use_true_random=False))
 def test_search_and_infer_options_get_an_answer(
@@ -72,7 +77,7 @@ def test_search_and_infer_options_get_an_answer(
 def _answer(tmp_path: Path, *argv: str, files: tuple[tuple[str, str], ...] = ()) -> tuple[int, str]:
     outcome = run_case(Case("direct", argv, files), tmp_path)
     assert outcome.crash is None, outcome.crash
-    assert outcome.seconds < CASE_SECONDS, f"{argv}: {outcome.seconds:.1f} s"
+    assert outcome.cpu_seconds < CASE_SECONDS, f"{argv}: {outcome.cpu_seconds:.1f} s of CPU"
     return outcome.code, outcome.err
 
 
@@ -80,7 +85,7 @@ def test_search_on_99999999999_gpus_answers_at_once(tmp_path: Path) -> None:
     """The issue's first report: a minute of trial division, now the laws' answer in a second:
     99,999,999,999 = 3^2 x 21,649 x 513,239, so d divides 1536 only for d in {1, 3}, and then
     t x p >= 33,333,333,333 > 96 layers."""
-    start = time.perf_counter()
+    start = time.process_time()
     code, err = _answer(
         tmp_path,
         "search",
@@ -93,7 +98,7 @@ def test_search_on_99999999999_gpus_answers_at_once(tmp_path: Path) -> None:
         "--global-batch",
         "1536",
     )
-    assert time.perf_counter() - start < CASE_SECONDS
+    assert time.process_time() - start < CASE_SECONDS
     assert code == 2
     assert err.startswith("error: search: no candidate of the space satisfies the laws")
 
@@ -193,7 +198,7 @@ def test_infer_search_work_does_not_grow_with_replicas(
     monkeypatch.setattr(inference_search, "analyze_inference", counted)
     counts = []
     for replicas in (100_000, 10**15):
-        start = time.perf_counter()
+        start = time.process_time()
         outcome = run_case(
             Case(
                 "direct",
@@ -209,7 +214,7 @@ def test_infer_search_work_does_not_grow_with_replicas(
         )
         assert outcome.crash is None, outcome.crash
         assert outcome.code == 0
-        assert time.perf_counter() - start < 2 * CASE_SECONDS
+        assert time.process_time() - start < 2 * CASE_SECONDS
         counts.append(len(calls))
         calls.clear()
     assert counts[0] == counts[1] > 0
@@ -291,3 +296,76 @@ def test_pipelines_beyond_the_stage_limits_are_refused_after_the_laws(tmp_path: 
         "invalid configuration:\n  - p x v = 4 x 262144 = 1048576 model chunks exceed the limit "
         "of 8192 that are costed one by one (MAX_PIPELINE_CHUNKS)\n",
     )
+
+
+def test_unwritable_output_paths_are_refused_before_any_work(tmp_path: Path) -> None:
+    """plan used to print its whole report and then fail on --html; search --csv into a missing
+    folder escaped as a traceback."""
+    missing = tmp_path / "missing"
+    outcome = run_case(
+        Case(
+            "direct",
+            ("plan", str(EXAMPLES / "gpt3-175b-selene.toml"), "--html", f"{missing}/r.html"),
+        ),
+        tmp_path,
+    )
+    assert (outcome.code, outcome.out, outcome.crash) == (2, "", None)
+    assert outcome.err == (
+        "invalid configuration:\n"
+        f"  - --html {missing}/r.html: cannot write the file: folder '{missing}' does not exist\n"
+    )
+    code, err = _answer(
+        tmp_path,
+        "search",
+        "--model",
+        "gpt-1.7b",
+        "--gpus",
+        "8",
+        "--global-batch",
+        "8",
+        "--csv",
+        f"{missing}/c.csv",
+        "--html",
+        str(tmp_path),
+    )
+    assert (code, err) == (
+        2,
+        "invalid configuration:\n"
+        f"  - --html {tmp_path}: cannot write the file: it is a folder\n"
+        f"  - --csv {missing}/c.csv: cannot write the file: folder '{missing}' does not exist\n",
+    )
+    code, err = _answer(
+        tmp_path,
+        "simulate",
+        str(EXAMPLES / "gpt3-175b-selene.toml"),
+        "--trace",
+        f"{missing}/t.json",
+    )
+    assert (code, err) == (
+        2,
+        "invalid configuration:\n"
+        f"  - --trace {missing}/t.json: cannot write the file: folder '{missing}' does not "
+        "exist\n",
+    )
+
+
+def test_a_sweep_is_checked_whole_before_ray_starts(tmp_path: Path) -> None:
+    """The fuzz harness stops a sweep at the door of Ray: one that passes every check exits 0
+    there; a cell whose space is too large is refused first, naming the cell and the limit."""
+    good = 'model = ["gpt-1.7b"]\nsystem = ["dgx-h100"]\ngpus = [8]\nglobal_batch = [16]\n'
+    outcome = run_case(
+        Case("sweep", ("sweep", "{dir}/s.toml", "--out", "{dir}/out"), (("s.toml", good),)),
+        tmp_path,
+    )
+    assert (outcome.code, outcome.crash) == (0, None)
+    assert outcome.err == "fuzz: the sweep passed its checks; Ray not started\n"
+    huge = good.replace("gpus = [8]", "gpus = [9316358251200]")
+    code, err = _answer(
+        tmp_path, "sweep", "{dir}/h.toml", "--out", "{dir}/out2", files=(("h.toml", huge),)
+    )
+    assert code == 2
+    assert err.startswith(
+        f"invalid configuration in {tmp_path}/h.toml:\n"
+        "  - cell gpt-1.7b dgx-h100 N=9316358251200 B=16: the search space has "
+    )
+    assert f"over the limit of {MAX_SEARCH_ROWS:,} (MAX_SEARCH_ROWS)" in err

@@ -59,3 +59,14 @@ def test_large_numbers_factor_at_once(n: int, factors: dict[int, int], count: in
 def test_factorize_refuses_non_positive() -> None:
     with pytest.raises(ValueError, match="factorize needs n >= 1, got 0"):
         factorize(0)
+
+
+def test_a_kept_factorization_is_not_shared_with_callers() -> None:
+    """The factorizations are cached (a sweep sizes up to 10^6 spaces): a caller that edits
+    the dict it got must not change the next answer."""
+    first = factorize(1536)
+    assert first == {2: 9, 3: 1}
+    first[5] = 7
+    assert factorize(1536) == {2: 9, 3: 1}
+    assert divisor_count(1536) == 20
+    assert divisors(12) == [1, 2, 3, 4, 6, 12]

@@ -149,7 +149,9 @@ def print_report(report: IterationReport, *, as_json: bool, all_stages: bool = F
 
 def run(args: argparse.Namespace) -> int:
     from blueprinting.api import plan_spec
+    from blueprinting.cli.output_paths import check_output_paths
 
+    check_output_paths(("--html", args.html))
     spec, system = load_training(args)
     report = plan_spec(spec, system, options_from(args))
     print_report(report, as_json=bool(args.json), all_stages=bool(args.all_stages))

@@ -604,10 +604,12 @@ def _print_text(result: SearchResult, reports: list[IterationReport], rows: list
 
 
 def run(args: argparse.Namespace) -> int:
+    from blueprinting.cli.output_paths import check_output_paths
     from blueprinting.search.rank import exact_reports
 
     if args.html is not None and args.explain is not None:
         raise ConfigError(["--html writes the ranked list; it does not go with --explain"])
+    check_output_paths(("--html", args.html), ("--csv", args.csv))
     result = _result(args)
     if args.explain is not None:
         print(_explain(result, args.explain, args.top))

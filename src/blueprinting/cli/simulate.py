@@ -31,8 +31,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from blueprinting.analysis.simulation_report import simulation_report
     from blueprinting.api import plan_spec
+    from blueprinting.cli.output_paths import check_output_paths
     from blueprinting.simulator import plot_timeline, write_chrome_trace
 
+    check_output_paths(("--html", args.html), ("--trace", args.trace), ("--plot", args.plot))
     if args.plot is not None and Path(args.plot).suffix.lower() not in {".png", ".svg"}:
         raise ConfigError([f"--plot {args.plot}: the file name must end in .png or .svg"])
     spec, system = load_training(args)

@@ -87,13 +87,15 @@ def run(args: argparse.Namespace) -> int:
     )
     from blueprinting.validation import measured_memory, modern, modern_moe
     from blueprinting.validation.comparison import compare_published, to_json_dict
-    from blueprinting.validation.predictor import api_predictor
+    from blueprinting.validation.predictor import PlanCache, api_predictor
     from blueprinting.validation.published import default_fixture_path, load_published_runs
 
     try:
-        predict = api_predictor()
-        predict_memory = measured_memory.api_memory_predictor()
-        predict_modern = modern.api_modern_predictor()
+        # One cache for the four fixtures: they share strategies (issue #18).
+        plans = PlanCache()
+        predict = api_predictor(plans)
+        predict_memory = measured_memory.api_memory_predictor(plans)
+        predict_modern = modern.api_modern_predictor(plans)
     except UnsupportedError as error:
         print(f"error: the cost model is not available: {error}", file=sys.stderr)
         return 2

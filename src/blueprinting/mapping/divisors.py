@@ -11,6 +11,7 @@ in milliseconds.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from math import gcd, isqrt
 
 _SMALL_PRIMES: tuple[int, ...] = tuple(
@@ -77,6 +78,13 @@ def factorize(n: int) -> dict[int, int]:
     """The prime factorization of ``n >= 1`` as ``{prime: exponent}`` (empty for 1)."""
     if n < 1:
         raise ValueError(f"factorize needs n >= 1, got {n}")
+    return dict(_factors(n))
+
+
+@lru_cache(maxsize=4096)
+def _factors(n: int) -> tuple[tuple[int, int], ...]:
+    """:func:`factorize` as pairs, kept: a sweep sizes the spaces of up to 10^6 cells, whose GPU
+    counts and batches repeat (issue #18)."""
     factors: dict[int, int] = {}
     for q in _SMALL_PRIMES:
         if q * q > n:
@@ -96,20 +104,24 @@ def factorize(n: int) -> dict[int, int]:
             continue
         f = _rho(m)
         pending.extend((f, m // f))
-    return factors
+    return tuple(factors.items())
 
 
 def divisor_count(n: int) -> int:
     """How many divisors ``n >= 1`` has, without listing them."""
+    if n < 1:
+        raise ValueError(f"factorize needs n >= 1, got {n}")
     count = 1
-    for exponent in factorize(n).values():
+    for _, exponent in _factors(n):
         count *= exponent + 1
     return count
 
 
 def divisors(n: int) -> list[int]:
     """The divisors of ``n >= 1`` in increasing order."""
+    if n < 1:
+        raise ValueError(f"factorize needs n >= 1, got {n}")
     out = [1]
-    for prime, exponent in factorize(n).items():
+    for prime, exponent in _factors(n):
         out = [d * prime**k for d in out for k in range(exponent + 1)]
     return sorted(out)

@@ -322,6 +322,7 @@ def _space_problems(definition: SweepDefinition) -> list[str]:
     from blueprinting.search.space import SearchSpace, space_rows
 
     problems: list[str] = []
+    per_node = {name: system_preset(name).gpus_per_node for name in definition.systems}
     for model_name, system_name, n, b in product(
         definition.models, definition.systems, definition.gpus, definition.global_batches
     ):
@@ -329,7 +330,7 @@ def _space_problems(definition: SweepDefinition) -> list[str]:
         space = SearchSpace(
             gpu_counts=(n,),
             global_batch_size=b,
-            gpus_per_node=system_preset(system_name).gpus_per_node,
+            gpus_per_node=per_node[system_name],
             allow_cross_node_tp=definition.options.allow_cross_node_tp,
             megatron_rules=definition.options.megatron_rules,
             max_microbatch_size=definition.options.max_micro_batch,

@@ -37,7 +37,7 @@ from blueprinting.validation.comparison import (
     error_stats,
     time_rows,
 )
-from blueprinting.validation.predictor import system_predictor
+from blueprinting.validation.predictor import PlanCache, system_predictor
 from blueprinting.validation.published import PublishedRun, SourceTable
 
 _GOLDEN = (math.sqrt(5.0) - 1.0) / 2.0
@@ -99,8 +99,11 @@ def _objective(
     fraction: float,
     runs: Sequence[PublishedRun],
     tables: frozenset[SourceTable],
+    plans: PlanCache,
 ) -> float:
-    table = compare_published(system_predictor(with_gemm_peak_fraction(system, fraction)), runs)
+    table = compare_published(
+        system_predictor(with_gemm_peak_fraction(system, fraction), plans), runs
+    )
     rows = time_rows(table.rows, tables)
     errors = [e for row in rows if (e := row.relative_error) is not None]
     if not errors:
@@ -123,22 +126,25 @@ def fit_gemm_peak_fraction(
     fit_runs = [run for run in runs if run.source_table in fit_tables]
     if not fit_runs:
         raise ConfigError([f"calibrating: no run of {sorted(fit_tables)} in the table"])
+    # One cache for the search: each fraction is its own system, so it plans a strategy that
+    # several rows share once per fraction.
+    plans = PlanCache()
     a, b = low, high
     c, d = b - _GOLDEN * (b - a), a + _GOLDEN * (b - a)
-    fc = _objective(system, c, fit_runs, fit_tables)
-    fd = _objective(system, d, fit_runs, fit_tables)
+    fc = _objective(system, c, fit_runs, fit_tables, plans)
+    fd = _objective(system, d, fit_runs, fit_tables, plans)
     while b - a > resolution / 4:
         if fc <= fd:
             b, d, fd = d, c, fc
             c = b - _GOLDEN * (b - a)
-            fc = _objective(system, c, fit_runs, fit_tables)
+            fc = _objective(system, c, fit_runs, fit_tables, plans)
         else:
             a, c, fc = c, d, fd
             d = a + _GOLDEN * (b - a)
-            fd = _objective(system, d, fit_runs, fit_tables)
+            fd = _objective(system, d, fit_runs, fit_tables, plans)
     fraction = round(round((a + b) / 2 / resolution) * resolution, 6)
     fitted = with_gemm_peak_fraction(system, fraction)
-    table = compare_published(system_predictor(fitted), runs)
+    table = compare_published(system_predictor(fitted, plans), runs)
     held_out_rows = {
         source: time_rows(table.rows, {source})
         for source in SourceTable

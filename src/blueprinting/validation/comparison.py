@@ -357,6 +357,16 @@ def _measured_value(run: PublishedRun, metric: Metric) -> float | None:
             assert_never(unreachable)
 
 
+#: The metrics whose prediction reads the iteration time (:func:`_predicted_value`), hence the
+#: simulated pipeline bubble; the others (per-layer times, memory) are the same without it.
+ITERATION_TIME_METRICS = frozenset({Metric.TFLOPS_PER_GPU, Metric.ITERATION_TIME, Metric.MFU})
+
+
+def needs_iteration_time(run: PublishedRun) -> bool:
+    """Whether any measured figure of ``run`` is compared through the iteration time."""
+    return any(_measured_value(run, metric) is not None for metric in ITERATION_TIME_METRICS)
+
+
 def time_rows(
     rows: Iterable[ComparisonRow], tables: Collection[SourceTable]
 ) -> list[ComparisonRow]:

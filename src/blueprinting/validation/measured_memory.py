@@ -36,9 +36,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from types import MappingProxyType
-from typing import assert_never, final
+from typing import TYPE_CHECKING, assert_never, final
 
-from blueprinting.errors import BlueprintingError, ProblemCollector, UnsupportedError
+from blueprinting.errors import BlueprintingError, ProblemCollector
 from blueprinting.mapping.flat_keys import FlatValue, canonical_key, from_mapping
 from blueprinting.mapping.transformer import AttentionBackend, TrainingSpec
 from blueprinting.validation.fields import (
@@ -53,6 +53,9 @@ from blueprinting.validation.fields import (
     strings,
     toml_table,
 )
+
+if TYPE_CHECKING:
+    from blueprinting.validation.predictor import PlanCache
 
 #: Issue 19: median |relative error| of the peaks over the runs that plan.
 MEDIAN_ERROR_LIMIT = 0.10
@@ -466,21 +469,22 @@ def prediction_from_report(values: Mapping[str, object], stage: ReportedStage) -
     )
 
 
-def api_memory_predictor() -> MemoryPredictor:
+def api_memory_predictor(plans: PlanCache | None = None) -> MemoryPredictor:
     """A predictor backed by ``blueprinting.api.plan_spec`` (the plan's default options), on the
-    run's system preset.
+    run's system preset, through ``plans`` (a new cache when None), without the schedule
+    simulation (the memory figures do not read it).
 
     Raises :class:`UnsupportedError` (with the reason) when the cost model is not installed.
     """
-    from blueprinting.validation.predictor import cost_model_function
+    from blueprinting.validation.predictor import PlanCache
 
-    plan_spec = cost_model_function("plan_spec")
+    cache = PlanCache() if plans is None else plans
 
     def predict(run: MeasuredMemoryRun) -> MemoryPrediction:
-        values = plan_spec(run.training_spec(), run.system).to_json_dict()
-        if not isinstance(values, Mapping):
-            raise UnsupportedError(f"plan report of {run.id!r} is not a JSON object")
-        return prediction_from_report(values, run.stage)
+        # Memory figures do not depend on the schedule simulation (PlanCache).
+        return prediction_from_report(
+            cache.values(run.training_spec(), run.system, simulate=False), run.stage
+        )
 
     return predict
 

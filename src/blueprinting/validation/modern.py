@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from types import MappingProxyType
-from typing import Generic, Protocol, TypeVar, assert_never, final
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar, assert_never, final
 
 from blueprinting.analysis.flops import FlopsConvention
 from blueprinting.errors import (
@@ -63,6 +63,9 @@ from blueprinting.validation.fields import (
     strings,
     toml_table,
 )
+
+if TYPE_CHECKING:
+    from blueprinting.validation.predictor import PlanCache
 
 #: Issue 12 item 7: median |relative error| of the iteration time over the planned runs.
 MEDIAN_ERROR_LIMIT = 0.08
@@ -380,19 +383,20 @@ def planner_message(error: BlueprintingError) -> str:
     return " ".join(str(error).split())
 
 
-def api_modern_predictor() -> ModernPredictor:
+def api_modern_predictor(plans: PlanCache | None = None) -> ModernPredictor:
     """A predictor backed by ``blueprinting.api.plan_spec`` (the plan's default options), on the
-    run's system preset: ``plan --json``'s ``iteration_time_s``.
+    run's system preset: ``plan --json``'s ``iteration_time_s``, through ``plans`` (a new cache
+    when None).
 
     Raises :class:`UnsupportedError` (with the reason) when the cost model is not installed.
     """
-    from blueprinting.validation.predictor import cost_model_function
+    from blueprinting.validation.predictor import PlanCache
 
-    plan_spec = cost_model_function("plan_spec")
+    cache = PlanCache() if plans is None else plans
 
     def predict(run: ModernRun) -> float:
-        values = plan_spec(run.training_spec(), run.system).to_json_dict()
-        time = values.get("iteration_time_s") if isinstance(values, Mapping) else None
+        values = cache.values(run.training_spec(), run.system)
+        time = values.get("iteration_time_s")
         if isinstance(time, bool) or not isinstance(time, int | float):
             raise UnsupportedError(f"plan report of {run.id!r} has no iteration_time_s")
         return float(time)

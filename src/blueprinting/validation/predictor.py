@@ -30,12 +30,15 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, final
 
 from blueprinting.errors import UnsupportedError
 from blueprinting.hardware.system import SystemSpec
-from blueprinting.validation.comparison import Prediction, Predictor
+from blueprinting.validation.comparison import Prediction, Predictor, needs_iteration_time
 from blueprinting.validation.published import PublishedRun, SourceTable
+
+if TYPE_CHECKING:
+    from blueprinting.mapping.transformer import TrainingSpec
 
 #: Tables measured with a Megatron-LM whose TP backward all-reduce was synchronous (docstring).
 SYNCHRONOUS_TP_BACKWARD_TABLES: frozenset[SourceTable] = frozenset(
@@ -106,32 +109,75 @@ def cost_model_function(name: str) -> Callable[..., Any]:
     return function
 
 
-def api_predictor() -> Predictor:
-    """A predictor backed by ``blueprinting.api.plan_spec`` (the plan's default options).
+@final
+class PlanCache:
+    """The plan reports (``plan --json`` objects) of one validation or calibration run, each
+    strategy planned once however many rows, readings and fixtures ask for it (issue #18: the
+    dense and MoE fixtures repeat strategies, and ``validate`` answers in seconds).
+
+    ``simulate=False`` plans without the schedule simulation (``PlanOptions.simulate``): exact
+    for every figure but the iteration time and what derives from it, since the simulation
+    only chooses the bubble; a simulated report serves such a request too. Plans that raise
+    are not kept (the error is raised again on the next request)."""
+
+    def __init__(self) -> None:
+        self._plan_spec = cost_model_function("plan_spec")
+        self._values: dict[tuple[object, object, bool], Mapping[str, object]] = {}
+
+    def values(
+        self, spec: TrainingSpec, system: SystemSpec | str, *, simulate: bool = True
+    ) -> Mapping[str, object]:
+        """``plan_spec(spec, system).to_json_dict()`` (planned at most once)."""
+        found = self._values.get((spec, system, True))
+        if found is None and not simulate:
+            found = self._values.get((spec, system, False))
+        if found is not None:
+            return found
+        from blueprinting.analysis.evaluate import PlanOptions
+
+        options = PlanOptions() if simulate else PlanOptions(simulate=False)
+        values = self._plan_spec(spec, system, options).to_json_dict()
+        if not isinstance(values, Mapping):
+            raise UnsupportedError(f"plan report of {spec} is not a JSON object")
+        self._values[(spec, system, simulate)] = values
+        return values
+
+
+def api_predictor(plans: PlanCache | None = None) -> Predictor:
+    """A predictor backed by ``blueprinting.api.plan_spec`` (the plan's default options), through
+    ``plans`` (a new cache when None). A run with no measured figure compared through the
+    iteration time is planned without the simulation (:class:`PlanCache`).
 
     Raises :class:`UnsupportedError` (with the reason) when the cost model is not installed.
     """
-    plan_spec = cost_model_function("plan_spec")
+    cache = PlanCache() if plans is None else plans
 
     from blueprinting.hardware.presets import system_preset
 
     def predict(run: PublishedRun) -> Prediction:
-        report = plan_spec(run.training_spec(), system_for_run(run, system_preset(run.system)))
-        values = report.to_json_dict()
-        if not isinstance(values, Mapping):
-            raise UnsupportedError(f"plan report of {run.id!r} is not a JSON object")
-        return prediction_from_report(values)
+        return prediction_from_report(
+            cache.values(
+                run.training_spec(),
+                system_for_run(run, system_preset(run.system)),
+                simulate=needs_iteration_time(run),
+            )
+        )
 
     return predict
 
 
-def system_predictor(system: SystemSpec) -> Predictor:
-    """A predictor that costs every run on ``system`` instead of the run's preset (calibration)."""
-    from blueprinting.api import plan_spec
+def system_predictor(system: SystemSpec, plans: PlanCache | None = None) -> Predictor:
+    """A predictor that costs every run on ``system`` instead of the run's preset (calibration),
+    planned as :func:`api_predictor` plans."""
+    cache = PlanCache() if plans is None else plans
 
     def predict(run: PublishedRun) -> Prediction:
         return prediction_from_report(
-            plan_spec(run.training_spec(), system_for_run(run, system)).to_json_dict()
+            cache.values(
+                run.training_spec(),
+                system_for_run(run, system),
+                simulate=needs_iteration_time(run),
+            )
         )
 
     return predict
