@@ -69,6 +69,8 @@ def stage_limit_problem(stages: int, virtual_stages: int = 1) -> str | None:
 MAX_SEARCH_LISTED = 50
 
 
-#: ``blueprinting sweep``: cells in one grid (each one full search, about a second on one core);
-#: 10^5 cells is the largest grid the issue names, hours on a small cluster.
-MAX_SWEEP_CELLS = 1_000_000
+#: ``blueprinting sweep``: cells in one grid (each one full search, about a second on one core:
+#: 65,536 cells are about 18 core-hours). Sizing every cell's search space before Ray starts
+#: takes about 64 us a cell, so this limit also keeps the refusal of a bad grid within seconds
+#: (issue 18; 10^6 cells took about 64 s of checks).
+MAX_SWEEP_CELLS = 65_536
