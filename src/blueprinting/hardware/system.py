@@ -305,7 +305,7 @@ class DomainPlacement(StrEnum):
       nodes`` up to 18 nodes, else the largest divisor of ``nodes`` that is <= 18, passed as
       ``sbatch --segment``), and Slurm's topology/block plugin places each segment in one block
       (rack); MLPerf's GB200/GB300 configs set ``SEGMENT=16``. A 256-GPU job on NVL72 racks is
-      16 segments of 16 trays: 64-GPU domains. On a system whose domain is the node this is
+      4 segments of 16 trays: 64-GPU domains. On a system whose domain is the node this is
       the node.
     - ``packed``: consecutive ranks fill whole domains (a job given complete racks)."""
 
