@@ -193,7 +193,7 @@ def _dp(data: DataParallel) -> DataParallelCost:
         stage_parameters=10**9,
         param_bytes=2,
         grad_bytes=4,
-        group=CommGroup(size=4, tier=LinkTier.SCALE_OUT, ranks_per_node=1),
+        group=CommGroup(size=4, tier=LinkTier.SCALE_OUT, ranks_per_node=1, ranks_per_domain=1),
         system=_system(),
         windows=_windows(m=8),
     )

@@ -67,9 +67,18 @@ def test_missing_datatype_is_unsupported() -> None:
     ("dim", "expected"),
     [
         # Megatron GPT-3 175B on Selene: t=8, p=8, d=16, 8 GPUs per node.
-        (ParallelDim.TENSOR, CommGroup(size=8, tier=LinkTier.INTRA_NODE, ranks_per_node=8)),
-        (ParallelDim.DATA, CommGroup(size=16, tier=LinkTier.SCALE_OUT, ranks_per_node=1)),
-        (ParallelDim.PIPELINE, CommGroup(size=8, tier=LinkTier.SCALE_OUT, ranks_per_node=1)),
+        (
+            ParallelDim.TENSOR,
+            CommGroup(size=8, tier=LinkTier.INTRA_NODE, ranks_per_node=8, ranks_per_domain=8),
+        ),
+        (
+            ParallelDim.DATA,
+            CommGroup(size=16, tier=LinkTier.SCALE_OUT, ranks_per_node=1, ranks_per_domain=1),
+        ),
+        (
+            ParallelDim.PIPELINE,
+            CommGroup(size=8, tier=LinkTier.SCALE_OUT, ranks_per_node=1, ranks_per_domain=1),
+        ),
     ],
 )
 def test_megatron_layout_with_full_node_tp(dim: ParallelDim, expected: CommGroup) -> None:
@@ -81,18 +90,20 @@ def test_small_tp_leaves_dp_ranks_sharing_a_node() -> None:
     dp = place_group(
         RankLayout.TP_DP_PP, ParallelDim.DATA, tensor=2, pipeline=2, data=8, gpus_per_node=8
     )
-    assert dp == CommGroup(size=8, tier=LinkTier.SCALE_OUT, ranks_per_node=4)
+    assert dp == CommGroup(size=8, tier=LinkTier.SCALE_OUT, ranks_per_node=4, ranks_per_domain=4)
     dp_small = place_group(
         RankLayout.TP_DP_PP, ParallelDim.DATA, tensor=2, pipeline=2, data=4, gpus_per_node=8
     )
-    assert dp_small == CommGroup(size=4, tier=LinkTier.INTRA_NODE, ranks_per_node=4)
+    assert dp_small == CommGroup(
+        size=4, tier=LinkTier.INTRA_NODE, ranks_per_node=4, ranks_per_domain=4
+    )
 
 
 def test_tp_larger_than_node_goes_scale_out() -> None:
     tp = place_group(
         RankLayout.TP_DP_PP, ParallelDim.TENSOR, tensor=16, pipeline=1, data=1, gpus_per_node=8
     )
-    assert tp == CommGroup(size=16, tier=LinkTier.SCALE_OUT, ranks_per_node=8)
+    assert tp == CommGroup(size=16, tier=LinkTier.SCALE_OUT, ranks_per_node=8, ranks_per_domain=8)
 
 
 def test_misaligned_groups_report_the_worst_one() -> None:
@@ -100,7 +111,7 @@ def test_misaligned_groups_report_the_worst_one() -> None:
     tp = place_group(
         RankLayout.TP_DP_PP, ParallelDim.TENSOR, tensor=3, pipeline=1, data=8, gpus_per_node=8
     )
-    assert tp == CommGroup(size=3, tier=LinkTier.SCALE_OUT, ranks_per_node=1)
+    assert tp == CommGroup(size=3, tier=LinkTier.SCALE_OUT, ranks_per_node=1, ranks_per_domain=1)
 
 
 def test_fixed_tiers_follow_calculon_assignment() -> None:
@@ -114,7 +125,9 @@ def test_fixed_tiers_follow_calculon_assignment() -> None:
         ),
     )
     group = calculon_like.comm_group(ParallelDim.DATA, tensor=2, pipeline=8, data=4)
-    assert group == CommGroup(size=4, tier=LinkTier.INTRA_NODE, ranks_per_node=4)
+    assert group == CommGroup(
+        size=4, tier=LinkTier.INTRA_NODE, ranks_per_node=4, ranks_per_domain=4
+    )
     assert calculon_like.collective_time(CollectiveKind.ALL_REDUCE, 1e9, group) == pytest.approx(
         # NVLink 0.78: 234.89 GB/s ring busbw / 300 (presets.py).
         10e-6 + 2 * 3 / 4 * 1e9 / (300e9 * 0.78),
@@ -151,7 +164,7 @@ def _brute_force(
         fewest = min(fewest, *nodes.values())
         spans = spans or len(nodes) > 1
     tier = LinkTier.SCALE_OUT if spans else LinkTier.INTRA_NODE
-    return CommGroup(size=degrees[dim], tier=tier, ranks_per_node=fewest)
+    return CommGroup(size=degrees[dim], tier=tier, ranks_per_node=fewest, ranks_per_domain=fewest)
 
 
 @settings(max_examples=200, deadline=None)
@@ -183,7 +196,7 @@ def test_placement_matches_brute_force(
     }
     expected = _brute_force(layout, dim, degrees, gpus_per_node)
     if degrees[dim] == 1:
-        expected = CommGroup(size=1, tier=LinkTier.INTRA_NODE, ranks_per_node=1)
+        expected = CommGroup(size=1, tier=LinkTier.INTRA_NODE, ranks_per_node=1, ranks_per_domain=1)
     actual = place_group(
         layout,
         dim,
@@ -226,16 +239,28 @@ H100 = system_preset("dgx-h100")
     ("tensor", "data", "expected"),
     [
         # TP 8 = two trays of 4 in one rack: NVLink, 4 ranks per tray.
-        (8, 9, CommGroup(size=8, tier=LinkTier.INTRA_NODE, ranks_per_node=4)),
+        (8, 9, CommGroup(size=8, tier=LinkTier.INTRA_NODE, ranks_per_node=4, ranks_per_domain=8)),
         # TP 16 on 64 GPUs: ranks 0-63, all in rack 0.
-        (16, 4, CommGroup(size=16, tier=LinkTier.INTRA_NODE, ranks_per_node=4)),
+        (
+            16,
+            4,
+            CommGroup(size=16, tier=LinkTier.INTRA_NODE, ranks_per_node=4, ranks_per_domain=16),
+        ),
         # TP 72: exactly one rack.
-        (72, 2, CommGroup(size=72, tier=LinkTier.INTRA_NODE, ranks_per_node=4)),
+        (
+            72,
+            2,
+            CommGroup(size=72, tier=LinkTier.INTRA_NODE, ranks_per_node=4, ranks_per_domain=72),
+        ),
         # TP 144: two racks, so the scale-out NICs.
-        (144, 1, CommGroup(size=144, tier=LinkTier.SCALE_OUT, ranks_per_node=4)),
+        (
+            144,
+            1,
+            CommGroup(size=144, tier=LinkTier.SCALE_OUT, ranks_per_node=4, ranks_per_domain=72),
+        ),
         # TP 16 on 144 GPUs: the group of ranks 64-79 straddles racks 0 and 1 (72 is not a
         # multiple of 16), so the slowest TP group is on the scale-out link.
-        (16, 9, CommGroup(size=16, tier=LinkTier.SCALE_OUT, ranks_per_node=4)),
+        (16, 9, CommGroup(size=16, tier=LinkTier.SCALE_OUT, ranks_per_node=4, ranks_per_domain=8)),
     ],
 )
 def test_tensor_groups_on_nvl72(*, tensor: int, data: int, expected: CommGroup) -> None:
@@ -245,19 +270,19 @@ def test_tensor_groups_on_nvl72(*, tensor: int, data: int, expected: CommGroup) 
 def test_data_groups_span_trays_on_nvlink() -> None:
     # t = 4 fills a tray; DP 18 over the 18 trays of one rack stays on NVLink, DP 36 does not.
     assert GB200.comm_group(ParallelDim.DATA, tensor=4, pipeline=1, data=18) == CommGroup(
-        size=18, tier=LinkTier.INTRA_NODE, ranks_per_node=1
+        size=18, tier=LinkTier.INTRA_NODE, ranks_per_node=1, ranks_per_domain=18
     )
     assert GB200.comm_group(ParallelDim.DATA, tensor=4, pipeline=1, data=36) == CommGroup(
-        size=36, tier=LinkTier.SCALE_OUT, ranks_per_node=1
+        size=36, tier=LinkTier.SCALE_OUT, ranks_per_node=1, ranks_per_domain=18
     )
 
 
 def test_sixteen_ranks_leave_a_dgx_h100() -> None:
     assert H100.comm_group(ParallelDim.TENSOR, tensor=16, pipeline=1, data=1) == CommGroup(
-        size=16, tier=LinkTier.SCALE_OUT, ranks_per_node=8
+        size=16, tier=LinkTier.SCALE_OUT, ranks_per_node=8, ranks_per_domain=8
     )
     assert H100.comm_group(ParallelDim.TENSOR, tensor=8, pipeline=1, data=2) == CommGroup(
-        size=8, tier=LinkTier.INTRA_NODE, ranks_per_node=8
+        size=8, tier=LinkTier.INTRA_NODE, ranks_per_node=8, ranks_per_domain=8
     )
 
 
@@ -326,7 +351,9 @@ def test_domain_placement_matches_brute_force(
     by_node = _brute_force(layout, dim, degrees, per_node)
     by_domain = _brute_force(layout, dim, degrees, domain)
     if degrees[dim] == 1:
-        assert actual == CommGroup(size=1, tier=LinkTier.INTRA_NODE, ranks_per_node=1)
+        assert actual == CommGroup(
+            size=1, tier=LinkTier.INTRA_NODE, ranks_per_node=1, ranks_per_domain=1
+        )
     else:
         assert actual.ranks_per_node == by_node.ranks_per_node
         assert actual.tier == by_domain.tier

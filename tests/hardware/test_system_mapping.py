@@ -92,7 +92,8 @@ def test_every_problem_is_reported_at_once() -> None:
     assert raised.value.source == "cluster.toml"
     assert raised.value.problems == (
         "system: unknown key 'gpus_per_nod' (did you mean 'gpus_per_node'?); known keys: "
-        "preset, name, gpus_per_node, nvlink_domain_size, processing_mode, rank_layout, "
+        "preset, name, gpus_per_node, nvlink_domain_size, nvlink_domain_placement, "
+        "processing_mode, rank_layout, "
         "fixed_tiers, accelerator, intra_node, scale_out, async_tp_backward_comm, runtime",
         "system.processing_mode: unknown value 'rooflin' (did you mean 'roofline'?); "
         "choices: no_overlap, roofline",
@@ -151,7 +152,9 @@ def test_nvlink_domain_round_trips_and_overrides() -> None:
     assert joined.node.domain_size == 16
     assert joined.gpus_per_node == 8
     tp16 = joined.comm_group(ParallelDim.TENSOR, tensor=16, pipeline=1, data=2)
-    assert tp16 == CommGroup(size=16, tier=LinkTier.INTRA_NODE, ranks_per_node=8)
+    assert tp16 == CommGroup(
+        size=16, tier=LinkTier.INTRA_NODE, ranks_per_node=8, ranks_per_domain=16
+    )
 
 
 def test_bad_nvlink_domain_sizes_are_reported_with_the_rest() -> None:

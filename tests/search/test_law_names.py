@@ -29,6 +29,7 @@ def test_names_and_rulesets() -> None:
         "expert_ffn_per_expert_tensor_rank",
         "shared_expert_ffn_per_tensor_rank",
         "moe_tp_needs_sequence_parallel",
+        "recompute_module_needs_its_layer",
     ]
     assert [str(law) for law in MEGATRON_LAWS] == [
         "interleaving_pipeline_degree",
@@ -53,12 +54,14 @@ def test_names_and_rulesets() -> None:
         "ep_overlap_datatype",
         "shared_expert_overlap",
         "moe_act_recompute_needs_grouped_gemm",
+        "fp8_delayed_scaling_recompute",
     ]
     # the search varies the expert grid (issue 13 item 5): its laws are searched
     assert [law for law in Law if not law.searched] == [
         Law.BASE_PRECISION_LAYERS,
         Law.MEGATRON_PRECISION_RECIPE_ACCELERATOR,
         Law.MEGATRON_PARAM_GATHER_NEEDS_SHARDING,
+        Law.MEGATRON_FP8_DELAYED_RECOMPUTE,
     ]
     assert len(EXPERT_LAWS) == 17
     assert all(law.ruleset is RuleSet.MEGATRON for law in MEGATRON_LAWS)
@@ -86,5 +89,8 @@ def test_the_scalar_checker_uses_the_same_names() -> None:
         if law in scalar_only:
             continue
         assert (
-            f'"{law}"' in source or f"Law.{law.name}" in precision or f"Law.{law.name}" in expert
+            f'"{law}"' in source
+            or f"Law.{law.name}" in source
+            or f"Law.{law.name}" in precision
+            or f"Law.{law.name}" in expert
         ), law

@@ -315,10 +315,13 @@ def test_tiny_spaces_exercise_every_law() -> None:
         Law.MEGATRON_CP_A2A_HEADS,
         Law.MEGATRON_CP_NEEDS_FUSED_ATTENTION,
     }
+    # The space's selective rows recompute Megatron's default core_attn, which every model
+    # has: recompute_module_needs_its_layer cannot fire (test_moe_recompute.py checks it).
     never = {
         Law.WORLD_SIZE,
         Law.MEGATRON_FUSED_ATTENTION_SUPPORT,
         Law.MEGATRON_TP_COMM_OVERLAP_NEEDS_SP,
+        Law.RECOMPUTE_MODULE_NEEDS_LAYER,
     }
     # the tiny model is dense: the expert laws are exercised by
     # test_moe_space_exercises_the_expert_laws

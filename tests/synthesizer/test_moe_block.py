@@ -243,7 +243,7 @@ def test_hierarchical_all_to_all_sends_only_the_remote_share_over_the_nic() -> N
     """16 ranks on 2 nodes: the flat model sends 15/16 of the buffer over the NIC, the
     hierarchical one 8/16 there (and 7/16 over NVLink at the same time, faster)."""
     system = system_preset("dgx-h100")
-    group = CommGroup(size=16, tier=LinkTier.SCALE_OUT, ranks_per_node=8)
+    group = CommGroup(size=16, tier=LinkTier.SCALE_OUT, ranks_per_node=8, ranks_per_domain=8)
     size = 1e9
     flat = system.collective_time(CollectiveKind.ALL_TO_ALL, size, group)
     latency = system.scale_out.latency_s

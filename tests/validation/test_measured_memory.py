@@ -71,18 +71,18 @@ def test_fixture_holds_every_record_once() -> None:
     assert len(RUNS) == 83
     assert len(BY_ID) == 83
     # + the two GB200 runs the dgx-gb200 preset plans, + the four cp runs cp now plans, + the
-    # 14 MoE / MLA / MTP runs the MoE model plans (issue 13)
-    assert len(INCLUDED) == 75
+    # 14 MoE / MLA / MTP runs the MoE model plans (issue 13), + the one whose moe_act /
+    # mla_up_proj recompute is modelled since
+    assert len(INCLUDED) == 76
 
 
 def test_exclusion_counts() -> None:
     validation = compare_measured_memory(lambda run: MemoryPrediction(), RUNS)
-    assert len(validation.excluded) == 8
+    assert len(validation.excluded) == 7
     assert validation.exclusion_counts == {
         ExclusionReason.FP8_RECIPE: 2,
         ExclusionReason.TP_COMM_OVERLAP: 1,
         ExclusionReason.ACTIVATION_OFFLOAD: 4,
-        ExclusionReason.RECOMPUTE_MODULES: 4,
         ExclusionReason.INCOMPLETE_CONFIGURATION: 2,
     }
 
@@ -185,7 +185,7 @@ gpu = "H100"
 transformer_impl = "transformer_engine"
 attention_backend = "flashy"
 stage = "middle"
-excluded = ["recompute_modules", "quantum"]
+excluded = ["tp_comm_overlap", "quantum"]
 
 [run.model]
 num_layers = 2
@@ -240,7 +240,7 @@ def test_loader_reports_every_problem_at_once(tmp_path: Path) -> None:
         "run 'broken'.excluded: unknown reason 'quantum' (one of "
         + ", ".join(reason.value for reason in ExclusionReason)
         + ")",
-        "run 'broken'.excluded names recompute_modules but the run sets none of recompute_modules",
+        "run 'broken'.excluded names tp_comm_overlap but the run sets none of tp_comm_overlap",
         "run 'broken'.measured.nvidia_smi_mb must be positive, got -3.0",
         "duplicate run ids: broken",
     )
@@ -375,8 +375,8 @@ def _constant(allocated: float, reserved: float, fits: bool) -> MemoryValidation
 
 def test_scoring_with_a_constant_predictor() -> None:
     validation = _constant(60e9, 70e9, True)
-    assert len(validation.rows) == 71
-    assert len(validation.fits) == 75
+    assert len(validation.rows) == 72
+    assert len(validation.fits) == 76
     (row,) = [r for r in validation.rows if r.run_id == "vuiseng9_101-gpt2xl-dp1-gbs1-bf16"]
     assert row.kind is FigureKind.NVIDIA_SMI
     assert row.predicted_bytes == 70e9
@@ -392,8 +392,8 @@ def test_scoring_with_a_constant_predictor() -> None:
         MemoryGate.RAN_PREDICTED,
     )
     assert oom.count == 4 and oom.value == 0.0 and not oom.passed
-    assert ran.count == 71 and ran.value == 1.0 and ran.passed
-    assert median.count == 71 and median.limit == MEDIAN_ERROR_LIMIT
+    assert ran.count == 72 and ran.value == 1.0 and ran.passed
+    assert median.count == 72 and median.limit == MEDIAN_ERROR_LIMIT
 
 
 def test_a_run_that_fails_to_plan_fails_the_gates() -> None:
@@ -403,7 +403,7 @@ def test_a_run_that_fails_to_plan_fails_the_gates() -> None:
     validation = compare_measured_memory(predict, RUNS)
     assert {row.note for row in validation.rows} == {"no cost model here"}
     assert not any(result.passed for result in validation.gates)
-    assert len(validation.gates[0].failing) == 71
+    assert len(validation.gates[0].failing) == 72
 
 
 def test_json_and_text_renderings() -> None:
@@ -418,7 +418,7 @@ def test_json_and_text_renderings() -> None:
         "excluded_counts",
         "excluded_runs",
     }
-    assert document["excluded_runs"] == 8
+    assert document["excluded_runs"] == 7
     assert document["excluded_counts"] == {
         str(reason): count for reason, count in validation.exclusion_counts.items()
     }
@@ -431,7 +431,7 @@ def test_json_and_text_renderings() -> None:
     text = console.export_text()
     assert "vuiseng9_121-gpt2xl-dp1-gbs16-oom" in text
     assert "fits/OOM WRONG" in text
-    assert "8 runs not planned" in text
+    assert "7 runs not planned" in text
     assert "out-of-memory runs predicted not to fit │ 4    │ 0/4" in text
 
 
@@ -447,7 +447,7 @@ def test_gate_median_error_of_the_peaks(validation: MemoryValidation) -> None:
     result = validation.gates[0]
     assert result.gate is MemoryGate.MEDIAN_ERROR
     assert result.failing == ()
-    assert result.count == 71
+    assert result.count == 72
     assert result.value is not None and result.value <= MEDIAN_ERROR_LIMIT
 
 
@@ -493,5 +493,5 @@ def test_gate_every_out_of_memory_run_predicted_not_to_fit(validation: MemoryVal
 def test_gate_every_run_that_ran_predicted_to_fit(validation: MemoryValidation) -> None:
     result = validation.gates[2]
     assert result.gate is MemoryGate.RAN_PREDICTED
-    assert result.count == 71
+    assert result.count == 72
     assert result.failing == ()

@@ -399,15 +399,62 @@ def recompute_flops_per_iteration(
         case NoRecompute():
             return 0
         case SelectiveRecompute(modules=modules):
-            # the norms' FLOPs are not GEMM FLOPs: no convention counts them
-            per_layer = (core if RecomputeModule.CORE_ATTN in modules else 0) + (
-                mlp if RecomputeModule.MLP in modules else 0
-            )
-            return tokens * model.num_layers * per_layer
+            # the norms' and activations' FLOPs (layernorm, moe_act) are not GEMM FLOPs: no
+            # convention counts them
+            if model.moe is None:
+                per_layer = (core if RecomputeModule.CORE_ATTN in modules else 0) + (
+                    mlp if RecomputeModule.MLP in modules else 0
+                )
+                return tokens * model.num_layers * per_layer + _mla_up_recompute(
+                    model, modules, tokens
+                )
+            return _moe_model_selective_flops(model, convention, modules, tokens)
         case FullRecompute():
             return tokens * recomputed_blocks_per_microbatch(model, mapping) * block
         case _ as unreachable:
             assert_never(unreachable)
+
+
+def _mla_up_recompute(
+    model: TransformerModelSpec, modules: frozenset[RecomputeModule], tokens: int
+) -> int:
+    """``mla_up_proj``: MLA's up-projection GEMMs once more per token and layer, ``2 (q_in n
+    d_qk + c_kv n (d_n + d_v))`` (q_in = the q latent, or h without Q compression; shared
+    reference section 2.10)."""
+    mla = model.self_attention
+    if RecomputeModule.MLA_UP_PROJ not in modules or not isinstance(mla, MultiLatentAttention):
+        return 0
+    n = model.num_attention_heads
+    q_in = model.hidden_size if mla.q_lora_rank is None else mla.q_lora_rank
+    up = q_in * n * mla.qk_dim + mla.kv_lora_rank * n * (mla.qk_head_dim + mla.v_head_dim)
+    return tokens * model.num_layers * 2 * up
+
+
+def _moe_model_selective_flops(
+    model: TransformerModelSpec,
+    convention: FlopsConvention,
+    modules: frozenset[RecomputeModule],
+    tokens: int,
+) -> int:
+    """Selective recomputation of a model with MoE layers, summed over its layers (per-op
+    convention; 6ND counts the same GEMMs, 2 FLOPs per weight and token): ``core_attn`` every
+    layer's attention core, ``mlp`` the dense layers' MLPs only (Megatron-Core's
+    ``transformer_layer.py`` leaves a ``MoELayer`` out of the ``mlp`` module), ``moe`` the
+    routed and shared experts, ``shared_experts`` the shared experts, ``mla_up_proj`` MLA's up
+    projections (:func:`_mla_up_recompute`). The router GEMM is in no convention's count."""
+    ops = model_forward_flops(model, _per_op(convention), mtp=False)
+    sequences = tokens // model.seq_length
+    total = 0
+    if RecomputeModule.CORE_ATTN in modules and convention is not FlopsConvention.SIX_ND:
+        # 6ND has no attention-core term to recompute
+        total += ops.attention_core
+    if RecomputeModule.MLP in modules:
+        total += ops.dense_mlp
+    if RecomputeModule.MOE in modules:
+        total += ops.routed_experts + ops.shared_experts
+    elif RecomputeModule.SHARED_EXPERTS in modules:
+        total += ops.shared_experts
+    return sequences * total + _mla_up_recompute(model, modules, tokens)
 
 
 def hardware_flops_per_iteration(

@@ -414,6 +414,8 @@ def layer_activation_bytes(
     (FlashAttention-2, Dao 2023, Algorithm 1: one log-sum-exp per query row and head; its
     output is the output projection's input, counted in ``split``). ``mlp``: the activation
     function's input and output ``x (u + f)`` (the MLP's input is the checkpoint, kept).
+    ``mla_up_proj``: MLA's up-projected Q, K and V ``x s (a/t) (2 d_qk + d_v)`` (the latents,
+    its checkpointed inputs, stay).
     ``layernorm``: the two norms' outputs, the QKV and MLP-up GEMM inputs ``2 x h`` per row
     (Megatron-Core recomputes a separate norm module; Transformer Engine's fused
     ``LayerNormLinear`` has none to recompute).
@@ -452,10 +454,15 @@ def layer_activation_bytes(
             attention_split = s * x * (2 * q + 2 * kv)
         case MultiLatentAttention() as mla:
             # Q, K (nope + rope), V and the core output per head, plus the latents: the
-            # up projections' gathered input and the latent norms' input
+            # up projections' gathered input and the latent norms' input; mla_up_proj
+            # discards the up projections' outputs Q, K, V (CheckpointWithoutOutput) and keeps
+            # the core output
             heads = _ceil_div(model.num_attention_heads, t)
             latent = (mla.q_lora_rank or 0) + mla.kv_lora_rank
-            attention_split = s * x * heads * (2 * mla.qk_dim + 2 * mla.v_head_dim)
+            qkv = (
+                0 if RecomputeModule.MLA_UP_PROJ in recomputed else 2 * mla.qk_dim + mla.v_head_dim
+            )
+            attention_split = s * x * heads * (qkv + mla.v_head_dim)
             attention_split += s * x * mla_gathered_width(model) + rows * x * latent
         case _ as unreachable:
             assert_never(unreachable)
@@ -479,6 +486,7 @@ def moe_ffn_activation_bytes(
     sequence_parallel: bool,
     experts: ExpertParallel,
     activation_bytes: int,
+    recomputed: frozenset[RecomputeModule],
 ) -> int:
     """Bytes a MoE layer's feed-forward stores for its backward on one rank for one
     micro-batch (shared reference section 2.8, after Megatron-LM PR 6782's reasoning: EP does
@@ -487,7 +495,14 @@ def moe_ffn_activation_bytes(
     ``R' F' x`` with ``R'`` the received rows (``k T etp (1 + gamma)``) and ``F' = F/etp``; the
     shared experts' gathered input (t > 1), FC1 output and activation output. ``model`` is the
     cp rank's sequence (:func:`local_sequence_model`). The unpermute's input is not kept
-    (Megatron-Core v0.13 moved the probability multiply into the activation)."""
+    (Megatron-Core v0.13 moved the probability multiply into the activation).
+
+    ``recomputed`` (the selective modules): ``moe_act`` drops the activation output
+    ``R' F' x`` (FC2's input; ``moe/experts.py`` discards the checkpointed activation's output
+    and keeps its input, the FC1 output; section 2.8's table says the FC1 output, the code
+    says otherwise); ``shared_experts`` the shared experts' three terms; ``moe`` everything
+    here (the layer's input, the pre-MLP norm's output, is the checkpoint, counted with the
+    norms)."""
     moe = model.moe
     assert moe is not None
     t, x = tensor_degree, activation_bytes
@@ -497,9 +512,12 @@ def moe_ffn_activation_bytes(
     received = received_rows(moe, moe.top_k * tokens * u)
     f = moe.expert_ffn_hidden_size // u
     up = 2 * f if model.activation is MlpActivation.SWIGLU else f
-    routed = tokens * moe.num_experts * ROUTER_BYTES_PER_SCORE + received * x * (h + up + f)
+    if RecomputeModule.MOE in recomputed:
+        return 0
+    act_out = 0 if RecomputeModule.MOE_ACT in recomputed else f
+    routed = tokens * moe.num_experts * ROUTER_BYTES_PER_SCORE + received * x * (h + up + act_out)
     shared = 0
-    if moe.shared_expert_ffn_hidden_size:
+    if moe.shared_expert_ffn_hidden_size and RecomputeModule.SHARED_EXPERTS not in recomputed:
         m = micro_batch * s
         fs = _ceil_div(moe.shared_expert_ffn_hidden_size, t)
         ups = 2 * fs if model.activation is MlpActivation.SWIGLU else fs
@@ -855,17 +873,21 @@ class _StageInvariants:
                 )
                 for row_starts, row in zip(starts, chunks, strict=True)
             )
-            ffn = moe_ffn_activation_bytes(
-                model,
-                micro_batch=b,
-                tensor_degree=t,
-                sequence_parallel=sp,
-                experts=experts,
-                activation_bytes=x,
-            )
+
+            def ffn(recomputed: frozenset[RecomputeModule]) -> int:
+                return moe_ffn_activation_bytes(
+                    model,
+                    micro_batch=b,
+                    tensor_degree=t,
+                    sequence_parallel=sp,
+                    experts=experts,
+                    activation_bytes=x,
+                    recomputed=recomputed,
+                )
+
             # the MoE layer's attention and norms as a dense layer's, its MLP replaced
-            moe_full = layer(recomputed=frozenset({RecomputeModule.MLP})) + ffn
-            moe_kept = layer(recomputed=modules | {RecomputeModule.MLP}) + ffn
+            moe_full = layer(recomputed=frozenset({RecomputeModule.MLP})) + ffn(frozenset())
+            moe_kept = layer(recomputed=modules | {RecomputeModule.MLP}) + ffn(modules)
         return cls(
             recipe=recipe,
             chunks=chunks,

@@ -37,7 +37,8 @@ Rank placement (:func:`place_group`): ranks are numbered with the dimensions of 
 context/expert parallelism): TP ranks are adjacent, then DP, then PP. Node ``i`` holds ranks
 ``[i*G, (i+1)*G)`` for ``G`` GPUs per node, NVLink domain ``j`` ranks ``[j*D, (j+1)*D)`` for
 ``D`` GPUs per domain (``D = G`` unless the NVLink fabric spans hosts, as in an NVL72 rack of 18
-four-GPU trays). A group whose ranks all sit in one NVLink domain uses the intra-node
+four-GPU trays, where ``D`` is the run of ranks the scheduler placed in one rack:
+:class:`DomainPlacement`). A group whose ranks all sit in one NVLink domain uses the intra-node
 (scale-up) link; otherwise the scale-out network, the slowest link it crosses.
 """
 
@@ -293,6 +294,25 @@ class LinkSpec:
             raise ConfigError(problems)
 
 
+class DomainPlacement(StrEnum):
+    """How a job's nodes sit in NVLink domains that span several hosts (a system fact about the
+    scheduler, not the hardware; it only matters when ``nvlink_domain_size`` exceeds the node).
+
+    - ``segmented``: the job's nodes come in equal segments, each inside one domain, of the
+      largest size that divides the node count and fits a domain; ranks fill the segments in
+      order. Megatron-Bridge's launcher asks Slurm for exactly this on 4-GPU-tray systems
+      (``scripts/performance/utils/executors.py`` @023219ed ``slurm_executor``: ``segment =
+      nodes`` up to 18 nodes, else the largest divisor of ``nodes`` that is <= 18, passed as
+      ``sbatch --segment``), and Slurm's topology/block plugin places each segment in one block
+      (rack); MLPerf's GB200/GB300 configs set ``SEGMENT=16``. A 256-GPU job on NVL72 racks is
+      4 segments of 16 trays: 64-GPU domains. On a system whose domain is the node this is
+      the node.
+    - ``packed``: consecutive ranks fill whole domains (a job given complete racks)."""
+
+    SEGMENTED = "segmented"
+    PACKED = "packed"
+
+
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NodeSpec:
@@ -304,12 +324,15 @@ class NodeSpec:
     (``shared/reference/modern_parallelism.md`` section 3.7). ``None``: the domain is the node
     (every 8-GPU DGX / HGX and the MI300X platform). A group whose ranks all sit in one domain
     uses ``link``; the node keeps its meaning everywhere else (ranks per host, the search's
-    default TP limit).
+    default TP limit). ``domain_placement``: how a job's nodes fill the domains
+    (:class:`DomainPlacement`); :meth:`placed_domain_size` is the run of consecutive ranks
+    that shares one domain in a job of ``world`` GPUs.
     """
 
     gpus_per_node: int
     link: LinkSpec
     nvlink_domain_size: int | None = None
+    domain_placement: DomainPlacement = DomainPlacement.SEGMENTED
 
     def __post_init__(self) -> None:
         problems = positive_int_problems("NodeSpec", gpus_per_node=self.gpus_per_node)
@@ -329,6 +352,24 @@ class NodeSpec:
     def domain_size(self) -> int:
         """GPUs per NVLink domain: ``nvlink_domain_size``, or the node when that is ``None``."""
         return self.gpus_per_node if self.nvlink_domain_size is None else self.nvlink_domain_size
+
+    def placed_domain_size(self, world: int) -> int:
+        """The consecutive ranks of a ``world``-GPU job that share one NVLink domain: the
+        domain (``packed``), or the segment the scheduler placed in one (``segmented``:
+        every node of a job that fits one domain, else the largest divisor of the node count
+        that fits; 1 node when none but 1 does)."""
+        g = self.gpus_per_node
+        match self.domain_placement:
+            case DomainPlacement.PACKED:
+                return self.domain_size
+            case DomainPlacement.SEGMENTED:
+                nodes = -(-world // g)
+                fits = self.domain_size // g
+                if nodes <= fits:
+                    return nodes * g
+                return g * max(d for d in range(1, fits + 1) if nodes % d == 0)
+            case _ as unreachable:
+                assert_never(unreachable)
 
 
 # --------------------------------------------------------------------------------------------
@@ -380,22 +421,41 @@ NetworkAssignment: TypeAlias = ByRankLayout | FixedTiers
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CommGroup:
-    """A communicator: ``size`` ranks on link ``tier``, at most ``ranks_per_node`` of them in one
-    node (1 when every rank is on its own node)."""
+    """A communicator: ``size`` ranks on link ``tier``; ``ranks_per_node``: the fewest of them
+    any group has in one of its hosts (1 when every rank is on its own node);
+    ``ranks_per_domain``: the same count per NVLink domain as the job is placed
+    (:meth:`NodeSpec.placed_domain_size`), the members a rank reaches over NVLink (``size``
+    on an intra-node group; equal to ``ranks_per_node`` where the domain is the node)."""
 
     size: int
     tier: LinkTier
     ranks_per_node: int
+    ranks_per_domain: int
 
     def __post_init__(self) -> None:
         problems = positive_int_problems(
-            "CommGroup", size=self.size, ranks_per_node=self.ranks_per_node
+            "CommGroup",
+            size=self.size,
+            ranks_per_node=self.ranks_per_node,
+            ranks_per_domain=self.ranks_per_domain,
         )
+        if not problems and not (self.ranks_per_node <= self.ranks_per_domain <= self.size):
+            problems.append(
+                "CommGroup needs ranks_per_node <= ranks_per_domain <= size (a domain holds "
+                f"whole nodes), got {self.ranks_per_node}, {self.ranks_per_domain}, {self.size}"
+            )
         if problems:
             raise ConfigError(problems)
 
     def __str__(self) -> str:
         return f"{self.size}@{self.tier}"
+
+
+def _fixed_group(size: int, tier: LinkTier) -> CommGroup:
+    """A group on a fixed tier: its placement is unknown, so an intra-node group holds all its
+    ranks in one node and a scale-out one is counted one rank per node."""
+    per_node = size if tier == LinkTier.INTRA_NODE else 1
+    return CommGroup(size=size, tier=tier, ranks_per_node=per_node, ranks_per_domain=per_node)
 
 
 def _degree(dim: ParallelDim, tensor: int, pipeline: int, data: int, context: int = 1) -> int:
@@ -437,9 +497,10 @@ def place_group(
     ``c`` divides ``n`` (or ``n`` divides ``c``) runs of ``c`` (or all ``n``) members share a
     node. Otherwise every group is enumerated. ``ranks_per_node`` is the fewest members any
     group has in one of its nodes (the per-node share of the slowest group). The same count
-    with ``G`` = the NVLink domain (``nvlink_domain_size``, consecutive blocks of that many
-    ranks; ``None``: the node) decides the link: the group uses the scale-out link iff any
-    group spans more than one domain.
+    with ``G`` = the NVLink domain (``nvlink_domain_size``: consecutive blocks of that many
+    ranks, as the job is placed, :meth:`NodeSpec.placed_domain_size`; ``None``: the node) is
+    ``ranks_per_domain`` and decides the link: the group uses the scale-out link iff any group
+    spans more than one domain.
     """
     problems = positive_int_problems(
         "place_group",
@@ -463,12 +524,24 @@ def place_group(
         size, inner = level
         stride *= inner
     if size == 1:
-        return CommGroup(size=1, tier=LinkTier.INTRA_NODE, ranks_per_node=1)
+        return _SINGLE
     world = tensor * pipeline * data * context
+    return _placed(size, stride, world, gpus_per_node, domain)
+
+
+_SINGLE = CommGroup(size=1, tier=LinkTier.INTRA_NODE, ranks_per_node=1, ranks_per_domain=1)
+
+
+def _placed(size: int, stride: int, world: int, gpus_per_node: int, domain: int) -> CommGroup:
+    """Groups of ``size`` ranks ``stride`` apart in blocks of ``gpus_per_node`` (hosts) and
+    ``domain`` (NVLink domains) consecutive ranks: on the scale-out link iff any spans two
+    domains."""
     per_node, _ = _spread(size, stride, world, gpus_per_node)
-    _, spans_domains = _spread(size, stride, world, domain)
+    per_domain, spans_domains = _spread(size, stride, world, domain)
     tier = LinkTier.SCALE_OUT if spans_domains else LinkTier.INTRA_NODE
-    return CommGroup(size=size, tier=tier, ranks_per_node=per_node)
+    return CommGroup(
+        size=size, tier=tier, ranks_per_node=per_node, ranks_per_domain=max(per_node, per_domain)
+    )
 
 
 def _spread(size: int, stride: int, world: int, unit: int) -> tuple[int, bool]:
@@ -769,7 +842,9 @@ class SystemSpec:
                     pipeline=pipeline,
                     data=data,
                     gpus_per_node=self.gpus_per_node,
-                    nvlink_domain_size=self.node.nvlink_domain_size,
+                    nvlink_domain_size=self.node.placed_domain_size(
+                        tensor * pipeline * data * context
+                    ),
                     context=context,
                     level=level,
                 )
@@ -777,9 +852,7 @@ class SystemSpec:
                 size = _degree(dim, tensor, pipeline, data, context)
                 if level is not None:
                     size = level[0]
-                tier = fixed.tier(dim)
-                per_node = size if tier == LinkTier.INTRA_NODE else 1
-                return CommGroup(size=size, tier=tier, ranks_per_node=per_node)
+                return _fixed_group(size, fixed.tier(dim))
             case _ as unreachable:
                 assert_never(unreachable)
 
@@ -789,18 +862,13 @@ class SystemSpec:
         etp-ep-edp-pp, fastest first: etp stride 1, ep stride etp, expert-dp stride etp x ep).
         A system with fixed tiers (Calculon's files) puts it on ``like``'s tier."""
         if size == 1:
-            return CommGroup(size=1, tier=LinkTier.INTRA_NODE, ranks_per_node=1)
+            return _SINGLE
         match self.network_assignment:
             case ByRankLayout():
-                domain = self.node.nvlink_domain_size or self.gpus_per_node
-                per_node, _ = _spread(size, stride, world, self.gpus_per_node)
-                _, spans = _spread(size, stride, world, domain)
-                tier = LinkTier.SCALE_OUT if spans else LinkTier.INTRA_NODE
-                return CommGroup(size=size, tier=tier, ranks_per_node=per_node)
+                domain = self.node.placed_domain_size(world)
+                return _placed(size, stride, world, self.gpus_per_node, domain)
             case FixedTiers() as fixed:
-                tier = fixed.tier(like)
-                per_node = size if tier == LinkTier.INTRA_NODE else 1
-                return CommGroup(size=size, tier=tier, ranks_per_node=per_node)
+                return _fixed_group(size, fixed.tier(like))
             case _ as unreachable:
                 assert_never(unreachable)
 
@@ -808,15 +876,16 @@ class SystemSpec:
         """An all-to-all of ``size_bytes`` per rank over ``group``. Inside one NVLink domain the
         collective model's ``(n-1)/n`` share crosses the scale-up link; a group spread over
         several domains sends ``(c-1)/n`` of it over the scale-up link and ``(n-c)/n`` over the
-        NIC at the same time (c = members per node), the slower of the two bounding it (the
-        hierarchical view of DeepEP's intranode / internode kernels, shared reference section
-        2.3)."""
+        NIC at the same time (c = ``ranks_per_domain``, the members that share the NVLink
+        domain of the worst-placed rank: 8 on a DGX, up to 72 on an NVL72 rack), the slower of
+        the two bounding it (the hierarchical view of DeepEP's intranode / internode kernels,
+        shared reference section 2.3)."""
         if group.size == 1:
             return 0.0
         kind = CollectiveKind.ALL_TO_ALL
         if group.tier is LinkTier.INTRA_NODE:
             return self.collective_time(kind, size_bytes, group)
-        n, c = group.size, group.ranks_per_node
+        n, c = group.size, group.ranks_per_domain
         out = self.scale_out
         latency, bandwidth = collective_alpha_beta(kind, size_bytes, n, out)
         wire = out.costs.of(kind).wire_factor(n)
@@ -853,6 +922,7 @@ class SystemSpec:
             size=size,
             tier=slower,
             ranks_per_node=min(size, cp.ranks_per_node * dp.ranks_per_node),
+            ranks_per_domain=min(size, cp.ranks_per_domain * dp.ranks_per_domain),
         )
 
     def collective_time(self, kind: CollectiveKind, size_bytes: float, group: CommGroup) -> float:

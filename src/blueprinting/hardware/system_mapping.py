@@ -8,6 +8,8 @@ The mapping form (every key optional when a ``preset`` is given; SI units, the u
     gpus_per_node = 8
     nvlink_domain_size = 72           # GPUs on one NVLink fabric (a multiple of gpus_per_node;
                                       # absent: the node), e.g. GB200 NVL72 with 4 GPUs per tray
+    nvlink_domain_placement = "segmented"  # how a job's nodes fill the domains: "segmented"
+                                      # (default; Megatron-Bridge's sbatch --segment) or "packed"
     processing_mode = "roofline"      # or "no_overlap"
     async_tp_backward_comm = true     # false: Megatron-LM before Sept. 2021 (SystemSpec docs)
     rank_layout = "tp-dp-pp"          # or, Calculon-style, fixed link tiers:
@@ -96,6 +98,7 @@ from blueprinting.hardware.system import (
     ByRankLayout,
     ComputeEngineSpec,
     DatatypeRate,
+    DomainPlacement,
     FixedTiers,
     GemmFormatRate,
     LinkSpec,
@@ -111,7 +114,7 @@ from blueprinting.mapping.documents import parse_json, parse_toml, read_text
 from blueprinting.mapping.model import Datatype
 from blueprinting.mapping.precision import GemmFormat
 
-_E = TypeVar("_E", ProcessingMode, RankLayout, LinkTier, Datatype, GemmFormat)
+_E = TypeVar("_E", ProcessingMode, RankLayout, LinkTier, Datatype, GemmFormat, DomainPlacement)
 _T = TypeVar("_T")
 _R = TypeVar("_R")
 
@@ -123,6 +126,7 @@ _TOP_KEYS = (
     "name",
     "gpus_per_node",
     "nvlink_domain_size",
+    "nvlink_domain_placement",
     "processing_mode",
     "rank_layout",
     "fixed_tiers",
@@ -257,6 +261,8 @@ def system_to_mapping(system: SystemSpec) -> dict[str, object]:
     }
     if system.node.nvlink_domain_size is not None:
         result["nvlink_domain_size"] = system.node.nvlink_domain_size
+    if system.node.domain_placement is not DomainPlacement.SEGMENTED:
+        result["nvlink_domain_placement"] = system.node.domain_placement.value
     match system.network_assignment:
         case ByRankLayout(layout=layout):
             result["rank_layout"] = layout.value
@@ -799,6 +805,12 @@ def system_from_mapping(section: Mapping[str, object], *, source: str | None = N
         if "nvlink_domain_size" in merged
         else None
     )
+    placement = _choice(
+        DomainPlacement,
+        merged.get("nvlink_domain_placement", DomainPlacement.SEGMENTED.value),
+        "system.nvlink_domain_placement",
+        out,
+    )
     mode = _choice(
         ProcessingMode,
         merged.get("processing_mode", ProcessingMode.ROOFLINE.value),
@@ -828,10 +840,16 @@ def system_from_mapping(section: Mapping[str, object], *, source: str | None = N
         if gpus_per_node is None
         or intra is None
         or ("nvlink_domain_size" in merged and domain is None)
+        or placement is None
         else _checked(
             out,
             "system",
-            lambda: NodeSpec(gpus_per_node=gpus_per_node, link=intra, nvlink_domain_size=domain),
+            lambda: NodeSpec(
+                gpus_per_node=gpus_per_node,
+                link=intra,
+                nvlink_domain_size=domain,
+                domain_placement=placement,
+            ),
         )
     )
     out.raise_if_any()

@@ -82,7 +82,6 @@ from blueprinting.mapping.precision import (
 from blueprinting.mapping.presets import did_you_mean
 from blueprinting.mapping.transformer import (
     DEFAULT_RECOMPUTE_MODULES,
-    DENSE_RECOMPUTE_MODULES,
     TE_PIPELINE_SPLITS,
     AllGatherDispatcher,
     AllGatherKV,
@@ -1767,12 +1766,10 @@ def _attention(values: Mapping[str, FlatValue], problems: list[str]) -> Attentio
     return attention_kernel(AttentionBackend(backend))
 
 
-def _recompute_modules(
-    text: str, problems: list[str], unsupported: list[str]
-) -> frozenset[RecomputeModule]:
+def _recompute_modules(text: str, problems: list[str]) -> frozenset[RecomputeModule]:
     """Megatron's ``--recompute-modules`` names (separated by spaces or commas; a YAML-style
-    ``[a, b]`` is read too); the MoE and MLA ones need layers Blueprinting does not model yet
-    (issue 13): unsupported, by name."""
+    ``[a, b]`` is read too). A module whose layer the model lacks (``moe_act`` on a dense
+    model) is a law of the checker (``recompute_module_needs_its_layer``), not a parse error."""
     cleaned = text.strip().strip("[]").replace("'", " ").replace('"', " ")
     names = [name for name in cleaned.replace(",", " ").split() if name]
     if not names:
@@ -1787,15 +1784,7 @@ def _recompute_modules(
                 f"recompute_modules: unknown module {name!r}{hint}; modules: {', '.join(known)}"
             )
             continue
-        module = RecomputeModule(name)
-        if module not in DENSE_RECOMPUTE_MODULES:
-            unsupported.append(
-                f"recompute_modules: {name} recomputes a mixture-of-experts or latent-attention "
-                "layer, which Blueprinting does not model yet; dense blocks take "
-                + ", ".join(sorted(m.value for m in DENSE_RECOMPUTE_MODULES))
-            )
-            continue
-        modules.add(module)
+        modules.add(RecomputeModule(name))
     return frozenset(modules)
 
 
@@ -1824,11 +1813,11 @@ def _recompute(
         if granularity is None:
             if modules_text is not None:
                 problems.append("recompute_modules needs recompute_granularity = selective")
-                _recompute_modules(modules_text, problems, unsupported)  # report bad names too
+                _recompute_modules(modules_text, problems)  # report bad names too
             return NoRecompute()
         if modules_text is None:
             return SelectiveRecompute()
-        modules = _recompute_modules(modules_text, problems, unsupported)
+        modules = _recompute_modules(modules_text, problems)
         return SelectiveRecompute(modules=modules) if modules else SelectiveRecompute()
     if method is None or layers is None:
         missing = [k for k in ("recompute_method", "recompute_num_layers") if k not in values]

@@ -52,6 +52,7 @@ class Law(StrEnum):
     EXPERT_FFN_DIVISIBILITY = "expert_ffn_per_expert_tensor_rank"
     SHARED_EXPERT_FFN_DIVISIBILITY = "shared_expert_ffn_per_tensor_rank"
     MOE_TP_NEEDS_SEQUENCE_PARALLEL = "moe_tp_needs_sequence_parallel"
+    RECOMPUTE_MODULE_NEEDS_LAYER = "recompute_module_needs_its_layer"
     # Megatron-LM start-up rules.
     MEGATRON_INTERLEAVING_MIN_PIPELINE = "interleaving_pipeline_degree"
     MEGATRON_MICROBATCH_GROUP = "megatron_microbatch_group"
@@ -75,6 +76,7 @@ class Law(StrEnum):
     MEGATRON_EP_OVERLAP_DATATYPE = "ep_overlap_datatype"
     MEGATRON_SHARED_EXPERT_OVERLAP = "shared_expert_overlap"
     MEGATRON_MOE_ACT_RECOMPUTE = "moe_act_recompute_needs_grouped_gemm"
+    MEGATRON_FP8_DELAYED_RECOMPUTE = "fp8_delayed_scaling_recompute"
 
     @property
     def searched(self) -> bool:
@@ -86,6 +88,9 @@ class Law(StrEnum):
             Law.MEGATRON_PARAM_GATHER_NEEDS_SHARDING,
             # the searched recipes keep no layer at the base precision
             Law.BASE_PRECISION_LAYERS,
+            # the recipe is one per search and its one selective variant recomputes
+            # Megatron's default core_attn, which no recipe refuses
+            Law.MEGATRON_FP8_DELAYED_RECOMPUTE,
         )
 
     @property
@@ -193,6 +198,13 @@ class Law(StrEnum):
                 )
             case Law.MEGATRON_MOE_ACT_RECOMPUTE:
                 return "moe_act in recompute_modules => moe_grouped_gemm"
+            case Law.MEGATRON_FP8_DELAYED_RECOMPUTE:
+                return "fp8_recipe = delayed => no moe_act, layernorm in recompute_modules"
+            case Law.RECOMPUTE_MODULE_NEEDS_LAYER:
+                return (
+                    "moe_act, moe in recompute_modules => MoE layers; shared_experts => shared "
+                    "experts; mla_up_proj => multi-latent attention"
+                )
             case _ as unreachable:
                 assert_never(unreachable)
 
@@ -220,6 +232,7 @@ EXPERT_LAWS: frozenset[Law] = frozenset(
         Law.MEGATRON_MOE_ACT_RECOMPUTE,
     }
 )
+
 PLANNER_LAWS: tuple[Law, ...] = tuple(law for law in Law if law.ruleset is RuleSet.PLANNER)
 MEGATRON_LAWS: tuple[Law, ...] = tuple(law for law in Law if law.ruleset is RuleSet.MEGATRON)
 

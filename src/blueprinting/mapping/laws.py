@@ -28,8 +28,13 @@ from __future__ import annotations
 from typing import assert_never
 
 from blueprinting.errors import InvalidStrategyError, LawViolation, RuleSet
-from blueprinting.mapping.law_names import Law
-from blueprinting.mapping.model import Datatype, PositionEmbedding, TransformerModelSpec
+from blueprinting.mapping.law_names import Law, law_violation
+from blueprinting.mapping.model import (
+    Datatype,
+    MultiLatentAttention,
+    PositionEmbedding,
+    TransformerModelSpec,
+)
 from blueprinting.mapping.precision import AcceleratorSupport
 from blueprinting.mapping.serving_laws import serving_expert_laws
 from blueprinting.mapping.transformer import (
@@ -51,6 +56,7 @@ from blueprinting.mapping.transformer import (
     NoTpCommOverlap,
     OneForwardOneBackward,
     PipelineParallel,
+    RecomputeModule,
     ReduceScatterAllGather,
     RingExchange,
     SelectiveRecompute,
@@ -701,11 +707,48 @@ def _recompute_laws(
                         blocks_per_pipeline_stage=bound,
                     )
                 ]
-        case NoRecompute() | SelectiveRecompute():
+        case SelectiveRecompute(modules=modules):
+            return recompute_module_laws(model, modules)
+        case NoRecompute():
             pass
         case _ as unreachable:
             assert_never(unreachable)
     return []
+
+
+def recompute_module_laws(
+    model: TransformerModelSpec, modules: frozenset[RecomputeModule]
+) -> list[LawViolation]:
+    """A selective module needs the layer it recomputes: there is nothing to re-run otherwise,
+    and a strategy that names one is refused rather than silently planned without it.
+    Megatron-LM raises it for ``mla_up_proj`` ("only supported with multi_latent_attention",
+    ``transformer_config.py`` recompute-module checks @d98e8a64) and runs the MoE ones as
+    no-ops on a dense model."""
+    missing: list[str] = []
+    moe = model.moe
+    for module in (RecomputeModule.MOE_ACT, RecomputeModule.MOE):
+        if module in modules and moe is None:
+            missing.append(f"{module.value} needs mixture-of-experts layers")
+    if RecomputeModule.SHARED_EXPERTS in modules and (
+        moe is None or moe.shared_expert_ffn_hidden_size == 0
+    ):
+        missing.append("shared_experts needs shared experts")
+    if RecomputeModule.MLA_UP_PROJ in modules and not isinstance(
+        model.self_attention, MultiLatentAttention
+    ):
+        missing.append(
+            "mla_up_proj needs multi-latent attention (Megatron-LM: 'only supported with "
+            "multi_latent_attention')"
+        )
+    if not missing:
+        return []
+    return [
+        law_violation(
+            Law.RECOMPUTE_MODULE_NEEDS_LAYER,
+            f"recompute_modules: {'; '.join(missing)}; model {model.name!r} has none",
+            modules=" ".join(sorted(m.value for m in modules)),
+        )
+    ]
 
 
 def _optimizer_laws(mapping: TransformerTrainingMappingSpec) -> list[LawViolation]:

@@ -8,6 +8,9 @@ Reported with every other law by :func:`blueprinting.mapping.laws.check_training
   ``check`` with a ``[system]`` section, ``search``);
 - ``low_precision_param_gather_needs_sharded_optimizer`` (Megatron): ``--fp8-param-gather`` needs
   the distributed optimizer, torch-FSDP2 or Megatron-FSDP (``arguments.py`` l.1051-1057).
+- ``fp8_delayed_scaling_recompute`` (Megatron): delayed FP8 scaling refuses the ``moe_act`` and
+  ``layernorm`` recompute modules (``transformer_config.py`` l.1940-2025; shared reference
+  section 2.8). The TE >= 2.6 condition beside it is a version, not modelled.
 
 A model whose datatype is float8 (reachable only through the Python API, e.g. the Calculon
 oracle's translation) keeps Calculon's convention, every op at the fp8 rate; ``from_mapping``
@@ -29,13 +32,19 @@ from blueprinting.mapping.precision import (
     AcceleratorSupport,
     Fp4Precision,
     Fp8Precision,
+    Fp8Recipe,
     HighPrecision,
     TrainingPrecision,
     gemm_format,
     high_precision_layers,
     recipe_name,
 )
-from blueprinting.mapping.transformer import NoOptimizerSharding, TransformerTrainingMappingSpec
+from blueprinting.mapping.transformer import (
+    NoOptimizerSharding,
+    RecomputeModule,
+    SelectiveRecompute,
+    TransformerTrainingMappingSpec,
+)
 
 
 def _param_gather_key(precision: TrainingPrecision) -> str | None:
@@ -112,4 +121,24 @@ def precision_laws(
                 use_distributed_optimizer=False,
             )
         )
+    recompute = mapping.parallelism.recompute
+    if (
+        isinstance(precision, Fp8Precision)
+        and precision.recipe is Fp8Recipe.DELAYED
+        and isinstance(recompute, SelectiveRecompute)
+    ):
+        refused = sorted(
+            m.value
+            for m in recompute.modules & {RecomputeModule.MOE_ACT, RecomputeModule.LAYERNORM}
+        )
+        if refused:
+            out.append(
+                law_violation(
+                    Law.MEGATRON_FP8_DELAYED_RECOMPUTE,
+                    f"fp8_recipe = delayed refuses recompute module(s) {', '.join(refused)}: "
+                    "'Delayed scaling does not support moe_act and layernorm recompute for "
+                    "fp8' (Megatron-LM transformer_config.py l.1940-2025)",
+                    modules=" ".join(refused),
+                )
+            )
     return out

@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from blueprinting.errors import RuleSet
 from blueprinting.mapping.law_names import EXPERT_LAWS, MEGATRON_LAWS, PLANNER_LAWS, Law
-from blueprinting.mapping.laws import fused_attention_supported
+from blueprinting.mapping.laws import fused_attention_supported, recompute_module_laws
 from blueprinting.mapping.model import CapacityFactor, Datatype, TransformerModelSpec
 from blueprinting.mapping.transformer import (
     FlexDispatcher,
@@ -132,6 +132,10 @@ def law_violations(
         Law.CP_HIERARCHICAL_SIZES: np.zeros(t.shape, dtype=np.bool_),
     }
     masks.update(_expert_laws(c, model, dispatchers, selective_modules, megatron_rules))
+    # one module set for every selective row: the scalar law on it, on those rows
+    masks[Law.RECOMPUTE_MODULE_NEEDS_LAYER] = c.selective & bool(
+        recompute_module_laws(model, selective_modules)
+    )
     if megatron_rules:
         group = np.where(c.microbatch_group > 0, c.microbatch_group, p)
         remainder = microbatches % group

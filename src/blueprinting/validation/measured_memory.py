@@ -94,7 +94,6 @@ class ExclusionReason(StrEnum):
     FP8_RECIPE = "fp8_recipe"
     TP_COMM_OVERLAP = "tp_comm_overlap"
     ACTIVATION_OFFLOAD = "activation_offload"
-    RECOMPUTE_MODULES = "recompute_modules"
     INCOMPLETE_CONFIGURATION = "incomplete_configuration"
     NO_SYSTEM_PRESET = "no_system_preset"
 
@@ -108,8 +107,6 @@ class ExclusionReason(StrEnum):
                 return frozenset({"tp_comm_overlap"})
             case ExclusionReason.ACTIVATION_OFFLOAD:
                 return frozenset({"fine_grained_activation_offloading", "offload_modules"})
-            case ExclusionReason.RECOMPUTE_MODULES:
-                return frozenset({"recompute_modules"})
             case ExclusionReason.INCOMPLETE_CONFIGURATION | ExclusionReason.NO_SYSTEM_PRESET:
                 return frozenset()
             case _ as unreachable:

@@ -1737,9 +1737,33 @@ class RecomputeScope(StrEnum):
     WHOLE_BLOCK = "whole_block"  # full: the whole forward incl. its TP collectives
 
 
-#: The block ops each of Megatron's dense ``--recompute-modules`` re-runs in backward
-#: (Megatron-Core ``transformer_layer.py``: ``core_attn`` checkpoints the core attention,
-#: ``mlp`` the whole MLP with its TP collectives, ``layernorm`` the two norms' outputs).
+#: The shared experts' ops (the ``shared_experts`` recompute module).
+SHARED_EXPERT_OPS: frozenset[SemanticOpName] = frozenset(
+    {
+        SemanticOpName.SHARED_EXPERT_UP,
+        SemanticOpName.SHARED_EXPERT_ACTIVATION,
+        SemanticOpName.SHARED_EXPERT_DOWN,
+    }
+)
+
+#: The block ops each of Megatron's ``--recompute-modules`` re-runs in backward, with the
+#: collectives and token exchanges between them (Megatron-Core @d98e8a64):
+#:
+#: - ``core_attn`` the core attention, ``mlp`` the whole dense MLP with its TP collectives (a
+#:   MoE layer's MLP is not a dense MLP: ``transformer_layer.py`` sets ``recompute_mlp`` only
+#:   when the layer's MLP is not a ``MoELayer``), ``layernorm`` the two norms' outputs;
+#: - ``moe_act`` the experts' activation function: ``moe/experts.py`` ``TEGroupedMLP.forward``
+#:   runs ``bias_act_func(fc1_output, ...)`` under ``CheckpointWithoutOutput`` and discards its
+#:   output once FC2 has consumed it; FC2's backward recomputes it from the kept FC1 output;
+#: - ``mla_up_proj`` MLA's up projections (with the RoPE application):
+#:   ``multi_latent_attention.py`` runs ``qkv_up_proj_and_rope_apply(q_compressed,
+#:   kv_compressed, k_pos_emb, rotary_pos_emb)`` under ``CheckpointWithoutOutput``; its inputs
+#:   are the latents already gathered over TP, so the gather is not re-run
+#:   (:data:`RECOMPUTE_FROM_GATHERED_INPUT`);
+#: - ``moe`` the whole MoE layer (``transformer_layer.py`` checkpoints ``self.mlp`` when it is
+#:   a ``MoELayer``): router, dispatch, experts, combine and shared experts;
+#: - ``shared_experts`` the shared experts (``moe/shared_experts.py`` checkpoints their
+#:   forward), with their TP collectives.
 RECOMPUTE_MODULE_OPS: dict[RecomputeModule, frozenset[SemanticOpName]] = {
     RecomputeModule.CORE_ATTN: ATTENTION_CORE,
     RecomputeModule.MLP: frozenset(
@@ -1748,7 +1772,27 @@ RECOMPUTE_MODULE_OPS: dict[RecomputeModule, frozenset[SemanticOpName]] = {
     RecomputeModule.LAYERNORM: frozenset(
         {SemanticOpName.INPUT_NORM, SemanticOpName.POST_ATTENTION_NORM}
     ),
+    RecomputeModule.MOE_ACT: frozenset({SemanticOpName.EXPERT_ACTIVATION}),
+    RecomputeModule.MLA_UP_PROJ: frozenset({SemanticOpName.MLA_UP_PROJECTION}),
+    RecomputeModule.MOE: frozenset(
+        {
+            SemanticOpName.ROUTER,
+            SemanticOpName.MOE_PERMUTE,
+            SemanticOpName.EXPERT_FC1,
+            SemanticOpName.EXPERT_ACTIVATION,
+            SemanticOpName.EXPERT_FC2,
+            SemanticOpName.MOE_UNPERMUTE,
+        }
+    )
+    | SHARED_EXPERT_OPS,
+    RecomputeModule.SHARED_EXPERTS: SHARED_EXPERT_OPS,
 }
+
+#: Ops whose recompute starts from their input as gathered over TP (the checkpoint holds it),
+#: so a recomputed segment does not re-run their forward input collective.
+RECOMPUTE_FROM_GATHERED_INPUT: frozenset[SemanticOpName] = frozenset(
+    {SemanticOpName.MLA_UP_PROJECTION}
+)
 
 
 @final

@@ -30,6 +30,7 @@ from blueprinting.synthesizer.dialects.transformer.training import (
     EP_AXIS,
     ETP_AXIS,
     ETP_EP_AXIS,
+    RECOMPUTE_FROM_GATHERED_INPUT,
     TP_AXIS,
     BoundaryCollective,
     CollectiveKind,
@@ -243,6 +244,14 @@ def _lower_group(
         for op in selected:
             column = op.sharding is TpSharding.COLUMN
             fw = of(op, Direction.FORWARD, CollectivePurpose.BOUNDARY)
+            if (
+                phase is Phase.RECOMPUTE
+                and op is selected[0]
+                and op.name in RECOMPUTE_FROM_GATHERED_INPUT
+            ):
+                # the segment's checkpoint is this op's gathered input (a whole-block
+                # recompute, which starts at the block input, re-runs the gather)
+                fw = []
             if column:
                 for c in fw:
                     last = g.collective(c, phase, (last,))
