@@ -17,6 +17,7 @@ from blueprinting.mapping.presets import MODEL_PRESETS, PUBLISHED_ROUNDING
 from blueprinting.mapping.transformer import (
     AllReduce,
     BatchSpec,
+    CombinedOneForwardOneBackward,
     DataParallel,
     DistributedOptimizer,
     DualPipe,
@@ -115,6 +116,8 @@ def _describe(schedule: PipelineSchedule) -> str:
             return "1f1b"
         case InterleavedOneForwardOneBackward(virtual_stages=v):
             return f"interleaved/{v}"
+        case CombinedOneForwardOneBackward(virtual_stages=v):
+            return f"combined/{v}"
         case ForwardOnly():
             return "forward"
         case ZeroBubbleH1():
