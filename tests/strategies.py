@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import assert_never
 
 from hypothesis import strategies as st
 
@@ -48,10 +49,13 @@ from blueprinting.mapping.transformer import (
     AttentionBackend,
     AttentionKernel,
     BatchSpec,
+    CombinedOneForwardOneBackward,
     ContextParallel,
     CpCommunication,
     DataParallel,
     DistributedOptimizer,
+    DualPipe,
+    DualPipeV,
     EvenStages,
     ExpertParallel,
     FlexBackend,
@@ -91,6 +95,7 @@ from blueprinting.mapping.transformer import (
     UnevenStages,
     UnfusedAttention,
     ZeroBubbleH1,
+    dispatcher_overlaps,
 )
 
 #: from_mapping gives a training model its base datatype; FP8 is the precision recipe.
@@ -387,11 +392,16 @@ def token_dispatchers(draw: st.DrawFn) -> TokenDispatcher:
     kind = draw(st.sampled_from(["alltoall", "allgather", "flex"]))
     if kind == "allgather":
         return AllGatherDispatcher()
-    overlap, shared = draw(st.booleans()), draw(st.booleans())
+    overlap, shared, delay = draw(st.booleans()), draw(st.booleans()), draw(st.booleans())
     if kind == "alltoall":
-        return AllToAllDispatcher(overlap=overlap, shared_expert_overlap=shared)
+        return AllToAllDispatcher(
+            overlap=overlap, shared_expert_overlap=shared, delay_wgrad_compute=delay
+        )
     return FlexDispatcher(
-        backend=draw(st.sampled_from(FlexBackend)), overlap=overlap, shared_expert_overlap=shared
+        backend=draw(st.sampled_from(FlexBackend)),
+        overlap=overlap,
+        shared_expert_overlap=shared,
+        delay_wgrad_compute=delay,
     )
 
 
@@ -447,5 +457,38 @@ def moe_training_specs(draw: st.DrawFn) -> TrainingSpec:
         feed_forward=draw(mixtures_of_experts(spec.model.num_layers)),
         mtp_num_layers=draw(st.integers(0, 2)),
     )
-    parallelism = replace(spec.mapping.parallelism, experts=draw(expert_grids()))
+    experts = draw(expert_grids())
+    pipeline = spec.mapping.parallelism.pipeline
+    # the EP overlap selects combined 1F1B (training_schedule): the schedule follows it
+    schedule = with_ep_overlap(pipeline.schedule, dispatcher_overlaps(experts.dispatcher))
+    parallelism = replace(
+        spec.mapping.parallelism, experts=experts, pipeline=replace(pipeline, schedule=schedule)
+    )
     return TrainingSpec(model=model, mapping=replace(spec.mapping, parallelism=parallelism))
+
+
+def with_ep_overlap(schedule: PipelineSchedule, overlap: bool) -> PipelineSchedule:
+    """The schedule ``from_mapping`` builds from ``schedule``'s keys beside
+    ``overlap_moe_expert_parallel_comm = overlap``: combined 1F1B for Megatron's own schedules,
+    the planner-only ones unchanged (their laws then report the EP overlap)."""
+    if not overlap:
+        return schedule
+    match schedule:
+        case InterleavedOneForwardOneBackward(
+            virtual_stages=v, microbatch_group_size=group, overlap_p2p_comm=p2p
+        ):
+            return CombinedOneForwardOneBackward(
+                virtual_stages=v, microbatch_group_size=group, overlap_p2p_comm=p2p
+            )
+        case SingleStage() | OneForwardOneBackward():
+            return CombinedOneForwardOneBackward(virtual_stages=1)
+        case (
+            CombinedOneForwardOneBackward()
+            | ForwardOnly()
+            | ZeroBubbleH1()
+            | DualPipe()
+            | DualPipeV()
+        ):
+            return schedule
+        case _ as unreachable:
+            assert_never(unreachable)

@@ -17,6 +17,7 @@ from blueprinting.mapping.presets import MODEL_PRESETS, PUBLISHED_ROUNDING
 from blueprinting.mapping.transformer import (
     AllReduce,
     BatchSpec,
+    CombinedOneForwardOneBackward,
     DataParallel,
     DistributedOptimizer,
     DualPipe,
@@ -115,6 +116,8 @@ def _describe(schedule: PipelineSchedule) -> str:
             return "1f1b"
         case InterleavedOneForwardOneBackward(virtual_stages=v):
             return f"interleaved/{v}"
+        case CombinedOneForwardOneBackward(virtual_stages=v):
+            return f"combined/{v}"
         case ForwardOnly():
             return "forward"
         case ZeroBubbleH1():
@@ -133,6 +136,7 @@ def test_every_schedule_variant_is_matchable() -> None:
         SingleStage: SingleStage(),
         OneForwardOneBackward: OneForwardOneBackward(),
         InterleavedOneForwardOneBackward: InterleavedOneForwardOneBackward(virtual_stages=2),
+        CombinedOneForwardOneBackward: CombinedOneForwardOneBackward(virtual_stages=2),
         ForwardOnly: ForwardOnly(),
         ZeroBubbleH1: ZeroBubbleH1(),
         DualPipe: DualPipe(),
@@ -143,6 +147,7 @@ def test_every_schedule_variant_is_matchable() -> None:
         "none",
         "1f1b",
         "interleaved/2",
+        "combined/2",
         "forward",
         "zb-h1",
         "dualpipe",

@@ -188,6 +188,7 @@ def test_to_mapping_spells_out_every_expert_key() -> None:
         "moe_grouped_gemm": True,
         "overlap_moe_expert_parallel_comm": True,
         "moe_shared_expert_overlap": False,
+        "delay_wgrad_compute": False,
     }
     assert from_mapping(flat, model=DEEPSEEK_V3_LIKE) == spec
     # a dense model writes no expert key

@@ -22,6 +22,7 @@ from blueprinting.mapping.model import (
 from blueprinting.mapping.presets import model_preset
 from blueprinting.mapping.transformer import (
     AllToAllDispatcher,
+    CombinedOneForwardOneBackward,
     ExpertParallel,
     FlexDispatcher,
     FullRecompute,
@@ -258,7 +259,7 @@ def test_ep_overlap_rules_are_all_reported() -> None:
         "expert_model_parallel_size > 1, got 1 (transformer_config.py l.3002-3071): there is no "
         "all-to-all to hide",
         "[megatron] ep_overlap_needs_virtual_pipeline: overlap_moe_expert_parallel_comm with "
-        "p = 16 needs the interleaved schedule (a virtual pipeline size), got 1F1B "
+        "p = 16 needs the interleaved schedule (a virtual pipeline size), got combined-1F1B x1 "
         "(transformer_config.py l.3002-3071)",
         "[megatron] ep_overlap_recompute: overlap_moe_expert_parallel_comm refuses recompute = "
         "full(uniform,1) (full recompute and the moe recompute module re-run the layer it "
@@ -356,6 +357,11 @@ def _predicted(spec: TrainingSpec) -> set[str]:
         isinstance(dispatcher, AllToAllDispatcher | FlexDispatcher)
         and dispatcher.shared_expert_overlap
     )
+    delay = isinstance(dispatcher, AllToAllDispatcher | FlexDispatcher) and (
+        dispatcher.delay_wgrad_compute
+    )
+    schedule = mapping.parallelism.pipeline.schedule
+    combined = isinstance(schedule, CombinedOneForwardOneBackward)
     recompute = mapping.parallelism.recompute
     modules = recompute.modules if isinstance(recompute, SelectiveRecompute) else frozenset()
     conditions = {
@@ -374,7 +380,10 @@ def _predicted(spec: TrainingSpec) -> set[str]:
         Law.MEGATRON_EP_OVERLAP_NEEDS_EP: overlap and ep == 1,
         Law.MEGATRON_EP_OVERLAP_NEEDS_VIRTUAL_PIPELINE: overlap
         and p > 1
-        and not isinstance(mapping.parallelism.pipeline.schedule, InterleavedOneForwardOneBackward),
+        and not (
+            isinstance(schedule, InterleavedOneForwardOneBackward)
+            or (isinstance(schedule, CombinedOneForwardOneBackward) and schedule.virtual_stages > 1)
+        ),
         Law.MEGATRON_EP_OVERLAP_RECOMPUTE: overlap
         and (isinstance(recompute, FullRecompute) or RecomputeModule.MOE in modules),
         Law.MEGATRON_EP_OVERLAP_MTP: overlap and model.mtp_num_layers > 1,
@@ -387,6 +396,8 @@ def _predicted(spec: TrainingSpec) -> set[str]:
         ),
         Law.MEGATRON_MOE_ACT_RECOMPUTE: RecomputeModule.MOE_ACT in modules
         and not experts.grouped_gemm,
+        Law.MEGATRON_DELAY_WGRAD_NEEDS_EP_OVERLAP: delay and not overlap,
+        Law.COMBINED_SCHEDULE_MATCHES_DISPATCHER: combined != overlap,
     }
     assert set(conditions) == EXPERT_LAWS - {Law.EXPERT_PARALLEL_NEEDS_MOE}
     return {str(law) for law, broken in conditions.items() if broken}

@@ -30,6 +30,7 @@ def test_names_and_rulesets() -> None:
         "shared_expert_ffn_per_tensor_rank",
         "moe_tp_needs_sequence_parallel",
         "recompute_module_needs_its_layer",
+        "combined_schedule_matches_dispatcher",
     ]
     assert [str(law) for law in MEGATRON_LAWS] == [
         "interleaving_pipeline_degree",
@@ -52,6 +53,7 @@ def test_names_and_rulesets() -> None:
         "ep_overlap_recompute",
         "ep_overlap_mtp_layers",
         "ep_overlap_datatype",
+        "delay_wgrad_needs_ep_overlap",
         "shared_expert_overlap",
         "moe_act_recompute_needs_grouped_gemm",
         "fp8_delayed_scaling_recompute",
@@ -61,9 +63,11 @@ def test_names_and_rulesets() -> None:
         Law.BASE_PRECISION_LAYERS,
         Law.MEGATRON_PRECISION_RECIPE_ACCELERATOR,
         Law.MEGATRON_PARAM_GATHER_NEEDS_SHARDING,
+        Law.MEGATRON_DELAY_WGRAD_NEEDS_EP_OVERLAP,
+        Law.COMBINED_SCHEDULE_MATCHES_DISPATCHER,
         Law.MEGATRON_FP8_DELAYED_RECOMPUTE,
     ]
-    assert len(EXPERT_LAWS) == 17
+    assert len(EXPERT_LAWS) == 19
     assert all(law.ruleset is RuleSet.MEGATRON for law in MEGATRON_LAWS)
     assert all(law.ruleset is RuleSet.PLANNER for law in PLANNER_LAWS)
     assert Law.MEGATRON_MICROBATCH_GROUP.formula == (

@@ -32,6 +32,7 @@ from blueprinting.mapping.transformer import (
     TransformerTrainingMappingSpec,
     UserbufferOverlap,
     ZeroBubbleH1,
+    dispatcher_overlaps,
 )
 from blueprinting.search.space import (
     candidate_to_spec,
@@ -40,6 +41,7 @@ from blueprinting.search.space import (
     parse_strategy_text,
 )
 from tests.search.test_space import TINY, TINY_SPACES
+from tests.strategies import with_ep_overlap
 
 
 def test_parse_issue_example() -> None:
@@ -236,8 +238,15 @@ def test_every_dispatcher_round_trips(dispatcher: TokenDispatcher, grouped_gemm:
     experts = ExpertParallel(
         degree=4, tensor_degree=2, dispatcher=dispatcher, grouped_gemm=grouped_gemm
     )
+    # the EP overlap selects combined 1F1B
+    pipeline = dataclasses.replace(
+        base.parallelism.pipeline,
+        schedule=with_ep_overlap(
+            base.parallelism.pipeline.schedule, dispatcher_overlaps(dispatcher)
+        ),
+    )
     mapping = dataclasses.replace(
-        base, parallelism=dataclasses.replace(base.parallelism, experts=experts)
+        base, parallelism=dataclasses.replace(base.parallelism, experts=experts, pipeline=pipeline)
     )
     assert parse_strategy_text(format_strategy_text(mapping)) == mapping
 

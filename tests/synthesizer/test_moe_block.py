@@ -34,6 +34,7 @@ from blueprinting.mapping.transformer import (
     TrainingSpec,
     TransformerTrainingMappingSpec,
     TransformerTrainingParallelism,
+    dispatcher_overlaps,
 )
 from blueprinting.synthesizer.dialects.transformer.training import (
     CollectivePurpose,
@@ -49,6 +50,7 @@ from blueprinting.synthesizer.stages.distributed.ir import (
     DistributedTaskIR,
     Phase,
 )
+from tests.strategies import with_ep_overlap
 from tests.synthesizer.moe_models import deepseek_like, mixtral_like
 
 
@@ -68,7 +70,11 @@ def _mapping(
                 degree=tp, communication=ReduceScatterAllGather() if tp > 1 else AllReduce()
             ),
             pipeline=PipelineParallel(
-                degree=pp, schedule=OneForwardOneBackward() if pp > 1 else SingleStage()
+                degree=pp,
+                schedule=with_ep_overlap(
+                    OneForwardOneBackward() if pp > 1 else SingleStage(),
+                    dispatcher is not None and dispatcher_overlaps(dispatcher),
+                ),
             ),
             data=DataParallel(degree=dp, optimizer_sharding=DistributedOptimizer()),
             experts=ExpertParallel(

@@ -53,6 +53,7 @@ from blueprinting.mapping.transformer import (
     TrainingSpec,
     TransformerTrainingMappingSpec,
     TransformerTrainingParallelism,
+    delays_wgrad,
     dispatcher_overlaps,
 )
 from blueprinting.simulator.from_plan import (
@@ -163,6 +164,7 @@ def _local_block_costs(
         cp_groups=dict(cp_groups),
         ep_groups=dict(ep_groups),
         dispatch_overlap=dispatcher_overlaps(experts.dispatcher),
+        delay_wgrad=delays_wgrad(experts.dispatcher),
     )
 
 

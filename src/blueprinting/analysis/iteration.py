@@ -35,12 +35,17 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import assert_never, final
 
+import numpy as np
+import numpy.typing as npt
+
 from blueprinting.analysis.pipeline_contract import (
     BubbleContract,
     analytic_bubble,
+    combined_warmup,
     imbalance_correction,
 )
 from blueprinting.mapping.transformer import (
+    CombinedOneForwardOneBackward,
     DualPipe,
     DualPipeV,
     ForwardOnly,
@@ -428,10 +433,14 @@ def pipeline_p2p_exposed(
         return 0.0
     per_microbatch_chunk = plan.p2p_forward_s + plan.p2p_backward_s
     match schedule:
-        case InterleavedOneForwardOneBackward(overlap_p2p_comm=True):
+        case (
+            InterleavedOneForwardOneBackward(overlap_p2p_comm=True)
+            | CombinedOneForwardOneBackward(overlap_p2p_comm=True)
+        ):
             return (p * v - 1) * per_microbatch_chunk
         case (
             InterleavedOneForwardOneBackward()
+            | CombinedOneForwardOneBackward()
             | OneForwardOneBackward()
             | ZeroBubbleH1()
             | DualPipe()
@@ -443,6 +452,65 @@ def pipeline_p2p_exposed(
         case ForwardOnly():
             return microbatches * v * plan.p2p_forward_s
         case SingleStage():
+            return 0.0
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def unpaired_ep_exposed_s(
+    *,
+    p: npt.ArrayLike,
+    v: npt.ArrayLike,
+    group: npt.ArrayLike,
+    m: npt.ArrayLike,
+    stage: npt.ArrayLike,
+    moe_blocks: npt.ArrayLike,
+    unpaired_s: npt.ArrayLike,
+) -> npt.NDArray[np.float64]:
+    """Combined 1F1B's passes without a partner on stage ``stage``: its
+    :func:`~.pipeline_contract.combined_warmup` warm-up forwards and as many cool-down
+    backwards run alone, each MoE layer of them exposing ``unpaired_s`` (a forward's and a
+    backward's extra over their share of a co-scheduled pair,
+    ``CombinedLayerTiming.unpaired_forward_s + unpaired_backward_s``) on top of the steady
+    state the block costs hold; the stage's MoE layers taken evenly over its v chunks. On
+    arrays too (the vectorized search's ``ep_comm_exposed``)."""
+    warm = combined_warmup(p, v, m, group, stage)
+    return np.asarray(
+        warm * np.asarray(moe_blocks, dtype=np.float64) / np.asarray(v) * np.asarray(unpaired_s),
+        dtype=np.float64,
+    )
+
+
+def plan_unpaired_ep_exposed_s(
+    schedule: PipelineSchedule, plan: PortablePlanIR, stage: StagePlan, microbatches: int
+) -> float:
+    """:func:`unpaired_ep_exposed_s` of one plan (0 unless combined 1F1B with MoE layers)."""
+    timing = plan.ep_overlap
+    match schedule:
+        case CombinedOneForwardOneBackward(virtual_stages=v, microbatch_group_size=group):
+            if timing is None:
+                return 0.0
+            p = plan.pipeline_degree
+            return float(
+                unpaired_ep_exposed_s(
+                    p=p,
+                    v=v,
+                    group=p if group is None else group,
+                    m=microbatches,
+                    stage=stage.index,
+                    moe_blocks=stage.moe_blocks,
+                    unpaired_s=timing.unpaired_forward_s + timing.unpaired_backward_s,
+                )
+            )
+        case (
+            SingleStage()
+            | OneForwardOneBackward()
+            | InterleavedOneForwardOneBackward()
+            | ForwardOnly()
+            | ZeroBubbleH1()
+            | DualPipe()
+            | DualPipeV()
+        ):
             return 0.0
         case _ as unreachable:
             assert_never(unreachable)
@@ -462,7 +530,9 @@ def compose_breakdown(
     P2P term (:func:`pipeline_p2p_exposed`); ``critical`` is ``plan.critical_stage()``, passed
     by a caller that has it already."""
     m = mapping.microbatch_count
-    work = stage_work(plan, plan.critical_stage() if critical is None else critical, m)
+    stage = plan.critical_stage() if critical is None else critical
+    work = stage_work(plan, stage, m)
+    schedule = mapping.parallelism.pipeline.schedule
     return TimeBreakdown(
         forward=work.forward,
         backward=work.backward,
@@ -470,7 +540,7 @@ def compose_breakdown(
         pipeline_bubble=bubble_s,
         tp_comm_exposed=work.tp_comm_exposed,
         cp_comm_exposed=work.cp_comm_exposed,
-        ep_comm_exposed=work.ep_comm_exposed,
+        ep_comm_exposed=work.ep_comm_exposed + plan_unpaired_ep_exposed_s(schedule, plan, stage, m),
         pp_comm_exposed=(
             pipeline_p2p_exposed(mapping.parallelism.pipeline.schedule, plan, m)
             if pp_comm_exposed_s is None

@@ -98,6 +98,7 @@ from blueprinting.mapping.model import (
 from blueprinting.mapping.transformer import (
     AllGatherKV,
     AttentionKernel,
+    CombinedOneForwardOneBackward,
     ContextParallel,
     DistributedOptimizer,
     DualPipe,
@@ -666,9 +667,15 @@ def in_flight_microbatches(
             return (1,)
         case OneForwardOneBackward():
             return (min(p - stage, m),)
-        case InterleavedOneForwardOneBackward(virtual_stages=v, microbatch_group_size=group):
+        case (
+            InterleavedOneForwardOneBackward(virtual_stages=v, microbatch_group_size=group)
+            | CombinedOneForwardOneBackward(virtual_stages=v, microbatch_group_size=group)
+        ):
             n = p if group is None else group
-            peak = min(2 * (p - stage - 1) + (v - 1) * n + 1, m * v)
+            # Combined 1F1B runs one more warm-up forward (Megatron ``schedules.py``
+            # l.966-970): one extra chunk's activations alive (shared reference 2.4).
+            extra = 1 if isinstance(schedule, CombinedOneForwardOneBackward) else 0
+            peak = min(2 * (p - stage - 1) + (v - 1) * n + 1 + extra, m * v)
             counts = [0] * v
             taken = 0
             for first in range(0, m, n):

@@ -22,6 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import final
 
+import numpy as np
+import numpy.typing as npt
+
 
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,3 +84,15 @@ def imbalance_correction(
     ``bubble_reduction_time``: (p - L mod p) missing blocks when L = p*ceil(L/p) - missing)."""
     missing = p * max_blocks_per_stage - total_blocks
     return missing * block_fw_bw_s
+
+
+def combined_warmup(
+    p: npt.ArrayLike, v: npt.ArrayLike, m: npt.ArrayLike, n: npt.ArrayLike, r: npt.ArrayLike
+) -> npt.NDArray[np.int64]:
+    """Warm-up forwards of combined 1F1B on rank r: the interleaved count plus one
+    (``schedules.py`` l.964-970 @d98e8a64, "one extra micro-batch forward step before the 1f1b
+    stages", so that the forward and the backward of every steady step are independent), at
+    most m v; 1 without pipelining (``combined_1f1b_schedule_for_no_pipelining``). On arrays
+    too: the plan and the vectorized search read it for the unpaired passes."""
+    pa, va, ma, na, ra = (np.asarray(x, dtype=np.int64) for x in (p, v, m, n, r))
+    return np.asarray(np.minimum(2 * (pa - ra - 1) + (va - 1) * na + 1, ma * va), dtype=np.int64)

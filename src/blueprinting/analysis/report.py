@@ -16,6 +16,7 @@ from blueprinting.analysis.flops import FlopsConvention
 from blueprinting.analysis.iteration import (
     BubbleSource,
     TimeBreakdown,
+    plan_unpaired_ep_exposed_s,
     stage_cp_comm,
     stage_ep_comm,
     stage_tp_comm,
@@ -24,7 +25,7 @@ from blueprinting.analysis.memory import MemoryBreakdown, stage_activations
 from blueprinting.analysis.optimizer_step import OptimizerStepCost
 from blueprinting.analysis.pipeline_contract import BubbleContract
 from blueprinting.hardware.system import SystemSpec
-from blueprinting.mapping.transformer import TrainingSpec
+from blueprinting.mapping.transformer import TrainingSpec, delays_wgrad
 from blueprinting.synthesizer.stages.portable_plan.ir import BlockCost, PhaseCost, PortablePlanIR
 
 if TYPE_CHECKING:
@@ -235,6 +236,7 @@ class IterationReport:
         experts = mapping.parallelism.experts
         moe = self.plan.moe_block
         total = stage_ep_comm(self.plan, self.plan.critical_stage(), mapping.microbatch_count)
+        unpaired = self._unpaired_ep_s()
         phases: JsonValue = (
             None
             if moe is None
@@ -254,12 +256,46 @@ class IterationReport:
                 "recompute": moe.recompute.critical_path_s,
             },
             "moe_layers_on_critical_stage": self.plan.critical_stage().moe_blocks,
+            "combined_1f1b": self._combined_json(),
             "iteration": {
                 "link_s": total.link_s,
-                "hidden_s": total.hidden_s,
-                "exposed_s": total.exposed_s,
+                "hidden_s": total.hidden_s - unpaired,
+                "exposed_s": total.exposed_s + unpaired,
             },
         }
+
+    def _combined_json(self) -> JsonValue:
+        """Combined 1F1B's overlap of one MoE layer (null without the EP overlap): the
+        co-scheduled pair and the passes alone, the exchanges hidden and exposed in a pair, what
+        ``--delay-wgrad-compute`` hides by running the weight gradients under the backward's
+        dispatch, and the critical stage's unpaired warm-up / cool-down passes' extra exposure
+        (part of ``iteration.exposed_s``)."""
+        timing = self.plan.ep_overlap
+        if timing is None:
+            return None
+        mapping = self.spec.mapping
+        return {
+            "delay_wgrad_compute": delays_wgrad(mapping.parallelism.experts.dispatcher),
+            "pair_s": timing.pair_s,
+            "forward_alone_s": timing.forward_alone_s,
+            "backward_alone_s": timing.backward_alone_s,
+            "pair_exchange_s": timing.exchange_s,
+            "pair_hidden_s": timing.hidden_s,
+            "pair_exposed_s": timing.exposed_s,
+            "pair_hidden_by_delayed_wgrad_s": timing.hidden_by_delayed_wgrad_s,
+            "unpaired_forward_s": timing.unpaired_forward_s,
+            "unpaired_backward_s": timing.unpaired_backward_s,
+            "unpaired_exposed_s": self._unpaired_ep_s(),
+        }
+
+    def _unpaired_ep_s(self) -> float:
+        mapping = self.spec.mapping
+        return plan_unpaired_ep_exposed_s(
+            mapping.parallelism.pipeline.schedule,
+            self.plan,
+            self.plan.critical_stage(),
+            mapping.microbatch_count,
+        )
 
     def to_json_dict(self) -> dict[str, JsonValue]:
         """The ``plan --json`` object (README documents each key and unit)."""

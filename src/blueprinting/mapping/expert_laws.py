@@ -67,6 +67,7 @@ from blueprinting.mapping.model import CapacityFactor, Datatype, Dropless, Trans
 from blueprinting.mapping.transformer import (
     AllGatherDispatcher,
     AllToAllDispatcher,
+    CombinedOneForwardOneBackward,
     DualPipe,
     DualPipeV,
     FlexDispatcher,
@@ -82,6 +83,7 @@ from blueprinting.mapping.transformer import (
     SingleStage,
     TransformerTrainingMappingSpec,
     ZeroBubbleH1,
+    delays_wgrad,
     dispatcher_overlaps,
     shared_expert_overlaps,
 )
@@ -120,6 +122,8 @@ def _interleaved(schedule: PipelineSchedule) -> bool:
     match schedule:
         case InterleavedOneForwardOneBackward():
             return True
+        case CombinedOneForwardOneBackward(virtual_stages=v):
+            return v > 1
         case (
             SingleStage()
             | OneForwardOneBackward()
@@ -350,6 +354,27 @@ def expert_laws(
             assert_never(unreachable)
     if dispatcher_overlaps(dispatcher):
         out.extend(_ep_overlap_laws(model, mapping))
+    if delays_wgrad(dispatcher) and not dispatcher_overlaps(dispatcher):
+        out.append(
+            law_violation(
+                Law.MEGATRON_DELAY_WGRAD_NEEDS_EP_OVERLAP,
+                "delay_wgrad_compute needs overlap_moe_expert_parallel_comm (transformer_config.py "
+                "l.3073-3077 @d98e8a64: the weight gradients it delays fill the combined-1F1B "
+                f"all-to-all wait), got dispatcher {dispatcher}",
+                dispatcher=str(dispatcher),
+            )
+        )
+    schedule = mapping.parallelism.pipeline.schedule
+    if isinstance(schedule, CombinedOneForwardOneBackward) != dispatcher_overlaps(dispatcher):
+        out.append(
+            law_violation(
+                Law.COMBINED_SCHEDULE_MATCHES_DISPATCHER,
+                f"schedule {schedule} with dispatcher {dispatcher}: Megatron runs combined 1F1B "
+                "exactly when overlap_moe_expert_parallel_comm is on (schedules.py l.1485)",
+                schedule=str(schedule),
+                dispatcher=str(dispatcher),
+            )
+        )
     if shared_expert_overlaps(dispatcher):
         out.extend(_shared_overlap_laws(model, mapping, shared))
     if (

@@ -92,6 +92,7 @@ from blueprinting.mapping.transformer import (
     BatchSpec,
     BulkOverlap,
     ColumnBackwardOverlap,
+    CombinedOneForwardOneBackward,
     ContextParallel,
     CpCommType,
     CpCommunication,
@@ -149,6 +150,7 @@ from blueprinting.mapping.transformer import (
     ZeroBubbleH1,
     attention_kernel,
     cp_comm_type,
+    delays_wgrad,
     dispatcher_overlaps,
     dispatcher_type,
     inference_schedule,
@@ -279,6 +281,9 @@ EXPERT_KEYS: Mapping[str, _Key] = {
     "moe_grouped_gemm": _bool(),
     "overlap_moe_expert_parallel_comm": _bool(),
     "moe_shared_expert_overlap": _bool(),
+    # an option of the overlapped dispatcher (``--delay-wgrad-compute``, TransformerConfig
+    # ``delay_wgrad_compute``); the laws refuse it without the EP overlap
+    "delay_wgrad_compute": _bool(),
     # deprecated in Megatron-LM: flex with the deepep backend
     "moe_enable_deepep": _bool(),
 }
@@ -1131,6 +1136,7 @@ def _experts(
     kind = DispatcherType(kind_text) if kind_text is not None else DispatcherType.ALLGATHER
     overlap = _get_bool(values, "overlap_moe_expert_parallel_comm") is True
     shared = _get_bool(values, "moe_shared_expert_overlap") is True
+    delay = _get_bool(values, "delay_wgrad_compute") is True
     if deepep and kind is not DispatcherType.FLEX:
         problems.append(
             f"moe_enable_deepep = true needs moe_token_dispatcher_type = flex, got {kind.value} "
@@ -1147,7 +1153,10 @@ def _experts(
         case DispatcherType.FLEX:
             backend = FlexBackend(backend_text) if backend_text is not None else FlexBackend.DEEPEP
             dispatcher = FlexDispatcher(
-                backend=backend, overlap=overlap, shared_expert_overlap=shared
+                backend=backend,
+                overlap=overlap,
+                shared_expert_overlap=shared,
+                delay_wgrad_compute=delay,
             )
         case DispatcherType.ALLTOALL | DispatcherType.ALLGATHER:
             if backend_text is not None:
@@ -1157,12 +1166,15 @@ def _experts(
                     "transformer_config.py l.1743-1791)"
                 )
             if kind is DispatcherType.ALLTOALL:
-                dispatcher = AllToAllDispatcher(overlap=overlap, shared_expert_overlap=shared)
+                dispatcher = AllToAllDispatcher(
+                    overlap=overlap, shared_expert_overlap=shared, delay_wgrad_compute=delay
+                )
             else:
                 dispatcher = AllGatherDispatcher()
                 for key, on, where in (
                     ("overlap_moe_expert_parallel_comm", overlap, "l.3002-3071"),
                     ("moe_shared_expert_overlap", shared, "l.1820-1826"),
+                    ("delay_wgrad_compute", delay, "l.3073-3077 (it needs the EP overlap)"),
                 ):
                     if on:
                         problems.append(
@@ -1235,7 +1247,14 @@ def from_mapping(
         d = max(world // model_size, 1)
 
     unsupported = _unsupported_sizes(values)
-    schedule, layout = _pipeline(values, p, spec_model, problems, unsupported)
+    schedule, layout = _pipeline(
+        values,
+        p,
+        spec_model,
+        problems,
+        unsupported,
+        ep_overlap=dispatcher_overlaps(experts.dispatcher),
+    )
     communication = _training_tensor_communication(values, problems)
     sharding = _sharding(values, problems)
     recompute = _recompute(values, problems, unsupported)
@@ -1565,6 +1584,8 @@ def _pipeline(
     model: TransformerModelSpec | None,
     problems: list[str],
     unsupported: list[str],
+    *,
+    ep_overlap: bool = False,
 ) -> tuple[PipelineSchedule | None, StageLayout]:
     first = _get_int(values, "decoder_first_pipeline_num_layers")
     last = _get_int(values, "decoder_last_pipeline_num_layers")
@@ -1642,7 +1663,11 @@ def _pipeline(
         # Megatron-LM's flag is --no-overlap-p2p-communication: overlap is on unless refused.
         return (
             training_schedule(
-                p, v, microbatch_group_size=group, overlap_p2p_comm=overlap is not False
+                p,
+                v,
+                microbatch_group_size=group,
+                overlap_p2p_comm=overlap is not False,
+                ep_overlap=ep_overlap,
             ),
             layout,
         )
@@ -1656,7 +1681,7 @@ def _pipeline(
             "overlap_p2p_comm = true needs an interleaved schedule (Megatron-LM turns it off "
             "otherwise; Blueprinting refuses instead)"
         )
-    return training_schedule(p), layout
+    return training_schedule(p, ep_overlap=ep_overlap), layout
 
 
 _LAYOUT_CONFLICTS = (
@@ -1991,6 +2016,7 @@ def expert_keys(spec: TrainingSpec) -> dict[str, FlatValue]:
         case AllToAllDispatcher() | FlexDispatcher():
             out["overlap_moe_expert_parallel_comm"] = dispatcher_overlaps(dispatcher)
             out["moe_shared_expert_overlap"] = shared_expert_overlaps(dispatcher)
+            out["delay_wgrad_compute"] = delays_wgrad(dispatcher)
         case AllGatherDispatcher():
             pass
         case _ as unreachable_dispatcher:
@@ -2143,8 +2169,15 @@ def _tp_overlap_args(overlap: TpCommOverlap) -> list[str]:
 
 def _schedule_keys(schedule: PipelineSchedule) -> dict[str, FlatValue]:
     match schedule:
-        case InterleavedOneForwardOneBackward(
-            virtual_stages=v, microbatch_group_size=group, overlap_p2p_comm=overlap
+        case CombinedOneForwardOneBackward(virtual_stages=1):
+            return {}  # the dispatcher's overlap_moe_expert_parallel_comm gives it back
+        case (
+            InterleavedOneForwardOneBackward(
+                virtual_stages=v, microbatch_group_size=group, overlap_p2p_comm=overlap
+            )
+            | CombinedOneForwardOneBackward(
+                virtual_stages=v, microbatch_group_size=group, overlap_p2p_comm=overlap
+            )
         ):
             out: dict[str, FlatValue] = {"num_virtual_stages_per_pipeline_rank": v}
             if group is not None:
@@ -2292,8 +2325,15 @@ def megatron_args_of_lawful(spec: TrainingSpec) -> list[str]:
 
 def _schedule_args(schedule: PipelineSchedule) -> list[str]:
     match schedule:
-        case InterleavedOneForwardOneBackward(
-            virtual_stages=v, microbatch_group_size=group, overlap_p2p_comm=overlap
+        case CombinedOneForwardOneBackward(virtual_stages=1):
+            return []  # --overlap-moe-expert-parallel-comm (the expert flags) selects it
+        case (
+            InterleavedOneForwardOneBackward(
+                virtual_stages=v, microbatch_group_size=group, overlap_p2p_comm=overlap
+            )
+            | CombinedOneForwardOneBackward(
+                virtual_stages=v, microbatch_group_size=group, overlap_p2p_comm=overlap
+            )
         ):
             args = ["--num-virtual-stages-per-pipeline-rank", str(v)]
             if group is not None:

@@ -74,6 +74,8 @@ class Law(StrEnum):
     MEGATRON_EP_OVERLAP_RECOMPUTE = "ep_overlap_recompute"
     MEGATRON_EP_OVERLAP_MTP = "ep_overlap_mtp_layers"
     MEGATRON_EP_OVERLAP_DATATYPE = "ep_overlap_datatype"
+    MEGATRON_DELAY_WGRAD_NEEDS_EP_OVERLAP = "delay_wgrad_needs_ep_overlap"
+    COMBINED_SCHEDULE_MATCHES_DISPATCHER = "combined_schedule_matches_dispatcher"
     MEGATRON_SHARED_EXPERT_OVERLAP = "shared_expert_overlap"
     MEGATRON_MOE_ACT_RECOMPUTE = "moe_act_recompute_needs_grouped_gemm"
     MEGATRON_FP8_DELAYED_RECOMPUTE = "fp8_delayed_scaling_recompute"
@@ -91,6 +93,10 @@ class Law(StrEnum):
             # the recipe is one per search and its one selective variant recomputes
             # Megatron's default core_attn, which no recipe refuses
             Law.MEGATRON_FP8_DELAYED_RECOMPUTE,
+            # the search never sets delay_wgrad_compute, and derives the schedule from the
+            # dispatcher (training_schedule), so neither can fail there
+            Law.MEGATRON_DELAY_WGRAD_NEEDS_EP_OVERLAP,
+            Law.COMBINED_SCHEDULE_MATCHES_DISPATCHER,
         )
 
     @property
@@ -191,6 +197,10 @@ class Law(StrEnum):
                 return "overlap_moe_expert_parallel_comm => mtp_num_layers <= 1"
             case Law.MEGATRON_EP_OVERLAP_DATATYPE:
                 return "overlap_moe_expert_parallel_comm => datatype in {bf16, fp16}"
+            case Law.MEGATRON_DELAY_WGRAD_NEEDS_EP_OVERLAP:
+                return "delay_wgrad_compute => overlap_moe_expert_parallel_comm"
+            case Law.COMBINED_SCHEDULE_MATCHES_DISPATCHER:
+                return "schedule is combined 1F1B <=> overlap_moe_expert_parallel_comm"
             case Law.MEGATRON_SHARED_EXPERT_OVERLAP:
                 return (
                     "moe_shared_expert_overlap => shared experts, not "
@@ -228,6 +238,8 @@ EXPERT_LAWS: frozenset[Law] = frozenset(
         Law.MEGATRON_EP_OVERLAP_RECOMPUTE,
         Law.MEGATRON_EP_OVERLAP_MTP,
         Law.MEGATRON_EP_OVERLAP_DATATYPE,
+        Law.MEGATRON_DELAY_WGRAD_NEEDS_EP_OVERLAP,
+        Law.COMBINED_SCHEDULE_MATCHES_DISPATCHER,
         Law.MEGATRON_SHARED_EXPERT_OVERLAP,
         Law.MEGATRON_MOE_ACT_RECOMPUTE,
     }

@@ -40,6 +40,7 @@ from blueprinting.mapping.serving_laws import serving_expert_laws
 from blueprinting.mapping.transformer import (
     AllGatherKV,
     AllReduce,
+    CombinedOneForwardOneBackward,
     DistributedOptimizer,
     DualPipe,
     DualPipeV,
@@ -538,6 +539,18 @@ def _training_schedule_laws(p: int, pipeline: PipelineParallel) -> list[LawViola
                         p=p,
                     )
                 ]
+        case CombinedOneForwardOneBackward(virtual_stages=v):
+            # p > 1 with v = 1 is the EP-overlap law's (ep_overlap_needs_virtual_pipeline)
+            if p == 1 and v > 1:
+                return [
+                    _violation(
+                        "schedule_matches_pipeline",
+                        "CombinedOneForwardOneBackward with v > 1 => p > 1",
+                        f"CombinedOneForwardOneBackward with v = {v} needs p > 1, got p = 1",
+                        p=p,
+                        v=v,
+                    )
+                ]
         case DualPipe() | DualPipeV():
             return []  # they need m: dualpipe_laws, from check_training
         case ForwardOnly():
@@ -620,8 +633,11 @@ def _megatron_interleaving_laws(
     p = pipeline.degree
     out: list[LawViolation] = []
     match pipeline.schedule:
-        case InterleavedOneForwardOneBackward(
-            microbatch_group_size=group, overlap_p2p_comm=overlap
+        case CombinedOneForwardOneBackward(virtual_stages=1):
+            pass  # no virtual pipeline: Megatron's no-pipelining combined path
+        case (
+            InterleavedOneForwardOneBackward(microbatch_group_size=group, overlap_p2p_comm=overlap)
+            | CombinedOneForwardOneBackward(microbatch_group_size=group, overlap_p2p_comm=overlap)
         ):
             if not interleaving_degree_ok(p, overlap):
                 out.append(
@@ -1037,6 +1053,7 @@ def _inference_schedule_laws(p: int, pipeline: PipelineParallel) -> list[LawViol
         case (
             OneForwardOneBackward()
             | InterleavedOneForwardOneBackward()
+            | CombinedOneForwardOneBackward()
             | ZeroBubbleH1()
             | DualPipe()
             | DualPipeV()

@@ -321,16 +321,22 @@ class AllToAllDispatcher:
     all-to-alls under another's compute. ``shared_expert_overlap`` is
     ``--moe-shared-expert-overlap``: the shared experts run on a side stream during dispatch and
     combine (Megatron-LM ``transformer_config.py`` l.1820-1826: alltoall or flex only; the laws
-    refuse it beside ``overlap`` and without shared experts)."""
+    refuse it beside ``overlap`` and without shared experts). ``delay_wgrad_compute`` is
+    ``--delay-wgrad-compute``: the backward's weight-gradient GEMMs split from the data-gradient
+    ones and run while the dispatch all-to-all of the backward is in flight
+    (``model_chunk_schedule_plan.py`` ``TransformerLayerSchedulePlan.run`` @d98e8a64); Megatron
+    asserts it only with ``overlap`` (a law, not repaired)."""
 
     overlap: bool = False
     shared_expert_overlap: bool = False
+    delay_wgrad_compute: bool = False
 
     def __str__(self) -> str:
         return (
             "alltoall"
             + ("+overlap" if self.overlap else "")
             + ("+shared-overlap" if self.shared_expert_overlap else "")
+            + ("+delay-wgrad" if self.delay_wgrad_compute else "")
         )
 
 
@@ -348,17 +354,20 @@ class AllGatherDispatcher:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FlexDispatcher:
     """DeepEP / HybridEP / NCCL-EP fused kernels: one copy per (token, destination rank).
-    ``overlap`` and ``shared_expert_overlap`` as for :class:`AllToAllDispatcher`."""
+    ``overlap``, ``shared_expert_overlap`` and ``delay_wgrad_compute`` as for
+    :class:`AllToAllDispatcher`."""
 
     backend: FlexBackend = FlexBackend.DEEPEP
     overlap: bool = False
     shared_expert_overlap: bool = False
+    delay_wgrad_compute: bool = False
 
     def __str__(self) -> str:
         return (
             f"flex-{self.backend.value}"
             + ("+overlap" if self.overlap else "")
             + ("+shared-overlap" if self.shared_expert_overlap else "")
+            + ("+delay-wgrad" if self.delay_wgrad_compute else "")
         )
 
 
@@ -395,6 +404,17 @@ def dispatcher_overlaps(dispatcher: TokenDispatcher) -> bool:
     match dispatcher:
         case AllToAllDispatcher(overlap=overlap) | FlexDispatcher(overlap=overlap):
             return overlap
+        case AllGatherDispatcher():
+            return False
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def delays_wgrad(dispatcher: TokenDispatcher) -> bool:
+    """Whether ``--delay-wgrad-compute`` is on."""
+    match dispatcher:
+        case AllToAllDispatcher(delay_wgrad_compute=on) | FlexDispatcher(delay_wgrad_compute=on):
+            return on
         case AllGatherDispatcher():
             return False
         case _ as unreachable:
@@ -472,6 +492,37 @@ class InterleavedOneForwardOneBackward:
 
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CombinedOneForwardOneBackward:
+    """Megatron-Core's combined 1F1B (``--overlap-moe-expert-parallel-comm``;
+    ``pipeline_parallel/combined_1f1b.py`` and ``models/common/model_chunk_schedule_plan.py``
+    @d98e8a64): the interleaved 1F1B order with one more warm-up forward
+    (``schedules.py`` l.966-970: "one extra micro-batch forward step before the 1f1b stages"),
+    then every steady step runs the forward of one micro-batch and the backward of another as
+    one co-scheduled pass, layer by layer, the all-to-alls of each under the other's compute on
+    a second stream; the warm-up forwards and cool-down backwards run alone. Never chosen by a
+    key of its own: :func:`training_schedule` derives it from the dispatcher's ``overlap``.
+    ``virtual_stages`` = 1 is the no-pipelining path (``combined_1f1b_schedule_for_no_pipelining``)
+    or, with p > 1, a strategy the laws refuse. The group size and P2P overlap are those of
+    :class:`InterleavedOneForwardOneBackward`."""
+
+    virtual_stages: int
+    microbatch_group_size: int | None = None
+    overlap_p2p_comm: bool = False
+
+    def __post_init__(self) -> None:
+        _require_positive("CombinedOneForwardOneBackward", virtual_stages=self.virtual_stages)
+        if self.microbatch_group_size is not None:
+            _require_positive(
+                "CombinedOneForwardOneBackward", microbatch_group_size=self.microbatch_group_size
+            )
+
+    def __str__(self) -> str:
+        group = "" if self.microbatch_group_size is None else f" N{self.microbatch_group_size}"
+        return f"combined-1F1B x{self.virtual_stages}{group}"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ForwardOnly:
     """Static inference forward pipeline."""
 
@@ -520,6 +571,7 @@ PipelineSchedule: TypeAlias = (
     SingleStage
     | OneForwardOneBackward
     | InterleavedOneForwardOneBackward
+    | CombinedOneForwardOneBackward
     | ForwardOnly
     | ZeroBubbleH1
     | DualPipe
@@ -533,10 +585,19 @@ def training_schedule(
     *,
     microbatch_group_size: int | None = None,
     overlap_p2p_comm: bool = False,
+    ep_overlap: bool = False,
 ) -> PipelineSchedule:
-    """The training schedule the degrees imply: interleaved 1F1B for v > 1 (also with p = 1,
-    which the laws then reject: nothing is repaired), SingleStage for p = 1, else 1F1B. The
-    group size and P2P overlap belong to the interleaved schedule and are unused otherwise."""
+    """The training schedule the degrees imply: combined 1F1B whenever ``ep_overlap`` (the
+    dispatcher's ``overlap_moe_expert_parallel_comm``, its one source of truth), interleaved 1F1B
+    for v > 1 (also with p = 1, which the laws then reject: nothing is repaired), SingleStage for
+    p = 1, else 1F1B. The group size and P2P overlap belong to the interleaved schedules and are
+    unused otherwise."""
+    if ep_overlap:
+        return CombinedOneForwardOneBackward(
+            virtual_stages=virtual_stages,
+            microbatch_group_size=microbatch_group_size,
+            overlap_p2p_comm=overlap_p2p_comm,
+        )
     if virtual_stages > 1:
         return InterleavedOneForwardOneBackward(
             virtual_stages=virtual_stages,
@@ -556,7 +617,10 @@ def virtual_stages_of(schedule: PipelineSchedule) -> int:
     DualPipeV). DualPipe's two chunks are two copies of one stage's layers: its split is v = 1
     (``model_copies`` says 2)."""
     match schedule:
-        case InterleavedOneForwardOneBackward(virtual_stages=v):
+        case (
+            InterleavedOneForwardOneBackward(virtual_stages=v)
+            | CombinedOneForwardOneBackward(virtual_stages=v)
+        ):
             return v
         case DualPipeV():
             return 2
@@ -578,6 +642,7 @@ def loss_stage(schedule: PipelineSchedule, pipeline_degree: int) -> int:
             SingleStage()
             | OneForwardOneBackward()
             | InterleavedOneForwardOneBackward()
+            | CombinedOneForwardOneBackward()
             | ForwardOnly()
             | ZeroBubbleH1()
             | DualPipe()
@@ -597,6 +662,7 @@ def model_copies(schedule: PipelineSchedule) -> int:
             SingleStage()
             | OneForwardOneBackward()
             | InterleavedOneForwardOneBackward()
+            | CombinedOneForwardOneBackward()
             | ForwardOnly()
             | ZeroBubbleH1()
             | DualPipeV()
@@ -1240,6 +1306,7 @@ __all__ = [
     "BatchSpec",
     "BulkOverlap",
     "ColumnBackwardOverlap",
+    "CombinedOneForwardOneBackward",
     "ContextParallel",
     "CpCommType",
     "CpCommunication",
@@ -1292,6 +1359,7 @@ __all__ = [
     "check_inference",
     "check_training",
     "cp_comm_type",
+    "delays_wgrad",
     "divisors",
     "from_mapping",
     "inference_from_mapping",

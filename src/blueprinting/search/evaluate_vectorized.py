@@ -68,6 +68,7 @@ from blueprinting.analysis.iteration import (
     WorkCount,
     costed_part,
     phase_field,
+    unpaired_ep_exposed_s,
 )
 from blueprinting.analysis.memory import (
     LOGITS_BYTES,
@@ -98,7 +99,11 @@ from blueprinting.hardware.collectives import CollectiveKind
 from blueprinting.hardware.system import Engine, LinkTier, ParallelDim, RuntimeMemory, SystemSpec
 from blueprinting.limits import MAX_INT, int_limit_text
 from blueprinting.mapping.model import EmbeddingTying, TransformerModelSpec
-from blueprinting.mapping.transformer import SelectiveRecompute, UnfusedAttention
+from blueprinting.mapping.transformer import (
+    SelectiveRecompute,
+    UnfusedAttention,
+    dispatcher_overlaps,
+)
 from blueprinting.search.space import (
     RECOMPUTE_CODES,
     SHARDING_CODES,
@@ -363,6 +368,8 @@ class _BlockArrays:
     moe_backward_s: FloatArray
     moe_backward_with_recompute_s: FloatArray
     moe_recompute_critical_s: FloatArray
+    #: combined 1F1B's unpaired extra per MoE layer (forward + backward; 0 without the overlap)
+    moe_unpaired_s: FloatArray
     #: every (part, time) of ``iteration.STAGE_WORK_TERMS``, per row
     parts: dict[tuple[CostedPart, PhaseField], FloatArray]
 
@@ -443,6 +450,9 @@ def _block_costs(
                 moe.backward_s,
                 moe.backward_with_recompute_s,
                 moe.recompute.critical_path_s,
+                0.0
+                if plan.ep_overlap is None
+                else plan.ep_overlap.unpaired_forward_s + plan.ep_overlap.unpaired_backward_s,
             )
         )
     if progress is not None:
@@ -795,27 +805,42 @@ def _interleaved_chunk_count(
     return count
 
 
-def _in_flight_chunk(table: CandidateTable, stage: IntArray, m: IntArray, chunk: int) -> IntArray:
+def _combined(table: CandidateTable, model: TransformerModelSpec) -> npt.NDArray[np.bool_]:
+    """Rows that run combined 1F1B: a MoE model's dispatcher with the EP overlap
+    (``space.candidate_to_spec`` -> ``training_schedule``)."""
+    if model.moe is None:
+        return np.zeros(table.pipeline.shape, dtype=np.bool_)
+    overlaps = np.array([dispatcher_overlaps(k) for k in table.dispatchers], dtype=np.bool_)
+    return np.asarray(overlaps[table.dispatcher], dtype=np.bool_)
+
+
+def _in_flight_chunk(
+    table: CandidateTable,
+    stage: IntArray,
+    m: IntArray,
+    chunk: int,
+    combined: npt.NDArray[np.bool_],
+) -> IntArray:
     """``in_flight_microbatches(...)[chunk]`` (rows with fewer chunks: whatever; the caller
-    weighs them by 0)."""
+    weighs them by 0); combined 1F1B holds one chunk more than interleaving."""
     p, v = table.pipeline, table.virtual_stages
     n = np.where(table.microbatch_group > 0, table.microbatch_group, p)
-    peak = np.minimum(2 * (p - stage - 1) + (v - 1) * n + 1, m * v)
+    peak = np.minimum(2 * (p - stage - 1) + (v - 1) * n + 1 + combined, m * v)
     interleaved = _interleaved_chunk_count(peak, m, n, v, np.full_like(v, chunk))
     simple = np.where(p == 1, np.ones_like(p), np.minimum(p - stage, m))
-    return np.where(v > 1, interleaved, simple)
+    return np.where((v > 1) | combined, interleaved, simple)
 
 
 def _in_flight(
-    table: CandidateTable, stage: IntArray, m: IntArray
+    table: CandidateTable, stage: IntArray, m: IntArray, combined: npt.NDArray[np.bool_]
 ) -> tuple[IntArray, IntArray, IntArray]:
     """(sum, first entry, last entry) of ``in_flight_microbatches`` at ``stage``."""
     p, v = table.pipeline, table.virtual_stages
     one_f_one_b = np.minimum(p - stage, m)
     single = np.ones_like(p)
     n = np.where(table.microbatch_group > 0, table.microbatch_group, p)
-    peak = np.minimum(2 * (p - stage - 1) + (v - 1) * n + 1, m * v)
-    interleaved = v > 1
+    peak = np.minimum(2 * (p - stage - 1) + (v - 1) * n + 1 + combined, m * v)
+    interleaved = (v > 1) | combined
     i_total = np.minimum(peak, m * v)
     i_first = _interleaved_chunk_count(peak, m, n, v, np.zeros_like(v))
     i_last = _interleaved_chunk_count(peak, m, n, v, v - 1)
@@ -947,7 +972,8 @@ def _stage_memory(
     weights = weights + weight_extra
 
     # stage_activations: every chunk holds L/(p v) blocks.
-    total_in_flight, first_in_flight, last_in_flight = _in_flight(table, stage, m)
+    combined = _combined(table, model)
+    total_in_flight, first_in_flight, last_in_flight = _in_flight(table, stage, m, combined)
     layers = model.num_layers // (p * v)
     n = np.maximum(table.recompute_num_layers, 1)
     r = table.recompute
@@ -961,7 +987,7 @@ def _stage_memory(
             dense_here = rep.dense_per_chunk[:, chunk]
             if dense_here.any():
                 moe_in_flight = (
-                    moe_in_flight - _in_flight_chunk(table, stage, m, chunk) * dense_here
+                    moe_in_flight - _in_flight_chunk(table, stage, m, chunk, combined) * dense_here
                 )
     # a full recompute's group works on MoE layers when the stage holds any
     full = np.where(rep.moe_blocks > 0, moe_full, layer_full)
@@ -1262,7 +1288,15 @@ def evaluate_candidates(
     )
     forward, backward, recompute = work["forward"], work["backward"], work["recompute"]
     tp_exposed, cp_exposed = work["tp_comm_exposed"], work["cp_comm_exposed"]
-    ep_exposed = work["ep_comm_exposed"]
+    ep_exposed = work["ep_comm_exposed"] + unpaired_ep_exposed_s(
+        p=p,
+        v=v,
+        group=np.where(table.microbatch_group > 0, table.microbatch_group, p),
+        m=m,
+        stage=critical,
+        moe_blocks=crit_moe,
+        unpaired_s=c.moe_unpaired_s,
+    )
     pp_exposed = _pipeline_p2p_exposed(table, m, p2p_s)
 
     # stage_data_parallel_cost: the dense buckets over d x cp, then the experts' over expert-dp

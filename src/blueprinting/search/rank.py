@@ -46,6 +46,7 @@ from blueprinting.mapping.laws import check_training
 from blueprinting.mapping.model import TransformerModelSpec
 from blueprinting.mapping.precision_laws import accelerator_violation
 from blueprinting.mapping.transformer import (
+    CombinedOneForwardOneBackward,
     DistributedOptimizer,
     DualPipe,
     DualPipeV,
@@ -303,8 +304,13 @@ def _row_values(mapping: TransformerTrainingMappingSpec) -> dict[str, int | bool
         "overlap_param_gather": False,
     }
     match par.pipeline.schedule:
-        case InterleavedOneForwardOneBackward(
-            virtual_stages=v, microbatch_group_size=group, overlap_p2p_comm=overlap
+        case (
+            InterleavedOneForwardOneBackward(
+                virtual_stages=v, microbatch_group_size=group, overlap_p2p_comm=overlap
+            )
+            | CombinedOneForwardOneBackward(
+                virtual_stages=v, microbatch_group_size=group, overlap_p2p_comm=overlap
+            )
         ):
             values["virtual_stages"] = v
             values["overlap_p2p_comm"] = overlap

@@ -111,6 +111,7 @@ from blueprinting.mapping.transformer import (
     TransformerTrainingMappingSpec,
     TransformerTrainingParallelism,
     UserbufferOverlap,
+    dispatcher_overlaps,
     divisors,
     single_level_communication,
     training_schedule,
@@ -675,6 +676,8 @@ def candidate_to_spec(table: CandidateTable, i: int, model: TransformerModelSpec
                 # Code 0 is Megatron's default group size (p).
                 microbatch_group_size=group if group > 0 else None,
                 overlap_p2p_comm=bool(table.overlap_p2p_comm[i]),
+                ep_overlap=model.moe is not None
+                and dispatcher_overlaps(table.dispatchers[int(table.dispatcher[i])]),
             ),
         ),
         data=DataParallel(

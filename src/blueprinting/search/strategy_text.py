@@ -60,6 +60,7 @@ from blueprinting.mapping.transformer import (
     AllReduce,
     AllToAllDispatcher,
     BatchSpec,
+    CombinedOneForwardOneBackward,
     ContextParallel,
     CpCommType,
     CpCommunication,
@@ -251,7 +252,7 @@ def parse_strategy_text(
     sharding = _parse_sharding(r)
     overlap_grad = r.flag("overlap_grad")
     experts = _parse_experts(r)
-    schedule = _parse_schedule(r, p, v)
+    schedule = _parse_schedule(r, p, v, ep_overlap=dispatcher_overlaps(experts.dispatcher))
     if problems or gbs is None or d is None:
         raise ConfigError(problems, source="strategy text")
     return TransformerTrainingMappingSpec(
@@ -420,7 +421,7 @@ def _parse_layout(r: _Reader) -> StageLayout:
         return EvenStages()
 
 
-def _parse_schedule(r: _Reader, p: int, v: int) -> PipelineSchedule:
+def _parse_schedule(r: _Reader, p: int, v: int, *, ep_overlap: bool) -> PipelineSchedule:
     overlap_p2p = r.flag("overlap_p2p")
     group_text = r.words.get("group", "default")
     schedule_text = r.words.get("schedule", "auto")
@@ -442,9 +443,11 @@ def _parse_schedule(r: _Reader, p: int, v: int) -> PipelineSchedule:
     if v == 1:
         r.refuse("overlap_p2p", "only the interleaved schedule (v > 1) has it")
         r.refuse("group", "only the interleaved schedule (v > 1) has it")
-        return training_schedule(p)
+        return training_schedule(p, ep_overlap=ep_overlap)
     group = None if group_text == "default" else r.integer("group", None)
-    return training_schedule(p, v, microbatch_group_size=group, overlap_p2p_comm=overlap_p2p)
+    return training_schedule(
+        p, v, microbatch_group_size=group, overlap_p2p_comm=overlap_p2p, ep_overlap=ep_overlap
+    )
 
 
 def _on(flag: bool) -> str:
@@ -465,8 +468,15 @@ def format_strategy_text(mapping: TransformerTrainingMappingSpec) -> str:
     schedule = par.pipeline.schedule
     schedule_words: list[str] = []
     match schedule:
-        case InterleavedOneForwardOneBackward(
-            virtual_stages=v, microbatch_group_size=group, overlap_p2p_comm=overlap_p2p
+        case CombinedOneForwardOneBackward(virtual_stages=1):
+            pass  # ep_overlap=on gives it back
+        case (
+            InterleavedOneForwardOneBackward(
+                virtual_stages=v, microbatch_group_size=group, overlap_p2p_comm=overlap_p2p
+            )
+            | CombinedOneForwardOneBackward(
+                virtual_stages=v, microbatch_group_size=group, overlap_p2p_comm=overlap_p2p
+            )
         ):
             words.append(f"v={v}")
             schedule_words = [

@@ -29,7 +29,11 @@ import numpy as np
 import numpy.typing as npt
 
 from blueprinting.errors import VerificationError
-from blueprinting.mapping.transformer import ForwardOnly, PipelineSchedule
+from blueprinting.mapping.transformer import (
+    CombinedOneForwardOneBackward,
+    ForwardOnly,
+    PipelineSchedule,
+)
 from blueprinting.simulator.costs import ScheduleCosts
 from blueprinting.simulator.schedules import (
     OpKind,
@@ -151,6 +155,11 @@ def build_schedule(
     study hypothetical schedules such as the seed contract's m mod p != 0 case).
     """
     p, m, v = costs.pipeline_degree, costs.microbatch_count, costs.virtual_stages
+    unpaired = costs.unpaired_forward_s is not None or costs.unpaired_backward_s is not None
+    if unpaired and not isinstance(schedule, CombinedOneForwardOneBackward):
+        raise VerificationError(
+            f"building command DAG: unpaired pass costs are combined 1F1B's, not {schedule}'s"
+        )
     if not allow_megatron_refused:
         check_megatron(schedule, p, m, v)
     orders = rank_orders(schedule, p, m, v)
@@ -303,6 +312,12 @@ def build_from_orders(
 
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     step_first, step_last = _step_bounds(orders, lengths, offsets)
+    # Combined 1F1B: a pass alone in its step has no partner to hide its all-to-alls under.
+    alone = step_first == step_last
+    for kind_code, extra in ((_F, costs.unpaired_forward_s), (_B, costs.unpaired_backward_s)):
+        if extra is not None:
+            add = np.asarray(extra, dtype=np.float64)[rk, ch]
+            dur = dur + np.where(alone & (code == kind_code), add, 0.0)
     # Topology: position q of every op, the rank/slot of positions q - 1 and q + 1.
     position = np.asarray(graph.position, dtype=np.int64).reshape(p, v)
     rank_at = np.empty(n_virtual, dtype=np.int64)

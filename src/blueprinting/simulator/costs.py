@@ -42,6 +42,11 @@ class ScheduleCosts:
     ``overlap_grad_reduce`` each starts as soon as its chunk's gradients are final, otherwise all
     start after the stage's last compute command (Megatron's ``overlap_grad_reduce``).
     ``activation_bytes[stage][chunk]`` is what one in-flight microbatch of that chunk keeps.
+
+    ``unpaired_forward_s`` / ``unpaired_backward_s`` (combined 1F1B only): ``forward_s`` and
+    ``backward_s`` are then the passes' times inside a co-scheduled forward-backward step, and
+    these what a pass adds when it runs alone (a warm-up forward, a cool-down backward): the
+    expert-parallel all-to-all time its partner's compute would have hidden.
     """
 
     pipeline_degree: int
@@ -55,6 +60,8 @@ class ScheduleCosts:
     dp_buckets: tuple[tuple[DpBucket, ...], ...] = ()
     overlap_grad_reduce: bool = False
     activation_bytes: Matrix | None = None
+    unpaired_forward_s: Matrix | None = None
+    unpaired_backward_s: Matrix | None = None
 
     def __post_init__(self) -> None:
         problems = ProblemCollector(source="ScheduleCosts")
@@ -72,6 +79,8 @@ class ScheduleCosts:
             ("backward_s", self.backward_s),
             ("weight_grad_s", self.weight_grad_s),
             ("activation_bytes", self.activation_bytes),
+            ("unpaired_forward_s", self.unpaired_forward_s),
+            ("unpaired_backward_s", self.unpaired_backward_s),
         ]
         for name, matrix in matrices:
             if matrix is None:

@@ -20,6 +20,11 @@ Mapping (times are critical paths: compute plus exposed TP communication, as in 
 - P2P: alpha-beta on the PP group's link, ``latency + bytes x wire factor / (bandwidth x
   efficiency)`` (Calculon's ``Network.time``, Isaev et al. SC'23, Section 3.2); it equals
   PortablePlanIR's ``p2p_forward_s`` by construction, and :func:`schedule_costs` checks that.
+- combined 1F1B (``--overlap-moe-expert-parallel-comm``): the chunk times are the MoE layers'
+  steady state (a forward co-scheduled with a backward, PortablePlanIR's ``moe_block``), and
+  ``unpaired_forward_s[r][c]`` / ``unpaired_backward_s[r][c]`` = MoE blocks(r, c) x what a
+  MoE layer's pass alone adds (``PortablePlanIR.ep_overlap``), which the DAG gives the passes
+  that run without a partner.
 - DP buckets: each stage's gradient reduction (``analysis/data_parallel.py``, the same collective
   for that stage's parameters) split over its chunks in proportion to the chunk's parameters
   (Megatron-core keeps one gradient buffer per model chunk, ``distributed_data_parallel.py``).
@@ -39,6 +44,7 @@ from blueprinting.errors import UnsupportedError, VerificationError
 from blueprinting.hardware.collectives import CollectiveKind, collective_alpha_beta
 from blueprinting.hardware.system import ParallelDim, SystemSpec
 from blueprinting.mapping.transformer import (
+    CombinedOneForwardOneBackward,
     DualPipe,
     DualPipeV,
     PipelineSchedule,
@@ -234,6 +240,20 @@ def _dp_buckets(
     return tuple(out)
 
 
+def _unpaired(plan: PortablePlanIR, spec: TrainingSpec) -> tuple[Matrix | None, Matrix | None]:
+    timing = plan.ep_overlap
+    if timing is None or not isinstance(
+        spec.mapping.parallelism.pipeline.schedule, CombinedOneForwardOneBackward
+    ):
+        return None, None
+    moe = [[stage.chunk_moe(c)[0] for c in range(plan.virtual_stages)] for stage in plan.stages]
+
+    def matrix(per_layer: float) -> Matrix:
+        return tuple(tuple(n * per_layer for n in row) for row in moe)
+
+    return matrix(timing.unpaired_forward_s), matrix(timing.unpaired_backward_s)
+
+
 def schedule_costs(
     plan: PortablePlanIR, spec: TrainingSpec, system: SystemSpec, *, with_dp: bool = True
 ) -> ScheduleCosts:
@@ -253,7 +273,10 @@ def schedule_costs(
             for own, mirror in zip(buckets, reversed(buckets), strict=True)
         )
     latency, size, bandwidth = _p2p_link(plan, spec, system)
+    unpaired_forward, unpaired_backward = _unpaired(plan, spec)
     return ScheduleCosts(
+        unpaired_forward_s=unpaired_forward,
+        unpaired_backward_s=unpaired_backward,
         pipeline_degree=plan.pipeline_degree,
         microbatch_count=spec.mapping.microbatch_count,
         forward_s=forward,

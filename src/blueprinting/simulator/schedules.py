@@ -3,7 +3,8 @@
 Source: Megatron-LM ``megatron/core/pipeline_parallel/schedules.py``
 (``forward_backward_pipelining_without_interleaving``, ``..._with_interleaving``,
 ``get_schedule_table``, ``get_pp_rank_microbatches``), summarised in
-``shared/reference/schedules.md`` sections 1-3; ZB-H1 from Qi et al. 2023 (Section 3.1, Figure 3).
+``shared/reference/schedules.md`` sections 1-3; ZB-H1 from Qi et al. 2023 (Section 3.1, Figure 3);
+combined 1F1B from ``pipeline_parallel/combined_1f1b.py`` (@d98e8a64).
 
 An order is an ``(ops, 3)`` integer array of ``(kind, chunk, microbatch)`` rows (built with numpy:
 half a million of them for p=64, v=4, m=1024; hand-written orders may be lists of tuples) grouped
@@ -24,6 +25,7 @@ from typing import TypeAlias, assert_never, final
 import numpy as np
 import numpy.typing as npt
 
+from blueprinting.analysis.pipeline_contract import combined_warmup
 from blueprinting.errors import InvalidStrategyError, LawViolation, RuleSet
 from blueprinting.mapping.laws import (
     dualpipe_laws,
@@ -32,6 +34,7 @@ from blueprinting.mapping.laws import (
     microbatch_group_remainder_ok,
 )
 from blueprinting.mapping.transformer import (
+    CombinedOneForwardOneBackward,
     DualPipe,
     DualPipeV,
     ForwardOnly,
@@ -127,6 +130,7 @@ def stage_graph(schedule: PipelineSchedule, p: int, m: int, v: int) -> StageGrap
             SingleStage()
             | OneForwardOneBackward()
             | InterleavedOneForwardOneBackward()
+            | CombinedOneForwardOneBackward()
             | ForwardOnly()
             | ZeroBubbleH1()
         ):
@@ -171,8 +175,23 @@ def megatron_violations(
                     f"{schedule} runs one chunk per stage, costs give v = {v}",
                     v=v,
                 )
-        case InterleavedOneForwardOneBackward(
-            virtual_stages=sv, microbatch_group_size=group, overlap_p2p_comm=overlap
+        case CombinedOneForwardOneBackward(virtual_stages=1):
+            if p != 1:
+                bad(
+                    "combined_1f1b_virtual_pipeline",
+                    "p > 1 => v > 1",
+                    f"combined 1F1B with p = {p} needs a virtual pipeline (v > 1), got v = 1",
+                    p=p,
+                )
+            if v != 1:
+                bad("chunk_count", "costs v == schedule v", f"costs give v = {v}, schedule 1")
+        case (
+            InterleavedOneForwardOneBackward(
+                virtual_stages=sv, microbatch_group_size=group, overlap_p2p_comm=overlap
+            )
+            | CombinedOneForwardOneBackward(
+                virtual_stages=sv, microbatch_group_size=group, overlap_p2p_comm=overlap
+            )
         ):
             n = p if group is None else group
             if sv != v:
@@ -308,6 +327,34 @@ def interleaved_order(p: int, v: int, m: int, n: int, r: int, *, overlap: bool) 
     return RankOrder(ops=ops, step_starts=starts)
 
 
+def combined_order(p: int, v: int, m: int, n: int, r: int) -> RankOrder:
+    """Combined 1F1B on rank r (Megatron-Core ``combined_1f1b.py``,
+    ``combined_1f1b_schedule_for_interleaved_pipelining`` / ``..._for_no_pipelining``
+    @d98e8a64): Megatron's schedule table as in :func:`interleaved_order`, with
+    :func:`combined_warmup` forwards run alone, then steady steps that each run the forward of
+    table entry ``warm + k`` and the backward of entry ``k`` as one co-scheduled pass
+    (``TransformerModelChunkSchedulePlan.run``: every P2P receive before it, every send after),
+    then the cool-down backwards alone. A step of two operations is the co-scheduled pair: the
+    DAG builder gives single-operation steps the unpaired extra of
+    :class:`~blueprinting.simulator.costs.ScheduleCosts`."""
+    micro, chunk = _table_arrays(m, v, n)
+    total = m * v
+    warm = int(combined_warmup(p, v, m, n, r))
+    steady = total - warm
+    kinds = np.concatenate([np.full(warm, _F), np.tile([_F, _B], steady), np.full(warm, _B)])
+    steady_chunks = np.stack([chunk[warm:], v - 1 - chunk[:steady]], axis=1).reshape(-1)
+    steady_micro = np.stack([micro[warm:], micro[:steady]], axis=1).reshape(-1)
+    ops = _ops(
+        kinds,
+        np.concatenate([chunk[:warm], steady_chunks, v - 1 - chunk[steady:]]),
+        np.concatenate([micro[:warm], steady_micro, micro[steady:]]),
+    )
+    starts = np.concatenate(
+        [np.arange(warm), warm + 2 * np.arange(steady), warm + 2 * steady + np.arange(warm)]
+    )
+    return RankOrder(ops=ops, step_starts=starts)
+
+
 def zero_bubble_h1_order(p: int, m: int, r: int) -> RankOrder:
     """ZB-H1 (Qi et al. 2023, Section 3.1): 1F1B order with B = input gradient only; rank r
     defers its first ``r`` weight-gradient passes W, so its B passes (the upstream critical path)
@@ -351,6 +398,9 @@ def rank_orders(
         ):
             n = p if group is None else group
             return [interleaved_order(p, v, m, n, r, overlap=overlap) for r in range(p)]
+        case CombinedOneForwardOneBackward(microbatch_group_size=group):
+            n = p if group is None else group
+            return [combined_order(p, v, m, n, r) for r in range(p)]
         case DualPipe():
             return [dualpipe_order(p, m, r) for r in range(p)]
         case DualPipeV():

@@ -4,6 +4,7 @@ ForwardOnly to assert_never (an [arg-type] error naming the missing variant)."""
 from typing import assert_never
 
 from blueprinting.mapping.transformer import (
+    CombinedOneForwardOneBackward,
     DualPipe,
     DualPipeV,
     InterleavedOneForwardOneBackward,
@@ -22,6 +23,8 @@ def describe(schedule: PipelineSchedule) -> str:
             return "1f1b"
         case InterleavedOneForwardOneBackward(virtual_stages=v):
             return f"interleaved x{v}"
+        case CombinedOneForwardOneBackward(virtual_stages=v):
+            return f"combined x{v}"
         case ZeroBubbleH1():
             return "zb-h1"
         case DualPipe():

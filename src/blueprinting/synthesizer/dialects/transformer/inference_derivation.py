@@ -30,6 +30,7 @@ from blueprinting.mapping.laws import check_inference
 from blueprinting.mapping.model import TransformerModelSpec
 from blueprinting.mapping.transformer import (
     AllReduce,
+    CombinedOneForwardOneBackward,
     DataParallel,
     DualPipe,
     DualPipeV,
@@ -133,6 +134,7 @@ def _schedule_violations(schedule: PipelineSchedule) -> list[LawViolation]:
         case (
             OneForwardOneBackward()
             | InterleavedOneForwardOneBackward()
+            | CombinedOneForwardOneBackward()
             | ZeroBubbleH1()
             | DualPipe()
             | DualPipeV()

@@ -25,6 +25,7 @@ from blueprinting.mapping.model import TransformerModelSpec
 from blueprinting.mapping.transformer import (
     DEFAULT_RECOMPUTE_MODULES,
     AllReduce,
+    CombinedOneForwardOneBackward,
     DataParallel,
     DualPipe,
     DualPipeV,
@@ -208,6 +209,7 @@ def _schedule_violations(schedule: PipelineSchedule) -> list[LawViolation]:
             SingleStage()
             | OneForwardOneBackward()
             | InterleavedOneForwardOneBackward()
+            | CombinedOneForwardOneBackward()
             | ZeroBubbleH1()
             | DualPipe()
             | DualPipeV()

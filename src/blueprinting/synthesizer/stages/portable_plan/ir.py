@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import final
 
 from blueprinting.errors import VerificationError
+from blueprinting.synthesizer.stages.portable_plan.ep_overlap import CombinedLayerTiming
 
 
 @final
@@ -180,6 +181,9 @@ class PortablePlanIR:
     moe_block: BlockCost | None = None
     #: the multi-token-prediction depths on the loss's stage (``--mtp-num-layers``)
     mtp: ExtraCost = NO_EXTRA
+    #: the MoE layer under combined 1F1B (``--overlap-moe-expert-parallel-comm``):
+    #: ``moe_block`` is then its steady state, and this its pair / alone times
+    ep_overlap: CombinedLayerTiming | None = None
     p2p_forward_s: float
     p2p_backward_s: float
     p2p_bytes: int

@@ -59,6 +59,7 @@ from blueprinting.mapping.transformer import (
     TpCommOverlap,
     TrainingSpec,
     UserbufferOverlap,
+    delays_wgrad,
     dispatcher_overlaps,
     loss_stage,
 )
@@ -87,6 +88,11 @@ from blueprinting.synthesizer.stages.distributed.ir import (
     TaskGroup,
 )
 from blueprinting.synthesizer.stages.portable_plan import tp_overlap
+from blueprinting.synthesizer.stages.portable_plan.ep_overlap import (
+    CombinedLayerTiming,
+    MoeLayerPasses,
+    combined_layer_timing,
+)
 from blueprinting.synthesizer.stages.portable_plan.ir import (
     NO_EXTRA,
     BlockCost,
@@ -191,6 +197,8 @@ class TaskGroupCosts:
     embedding: ExtraCost
     lm_head: ExtraCost
     moe_block: BlockCost | None = None
+    #: the MoE layer under combined 1F1B (``moe_block`` is then its steady state)
+    ep_overlap: CombinedLayerTiming | None = None
 
 
 def cost_task_groups(
@@ -203,12 +211,13 @@ def cost_task_groups(
     cp_groups: Mapping[str, CommGroup] | None = None,
     ep_groups: Mapping[str, CommGroup] | None = None,
     dispatch_overlap: bool = False,
+    delay_wgrad: bool = False,
 ) -> TaskGroupCosts:
     """Time every task of the IR's groups and sum them per phase (module docstring);
     ``overlap`` is the strategy's userbuffer overlap (None: none); ``cp_groups`` /
     ``ep_groups`` the communicator of each cp / expert mesh axis (:func:`context_groups`,
     :func:`expert_groups`); ``dispatch_overlap``: ``--overlap-moe-expert-parallel-comm``
-    (:func:`_overlapped_dispatch`)."""
+    (:func:`_overlapped_dispatch`), ``delay_wgrad``: ``--delay-wgrad-compute`` under it."""
     groups = {} if cp_groups is None else dict(cp_groups)
     experts = {} if ep_groups is None else dict(ep_groups)
 
@@ -244,9 +253,13 @@ def cost_task_groups(
         )
 
     moe_block = None if ir.moe_block is None else block_cost(ir.moe_block)
-    if moe_block is not None and dispatch_overlap:
-        moe_block = _overlapped_dispatch(moe_block)
+    timing: CombinedLayerTiming | None = None
+    if moe_block is not None and ir.moe_block is not None and dispatch_overlap:
+        passes = moe_layer_passes(ir.moe_block, moe_block, system, precision, experts)
+        timing = combined_layer_timing(passes, delay_wgrad=delay_wgrad)
+        moe_block = _overlapped_dispatch(moe_block, timing)
     return TaskGroupCosts(
+        ep_overlap=timing,
         block=block_cost(ir.block),
         embedding=ExtraCost(
             forward=phase(ir.first_stage, Phase.FORWARD), backward=phase(ir.first_stage, *backward)
@@ -400,6 +413,7 @@ def assemble_plan(
     stages = stage_plans(ctx.spec)
     return PortablePlanIR(
         moe_block=costs.moe_block,
+        ep_overlap=costs.ep_overlap,
         mtp=mtp_extra(costs, ctx),
         block=costs.block,
         embedding=costs.embedding,
@@ -433,6 +447,7 @@ class CostDistributedTasks:
                 dispatch_overlap=dispatcher_overlaps(
                     ctx.spec.mapping.parallelism.experts.dispatcher
                 ),
+                delay_wgrad=delays_wgrad(ctx.spec.mapping.parallelism.experts.dispatcher),
             )
 
         precision = ctx.spec.mapping.precision
@@ -518,18 +533,83 @@ def expert_groups(spec: TrainingSpec, system: SystemSpec) -> dict[str, CommGroup
     }
 
 
-def _overlapped_dispatch(block: BlockCost) -> BlockCost:
-    """``--overlap-moe-expert-parallel-comm`` (Megatron-Core ``combined_1f1b.py``): one
-    micro-batch's forward and another's backward are co-scheduled layer by layer, so the
-    forward's dispatch and combine hide under the backward's compute and the backward's under
-    the forward's: exposed ``max(0, ep_fw - compute_bw)`` and ``max(0, ep_bw - compute_fw)``
-    (steady state; the first forward and the last backward, which have no partner, are not
-    singled out)."""
+_EXPERT_NODE = frozenset(
+    {SemanticOpName.EXPERT_FC1, SemanticOpName.EXPERT_ACTIVATION, SemanticOpName.EXPERT_FC2}
+)
+
+
+def moe_layer_passes(
+    group: TaskGroup,
+    block: BlockCost,
+    system: SystemSpec,
+    precision: OpPrecision,
+    ep_groups: Mapping[str, CommGroup],
+) -> MoeLayerPasses:
+    """A costed MoE layer split into combined 1F1B's nodes (:mod:`.ep_overlap`): the routed
+    experts' GEMMs and activation are the ``mlp`` node; the exchanges whose lineage is the
+    first expert GEMM the dispatch, the others (and the unpermute) the combine; everything else
+    of the phase's critical path (shared experts included: their weight gradient runs in the
+    attention node's ``backward_dw``, ``models/common/utils.py`` l.400-411 @d98e8a64) the
+    ``pre_dispatch_computation`` node, the recompute with the backward's."""
+    experts: dict[Phase, float] = {}
+    unpermute: dict[Phase, float] = {}
+    dispatch: dict[Phase, float] = {}
+    combine: dict[Phase, float] = {}
+    for task in group.tasks:
+        match task:
+            case ComputeTask(lineage=lineage) if lineage.op in _EXPERT_NODE:
+                experts[task.phase] = experts.get(task.phase, 0.0) + _compute_time(
+                    task, system, precision
+                )
+            case ComputeTask(lineage=lineage) if lineage.op is SemanticOpName.MOE_UNPERMUTE:
+                unpermute[task.phase] = unpermute.get(task.phase, 0.0) + _compute_time(
+                    task, system, precision
+                )
+            case CollectiveTask(axis=axis) if axis in ep_groups:
+                side = dispatch if task.lineage.op is SemanticOpName.EXPERT_FC1 else combine
+                side[task.phase] = side.get(task.phase, 0.0) + _dispatch_time(
+                    task, system, ep_groups[axis]
+                )
+            case ComputeTask() | CollectiveTask():
+                pass
+            case _ as unreachable:
+                assert_never(unreachable)
+    fw, agrad, wgrad = Phase.FORWARD, Phase.BACKWARD_ACTIVATION_GRAD, Phase.BACKWARD_WEIGHT_GRAD
+
+    def attention(cost: PhaseCost, phase: Phase) -> float:
+        rest = experts.get(phase, 0.0) + unpermute.get(phase, 0.0)
+        return max(0.0, cost.critical_path_s - cost.ep_comm_exposed_s - rest)
+
+    return MoeLayerPasses(
+        forward_attention_s=attention(block.forward, fw),
+        forward_dispatch_s=dispatch.get(fw, 0.0),
+        forward_experts_s=experts.get(fw, 0.0),
+        forward_combine_s=combine.get(fw, 0.0) + unpermute.get(fw, 0.0),
+        backward_combine_s=combine.get(agrad, 0.0)
+        + combine.get(wgrad, 0.0)
+        + unpermute.get(agrad, 0.0)
+        + unpermute.get(wgrad, 0.0),
+        backward_experts_dgrad_s=experts.get(agrad, 0.0),
+        backward_experts_wgrad_s=experts.get(wgrad, 0.0),
+        backward_dispatch_s=dispatch.get(agrad, 0.0) + dispatch.get(wgrad, 0.0),
+        backward_attention_dgrad_s=attention(block.backward_activation, agrad)
+        + block.recompute.critical_path_s,
+        backward_attention_wgrad_s=attention(block.backward_weight, wgrad),
+    )
+
+
+def _overlapped_dispatch(block: BlockCost, timing: CombinedLayerTiming) -> BlockCost:
+    """``--overlap-moe-expert-parallel-comm`` (Megatron-Core ``combined_1f1b.py``): the MoE
+    layer in combined 1F1B's steady state, one micro-batch's forward co-scheduled with
+    another's backward in Megatron's op order (:func:`.ep_overlap.combined_layer_timing`); the
+    exposed part of the exchanges is booked in the forward and the backward in proportion to
+    their link time (the backward's over its two phases the same way). The warm-up forwards
+    and cool-down backwards, which run alone, are iteration analysis's
+    (``iteration.unpaired_ep_exposed``)."""
     fw, agrad, wgrad = block.forward, block.backward_activation, block.backward_weight
-    backward_compute = agrad.compute_s + wgrad.compute_s
     bw_ep = agrad.ep_comm_exposed_s + wgrad.ep_comm_exposed_s
-    fw_exposed = max(0.0, fw.ep_comm_exposed_s - backward_compute)
-    bw_exposed = max(0.0, bw_ep - fw.compute_s)
+    fw_exposed = timing.forward_exposed_s
+    bw_exposed = timing.backward_exposed_s
     share = agrad.ep_comm_exposed_s / bw_ep if bw_ep > 0 else 1.0
     return BlockCost(
         forward=replace(fw, ep_comm_exposed_s=fw_exposed),
