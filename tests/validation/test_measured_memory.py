@@ -460,10 +460,12 @@ def test_the_verdicts_miss_exactly_the_two_runs_named(validation: MemoryValidati
     functional test ``..._ep4_etp1_memory_speed`` (55.98 GiB measured) ran the unfused core
     with ``--attention-dropout 0.0 --hidden-dropout 0.0``: with those keys it stores the
     softmax output alone (x = 2 bytes per s x s score, not 2x + 1 = 5) and no dropout masks,
-    and is predicted at 48.5 GiB (-13.4%; 90.7 GiB, +62.1%, when the keys did not exist)."""
+    and is predicted at 48.5 GiB (-13.4%; 90.7 GiB, +62.1%, when the keys did not exist); its
+    ``selective_recompute_experimental`` twin (``moe_act mla_up_proj mlp layernorm``, 45.83 GiB
+    measured) at 41.1 GiB (-10.2%)."""
     oom, ran = validation.gates[1], validation.gates[2]
     assert (oom.count, oom.failing) == (4, ("vuiseng9_121-gpt2xl-dp1-gbs16-oom",))
-    assert (ran.count, ran.failing) == (71, ("vuiseng9_228-weak-scale-tp8-gpt2-8.3B-gbs20",))
+    assert (ran.count, ran.failing) == (72, ("vuiseng9_228-weak-scale-tp8-gpt2-8.3B-gbs20",))
     speed = next(
         row
         for row in validation.rows
