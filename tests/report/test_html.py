@@ -133,7 +133,8 @@ def test_unwritable_html_path_is_a_config_error(
     target = tmp_path / "missing" / "plan.html"
     assert main(["plan", *PLAN_ARGS, "--no-simulate", "--html", str(target)]) == 2
     err = capsys.readouterr().err
-    assert f"--html {target}: cannot write the file: No such file or directory" in err
+    # refused before any work (cli/output_paths.py), naming the missing folder
+    assert f"--html {target}: cannot write the file: folder '{target.parent}' does not exist" in err
     assert "Traceback" not in err
 
 
