@@ -307,9 +307,16 @@ def interleaved_order(p: int, v: int, m: int, n: int, r: int, *, overlap: bool) 
     forward's output leaves only after the step's backward; with it, P2P is asynchronous and
     each operation waits only for its own input.
     """
+    warm = min(2 * (p - r - 1) + (v - 1) * n, m * v)
+    return _table_order(m, v, n, warm, stepped=not overlap)
+
+
+def _table_order(m: int, v: int, n: int, warm: int, *, stepped: bool) -> RankOrder:
+    """Megatron's schedule table run as ``warm`` forwards, steady (forward of entry
+    ``warm + k``, backward of entry ``k``) pairs and the cool-down backwards; ``stepped``: each
+    steady pair is one step (its P2P blocking at the step's end), else every op is its own."""
     micro, chunk = _table_arrays(m, v, n)
     total = m * v
-    warm = min(2 * (p - r - 1) + (v - 1) * n, total)
     steady = total - warm
     kinds = np.concatenate([np.full(warm, _F), np.tile([_F, _B], steady), np.full(warm, _B)])
     steady_chunks = np.stack([chunk[warm:], v - 1 - chunk[:steady]], axis=1).reshape(-1)
@@ -319,7 +326,7 @@ def interleaved_order(p: int, v: int, m: int, n: int, r: int, *, overlap: bool) 
         np.concatenate([chunk[:warm], steady_chunks, v - 1 - chunk[steady:]]),
         np.concatenate([micro[:warm], steady_micro, micro[steady:]]),
     )
-    if overlap:
+    if not stepped:
         return RankOrder(ops=ops)
     starts = np.concatenate(
         [np.arange(warm), warm + 2 * np.arange(steady), warm + 2 * steady + np.arange(warm)]
@@ -337,22 +344,7 @@ def combined_order(p: int, v: int, m: int, n: int, r: int) -> RankOrder:
     then the cool-down backwards alone. A step of two operations is the co-scheduled pair: the
     DAG builder gives single-operation steps the unpaired extra of
     :class:`~blueprinting.simulator.costs.ScheduleCosts`."""
-    micro, chunk = _table_arrays(m, v, n)
-    total = m * v
-    warm = int(combined_warmup(p, v, m, n, r))
-    steady = total - warm
-    kinds = np.concatenate([np.full(warm, _F), np.tile([_F, _B], steady), np.full(warm, _B)])
-    steady_chunks = np.stack([chunk[warm:], v - 1 - chunk[:steady]], axis=1).reshape(-1)
-    steady_micro = np.stack([micro[warm:], micro[:steady]], axis=1).reshape(-1)
-    ops = _ops(
-        kinds,
-        np.concatenate([chunk[:warm], steady_chunks, v - 1 - chunk[steady:]]),
-        np.concatenate([micro[:warm], steady_micro, micro[steady:]]),
-    )
-    starts = np.concatenate(
-        [np.arange(warm), warm + 2 * np.arange(steady), warm + 2 * steady + np.arange(warm)]
-    )
-    return RankOrder(ops=ops, step_starts=starts)
+    return _table_order(m, v, n, int(combined_warmup(p, v, m, n, r)), stepped=True)
 
 
 def zero_bubble_h1_order(p: int, m: int, r: int) -> RankOrder:
