@@ -20,6 +20,7 @@ Public API: ``NcclInput``, ``MeasuredCalibration``, ``calibrate_measured(...)``.
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -231,13 +232,6 @@ def calibrate_measured(
     )
     # What is written must read back: parse the TOML text and build the system from it.
     written = tomllib.loads(result.toml())["system"]
-    calibrated = system_from_mapping(written, source="calibrate output")
-    return MeasuredCalibration(
-        preset=preset,
-        system=calibrated,
-        gemm=gemm_fits,
-        links=tuple(links),
-        hbm=hbm_fit,
-        section=section,
-        sources=tuple(sources),
+    return dataclasses.replace(
+        result, system=system_from_mapping(written, source="calibrate output")
     )
