@@ -289,26 +289,27 @@ def test_which_runs_are_not_planned_and_why(planned: ModernValidation) -> None:
 
 def test_the_planned_runs_stay_within_todays_bounds(planned: ModernValidation) -> None:
     """Regression bound, not the issue gate (no efficiency is fitted on these runs). Today:
-    median |error| 14.9% over 77 runs, most predicted fast (Blackwell median 16.8%, Hopper
-    11.6%). The 29 Megatron-Bridge rows with t > 1 run the TP communication overlap their
+    median |error| 14.0% over 77 runs, most predicted fast (Blackwell median 16.8%, Hopper
+    8.5%). The 29 Megatron-Bridge rows with t > 1 run the TP communication overlap their
     recipes set, which hides TP time and so moves them faster (14.6% -> 16.7% with the
     Nemotron rows, -11% to -20%, joined); the microbenchmark-fitted Blackwell GEMM and NVLink
-    figures then moved the median to 14.9%. The outliers are the GB200 Llama 3.1 405B
+    figures then moved the median to 14.9%, the adopted H100 fp8 shape fit to 14.0% (GPT-3 20B
+    +43.2% -> +45.0%). The outliers are the GB200 Llama 3.1 405B
     run at t=2, p=1 under Megatron-FSDP (+297%: its ZeRO-3 parameter gathers across two NVL72
     racks are costed as flat ring all-gathers on the scale-out link; the table's parenthesised
-    alternative layout is another reading) and GPT-3 20B (+43%: 1.0 s of exposed data-parallel
+    alternative layout is another reading) and GPT-3 20B (+45%: 1.0 s of exposed data-parallel
     communication)."""
     errors = {row.run_id: abs(row.relative_error or 0.0) for row in planned.planned_rows}
     assert statistics.median(errors.values()) <= 0.17
     fsdp = "mbridge_25.09_DGX-GB200_LLAMA3.1_405B_128gpu_na_75"
     assert errors[fsdp] > 2.0
-    assert max(e for run, e in errors.items() if run != fsdp) <= 0.45
+    assert max(e for run, e in errors.items() if run != fsdp) <= 0.46
 
 
 @pytest.mark.xfail(
     strict=True,
     reason=(
-        "77 of 79 runs planned: median |error| 14.9% (limit 8%), max 297% (limit 20%); most "
+        "77 of 79 runs planned: median |error| 14.0% (limit 8%), max 297% (limit 20%); most "
         "runs are predicted fast (Blackwell median 16.8%: no quantization-kernel cost, "
         "Blackwell GEMM and attention fractions from few microbenchmarks), the Megatron-FSDP "
         "405B run slow (+297%)"
