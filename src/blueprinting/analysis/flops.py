@@ -262,9 +262,9 @@ def model_forward_flops(
     core = _core_of(convention)
     last = model.num_layers - 1
     moe = model.moe
-    dense_layers = sum(
-        1 for i in range(layers) if not model.is_moe_layer(i if i < model.num_layers else last)
-    )
+    # the MTP depths are built like the last decoder layer
+    dense_layers = layers - model.moe_layers_in(0, model.num_layers)
+    dense_layers -= depths if model.is_moe_layer(last) else 0
     moe_layers = layers - dense_layers
     routed = (
         0 if moe is None else moe.top_k * _mlp_forward_per_token(model, moe.expert_ffn_hidden_size)

@@ -874,10 +874,7 @@ class _StageInvariants:
         if model.moe is not None:
             starts = chunk_layer_starts(model, pipeline)
             moe_chunks = tuple(
-                tuple(
-                    sum(1 for i in range(a, a + n) if model.is_moe_layer(i))
-                    for a, n in zip(row_starts, row, strict=True)
-                )
+                tuple(model.moe_layers_in(a, n) for a, n in zip(row_starts, row, strict=True))
                 for row_starts, row in zip(starts, chunks, strict=True)
             )
 

@@ -266,6 +266,12 @@ class MoeLayerFrequency:
     def is_moe(self, layer: int) -> bool:
         return layer % self.every == 0
 
+    def moe_layers_in(self, start: int, count: int) -> int:
+        """MoE layers among ``start .. start + count - 1``: the multiples of N there, in closed
+        form (a layer count may be as large as 2**63 - 1; issue 18)."""
+        n = self.every
+        return (start + count + n - 1) // n - (start + n - 1) // n
+
     def __str__(self) -> str:
         return str(self.every)
 
@@ -279,6 +285,10 @@ class MoeLayerList:
 
     def is_moe(self, layer: int) -> bool:
         return self.layers[layer]
+
+    def moe_layers_in(self, start: int, count: int) -> int:
+        """MoE layers among ``start .. start + count - 1`` (the list holds one flag a layer)."""
+        return sum(self.layers[start : start + count])
 
     def __str__(self) -> str:
         return "[" + ",".join("1" if m else "0" for m in self.layers) + "]"
@@ -506,9 +516,14 @@ class TransformerModelSpec:
         moe = self.moe
         return moe is not None and moe.layer_pattern.is_moe(layer)
 
+    def moe_layers_in(self, start: int, count: int) -> int:
+        """MoE decoder layers among ``start .. start + count - 1`` (0-based)."""
+        moe = self.moe
+        return 0 if moe is None else moe.layer_pattern.moe_layers_in(start, count)
+
     @property
     def num_moe_layers(self) -> int:
-        return sum(1 for i in range(self.num_layers) if self.is_moe_layer(i))
+        return self.moe_layers_in(0, self.num_layers)
 
     @property
     def num_dense_layers(self) -> int:

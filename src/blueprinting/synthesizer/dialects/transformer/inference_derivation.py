@@ -112,7 +112,7 @@ def _stage_moe_blocks(
     out = []
     first = 0
     for blocks in stage_blocks:
-        out.append(sum(1 for layer in range(first, first + blocks) if model.is_moe_layer(layer)))
+        out.append(model.moe_layers_in(first, blocks))
         first += blocks
     return tuple(out)
 

@@ -360,7 +360,7 @@ def stage_plans(spec: TrainingSpec) -> tuple[StagePlan, ...]:
     starts = chunk_layer_starts(model, pipeline)
 
     def moe_in(start: int, count: int) -> int:
-        return sum(1 for layer in range(start, start + count) if model.is_moe_layer(layer))
+        return model.moe_layers_in(start, count)
 
     def stage_plan(index: int, per_chunk: tuple[int, ...]) -> StagePlan:
         recomputed = tuple(recomputed_blocks(spec, blocks) for blocks in per_chunk)

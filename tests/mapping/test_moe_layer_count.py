@@ -1,0 +1,32 @@
+"""The MoE layers of a layer range in closed form (issue 18: a fuzz case with a huge layer count
+hung counting them one by one), equal to counting them one by one."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from blueprinting.mapping.model import MoeLayerFrequency, MoeLayerList
+
+
+@given(every=st.integers(1, 12), start=st.integers(0, 200), count=st.integers(0, 200))
+def test_frequency_count_equals_the_layer_by_layer_count(
+    every: int, start: int, count: int
+) -> None:
+    pattern = MoeLayerFrequency(every=every)
+    expected = sum(1 for layer in range(start, start + count) if pattern.is_moe(layer))
+    assert pattern.moe_layers_in(start, count) == expected
+
+
+@given(flags=st.lists(st.booleans(), min_size=1, max_size=64), data=st.data())
+def test_list_count_equals_the_layer_by_layer_count(flags: list[bool], data: st.DataObject) -> None:
+    pattern = MoeLayerList(layers=tuple(flags))
+    start = data.draw(st.integers(0, len(flags)))
+    count = data.draw(st.integers(0, len(flags) - start))
+    expected = sum(1 for layer in range(start, start + count) if pattern.is_moe(layer))
+    assert pattern.moe_layers_in(start, count) == expected
+
+
+def test_a_huge_range_is_counted_at_once() -> None:
+    # 2**63 - 1 layers, every second one MoE: layers 0, 2, ..., 2**63 - 2
+    assert MoeLayerFrequency(every=2).moe_layers_in(0, 2**63 - 1) == 2**62
