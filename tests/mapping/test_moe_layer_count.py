@@ -1,12 +1,12 @@
-"""The MoE layers of a layer range in closed form (issue 18: a fuzz case with a huge layer count
-hung counting them one by one), equal to counting them one by one."""
+"""Layer counts of a layer range in closed form (issue 18: fuzz cases with huge layer or MTP
+counts hung counting them one by one), equal to counting them one by one."""
 
 from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from blueprinting.mapping.model import MoeLayerFrequency, MoeLayerList
+from blueprinting.mapping.model import MoeLayerFrequency, MoeLayerList, SlidingWindow
 
 
 @given(every=st.integers(1, 12), start=st.integers(0, 200), count=st.integers(0, 200))
@@ -30,3 +30,17 @@ def test_list_count_equals_the_layer_by_layer_count(flags: list[bool], data: st.
 def test_a_huge_range_is_counted_at_once() -> None:
     # 2**63 - 1 layers, every second one MoE: layers 0, 2, ..., 2**63 - 2
     assert MoeLayerFrequency(every=2).moe_layers_in(0, 2**63 - 1) == 2**62
+
+
+@given(
+    size=st.integers(1, 64),
+    full_every=st.one_of(st.none(), st.integers(1, 8)),
+    count=st.integers(0, 300),
+)
+def test_windowed_count_equals_the_layer_by_layer_count(
+    size: int, full_every: int | None, count: int
+) -> None:
+    window = SlidingWindow(size=size, full_every=full_every)
+    assert window.windowed_layers_in(count) == sum(
+        1 for layer in range(count) if window.is_windowed(layer)
+    )

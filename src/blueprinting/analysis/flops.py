@@ -203,7 +203,7 @@ def _core_width(model: TransformerModelSpec) -> int:
             assert_never(unreachable)
 
 
-def _layer_core_per_sequence(model: TransformerModelSpec, layer: int, core: _Core) -> int:
+def _layer_core_per_sequence(model: TransformerModelSpec, core: _Core, *, windowed: bool) -> int:
     """QK^T and attention over V of one layer for one sequence: ``c s^2`` causal (each query
     sees s / 2 keys on average, as Megatron-LM counts it), ``2 c s^2`` over the full matrix, and
     for a windowed layer under ``megatron-bridge`` ``c (2 s W - W (W - 1))`` (the exact causal
@@ -222,13 +222,30 @@ def _layer_core_per_sequence(model: TransformerModelSpec, layer: int, core: _Cor
                     return width * s * s
                 case SlidingWindow(size=size):
                     keys = size + 1
-                    if not window.is_windowed(layer) or keys >= s:
+                    if not windowed or keys >= s:
                         return width * s * s
                     return width * (2 * s * keys - keys * (keys - 1))
                 case _ as unreachable:
                     assert_never(unreachable)
         case _ as unreachable:
             assert_never(unreachable)
+
+
+def _attention_core_per_sequence(model: TransformerModelSpec, layers: int, core: _Core) -> int:
+    """:func:`_layer_core_per_sequence` summed over layers ``0 .. layers - 1`` (the MTP depths
+    after the decoder's), the windowed and full layers counted in closed form."""
+    window = model.attention_window
+    windowed = 0
+    match window:
+        case FullAttention():
+            pass
+        case SlidingWindow():
+            windowed = window.windowed_layers_in(layers)
+        case _ as unreachable:
+            assert_never(unreachable)
+    return windowed * _layer_core_per_sequence(model, core, windowed=True) + (
+        layers - windowed
+    ) * _layer_core_per_sequence(model, core, windowed=False)
 
 
 def _core_of(convention: FlopsConvention) -> _Core:
@@ -276,7 +293,7 @@ def model_forward_flops(
     )
     return ModelForwardFlops(
         attention_projections=s * layers * 2 * sum(model.attention_projection_parameters),
-        attention_core=sum(_layer_core_per_sequence(model, i, core) for i in range(layers)),
+        attention_core=_attention_core_per_sequence(model, layers, core),
         dense_mlp=s * dense_layers * _mlp_forward_per_token(model, model.ffn_hidden_size),
         routed_experts=s * moe_layers * routed,
         shared_experts=s * moe_layers * shared,

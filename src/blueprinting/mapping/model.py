@@ -145,6 +145,11 @@ class SlidingWindow:
     def is_windowed(self, layer: int) -> bool:
         return self.full_every is None or (layer + 1) % self.full_every != 0
 
+    def windowed_layers_in(self, count: int) -> int:
+        """Windowed layers among ``0 .. count - 1``, in closed form (issue 18: counts reach
+        2**63 - 1)."""
+        return count if self.full_every is None else count - count // self.full_every
+
     def __str__(self) -> str:
         full = "" if self.full_every is None else f"/full-every-{self.full_every}"
         return f"swa{self.size}{full}"
