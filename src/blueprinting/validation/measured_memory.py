@@ -53,6 +53,7 @@ from blueprinting.validation.fields import (
     strings,
     toml_table,
 )
+from blueprinting.validation.modern import gates_json
 
 if TYPE_CHECKING:
     from blueprinting.validation.predictor import PlanCache
@@ -681,17 +682,7 @@ def memory_to_json_dict(validation: MemoryValidation) -> dict[str, object]:
     """The ``memory`` object of ``blueprinting validate --json`` (bytes; errors as fractions)."""
     return {
         "passed": validation.passed,
-        "gates": [
-            {
-                "name": str(result.gate),
-                "count": result.count,
-                "value": result.value,
-                "limit": result.limit,
-                "failing": list(result.failing),
-                "passed": result.passed,
-            }
-            for result in validation.gates
-        ],
+        "gates": gates_json(validation.gates),
         "rows": [
             {
                 "run": row.run_id,

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Generic, Protocol, TypeVar, assert_never, final
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, assert_never, final
 
 from blueprinting.analysis.flops import FlopsConvention
 from blueprinting.errors import (
@@ -675,54 +675,85 @@ def compare_modern_runs(
     return ModernValidation(rows=tuple(rows), summaries=summarise(rows), gates=_gates(rows))
 
 
+class GateJson(Protocol):
+    """What a gate result of any validation section shows in ``validate --json``."""
+
+    @property
+    def gate(self) -> StrEnum: ...
+    @property
+    def count(self) -> int: ...
+    @property
+    def value(self) -> float | None: ...
+    @property
+    def limit(self) -> float: ...
+    @property
+    def failing(self) -> tuple[str, ...]: ...
+    @property
+    def passed(self) -> bool: ...
+
+
+def gates_json(results: Sequence[GateJson]) -> list[dict[str, object]]:
+    """The ``gates`` list of a ``validate --json`` section (memory, modern, MoE)."""
+    return [
+        {
+            "name": str(result.gate),
+            "count": result.count,
+            "value": result.value,
+            "limit": result.limit,
+            "failing": list(result.failing),
+            "passed": result.passed,
+        }
+        for result in results
+    ]
+
+
+def summaries_json(summaries: Sequence[ErrorSummary[Any]]) -> list[dict[str, object]]:
+    """The ``summaries`` list of the modern and MoE sections."""
+    return [
+        {
+            "axis": str(summary.axis),
+            "group": summary.group,
+            "rows": summary.rows,
+            "planned": summary.planned,
+            "median_abs_error": summary.median_abs_error,
+            "max_abs_error": summary.max_abs_error,
+            "mean_error": summary.mean_error,
+        }
+        for summary in summaries
+    ]
+
+
+def modern_row_json(row: ModernRow, grid: Mapping[str, object] | None = None) -> dict[str, object]:
+    """One row of the modern or MoE section; ``grid``: the MoE row's expert grid, written after
+    the dense layout."""
+    return {
+        "run": row.run_id,
+        "source": str(row.source),
+        "model": row.model,
+        "system": row.system,
+        "generation": str(row.generation),
+        "gpus": row.num_gpus,
+        "t": row.tensor_parallel,
+        "p": row.pipeline_parallel,
+        "cp": row.context_parallel,
+        "d": row.data_parallel,
+        **(grid or {}),
+        "recipe": str(row.recipe),
+        "measured_iteration_time_s": row.measured_s,
+        "predicted_iteration_time_s": row.predicted_s,
+        "relative_error": row.relative_error,
+        "planned": row.planned,
+        "not_planned": row.not_planned,
+    }
+
+
 def modern_to_json_dict(validation: ModernValidation) -> dict[str, object]:
     """The ``modern`` object of ``blueprinting validate --json`` (seconds; errors as fractions)."""
     return {
         "passed": validation.passed,
-        "gates": [
-            {
-                "name": str(result.gate),
-                "count": result.count,
-                "value": result.value,
-                "limit": result.limit,
-                "failing": list(result.failing),
-                "passed": result.passed,
-            }
-            for result in validation.gates
-        ],
-        "summaries": [
-            {
-                "axis": str(summary.axis),
-                "group": summary.group,
-                "rows": summary.rows,
-                "planned": summary.planned,
-                "median_abs_error": summary.median_abs_error,
-                "max_abs_error": summary.max_abs_error,
-                "mean_error": summary.mean_error,
-            }
-            for summary in validation.summaries
-        ],
-        "rows": [
-            {
-                "run": row.run_id,
-                "source": str(row.source),
-                "model": row.model,
-                "system": row.system,
-                "generation": str(row.generation),
-                "gpus": row.num_gpus,
-                "t": row.tensor_parallel,
-                "p": row.pipeline_parallel,
-                "cp": row.context_parallel,
-                "d": row.data_parallel,
-                "recipe": str(row.recipe),
-                "measured_iteration_time_s": row.measured_s,
-                "predicted_iteration_time_s": row.predicted_s,
-                "relative_error": row.relative_error,
-                "planned": row.planned,
-                "not_planned": row.not_planned,
-            }
-            for row in validation.rows
-        ],
+        "gates": gates_json(validation.gates),
+        "summaries": summaries_json(validation.summaries),
+        "rows": [modern_row_json(row) for row in validation.rows],
         "planned_runs": len(validation.planned_rows),
         "not_planned_runs": len(validation.not_planned_rows),
     }

@@ -43,8 +43,11 @@ from blueprinting.validation.modern import (
     ModernSource,
     compare_modern_runs,
     error_summary,
+    gates_json,
     iteration_gates,
     load_modern_runs,
+    modern_row_json,
+    summaries_json,
 )
 
 #: Issue 13 item 7: median |relative error| of the iteration time over the planned MoE rows.
@@ -256,53 +259,19 @@ def moe_to_json_dict(validation: MoeValidation) -> dict[str, object]:
     """The ``moe`` object of ``blueprinting validate --json`` (seconds; errors as fractions)."""
     return {
         "passed": validation.passed,
-        "gates": [
-            {
-                "name": str(result.gate),
-                "count": result.count,
-                "value": result.value,
-                "limit": result.limit,
-                "failing": list(result.failing),
-                "passed": result.passed,
-            }
-            for result in validation.gates
-        ],
-        "summaries": [
-            {
-                "axis": str(summary.axis),
-                "group": summary.group,
-                "rows": summary.rows,
-                "planned": summary.planned,
-                "median_abs_error": summary.median_abs_error,
-                "max_abs_error": summary.max_abs_error,
-                "mean_error": summary.mean_error,
-            }
-            for summary in validation.summaries
-        ],
+        "gates": gates_json(validation.gates),
+        "summaries": summaries_json(validation.summaries),
         "rows": [
-            {
-                "run": row.run_id,
-                "source": str(row.row.source),
-                "model": row.row.model,
-                "system": row.row.system,
-                "generation": str(row.row.generation),
-                "gpus": row.row.num_gpus,
-                "t": row.row.tensor_parallel,
-                "p": row.row.pipeline_parallel,
-                "cp": row.row.context_parallel,
-                "d": row.row.data_parallel,
-                "ep": row.expert_parallel,
-                "etp": row.expert_tensor_parallel,
-                "vp": row.virtual_pipeline,
-                "pipeline_layout": row.pipeline_layout,
-                "dispatcher": str(row.dispatcher),
-                "recipe": str(row.row.recipe),
-                "measured_iteration_time_s": row.row.measured_s,
-                "predicted_iteration_time_s": row.row.predicted_s,
-                "relative_error": row.relative_error,
-                "planned": row.planned,
-                "not_planned": row.row.not_planned,
-            }
+            modern_row_json(
+                row.row,
+                {
+                    "ep": row.expert_parallel,
+                    "etp": row.expert_tensor_parallel,
+                    "vp": row.virtual_pipeline,
+                    "pipeline_layout": row.pipeline_layout,
+                    "dispatcher": str(row.dispatcher),
+                },
+            )
             for row in validation.rows
         ],
         "planned_runs": len(validation.planned_rows),
