@@ -172,7 +172,7 @@ def test_gpt3_175b_plan_reports_the_selene_strategy() -> None:
     total = 5_645_463_552 + 11_290_927_104 + 2_117_048_832 + 13_262_487_552 + 47_431_680
     assert total == 32_363_358_720
     assert memory.total == total
-    assert memory.capacity == 80 * 10**9  # 80 GB HBM2e
+    assert memory.capacity == 81_920 * 2**20  # NVML total of an A100 80GB (NVML_TOTAL_MIB)
     # The peaks: a block's backward gradients x s (u + f)/t + 2 x (s/t) h + x s h (the SP
     # re-gather), x = 2, u = f = 4h: the transient and the allocator's reserve.
     working = 2 * s * (2 * 4 * h // 8) + 2 * 2 * (s // 8) * h + 2 * s * h
@@ -183,7 +183,7 @@ def test_gpt3_175b_plan_reports_the_selene_strategy() -> None:
     # DP, PP and model-parallel groups (688 MB each) and the tied-embedding pair (544 MB).
     nccl = 5 * 688_000_000 + 544_000_000
     assert memory.reserved_peak == 32_656_960_000 + 512 * 2**20 + nccl == 37_177_830_912
-    assert memory.headroom == 80 * 10**9 - 37_177_830_912 == 42_822_169_088
+    assert memory.headroom == 81_920 * 2**20 - 37_177_830_912 == 48_721_515_008
 
 
 def test_plan_refuses_an_illegal_strategy_with_every_law() -> None:

@@ -268,13 +268,15 @@ def test_presets_lists_systems(capsys: pytest.CaptureFixture[str]) -> None:
         "dgx-a100-40gb", "dgx-a100-80gb", "dgx-h100", "dgx-h200", "dgx-h800", "dgx-b200",
         "dgx-b300", "dgx-gb200", "dgx-gb300", "mi300x-8",
     }  # fmt: skip
-    # A100 SXM datasheet: 312 TFLOP/s bf16 dense, 80 GB at 2.04 TB/s, 300 GB/s NVLink per direction
-    assert rows["dgx-a100-80gb"][5:18:2] == ["8", "8", "312", "80", "2.04", "300", "25"]
+    # A100 SXM datasheet: 312 TFLOP/s bf16 dense, 2.04 TB/s, 300 GB/s NVLink per direction; NVML's
+    # total 81,920 MiB = 80.0 GiB (presets.NVML_TOTAL_MIB)
+    assert rows["dgx-a100-80gb"][5:18:2] == ["8", "8", "312", "80.0", "2.04", "300", "25"]
     # GB200 NVL72: 4 GPUs per tray, 72 per NVLink domain, 2.5 PF bf16, 13.4 TB / 72, 8 TB/s,
-    # 900 GB/s NVLink per direction, one 400 Gb/s NIC per GPU (modern_parallelism.md 3.6-3.7).
-    assert rows["dgx-gb200"][5:18:2] == ["4", "72", "2,500", "186", "8.00", "900", "50"]
-    # H800: NVLink 400 GB/s bidirectional = 200 per direction.
-    assert rows["dgx-h800"][5:18:2] == ["8", "8", "989", "80", "3.35", "200", "50"]
+    # 900 GB/s NVLink per direction, one 400 Gb/s NIC per GPU (modern_parallelism.md 3.6-3.7);
+    # 13.4e12 / 72 bytes = 173.3 GiB.
+    assert rows["dgx-gb200"][5:18:2] == ["4", "72", "2,500", "173.3", "8.00", "900", "50"]
+    # H800: NVLink 400 GB/s bidirectional = 200 per direction; H100's 81,559 MiB = 79.6 GiB.
+    assert rows["dgx-h800"][5:18:2] == ["8", "8", "989", "79.6", "3.35", "200", "50"]
     code, out, _ = _run(capsys, "presets")
     assert "Model presets" in out
     assert "System presets" in out

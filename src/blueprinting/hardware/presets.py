@@ -322,9 +322,37 @@ def _vector(*, half: float, fp32: float) -> ComputeEngineSpec:
     )
 
 
-def _hbm(capacity_gb: float, gbps: float, efficiency: ConstantEfficiency) -> MemorySpec:
+#: Device memory NVML reports as total (``nvidia-smi --query-gpu=memory.total``, MiB), what a
+#: training process can fill before it runs out: the HBM "GB" of a datasheet is neither this
+#: nor 10**9 bytes. Modal's readings on their fleet (modal-labs/modal-client PR #2797,
+#: 2025-01-23; thundergolfer.com/blog/nvidia-gpu-memory-capacity): H100 80GB 81,559 MiB,
+#: A100 80GB 81,920 MiB, A100 40GB 40,960 MiB, H200 143,771 MiB; the H100 figure is also the
+#: gpustat line "33321 / 81559 MB" of the measured-memory tutorial runs on 8 x H100 80GB
+#: (vuiseng9/megatron-tutorials 0b2c030a1d, 01-dp-zero2.md; gpustat's MB is 2**20 bytes,
+#: wookayin/gpustat core.py ``MB = 1024 * 1024``). H800: H100's (the same five 16 GiB HBM3
+#: stacks, assumed). Blackwell and MI300X: no reading here, so their datasheet GB x 10**9
+#: stays (below what NVML would report: B200's CUDA device query reads 178.35 GB, pytorch/ao
+#: PR #4002, against the 180 used).
+NVML_TOTAL_MIB: dict[str, int] = {
+    "A100-SXM4-40GB": 40_960,
+    "A100-SXM4-80GB": 81_920,
+    "H100-SXM5-80GB": 81_559,
+    "H800-SXM5-80GB": 81_559,
+    "H200-SXM5-141GB": 143_771,
+}
+
+
+def _hbm(
+    capacity_gb: float,
+    gbps: float,
+    efficiency: ConstantEfficiency,
+    *,
+    nvml_total_mib: int | None = None,
+) -> MemorySpec:
+    """``capacity_gb`` x 10**9 bytes, or NVML's total where it was read
+    (:data:`NVML_TOTAL_MIB`)."""
     return MemorySpec(
-        capacity_bytes=capacity_gb * GIGA,
+        capacity_bytes=capacity_gb * GIGA if nvml_total_mib is None else nvml_total_mib * 2**20,
         bandwidth_bytes_per_s=gbps * GIGA,
         efficiency=efficiency,
     )
@@ -383,7 +411,12 @@ def _a100(hbm_gb: float, hbm_gbps: float) -> AcceleratorSpec:
                 Datatype.FP32: (19.5, VECTOR_EFFICIENCY),
             }
         ),
-        hbm=_hbm(hbm_gb, hbm_gbps, _constant(0.83)),
+        hbm=_hbm(
+            hbm_gb,
+            hbm_gbps,
+            _constant(0.83),
+            nvml_total_mib=NVML_TOTAL_MIB[f"A100-SXM4-{hbm_gb:g}GB"],
+        ),
         attention=A100_FLASH_ATTENTION_2,
         # 108 SMs (NVIDIA A100 Tensor Core GPU Architecture whitepaper, Table 1).
         sm_count=108,
@@ -402,7 +435,9 @@ def _hopper(
         name=name,
         matrix=_matrix(bf16=989, fp8=1979, fp32=67, bf16_fraction=0.80, fp8_fraction=fp8_fraction),
         vector=_vector(half=133.8, fp32=67),
-        hbm=_hbm(hbm_gb, hbm_gbps, _constant(hbm_fraction)),
+        hbm=_hbm(
+            hbm_gb, hbm_gbps, _constant(hbm_fraction), nvml_total_mib=NVML_TOTAL_MIB.get(name)
+        ),
         attention=H100_FLASH_ATTENTION_2,
         # FP8 only (no MXFP8 / NVFP4 on SM 9.0); blockwise at the per-tensor fraction (docstring).
         low_precision=_low_precision(

@@ -16,7 +16,9 @@ every record of ``shared/reference/measured_memory.json`` (see ``measured_memory
 Each run keeps the model and the strategy as the Megatron-LM flat keys its launch script sets,
 the GPU count (its ``world_size``) and Megatron's ``--attention-backend``; figures keep their
 source's unit, named in the key (``max_allocated_mib``: MiB = 2**20 bytes, what Megatron prints as
-"MB"; ``nvidia_smi_mb``: gpustat's MB = 10**6 bytes). A run Blueprinting cannot describe names
+"MB"; ``nvidia_smi_mb``: gpustat's "MB", also 2**20 bytes: ``MB = 1024 * 1024`` and
+``memory.used // MB`` in wookayin/gpustat ``gpustat/core.py``, whose H100 80GB total reads
+"81559 MB", NVML's 81,559 MiB). A run Blueprinting cannot describe names
 why in ``excluded`` (:class:`ExclusionReason`) and keeps the keys that say so.
 
 Scoring (:func:`compare_measured_memory`): every included run is planned with
@@ -62,7 +64,8 @@ if TYPE_CHECKING:
 MEDIAN_ERROR_LIMIT = 0.10
 
 _MIB = float(2**20)
-_MB = 1e6
+#: gpustat's "MB" (module docstring): a mebibyte, like Megatron's.
+_GPUSTAT_MB = _MIB
 
 
 class MeasurementSource(StrEnum):
@@ -187,7 +190,7 @@ class MeasuredMemory:
             case FigureKind.MAX_RESERVED:
                 return None if self.max_reserved_mib is None else self.max_reserved_mib * _MIB
             case FigureKind.NVIDIA_SMI:
-                return None if self.nvidia_smi_mb is None else self.nvidia_smi_mb * _MB
+                return None if self.nvidia_smi_mb is None else self.nvidia_smi_mb * _GPUSTAT_MB
             case _ as unreachable:
                 assert_never(unreachable)
 
