@@ -198,9 +198,11 @@ def candidate_costs(spec: TrainingSpec, system: SystemSpec) -> CandidateCosts:
       rate (biases and norm parameters, under 0.1%, left out);
     * bias gradients of the column-parallel linears as their own reduction kernels: the QKV
       linear's ``grad_output.sum(dim=0)`` (``megatron/mpu/layers.py`` l.301 @d898a8991d) and
-      fc1's bias from the bias-GeLU backward (fc1 runs with ``skip_bias_add``), each reading the
-      output gradient at the HBM rate; the planner folds them into the weight-gradient GEMM's
-      roofline, where they cost nothing;
+      fc1's (``skip_bias_add``, ``megatron/model/transformer.py`` l.82-87), whose
+      ``GeLUFunction.backward`` returns a full-size bias gradient that autograd sums to the bias
+      (``megatron/model/fused_bias_gelu.py``), each reading the output gradient at the HBM
+      rate; the planner folds them into the weight-gradient GEMM's roofline, where they cost
+      nothing;
     * the SMs NCCL holds while a hidden backward collective runs beside its GEMM: the ring kernel
       takes :data:`A100_NCCL_RING_CHANNELS` of the accelerator's SMs, so the GEMM beside it runs
       ``u = 24 / 108`` slower for the hidden time: ``u x hidden`` (first order; Transformer
