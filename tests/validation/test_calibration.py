@@ -50,14 +50,15 @@ def test_a_system_without_a_saturating_gemm_model_is_refused() -> None:
 
 def test_the_preset_fraction_is_the_fit_on_korthikanti_table4() -> None:
     result = fit_gemm_peak_fraction(system_preset("dgx-a100-80gb"), load_published_runs())
-    assert result.peak_fraction == A100_GEMM_PEAK_FRACTION == 0.72
+    # with the A100 NVLink fit (47 us, 0.69): MAE 2.9%, max 3.7% on Table 4
+    assert result.peak_fraction == A100_GEMM_PEAK_FRACTION == 0.75
     assert result.fit_tables == frozenset({SourceTable.KORTHIKANTI2022_TABLE4})
     assert result.fit.count == 10
-    assert result.fit.max_error < 0.02
+    assert result.fit.max_error < 0.04
     assert SourceTable.KORTHIKANTI2022_TABLE4 not in result.held_out
     held = result.held_out[SourceTable.NARAYANAN2021_TABLE1]
     assert held.count == 10 and held.mae < 0.05
-    assert "peak_fraction = 0.72, half_saturation_dim = 128}" in override_toml(
+    assert "peak_fraction = 0.75, half_saturation_dim = 128}" in override_toml(
         result, "dgx-a100-80gb"
     )
 
@@ -67,6 +68,6 @@ def test_calibrate_command_prints_fit_held_out_and_override(
 ) -> None:
     assert main(["calibrate"]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[0] == "system dgx-a100-80gb: GEMM peak_fraction = 0.72"
+    assert out.splitlines()[0] == "system dgx-a100-80gb: GEMM peak_fraction = 0.75"
     assert "held out narayanan2021_table1: 10 figures" in out
     assert '[system]\npreset = "dgx-a100-80gb"' in out

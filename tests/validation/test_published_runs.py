@@ -568,11 +568,11 @@ def test_every_published_row_is_predicted(real_table: ValidationTable) -> None:
 
 def test_per_layer_times_meet_the_issue_gate(real_table: ValidationTable) -> None:
     """Korthikanti 2022 Table 4, the subset the A100 GEMM fraction is fitted on (presets.py):
-    every forward/backward time within 10% (the fit reaches 1.5%)."""
+    every forward/backward time within 10% (the fit, on the A100 NVLink fit, reaches 3.7%)."""
     (result,) = [r for r in real_table.gates if r.gate.family == MetricFamily.LAYER_TIME]
     assert result.passed, (result.mae, result.max_error)
     assert result.count == 10
-    assert result.max_error is not None and result.max_error <= 0.02
+    assert result.max_error is not None and result.max_error <= 0.04
 
 
 def test_activation_memory_meets_the_issue_gate(real_table: ValidationTable) -> None:
@@ -590,8 +590,10 @@ def test_activation_memory_meets_the_issue_gate(real_table: ValidationTable) -> 
 # change that makes the model worse fails here; the issue's tighter joint gate is the xfail below.
 HELD_OUT_BOUNDS: dict[SourceTable, tuple[float, float]] = {
     # Narayanan: costed with the SC'21 code's synchronous TP backward all-reduce (predictor.py).
-    SourceTable.NARAYANAN2021_TABLE1: (0.04, 0.07),  # reached: MAE 3.3%, max 6.8%
-    SourceTable.KORTHIKANTI2022_TABLE5: (0.06, 0.12),  # reached: MAE 5.7%, max 11.3%
+    # Reached with the A100 NVLink fit and the fraction refitted on it (0.75); before (0.78 /
+    # 10 us NVLink, 0.72): Narayanan MAE 3.5%, max 6.9%; Korthikanti T5 MAE 5.1%, max 10.4%.
+    SourceTable.NARAYANAN2021_TABLE1: (0.04, 0.08),  # reached: MAE 3.2%, max 7.9%
+    SourceTable.KORTHIKANTI2022_TABLE5: (0.05, 0.08),  # reached: MAE 4.1%, max 7.2%
 }
 
 
@@ -620,9 +622,9 @@ def test_the_1t_rows_under_their_other_reading(real_table: ValidationTable) -> N
         if row.metric.family is MetricFamily.THROUGHPUT
     }
     expected = {  # primary (v = 1) and alternative (v = 2) relative errors, reached
-        "narayanan2021_t1_1008.0B": (-0.035, 0.012),
-        "korthikanti2022_t5_1T_full": (0.104, 0.053),
-        "korthikanti2022_t5_1T_seqsel": (0.094, 0.040),
+        "narayanan2021_t1_1008.0B": (-0.010, 0.038),
+        "korthikanti2022_t5_1T_full": (0.072, 0.022),
+        "korthikanti2022_t5_1T_seqsel": (0.065, 0.012),
     }
     assert {run_id for run_id, _ in rows} == set(expected)
     for (run_id, _), row in rows.items():
@@ -638,23 +640,12 @@ def test_the_1t_rows_under_their_other_reading(real_table: ValidationTable) -> N
     assert rows[(run.id, Metric.ITERATION_TIME)].predicted == direct
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "issue #5 joint gate (Narayanan T1 + Korthikanti T5: MAE <= 5%, max <= 10%): the MAE "
-        "passes (4.4%) since Narayanan T1 is costed with the SC'21 code's synchronous TP "
-        "backward all-reduce, the max does not (11.3%). Outliers: Korthikanti T5 1T full "
-        "(+11.3%) and 1T seq+sel (+10.5%), predicted too slow: p = 64 with 2 blocks per stage "
-        "makes the LM head on the last stage the critical stage (+5.6%, real work that "
-        "Calculon does not model), and the 1T layer itself (h = 25600) runs ~7% faster than the "
-        "GEMM model fitted on the 22B layers of Table 4 predicts; min(M, N, K) is 2048 for both "
-        "shapes, so a smallest-side saturation cannot tell them apart and Table 4 (one model "
-        "size) cannot identify a FLOP-size term. The 2021-22 P2P scatter/gather (Narayanan 2021, "
-        "Section 4.1; not modelled) would take ~0.5% off 1T full. Read as interleaved (v = 2, "
-        "the fixture's alternative reading), the 1T rows are +6.2% / +5.0%; the gate keeps the "
-        "recorded v = 1 (test_the_1t_rows_under_their_other_reading)."
-    ),
-)
 def test_cost_model_meets_the_issue_throughput_gate(real_table: ValidationTable) -> None:
+    """Issue #5's joint gate (Narayanan T1 + Korthikanti T5: MAE <= 5%, max <= 10%), met since the
+    A100 presets take the NVLink sweep fit (47 us, 0.69: microbenchmarks.md 4.2) and the GEMM
+    fraction refitted on Table 4 with it (0.75): MAE 3.6%, max 7.9% (Narayanan's 76.1B TFLOP/s per
+    GPU, +7.9%; Korthikanti T5 1T full +7.2%). Before, at 0.78 / 10 us and 0.72, the max was 10.4%
+    (Korthikanti T5 1T full, too slow: p = 64 with 2 blocks per stage makes the LM head on the
+    last stage the critical stage)."""
     (result,) = [r for r in real_table.gates if r.gate.family == MetricFamily.THROUGHPUT]
     assert result.passed, (result.mae, result.max_error)
