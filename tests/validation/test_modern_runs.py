@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 from blueprinting.analysis.flops import FlopsConvention
-from blueprinting.errors import ConfigError
+from blueprinting.errors import BlueprintingError, ConfigError
 from blueprinting.validation.modern import (
     MAX_ERROR_LIMIT,
     MEDIAN_ERROR_LIMIT,
     GpuGeneration,
+    ModernExclusion,
     ModernGate,
     ModernRun,
     ModernSource,
@@ -26,8 +27,10 @@ from blueprinting.validation.modern import (
     PrecisionRecipe,
     api_modern_predictor,
     compare_modern_runs,
+    default_fixture_path,
     load_modern_runs,
     modern_to_json_dict,
+    planner_message,
     precision_recipe,
 )
 from blueprinting.validation.modern_moe import MOE_SOURCES
@@ -246,18 +249,25 @@ def test_scoring_splits_the_error_by_generation_and_recipe() -> None:
     assert hopper.planned == hopper.rows == 34
     assert hopper.median_abs_error == pytest.approx(0.1, rel=1e-12)
     blackwell = by_group[("generation", "blackwell")]
-    assert (blackwell.rows, blackwell.planned) == (45, 36)
+    # 9 NVFP4 rows refused, the 2 inconsistent long-sequence rows excluded
+    assert (blackwell.rows, blackwell.planned) == (45, 34)
     assert blackwell.max_abs_error == pytest.approx(0.2, rel=1e-12)
     nvfp4 = by_group[("recipe", "nvfp4")]
     assert (nvfp4.rows, nvfp4.planned, nvfp4.median_abs_error) == (9, 0, None)
     not_planned = validation.not_planned_rows
-    assert {row.not_planned for row in not_planned} == {"unknown key 'fp4_format'"}
+    assert {row.not_planned for row in not_planned} == {
+        "unknown key 'fp4_format'",
+        "excluded (inconsistent_layout): the reference flags its layout inconsistent",
+    }
     assert validation.gate(ModernGate.MAX_ERROR).passed is True  # 0.2 <= 0.2
     assert validation.gate(ModernGate.MEDIAN_ERROR).passed is False  # 0.2 > 0.08
-    assert validation.gate(ModernGate.ALL_PLANNED).value == pytest.approx(70 / 79)
+    # the gates count the 77 compared rows: 68 planned, the 9 NVFP4 ones not
+    every = validation.gate(ModernGate.ALL_PLANNED)
+    assert every.count == 77
+    assert every.value == pytest.approx(68 / 77)
     # Through the JSON text, as a user of --json reads it.
     document = json.loads(json.dumps(modern_to_json_dict(validation)))
-    assert document["planned_runs"] == 70 and document["not_planned_runs"] == 9
+    assert document["planned_runs"] == 68 and document["not_planned_runs"] == 11
     (row,) = [r for r in document["rows"] if r["run"] == "nemo2407_LLAMA2-7B_8gpu"]
     assert (row["t"], row["p"], row["cp"], row["d"]) == (1, 1, 1, 8)
     assert row["recipe"] == "fp8-delayed" and row["generation"] == "hopper"
@@ -267,24 +277,47 @@ def test_scoring_splits_the_error_by_generation_and_recipe() -> None:
 # --------------------------------------------------------------------------------------------
 # The planner on the runs (held out: no efficiency is fitted on them)
 # --------------------------------------------------------------------------------------------
-#: The runs the planner does not plan today, and why: two NeMo long-sequence B200 rows whose
-#: GPU count and global batch disagree (the reference flags that table as inconsistent: d = 16
-#: with 8 or 4 sequences per step).
-NOT_PLANNED_TODAY = {
-    "nemo_longseq_llama3_8b_b200_s512k": "[planner] local_batch",
-    "nemo_longseq_llama3_8b_b200_s1024k": "[planner] local_batch",
+#: The runs left out of the comparison, and why: two NeMo long-sequence B200 rows whose GPU
+#: count and global batch disagree (the reference flags that table as inconsistent: d = 16 with
+#: 8 or 4 sequences per step, which Megatron-LM refuses at start-up).
+EXCLUDED = {
+    "nemo_longseq_llama3_8b_b200_s512k": ModernExclusion.INCONSISTENT_LAYOUT,
+    "nemo_longseq_llama3_8b_b200_s1024k": ModernExclusion.INCONSISTENT_LAYOUT,
 }
 
 
-def test_which_runs_are_not_planned_and_why(planned: ModernValidation) -> None:
-    """Every refused run carries the planner's message (no traceback)."""
+def test_which_runs_are_excluded_and_why(planned: ModernValidation) -> None:
+    """Every compared run plans; the excluded ones say so, and would not plan as printed."""
     assert len(planned.planned_rows) == 77
+    assert {run.id: run.excluded for run in _RUNS if run.excluded} == EXCLUDED
     refused = {row.run_id: row.not_planned for row in planned.not_planned_rows}
-    assert set(refused) == set(NOT_PLANNED_TODAY)
-    for run_id, start in NOT_PLANNED_TODAY.items():
-        message = refused[run_id]
-        assert message.startswith(start), (run_id, message)
-        assert "Traceback" not in message
+    assert set(refused) == set(EXCLUDED)
+    for run_id, reason in EXCLUDED.items():
+        assert refused[run_id].startswith(f"excluded ({reason})")
+        with pytest.raises(BlueprintingError) as raised:
+            api_modern_predictor()(_BY_ID[run_id])
+        assert planner_message(raised.value).startswith("[planner] local_batch")
+    assert planned.gate(ModernGate.ALL_PLANNED).passed
+
+
+def test_an_exclusion_that_does_not_hold_is_refused(tmp_path: Path) -> None:
+    """A reason the run does not meet is a fixture error naming the rule and the values."""
+    text = default_fixture_path().read_text()
+    run_id = "nemo_longseq_llama3_8b_b200_s256k"  # d = 16, gbs 16: it plans
+    start = text.index(f'id = "{run_id}"')
+    cut = text.index("dp_table = 4\n", start) + len("dp_table = 4\n")
+    bad = tmp_path / "modern.toml"
+    bad.write_text(text[:cut] + 'excluded = "inconsistent_layout"\n' + text[cut:])
+    with pytest.raises(ConfigError) as raised:
+        load_modern_runs(bad)
+    message = "; ".join(raised.value.problems)
+    assert run_id in message and "divides over micro_batch_size x d = 1 x 16" in message
+    typo = tmp_path / "typo.toml"
+    typo.write_text(
+        text.replace('excluded = "inconsistent_layout"', 'excluded = "inconsistent"', 1)
+    )
+    with pytest.raises(ConfigError):
+        load_modern_runs(typo)
 
 
 def test_the_planned_runs_stay_within_todays_bounds(planned: ModernValidation) -> None:
