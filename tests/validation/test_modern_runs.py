@@ -322,25 +322,33 @@ def test_an_exclusion_that_does_not_hold_is_refused(tmp_path: Path) -> None:
 
 def test_the_planned_runs_stay_within_todays_bounds(planned: ModernValidation) -> None:
     """Regression bound, not the issue gate (no efficiency is fitted on these runs). Today:
-    median |error| 15.0% over 77 runs, nearly all predicted fast (mean -13.5%; Blackwell median
-    16.9%, Hopper 9.0%). Ring collectives across NVLink domains now use every member's NIC
+    median |error| 12.5% over 77 runs, nearly all predicted fast (mean -10.8%; Blackwell median
+    14.4%, Hopper 6.1%). Ring collectives across NVLink domains use every member's NIC
     (``SystemSpec.collective_time``): the Megatron-FSDP Llama 3.1 405B run on two GB200 racks
     went from +297% (its ZeRO-3 gathers and fp32 gradient reduce-scatters flat on one NIC) to
-    -21.9%, GPT-3 20B from +45% to -20.7%."""
+    -21.9%, GPT-3 20B from +45% to -20.7%; the recipes' quantization kernels
+    (``PhaseCost.quantize_s``) then moved every low-precision row slower (median 15.0% ->
+    12.5%). The largest errors are the GB200 Llama 3 70B NVFP4 rows (-25% to -32%)."""
     errors = {row.run_id: abs(row.relative_error or 0.0) for row in planned.planned_rows}
-    assert statistics.median(errors.values()) <= 0.17
+    assert statistics.median(errors.values()) <= 0.14
     fsdp = "mbridge_25.09_DGX-GB200_LLAMA3.1_405B_128gpu_na_75"
-    assert errors[fsdp] <= 0.25
-    assert max(errors.values()) <= 0.36
+    assert errors[fsdp] <= 0.22
+    assert max(errors.values()) <= 0.33
+    hopper = [
+        errors[row.run_id] for row in planned.planned_rows if row.generation is GpuGeneration.HOPPER
+    ]
+    assert statistics.median(hopper) <= 0.07
 
 
 @pytest.mark.xfail(
     strict=True,
     reason=(
-        "77 of 79 runs planned: median |error| 14.0% (limit 8%), max 297% (limit 20%); most "
-        "runs are predicted fast (Blackwell median 16.8%: no quantization-kernel cost, "
-        "Blackwell GEMM and attention fractions from few microbenchmarks), the Megatron-FSDP "
-        "405B run slow (+297%)"
+        "77 of 77 compared runs planned: median |error| 12.5% (limit 8%), max 31.9% (limit "
+        "20%), 10 runs beyond 20%, all predicted fast: the GB200 Llama 3 70B NVFP4 rows (-25% "
+        "to -32%) and the 405B NVFP4 26.02 row (-20.5%), the B200 405B rows (-21%, -22%), the "
+        "Megatron-FSDP 405B GB200 row (-20.3%), NeMo Llama 3 8B B200 8k (-22.8%) and Nemotron "
+        "8B (-20.9%); Blackwell median 14.4% (its MXFP8 and attention figures are assumed or "
+        "rest on one microbenchmark: hardware/presets.py)"
     ),
 )
 def test_issue_gate_on_the_planned_runs(planned: ModernValidation) -> None:
@@ -354,8 +362,9 @@ def test_issue_gate_on_the_planned_runs(planned: ModernValidation) -> None:
 @pytest.mark.xfail(
     strict=True,
     reason=(
-        "2 of 79 dense runs are not planned (two long-sequence rows whose GPU count and "
-        "batch disagree: the reference flags that table) and the accuracy gates fail"
+        "every compared dense run plans (the two long-sequence rows the reference flags "
+        "inconsistent are excluded by name), but the median and max accuracy gates fail (see "
+        "test_issue_gate_on_the_planned_runs)"
     ),
 )
 def test_full_issue_gate_every_dense_run(planned: ModernValidation) -> None:
