@@ -18,7 +18,7 @@ per microbatch that no other op writes in low precision: its input in the forwar
 usage for Fprop, columnwise for Wgrad, made together and saved) and the gradient of its output
 in the backward pass (rowwise for Dgrad, columnwise for Wgrad); weights are quantized once per
 step (cached across micro-batches, or FP8 primary weights under ``--fp8-param-gather``) and are
-not timed. The input of ``LayerNormLinear`` (QKV, FC1, MLA's query up-projection) is written
+not timed. The input of ``LayerNormLinear`` (QKV, FC1, MLA's up-projections) is written
 quantized by the norm kernel itself (TE ``pytorch/module/layernorm_linear.py``
 ``with_quantized_norm``), so only the other linears' inputs take a pass of their own. A pass is
 memory-bound: it reads the high-precision tensor once, twice where the scale needs the tensor's
@@ -76,7 +76,7 @@ TE_LINEAR_OPS: frozenset[SemanticOpName] = frozenset(
 
 #: TE linears whose input the preceding norm writes already quantized (``LayerNormLinear``:
 #: Megatron's ``TELayerNormColumnParallelLinear`` for ``linear_qkv``, ``linear_fc1`` and MLA's
-#: ``linear_q_up_proj`` with its fused q-norm).
+#: ``linear_q_up_proj`` / ``linear_kv_up_proj`` with their fused latent norms).
 NORM_FUSED_INPUT_OPS: frozenset[SemanticOpName] = frozenset(
     {
         SemanticOpName.QKV_PROJECTION,
