@@ -119,8 +119,22 @@ def test_block_costs_change_only_in_the_linears() -> None:
         else:
             assert after == before  # attention core, norms, residuals: unchanged
         saved += before - after
+    # The recipe's own casts: the inputs of the projection and FC2 (QKV's and FC1's come
+    # quantized out of their fused norms), tensorwise on Hopper: amax read + cast read (2 B
+    # each) and the rowwise and transposed copies (1 B each): 6 B per element.
+    casts = [
+        H100.memory_time(task.gemm.m * task.gemm.n * 6)
+        for task in ir.block.tasks
+        if isinstance(task, ComputeTask)
+        and task.phase is Phase.FORWARD
+        and task.gemm is not None
+        and task.lineage.op in (SemanticOpName.OUTPUT_PROJECTION, SemanticOpName.MLP_DOWN)
+    ]
+    assert len(casts) == 2
+    assert costs[fp8].block.forward.quantize_s == pytest.approx(sum(casts), rel=1e-12)
+    assert costs[high].block.forward.quantize_s == 0.0
     forward = {p: c.block.forward.compute_s for p, c in costs.items()}
-    assert forward[high] - forward[fp8] == pytest.approx(saved, rel=1e-12)
+    assert forward[high] - forward[fp8] == pytest.approx(saved - sum(casts), rel=1e-12)
     # the embedding and the LM head stay in bf16
     assert costs[high].lm_head == costs[fp8].lm_head
     assert costs[high].embedding == costs[fp8].embedding

@@ -332,7 +332,8 @@ def test_the_planned_runs_stay_within_todays_bounds(planned: MoeValidation) -> N
     assert len(ep8) == 6 and all(-0.6 <= error <= -0.35 for error in ep8)
     assert len(ep32) == 1 and 0.3 <= ep32[0] <= 0.55
     others = [error for run, error in errors.items() if run not in deepseek]
-    assert all(-0.80 <= error <= -0.10 for error in others)
+    # Qwen3-30B-A3B on H100 -7.7% .. -9.1% since the recipes' quantization kernels are costed
+    assert all(-0.80 <= error <= -0.05 for error in others)
 
 
 @pytest.mark.xfail(

@@ -355,6 +355,13 @@ def stage_tp_comm(plan: PortablePlanIR, stage: StagePlan, microbatches: int) -> 
     )
 
 
+def stage_quantize_s(plan: PortablePlanIR, stage: StagePlan, microbatches: int) -> float:
+    """m x the low-precision recipe's quantization kernels in the stage's blocks and extras
+    (``PhaseCost.quantize_s``: already inside forward / backward / recompute; the
+    base-precision layers' extras take theirs off)."""
+    return microbatches * sum(n * ph.quantize_s for n, ph in _stage_phases(plan, stage))
+
+
 def _stage_phases(plan: PortablePlanIR, stage: StagePlan) -> list[tuple[int, PhaseCost]]:
     """(times per microbatch, phase) of everything a stage runs: the rows of ``_RUNS``."""
     return [(work_count(stage, count), costed_part(plan, part)) for count, part in _RUNS]

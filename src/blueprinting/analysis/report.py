@@ -19,6 +19,7 @@ from blueprinting.analysis.iteration import (
     plan_unpaired_ep_exposed_s,
     stage_cp_comm,
     stage_ep_comm,
+    stage_quantize_s,
     stage_tp_comm,
 )
 from blueprinting.analysis.memory import MemoryBreakdown, stage_activations
@@ -173,6 +174,24 @@ class IterationReport:
             tokens,
             self.iteration_time_s,
         )
+
+    def _quantization_json(self) -> dict[str, JsonValue]:
+        """The low-precision recipe's quantization kernels (Transformer Engine's casts of each
+        linear's input and output gradient, memory-bound at the HBM rate): per block phase and
+        over the critical stage's iteration, already inside the compute terms."""
+        block = self.plan.block
+        return {
+            "recipe": str(self.spec.mapping.precision),
+            "block_s": {
+                "forward": block.forward.quantize_s,
+                "backward_activation": block.backward_activation.quantize_s,
+                "backward_weight": block.backward_weight.quantize_s,
+                "recompute": block.recompute.quantize_s,
+            },
+            "iteration_s": stage_quantize_s(
+                self.plan, self.plan.critical_stage(), self.spec.mapping.microbatch_count
+            ),
+        }
 
     def _tp_comm_json(self) -> dict[str, JsonValue]:
         """TP communication per block phase and over the iteration of the critical stage: link
@@ -389,6 +408,7 @@ class IterationReport:
                 "recompute": block.recompute.critical_path_s,
                 "backward_with_recompute": block.backward_with_recompute_s,
             },
+            "quantization": self._quantization_json(),
             "tp_comm": self._tp_comm_json(),
             "cp_comm": self._cp_comm_json(),
             "ep_comm": self._ep_comm_json(),

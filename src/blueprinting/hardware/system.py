@@ -927,5 +927,31 @@ class SystemSpec:
 
     def collective_time(self, kind: CollectiveKind, size_bytes: float, group: CommGroup) -> float:
         """One collective of ``size_bytes`` over ``group`` on the group's link (see
-        :func:`~blueprinting.hardware.collectives.collective_link_time`)."""
-        return collective_link_time(kind, size_bytes, group.size, self.link(group.tier))
+        :func:`~blueprinting.hardware.collectives.collective_link_time`).
+
+        A ring collective (all-reduce, reduce-scatter, all-gather) over a group spread over
+        several NVLink domains with ``c = ranks_per_domain > 1`` members in each runs NCCL's
+        rings one channel per NIC: each ring crosses a domain boundary through one of the c
+        members' NICs, so a rank sends ``1/c`` of the ring's bytes over its NIC and the other
+        ``(c-1)/c`` over NVLink at the same time, the slower bounding it. That is what
+        nccl-tests measure across nodes: DGX A100 192 GB/s all-reduce busbw on 8 x 200 Gb/s
+        NICs (25 GB/s each), DGX H100 370-380 on 8 x 400 Gb/s, two GB200 NVL72 racks 793-810
+        (shared/reference/microbenchmarks.md sections 4.1, 4.4, 4.5; NCCL_812), not one NIC's
+        rate. ``c = 1`` (every member on its own node, and Calculon's fixed tiers) is the flat
+        ring on the NIC, as before; p2p and all-to-all are not rings
+        (:meth:`all_to_all_time`)."""
+        link = self.link(group.tier)
+        c = group.ranks_per_domain
+        ring = kind in (
+            CollectiveKind.ALL_REDUCE,
+            CollectiveKind.REDUCE_SCATTER,
+            CollectiveKind.ALL_GATHER,
+        )
+        if group.tier is not LinkTier.SCALE_OUT or c == 1 or not ring or group.size == 1:
+            return collective_link_time(kind, size_bytes, group.size, link)
+        latency, bandwidth = collective_alpha_beta(kind, size_bytes, group.size, link)
+        remote = latency + size_bytes / c / bandwidth
+        inside = self.node.link
+        l_latency, l_bandwidth = collective_alpha_beta(kind, size_bytes, group.size, inside)
+        local = l_latency + size_bytes * (c - 1) / c / l_bandwidth
+        return max(remote, local)

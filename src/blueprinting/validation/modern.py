@@ -84,6 +84,22 @@ class ModernSource(StrEnum):
     MOE_MODELZOO_MIXTRAL = "megatron_moe_modelzoo_mixtral"
 
 
+class ModernExclusion(StrEnum):
+    """Why a dense row is left out of the comparison and the gates (the fixture's
+    ``excluded``; the loader refuses a reason the run does not meet, :meth:`ModernRun.
+    exclusion_problem`).
+
+    - ``inconsistent_layout``: the reference flags the source table INCONSISTENT (its printed
+      DP, ``dp_table``, is not GPUs / (t x p x cp)) and, at the stated GPU count, the global
+      batch is not a multiple of micro-batch x d, which Megatron-LM refuses at start-up
+      (``megatron/core/num_microbatches_calculator.py``: global batch divisible by micro batch
+      times data-parallel size): the run cannot have run as printed, and re-reading its GPU
+      count or DP would be a repair the source does not state.
+    """
+
+    INCONSISTENT_LAYOUT = "inconsistent_layout"
+
+
 class GpuGeneration(StrEnum):
     """The accelerator generation a row's error is summarised under."""
 
@@ -174,6 +190,7 @@ class ModernRun:
     dp_table: int | None = None
     notes: tuple[str, ...] = ()
     assumptions: tuple[str, ...] = ()
+    excluded: ModernExclusion | None = None
 
     @property
     def generation(self) -> GpuGeneration:
@@ -237,6 +254,29 @@ class ModernRun:
         whatever it refuses is refused with its own message."""
         base = self.base_model() if self.model_preset is not None else None
         return from_mapping(self.flat_keys(), model=base)
+
+    def exclusion_problem(self) -> str | None:
+        """Why :attr:`excluded` does not hold for this run (None: it holds, or none is named)."""
+        match self.excluded:
+            case None:
+                return None
+            case ModernExclusion.INCONSISTENT_LAYOUT:
+                d = self.data_parallel
+                micro = self._size("micro_batch_size")
+                if self.dp_table is None or self.dp_table == d:
+                    return (
+                        f"excluded = {self.excluded} needs a dp_table other than GPUs / (t x p "
+                        f"x cp) = {d} (got {self.dp_table})"
+                    )
+                if self.global_batch_size % (micro * d) == 0:
+                    return (
+                        f"excluded = {self.excluded}, but global_batch_size = "
+                        f"{self.global_batch_size} divides over micro_batch_size x d = "
+                        f"{micro} x {d}: the run plans"
+                    )
+                return None
+            case _ as unreachable:
+                assert_never(unreachable)
 
     def measured_iteration_time_s(self) -> float:
         """Seconds per iteration: from tokens/s per GPU when printed, else from model TFLOP/s
@@ -353,7 +393,11 @@ def _run(raw: Mapping[str, object], where: str, problems: ProblemCollector) -> M
         dp_table=dp_table if type(dp_table) is int else None,
         notes=strings(raw, "notes", where, problems),
         assumptions=strings(raw, "assumptions", where, problems),
+        excluded=enum_or_none(ModernExclusion, raw, "excluded", where, problems),
     )
+    exclusion = run.exclusion_problem()
+    if exclusion is not None:
+        problems.add(f"{where}: {exclusion}")
     return run if run_id else None
 
 
@@ -646,14 +690,19 @@ def compare_modern_runs(
     for a run leaves it not planned, with the planner's message."""
     chosen = load_modern_runs() if runs is None else runs
     rows: list[ModernRow] = []
+    compared: list[ModernRow] = []
     for run in chosen:
         predicted: float | None
-        try:
-            predicted = predict(run)
-            message = ""
-        except BlueprintingError as error:
+        if run.excluded is not None:
             predicted = None
-            message = planner_message(error)
+            message = f"excluded ({run.excluded}): the reference flags its layout inconsistent"
+        else:
+            try:
+                predicted = predict(run)
+                message = ""
+            except BlueprintingError as error:
+                predicted = None
+                message = planner_message(error)
         rows.append(
             ModernRow(
                 run_id=run.id,
@@ -672,7 +721,10 @@ def compare_modern_runs(
                 not_planned=message,
             )
         )
-    return ModernValidation(rows=tuple(rows), summaries=summarise(rows), gates=_gates(rows))
+        if run.excluded is None:
+            compared.append(rows[-1])
+    # Excluded rows stay in the table and the summaries' row counts, outside the gates.
+    return ModernValidation(rows=tuple(rows), summaries=summarise(rows), gates=_gates(compared))
 
 
 class GateJson(Protocol):

@@ -35,7 +35,9 @@ class PhaseCost:
     context-parallel K/V exchanges. ``flops`` and ``bytes_moved`` are local counts.
     ``overlap_compute_s`` is the part of ``compute_s`` that overlapping TP communication costs the
     GEMMs (chunked GEMMs' lower efficiency, SMs held by communication kernels; 0 without
-    userbuffer overlap).
+    userbuffer overlap). ``quantize_s`` is the part of ``compute_s`` the low-precision recipe's
+    quantization kernels take (:meth:`~.precision.OpPrecision.quantized_bytes`; 0 at the base
+    precision).
     """
 
     compute_s: float
@@ -49,6 +51,7 @@ class PhaseCost:
     #: a MoE layer's token dispatch and combine (expert-parallel all-to-alls / gathers)
     ep_comm_s: float = 0.0
     ep_comm_exposed_s: float = 0.0
+    quantize_s: float = 0.0
 
     @property
     def comm_hidden_s(self) -> float:
@@ -72,6 +75,7 @@ class PhaseCost:
             cp_comm_exposed_s=self.cp_comm_exposed_s * factor,
             ep_comm_s=self.ep_comm_s * factor,
             ep_comm_exposed_s=self.ep_comm_exposed_s * factor,
+            quantize_s=self.quantize_s * factor,
         )
 
 

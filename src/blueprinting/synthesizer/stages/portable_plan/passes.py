@@ -101,7 +101,10 @@ from blueprinting.synthesizer.stages.portable_plan.ir import (
     PortablePlanIR,
     StagePlan,
 )
-from blueprinting.synthesizer.stages.portable_plan.precision import OpPrecision
+from blueprinting.synthesizer.stages.portable_plan.precision import (
+    OpPrecision,
+    reads_fp8_columnwise,
+)
 
 
 @final
@@ -285,6 +288,7 @@ def _phase_delta(high: PhaseCost, low: PhaseCost, times: int) -> PhaseCost:
         cp_comm_exposed_s=times * (high.cp_comm_exposed_s - low.cp_comm_exposed_s),
         ep_comm_s=times * (high.ep_comm_s - low.ep_comm_s),
         ep_comm_exposed_s=times * (high.ep_comm_exposed_s - low.ep_comm_exposed_s),
+        quantize_s=times * (high.quantize_s - low.quantize_s),
     )
 
 
@@ -300,6 +304,7 @@ def _sum_phases(*phases: PhaseCost) -> PhaseCost:
         cp_comm_exposed_s=sum(ph.cp_comm_exposed_s for ph in phases),
         ep_comm_s=sum(ph.ep_comm_s for ph in phases),
         ep_comm_exposed_s=sum(ph.ep_comm_exposed_s for ph in phases),
+        quantize_s=sum(ph.quantize_s for ph in phases),
     )
 
 
@@ -344,6 +349,7 @@ def high_precision_layer_extras(
                     comm_exposed_s=share * recompute.comm_exposed_s,
                     cp_comm_s=share * recompute.cp_comm_s,
                     cp_comm_exposed_s=share * recompute.cp_comm_exposed_s,
+                    quantize_s=share * recompute.quantize_s,
                 ),
             ),
         )
@@ -466,7 +472,8 @@ def _phase_cost(
     ep_groups: Mapping[str, CommGroup] | None = None,
 ) -> PhaseCost:
     experts = {} if ep_groups is None else ep_groups
-    compute_s = comm_s = cp_s = cp_exposed_s = ep_s = 0.0
+    compute_s = comm_s = cp_s = cp_exposed_s = ep_s = quantize_s = 0.0
+    native_columnwise = reads_fp8_columnwise(system)
     flops = moved = 0
     attention_s: dict[Phase, float] = {}
     for task in group.tasks:
@@ -484,6 +491,18 @@ def _phase_cost(
                 compute_s += _compute_time(task, system, precision)
                 flops += task.flops
                 moved += task.bytes_read + task.bytes_written
+                if task.gemm is not None and task.attention is None:
+                    quantized = precision.quantized_bytes(
+                        task.lineage.op,
+                        task.phase,
+                        task.gemm,
+                        native_columnwise_fp8=native_columnwise,
+                    )
+                    if quantized:
+                        quantize = system.memory_time(quantized)
+                        compute_s += quantize
+                        quantize_s += quantize
+                        moved += round(quantized)
             case CollectiveTask(axis=axis) if axis in experts:
                 ep_s += _dispatch_time(task, system, experts[axis])
             case CollectiveTask(axis=axis) if axis in cp_groups:
@@ -508,6 +527,7 @@ def _phase_cost(
         cp_comm_exposed_s=cp_exposed_s,
         ep_comm_s=ep_s,
         ep_comm_exposed_s=ep_s,
+        quantize_s=quantize_s,
     )
 
 
@@ -877,6 +897,7 @@ def _hide(phase: PhaseCost, hidden_s: float, compute_delta_s: float = 0.0) -> Ph
         cp_comm_exposed_s=phase.cp_comm_exposed_s,
         ep_comm_s=phase.ep_comm_s,
         ep_comm_exposed_s=phase.ep_comm_exposed_s,
+        quantize_s=phase.quantize_s,
     )
 
 

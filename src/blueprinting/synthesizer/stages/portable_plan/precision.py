@@ -10,19 +10,49 @@ embedding, the LM head, norms, activation functions, dropout and the loss stay i
 datatype (Megatron-LM enters ``fp8_autocast`` per transformer layer, ``fp8_utils.py``
 l.832-895 @d98e8a64; TE ``introduction.rst``: "Only linear operations are in lower precision";
 ``shared/reference/modern_parallelism.md`` 3.2). GEMM outputs return in high precision, so the
-HBM traffic of an op is unchanged (an upper bound for the quantized operand reads). Quantization
-kernels (amax, casts) are not timed: Transformer Engine fuses most into the norms and activations.
-Grouped expert GEMMs (TEGroupedLinear) join the set when MoE is modelled.
+HBM traffic of an op is unchanged (an upper bound for the quantized operand reads). Grouped
+expert GEMMs (TEGroupedLinear) join the set when MoE is modelled.
+
+Quantization kernels (:meth:`OpPrecision.quantized_bytes`). Each TE linear quantizes two tensors
+per microbatch that no other op writes in low precision: its input in the forward pass (rowwise
+usage for Fprop, columnwise for Wgrad, made together and saved) and the gradient of its output
+in the backward pass (rowwise for Dgrad, columnwise for Wgrad); weights are quantized once per
+step (cached across micro-batches, or FP8 primary weights under ``--fp8-param-gather``) and are
+not timed. The input of ``LayerNormLinear`` (QKV, FC1, MLA's up-projections) is written
+quantized by the norm kernel itself (TE ``pytorch/module/layernorm_linear.py``
+``with_quantized_norm``), so only the other linears' inputs take a pass of their own. A pass is
+memory-bound: it reads the high-precision tensor once, twice where the scale needs the tensor's
+current amax first (``tensorwise``: TE ``Float8CurrentScaling``; NVFP4: its per-tensor FP32
+scale), and writes each usage: 1 B per element for FP8 (+ an FP32 scale per 128 for blockwise,
+an E8M0 per 32 for MXFP8), 0.5 B + an E4M3 scale per 16 for NVFP4. Rowwise and columnwise are
+separate copies except for per-tensor FP8 on an accelerator that reads FP8 columnwise natively
+(Blackwell: TE ``docs/features/low_precision_training/performance_considerations.rst``,
+"Handling transposes"; Hopper needs a physical transpose). NVFP4's random Hadamard transform
+and stochastic rounding run inside the same pass (16-point transforms: compute well below the
+pass's bytes). Amax reductions over the TP group are latency-only and not timed. TE's own
+benchmark (``docs/features/low_precision_training/gemm_profiling/gemm_profiling.rst``, B300,
+M = 15,872, autocast vs pre-quantized) measures the overhead this counts:
+``tests/synthesizer/test_quantization_kernels.py`` compares.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import final
+from typing import assert_never, final
 
+from blueprinting.hardware.system import SystemSpec
 from blueprinting.mapping.model import Datatype
-from blueprinting.mapping.precision import GemmFormat, TrainingPrecision, gemm_format
-from blueprinting.synthesizer.dialects.transformer.training import SemanticOpName
+from blueprinting.mapping.precision import (
+    Fp4Precision,
+    Fp8Precision,
+    Fp8Recipe,
+    GemmFormat,
+    HighPrecision,
+    TrainingPrecision,
+    gemm_format,
+)
+from blueprinting.synthesizer.dialects.transformer.training import GemmShape, SemanticOpName
+from blueprinting.synthesizer.stages.distributed.ir import Phase
 
 #: The block's Transformer Engine linear layers (Megatron ``linear_qkv``, ``linear_proj``,
 #: ``linear_fc1``, ``linear_fc2``; MLA's down / up projections; the experts' ``GroupedLinear``
@@ -44,6 +74,70 @@ TE_LINEAR_OPS: frozenset[SemanticOpName] = frozenset(
 )
 
 
+#: TE linears whose input the preceding norm writes already quantized (``LayerNormLinear``:
+#: Megatron's ``TELayerNormColumnParallelLinear`` for ``linear_qkv``, ``linear_fc1`` and MLA's
+#: ``linear_q_up_proj`` / ``linear_kv_up_proj`` with their fused latent norms).
+NORM_FUSED_INPUT_OPS: frozenset[SemanticOpName] = frozenset(
+    {
+        SemanticOpName.QKV_PROJECTION,
+        SemanticOpName.MLP_UP,
+        SemanticOpName.MLA_UP_PROJECTION,
+    }
+)
+
+
+def reads_fp8_columnwise(system: SystemSpec) -> bool:
+    """Whether the accelerator's FP8 GEMMs read an operand columnwise in place (Blackwell, SM
+    10.x: TE's ``is_non_tn_fp8_gemm_supported``; here the accelerators that run MXFP8, a
+    Blackwell-only format), so per-tensor FP8 keeps one copy instead of a transpose."""
+    return any(rate.format is GemmFormat.MXFP8 for rate in system.accelerator.low_precision)
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class QuantizedTensorBytes:
+    """HBM bytes per element of one quantization pass: ``read`` of the high-precision tensor
+    (once, or twice when a current amax comes first) and ``per_usage`` written for each of its
+    ``usages`` (rowwise, columnwise)."""
+
+    read: float
+    per_usage: float
+    usages: int
+
+    @property
+    def total(self) -> float:
+        return self.read + self.usages * self.per_usage
+
+
+def quantized_tensor_bytes(
+    recipe: TrainingPrecision, *, base_bytes: int, native_columnwise_fp8: bool
+) -> QuantizedTensorBytes | None:
+    """Bytes per element a recipe's quantization pass moves (module docstring); None: the
+    recipe quantizes nothing."""
+    match recipe:
+        case HighPrecision():
+            return None
+        case Fp8Precision(recipe=fp8):
+            match fp8:
+                case Fp8Recipe.DELAYED | Fp8Recipe.TENSORWISE:
+                    reads = 2 if fp8 is Fp8Recipe.TENSORWISE else 1
+                    return QuantizedTensorBytes(
+                        read=reads * base_bytes,
+                        per_usage=1.0,
+                        usages=1 if native_columnwise_fp8 else 2,
+                    )
+                case Fp8Recipe.BLOCKWISE:
+                    return QuantizedTensorBytes(read=base_bytes, per_usage=1 + 4 / 128, usages=2)
+                case Fp8Recipe.MXFP8:
+                    return QuantizedTensorBytes(read=base_bytes, per_usage=1 + 1 / 32, usages=2)
+                case _ as unreachable_fp8:
+                    assert_never(unreachable_fp8)
+        case Fp4Precision():
+            return QuantizedTensorBytes(read=2 * base_bytes, per_usage=0.5 + 1 / 16, usages=2)
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OpPrecision:
@@ -58,3 +152,34 @@ class OpPrecision:
         if not is_gemm or op not in TE_LINEAR_OPS:
             return None
         return gemm_format(self.recipe)
+
+    def quantized_elements(self, op: SemanticOpName, phase: Phase, gemm: GemmShape) -> int:
+        """Elements a TE linear's GEMM task quantizes in its own pass (module docstring): the
+        input (``m x n``) of a forward GEMM whose input no norm wrote quantized, the output
+        gradient (``m x k``) of an activation-gradient GEMM; 0 otherwise."""
+        if op not in TE_LINEAR_OPS or gemm_format(self.recipe) is None:
+            return 0
+        match phase:
+            case Phase.FORWARD | Phase.RECOMPUTE:
+                # a recomputed forward re-quantizes its input as the forward does
+                if op in NORM_FUSED_INPUT_OPS:
+                    return 0
+                return gemm.batch * gemm.m * gemm.n
+            case Phase.BACKWARD_ACTIVATION_GRAD:
+                return gemm.batch * gemm.m * gemm.k
+            case Phase.BACKWARD_WEIGHT_GRAD:
+                return 0  # Wgrad reads the columnwise copies made with the two above
+            case _ as unreachable:
+                assert_never(unreachable)
+
+    def quantized_bytes(
+        self, op: SemanticOpName, phase: Phase, gemm: GemmShape, *, native_columnwise_fp8: bool
+    ) -> float:
+        """HBM bytes of the quantization pass a TE linear's GEMM task runs (0: none)."""
+        elements = self.quantized_elements(op, phase, gemm)
+        if elements == 0:
+            return 0.0
+        per_element = quantized_tensor_bytes(
+            self.recipe, base_bytes=self.datatype.bytes, native_columnwise_fp8=native_columnwise_fp8
+        )
+        return 0.0 if per_element is None else elements * per_element.total
