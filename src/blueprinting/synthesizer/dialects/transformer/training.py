@@ -283,15 +283,36 @@ class Work:
         return self.flops == 0 and self.bytes_read == 0 and self.bytes_written == 0
 
 
+class BatchedGemmCalls(StrEnum):
+    """How the ``batch`` products of a :class:`GemmShape` are issued, which decides the shape
+    the GEMM efficiency sees (its per-call term, :class:`~blueprinting.hardware.efficiency.
+    GemmShapeEfficiency`, is paid once per call):
+
+    - ``one_call``: one kernel over the whole batch (cuBLAS strided-batched, a fused kernel);
+    - ``call_per_member``: one GEMM call per member. Transformer Engine's ``GroupedLinear`` (the
+      experts of Megatron-Core's ``TEGroupedMLP``) issues one cuBLAS GEMM per local expert,
+      round-robin over 4 compute streams (TransformerEngine
+      ``transformer_engine/common/gemm/cublaslt_gemm.cu`` @5c62f728 ``multi_stream_cublas_gemm``;
+      ``num_streams = 4`` in ``common/include/transformer_engine/gemm.h``), so each expert's
+      GEMM runs at its own shape (M = the rows one expert receives) and pays its own per-call
+      time. Costed as those calls back to back: where two streams' calls overlap, the time is
+      an upper bound. Serving engines' fused MoE kernels are one call (the inference algebra)."""
+
+    ONE_CALL = "one_call"
+    CALL_PER_MEMBER = "call_per_member"
+
+
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GemmShape:
-    """``Y[M,K] = X[M,N] W[N,K]`` repeated ``batch`` times (batch = 1 for a plain GEMM)."""
+    """``Y[M,K] = X[M,N] W[N,K]`` repeated ``batch`` times (batch = 1 for a plain GEMM),
+    issued as ``calls`` says."""
 
     m: int
     n: int
     k: int
     batch: int = 1
+    calls: BatchedGemmCalls = BatchedGemmCalls.ONE_CALL
 
     @property
     def flops(self) -> int:
@@ -1045,7 +1066,7 @@ def _moe_ops(
         ),
         _grouped_gemm(
             SemanticOpName.EXPERT_FC1,
-            GemmShape(m=rows, n=h, k=up, batch=g),
+            GemmShape(m=rows, n=h, k=up, batch=g, calls=BatchedGemmCalls.CALL_PER_MEMBER),
             bias=bias,
             width_bytes=e,
         ),
@@ -1060,7 +1081,7 @@ def _moe_ops(
         ),
         _grouped_gemm(
             SemanticOpName.EXPERT_FC2,
-            GemmShape(m=rows, n=ex.ffn, k=h, batch=g),
+            GemmShape(m=rows, n=ex.ffn, k=h, batch=g, calls=BatchedGemmCalls.CALL_PER_MEMBER),
             bias=bias,
             width_bytes=e,
         ),
