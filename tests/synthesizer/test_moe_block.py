@@ -145,18 +145,30 @@ def test_mla_projection_flops_are_twice_its_gemm_parameters_per_token() -> None:
 def test_alltoall_sends_k_copies_per_token_four_times() -> None:
     """alltoall at ep 8, etp 1: dispatch + combine forward, their mirrors backward, each
     k T h bytes (bf16) per rank; etp 2 adds an all-gather and a reduce-scatter of the
-    received rows (k T etp h bytes) each way."""
+    received rows (k T etp h bytes) each way. Beside them: the E int64 token counts
+    all-gathered over etp x ep before the dispatch, and the k T fp32 routing probabilities
+    all-to-all over ep with the tokens (gathered over etp beside them), their gradients back."""
     model = mixtral_like()
     tokens, k, h = 4096, 2, 4096
     ir = derive_training_block(model, _mapping(ep=8, dp=8))
     dispatch = _dispatch(ir)
-    assert [t.kind.value for t in dispatch] == ["all_to_all"] * 4
-    assert {t.bytes for t in dispatch} == {k * tokens * h * 2}
-    assert {t.axis for t in dispatch} == {"ep"}
+    rows = [t for t in dispatch if t.bytes == k * tokens * h * 2]
+    small = [(t.phase, t.kind.value, t.axis, t.bytes) for t in dispatch if t not in rows]
+    assert [t.kind.value for t in rows] == ["all_to_all"] * 4
+    assert {t.axis for t in rows} == {"ep"}
+    assert sorted(small) == sorted(
+        [
+            (Phase.FORWARD, "all_gather", "etp_ep", 8 * 8 * 8),
+            (Phase.FORWARD, "all_to_all", "ep", k * tokens * 4),
+            (Phase.BACKWARD_ACTIVATION_GRAD, "all_to_all", "ep", k * tokens * 4),
+        ]
+    )
     ir2 = derive_training_block(model, _mapping(ep=4, etp=2, dp=8))
     gathers = [t for t in _dispatch(ir2) if t.axis == "etp"]
-    assert sorted(t.kind.value for t in gathers) == ["all_gather"] * 2 + ["reduce_scatter"] * 2
-    assert {t.bytes for t in gathers} == {k * tokens * 2 * h * 2}
+    tokens_etp = [t for t in gathers if t.bytes == k * tokens * 2 * h * 2]
+    assert sorted(t.kind.value for t in tokens_etp) == ["all_gather"] * 2 + ["reduce_scatter"] * 2
+    probs = sorted((t.kind.value, t.bytes) for t in gathers if t not in tokens_etp)
+    assert probs == [("all_gather", k * tokens * 2 * 4), ("reduce_scatter", k * tokens * 2 * 4)]
 
 
 def test_allgather_and_flex_bytes() -> None:

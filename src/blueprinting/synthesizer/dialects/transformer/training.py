@@ -1528,6 +1528,12 @@ def context_exchanges(
             assert_never(unreachable)
 
 
+#: Bytes of one per-expert token count the alltoall dispatcher exchanges (int64).
+TOKEN_COUNT_BYTES = 8
+#: Bytes of one routing probability sent with its routed copy (the router's fp32 probs).
+ROUTING_PROB_BYTES = 4
+
+
 def distinct_destinations(expert_degree: int, top_k: int) -> float:
     """Expected distinct EP ranks a token's top-k experts live on under uniform routing,
     ``e (1 - (1 - 1/e)^k)`` (shared reference section 2.3; DeepSeek-V3 k = 8: 7.6 at e = 64)."""
@@ -1551,8 +1557,16 @@ def expert_exchanges(
     - flex (DeepEP / HybridEP / NCCL-EP): one copy per (token, destination rank),
       ``T * etp * D * h`` with D = :func:`distinct_destinations`, over etp x ep; combine the same.
 
-    The small exchanges beside them (routing probabilities, per-expert counts and their
-    device-to-host sync) are not modelled.
+    The alltoall dispatcher's small exchanges beside them (Megatron-Core
+    ``MoEAlltoAllTokenDispatcher``; shared reference section 2.3's alltoall row): the per-expert
+    token counts all-gathered over etp x ep before the dispatch (``preprocess``:
+    ``gather_from_sequence_parallel_region(num_local_tokens_per_expert, group=tp_ep_group)``,
+    E int64 counts per rank), and the routing probabilities, one fp32 value per routed copy,
+    sent with the tokens (``token_dispatch``: a second ``all_to_all`` of ``permuted_probs``
+    over ep, all-gathered over etp beside the tokens), their gradients back in backward. They
+    are latency-bound; the device-to-host sync of the counts before the all-to-all
+    (``cuda_sync_point = "before_ep_alltoall"``, dropless) is a host stall with no measured
+    figure and is not modelled, nor are the flex dispatchers' metadata exchanges.
     """
     moe = model.moe
     assert moe is not None
@@ -1591,13 +1605,21 @@ def expert_exchanges(
     )
     match dispatcher:
         case AllToAllDispatcher():
-            sent = math.ceil(ex.routed * gamma) * h * e
+            received_copies = math.ceil(ex.routed * gamma)
+            sent = received_copies * h * e
             gathered = ex.received * h * e
             out: list[ContextExchange] = []
+            if u * ep > 1:
+                counts = u * ep * ex.num_experts * TOKEN_COUNT_BYTES
+                out.append(x(fw, ag, counts, (ETP_EP_AXIS, first, True, "token counts")))
             if ep > 1:
                 out.append(x(fw, a2a, sent, (EP_AXIS, first, True, "dispatch")))
+                probs = received_copies * ROUTING_PROB_BYTES
+                out.append(x(fw, a2a, probs, (EP_AXIS, first, True, "routing probs")))
             if u > 1:
                 out.append(x(fw, ag, gathered, (ETP_AXIS, first, True, "dispatch")))
+                probs = ex.received * ROUTING_PROB_BYTES
+                out.append(x(fw, ag, probs, (ETP_AXIS, first, True, "routing probs")))
                 out.append(x(fw, rs, gathered, (ETP_AXIS, last, False, "combine")))
             if ep > 1:
                 out.append(x(fw, a2a, sent, (EP_AXIS, last, False, "combine")))
@@ -1605,8 +1627,12 @@ def expert_exchanges(
             if u > 1:
                 out.append(x(bw, ag, gathered, (ETP_AXIS, last, True, "dcombine")))
                 out.append(x(bw, rs, gathered, (ETP_AXIS, first, False, "ddispatch")))
+                probs = ex.received * ROUTING_PROB_BYTES
+                out.append(x(bw, rs, probs, (ETP_AXIS, first, False, "routing probs grad")))
             if ep > 1:
                 out.append(x(bw, a2a, sent, (EP_AXIS, first, False, "ddispatch")))
+                probs = received_copies * ROUTING_PROB_BYTES
+                out.append(x(bw, a2a, probs, (EP_AXIS, first, False, "routing probs grad")))
             return tuple(out)
         case AllGatherDispatcher():
             if u * ep == 1:
