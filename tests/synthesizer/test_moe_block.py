@@ -25,6 +25,7 @@ from blueprinting.mapping.transformer import (
     DataParallel,
     DistributedOptimizer,
     ExpertParallel,
+    FlexBackend,
     FlexDispatcher,
     OneForwardOneBackward,
     PipelineParallel,
@@ -38,6 +39,7 @@ from blueprinting.mapping.transformer import (
 )
 from blueprinting.synthesizer.dialects.transformer.training import (
     CollectivePurpose,
+    DomainForwarding,
     SemanticOpName,
     distinct_destinations,
 )
@@ -297,3 +299,74 @@ def test_mtp_depth_adds_one_layer_and_one_lm_head_on_the_loss_stage() -> None:
     assert a.breakdown.forward - b.breakdown.forward == pytest.approx(expected, rel=1e-9)
     assert a.plan.stages[0].has_embedding and not a.plan.stages[0].has_lm_head
     assert a.plan.mtp.forward.flops == moe.forward.flops + lm.forward.flops
+
+
+def test_deepep_crosses_the_nic_once_per_remote_node() -> None:
+    """32 ranks on 4 nodes, top-8: a token reaches 32 (1 - (31/32)^8) = 7.18 distinct ranks, 5.38
+    of them on the 3 other nodes; DeepEP sends it once to each remote node it touches,
+    3 (1 - (3/4)^8) = 2.70 times, and fans it out there over NVLink. The NIC time is the plain
+    hierarchical one's scaled by 2.70 / 7.18 over its 24/32 share (NVLink, 31/32 of the buffer,
+    is faster here)."""
+    system = system_preset("dgx-b200")
+    group = CommGroup(size=32, tier=LinkTier.SCALE_OUT, ranks_per_node=8, ranks_per_domain=8)
+    size = 1e9
+    latency = system.scale_out.latency_s
+    plain = system.all_to_all_time(size, group) - latency
+    forwarded = system.forwarded_all_to_all_time(size, group, fanout=8) - latency
+    distinct = 32 * (1 - (31 / 32) ** 8)
+    remote_nodes = 3 * (1 - (3 / 4) ** 8)
+    assert distinct == pytest.approx(7.18, abs=0.01) and remote_nodes == pytest.approx(
+        2.70, abs=0.01
+    )
+    assert forwarded == pytest.approx(plain * (remote_nodes / distinct) / (24 / 32), rel=1e-9)
+    # one node: nothing crosses the NIC, the plain intra-node all-to-all
+    node = CommGroup(size=8, tier=LinkTier.INTRA_NODE, ranks_per_node=8, ranks_per_domain=8)
+    assert system.forwarded_all_to_all_time(size, node, fanout=8) == system.all_to_all_time(
+        size, node
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    nodes=st.integers(2, 32),
+    per_node=st.sampled_from([4, 8]),
+    fanout=st.integers(1, 16),
+)
+def test_forwarding_never_sends_more_over_the_nic(nodes: int, per_node: int, fanout: int) -> None:
+    """Every remote node a token touches holds at least one of the ranks it touches, so
+    DeepEP's NIC traffic (one copy per remote node) never exceeds the plain all-to-all's (one
+    per remote rank): with an NVLink faster than the NIC the forwarded time is never longer."""
+    system = system_preset("dgx-h100")
+    n = nodes * per_node
+    group = CommGroup(
+        size=n, tier=LinkTier.SCALE_OUT, ranks_per_node=per_node, ranks_per_domain=per_node
+    )
+    size = float(n) * 1e6
+    plain = system.all_to_all_time(size, group)
+    forwarded = system.forwarded_all_to_all_time(size, group, fanout=fanout)
+    nvlink_all = system.collective_time(
+        CollectiveKind.ALL_TO_ALL,
+        size * (n - 1) / n * per_node / (per_node - 1),
+        CommGroup(
+            size=per_node,
+            tier=LinkTier.INTRA_NODE,
+            ranks_per_node=per_node,
+            ranks_per_domain=per_node,
+        ),
+    )
+    assert forwarded <= max(plain, nvlink_all) * (1 + 1e-9)
+
+
+def test_only_deepep_forwards_per_node() -> None:
+    """The flex dispatcher's DeepEP exchanges carry the forwarding (top-k, etp); HybridEP's and
+    the alltoall dispatcher's do not (no source states their per-node deduplication)."""
+    model = mixtral_like()
+    deepep = derive_training_block(model, _mapping(ep=8, dp=8, dispatcher=FlexDispatcher()))
+    assert {t.forwarding for t in _dispatch(deepep)} == {DomainForwarding(fanout=2, replicas=1)}
+    hybrid = derive_training_block(
+        model,
+        _mapping(ep=8, dp=8, dispatcher=FlexDispatcher(backend=FlexBackend.HYBRIDEP)),
+    )
+    assert {t.forwarding for t in _dispatch(hybrid)} == {None}
+    alltoall = derive_training_block(model, _mapping(ep=8, dp=8))
+    assert {t.forwarding for t in _dispatch(alltoall)} == {None}

@@ -75,6 +75,7 @@ from blueprinting.mapping.transformer import (
     AttentionKernel,
     ContextParallel,
     ExpertParallel,
+    FlexBackend,
     FlexDispatcher,
     FusedAttention,
     HeadAllToAll,
@@ -1383,6 +1384,18 @@ ETP_EP_AXIS = "etp_ep"  # both: the allgather and flex dispatchers' group
 
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
+class DomainForwarding:
+    """A token exchange that crosses the NIC once per remote NVLink domain and fans out inside
+    it (the flex dispatcher's DeepEP backend): each token's ``fanout`` (top-k)
+    targets, each destination ``replicas`` (etp) ranks wide. Costed by
+    :meth:`~blueprinting.hardware.system.SystemSpec.forwarded_all_to_all_time`."""
+
+    fanout: int
+    replicas: int
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ContextExchange:
     """One exchange of the attention core between cp ranks, in one direction.
 
@@ -1405,6 +1418,8 @@ class ContextExchange:
     #: layer's token dispatch / combine next to its expert GEMMs)
     op: SemanticOpName = SemanticOpName.CORE_ATTENTION
     purpose: CollectivePurpose = CollectivePurpose.KV_EXCHANGE
+    #: a token dispatch forwarded per NVLink domain (None: a plain collective)
+    forwarding: DomainForwarding | None = None
 
 
 def kv_chunk_bytes(model: TransformerModelSpec, dims: BlockDims) -> int:
@@ -1534,6 +1549,21 @@ TOKEN_COUNT_BYTES = 8
 ROUTING_PROB_BYTES = 4
 
 
+def _flex_forwarding(backend: FlexBackend, *, top_k: int, etp: int) -> DomainForwarding | None:
+    """DeepEP's internode normal kernels send a token once per remote NVLink domain and
+    forward it there over NVLink (:class:`DomainForwarding`; DeepSeek-V3 report section
+    3.2.2, DeepEP README). HybridEP and NCCL-EP are costed as plain hierarchical all-to-alls:
+    their documentation describes RDMA plus NVLink levels but no source read here states the
+    per-domain deduplication of their internode traffic."""
+    match backend:
+        case FlexBackend.DEEPEP:
+            return DomainForwarding(fanout=top_k, replicas=etp)
+        case FlexBackend.HYBRIDEP | FlexBackend.NCCLEP:
+            return None
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
 def distinct_destinations(expert_degree: int, top_k: int) -> float:
     """Expected distinct EP ranks a token's top-k experts live on under uniform routing,
     ``e (1 - (1 - 1/e)^k)`` (shared reference section 2.3; DeepSeek-V3 k = 8: 7.6 at e = 64)."""
@@ -1583,9 +1613,11 @@ def expert_exchanges(
         kind: CollectiveKind,
         size: int,
         where: tuple[str, SemanticOpName, bool, str],
+        forwarding: DomainForwarding | None = None,
     ) -> ContextExchange:
         axis, op, before, what = where
         return ContextExchange(
+            forwarding=forwarding,
             direction=direction,
             kind=kind,
             bytes=size,
@@ -1611,15 +1643,15 @@ def expert_exchanges(
             out: list[ContextExchange] = []
             if u * ep > 1:
                 counts = u * ep * ex.num_experts * TOKEN_COUNT_BYTES
-                out.append(x(fw, ag, counts, (ETP_EP_AXIS, first, True, "token counts")))
+                out.append(x(fw, ag, counts, (ETP_EP_AXIS, first, True, "token_counts")))
             if ep > 1:
                 out.append(x(fw, a2a, sent, (EP_AXIS, first, True, "dispatch")))
                 probs = received_copies * ROUTING_PROB_BYTES
-                out.append(x(fw, a2a, probs, (EP_AXIS, first, True, "routing probs")))
+                out.append(x(fw, a2a, probs, (EP_AXIS, first, True, "routing_probs")))
             if u > 1:
                 out.append(x(fw, ag, gathered, (ETP_AXIS, first, True, "dispatch")))
                 probs = ex.received * ROUTING_PROB_BYTES
-                out.append(x(fw, ag, probs, (ETP_AXIS, first, True, "routing probs")))
+                out.append(x(fw, ag, probs, (ETP_AXIS, first, True, "routing_probs")))
                 out.append(x(fw, rs, gathered, (ETP_AXIS, last, False, "combine")))
             if ep > 1:
                 out.append(x(fw, a2a, sent, (EP_AXIS, last, False, "combine")))
@@ -1628,11 +1660,11 @@ def expert_exchanges(
                 out.append(x(bw, ag, gathered, (ETP_AXIS, last, True, "dcombine")))
                 out.append(x(bw, rs, gathered, (ETP_AXIS, first, False, "ddispatch")))
                 probs = ex.received * ROUTING_PROB_BYTES
-                out.append(x(bw, rs, probs, (ETP_AXIS, first, False, "routing probs grad")))
+                out.append(x(bw, rs, probs, (ETP_AXIS, first, False, "routing_probs_grad")))
             if ep > 1:
                 out.append(x(bw, a2a, sent, (EP_AXIS, first, False, "ddispatch")))
                 probs = received_copies * ROUTING_PROB_BYTES
-                out.append(x(bw, a2a, probs, (EP_AXIS, first, False, "routing probs grad")))
+                out.append(x(bw, a2a, probs, (EP_AXIS, first, False, "routing_probs_grad")))
             return tuple(out)
         case AllGatherDispatcher():
             if u * ep == 1:
@@ -1649,11 +1681,12 @@ def expert_exchanges(
                 return ()
             copies = ex.tokens * u * distinct_destinations(ep, moe.top_k) * gamma
             sent = math.ceil(copies) * h * e
+            hops = _flex_forwarding(dispatcher.backend, top_k=moe.top_k, etp=u)
             return (
-                x(fw, a2a, sent, (ETP_EP_AXIS, first, True, "dispatch")),
-                x(fw, a2a, sent, (ETP_EP_AXIS, last, False, "combine")),
-                x(bw, a2a, sent, (ETP_EP_AXIS, last, True, "dcombine")),
-                x(bw, a2a, sent, (ETP_EP_AXIS, first, False, "ddispatch")),
+                x(fw, a2a, sent, (ETP_EP_AXIS, first, True, "dispatch"), hops),
+                x(fw, a2a, sent, (ETP_EP_AXIS, last, False, "combine"), hops),
+                x(bw, a2a, sent, (ETP_EP_AXIS, last, True, "dcombine"), hops),
+                x(bw, a2a, sent, (ETP_EP_AXIS, first, False, "ddispatch"), hops),
             )
         case _ as unreachable:
             assert_never(unreachable)

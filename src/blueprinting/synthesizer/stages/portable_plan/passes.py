@@ -514,8 +514,17 @@ def _phase_cost(
 
 def _dispatch_time(task: CollectiveTask, system: SystemSpec, group: CommGroup) -> float:
     """A MoE layer's dispatch / combine: all-to-alls with the hierarchical cost
-    (:meth:`SystemSpec.all_to_all_time`), the etp / etp x ep gathers on the ring model."""
+    (:meth:`SystemSpec.all_to_all_time`; forwarded once per remote NVLink domain under DeepEP,
+    :meth:`SystemSpec.forwarded_all_to_all_time`), the etp / etp x ep gathers on the
+    ring model."""
     if task.kind is CollectiveKind.ALL_TO_ALL:
+        if task.forwarding is not None:
+            return system.forwarded_all_to_all_time(
+                task.bytes,
+                group,
+                fanout=task.forwarding.fanout,
+                replicas=task.forwarding.replicas,
+            )
         return system.all_to_all_time(task.bytes, group)
     return system.collective_time(LinkCollective(task.kind.value), task.bytes, group)
 
