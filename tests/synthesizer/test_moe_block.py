@@ -25,6 +25,7 @@ from blueprinting.mapping.transformer import (
     DataParallel,
     DistributedOptimizer,
     ExpertParallel,
+    FlexBackend,
     FlexDispatcher,
     OneForwardOneBackward,
     PipelineParallel,
@@ -38,6 +39,7 @@ from blueprinting.mapping.transformer import (
 )
 from blueprinting.synthesizer.dialects.transformer.training import (
     CollectivePurpose,
+    DomainForwarding,
     SemanticOpName,
     distinct_destinations,
 )
@@ -145,18 +147,30 @@ def test_mla_projection_flops_are_twice_its_gemm_parameters_per_token() -> None:
 def test_alltoall_sends_k_copies_per_token_four_times() -> None:
     """alltoall at ep 8, etp 1: dispatch + combine forward, their mirrors backward, each
     k T h bytes (bf16) per rank; etp 2 adds an all-gather and a reduce-scatter of the
-    received rows (k T etp h bytes) each way."""
+    received rows (k T etp h bytes) each way. Beside them: the E int64 token counts
+    all-gathered over etp x ep before the dispatch, and the k T fp32 routing probabilities
+    all-to-all over ep with the tokens (gathered over etp beside them), their gradients back."""
     model = mixtral_like()
     tokens, k, h = 4096, 2, 4096
     ir = derive_training_block(model, _mapping(ep=8, dp=8))
     dispatch = _dispatch(ir)
-    assert [t.kind.value for t in dispatch] == ["all_to_all"] * 4
-    assert {t.bytes for t in dispatch} == {k * tokens * h * 2}
-    assert {t.axis for t in dispatch} == {"ep"}
+    rows = [t for t in dispatch if t.bytes == k * tokens * h * 2]
+    small = [(t.phase, t.kind.value, t.axis, t.bytes) for t in dispatch if t not in rows]
+    assert [t.kind.value for t in rows] == ["all_to_all"] * 4
+    assert {t.axis for t in rows} == {"ep"}
+    assert sorted(small) == sorted(
+        [
+            (Phase.FORWARD, "all_gather", "etp_ep", 8 * 8 * 8),
+            (Phase.FORWARD, "all_to_all", "ep", k * tokens * 4),
+            (Phase.BACKWARD_ACTIVATION_GRAD, "all_to_all", "ep", k * tokens * 4),
+        ]
+    )
     ir2 = derive_training_block(model, _mapping(ep=4, etp=2, dp=8))
     gathers = [t for t in _dispatch(ir2) if t.axis == "etp"]
-    assert sorted(t.kind.value for t in gathers) == ["all_gather"] * 2 + ["reduce_scatter"] * 2
-    assert {t.bytes for t in gathers} == {k * tokens * 2 * h * 2}
+    tokens_etp = [t for t in gathers if t.bytes == k * tokens * 2 * h * 2]
+    assert sorted(t.kind.value for t in tokens_etp) == ["all_gather"] * 2 + ["reduce_scatter"] * 2
+    probs = sorted((t.kind.value, t.bytes) for t in gathers if t not in tokens_etp)
+    assert probs == [("all_gather", k * tokens * 2 * 4), ("reduce_scatter", k * tokens * 2 * 4)]
 
 
 def test_allgather_and_flex_bytes() -> None:
@@ -285,3 +299,74 @@ def test_mtp_depth_adds_one_layer_and_one_lm_head_on_the_loss_stage() -> None:
     assert a.breakdown.forward - b.breakdown.forward == pytest.approx(expected, rel=1e-9)
     assert a.plan.stages[0].has_embedding and not a.plan.stages[0].has_lm_head
     assert a.plan.mtp.forward.flops == moe.forward.flops + lm.forward.flops
+
+
+def test_deepep_crosses_the_nic_once_per_remote_node() -> None:
+    """32 ranks on 4 nodes, top-8: a token reaches 32 (1 - (31/32)^8) = 7.18 distinct ranks, 5.38
+    of them on the 3 other nodes; DeepEP sends it once to each remote node it touches,
+    3 (1 - (3/4)^8) = 2.70 times, and fans it out there over NVLink. The NIC time is the plain
+    hierarchical one's scaled by 2.70 / 7.18 over its 24/32 share (NVLink, 31/32 of the buffer,
+    is faster here)."""
+    system = system_preset("dgx-b200")
+    group = CommGroup(size=32, tier=LinkTier.SCALE_OUT, ranks_per_node=8, ranks_per_domain=8)
+    size = 1e9
+    latency = system.scale_out.latency_s
+    plain = system.all_to_all_time(size, group) - latency
+    forwarded = system.forwarded_all_to_all_time(size, group, fanout=8) - latency
+    distinct = 32 * (1 - (31 / 32) ** 8)
+    remote_nodes = 3 * (1 - (3 / 4) ** 8)
+    assert distinct == pytest.approx(7.18, abs=0.01) and remote_nodes == pytest.approx(
+        2.70, abs=0.01
+    )
+    assert forwarded == pytest.approx(plain * (remote_nodes / distinct) / (24 / 32), rel=1e-9)
+    # one node: nothing crosses the NIC, the plain intra-node all-to-all
+    node = CommGroup(size=8, tier=LinkTier.INTRA_NODE, ranks_per_node=8, ranks_per_domain=8)
+    assert system.forwarded_all_to_all_time(size, node, fanout=8) == system.all_to_all_time(
+        size, node
+    )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    nodes=st.integers(2, 32),
+    per_node=st.sampled_from([4, 8]),
+    fanout=st.integers(1, 16),
+)
+def test_forwarding_never_sends_more_over_the_nic(nodes: int, per_node: int, fanout: int) -> None:
+    """Every remote node a token touches holds at least one of the ranks it touches, so
+    DeepEP's NIC traffic (one copy per remote node) never exceeds the plain all-to-all's (one
+    per remote rank): with an NVLink faster than the NIC the forwarded time is never longer."""
+    system = system_preset("dgx-h100")
+    n = nodes * per_node
+    group = CommGroup(
+        size=n, tier=LinkTier.SCALE_OUT, ranks_per_node=per_node, ranks_per_domain=per_node
+    )
+    size = float(n) * 1e6
+    plain = system.all_to_all_time(size, group)
+    forwarded = system.forwarded_all_to_all_time(size, group, fanout=fanout)
+    nvlink_all = system.collective_time(
+        CollectiveKind.ALL_TO_ALL,
+        size * (n - 1) / n * per_node / (per_node - 1),
+        CommGroup(
+            size=per_node,
+            tier=LinkTier.INTRA_NODE,
+            ranks_per_node=per_node,
+            ranks_per_domain=per_node,
+        ),
+    )
+    assert forwarded <= max(plain, nvlink_all) * (1 + 1e-9)
+
+
+def test_only_deepep_forwards_per_node() -> None:
+    """The flex dispatcher's DeepEP exchanges carry the forwarding (top-k, etp); HybridEP's and
+    the alltoall dispatcher's do not (no source states their per-node deduplication)."""
+    model = mixtral_like()
+    deepep = derive_training_block(model, _mapping(ep=8, dp=8, dispatcher=FlexDispatcher()))
+    assert {t.forwarding for t in _dispatch(deepep)} == {DomainForwarding(fanout=2, replicas=1)}
+    hybrid = derive_training_block(
+        model,
+        _mapping(ep=8, dp=8, dispatcher=FlexDispatcher(backend=FlexBackend.HYBRIDEP)),
+    )
+    assert {t.forwarding for t in _dispatch(hybrid)} == {None}
+    alltoall = derive_training_block(model, _mapping(ep=8, dp=8))
+    assert {t.forwarding for t in _dispatch(alltoall)} == {None}

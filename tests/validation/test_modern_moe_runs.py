@@ -314,23 +314,23 @@ def test_which_runs_are_not_planned_and_why(planned: MoeValidation) -> None:
 
 def test_the_planned_runs_stay_within_todays_bounds(planned: MoeValidation) -> None:
     """Regression bound, not the issue gate (no efficiency is fitted on these runs). Today:
-    median |error| 39.2% over 61 planned runs; Qwen3-30B-A3B (median 40.4%), GPT-OSS-120B
-    (41.7%) and Mixtral 8x22B (21.8%) predicted fast; DeepSeek-V3 21-35% fast on GB200 (EP64
-    inside one 64-GPU Slurm segment of an NVL72 rack: NVLink all-to-alls; 141-190% slow when the
-    groups were costed as straddling packed 72-GPU racks), 37-47% fast on B200 at EP8 and 48%
-    slow at EP32 (the 32-rank groups span four 8-GPU nodes: the NIC)."""
+    median |error| 38.4% over 61 planned runs, every one predicted fast; Qwen3-30B-A3B (median
+    38.8%), GPT-OSS-120B (41.7%) and Mixtral 8x22B (21.7%); DeepSeek-V3 21-34% fast on GB200
+    (EP64 inside one 64-GPU Slurm segment of an NVL72 rack: NVLink all-to-alls), 37-47% fast on
+    B200 at EP8, and 20% fast at EP32 on B200 (its DeepEP all-to-alls cross the NIC once per
+    remote node: 48% slow when each remote rank's copy crossed it)."""
     errors = {row.run_id: row.relative_error or 0.0 for row in planned.planned_rows}
     median = planned.gate(MoeGate.MEDIAN_ERROR).value
-    assert median is not None and 0.35 <= median <= 0.50
+    assert median is not None and 0.35 <= median <= 0.45
     rows = {row.run_id: row for row in planned.planned_rows}
     deepseek = {run: error for run, error in errors.items() if "deepseekv3" in run}
     gb200 = [error for run, error in deepseek.items() if "_gb200_" in run]
     b200 = {run: error for run, error in deepseek.items() if "_b200_" in run}
-    assert len(gb200) == 9 and all(-0.45 <= error <= -0.15 for error in gb200)
+    assert len(gb200) == 9 and all(-0.40 <= error <= -0.18 for error in gb200)
     ep8 = [error for run, error in b200.items() if rows[run].expert_parallel == 8]
     ep32 = [error for run, error in b200.items() if rows[run].expert_parallel == 32]
-    assert len(ep8) == 6 and all(-0.6 <= error <= -0.35 for error in ep8)
-    assert len(ep32) == 1 and 0.3 <= ep32[0] <= 0.55
+    assert len(ep8) == 6 and all(-0.50 <= error <= -0.33 for error in ep8)
+    assert len(ep32) == 1 and -0.30 <= ep32[0] <= -0.10
     others = [error for run, error in errors.items() if run not in deepseek]
     # Qwen3-30B-A3B on H100 -7.7% .. -9.1% since the recipes' quantization kernels are costed
     assert all(-0.80 <= error <= -0.05 for error in others)
@@ -339,9 +339,11 @@ def test_the_planned_runs_stay_within_todays_bounds(planned: MoeValidation) -> N
 @pytest.mark.xfail(
     strict=True,
     reason=(
-        "61 of 65 MoE runs planned: median |error| 39.2% (limit 10%), max 77.3% (limit 25%); "
-        "Qwen3-30B-A3B and GPT-OSS-120B predicted 28-77% fast, DeepSeek-V3 21-35% fast on "
-        "GB200 (EP64) and 37-47% fast on B200 (EP8)"
+        "61 of 65 MoE runs planned: median |error| 38.4% (limit 10%), max 77.3% (limit 25%), "
+        "every run predicted fast: Qwen3-30B-A3B and GPT-OSS-120B 10-77% (per-layer host, "
+        "launch and dispatcher overheads not modelled: Qwen3-30B-A3B on B200 at micro-batch 1 "
+        "is measured 1.5-2.9x slower per token than at micro-batch 4, predicted 2-16% "
+        "slower), DeepSeek-V3 20-47%"
     ),
 )
 def test_issue_gate_on_the_planned_runs(planned: MoeValidation) -> None:
@@ -356,8 +358,10 @@ def test_issue_gate_on_the_planned_runs(planned: MoeValidation) -> None:
     strict=True,
     reason=(
         "4 of 65 MoE runs are not planned (3 DeepSeek-V3 runs at PP8 x VP4 whose 61 "
-        "layers do not split evenly, 1 whose EP64 x PP8 exceeds 256 GPUs) and the accuracy "
-        "gates fail"
+        "layers do not split evenly and for which Megatron-Bridge's own "
+        "set_deepseek_v3_pipeline_model_parallel_layout has no layout, 1 whose EP64 x PP8 "
+        "exceeds its 256 GPUs, flagged inconsistent by the reference) and the accuracy gates "
+        "fail"
     ),
 )
 def test_full_issue_gate_every_moe_run(planned: MoeValidation) -> None:

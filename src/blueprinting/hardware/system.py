@@ -900,6 +900,41 @@ class SystemSpec:
             )
         return max(latency + remote, local)
 
+    def forwarded_all_to_all_time(
+        self, size_bytes: float, group: CommGroup, *, fanout: int, replicas: int = 1
+    ) -> float:
+        """A token all-to-all that crosses the NIC once per remote NVLink domain (DeepEP's
+        internode normal kernels): ``size_bytes`` per rank are ``replicas`` x ``D``
+        copies of each token, ``D = e (1 - (1 - 1/e)^fanout)`` the distinct ones of the
+        ``e = n / replicas`` destinations its ``fanout`` uniformly placed targets touch
+        (:func:`~blueprinting.synthesizer.dialects.transformer.training.distinct_destinations`).
+        A token goes over RDMA once to each remote domain that holds one of its targets, to
+        the GPU of the same local index, and fans out there over NVLink (DeepSeek-V3 technical
+        report, arXiv:2412.19437, section 3.2.2; DeepEP README, "normal kernels ... forwarding
+        data from NVLink domain to RDMA domain"): the NIC carries ``(m - 1)(1 - (1 - 1/m)^fanout)``
+        copies of each token (m = n / c domains of c ranks), the NVLink every copy but the
+        rank's own, ``(n - 1)/n`` of the buffer; the slower bounds it. Inside one domain, or
+        where a domain holds less than one destination's replicas, it is
+        :meth:`all_to_all_time`."""
+        n, c = group.size, group.ranks_per_domain
+        if group.tier is LinkTier.INTRA_NODE or n <= c or c < replicas:
+            return self.all_to_all_time(size_bytes, group)
+        kind = CollectiveKind.ALL_TO_ALL
+        destinations = n / replicas
+        distinct = destinations * (1.0 - (1.0 - 1.0 / destinations) ** fanout)
+        domains = n / c
+        remote_domains = (domains - 1.0) * (1.0 - (1.0 - 1.0 / domains) ** fanout)
+        nic_bytes = size_bytes * remote_domains / (replicas * distinct)
+        out = self.scale_out
+        latency, bandwidth = collective_alpha_beta(kind, size_bytes, n, out)
+        remote = nic_bytes / (bandwidth * out.costs.of(kind).wire_factor(n))
+        inside = self.node.link
+        l_latency, l_bandwidth = collective_alpha_beta(kind, size_bytes, c, inside)
+        local = l_latency + size_bytes * (n - 1) / n / (
+            l_bandwidth * inside.costs.of(kind).wire_factor(c)
+        )
+        return max(latency + remote, local)
+
     def dense_gradient_group(
         self, *, tensor: int, pipeline: int, data: int, context: int = 1
     ) -> CommGroup:

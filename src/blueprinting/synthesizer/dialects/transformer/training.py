@@ -75,6 +75,7 @@ from blueprinting.mapping.transformer import (
     AttentionKernel,
     ContextParallel,
     ExpertParallel,
+    FlexBackend,
     FlexDispatcher,
     FusedAttention,
     HeadAllToAll,
@@ -283,15 +284,36 @@ class Work:
         return self.flops == 0 and self.bytes_read == 0 and self.bytes_written == 0
 
 
+class BatchedGemmCalls(StrEnum):
+    """How the ``batch`` products of a :class:`GemmShape` are issued, which decides the shape
+    the GEMM efficiency sees (its per-call term, :class:`~blueprinting.hardware.efficiency.
+    GemmShapeEfficiency`, is paid once per call):
+
+    - ``one_call``: one kernel over the whole batch (cuBLAS strided-batched, a fused kernel);
+    - ``call_per_member``: one GEMM call per member. Transformer Engine's ``GroupedLinear`` (the
+      experts of Megatron-Core's ``TEGroupedMLP``) issues one cuBLAS GEMM per local expert,
+      round-robin over 4 compute streams (TransformerEngine
+      ``transformer_engine/common/gemm/cublaslt_gemm.cu`` @5c62f728 ``multi_stream_cublas_gemm``;
+      ``num_streams = 4`` in ``common/include/transformer_engine/gemm.h``), so each expert's
+      GEMM runs at its own shape (M = the rows one expert receives) and pays its own per-call
+      time. Costed as those calls back to back: where two streams' calls overlap, the time is
+      an upper bound. Serving engines' fused MoE kernels are one call (the inference algebra)."""
+
+    ONE_CALL = "one_call"
+    CALL_PER_MEMBER = "call_per_member"
+
+
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GemmShape:
-    """``Y[M,K] = X[M,N] W[N,K]`` repeated ``batch`` times (batch = 1 for a plain GEMM)."""
+    """``Y[M,K] = X[M,N] W[N,K]`` repeated ``batch`` times (batch = 1 for a plain GEMM),
+    issued as ``calls`` says."""
 
     m: int
     n: int
     k: int
     batch: int = 1
+    calls: BatchedGemmCalls = BatchedGemmCalls.ONE_CALL
 
     @property
     def flops(self) -> int:
@@ -1045,7 +1067,7 @@ def _moe_ops(
         ),
         _grouped_gemm(
             SemanticOpName.EXPERT_FC1,
-            GemmShape(m=rows, n=h, k=up, batch=g),
+            GemmShape(m=rows, n=h, k=up, batch=g, calls=BatchedGemmCalls.CALL_PER_MEMBER),
             bias=bias,
             width_bytes=e,
         ),
@@ -1060,7 +1082,7 @@ def _moe_ops(
         ),
         _grouped_gemm(
             SemanticOpName.EXPERT_FC2,
-            GemmShape(m=rows, n=ex.ffn, k=h, batch=g),
+            GemmShape(m=rows, n=ex.ffn, k=h, batch=g, calls=BatchedGemmCalls.CALL_PER_MEMBER),
             bias=bias,
             width_bytes=e,
         ),
@@ -1362,6 +1384,18 @@ ETP_EP_AXIS = "etp_ep"  # both: the allgather and flex dispatchers' group
 
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
+class DomainForwarding:
+    """A token exchange that crosses the NIC once per remote NVLink domain and fans out inside
+    it (the flex dispatcher's DeepEP backend): each token's ``fanout`` (top-k)
+    targets, each destination ``replicas`` (etp) ranks wide. Costed by
+    :meth:`~blueprinting.hardware.system.SystemSpec.forwarded_all_to_all_time`."""
+
+    fanout: int
+    replicas: int
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ContextExchange:
     """One exchange of the attention core between cp ranks, in one direction.
 
@@ -1384,6 +1418,8 @@ class ContextExchange:
     #: layer's token dispatch / combine next to its expert GEMMs)
     op: SemanticOpName = SemanticOpName.CORE_ATTENTION
     purpose: CollectivePurpose = CollectivePurpose.KV_EXCHANGE
+    #: a token dispatch forwarded per NVLink domain (None: a plain collective)
+    forwarding: DomainForwarding | None = None
 
 
 def kv_chunk_bytes(model: TransformerModelSpec, dims: BlockDims) -> int:
@@ -1507,6 +1543,27 @@ def context_exchanges(
             assert_never(unreachable)
 
 
+#: Bytes of one per-expert token count the alltoall dispatcher exchanges (int64).
+TOKEN_COUNT_BYTES = 8
+#: Bytes of one routing probability sent with its routed copy (the router's fp32 probs).
+ROUTING_PROB_BYTES = 4
+
+
+def _flex_forwarding(backend: FlexBackend, *, top_k: int, etp: int) -> DomainForwarding | None:
+    """DeepEP's internode normal kernels send a token once per remote NVLink domain and
+    forward it there over NVLink (:class:`DomainForwarding`; DeepSeek-V3 report section
+    3.2.2, DeepEP README). HybridEP and NCCL-EP are costed as plain hierarchical all-to-alls:
+    their documentation describes RDMA plus NVLink levels but no source read here states the
+    per-domain deduplication of their internode traffic."""
+    match backend:
+        case FlexBackend.DEEPEP:
+            return DomainForwarding(fanout=top_k, replicas=etp)
+        case FlexBackend.HYBRIDEP | FlexBackend.NCCLEP:
+            return None
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
 def distinct_destinations(expert_degree: int, top_k: int) -> float:
     """Expected distinct EP ranks a token's top-k experts live on under uniform routing,
     ``e (1 - (1 - 1/e)^k)`` (shared reference section 2.3; DeepSeek-V3 k = 8: 7.6 at e = 64)."""
@@ -1530,8 +1587,16 @@ def expert_exchanges(
     - flex (DeepEP / HybridEP / NCCL-EP): one copy per (token, destination rank),
       ``T * etp * D * h`` with D = :func:`distinct_destinations`, over etp x ep; combine the same.
 
-    The small exchanges beside them (routing probabilities, per-expert counts and their
-    device-to-host sync) are not modelled.
+    The alltoall dispatcher's small exchanges beside them (Megatron-Core
+    ``MoEAlltoAllTokenDispatcher``; shared reference section 2.3's alltoall row): the per-expert
+    token counts all-gathered over etp x ep before the dispatch (``preprocess``:
+    ``gather_from_sequence_parallel_region(num_local_tokens_per_expert, group=tp_ep_group)``,
+    E int64 counts per rank), and the routing probabilities, one fp32 value per routed copy,
+    sent with the tokens (``token_dispatch``: a second ``all_to_all`` of ``permuted_probs``
+    over ep, all-gathered over etp beside the tokens), their gradients back in backward. They
+    are latency-bound; the device-to-host sync of the counts before the all-to-all
+    (``cuda_sync_point = "before_ep_alltoall"``, dropless) is a host stall with no measured
+    figure and is not modelled, nor are the flex dispatchers' metadata exchanges.
     """
     moe = model.moe
     assert moe is not None
@@ -1548,9 +1613,11 @@ def expert_exchanges(
         kind: CollectiveKind,
         size: int,
         where: tuple[str, SemanticOpName, bool, str],
+        forwarding: DomainForwarding | None = None,
     ) -> ContextExchange:
         axis, op, before, what = where
         return ContextExchange(
+            forwarding=forwarding,
             direction=direction,
             kind=kind,
             bytes=size,
@@ -1570,13 +1637,21 @@ def expert_exchanges(
     )
     match dispatcher:
         case AllToAllDispatcher():
-            sent = math.ceil(ex.routed * gamma) * h * e
+            received_copies = math.ceil(ex.routed * gamma)
+            sent = received_copies * h * e
             gathered = ex.received * h * e
             out: list[ContextExchange] = []
+            if u * ep > 1:
+                counts = u * ep * ex.num_experts * TOKEN_COUNT_BYTES
+                out.append(x(fw, ag, counts, (ETP_EP_AXIS, first, True, "token_counts")))
             if ep > 1:
                 out.append(x(fw, a2a, sent, (EP_AXIS, first, True, "dispatch")))
+                probs = received_copies * ROUTING_PROB_BYTES
+                out.append(x(fw, a2a, probs, (EP_AXIS, first, True, "routing_probs")))
             if u > 1:
                 out.append(x(fw, ag, gathered, (ETP_AXIS, first, True, "dispatch")))
+                probs = ex.received * ROUTING_PROB_BYTES
+                out.append(x(fw, ag, probs, (ETP_AXIS, first, True, "routing_probs")))
                 out.append(x(fw, rs, gathered, (ETP_AXIS, last, False, "combine")))
             if ep > 1:
                 out.append(x(fw, a2a, sent, (EP_AXIS, last, False, "combine")))
@@ -1584,8 +1659,12 @@ def expert_exchanges(
             if u > 1:
                 out.append(x(bw, ag, gathered, (ETP_AXIS, last, True, "dcombine")))
                 out.append(x(bw, rs, gathered, (ETP_AXIS, first, False, "ddispatch")))
+                probs = ex.received * ROUTING_PROB_BYTES
+                out.append(x(bw, rs, probs, (ETP_AXIS, first, False, "routing_probs_grad")))
             if ep > 1:
                 out.append(x(bw, a2a, sent, (EP_AXIS, first, False, "ddispatch")))
+                probs = received_copies * ROUTING_PROB_BYTES
+                out.append(x(bw, a2a, probs, (EP_AXIS, first, False, "routing_probs_grad")))
             return tuple(out)
         case AllGatherDispatcher():
             if u * ep == 1:
@@ -1602,11 +1681,12 @@ def expert_exchanges(
                 return ()
             copies = ex.tokens * u * distinct_destinations(ep, moe.top_k) * gamma
             sent = math.ceil(copies) * h * e
+            hops = _flex_forwarding(dispatcher.backend, top_k=moe.top_k, etp=u)
             return (
-                x(fw, a2a, sent, (ETP_EP_AXIS, first, True, "dispatch")),
-                x(fw, a2a, sent, (ETP_EP_AXIS, last, False, "combine")),
-                x(bw, a2a, sent, (ETP_EP_AXIS, last, True, "dcombine")),
-                x(bw, a2a, sent, (ETP_EP_AXIS, first, False, "ddispatch")),
+                x(fw, a2a, sent, (ETP_EP_AXIS, first, True, "dispatch"), hops),
+                x(fw, a2a, sent, (ETP_EP_AXIS, last, False, "combine"), hops),
+                x(bw, a2a, sent, (ETP_EP_AXIS, last, True, "dcombine"), hops),
+                x(bw, a2a, sent, (ETP_EP_AXIS, first, False, "ddispatch"), hops),
             )
         case _ as unreachable:
             assert_never(unreachable)

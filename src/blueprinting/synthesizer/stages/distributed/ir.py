@@ -43,6 +43,7 @@ from blueprinting.synthesizer.dialects.transformer.training import (
     AttentionShape,
     CollectiveKind,
     CollectivePurpose,
+    DomainForwarding,
     GemmShape,
     OpKind,
     Placement,
@@ -182,6 +183,8 @@ class CollectiveTask:
     lineage: Lineage
     deps: tuple[str, ...] = ()
     steps: int = 1
+    #: a token dispatch forwarded per NVLink domain (DeepEP; None: plain)
+    forwarding: DomainForwarding | None = None
 
     def __post_init__(self) -> None:
         if self.bytes < 0:

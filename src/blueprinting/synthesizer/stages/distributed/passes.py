@@ -134,6 +134,7 @@ class _GroupBuilder:
                 bytes=x.bytes,
                 steps=x.steps,
                 axis=x.axis,
+                forwarding=x.forwarding,
                 deps=_clean(deps),
                 lineage=Lineage(op=x.op, shards=1, source=source, target=target),
             )

@@ -72,6 +72,7 @@ from blueprinting.synthesizer.dialects.transformer.training import (
     ETP_EP_AXIS,
     TP_AXIS,
     AttentionShape,
+    BatchedGemmCalls,
     CollectiveKind,
     CollectivePurpose,
     GemmShape,
@@ -533,8 +534,17 @@ def _phase_cost(
 
 def _dispatch_time(task: CollectiveTask, system: SystemSpec, group: CommGroup) -> float:
     """A MoE layer's dispatch / combine: all-to-alls with the hierarchical cost
-    (:meth:`SystemSpec.all_to_all_time`), the etp / etp x ep gathers on the ring model."""
+    (:meth:`SystemSpec.all_to_all_time`; forwarded once per remote NVLink domain under DeepEP,
+    :meth:`SystemSpec.forwarded_all_to_all_time`), the etp / etp x ep gathers on the
+    ring model."""
     if task.kind is CollectiveKind.ALL_TO_ALL:
+        if task.forwarding is not None:
+            return system.forwarded_all_to_all_time(
+                task.bytes,
+                group,
+                fanout=task.forwarding.fanout,
+                replicas=task.forwarding.replicas,
+            )
         return system.all_to_all_time(task.bytes, group)
     return system.collective_time(LinkCollective(task.kind.value), task.bytes, group)
 
@@ -793,7 +803,7 @@ def chunk_time(task: ComputeTask, chunks: int, system: SystemSpec, precision: Op
         bytes_read=w.bytes_read // chunks,
         bytes_written=w.bytes_written // chunks,
     )
-    shape = GemmShape(m=max(1, gemm.m // chunks), n=gemm.n, k=gemm.k, batch=gemm.batch)
+    shape = replace(gemm, m=max(1, gemm.m // chunks))
     return work_time(
         part,
         shape,
@@ -915,6 +925,21 @@ def _compute_time(task: ComputeTask, system: SystemSpec, precision: OpPrecision)
     )
 
 
+def _gemm_calls(gemm: GemmShape | None) -> tuple[int, HardwareGemmShape | None]:
+    """(calls, the shape each call's efficiency is looked up at): one call at the whole shape,
+    or, for a grouped GEMM issued one member at a time (:class:`BatchedGemmCalls`), ``batch``
+    calls at one member's shape, each paying the efficiency's per-call term."""
+    if gemm is None:
+        return 1, None
+    match gemm.calls:
+        case BatchedGemmCalls.ONE_CALL:
+            return 1, HardwareGemmShape(m=gemm.m, n=gemm.n, k=gemm.k, batch=gemm.batch)
+        case BatchedGemmCalls.CALL_PER_MEMBER:
+            return gemm.batch, HardwareGemmShape(m=gemm.m, n=gemm.n, k=gemm.k)
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
 def work_time(
     work: Work,
     gemm: GemmShape | None,
@@ -928,13 +953,15 @@ def work_time(
     fused attention kernel's at its measured rate, ``SystemSpec.attention_time``) plus vector
     FLOPs, against its HBM traffic, combined by the system's processing mode. Training tasks and
     serving ops are costed by this one rule."""
-    shape = (
-        None if gemm is None else HardwareGemmShape(m=gemm.m, n=gemm.n, k=gemm.k, batch=gemm.batch)
-    )
+    calls, shape = _gemm_calls(gemm)
     if gemm_format is not None:
-        flop_time = system.low_precision_gemm_time(work.matrix_flops, gemm_format, shape)
+        flop_time = calls * system.low_precision_gemm_time(
+            work.matrix_flops / calls, gemm_format, shape
+        )
     elif attention is None:
-        flop_time = system.compute_time(work.matrix_flops, Engine.MATRIX, datatype, shape)
+        flop_time = calls * system.compute_time(
+            work.matrix_flops / calls, Engine.MATRIX, datatype, shape
+        )
     else:
         s, d = attention.seq_length, attention.head_dim
         flop_time = system.attention_time(
