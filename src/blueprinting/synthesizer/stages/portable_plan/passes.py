@@ -29,7 +29,7 @@ edge in forward and once in backward, on the PP group's link.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import ClassVar, assert_never, final
 
 from blueprinting.analysis.stage_layout import (
@@ -252,6 +252,25 @@ def cost_task_groups(
             recompute=block_phase(Phase.RECOMPUTE),
         )
 
+    # the dense groups have no expert-axis task, so the expert communicators are not in the key
+    memo = _system_memo(system)
+    context_key = (tp_group, precision, tuple(sorted(groups.items())))
+
+    def dense_block_cost(group: TaskGroup) -> BlockCost:
+        key = (id(group), overlap, *context_key)
+        found = memo.blocks.get(key)
+        if found is None or found[0] is not group:
+            found = memo.blocks[key] = (group, block_cost(group))
+        return found[1]
+
+    def extra_cost(group: TaskGroup) -> ExtraCost:
+        key = (id(group), *context_key)
+        found = memo.extras.get(key)
+        if found is None or found[0] is not group:
+            cost = ExtraCost(forward=phase(group, Phase.FORWARD), backward=phase(group, *backward))
+            found = memo.extras[key] = (group, cost)
+        return found[1]
+
     moe_block = None if ir.moe_block is None else block_cost(ir.moe_block)
     timing: CombinedLayerTiming | None = None
     if moe_block is not None and ir.moe_block is not None and dispatch_overlap:
@@ -260,13 +279,9 @@ def cost_task_groups(
         moe_block = _overlapped_dispatch(moe_block, timing)
     return TaskGroupCosts(
         ep_overlap=timing,
-        block=block_cost(ir.block),
-        embedding=ExtraCost(
-            forward=phase(ir.first_stage, Phase.FORWARD), backward=phase(ir.first_stage, *backward)
-        ),
-        lm_head=ExtraCost(
-            forward=phase(ir.last_stage, Phase.FORWARD), backward=phase(ir.last_stage, *backward)
-        ),
+        block=dense_block_cost(ir.block),
+        embedding=extra_cost(ir.first_stage),
+        lm_head=extra_cost(ir.last_stage),
         moe_block=moe_block,
     )
 
@@ -906,7 +921,65 @@ def work_time(
     """The time of one op's work on ``system``: matrix FLOPs at the GEMM shape's efficiency (a
     fused attention kernel's at its measured rate, ``SystemSpec.attention_time``) plus vector
     FLOPs, against its HBM traffic, combined by the system's processing mode. Training tasks and
-    serving ops are costed by this one rule."""
+    serving ops are costed by this one rule.
+
+    Memoized per system (:func:`_system_memo`): a search costs the same op on thousands of
+    block configurations, and this is a pure function of its arguments."""
+    times = _system_memo(system).times
+    key = (work, gemm, datatype, attention, gemm_format)
+    found = times.get(key)
+    if found is None:
+        found = times[key] = _work_time(
+            work, gemm, system, datatype, attention=attention, gemm_format=gemm_format
+        )
+    return found
+
+
+@dataclass(slots=True)
+class _SystemMemo:
+    """Pure functions of one system, memoized: :func:`work_time` by its other arguments, and
+    the costs of a dense task group (:func:`cost_task_groups`) by the group's identity (the
+    lowering shares one group object among the plans that differ only in the expert grid) and
+    the communicators, precision and overlap it is costed with. An entry holds its group, so
+    the group's id cannot be reused by another object while the entry lives."""
+
+    system: SystemSpec
+    times: dict[tuple[object, ...], float] = field(default_factory=dict)
+    blocks: dict[tuple[object, ...], tuple[TaskGroup, BlockCost]] = field(default_factory=dict)
+    extras: dict[tuple[object, ...], tuple[TaskGroup, ExtraCost]] = field(default_factory=dict)
+
+    def full(self) -> bool:
+        return len(self.times) + len(self.blocks) + len(self.extras) >= _MEMO_ENTRIES
+
+
+_SYSTEM_MEMOS: dict[int, _SystemMemo] = {}
+#: systems memoized at once, and entries per system, before a memo is dropped (a bound on
+#: memory only: a dropped memo is recomputed to the same values)
+_MEMO_SYSTEMS, _MEMO_ENTRIES = 64, 1 << 18
+
+
+def _system_memo(system: SystemSpec) -> _SystemMemo:
+    """The memo of ``system``, found by identity: hashing a ``SystemSpec`` per op would cost
+    as much as the op's time. The entry holds the system, so its id cannot be reused by another
+    object while the entry lives."""
+    memo = _SYSTEM_MEMOS.get(id(system))
+    if memo is None or memo.system is not system or memo.full():
+        if len(_SYSTEM_MEMOS) >= _MEMO_SYSTEMS:
+            _SYSTEM_MEMOS.clear()
+        memo = _SystemMemo(system=system)
+        _SYSTEM_MEMOS[id(system)] = memo
+    return memo
+
+
+def _work_time(
+    work: Work,
+    gemm: GemmShape | None,
+    system: SystemSpec,
+    datatype: Datatype,
+    *,
+    attention: AttentionShape | None,
+    gemm_format: GemmFormat | None,
+) -> float:
     shape = (
         None if gemm is None else HardwareGemmShape(m=gemm.m, n=gemm.n, k=gemm.k, batch=gemm.batch)
     )
