@@ -366,6 +366,33 @@ def _dense_groups(plan: LocalBlockPlan) -> tuple[TaskGroup, TaskGroup, TaskGroup
     return block, first, last
 
 
+@lru_cache(maxsize=1024)
+def _moe_group(plan: LocalBlockPlan) -> TaskGroup:
+    """The MoE block's group of ``plan`` (one with a canonical strategy summary, which the
+    group does not read: plans that differ only in what the summary names, such as the TP
+    communication overlap, share it)."""
+    experts = plan.local_experts
+    assert experts is not None  # only a MoE model has a MoE block
+    model, b, tp, sp, local = (
+        plan.model,
+        plan.micro_batch,
+        plan.tp,
+        plan.sequence_parallel,
+        plan.local,
+    )
+    return _lower_group(
+        "moe_block",
+        plan,
+        block_ops(model, local, attention=plan.attention, experts=experts),
+        boundary_collectives(model, b, tp=tp, sequence_parallel=sp, cp=plan.cp),
+        plan.recomputes,
+        exchanges=(
+            *context_exchanges(model, local, plan.context),
+            *expert_exchanges(model, experts, plan.experts.dispatcher),
+        ),
+    )
+
+
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LowerToDistributedTasks:
@@ -374,28 +401,13 @@ class LowerToDistributedTasks:
     name: str = "lower-to-distributed-tasks"
 
     def run(self, plan: LocalBlockPlan, ctx: PassContext) -> DistributedTaskIR:
-        model, b, tp, sp = plan.model, plan.micro_batch, plan.tp, plan.sequence_parallel
-        cp = plan.cp
-        local = plan.local
-        # the dense groups read neither the expert grid nor the strategy's summary: plans that
-        # differ only there (a search's ep / etp / dispatcher axes) share them
+        model, b = plan.model, plan.micro_batch
+        # The groups are memoized (a search lowers thousands of plans): the dense ones read
+        # neither the expert grid nor the strategy's summary, so plans that differ only there
+        # (a search's ep / etp / dispatcher / TP-overlap axes) share them; the MoE block reads
+        # the grid but not the summary.
         block, first, last = _dense_groups(replace(plan, strategy="", experts=ExpertParallel()))
-        experts = plan.local_experts
-        moe_block = (
-            None
-            if experts is None
-            else _lower_group(
-                "moe_block",
-                plan,
-                block_ops(model, local, attention=plan.attention, experts=experts),
-                boundary_collectives(model, b, tp=tp, sequence_parallel=sp, cp=cp),
-                plan.recomputes,
-                exchanges=(
-                    *context_exchanges(model, local, plan.context),
-                    *expert_exchanges(model, experts, plan.experts.dispatcher),
-                ),
-            )
-        )
+        moe_block = None if model.moe is None else _moe_group(replace(plan, strategy=""))
         ir = DistributedTaskIR(
             mesh=LogicalMesh(axes=_mesh_axes(plan)),
             moe_block=moe_block,

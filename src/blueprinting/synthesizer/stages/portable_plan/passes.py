@@ -260,6 +260,8 @@ def cost_task_groups(
         key = (id(group), overlap, *context_key)
         found = memo.blocks.get(key)
         if found is None or found[0] is not group:
+            if len(memo.blocks) >= _MEMO_ENTRIES:
+                memo.blocks.clear()
             found = memo.blocks[key] = (group, block_cost(group))
         return found[1]
 
@@ -268,6 +270,8 @@ def cost_task_groups(
         found = memo.extras.get(key)
         if found is None or found[0] is not group:
             cost = ExtraCost(forward=phase(group, Phase.FORWARD), backward=phase(group, *backward))
+            if len(memo.extras) >= _MEMO_ENTRIES:
+                memo.extras.clear()
             found = memo.extras[key] = (group, cost)
         return found[1]
 
@@ -929,6 +933,8 @@ def work_time(
     key = (work, gemm, datatype, attention, gemm_format)
     found = times.get(key)
     if found is None:
+        if len(times) >= _MEMO_ENTRIES:
+            times.clear()
         found = times[key] = _work_time(
             work, gemm, system, datatype, attention=attention, gemm_format=gemm_format
         )
@@ -948,13 +954,10 @@ class _SystemMemo:
     blocks: dict[tuple[object, ...], tuple[TaskGroup, BlockCost]] = field(default_factory=dict)
     extras: dict[tuple[object, ...], tuple[TaskGroup, ExtraCost]] = field(default_factory=dict)
 
-    def full(self) -> bool:
-        return len(self.times) + len(self.blocks) + len(self.extras) >= _MEMO_ENTRIES
-
 
 _SYSTEM_MEMOS: dict[int, _SystemMemo] = {}
-#: systems memoized at once, and entries per system, before a memo is dropped (a bound on
-#: memory only: a dropped memo is recomputed to the same values)
+#: systems memoized at once, and entries per table, before a memo is dropped (a bound on
+#: memory only: a dropped entry is recomputed to the same value)
 _MEMO_SYSTEMS, _MEMO_ENTRIES = 64, 1 << 18
 
 
@@ -963,7 +966,7 @@ def _system_memo(system: SystemSpec) -> _SystemMemo:
     as much as the op's time. The entry holds the system, so its id cannot be reused by another
     object while the entry lives."""
     memo = _SYSTEM_MEMOS.get(id(system))
-    if memo is None or memo.system is not system or memo.full():
+    if memo is None or memo.system is not system:
         if len(_SYSTEM_MEMOS) >= _MEMO_SYSTEMS:
             _SYSTEM_MEMOS.clear()
         memo = _SystemMemo(system=system)
