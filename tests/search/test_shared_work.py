@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from blueprinting.analysis import evaluate
 from blueprinting.hardware.presets import system_preset
 from blueprinting.hardware.system import SystemSpec
+from blueprinting.mapping.precision import HighPrecision
 from blueprinting.mapping.transformer import (
     AllGatherDispatcher,
     AllToAllDispatcher,
@@ -27,13 +28,14 @@ from blueprinting.search.space import (
     candidate_to_spec,
     enumerate_strategies,
 )
-from blueprinting.synthesizer.dialects.transformer.training import Work, placements
+from blueprinting.synthesizer.dialects.transformer.training import placements
 from blueprinting.synthesizer.dialects.transformer.training_derivation import (
     derive_training_block,
 )
 from blueprinting.synthesizer.stages.distributed import passes as distributed
 from blueprinting.synthesizer.stages.portable_plan import passes as portable
 from blueprinting.synthesizer.stages.portable_plan.ir import PortablePlanIR
+from blueprinting.synthesizer.stages.portable_plan.precision import OpPrecision
 from tests.synthesizer.moe_models import mixtral_like
 
 MODEL = mixtral_like(layers=4, seq=2048)
@@ -128,9 +130,9 @@ def test_plans_that_differ_in_the_expert_grid_share_their_dense_groups() -> None
     assert fresh == first
 
 
-def test_work_time_is_memoized_per_system_object() -> None:
-    """Two systems that differ in one efficiency figure keep their own times (the memo is found
-    by the system's identity), each equal to the unmemoized rule."""
+def test_task_times_are_memoized_per_system_object() -> None:
+    """Two systems that differ in one bandwidth keep their own task times (the memo is found
+    by the system's identity), each equal to the unmemoized rule, on every task of a block."""
     a100 = system_preset("dgx-a100-80gb")
     hbm = a100.accelerator.hbm
     slower = dataclasses.replace(
@@ -140,18 +142,31 @@ def test_work_time_is_memoized_per_system_object() -> None:
             hbm=dataclasses.replace(hbm, bandwidth_bytes_per_s=hbm.bandwidth_bytes_per_s / 2),
         ),
     )
-    work = Work(matrix_flops=0, vector_flops=10**9, bytes_read=10**9, bytes_written=10**9)
-    datatype = MODEL.datatype
-    fast_s = portable.work_time(work, None, a100, datatype)
-    slow_s = portable.work_time(work, None, slower, datatype)
-    assert fast_s == portable._work_time(
-        work, None, a100, datatype, attention=None, gemm_format=None
-    )
-    assert slow_s == portable._work_time(
-        work, None, slower, datatype, attention=None, gemm_format=None
-    )
-    assert slow_s > fast_s
-    assert portable.work_time(work, None, a100, datatype) == fast_s
+    table = enumerate_strategies(MODEL, SPACE).table
+    ir = derive_training_block(MODEL, candidate_to_spec(table, 0, MODEL).mapping)
+    assert ir.moe_block is not None
+    precision = OpPrecision(datatype=MODEL.datatype, recipe=HighPrecision())
+    tasks = ir.moe_block.compute_tasks()
+    assert len(tasks) > 10
+    _drop_every_memo()
+    for system in (a100, slower, a100, slower):
+        for task in tasks:
+            plain = portable.work_time(
+                task.work,
+                task.gemm,
+                system,
+                MODEL.datatype,
+                task.attention,
+                gemm_format=precision.gemm_format(
+                    task.lineage.op, is_gemm=task.gemm is not None and task.attention is None
+                ),
+            )
+            assert portable._compute_time(task, system, precision) == plain
+    total = {
+        name: sum(portable._compute_time(task, system, precision) for task in tasks)
+        for name, system in (("a100", a100), ("slower", slower))
+    }
+    assert total["slower"] > total["a100"]
 
 
 @settings(max_examples=200, deadline=None)

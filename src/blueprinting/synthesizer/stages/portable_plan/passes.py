@@ -901,53 +901,38 @@ def _hide(phase: PhaseCost, hidden_s: float, compute_delta_s: float = 0.0) -> Ph
 
 def _compute_time(task: ComputeTask, system: SystemSpec, precision: OpPrecision) -> float:
     """One compute task's time (module docstring); a Transformer Engine linear's GEMM at the
-    recipe's low-precision rate (:mod:`.precision`)."""
-    is_gemm = task.gemm is not None and task.attention is None
-    return work_time(
-        task.work,
-        task.gemm,
-        system,
-        precision.datatype,
-        task.attention,
-        gemm_format=precision.gemm_format(task.lineage.op, is_gemm=is_gemm),
-    )
-
-
-def work_time(
-    work: Work,
-    gemm: GemmShape | None,
-    system: SystemSpec,
-    datatype: Datatype,
-    attention: AttentionShape | None = None,
-    *,
-    gemm_format: GemmFormat | None = None,
-) -> float:
-    """The time of one op's work on ``system``: matrix FLOPs at the GEMM shape's efficiency (a
-    fused attention kernel's at its measured rate, ``SystemSpec.attention_time``) plus vector
-    FLOPs, against its HBM traffic, combined by the system's processing mode. Training tasks and
-    serving ops are costed by this one rule.
+    recipe's low-precision rate (:mod:`.precision`).
 
     Memoized per system (:func:`_system_memo`): a search costs the same op on thousands of
-    block configurations, and this is a pure function of its arguments."""
+    block configurations, and :func:`work_time` is a pure function of its arguments. (Serving
+    calls :func:`work_time` directly: its decode ops, one per context length, rarely repeat.)"""
+    is_gemm = task.gemm is not None and task.attention is None
+    gemm_format = precision.gemm_format(task.lineage.op, is_gemm=is_gemm)
     times = _system_memo(system).times
-    key = (work, gemm, datatype, attention, gemm_format)
+    key = (task.work, task.gemm, precision.datatype, task.attention, gemm_format)
     found = times.get(key)
     if found is None:
         if len(times) >= _MEMO_ENTRIES:
             times.clear()
-        found = times[key] = _work_time(
-            work, gemm, system, datatype, attention=attention, gemm_format=gemm_format
+        found = times[key] = work_time(
+            task.work,
+            task.gemm,
+            system,
+            precision.datatype,
+            task.attention,
+            gemm_format=gemm_format,
         )
     return found
 
 
 @dataclass(slots=True)
 class _SystemMemo:
-    """Pure functions of one system, memoized: :func:`work_time` by its other arguments, and
-    the costs of a dense task group (:func:`cost_task_groups`) by the group's identity (the
-    lowering shares one group object among the plans that differ only in the expert grid) and
-    the communicators, precision and overlap it is costed with. An entry holds its group, so
-    the group's id cannot be reused by another object while the entry lives."""
+    """Pure functions of one system, memoized: a training task's time (:func:`_compute_time`)
+    by the arguments of :func:`work_time`, and the costs of a dense task group
+    (:func:`cost_task_groups`) by the group's identity (the lowering shares one group object
+    among the plans that differ only in the expert grid) and the communicators, precision and
+    overlap it is costed with. An entry holds its group, so the group's id cannot be reused by
+    another object while the entry lives."""
 
     system: SystemSpec
     times: dict[tuple[object, ...], float] = field(default_factory=dict)
@@ -974,15 +959,19 @@ def _system_memo(system: SystemSpec) -> _SystemMemo:
     return memo
 
 
-def _work_time(
+def work_time(
     work: Work,
     gemm: GemmShape | None,
     system: SystemSpec,
     datatype: Datatype,
+    attention: AttentionShape | None = None,
     *,
-    attention: AttentionShape | None,
-    gemm_format: GemmFormat | None,
+    gemm_format: GemmFormat | None = None,
 ) -> float:
+    """The time of one op's work on ``system``: matrix FLOPs at the GEMM shape's efficiency (a
+    fused attention kernel's at its measured rate, ``SystemSpec.attention_time``) plus vector
+    FLOPs, against its HBM traffic, combined by the system's processing mode. Training tasks and
+    serving ops are costed by this one rule."""
     shape = (
         None if gemm is None else HardwareGemmShape(m=gemm.m, n=gemm.n, k=gemm.k, batch=gemm.batch)
     )
