@@ -260,7 +260,7 @@ def cost_task_groups(
         key = (id(group), overlap, *context_key)
         found = memo.blocks.get(key)
         if found is None or found[0] is not group:
-            if len(memo.blocks) >= _MEMO_ENTRIES:
+            if len(memo.blocks) >= _MEMO_GROUPS:
                 memo.blocks.clear()
             found = memo.blocks[key] = (group, block_cost(group))
         return found[1]
@@ -270,7 +270,7 @@ def cost_task_groups(
         found = memo.extras.get(key)
         if found is None or found[0] is not group:
             cost = ExtraCost(forward=phase(group, Phase.FORWARD), backward=phase(group, *backward))
-            if len(memo.extras) >= _MEMO_ENTRIES:
+            if len(memo.extras) >= _MEMO_GROUPS:
                 memo.extras.clear()
             found = memo.extras[key] = (group, cost)
         return found[1]
@@ -941,9 +941,10 @@ class _SystemMemo:
 
 
 _SYSTEM_MEMOS: dict[int, _SystemMemo] = {}
-#: systems memoized at once, and entries per table, before a memo is dropped (a bound on
-#: memory only: a dropped entry is recomputed to the same value)
-_MEMO_SYSTEMS, _MEMO_ENTRIES = 64, 1 << 18
+#: systems memoized at once, task times and costed groups per system, before a table is
+#: dropped (a bound on memory only: a dropped entry is recomputed to the same value; a group
+#: entry holds its group's tasks, a search has a few hundred distinct dense groups)
+_MEMO_SYSTEMS, _MEMO_ENTRIES, _MEMO_GROUPS = 64, 1 << 16, 4096
 
 
 def _system_memo(system: SystemSpec) -> _SystemMemo:
