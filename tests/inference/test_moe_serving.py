@@ -17,7 +17,7 @@ from blueprinting.errors import InvalidStrategyError, UnsupportedError
 from blueprinting.hardware.presets import system_preset
 from blueprinting.inference.analysis import analyze_inference
 from blueprinting.inference.memory import memory_per_gpu
-from blueprinting.inference.search import SearchOptions, search_inference
+from blueprinting.inference.search import SearchOptions, search_inference, search_layouts
 from blueprinting.mapping.flat_keys import inference_from_mapping
 from blueprinting.mapping.model import (
     Datatype,
@@ -269,3 +269,27 @@ def test_search_covers_expert_parallelism_for_moe() -> None:
     degrees = {(r.spec.mapping.tensor_degree, r.spec.mapping.expert_degree) for r in reports}
     assert {(2, 2), (4, 4), (8, 8), (8, 1)} <= degrees
     assert all(t % ep == 0 for t, ep in degrees)
+
+
+def test_search_lists_its_layouts_before_costing_them() -> None:
+    """Mixtral (32 layers, 8 experts) on 16 H100s: t | 8, p | 32, t p | 16, ep | t with
+    8 mod ep = 0; the progress callback counts every layout once, then the total."""
+    spec = _spec(MIXTRAL, replicas=16, generated_tokens=4)
+    system = system_preset("dgx-h100")
+    layouts = search_layouts(spec, system)
+    want = [
+        (t, p, ep)
+        for t in (1, 2, 4, 8)
+        for p in (1, 2, 4, 8, 16, 32)
+        if 16 % (t * p) == 0
+        for ep in (1, 2, 4, 8)
+        if t % ep == 0
+    ]
+    assert layouts == want
+    assert len(layouts) == 5 + 4 * 2 + 3 * 3 + 2 * 4  # t = 1, 2, 4, 8
+    seen: list[tuple[int, int]] = []
+    reports = search_inference(
+        spec, system, SearchOptions(top=5), progress=lambda done, total: seen.append((done, total))
+    )
+    assert seen == [(i, len(layouts)) for i in range(len(layouts) + 1)]
+    assert reports == search_inference(spec, system, SearchOptions(top=5))

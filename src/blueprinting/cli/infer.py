@@ -75,7 +75,19 @@ def _search(args: argparse.Namespace, spec: InferenceSpec, system: SystemSpec) -
         top=args.top,
         megatron=not args.no_megatron_rules,
     )
-    reports = search_inference(spec, system, options)
+    if args.json or not sys.stderr.isatty():
+        reports = search_inference(spec, system, options)
+    else:
+        from rich.progress import Progress
+
+        # many layouts or long generations take seconds (README, Input limits)
+        with Progress(transient=True) as bar:
+            task = bar.add_task("costing layouts", total=None)
+
+            def tick(done: int, total: int) -> None:
+                bar.update(task, completed=done, total=total)
+
+            reports = search_inference(spec, system, options, progress=tick)
     if args.json:
         json.dump([r.to_json_dict() for r in reports], sys.stdout, indent=2)
         sys.stdout.write("\n")

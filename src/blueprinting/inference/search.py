@@ -15,6 +15,7 @@ latency per token (lower first); ties go to the fewer GPUs per replica, then the
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import assert_never, final
@@ -118,33 +119,44 @@ def _key(report: InferenceReport, objective: Objective) -> tuple[float, int, int
             assert_never(unreachable)
 
 
+def search_layouts(spec: InferenceSpec, system: SystemSpec) -> list[tuple[int, int, int]]:
+    """The (t, p, ep) layouts the search analyses, listed (and so counted) before any is: t
+    divides the node, p the layer count, t p the GPU count, ep per :func:`expert_degrees`."""
+    gpus = spec.mapping.world_size
+    return [
+        (t, p, ep)
+        for t in divisors(system.gpus_per_node)
+        for p in divisors(spec.model.num_layers)
+        if gpus % (t * p) == 0
+        for ep in expert_degrees(spec, t)
+    ]
+
+
 def search_inference(
-    spec: InferenceSpec, system: SystemSpec, options: SearchOptions | None = None
+    spec: InferenceSpec,
+    system: SystemSpec,
+    options: SearchOptions | None = None,
+    *,
+    progress: Callable[[int, int], None] | None = None,
 ) -> tuple[InferenceReport, ...]:
-    """The best ``options.top`` strategies on ``spec.mapping.world_size`` GPUs, best first."""
+    """The best ``options.top`` strategies on ``spec.mapping.world_size`` GPUs, best first;
+    ``progress(done, total)`` is called before each (t, p, ep) layout and after the last."""
     chosen = SearchOptions() if options is None else options
     gpus = spec.mapping.world_size
     found: list[InferenceReport] = []
     # One model, system and KV datatype throughout: the layouts share decode attention costs.
     attention: AttentionCache = {}
-    for t in divisors(system.gpus_per_node):
-        for p in divisors(spec.model.num_layers):
-            if gpus % (t * p) != 0:
-                continue
-            replicas = gpus // (t * p)
-            for ep in expert_degrees(spec, t):
-                found.extend(
-                    _layout_reports(
-                        spec,
-                        system,
-                        chosen,
-                        attention,
-                        t=t,
-                        p=p,
-                        ep=ep,
-                        replicas=replicas,
-                    )
-                )
+    layouts = search_layouts(spec, system)
+    for done, (t, p, ep) in enumerate(layouts):
+        if progress is not None:
+            progress(done, len(layouts))
+        found.extend(
+            _layout_reports(
+                spec, system, chosen, attention, t=t, p=p, ep=ep, replicas=gpus // (t * p)
+            )
+        )
+    if progress is not None:
+        progress(len(layouts), len(layouts))
     found.sort(key=lambda report: _key(report, chosen.objective))
     return tuple(found[: chosen.top])
 

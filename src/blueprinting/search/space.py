@@ -75,6 +75,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import lru_cache
 from math import gcd
 from typing import assert_never, final
 
@@ -654,54 +655,40 @@ def enumerate_strategies(model: TransformerModelSpec, space: SearchSpace) -> Enu
 # One row as the ADT value
 # --------------------------------------------------------------------------------------------
 def candidate_to_spec(table: CandidateTable, i: int, model: TransformerModelSpec) -> TrainingSpec:
-    """Row ``i`` of ``table`` as a :class:`TrainingSpec` for ``model``."""
+    """Row ``i`` of ``table`` as a :class:`TrainingSpec` for ``model``.
+
+    The parts (TP, PP, DP, recompute, CP, expert grid) are built by memoized constructors: a
+    search builds one spec per block configuration and per row it lists or writes (``--csv``),
+    and the parts repeat across rows; they are immutable, so rows may share them."""
     p = int(table.pipeline[i])
     group = int(table.microbatch_group[i])
+    dispatcher = table.dispatchers[int(table.dispatcher[i])]
     parallelism = TransformerTrainingParallelism(
-        tensor=TensorParallel(
-            degree=int(table.tensor[i]),
-            communication=(
-                ReduceScatterAllGather(
-                    overlap=UserbufferOverlap() if table.tp_comm_overlap[i] else NoTpCommOverlap()
-                )
-                if table.sequence_parallel[i]
-                else AllReduce()
-            ),
+        tensor=_tensor_part(
+            int(table.tensor[i]),
+            sequence_parallel=bool(table.sequence_parallel[i]),
+            overlap=bool(table.tp_comm_overlap[i]),
         ),
-        pipeline=PipelineParallel(
-            degree=p,
-            schedule=training_schedule(
-                p,
-                int(table.virtual_stages[i]),
-                # Code 0 is Megatron's default group size (p).
-                microbatch_group_size=group if group > 0 else None,
-                overlap_p2p_comm=bool(table.overlap_p2p_comm[i]),
-                ep_overlap=model.moe is not None
-                and dispatcher_overlaps(table.dispatchers[int(table.dispatcher[i])]),
-            ),
+        pipeline=_pipeline_part(
+            p,
+            int(table.virtual_stages[i]),
+            # Code 0 is Megatron's default group size (p).
+            group=group if group > 0 else None,
+            overlap_p2p_comm=bool(table.overlap_p2p_comm[i]),
+            ep_overlap=model.moe is not None and dispatcher_overlaps(dispatcher),
         ),
-        data=DataParallel(
-            degree=int(table.data[i]),
-            optimizer_sharding=SHARDING_CODES[int(table.sharding[i])].build(
-                overlap_param_gather=bool(table.overlap_param_gather[i])
-            ),
+        data=_data_part(
+            int(table.data[i]),
+            sharding=int(table.sharding[i]),
+            overlap_param_gather=bool(table.overlap_param_gather[i]),
             overlap_grad_reduce=bool(table.overlap_grad_reduce[i]),
         ),
-        recompute=RECOMPUTE_CODES[int(table.recompute[i])].build(
-            int(table.recompute_num_layers[i])
-        ),
-        context=ContextParallel(
-            degree=int(table.context[i]),
-            communication=single_level_communication(CP_COMM_CODES[int(table.cp_comm[i])]),
-        ),
+        recompute=_recompute_part(int(table.recompute[i]), int(table.recompute_num_layers[i])),
+        context=_context_part(int(table.context[i]), int(table.cp_comm[i])),
         experts=(
-            ExpertParallel()
+            _DEFAULT_EXPERTS
             if model.moe is None
-            else ExpertParallel(
-                degree=int(table.expert[i]),
-                tensor_degree=int(table.expert_tensor[i]),
-                dispatcher=table.dispatchers[int(table.dispatcher[i])],
-            )
+            else _expert_part(int(table.expert[i]), int(table.expert_tensor[i]), dispatcher)
         ),
     )
     batch = BatchSpec(
@@ -715,3 +702,69 @@ def candidate_to_spec(table: CandidateTable, i: int, model: TransformerModelSpec
             precision=table.precisions[int(table.precision[i])],
         ),
     )
+
+
+_DEFAULT_EXPERTS = ExpertParallel()
+
+
+@lru_cache(maxsize=1024)
+def _tensor_part(degree: int, *, sequence_parallel: bool, overlap: bool) -> TensorParallel:
+    return TensorParallel(
+        degree=degree,
+        communication=(
+            ReduceScatterAllGather(overlap=UserbufferOverlap() if overlap else NoTpCommOverlap())
+            if sequence_parallel
+            else AllReduce()
+        ),
+    )
+
+
+@lru_cache(maxsize=4096)
+def _pipeline_part(
+    degree: int,
+    virtual_stages: int,
+    *,
+    group: int | None,
+    overlap_p2p_comm: bool,
+    ep_overlap: bool,
+) -> PipelineParallel:
+    return PipelineParallel(
+        degree=degree,
+        schedule=training_schedule(
+            degree,
+            virtual_stages,
+            microbatch_group_size=group,
+            overlap_p2p_comm=overlap_p2p_comm,
+            ep_overlap=ep_overlap,
+        ),
+    )
+
+
+@lru_cache(maxsize=4096)
+def _data_part(
+    degree: int, *, sharding: int, overlap_param_gather: bool, overlap_grad_reduce: bool
+) -> DataParallel:
+    return DataParallel(
+        degree=degree,
+        optimizer_sharding=SHARDING_CODES[sharding].build(
+            overlap_param_gather=overlap_param_gather
+        ),
+        overlap_grad_reduce=overlap_grad_reduce,
+    )
+
+
+@lru_cache(maxsize=1024)
+def _recompute_part(code: int, num_layers: int) -> RecomputePolicy:
+    return RECOMPUTE_CODES[code].build(num_layers)
+
+
+@lru_cache(maxsize=1024)
+def _context_part(degree: int, comm: int) -> ContextParallel:
+    return ContextParallel(
+        degree=degree, communication=single_level_communication(CP_COMM_CODES[comm])
+    )
+
+
+@lru_cache(maxsize=1024)
+def _expert_part(degree: int, tensor_degree: int, dispatcher: TokenDispatcher) -> ExpertParallel:
+    return ExpertParallel(degree=degree, tensor_degree=tensor_degree, dispatcher=dispatcher)

@@ -49,6 +49,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from functools import lru_cache
 from typing import TypeAlias, assert_never, final
 
 from blueprinting.hardware.attention import (
@@ -238,11 +239,13 @@ class Placements:
     backward_out: Placement
 
 
+@lru_cache(maxsize=4096)
 def placements(
     sharding: TpSharding, *, tp: int, sequence_parallel: bool, dim: ShardDim
 ) -> Placements:
     """Placements of an op on the tp axis; ``dim`` names the sharded feature dimension. With
-    t = 1 every tensor is whole, so everything is replicated."""
+    t = 1 every tensor is whole, so everything is replicated. Memoized: the lowering asks for
+    every task of every block configuration a search costs."""
     r, p, s = Replicate(), Partial(), Shard(dim=dim)
     if tp == 1:
         return Placements(forward_in=r, forward_out=r, backward_in=r, backward_out=r)

@@ -18,11 +18,12 @@ verified IR and returns a verified one (the lowering takes the derivation's
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from typing import TextIO, assert_never, final
 
 from blueprinting.errors import VerificationError
-from blueprinting.mapping.transformer import HierarchicalAllToAllRing
+from blueprinting.mapping.transformer import ExpertParallel, HierarchicalAllToAllRing
 from blueprinting.synthesizer.dialects.transformer.training import (
     CP_A2A_AXIS,
     CP_AXIS,
@@ -334,6 +335,65 @@ def _mesh_axes(plan: LocalBlockPlan) -> tuple[MeshAxis, ...]:
     return tuple(axes)
 
 
+@lru_cache(maxsize=1024)
+def _dense_groups(plan: LocalBlockPlan) -> tuple[TaskGroup, TaskGroup, TaskGroup]:
+    """The block, first-stage and last-stage groups of ``plan`` (one with a canonical
+    strategy summary and expert grid: these groups read neither)."""
+    model, b, tp, sp = plan.model, plan.micro_batch, plan.tp, plan.sequence_parallel
+    cp = plan.cp
+    local = plan.local
+    block = _lower_group(
+        "block",
+        plan,
+        block_ops(model, local, attention=plan.attention),
+        boundary_collectives(model, b, tp=tp, sequence_parallel=sp, cp=cp),
+        plan.recomputes,
+        exchanges=context_exchanges(model, local, plan.context),
+    )
+    first = _lower_group(
+        "first_stage",
+        plan,
+        first_stage_ops(model, local),
+        first_stage_collectives(model, b, tp=tp, sequence_parallel=sp, cp=cp),
+        lambda _: False,
+    )
+    last = _lower_group(
+        "last_stage",
+        plan,
+        last_stage_ops(model, local),
+        last_stage_collectives(model, b, tp=tp, sequence_parallel=sp, cp=cp),
+        lambda _: False,
+    )
+    return block, first, last
+
+
+@lru_cache(maxsize=1024)
+def _moe_group(plan: LocalBlockPlan) -> TaskGroup:
+    """The MoE block's group of ``plan`` (one with a canonical strategy summary, which the
+    group does not read: plans that differ only in what the summary names, such as the TP
+    communication overlap, share it)."""
+    experts = plan.local_experts
+    assert experts is not None  # only a MoE model has a MoE block
+    model, b, tp, sp, local = (
+        plan.model,
+        plan.micro_batch,
+        plan.tp,
+        plan.sequence_parallel,
+        plan.local,
+    )
+    return _lower_group(
+        "moe_block",
+        plan,
+        block_ops(model, local, attention=plan.attention, experts=experts),
+        boundary_collectives(model, b, tp=tp, sequence_parallel=sp, cp=plan.cp),
+        plan.recomputes,
+        exchanges=(
+            *context_exchanges(model, local, plan.context),
+            *expert_exchanges(model, experts, plan.experts.dispatcher),
+        ),
+    )
+
+
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LowerToDistributedTasks:
@@ -342,47 +402,13 @@ class LowerToDistributedTasks:
     name: str = "lower-to-distributed-tasks"
 
     def run(self, plan: LocalBlockPlan, ctx: PassContext) -> DistributedTaskIR:
-        model, b, tp, sp = plan.model, plan.micro_batch, plan.tp, plan.sequence_parallel
-        cp = plan.cp
-        local = plan.local
-        block = _lower_group(
-            "block",
-            plan,
-            block_ops(model, local, attention=plan.attention),
-            boundary_collectives(model, b, tp=tp, sequence_parallel=sp, cp=cp),
-            plan.recomputes,
-            exchanges=context_exchanges(model, local, plan.context),
-        )
-        first = _lower_group(
-            "first_stage",
-            plan,
-            first_stage_ops(model, local),
-            first_stage_collectives(model, b, tp=tp, sequence_parallel=sp, cp=cp),
-            lambda _: False,
-        )
-        last = _lower_group(
-            "last_stage",
-            plan,
-            last_stage_ops(model, local),
-            last_stage_collectives(model, b, tp=tp, sequence_parallel=sp, cp=cp),
-            lambda _: False,
-        )
-        experts = plan.local_experts
-        moe_block = (
-            None
-            if experts is None
-            else _lower_group(
-                "moe_block",
-                plan,
-                block_ops(model, local, attention=plan.attention, experts=experts),
-                boundary_collectives(model, b, tp=tp, sequence_parallel=sp, cp=cp),
-                plan.recomputes,
-                exchanges=(
-                    *context_exchanges(model, local, plan.context),
-                    *expert_exchanges(model, experts, plan.experts.dispatcher),
-                ),
-            )
-        )
+        model, b = plan.model, plan.micro_batch
+        # The groups are memoized (a search lowers thousands of plans): the dense ones read
+        # neither the expert grid nor the strategy's summary, so plans that differ only there
+        # (a search's ep / etp / dispatcher / TP-overlap axes) share them; the MoE block reads
+        # the grid but not the summary.
+        block, first, last = _dense_groups(replace(plan, strategy="", experts=ExpertParallel()))
+        moe_block = None if model.moe is None else _moe_group(replace(plan, strategy=""))
         ir = DistributedTaskIR(
             mesh=LogicalMesh(axes=_mesh_axes(plan)),
             moe_block=moe_block,
@@ -422,6 +448,12 @@ def _check_chain(group: TaskGroup, phases: tuple[Phase, ...], problems: list[str
         current = task.lineage.target
 
 
+#: groups that passed the checks on a mesh, by identity (an entry holds its group, so the id is
+#: not reused while it lives); bounded, a dropped entry is checked again
+_VERIFIED: dict[tuple[int, tuple[tuple[tuple[str, int], ...], int]], TaskGroup] = {}
+_VERIFIED_LIMIT = 4096
+
+
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class VerifyDistributedTasks:
@@ -432,7 +464,12 @@ class VerifyDistributedTasks:
     def run(self, ir: DistributedTaskIR, ctx: PassContext) -> DistributedTaskIR:
         problems: list[str] = []
         axes = {a.name: a.size for a in ir.mesh.axes}
+        mesh = (tuple(axes.items()), ir.tp)
         for group in ir.groups:
+            known = _VERIFIED.get((id(group), mesh))
+            if known is group:
+                continue  # this very group passed on this mesh (the dense groups are shared)
+            before = len(problems)
             seen: set[str] = set()
             for task in group.tasks:
                 if task.id in seen:
@@ -455,6 +492,10 @@ class VerifyDistributedTasks:
             _check_chain(group, (Phase.FORWARD,), problems)
             _check_chain(group, (Phase.RECOMPUTE,), problems)
             _check_chain(group, (Phase.BACKWARD_ACTIVATION_GRAD,), problems)
+            if len(problems) == before:
+                if len(_VERIFIED) >= _VERIFIED_LIMIT:
+                    _VERIFIED.clear()
+                _VERIFIED[(id(group), mesh)] = group
         if problems:
             raise VerificationError(
                 f"checking DistributedTaskIR of {ir.model} ({ir.strategy}):\n"

@@ -29,7 +29,7 @@ edge in forward and once in backward, on the PP group's link.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import ClassVar, assert_never, final
 
 from blueprinting.analysis.stage_layout import (
@@ -256,6 +256,29 @@ def cost_task_groups(
             recompute=block_phase(Phase.RECOMPUTE),
         )
 
+    # the dense groups have no expert-axis task, so the expert communicators are not in the key
+    memo = _system_memo(system)
+    context_key = (tp_group, precision, tuple(sorted(groups.items())))
+
+    def dense_block_cost(group: TaskGroup) -> BlockCost:
+        key = (id(group), overlap, *context_key)
+        found = memo.blocks.get(key)
+        if found is None or found[0] is not group:
+            if len(memo.blocks) >= _MEMO_GROUPS:
+                memo.blocks.clear()
+            found = memo.blocks[key] = (group, block_cost(group))
+        return found[1]
+
+    def extra_cost(group: TaskGroup) -> ExtraCost:
+        key = (id(group), *context_key)
+        found = memo.extras.get(key)
+        if found is None or found[0] is not group:
+            cost = ExtraCost(forward=phase(group, Phase.FORWARD), backward=phase(group, *backward))
+            if len(memo.extras) >= _MEMO_GROUPS:
+                memo.extras.clear()
+            found = memo.extras[key] = (group, cost)
+        return found[1]
+
     moe_block = None if ir.moe_block is None else block_cost(ir.moe_block)
     timing: CombinedLayerTiming | None = None
     if moe_block is not None and ir.moe_block is not None and dispatch_overlap:
@@ -264,13 +287,9 @@ def cost_task_groups(
         moe_block = _overlapped_dispatch(moe_block, timing)
     return TaskGroupCosts(
         ep_overlap=timing,
-        block=block_cost(ir.block),
-        embedding=ExtraCost(
-            forward=phase(ir.first_stage, Phase.FORWARD), backward=phase(ir.first_stage, *backward)
-        ),
-        lm_head=ExtraCost(
-            forward=phase(ir.last_stage, Phase.FORWARD), backward=phase(ir.last_stage, *backward)
-        ),
+        block=dense_block_cost(ir.block),
+        embedding=extra_cost(ir.first_stage),
+        lm_head=extra_cost(ir.last_stage),
         moe_block=moe_block,
     )
 
@@ -913,16 +932,63 @@ def _hide(phase: PhaseCost, hidden_s: float, compute_delta_s: float = 0.0) -> Ph
 
 def _compute_time(task: ComputeTask, system: SystemSpec, precision: OpPrecision) -> float:
     """One compute task's time (module docstring); a Transformer Engine linear's GEMM at the
-    recipe's low-precision rate (:mod:`.precision`)."""
+    recipe's low-precision rate (:mod:`.precision`).
+
+    Memoized per system (:func:`_system_memo`): a search costs the same op on thousands of
+    block configurations, and :func:`work_time` is a pure function of its arguments. (Serving
+    calls :func:`work_time` directly: its decode ops, one per context length, rarely repeat.)"""
     is_gemm = task.gemm is not None and task.attention is None
-    return work_time(
-        task.work,
-        task.gemm,
-        system,
-        precision.datatype,
-        task.attention,
-        gemm_format=precision.gemm_format(task.lineage.op, is_gemm=is_gemm),
-    )
+    gemm_format = precision.gemm_format(task.lineage.op, is_gemm=is_gemm)
+    times = _system_memo(system).times
+    key = (task.work, task.gemm, precision.datatype, task.attention, gemm_format)
+    found = times.get(key)
+    if found is None:
+        if len(times) >= _MEMO_ENTRIES:
+            times.clear()
+        found = times[key] = work_time(
+            task.work,
+            task.gemm,
+            system,
+            precision.datatype,
+            task.attention,
+            gemm_format=gemm_format,
+        )
+    return found
+
+
+@dataclass(slots=True)
+class _SystemMemo:
+    """Pure functions of one system, memoized: a training task's time (:func:`_compute_time`)
+    by the arguments of :func:`work_time`, and the costs of a dense task group
+    (:func:`cost_task_groups`) by the group's identity (the lowering shares one group object
+    among the plans that differ only in the expert grid) and the communicators, precision and
+    overlap it is costed with. An entry holds its group, so the group's id cannot be reused by
+    another object while the entry lives."""
+
+    system: SystemSpec
+    times: dict[tuple[object, ...], float] = field(default_factory=dict)
+    blocks: dict[tuple[object, ...], tuple[TaskGroup, BlockCost]] = field(default_factory=dict)
+    extras: dict[tuple[object, ...], tuple[TaskGroup, ExtraCost]] = field(default_factory=dict)
+
+
+_SYSTEM_MEMOS: dict[int, _SystemMemo] = {}
+#: systems memoized at once, task times and costed groups per system, before a table is
+#: dropped (a bound on memory only: a dropped entry is recomputed to the same value; a group
+#: entry holds its group's tasks, a search has a few hundred distinct dense groups)
+_MEMO_SYSTEMS, _MEMO_ENTRIES, _MEMO_GROUPS = 64, 1 << 16, 4096
+
+
+def _system_memo(system: SystemSpec) -> _SystemMemo:
+    """The memo of ``system``, found by identity: hashing a ``SystemSpec`` per op would cost
+    as much as the op's time. The entry holds the system, so its id cannot be reused by another
+    object while the entry lives."""
+    memo = _SYSTEM_MEMOS.get(id(system))
+    if memo is None or memo.system is not system:
+        if len(_SYSTEM_MEMOS) >= _MEMO_SYSTEMS:
+            _SYSTEM_MEMOS.clear()
+        memo = _SystemMemo(system=system)
+        _SYSTEM_MEMOS[id(system)] = memo
+    return memo
 
 
 def _gemm_calls(gemm: GemmShape | None) -> tuple[int, HardwareGemmShape | None]:
