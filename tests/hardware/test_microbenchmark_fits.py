@@ -12,15 +12,22 @@ from pathlib import Path
 import pytest
 
 from blueprinting.hardware import presets
-from blueprinting.hardware.efficiency import ConstantEfficiency, GemmShapeEfficiency
-from blueprinting.hardware.fit import fit_gemm, fit_hbm, fit_link
+from blueprinting.hardware.efficiency import (
+    ConstantEfficiency,
+    GemmShape,
+    GemmShapeEfficiency,
+    efficiency_fraction,
+)
+from blueprinting.hardware.fit import fit_gemm, fit_gemm_peak, fit_hbm, fit_link
 from blueprinting.hardware.microbenchmarks import (
     GEMM_SERIES,
     LINK_SERIES,
+    MXFP8_GEMM_SERIES,
     STREAM_SERIES,
     Microbenchmarks,
     load_microbenchmarks,
 )
+from blueprinting.mapping.precision import GemmFormat
 
 # ../shared beside the repository (tests/hardware/ -> tests -> repo -> its parent).
 MICROBENCHMARKS = (
@@ -152,3 +159,49 @@ def test_preset_hbm_figures_are_the_fits(bench: Microbenchmarks) -> None:
         assert presets.system_preset(preset).accelerator.hbm.efficiency == ConstantEfficiency(
             fraction=round(fit.efficiency.fraction, 2)
         )
+
+
+def test_mxfp8_gemm_figure_is_the_peak_fit(bench: Microbenchmarks) -> None:
+    """MXFP8_GEMM_FIT: the four cuBLAS MXFP8 squares (8192^3 on B200 and on an unnamed sm_100
+    part, 16384^3, 32768^3) pooled, their peak fraction under the GB200 fp8 cuBLASLt shape
+    dependence; fitted RMS 5.8% / max 6.9%, leave-one-out 7.8% / 9.1%."""
+    points = [p for series in MXFP8_GEMM_SERIES for p in bench.gemm_points(series)]
+    assert [len(bench.gemm_points(s)) for s in MXFP8_GEMM_SERIES] == [1, 3]
+    _, half_dim, half_flops = presets.GB200_FP8_GEMM_FIT
+    fit = fit_gemm_peak(
+        points, 4500e12, half_saturation_dim=half_dim, half_saturation_flops=half_flops
+    )
+    assert _rounded(fit.model) == presets.MXFP8_GEMM_FIT
+    assert fit.fitted.rms == pytest.approx(0.058, abs=0.001)
+    assert fit.fitted.max == pytest.approx(0.069, abs=0.001)
+    assert fit.held_out.rms == pytest.approx(0.078, abs=0.001)
+    assert fit.held_out.max == pytest.approx(0.091, abs=0.001)
+
+
+#: TE's pre-quantized MXFP8 GEMMs on B300 (NVIDIA/TransformerEngine@332941783386
+#: docs/features/low_precision_training/gemm_profiling/gemm_profiling.rst, "--pre-quantize"):
+#: per-pass sums of a 4096 / 16384 layer at M = 15,872 tokens, ms; (M, K, N) per pass.
+_M = 15_872
+TE_B300_MXFP8_PREQUANTIZED = (
+    (((_M, 4096, 12288), (_M, 4096, 4096), (_M, 4096, 16384), (_M, 16384, 4096)), 2.391),
+    (((_M, 12288, 4096), (_M, 4096, 4096), (_M, 16384, 4096), (_M, 4096, 16384)), 2.448),
+    (((4096, _M, 12288), (4096, _M, 4096), (4096, _M, 16384), (16384, _M, 4096)), 2.485),
+)
+
+
+def test_mxfp8_gemm_figure_holds_on_te_training_shapes() -> None:
+    """Held out (no fit uses them): the B300 preset's MXFP8 rate times TE's pre-quantized
+    Fprop / Dgrad / Wgrad GEMMs within 3% (+0.9%, -1.5%, -3.0%)."""
+    b300 = presets.system_preset("dgx-b300")
+    rate = next(r for r in b300.accelerator.low_precision if r.format is GemmFormat.MXFP8)
+    errors = []
+    for shapes, measured_ms in TE_B300_MXFP8_PREQUANTIZED:
+        seconds = 0.0
+        for m, k, n in shapes:
+            flops = 2 * m * k * n
+            shape = GemmShape(m=m, n=n, k=k)
+            seconds += flops / (
+                rate.peak_flop_per_s * efficiency_fraction(rate.efficiency, flops, shape)
+            )
+        errors.append(seconds * 1e3 / measured_ms - 1)
+    assert errors == pytest.approx([0.009, -0.015, -0.030], abs=0.001)

@@ -71,8 +71,11 @@ assumption, said so. Ratios are rounded to 0.01.
   - ``fp8_blockwise`` on Hopper: DeepGEMM's 1x128 / 128x128-scaled kernels on H800 (MB 2.2
     ``deepgemm``), fitted (:data:`HOPPER_FP8_BLOCKWISE_GEMM_FIT`). On Blackwell Transformer
     Engine runs blockwise through MXFP8 (modern_parallelism 3.1), so the ``mxfp8`` figure.
-  - ``mxfp8``: B200 0.63 (cuBLAS 13.1 MXFP8 8192^3 2,849.9 TFLOP/s / 4,500, MB 2.6
-    ``triton_9044``, unlocked clocks); B300, GB200, GB300: no measurement, B200's 0.63 assumed.
+  - ``mxfp8``: :data:`MXFP8_GEMM_FIT` (0.62, 196, 7.5e9): the peak fraction of the cuBLAS
+    MXFP8 squares on B200 / sm_100 (MB 2.6 ``triton_9044``, ``triton_9697``; 8192^3 2,849.9 to
+    32768^3 2,587 TFLOP/s of 4,500) under the GB200 fp8 cuBLASLt fit's shape dependence, checked
+    on TE's pre-quantized B300 MXFP8 GEMMs (within 3.0%); B300, GB200, GB300 assumed equal as a
+    fraction of their fp8 peak (no MXFP8 measurement on them).
   - ``nvfp4``: B200 the torchao shape fit (MB 2.6 ``torchao_2427``, peak fraction 0.61; cuBLAS
     NVFP4 8192^3 on sm_100 reaches 5,589.8 / 9,000 = 0.62, ``triton_9697``); GB200 the cuBLASLt
     fp4 shape fit (MB 2.1 ``azure_abg_gb200``, 0.76); B300: B200's, GB300: GB200's (no
@@ -293,9 +296,15 @@ def _matrix(
     )
 
 
-#: Blackwell MXFP8 GEMM fraction: B200 cuBLAS 8192^3 (MB 2.6 triton_9044); assumed on the other
-#: Blackwell parts (module docstring).
-MXFP8_FRACTION = 0.63
+#: Blackwell MXFP8 GEMM model: the peak fraction of the four cuBLAS MXFP8 squares (MB 2.6
+#: ``triton_9044``, ``triton_9697``; :data:`~blueprinting.hardware.microbenchmarks.
+#: MXFP8_GEMM_SERIES`, :func:`~blueprinting.hardware.fit.fit_gemm_peak`: RMS 5.8%, max 6.9%,
+#: leave-one-out 7.8% / 9.1%) under the shape dependence of :data:`GB200_FP8_GEMM_FIT` (the one
+#: Blackwell fp8 shape sweep; squares alone cannot fix it). Held out: TE's pre-quantized B300
+#: MXFP8 GEMMs of a 4096 / 16384 layer at M = 15,872 (NVIDIA/TransformerEngine@332941783386
+#: ``docs/features/low_precision_training/gemm_profiling/gemm_profiling.rst``), per pass +0.9%,
+#: -1.5%, -3.0%. Assumed on every Blackwell part (module docstring).
+MXFP8_GEMM_FIT = (0.62, 196.0, 7.5e9)
 
 
 def _low_precision(
@@ -315,8 +324,8 @@ def _blackwell_low_precision(
     return _low_precision(
         {
             GemmFormat.FP8: (fp8, fp8_fraction),
-            GemmFormat.FP8_BLOCKWISE: (fp8, MXFP8_FRACTION),
-            GemmFormat.MXFP8: (fp8, MXFP8_FRACTION),
+            GemmFormat.FP8_BLOCKWISE: (fp8, _fitted_gemm(MXFP8_GEMM_FIT)),
+            GemmFormat.MXFP8: (fp8, _fitted_gemm(MXFP8_GEMM_FIT)),
             GemmFormat.NVFP4: (fp4, fp4_fraction),
         }
     )
