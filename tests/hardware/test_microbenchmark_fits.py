@@ -7,6 +7,7 @@ that makes them worse fails here.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -205,3 +206,48 @@ def test_mxfp8_gemm_figure_holds_on_te_training_shapes() -> None:
             )
         errors.append(seconds * 1e3 / measured_ms - 1)
     assert errors == pytest.approx([0.009, -0.015, -0.030], abs=0.001)
+
+
+#: TE's pre-quantized NVFP4 GEMMs on B300, per-pass sums (ms; same source and shapes as above).
+TE_B300_NVFP4_PREQUANTIZED_MS = (1.273, 1.297, 1.184)
+
+
+def test_b300_nvfp4_figure_is_the_fit_on_te_gemms() -> None:
+    """B300_NVFP4_GEMM_FIT: the peak fraction (of 14,000 TFLOP/s) of TE's pre-quantized NVFP4
+    passes under the torchao fit's shape dependence, least squares in log time: 0.37, per
+    pass -1.8% / -3.6% / +5.6%; the B200 preset (torchao fit, 9,000) times them within 9%."""
+    fraction, half_dim, half_flops = presets.B300_NVFP4_GEMM_FIT
+    assert (half_dim, half_flops) == presets.B200_NVFP4_GEMM_FIT[1:]
+    unit = GemmShapeEfficiency(
+        peak_fraction=1.0, half_saturation_dim=half_dim, half_saturation_flops=half_flops
+    )
+
+    def seconds_at(
+        model: GemmShapeEfficiency, peak: float, shapes: tuple[tuple[int, int, int], ...]
+    ) -> float:
+        total = 0.0
+        for m, k, n in shapes:
+            flops = 2 * m * k * n
+            total += flops / (peak * efficiency_fraction(model, flops, GemmShape(m=m, n=n, k=k)))
+        return total
+
+    passes = [shapes for shapes, _ in TE_B300_MXFP8_PREQUANTIZED]
+    achieved = [
+        seconds_at(unit, 14000e12, shapes) / (ms * 1e-3)
+        for shapes, ms in zip(passes, TE_B300_NVFP4_PREQUANTIZED_MS, strict=True)
+    ]
+    fit = math.exp(sum(math.log(a) for a in achieved) / len(achieved))
+    assert fraction == pytest.approx(fit, abs=0.005)
+    assert [a / fit - 1 for a in achieved] == pytest.approx([-0.018, -0.036, 0.056], abs=0.001)
+    b200 = _fitted(presets.B200_NVFP4_GEMM_FIT)
+    errors = [
+        seconds_at(b200, 9000e12, shapes) / (ms * 1e-3) - 1
+        for shapes, ms in zip(passes, TE_B300_NVFP4_PREQUANTIZED_MS, strict=True)
+    ]
+    assert all(abs(error) < 0.09 for error in errors)
+
+
+def _fitted(fit: tuple[float, float, float]) -> GemmShapeEfficiency:
+    return GemmShapeEfficiency(
+        peak_fraction=fit[0], half_saturation_dim=fit[1], half_saturation_flops=fit[2]
+    )
