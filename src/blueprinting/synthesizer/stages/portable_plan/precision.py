@@ -31,14 +31,14 @@ separate copies except for per-tensor FP8 on an accelerator that reads FP8 colum
 and stochastic rounding run inside the same pass (16-point transforms: compute well below the
 pass's bytes). Amax reductions over the TP group are latency-only and not timed.
 
-Cast-kernel rate (:data:`CAST_BANDWIDTH_FIT`, :meth:`OpPrecision.quantize_time`). The
+Cast-kernel rate (:func:`cast_bandwidth_fraction`, :meth:`OpPrecision.quantize_time`). The
 block-scaled casts do not run at the streaming rate: Transformer Engine's own GEMM benchmark
 (NVIDIA/TransformerEngine@332941783386 ``docs/features/low_precision_training/gemm_profiling/
 gemm_profiling.rst``, B300, M = 15,872, h 4096, ffn 16384) times the 12 GEMM shapes of a layer
 in autocast (each ``te.Linear`` forward casts its input rowwise and columnwise, the weight
 requiring grad, and its weight rowwise: ``pytorch/module/linear.py`` ``backward_needs_input``)
-and pre-quantized; the difference per pass (Fprop, Dgrad, Wgrad), divided into the bytes of the
-casts above, is the cast's achieved bandwidth. One fraction of the HBM datasheet rate per
+and pre-quantized; the bytes of the casts above over the difference per pass (Fprop, Dgrad,
+Wgrad) is the casts' achieved bandwidth. One fraction of the HBM datasheet rate per
 recipe, the geometric mean over the three passes (``tests/synthesizer/
 test_quantization_kernels.py`` refits it and gives the per-pass errors): FP8 blockwise 0.41
 (RMS 4.1%, max 5.7%), MXFP8 0.96 (RMS 9.0%, max 12.3%), NVFP4 0.57 (RMS 4.3%, max 6.2%;
