@@ -7,20 +7,28 @@ that makes them worse fails here.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
 
 from blueprinting.hardware import presets
-from blueprinting.hardware.efficiency import ConstantEfficiency, GemmShapeEfficiency
-from blueprinting.hardware.fit import fit_gemm, fit_hbm, fit_link
+from blueprinting.hardware.efficiency import (
+    ConstantEfficiency,
+    GemmShape,
+    GemmShapeEfficiency,
+    efficiency_fraction,
+)
+from blueprinting.hardware.fit import fit_gemm, fit_gemm_peak, fit_hbm, fit_link
 from blueprinting.hardware.microbenchmarks import (
     GEMM_SERIES,
     LINK_SERIES,
+    MXFP8_GEMM_SERIES,
     STREAM_SERIES,
     Microbenchmarks,
     load_microbenchmarks,
 )
+from blueprinting.mapping.precision import GemmFormat
 
 # ../shared beside the repository (tests/hardware/ -> tests -> repo -> its parent).
 MICROBENCHMARKS = (
@@ -152,3 +160,94 @@ def test_preset_hbm_figures_are_the_fits(bench: Microbenchmarks) -> None:
         assert presets.system_preset(preset).accelerator.hbm.efficiency == ConstantEfficiency(
             fraction=round(fit.efficiency.fraction, 2)
         )
+
+
+def test_mxfp8_gemm_figure_is_the_peak_fit(bench: Microbenchmarks) -> None:
+    """MXFP8_GEMM_FIT: the four cuBLAS MXFP8 squares (8192^3 on B200 and on an unnamed sm_100
+    part, 16384^3, 32768^3) pooled, their peak fraction under the GB200 fp8 cuBLASLt shape
+    dependence; fitted RMS 5.8% / max 6.9%, leave-one-out 7.8% / 9.1%."""
+    points = [p for series in MXFP8_GEMM_SERIES for p in bench.gemm_points(series)]
+    assert [len(bench.gemm_points(s)) for s in MXFP8_GEMM_SERIES] == [1, 3]
+    _, half_dim, half_flops = presets.GB200_FP8_GEMM_FIT
+    fit = fit_gemm_peak(
+        points, 4500e12, half_saturation_dim=half_dim, half_saturation_flops=half_flops
+    )
+    assert _rounded(fit.model) == presets.MXFP8_GEMM_FIT
+    assert fit.fitted.rms == pytest.approx(0.058, abs=0.001)
+    assert fit.fitted.max == pytest.approx(0.069, abs=0.001)
+    assert fit.held_out.rms == pytest.approx(0.078, abs=0.001)
+    assert fit.held_out.max == pytest.approx(0.091, abs=0.001)
+
+
+#: TE's pre-quantized MXFP8 GEMMs on B300 (NVIDIA/TransformerEngine@332941783386
+#: docs/features/low_precision_training/gemm_profiling/gemm_profiling.rst, "--pre-quantize"):
+#: per-pass sums of a 4096 / 16384 layer at M = 15,872 tokens, ms; (M, K, N) per pass.
+_M = 15_872
+TE_B300_MXFP8_PREQUANTIZED = (
+    (((_M, 4096, 12288), (_M, 4096, 4096), (_M, 4096, 16384), (_M, 16384, 4096)), 2.391),
+    (((_M, 12288, 4096), (_M, 4096, 4096), (_M, 16384, 4096), (_M, 4096, 16384)), 2.448),
+    (((4096, _M, 12288), (4096, _M, 4096), (4096, _M, 16384), (16384, _M, 4096)), 2.485),
+)
+
+
+def test_mxfp8_gemm_figure_holds_on_te_training_shapes() -> None:
+    """Held out (no fit uses them): the B300 preset's MXFP8 rate times TE's pre-quantized
+    Fprop / Dgrad / Wgrad GEMMs within 3% (+0.9%, -1.5%, -3.0%)."""
+    b300 = presets.system_preset("dgx-b300")
+    rate = next(r for r in b300.accelerator.low_precision if r.format is GemmFormat.MXFP8)
+    errors = []
+    for shapes, measured_ms in TE_B300_MXFP8_PREQUANTIZED:
+        seconds = 0.0
+        for m, k, n in shapes:
+            flops = 2 * m * k * n
+            shape = GemmShape(m=m, n=n, k=k)
+            seconds += flops / (
+                rate.peak_flop_per_s * efficiency_fraction(rate.efficiency, flops, shape)
+            )
+        errors.append(seconds * 1e3 / measured_ms - 1)
+    assert errors == pytest.approx([0.009, -0.015, -0.030], abs=0.001)
+
+
+#: TE's pre-quantized NVFP4 GEMMs on B300, per-pass sums (ms; same source and shapes as above).
+TE_B300_NVFP4_PREQUANTIZED_MS = (1.273, 1.297, 1.184)
+
+
+def test_b300_nvfp4_figure_is_the_fit_on_te_gemms() -> None:
+    """B300_NVFP4_GEMM_FIT: the peak fraction (of 14,000 TFLOP/s) of TE's pre-quantized NVFP4
+    passes under the torchao fit's shape dependence, least squares in log time: 0.37, per
+    pass -1.8% / -3.6% / +5.6%; the B200 preset (torchao fit, 9,000) times them within 9%."""
+    fraction, half_dim, half_flops = presets.B300_NVFP4_GEMM_FIT
+    assert (half_dim, half_flops) == presets.B200_NVFP4_GEMM_FIT[1:]
+    unit = GemmShapeEfficiency(
+        peak_fraction=1.0, half_saturation_dim=half_dim, half_saturation_flops=half_flops
+    )
+
+    def seconds_at(
+        model: GemmShapeEfficiency, peak: float, shapes: tuple[tuple[int, int, int], ...]
+    ) -> float:
+        total = 0.0
+        for m, k, n in shapes:
+            flops = 2 * m * k * n
+            total += flops / (peak * efficiency_fraction(model, flops, GemmShape(m=m, n=n, k=k)))
+        return total
+
+    passes = [shapes for shapes, _ in TE_B300_MXFP8_PREQUANTIZED]
+    achieved = [
+        seconds_at(unit, 14000e12, shapes) / (ms * 1e-3)
+        for shapes, ms in zip(passes, TE_B300_NVFP4_PREQUANTIZED_MS, strict=True)
+    ]
+    fit = math.exp(sum(math.log(a) for a in achieved) / len(achieved))
+    assert fraction == pytest.approx(fit, abs=0.005)
+    assert [a / fit - 1 for a in achieved] == pytest.approx([-0.018, -0.036, 0.056], abs=0.001)
+    b200 = _fitted(presets.B200_NVFP4_GEMM_FIT)
+    errors = [
+        seconds_at(b200, 9000e12, shapes) / (ms * 1e-3) - 1
+        for shapes, ms in zip(passes, TE_B300_NVFP4_PREQUANTIZED_MS, strict=True)
+    ]
+    assert all(abs(error) < 0.09 for error in errors)
+
+
+def _fitted(fit: tuple[float, float, float]) -> GemmShapeEfficiency:
+    return GemmShapeEfficiency(
+        peak_fraction=fit[0], half_saturation_dim=fit[1], half_saturation_flops=fit[2]
+    )

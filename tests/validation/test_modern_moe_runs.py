@@ -318,15 +318,17 @@ def test_the_planned_runs_stay_within_todays_bounds(planned: MoeValidation) -> N
     38.8%), GPT-OSS-120B (41.7%) and Mixtral 8x22B (21.7%); DeepSeek-V3 21-34% fast on GB200
     (EP64 inside one 64-GPU Slurm segment of an NVL72 rack: NVLink all-to-alls), 37-47% fast on
     B200 at EP8, and 20% fast at EP32 on B200 (its DeepEP all-to-alls cross the NIC once per
-    remote node: 48% slow when each remote rank's copy crossed it)."""
+    remote node: 48% slow when each remote rank's copy crossed it). Since the MXFP8 GEMM shape
+    fit (presets.MXFP8_GEMM_FIT) and the fitted cast rates: median 33.4%, DeepSeek-V3 on GB200
+    16-30% fast."""
     errors = {row.run_id: row.relative_error or 0.0 for row in planned.planned_rows}
     median = planned.gate(MoeGate.MEDIAN_ERROR).value
-    assert median is not None and 0.35 <= median <= 0.45
+    assert median is not None and 0.30 <= median <= 0.45
     rows = {row.run_id: row for row in planned.planned_rows}
     deepseek = {run: error for run, error in errors.items() if "deepseekv3" in run}
     gb200 = [error for run, error in deepseek.items() if "_gb200_" in run]
     b200 = {run: error for run, error in deepseek.items() if "_b200_" in run}
-    assert len(gb200) == 9 and all(-0.40 <= error <= -0.18 for error in gb200)
+    assert len(gb200) == 9 and all(-0.40 <= error <= -0.15 for error in gb200)
     ep8 = [error for run, error in b200.items() if rows[run].expert_parallel == 8]
     ep32 = [error for run, error in b200.items() if rows[run].expert_parallel == 32]
     assert len(ep8) == 6 and all(-0.50 <= error <= -0.33 for error in ep8)

@@ -322,18 +322,21 @@ def test_an_exclusion_that_does_not_hold_is_refused(tmp_path: Path) -> None:
 
 def test_the_planned_runs_stay_within_todays_bounds(planned: ModernValidation) -> None:
     """Regression bound, not the issue gate (no efficiency is fitted on these runs). Today:
-    median |error| 12.5% over 77 runs, nearly all predicted fast (mean -10.8%; Blackwell median
-    14.4%, Hopper 6.1%). Ring collectives across NVLink domains use every member's NIC
+    median |error| 10.8% over 77 runs, nearly all predicted fast (mean -9.7%; Blackwell median
+    12.7%, Hopper 6.1%). Ring collectives across NVLink domains use every member's NIC
     (``SystemSpec.collective_time``): the Megatron-FSDP Llama 3.1 405B run on two GB200 racks
     went from +297% (its ZeRO-3 gathers and fp32 gradient reduce-scatters flat on one NIC) to
     -21.9%, GPT-3 20B from +45% to -20.7%; the recipes' quantization kernels
     (``PhaseCost.quantize_s``) then moved every low-precision row slower (median 15.0% ->
-    12.5%). The largest errors are the GB200 Llama 3 70B NVFP4 rows (-25% to -32%)."""
+    12.5%), the cast rates fitted on TE's B300 benchmark and the MXFP8 GEMM fit on the cuBLAS
+    MXFP8 squares to 11.6% (max 29.9%), the block-scaled NVFP4 GEMM figures (GB200: B200's
+    torchao fit; B300 / GB300: TE's B300 GEMMs) to 10.8% (max 25.4%, Blackwell median 12.7%).
+    The largest errors are the GB200 Llama 3 70B NVFP4 26.02 rows (-23.7%, -25.4%)."""
     errors = {row.run_id: abs(row.relative_error or 0.0) for row in planned.planned_rows}
-    assert statistics.median(errors.values()) <= 0.14
+    assert statistics.median(errors.values()) <= 0.115
     fsdp = "mbridge_25.09_DGX-GB200_LLAMA3.1_405B_128gpu_na_75"
     assert errors[fsdp] <= 0.22
-    assert max(errors.values()) <= 0.33
+    assert max(errors.values()) <= 0.27
     hopper = [
         errors[row.run_id] for row in planned.planned_rows if row.generation is GpuGeneration.HOPPER
     ]
@@ -343,12 +346,11 @@ def test_the_planned_runs_stay_within_todays_bounds(planned: ModernValidation) -
 @pytest.mark.xfail(
     strict=True,
     reason=(
-        "77 of 77 compared runs planned: median |error| 12.5% (limit 8%), max 31.9% (limit "
-        "20%), 10 runs beyond 20%, all predicted fast: the GB200 Llama 3 70B NVFP4 rows (-25% "
-        "to -32%) and the 405B NVFP4 26.02 row (-20.5%), the B200 405B rows (-21%, -22%), the "
-        "Megatron-FSDP 405B GB200 row (-20.3%), NeMo Llama 3 8B B200 8k (-22.8%) and Nemotron "
-        "8B (-20.9%); Blackwell median 14.4% (its MXFP8 and attention figures are assumed or "
-        "rest on one microbenchmark: hardware/presets.py)"
+        "77 of 77 compared runs planned: median |error| 10.8% (limit 8%), max 25.4% (limit "
+        "20%), 7 runs beyond 20%, all predicted fast: the GB200 Llama 3 70B NVFP4 26.02 rows "
+        "(-23.7%, -25.4%), the B200 405B rows (-21.3%, -21.7%), the Megatron-FSDP 405B GB200 "
+        "row (-20.3%), NeMo Llama 3 8B B200 8k (-22.8%) and Nemotron 8B (-20.9%); Blackwell "
+        "median 12.7% (its attention rates rest on one in-step point: hardware/attention.py)"
     ),
 )
 def test_issue_gate_on_the_planned_runs(planned: ModernValidation) -> None:

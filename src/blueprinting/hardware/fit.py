@@ -192,6 +192,60 @@ def fit_gemm(points: Sequence[GemmPoint], peak_flop_per_s: float) -> GemmFit:
     )
 
 
+def fit_gemm_peak(
+    points: Sequence[GemmPoint],
+    peak_flop_per_s: float,
+    *,
+    half_saturation_dim: float,
+    half_saturation_flops: float,
+) -> GemmFit:
+    """The peak fraction of ``points`` under a given shape dependence (the two shape parameters
+    taken from another series of the same tensor-core pipeline, where ``points`` are too few or
+    too alike to fix them: square shapes only); least squares of the log time, as
+    :func:`fit_gemm`, with its fitted and leave-one-out errors."""
+    if len(points) < 2:
+        raise ConfigError(
+            [
+                "fitting a GEMM peak fraction needs at least 2 shapes (one held out), "
+                f"got {len(points)}"
+            ]
+        )
+    if not (peak_flop_per_s > 0):
+        raise ConfigError([f"GEMM peak must be > 0 FLOP/s, got {peak_flop_per_s!r}"])
+    shape_only = GemmShapeEfficiency(
+        peak_fraction=1.0,
+        half_saturation_dim=half_saturation_dim,
+        half_saturation_flops=half_saturation_flops,
+    )
+    log_peaks = np.log(
+        [
+            point.flop_per_s
+            / (peak_flop_per_s * efficiency_fraction(shape_only, point.shape.flops, point.shape))
+            for point in points
+        ]
+    )
+
+    def model_of(indices: Sequence[int]) -> GemmShapeEfficiency:
+        return GemmShapeEfficiency(
+            peak_fraction=float(np.exp(min(float(log_peaks[list(indices)].mean()), 0.0))),
+            half_saturation_dim=half_saturation_dim,
+            half_saturation_flops=half_saturation_flops,
+        )
+
+    model = model_of(range(len(points)))
+    errors = _time_errors(model, points, peak_flop_per_s)
+    held_out: list[float] = []
+    for k in range(len(points)):
+        without = model_of([i for i in range(len(points)) if i != k])
+        held_out.extend(_time_errors(without, [points[k]], peak_flop_per_s))
+    return GemmFit(
+        model=model,
+        fitted=FitError.of(errors),
+        held_out=FitError.of(held_out),
+        errors=tuple(errors),
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # Collectives
 # --------------------------------------------------------------------------------------------

@@ -10,8 +10,9 @@ preset's figure (:mod:`blueprinting.hardware.presets`) and the peak each is divi
 test ``tests/hardware/test_microbenchmark_fits.py`` fits them and checks the presets against
 the fits.
 
-Public API: ``GemmSeries``, ``LinkSeries``, ``StreamSeries``, ``GEMM_SERIES``, ``LINK_SERIES``,
-``STREAM_SERIES``, ``load_microbenchmarks(path)``, ``Microbenchmarks``.
+Public API: ``GemmSeries``, ``LinkSeries``, ``StreamSeries``, ``GEMM_SERIES``,
+``MXFP8_GEMM_SERIES``, ``LINK_SERIES``, ``STREAM_SERIES``, ``load_microbenchmarks(path)``,
+``Microbenchmarks``.
 """
 
 from __future__ import annotations
@@ -173,6 +174,31 @@ GEMM_SERIES: tuple[GemmSeries, ...] = (
         source="torchao_2427",
         library="torchao nvfp4",
         peak_tflops=9000,
+    ),
+)
+
+#: Blackwell MXFP8 GEMMs (microbenchmarks.md 2.6): cuBLAS on B200 (``triton_9044``, unlocked
+#: clocks, 8192^3) and cuBLAS baselines on an sm_100 part the PR does not name (``triton_9697``,
+#: 8192^3 to 32768^3; read as B200, 4,500 TFLOP/s). Square shapes only: pooled, they fix a peak
+#: fraction under the GB200 fp8 cuBLASLt fit's shape dependence
+#: (:func:`~blueprinting.hardware.fit.fit_gemm_peak`). The Triton tutorial kernel's row is not
+#: what Transformer Engine runs and is left out.
+MXFP8_GEMM_SERIES: tuple[GemmSeries, ...] = (
+    GemmSeries(
+        label="B200 mxfp8 cuBLAS (triton_9044)",
+        gpu="NVIDIA B200 (unlocked clocks)",
+        dtype="mxfp8",
+        source="triton_9044",
+        library="cuBLAS",
+        peak_tflops=4500,
+    ),
+    GemmSeries(
+        label="sm_100 mxfp8 cuBLAS (triton_9697)",
+        gpu="Blackwell sm_100 (GPU model not named in the PR text)",
+        dtype="mxfp8",
+        source="triton_9697",
+        library="cuBLAS",
+        peak_tflops=4500,
     ),
 )
 

@@ -29,9 +29,10 @@ assumption, said so. Ratios are rounded to 0.01.
   RMS in docs/VALIDATION.md): H200 fp8 (:data:`H200_FP8_GEMM_FIT`, cuBLASLt), every Hopper
   part's ``fp8_blockwise`` (DeepGEMM on H800,
   :data:`HOPPER_FP8_BLOCKWISE_GEMM_FIT`), B200 bf16 / fp16 / fp32 (:data:`B200_BF16_GEMM_FIT`,
-  torch.mm), B200 and B300 nvfp4 (:data:`B200_NVFP4_GEMM_FIT`, torchao; B300 assumed), GB200 and
-  GB300 fp8 (:data:`GB200_FP8_GEMM_FIT`, cuBLASLt; GB300 assumed) and nvfp4
-  (:data:`GB200_NVFP4_GEMM_FIT`).
+  torch.mm), B200 and GB200 nvfp4 (:data:`B200_NVFP4_GEMM_FIT`, torchao; GB200 assumed), B300
+  and GB300 nvfp4 (:data:`B300_NVFP4_GEMM_FIT`, TE's pre-quantized B300 GEMMs; GB300 assumed),
+  GB200 and GB300 fp8 (:data:`GB200_FP8_GEMM_FIT`, cuBLASLt; GB300 assumed), every Blackwell
+  part's mxfp8 and blockwise (:data:`MXFP8_GEMM_FIT`).
 * Other GEMMs: :class:`SaturatingGemmEfficiency` with ``peak_fraction`` = the Maximum Achievable
   Matmul FLOPS fraction of dense peak (MB 0-1, ``mlengr_mamf``, mamf-finder v2: best shape, cache
   wiped), per datatype (bf16/fp16 from the bf16 row, fp8 from the fp8 e4m3 row, fp32 as bf16:
@@ -71,12 +72,17 @@ assumption, said so. Ratios are rounded to 0.01.
   - ``fp8_blockwise`` on Hopper: DeepGEMM's 1x128 / 128x128-scaled kernels on H800 (MB 2.2
     ``deepgemm``), fitted (:data:`HOPPER_FP8_BLOCKWISE_GEMM_FIT`). On Blackwell Transformer
     Engine runs blockwise through MXFP8 (modern_parallelism 3.1), so the ``mxfp8`` figure.
-  - ``mxfp8``: B200 0.63 (cuBLAS 13.1 MXFP8 8192^3 2,849.9 TFLOP/s / 4,500, MB 2.6
-    ``triton_9044``, unlocked clocks); B300, GB200, GB300: no measurement, B200's 0.63 assumed.
+  - ``mxfp8``: :data:`MXFP8_GEMM_FIT` (0.62, 196, 7.5e9): the peak fraction of the cuBLAS
+    MXFP8 squares on B200 / sm_100 (MB 2.6 ``triton_9044``, ``triton_9697``; 8192^3 2,849.9 to
+    32768^3 2,587 TFLOP/s of 4,500) under the GB200 fp8 cuBLASLt fit's shape dependence, checked
+    on TE's pre-quantized B300 MXFP8 GEMMs (within 3.0%); B300, GB200, GB300 assumed equal as a
+    fraction of their fp8 peak (no MXFP8 measurement on them).
   - ``nvfp4``: B200 the torchao shape fit (MB 2.6 ``torchao_2427``, peak fraction 0.61; cuBLAS
-    NVFP4 8192^3 on sm_100 reaches 5,589.8 / 9,000 = 0.62, ``triton_9697``); GB200 the cuBLASLt
-    fp4 shape fit (MB 2.1 ``azure_abg_gb200``, 0.76); B300: B200's, GB300: GB200's (no
-    measurement, assumed).
+    NVFP4 8192^3 on sm_100 reaches 5,589.8 / 9,000 = 0.62, ``triton_9697``); GB200: B200's
+    fraction of its own peak (assumed; the Azure cuBLASLt ``fp4`` sweep, MB 2.1, is an FP4
+    GEMM without NVFP4's block scales, :data:`GB200_NVFP4_GEMM_FIT`, reported only); B300 and
+    GB300: :data:`B300_NVFP4_GEMM_FIT` (0.37 of their FP4 figure), TE's own pre-quantized
+    NVFP4 GEMMs on B300.
   - A100 has no FP8 tensor cores (none listed); MI300X lists ``fp8`` only at its fp8 fraction.
   Formats a part lacks: Hopper has no ``mxfp8`` / ``nvfp4`` (Blackwell SM 10.0 / 10.3 only,
   modern_parallelism 3.1), so the ``precision_recipe_accelerator`` law refuses those recipes there.
@@ -223,11 +229,26 @@ H200_FP8_GEMM_FIT = (0.69, 163.0, 7.1e9)
 HOPPER_FP8_BLOCKWISE_GEMM_FIT = (0.67, 163.0, 1.3e9)
 #: "B200 bf16 torch.mm" (MB 2.6 torchao_2427, 7 square shapes).
 B200_BF16_GEMM_FIT = (0.67, 0.0, 5.3e9)
-#: "B200 nvfp4 torchao" (MB 2.6 torchao_2427, 7 square shapes); B300: assumed equal.
+#: "B200 nvfp4 torchao" (MB 2.6 torchao_2427, 7 square shapes); GB200: assumed equal as a
+#: fraction of its 10,000 peak (the GB200 fp4 series below is not a block-scaled NVFP4 GEMM).
 B200_NVFP4_GEMM_FIT = (0.61, 0.0, 3.2e10)
+#: B300 (and GB300, Blackwell Ultra) NVFP4: TE's pre-quantized B300 NVFP4 GEMMs of a 4096 /
+#: 16384 layer at M = 15,872 (NVIDIA/TransformerEngine@332941783386 ``docs/features/
+#: low_precision_training/gemm_profiling/gemm_profiling.rst``: 1.273 / 1.297 / 1.184 ms per
+#: Fprop / Dgrad / Wgrad pass, about 5,100 TFLOP/s), their peak fraction of the 14,000 TFLOP/s
+#: figure under the torchao fit's shape dependence (``tests/hardware/
+#: test_microbenchmark_fits.py``; per pass -1.8%, -3.6%, +5.6%): 0.37, i.e. B200's rate, not
+#: the datasheet's 1.5x.
+B300_NVFP4_GEMM_FIT = (0.37, 0.0, 3.2e10)
 #: "GB200 fp8 cuBLASLt" (MB 2.1 azure_abg_gb200, 9 shapes); GB300: assumed equal.
 GB200_FP8_GEMM_FIT = (0.61, 196.0, 7.5e9)
-#: "GB200 fp4 cuBLASLt" (MB 2.1 azure_abg_gb200, 8 shapes, peak 10,000); GB300: assumed equal.
+#: "GB200 fp4 cuBLASLt" (MB 2.1 azure_abg_gb200, 8 shapes, peak 10,000): reported, not adopted.
+#: Azure's harness builds superbench's ``cublaslt_gemm`` from the gitaumark/superbenchmark fork
+#: (Azure/AI-benchmarking-guide ``Benchmarks/NVIDIA/GEMMCublasLt.py``), whose ``fp4e2m1`` case
+#: (``cublaslt_gemm.cu``@0b8aff5c, ``cublaslt_utils.cc``@65c9e7e1) writes an FP4 output and sets
+#: no block-scale mode: not the VEC16 E4M3 block-scaled NVFP4 GEMM with a BF16 output that
+#: Transformer Engine runs. It reaches 7,536 TFLOP/s at 8192^3, 1.35x B200's block-scaled
+#: NVFP4 (5,370-5,590) where GB200's bf16 / fp8 MAMF are 1.04-1.05x B200's.
 GB200_NVFP4_GEMM_FIT = (0.76, 359.0, 4.2e10)
 #: A100 NVLink: the two 8-GPU all-reduce sweeps (MB 4.2 mlengr_net 32 KiB-16 GiB and azure_abg
 #: 1 KiB-8 GiB, 44 rows) as one alpha-beta line: latency 47 us, 207 GB/s = 0.69 of 300. The
@@ -293,9 +314,15 @@ def _matrix(
     )
 
 
-#: Blackwell MXFP8 GEMM fraction: B200 cuBLAS 8192^3 (MB 2.6 triton_9044); assumed on the other
-#: Blackwell parts (module docstring).
-MXFP8_FRACTION = 0.63
+#: Blackwell MXFP8 GEMM model: the peak fraction of the four cuBLAS MXFP8 squares (MB 2.6
+#: ``triton_9044``, ``triton_9697``; :data:`~blueprinting.hardware.microbenchmarks.
+#: MXFP8_GEMM_SERIES`, :func:`~blueprinting.hardware.fit.fit_gemm_peak`: RMS 5.8%, max 6.9%,
+#: leave-one-out 7.8% / 9.1%) under the shape dependence of :data:`GB200_FP8_GEMM_FIT` (the one
+#: Blackwell fp8 shape sweep; squares alone cannot fix it). Held out: TE's pre-quantized B300
+#: MXFP8 GEMMs of a 4096 / 16384 layer at M = 15,872 (NVIDIA/TransformerEngine@332941783386
+#: ``docs/features/low_precision_training/gemm_profiling/gemm_profiling.rst``), per pass +0.9%,
+#: -1.5%, -3.0%. Assumed on every Blackwell part (module docstring).
+MXFP8_GEMM_FIT = (0.62, 196.0, 7.5e9)
 
 
 def _low_precision(
@@ -315,8 +342,8 @@ def _blackwell_low_precision(
     return _low_precision(
         {
             GemmFormat.FP8: (fp8, fp8_fraction),
-            GemmFormat.FP8_BLOCKWISE: (fp8, MXFP8_FRACTION),
-            GemmFormat.MXFP8: (fp8, MXFP8_FRACTION),
+            GemmFormat.FP8_BLOCKWISE: (fp8, _fitted_gemm(MXFP8_GEMM_FIT)),
+            GemmFormat.MXFP8: (fp8, _fitted_gemm(MXFP8_GEMM_FIT)),
             GemmFormat.NVFP4: (fp4, fp4_fraction),
         }
     )
@@ -535,9 +562,9 @@ def _b300() -> AcceleratorSpec:
         attention=B300_FLASH_ATTENTION_4,
         # 160 SMs per Blackwell Ultra GPU (NVIDIA technical blog, Inside Blackwell Ultra, 2025).
         sm_count=160,
-        # FP4 "12,600-14,000" (modern_parallelism.md 3.6): 14,000; B200's NVFP4 fit assumed.
+        # FP4 "12,600-14,000" (modern_parallelism.md 3.6): 14,000; NVFP4: TE's measured B300 GEMMs.
         fp4=14000,
-        fp4_fraction=_fitted_gemm(B200_NVFP4_GEMM_FIT),
+        fp4_fraction=_fitted_gemm(B300_NVFP4_GEMM_FIT),
     )
 
 
@@ -555,9 +582,9 @@ def _gb200() -> AcceleratorSpec:
         attention=GB200_FLASH_ATTENTION_4,
         # 148 SMs per B200 GPU (NVIDIA Blackwell datasheet; GB200's GPU is the same die).
         sm_count=148,
-        # FP4 10,000 dense (modern_parallelism.md 3.6); NVFP4: the cuBLASLt fp4 shape fit.
+        # FP4 10,000 dense (modern_parallelism.md 3.6); NVFP4: B200's torchao fit (assumed).
         fp4=10000,
-        fp4_fraction=_fitted_gemm(GB200_NVFP4_GEMM_FIT),
+        fp4_fraction=_fitted_gemm(B200_NVFP4_GEMM_FIT),
     )
 
 
@@ -575,10 +602,10 @@ def _gb300() -> AcceleratorSpec:
         attention=GB200_FLASH_ATTENTION_4,
         # 160 SMs per Blackwell Ultra GPU (NVIDIA technical blog, Inside Blackwell Ultra, 2025).
         sm_count=160,
-        # FP4 15,000 dense (modern_parallelism.md 3.6: GB300 improves only FP4); GB200's NVFP4
-        # fit assumed.
+        # FP4 15,000 dense (modern_parallelism.md 3.6: GB300 improves only FP4); B300's NVFP4
+        # fraction assumed (the one Blackwell Ultra NVFP4 measurement).
         fp4=15000,
-        fp4_fraction=_fitted_gemm(GB200_NVFP4_GEMM_FIT),
+        fp4_fraction=_fitted_gemm(B300_NVFP4_GEMM_FIT),
     )
 
 

@@ -519,7 +519,7 @@ def _phase_cost(
                         native_columnwise_fp8=native_columnwise,
                     )
                     if quantized:
-                        quantize = system.memory_time(quantized)
+                        quantize = precision.quantize_time(system, quantized)
                         compute_s += quantize
                         quantize_s += quantize
                         moved += round(quantized)

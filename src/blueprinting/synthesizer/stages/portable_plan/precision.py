@@ -29,10 +29,26 @@ separate copies except for per-tensor FP8 on an accelerator that reads FP8 colum
 (Blackwell: TE ``docs/features/low_precision_training/performance_considerations.rst``,
 "Handling transposes"; Hopper needs a physical transpose). NVFP4's random Hadamard transform
 and stochastic rounding run inside the same pass (16-point transforms: compute well below the
-pass's bytes). Amax reductions over the TP group are latency-only and not timed. TE's own
-benchmark (``docs/features/low_precision_training/gemm_profiling/gemm_profiling.rst``, B300,
-M = 15,872, autocast vs pre-quantized) measures the overhead this counts:
-``tests/synthesizer/test_quantization_kernels.py`` compares.
+pass's bytes). Amax reductions over the TP group are latency-only and not timed.
+
+Cast-kernel rate (:func:`cast_bandwidth_fraction`, :meth:`OpPrecision.quantize_time`). The
+block-scaled casts do not run at the streaming rate: Transformer Engine's own GEMM benchmark
+(NVIDIA/TransformerEngine@332941783386 ``docs/features/low_precision_training/gemm_profiling/
+gemm_profiling.rst``, B300, M = 15,872, h 4096, ffn 16384) times the 12 GEMM shapes of a layer
+in autocast (each ``te.Linear`` forward casts its input rowwise and columnwise, the weight
+requiring grad, and its weight rowwise: ``pytorch/module/linear.py`` ``backward_needs_input``)
+and pre-quantized; the bytes of the casts above over the difference per pass (Fprop, Dgrad,
+Wgrad) is the casts' achieved bandwidth. One fraction of the HBM datasheet rate per
+recipe, the geometric mean over the three passes (``tests/synthesizer/
+test_quantization_kernels.py`` refits it and gives the per-pass errors): FP8 blockwise 0.41
+(RMS 4.1%, max 5.7%), MXFP8 0.96 (RMS 9.0%, max 12.3%), NVFP4 0.57 (RMS 4.3%, max 6.2%;
+NVFP4BlockScaling's defaults: the random Hadamard transform of the columnwise copy and 2D
+16 x 16 weight scales are inside the measured time, stochastic rounding of gradients is not,
+a forward-only benchmark). The benchmark casts the same tensor every iteration, so part of it
+stays in L2: MXFP8's 0.96 exceeds any streaming rate, and the time of a cast never goes below
+the preset's HBM pass (the fraction is capped by the HBM efficiency). The fractions are taken
+as the same on every accelerator with the recipe; per-tensor FP8 (delayed, tensorwise) has no
+measurement and runs at the HBM pass.
 """
 
 from __future__ import annotations
@@ -40,6 +56,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import assert_never, final
 
+from blueprinting.hardware.efficiency import efficiency_fraction
 from blueprinting.hardware.system import SystemSpec
 from blueprinting.mapping.model import Datatype
 from blueprinting.mapping.precision import (
@@ -84,6 +101,35 @@ NORM_FUSED_INPUT_OPS: frozenset[SemanticOpName] = frozenset(
         SemanticOpName.MLA_UP_PROJECTION,
     }
 )
+
+
+#: Achieved fraction of the HBM datasheet rate of Transformer Engine's cast kernels, fitted on
+#: TE's B300 autocast-minus-pre-quantized GEMM benchmark (module docstring).
+FP8_BLOCKWISE_CAST_FRACTION = 0.41
+MXFP8_CAST_FRACTION = 0.96
+NVFP4_CAST_FRACTION = 0.57
+
+
+def cast_bandwidth_fraction(recipe: TrainingPrecision) -> float | None:
+    """The fitted fraction of the HBM datasheet rate the recipe's casts reach, or None (no
+    measurement: the preset's HBM pass)."""
+    match recipe:
+        case HighPrecision():
+            return None
+        case Fp8Precision(recipe=fp8):
+            match fp8:
+                case Fp8Recipe.DELAYED | Fp8Recipe.TENSORWISE:
+                    return None
+                case Fp8Recipe.BLOCKWISE:
+                    return FP8_BLOCKWISE_CAST_FRACTION
+                case Fp8Recipe.MXFP8:
+                    return MXFP8_CAST_FRACTION
+                case _ as unreachable_fp8:
+                    assert_never(unreachable_fp8)
+        case Fp4Precision():
+            return NVFP4_CAST_FRACTION
+        case _ as unreachable:
+            assert_never(unreachable)
 
 
 def reads_fp8_columnwise(system: SystemSpec) -> bool:
@@ -183,3 +229,13 @@ class OpPrecision:
             self.recipe, base_bytes=self.datatype.bytes, native_columnwise_fp8=native_columnwise_fp8
         )
         return 0.0 if per_element is None else elements * per_element.total
+
+    def quantize_time(self, system: SystemSpec, size_bytes: float) -> float:
+        """Seconds of a cast pass moving ``size_bytes``: the HBM pass, or slower at the recipe's
+        fitted cast rate (:func:`cast_bandwidth_fraction`; never faster than the HBM pass)."""
+        fraction = cast_bandwidth_fraction(self.recipe)
+        if fraction is None or size_bytes == 0:
+            return system.memory_time(size_bytes)
+        hbm = system.accelerator.hbm
+        streaming = efficiency_fraction(hbm.efficiency, size_bytes)
+        return size_bytes / (hbm.bandwidth_bytes_per_s * min(fraction, streaming))
