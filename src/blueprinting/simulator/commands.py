@@ -21,7 +21,7 @@ check that both give the same commands, ids, dependencies and programs.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TypeAlias, final
 
@@ -122,6 +122,9 @@ class CommandDag:
     deps: IntArray
     peer: IntArray
     programs: tuple[IntArray, ...]
+    topology: DagTopology | None = None
+    """What the DAG shares with every DAG of its order and bucket layout (None for one built
+    by hand): the engine keys its own set-up on it."""
 
     def __len__(self) -> int:
         return int(self.kind.shape[0])
@@ -145,6 +148,72 @@ class CommandDag:
         )
 
 
+@final
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class DagTopology:
+    """The part of a :class:`CommandDag` its durations do not change: the columns other than
+    ``duration_s`` (read-only arrays, shared by the DAGs built from it), and where the durations
+    go: ``transfers`` (the P2P commands), ``bucket_ids`` with the rank and index in
+    ``ScheduleCosts.dp_buckets[rank]`` of each, ``alone`` (compute ops alone in their step, the
+    combined 1F1B unpaired passes). ``engine_setup`` is the engine's memo of its set-up for this
+    topology (:mod:`blueprinting.simulator.engine`)."""
+
+    kind: IntArray
+    rank: IntArray
+    chunk: IntArray
+    microbatch: IntArray
+    deps: IntArray
+    peer: IntArray
+    programs: tuple[IntArray, ...]
+    n_compute: int
+    alone: npt.NDArray[np.bool_]
+    transfers: IntArray
+    bucket_ids: IntArray
+    bucket_rank: IntArray
+    bucket_index: IntArray
+    engine_setup: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def commands(self) -> int:
+        return int(self.kind.shape[0])
+
+
+_TopologyKey: TypeAlias = tuple[PipelineSchedule, int, int, int, tuple[tuple[int, ...], ...], bool]
+_TOPOLOGIES: dict[_TopologyKey, DagTopology] = {}
+MAX_CACHED_COMMANDS = 1 << 21
+"""Commands the topology cache holds at most, all entries together (about 70 bytes each: the
+int64 columns and dependencies): calibration and validation rebuild the same pipelines with
+other costs, a p = 64, v = 4, m = 1024 pipeline is about a million commands."""
+
+
+def _cached_topology(
+    schedule: PipelineSchedule, costs: ScheduleCosts, *, p: int, m: int, v: int
+) -> DagTopology:
+    """The topology of ``schedule`` for ``costs``' shape, built once per (schedule, p, m, v,
+    bucket chunks, overlap_grad_reduce) while it fits :data:`MAX_CACHED_COMMANDS`."""
+    chunks = _bucket_chunks(costs)
+    key: _TopologyKey = (schedule, p, m, v, chunks, costs.overlap_grad_reduce)
+    found = _TOPOLOGIES.pop(key, None)
+    if found is None:
+        found = _topology(
+            rank_orders(schedule, p, m, v),
+            p=p,
+            v=v,
+            microbatches=m,
+            bucket_chunks=chunks,
+            overlap_grad_reduce=costs.overlap_grad_reduce,
+            forward_only=isinstance(schedule, ForwardOnly),
+            graph=stage_graph(schedule, p, m, v),
+        )
+    if found.commands <= MAX_CACHED_COMMANDS:
+        held = sum(entry.commands for entry in _TOPOLOGIES.values())
+        while _TOPOLOGIES and held + found.commands > MAX_CACHED_COMMANDS:
+            oldest = next(iter(_TOPOLOGIES))  # insertion order: the least recently used
+            held -= _TOPOLOGIES.pop(oldest).commands
+        _TOPOLOGIES[key] = found
+    return found
+
+
 def build_schedule(
     schedule: PipelineSchedule, costs: ScheduleCosts, *, allow_megatron_refused: bool = False
 ) -> CommandDag:
@@ -162,14 +231,7 @@ def build_schedule(
         )
     if not allow_megatron_refused:
         check_megatron(schedule, p, m, v)
-    orders = rank_orders(schedule, p, m, v)
-    return build_from_orders(
-        schedule,
-        costs,
-        orders,
-        forward_only=isinstance(schedule, ForwardOnly),
-        graph=stage_graph(schedule, p, m, v),
-    )
+    return _with_costs(schedule, costs, _cached_topology(schedule, costs, p=p, m=m, v=v))
 
 
 def _ops_array(ops: IntArray | Sequence[tuple[int, int, int]]) -> IntArray:
@@ -242,11 +304,40 @@ def build_from_orders(
     microbatches). Raises VerificationError if an order misses or repeats a pass, or runs a
     backward before its forward on the same rank (or a pass before its same-rank input)."""
     p, v = costs.pipeline_degree, costs.virtual_stages
+    topology = _topology(
+        orders,
+        p=p,
+        v=v,
+        microbatches=costs.microbatch_count,
+        bucket_chunks=_bucket_chunks(costs),
+        overlap_grad_reduce=costs.overlap_grad_reduce,
+        forward_only=forward_only,
+        graph=graph,
+    )
+    return _with_costs(schedule, costs, topology)
+
+
+def _bucket_chunks(costs: ScheduleCosts) -> tuple[tuple[int, ...], ...]:
+    return tuple(tuple(bucket.chunk for bucket in stage) for stage in costs.dp_buckets)
+
+
+def _topology(
+    orders: list[RankOrder],
+    *,
+    p: int,
+    v: int,
+    microbatches: int,
+    bucket_chunks: tuple[tuple[int, ...], ...],
+    overlap_grad_reduce: bool,
+    forward_only: bool,
+    graph: StageGraph | None,
+) -> DagTopology:
+    """Everything of :func:`build_from_orders` that the durations do not change."""
     if graph is None:
         graph = StageGraph(
             position=tuple(tuple(c * p + r for c in range(v)) for r in range(p)),
             line_starts=(0,),
-            microbatches=costs.microbatch_count,
+            microbatches=microbatches,
         )
     m = graph.microbatches
     if len(orders) != p:
@@ -299,25 +390,10 @@ def build_from_orders(
     if problems:
         raise VerificationError("building command DAG: " + "; ".join(problems[:20]))
 
-    forward = np.asarray(costs.forward_s, dtype=np.float64)
-    backward = np.asarray(costs.backward_s, dtype=np.float64)
-    weight = (
-        np.zeros_like(forward)
-        if costs.weight_grad_s is None
-        else np.asarray(costs.weight_grad_s, dtype=np.float64)
-    )
-    # Duration of every (kind, rank, chunk), indexed by OpKind: one gather for all ops.
-    by_kind = np.stack([forward, backward, backward - weight, weight])
-    dur = by_kind.reshape(-1)[(code * p + rk) * v + ch]
-
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64)
     step_first, step_last = _step_bounds(orders, lengths, offsets)
     # Combined 1F1B: a pass alone in its step has no partner to hide its all-to-alls under.
     alone = step_first == step_last
-    for kind_code, extra in ((_F, costs.unpaired_forward_s), (_B, costs.unpaired_backward_s)):
-        if extra is not None:
-            add = np.asarray(extra, dtype=np.float64)[rk, ch]
-            dur = dur + np.where(alone & (code == kind_code), add, 0.0)
     # Topology: position q of every op, the rank/slot of positions q - 1 and q + 1.
     position = np.asarray(graph.position, dtype=np.int64).reshape(p, v)
     rank_at = np.empty(n_virtual, dtype=np.int64)
@@ -361,7 +437,7 @@ def build_from_orders(
 
     # Pass 2: DP buckets per rank, posted at the stage's last compute command, or with
     # overlap_grad_reduce at the last backward (weight-gradient) pass of the bucket's chunk.
-    buckets = costs.dp_buckets
+    buckets = bucket_chunks
     b_count = np.array([len(buckets[r]) if buckets else 0 for r in range(p)], dtype=np.int64)
     comm_base = n_compute + np.concatenate([[0], np.cumsum(t_count + b_count)]).astype(np.int64)
     t_first = np.concatenate([[0], np.cumsum(t_count)]).astype(np.int64)
@@ -369,7 +445,7 @@ def build_from_orders(
     send_of = np.full(n_compute, -1, dtype=np.int64)
     send_of[sending] = tid
     t_after = step_last[sending]
-    bucket_rows: list[tuple[int, int, int, float]] = []  # (id, rank, chunk, duration)
+    bucket_rows: list[tuple[int, int, int, int]] = []  # (id, rank, chunk, index on the rank)
     bucket_after: list[int] = []
     programs: list[IntArray] = []
     not_forward = code != _F
@@ -384,16 +460,15 @@ def build_from_orders(
             local = np.flatnonzero(not_forward[lo:hi])
             last_of_chunk[ch[lo + local]] = local  # increasing positions: the last one wins
             posted: list[tuple[int, int]] = []
-            for b_index, bucket in enumerate(buckets[r]):
+            for b_index, bucket_chunk in enumerate(buckets[r]):
                 at = last_pos
-                if costs.overlap_grad_reduce and last_of_chunk[bucket.chunk] >= 0:
-                    at = int(last_of_chunk[bucket.chunk])
+                if overlap_grad_reduce and last_of_chunk[bucket_chunk] >= 0:
+                    at = int(last_of_chunk[bucket_chunk])
                 posted.append((at, b_index))
             posted.sort()
             bucket_ids = int(comm_base[r]) + int(t_count[r]) + np.arange(len(posted))
             for (at, index), bucket_id in zip(posted, bucket_ids.tolist(), strict=True):
-                bucket = buckets[r][index]
-                bucket_rows.append((bucket_id, r, bucket.chunk, bucket.duration_s))
+                bucket_rows.append((bucket_id, r, buckets[r][index], index))
                 bucket_after.append(lo + at)
             transfer_pos = t_after[t_first[r] : t_first[r + 1]] - lo
             where = np.searchsorted(transfer_pos, [at for at, _ in posted], side="right")
@@ -406,25 +481,24 @@ def build_from_orders(
     rank = np.empty(n, dtype=np.int64)
     chunk = np.empty(n, dtype=np.int64)
     micro = np.empty(n, dtype=np.int64)
-    duration = np.empty(n, dtype=np.float64)
     peer = np.full(n, -1, dtype=np.int64)
     kind[:n_compute], rank[:n_compute], chunk[:n_compute] = code, rk, ch
-    micro[:n_compute], duration[:n_compute] = mb, dur
+    micro[:n_compute] = mb
     kind[tid] = np.where(sends_fwd[sending], _SEND_F, _SEND_B)
     rank[tid], chunk[tid], micro[tid] = t_rank, ch[sending], mb[sending]
-    duration[tid] = costs.p2p_time_s
     peer[tid] = np.where(sends_fwd[sending], rank_at[next_q[sending]], rank_at[prev_q[sending]])
     # The op fields live on as the DAG's columns: drop the copies (half a million ops each),
     # so the dependencies below reuse their memory.
     code, ch, mb, rk = kind[:n_compute], chunk[:n_compute], micro[:n_compute], rank[:n_compute]
-    del dur, t_rank, sending
+    del t_rank, sending
+    bucket_ids = np.array([row[0] for row in bucket_rows], dtype=np.int64)
+    bucket_rank = np.array([row[1] for row in bucket_rows], dtype=np.int64)
+    bucket_index = np.array([row[3] for row in bucket_rows], dtype=np.int64)
     if bucket_rows:
-        rows = np.array([row[0] for row in bucket_rows], dtype=np.int64)
-        kind[rows] = _DP
-        rank[rows] = [row[1] for row in bucket_rows]
-        chunk[rows] = [row[2] for row in bucket_rows]
-        micro[rows] = -1
-        duration[rows] = [row[3] for row in bucket_rows]
+        kind[bucket_ids] = _DP
+        rank[bucket_ids] = bucket_rank
+        chunk[bucket_ids] = [row[2] for row in bucket_rows]
+        micro[bucket_ids] = -1
 
     # Pass 3: dependencies. A transfer waits for the last op of its step, a bucket for the op
     # it is posted at; every input of a step's ops is received before the step's first op;
@@ -471,17 +545,71 @@ def build_from_orders(
         deps[own_cmd, counts[own_cmd]] = own_src
     deps[tid, 0] = t_after
     if bucket_rows:
-        deps[np.array([row[0] for row in bucket_rows], dtype=np.int64), 0] = bucket_after
-
-    return CommandDag(
-        schedule=schedule,
-        costs=costs,
+        deps[bucket_ids, 0] = bucket_after
+    shared = (kind, rank, chunk, micro, deps, peer, tid, bucket_ids, bucket_rank, bucket_index)
+    for array in (*shared, alone, *programs):
+        array.flags.writeable = False  # shared by every DAG of this topology
+    return DagTopology(
         kind=kind,
         rank=rank,
         chunk=chunk,
         microbatch=micro,
-        duration_s=duration,
         deps=deps,
         peer=peer,
         programs=tuple(programs),
+        n_compute=n_compute,
+        alone=alone,
+        transfers=tid,
+        bucket_ids=bucket_ids,
+        bucket_rank=bucket_rank,
+        bucket_index=bucket_index,
+    )
+
+
+def _with_costs(
+    schedule: PipelineSchedule, costs: ScheduleCosts, topology: DagTopology
+) -> CommandDag:
+    """The DAG of ``topology`` with the durations of ``costs``."""
+    p, v = costs.pipeline_degree, costs.virtual_stages
+    n_compute = topology.n_compute
+    code = topology.kind[:n_compute]
+    rk = topology.rank[:n_compute]
+    ch = topology.chunk[:n_compute]
+    forward = np.asarray(costs.forward_s, dtype=np.float64)
+    backward = np.asarray(costs.backward_s, dtype=np.float64)
+    weight = (
+        np.zeros_like(forward)
+        if costs.weight_grad_s is None
+        else np.asarray(costs.weight_grad_s, dtype=np.float64)
+    )
+    # Duration of every (kind, rank, chunk), indexed by OpKind: one gather for all ops.
+    by_kind = np.stack([forward, backward, backward - weight, weight])
+    dur = by_kind.reshape(-1)[(code * p + rk) * v + ch]
+    for kind_code, extra in ((_F, costs.unpaired_forward_s), (_B, costs.unpaired_backward_s)):
+        if extra is not None:
+            add = np.asarray(extra, dtype=np.float64)[rk, ch]
+            dur = dur + np.where(topology.alone & (code == kind_code), add, 0.0)
+    duration = np.empty(topology.kind.shape[0], dtype=np.float64)
+    duration[:n_compute] = dur
+    duration[topology.transfers] = costs.p2p_time_s
+    if topology.bucket_ids.shape[0]:
+        buckets = costs.dp_buckets
+        duration[topology.bucket_ids] = [
+            buckets[r][i].duration_s
+            for r, i in zip(
+                topology.bucket_rank.tolist(), topology.bucket_index.tolist(), strict=True
+            )
+        ]
+    return CommandDag(
+        schedule=schedule,
+        costs=costs,
+        kind=topology.kind,
+        rank=topology.rank,
+        chunk=topology.chunk,
+        microbatch=topology.microbatch,
+        duration_s=duration,
+        deps=topology.deps,
+        peer=topology.peer,
+        programs=topology.programs,
+        topology=topology,
     )

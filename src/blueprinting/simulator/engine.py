@@ -151,16 +151,159 @@ def _compute_wavefront(dag: CommandDag, dur: FloatArray) -> tuple[FloatArray, Fl
     interleaving with transfers); they are timed afterwards along their stream. Where a check
     fails, or on a deadlock (the full wavefront names every stuck stream), the answer is None."""
     n = len(dag)
-    kind = dag.kind
-    compute_programs = dag.programs[0::2]
-    comm_programs = dag.programs[1::2]
     columns = dur.shape[1]
-    transfers = np.flatnonzero((kind == _SEND_F) | (kind == _SEND_B))
+    setup = _compute_setup(dag)
+    if setup is None:
+        return None
+    transfers, producer, compute = setup.transfers, setup.producer, setup.compute
+    rows_of, moving, extra_hops = setup.rows_of, setup.moving, setup.extra_hops
     hop = dur[transfers[0]] if transfers.shape[0] else np.zeros(columns, dtype=np.float64)
     if transfers.shape[0] and any(
         not (dur[:, k][transfers] == hop[k]).all() for k in range(columns)
     ):
         return None
+    # Columns that differ only in DP bucket durations (the plan path's pipeline-only and full
+    # runs) share every compute and transfer time: run each distinct one once.
+    distinct: list[int] = []
+    copy_of: list[int] = []
+    for k in range(columns):
+        same = [
+            i
+            for i, d in enumerate(distinct)
+            if hop[d] == hop[k] and (dur[:, d][compute] == dur[:, k][compute]).all()
+        ]
+        if not same:
+            distinct.append(k)
+        copy_of.append(same[0] if same else len(distinct) - 1)
+    rows = setup.rows
+    duration = np.zeros((len(distinct), rows), dtype=np.float64)
+    for row, k in zip(duration, distinct, strict=True):
+        row[rows_of] = dur[:, k][compute]
+    timed = _chain_longest_path(
+        waits=setup.waits,
+        depth=setup.depth,
+        duration=duration,
+        hop=hop[distinct],
+        heads=setup.firsts,
+        never=setup.never,
+        zero_row=setup.zero_row,
+        pad_row=setup.pad_row,
+        extra_hops=extra_hops,
+    )
+    del duration  # its memory serves the outputs
+    if timed is None:
+        return None
+    begin, end = timed
+    # Outputs are built column by column ((columns, n), each column contiguous: numpy's 1-D
+    # gathers and scatters are several times faster than 2-D ones) and returned transposed,
+    # as (n, columns) views.
+    start_out = np.zeros((columns, n), dtype=np.float64)
+    end_out = np.zeros((columns, n), dtype=np.float64)
+    levels, pair, block = setup.levels, setup.pair, setup.block
+    moving_producer = setup.moving_producer
+    n_compute = compute.shape[0]
+    for k in range(columns):
+        start_k, end_k = start_out[k], end_out[k]
+        twin = copy_of.index(copy_of[k])
+        if twin < k:
+            # Same compute and transfer times as an earlier column (DP buckets come later).
+            start_k[:] = start_out[twin]
+            end_k[:] = end_out[twin]
+            continue
+        if block is None:
+            start_k[compute] = begin[copy_of[k]][rows_of]
+            end_k[compute] = end[copy_of[k]][rows_of]
+        else:
+            streams, length = block
+            rows_used = streams * (length + 1)
+            start_k[:n_compute].reshape(block)[:] = begin[copy_of[k], :rows_used].reshape(
+                streams, length + 1
+            )[:, :length]
+            end_k[:n_compute].reshape(block)[:] = end[copy_of[k], :rows_used].reshape(
+                streams, length + 1
+            )[:, :length]
+        # Transfers of every rank at once, burst level by burst level: the first of a burst
+        # leaves when its producer ends, the j-th when the (j-1)-th has arrived (the same
+        # additions as the full wavefront's).
+        sent_start = np.empty(moving.shape[0], dtype=np.float64)
+        sent_end = np.empty(moving.shape[0], dtype=np.float64)
+        if extra_hops == 0:  # one transfer per producer
+            np.take(end_k, moving_producer, out=sent_start)
+            np.add(sent_start, hop[k], out=sent_end)
+        for j, level in enumerate(levels if extra_hops else ()):
+            if j:
+                sent_start[level] = sent_end[level - 1]
+            else:
+                sent_start[level] = end_k[moving_producer[level]]
+            sent_end[level] = sent_start[level] + hop[k]
+        if (sent_end[pair] > sent_start[pair + 1]).any():
+            return None
+        start_k[moving] = sent_start
+        end_k[moving] = sent_end
+    per_column = dur.T
+    for program, tail in zip(setup.movings, setup.tails, strict=True):
+        free = end_out[:, program[-1]] if program.shape[0] else np.zeros(columns, np.float64)
+        for bucket in tail.tolist():
+            begin_b = np.maximum(free, end_out[:, producer[bucket]])
+            start_out[:, bucket] = begin_b
+            free = begin_b + per_column[:, bucket]
+            end_out[:, bucket] = free
+    return start_out.T, end_out.T
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
+class _ComputeSetup:
+    """What :func:`_compute_wavefront` derives from the DAG's order alone (its docstring):
+    built once per :class:`~blueprinting.simulator.commands.DagTopology`."""
+
+    transfers: IntArray
+    producer: IntArray
+    tails: list[IntArray]
+    movings: list[IntArray]
+    moving: IntArray
+    extra_hops: int
+    rows: int
+    zero_row: int
+    pad_row: int
+    compute: IntArray
+    rows_of: IntArray
+    waits: IntArray
+    depth: IntArray
+    firsts: IntArray
+    never: IntArray
+    levels: list[IntArray]
+    pair: IntArray
+    moving_producer: IntArray
+    block: tuple[int, int] | None
+
+
+_NOT_APPLICABLE = "not applicable"
+
+
+def _compute_setup(dag: CommandDag) -> _ComputeSetup | None:
+    """The set-up of the compute-only wavefront, or None where DP buckets do not trail their
+    stream; memoised on the DAG's topology (the DAGs of one topology differ in durations
+    only)."""
+    memo = dag.topology.engine_setup if dag.topology is not None else None
+    if memo is not None:
+        found = memo.get("compute")
+        if isinstance(found, _ComputeSetup):
+            return found
+        if found == _NOT_APPLICABLE:
+            return None
+    setup = _build_compute_setup(dag)
+    if memo is not None:
+        memo["compute"] = _NOT_APPLICABLE if setup is None else setup
+    return setup
+
+
+def _build_compute_setup(dag: CommandDag) -> _ComputeSetup | None:
+    n = len(dag)
+    kind = dag.kind
+    compute_programs = dag.programs[0::2]
+    comm_programs = dag.programs[1::2]
+    transfers = np.flatnonzero((kind == _SEND_F) | (kind == _SEND_B))
     producer = dag.deps[:, 0]
     burst = np.zeros(n, dtype=np.int64)  # 0 for the first transfer a step posts, 1, 2, ...
     tails: list[IntArray] = []
@@ -202,43 +345,7 @@ def _compute_wavefront(dag: CommandDag, dur: FloatArray) -> tuple[FloatArray, Fl
     depth[:, rows_of] = np.where(cross >= 0, burst[np.maximum(cross, 0)], 0).T
     moving = np.concatenate(movings) if movings else np.zeros(0, dtype=np.int64)
     level_of = burst[moving]
-    del burst, transfers
-    # Columns that differ only in DP bucket durations (the plan path's pipeline-only and full
-    # runs) share every compute and transfer time: run each distinct one once.
-    distinct: list[int] = []
-    copy_of: list[int] = []
-    for k in range(columns):
-        same = [
-            i
-            for i, d in enumerate(distinct)
-            if hop[d] == hop[k] and (dur[:, d][compute] == dur[:, k][compute]).all()
-        ]
-        if not same:
-            distinct.append(k)
-        copy_of.append(same[0] if same else len(distinct) - 1)
-    duration = np.zeros((len(distinct), rows), dtype=np.float64)
-    for row, k in zip(duration, distinct, strict=True):
-        row[rows_of] = dur[:, k][compute]
-    timed = _chain_longest_path(
-        waits=waits,
-        depth=depth,
-        duration=duration,
-        hop=hop[distinct],
-        heads=firsts,
-        never=never,
-        zero_row=zero_row,
-        pad_row=pad_row,
-        extra_hops=extra_hops,
-    )
-    del waits, depth, duration, cross, new_id  # their memory serves the outputs
-    if timed is None:
-        return None
-    begin, end = timed
-    # Outputs are built column by column ((columns, n), each column contiguous: numpy's 1-D
-    # gathers and scatters are several times faster than 2-D ones) and returned transposed,
-    # as (n, columns) views.
-    start_out = np.zeros((columns, n), dtype=np.float64)
-    end_out = np.zeros((columns, n), dtype=np.float64)
+    del burst
     levels = [np.flatnonzero(level_of == j) for j in range(extra_hops + 1)]
     # A burst's first transfer must not queue behind the previous burst of its stream.
     program_first = np.zeros(moving.shape[0], dtype=np.bool_)
@@ -257,53 +364,29 @@ def _compute_wavefront(dag: CommandDag, dur: FloatArray) -> tuple[FloatArray, Fl
         and np.array_equal(np.concatenate(compute_programs), np.arange(n_compute))
     ):
         block = (lengths.shape[0], int(lengths[0]))
-    for k in range(columns):
-        start_k, end_k = start_out[k], end_out[k]
-        twin = copy_of.index(copy_of[k])
-        if twin < k:
-            # Same compute and transfer times as an earlier column (DP buckets come later).
-            start_k[:] = start_out[twin]
-            end_k[:] = end_out[twin]
-            continue
-        if block is None:
-            start_k[compute] = begin[copy_of[k]][rows_of]
-            end_k[compute] = end[copy_of[k]][rows_of]
-        else:
-            streams, length = block
-            rows_used = streams * (length + 1)
-            start_k[:n_compute].reshape(block)[:] = begin[copy_of[k], :rows_used].reshape(
-                streams, length + 1
-            )[:, :length]
-            end_k[:n_compute].reshape(block)[:] = end[copy_of[k], :rows_used].reshape(
-                streams, length + 1
-            )[:, :length]
-        # Transfers of every rank at once, burst level by burst level: the first of a burst
-        # leaves when its producer ends, the j-th when the (j-1)-th has arrived (the same
-        # additions as the full wavefront's).
-        sent_start = np.empty(moving.shape[0], dtype=np.float64)
-        sent_end = np.empty(moving.shape[0], dtype=np.float64)
-        if extra_hops == 0:  # one transfer per producer
-            np.take(end_k, moving_producer, out=sent_start)
-            np.add(sent_start, hop[k], out=sent_end)
-        for j, level in enumerate(levels if extra_hops else ()):
-            if j:
-                sent_start[level] = sent_end[level - 1]
-            else:
-                sent_start[level] = end_k[moving_producer[level]]
-            sent_end[level] = sent_start[level] + hop[k]
-        if (sent_end[pair] > sent_start[pair + 1]).any():
-            return None
-        start_k[moving] = sent_start
-        end_k[moving] = sent_end
-    per_column = dur.T
-    for program, tail in zip(movings, tails, strict=True):
-        free = end_out[:, program[-1]] if program.shape[0] else np.zeros(columns, np.float64)
-        for bucket in tail.tolist():
-            begin_b = np.maximum(free, end_out[:, producer[bucket]])
-            start_out[:, bucket] = begin_b
-            free = begin_b + per_column[:, bucket]
-            end_out[:, bucket] = free
-    return start_out.T, end_out.T
+    for shared in (waits, depth, compute, rows_of, moving, moving_producer):
+        shared.flags.writeable = False  # every DAG of the topology reads them
+    return _ComputeSetup(
+        transfers=transfers,
+        producer=producer,
+        tails=tails,
+        movings=movings,
+        moving=moving,
+        extra_hops=extra_hops,
+        rows=rows,
+        zero_row=zero_row,
+        pad_row=pad_row,
+        compute=compute,
+        rows_of=rows_of,
+        waits=waits,
+        depth=depth,
+        firsts=firsts,
+        never=never,
+        levels=levels,
+        pair=pair,
+        moving_producer=moving_producer,
+        block=block,
+    )
 
 
 def _chain_longest_path(
