@@ -194,9 +194,16 @@ def memory_per_gpu(
     _, size = microbatch_size(plan.pp, batch)
     step = plan.prefill(size)  # the same prefill on every stage: derived once
     per_stage = stage_weight_bytes(plan) if weights is None else weights
+    # A stage's memory is set by its weights, blocks, MoE blocks and whether it is the first
+    # or the last: stages alike in these hold the same bytes, and the earliest of them is the
+    # one a tie picks, so only it is evaluated (a deep pipeline has three kinds of stage).
+    earliest: dict[tuple[StageWeights, int, int, bool, bool], int] = {}
+    for stage, w in enumerate(per_stage):
+        signature = (w, plan.stage_blocks[stage], plan.moe_blocks(stage), stage == 0)
+        earliest.setdefault((*signature, stage == plan.pp - 1), stage)
     stages = [
         _stage_memory(plan, stage, batch=batch, step=step, capacity=capacity, weights=w)
-        for stage, w in enumerate(per_stage)
+        for stage, w in ((stage, per_stage[stage]) for stage in earliest.values())
     ]
     return max(stages, key=lambda memory: (memory.total, -memory.stage))
 

@@ -27,7 +27,7 @@ from typing import assert_never, final
 from blueprinting.analysis.stage_layout import stage_layer_counts
 from blueprinting.errors import InvalidStrategyError, LawViolation
 from blueprinting.mapping.laws import check_inference
-from blueprinting.mapping.model import TransformerModelSpec
+from blueprinting.mapping.model import Datatype, TransformerModelSpec
 from blueprinting.mapping.transformer import (
     AllReduce,
     CombinedOneForwardOneBackward,
@@ -94,14 +94,30 @@ class LocalInferencePlan:
         return self._step(dims)
 
     def _step(self, dims: InferenceStepDims) -> InferenceStepWork:
-        return inference_step_work(
-            self.model,
-            dims,
-            tp=self.tp,
-            sequence_parallel=self.sequence_parallel,
-            kv_datatype=self.workload.kv_cache_datatype,
-            ep=self.ep,
-        )
+        kv = self.workload.kv_cache_datatype
+        key = (self.model, dims, self.tp, self.sequence_parallel, kv, self.ep)
+        found = _STEPS.get(key)
+        if found is None:
+            found = inference_step_work(
+                self.model,
+                dims,
+                tp=self.tp,
+                sequence_parallel=self.sequence_parallel,
+                kv_datatype=kv,
+                ep=self.ep,
+            )
+            if len(_STEPS) >= _MAX_STEPS:
+                _STEPS.clear()
+            _STEPS[key] = found
+        return found
+
+
+_STEPS: dict[
+    tuple[TransformerModelSpec, InferenceStepDims, int, bool, Datatype, int], InferenceStepWork
+] = {}
+"""The steps derived so far (a pure function of the key): a search derives the same prefill
+and decode steps for every pipeline depth and replica count of a (t, ep, batch)."""
+_MAX_STEPS = 4096
 
 
 def _stage_moe_blocks(
