@@ -178,3 +178,36 @@ def test_fast_engine_equals_the_event_engine(p: int, v: int, m: int) -> None:
         assert {OneForwardOneBackward, ZeroBubbleH1, ForwardOnly} <= kinds
     # The compute-only wavefront answers for the common case (trailing DP buckets).
     assert fast > 0
+
+
+@pytest.mark.parametrize(("p", "v", "m"), GRID)
+def test_zero_time_buckets_between_transfers_take_the_fast_engine(p: int, v: int, m: int) -> None:
+    """With overlap_grad_reduce the buckets sit between transfers; the plan path's P2P-free and
+    pipeline-only runs give them no time, so the compute-only wavefront applies (the full run
+    with its buckets' times does not) and equals the event engine bit for bit."""
+    interleaved = fast = 0
+    for schedule in _schedules(p, v):
+        costs = _costs(p, v, m, seed=7 * p + 3 * v + m, overlap_grad_reduce=True)
+        try:
+            dag = build_schedule(schedule, costs)
+        except InvalidStrategyError:
+            continue
+        full = dag.duration_s
+        vectors = [np.where(dag.kind >= 4, 0.0, full), np.where(dag.kind == 6, 0.0, full)]
+        programs = dag.programs[1::2]
+        between = any(
+            (dag.kind[prog] == 6).any()
+            and not (dag.kind[prog][int(np.argmax(dag.kind[prog] == 6)) :] == 6).all()
+            for prog in programs
+        )
+        if between:
+            interleaved += 1
+            fast += _compute_wavefront(dag, np.stack(vectors, axis=1)) is not None
+            assert _compute_wavefront(dag, np.stack([full], axis=1)) is None
+        for run, duration in zip(simulate_many(dag, vectors), vectors, strict=True):
+            start, end = _reference(dag, duration)
+            assert run.start_s.tolist() == start
+            assert run.end_s.tolist() == end
+    if v > 1:  # one chunk: its last backward is the stage's last pass, the buckets trail
+        assert interleaved > 0
+        assert fast > 0

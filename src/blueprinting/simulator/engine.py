@@ -147,13 +147,21 @@ def _compute_wavefront(dag: CommandDag, dur: FloatArray) -> tuple[FloatArray, Fl
     of a run). That holds as long as no step's first transfer waits for an earlier step's
     transfers, which is checked afterwards; so a compute command starts at the maximum of its
     predecessor's end and those sums, the same floating-point operations the full wavefront
-    does. DP buckets must trail their communication stream (no ``overlap_grad_reduce``
-    interleaving with transfers); they are timed afterwards along their stream. Where a check
+    does. DP buckets must trail their communication stream, or take no time in any column (the
+    plan path's P2P-free and pipeline-only runs with ``overlap_grad_reduce``): a bucket then
+    ends when the command before it and its producer have, and never delays the transfer
+    after it, whose producer comes later on the same compute stream. Buckets are timed
+    afterwards along their stream. Where a check
     fails, or on a deadlock (the full wavefront names every stuck stream), the answer is None."""
     n = len(dag)
     columns = dur.shape[1]
     setup = _compute_setup(dag)
     if setup is None:
+        return None
+    if setup.interleaved and any(
+        (dur[:, k][np.concatenate(setup.tails)] != 0).any() for k in range(columns)
+    ):
+        # A bucket with a duration between transfers can delay them: the full wavefront.
         return None
     transfers, producer, compute = setup.transfers, setup.producer, setup.compute
     rows_of, moving, extra_hops = setup.rows_of, setup.moving, setup.extra_hops
@@ -241,13 +249,13 @@ def _compute_wavefront(dag: CommandDag, dur: FloatArray) -> tuple[FloatArray, Fl
         start_k[moving] = sent_start
         end_k[moving] = sent_end
     per_column = dur.T
-    for program, tail in zip(setup.movings, setup.tails, strict=True):
-        free = end_out[:, program[-1]] if program.shape[0] else np.zeros(columns, np.float64)
-        for bucket in tail.tolist():
+    zero = np.zeros(columns, np.float64)
+    for tail, previous in zip(setup.tails, setup.tail_previous, strict=True):
+        for bucket, before in zip(tail.tolist(), previous.tolist(), strict=True):
+            free = end_out[:, before] if before >= 0 else zero
             begin_b = np.maximum(free, end_out[:, producer[bucket]])
             start_out[:, bucket] = begin_b
-            free = begin_b + per_column[:, bucket]
-            end_out[:, bucket] = free
+            end_out[:, bucket] = begin_b + per_column[:, bucket]
     return start_out.T, end_out.T
 
 
@@ -260,6 +268,8 @@ class _ComputeSetup:
     transfers: IntArray
     producer: IntArray
     tails: list[IntArray]
+    tail_previous: list[IntArray]
+    interleaved: bool
     movings: list[IntArray]
     moving: IntArray
     extra_hops: int
@@ -282,9 +292,8 @@ _NOT_APPLICABLE = "not applicable"
 
 
 def _compute_setup(dag: CommandDag) -> _ComputeSetup | None:
-    """The set-up of the compute-only wavefront, or None where DP buckets do not trail their
-    stream; memoised on the DAG's topology (the DAGs of one topology differ in durations
-    only)."""
+    """The set-up of the compute-only wavefront; memoised on the DAG's topology (the DAGs of
+    one topology differ in durations only)."""
     memo = dag.topology.engine_setup if dag.topology is not None else None
     if memo is not None:
         found = memo.get("compute")
@@ -307,14 +316,18 @@ def _build_compute_setup(dag: CommandDag) -> _ComputeSetup | None:
     producer = dag.deps[:, 0]
     burst = np.zeros(n, dtype=np.int64)  # 0 for the first transfer a step posts, 1, 2, ...
     tails: list[IntArray] = []
+    tail_previous: list[IntArray] = []
     movings: list[IntArray] = []
+    interleaved = False
     for program in comm_programs:
         bucket = kind[program] == _DP
         first = int(np.argmax(bucket)) if bucket.any() else program.shape[0]
-        if not bucket[first:].all():
-            return None
-        tails.append(program[first:])
-        moving = program[:first]
+        interleaved |= not bucket[first:].all()
+        # Every bucket with the command before it on its stream (-1 for the first).
+        at = np.flatnonzero(bucket)
+        tails.append(program[at])
+        tail_previous.append(np.where(at > 0, program[np.maximum(at - 1, 0)], -1))
+        moving = program[~bucket]
         movings.append(moving)
         if moving.shape[0]:
             starts = np.concatenate([[True], producer[moving[1:]] != producer[moving[:-1]]])
@@ -370,6 +383,8 @@ def _build_compute_setup(dag: CommandDag) -> _ComputeSetup | None:
         transfers=transfers,
         producer=producer,
         tails=tails,
+        tail_previous=tail_previous,
+        interleaved=interleaved,
         movings=movings,
         moving=moving,
         extra_hops=extra_hops,

@@ -33,7 +33,7 @@ Mapping (times are critical paths: compute plus exposed TP communication, as in 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import final
 
 import numpy as np
@@ -51,7 +51,7 @@ from blueprinting.mapping.transformer import (
     TrainingSpec,
     ZeroBubbleH1,
 )
-from blueprinting.simulator.commands import _DP, _SEND_F, build_schedule
+from blueprinting.simulator.commands import _DP, _SEND_F, FloatArray, build_schedule
 from blueprinting.simulator.costs import DpBucket, Matrix, ScheduleCosts
 from blueprinting.simulator.engine import SimulationResult, simulate_many
 from blueprinting.simulator.schedules import megatron_violations
@@ -308,15 +308,26 @@ class SimulatedBubble:
 
 
 @final
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class PlanSimulation:
     """One DAG of a plan's iteration (compute, P2P, DP buckets) run three ways: ``free`` with
     P2P and DP free (the schedule's own bubble), ``pipeline`` with DP free (the pipeline flush
-    the plan's total uses) and ``full`` with every cost (``blueprinting simulate``)."""
+    the plan's total uses) and ``full`` with every cost (``blueprinting simulate``).
+
+    ``full`` runs when first read where DP buckets interleave with transfers
+    (``overlap_grad_reduce``): the other two runs then take the compute-only wavefront and the
+    full one the wavefront over every command, which the plan path (its bubble) never needs."""
 
     free: SimulationResult
     pipeline: SimulationResult
-    full: SimulationResult
+    full_durations: FloatArray
+    _full: list[SimulationResult] = field(default_factory=list)
+
+    @property
+    def full(self) -> SimulationResult:
+        if not self._full:
+            self._full.append(simulate_many(self.pipeline.dag, [self.full_durations])[0])
+        return self._full[0]
 
     @property
     def bubble(self) -> SimulatedBubble:
@@ -351,8 +362,11 @@ def simulate_plan_all(
     full = dag.duration_s
     pipeline = np.where(dag.kind == _DP, 0.0, full)
     free = np.where(dag.kind >= _SEND_F, 0.0, full)
+    if dag.costs.overlap_grad_reduce:
+        runs = simulate_many(dag, [free, pipeline])
+        return PlanSimulation(free=runs[0], pipeline=runs[1], full_durations=full)
     runs = simulate_many(dag, [free, pipeline, full])
-    return PlanSimulation(free=runs[0], pipeline=runs[1], full=runs[2])
+    return PlanSimulation(free=runs[0], pipeline=runs[1], full_durations=full, _full=[runs[2]])
 
 
 def simulated_bubble(
