@@ -73,7 +73,9 @@ def test_the_breakdown_term_sums_into_the_iteration() -> None:
     terms = report.breakdown
     assert terms.host_exposed > 0.0
     assert terms.total_s == pytest.approx(report.iteration_time_s, rel=1e-12)
-    assert report.to_json_dict()["time_breakdown_s"]["host_exposed"] == terms.host_exposed
+    breakdown = report.to_json_dict()["time_breakdown_s"]
+    assert isinstance(breakdown, dict)
+    assert breakdown["host_exposed"] == terms.host_exposed
 
 
 def test_full_iteration_graphs_expose_no_host_time() -> None:
