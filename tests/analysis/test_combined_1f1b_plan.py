@@ -136,6 +136,7 @@ def test_plan_and_simulation_agree_on_the_pipeline(settings: dict[str, object]) 
         + b.tp_comm_exposed
         + b.cp_comm_exposed
         + b.ep_comm_exposed
+        + b.host_exposed
         + b.pp_comm_exposed
     )
     assert pipeline == pytest.approx(run.pipeline.pipeline_flush_s, rel=1e-9)

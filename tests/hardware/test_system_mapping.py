@@ -93,8 +93,8 @@ def test_every_problem_is_reported_at_once() -> None:
     assert raised.value.problems == (
         "system: unknown key 'gpus_per_nod' (did you mean 'gpus_per_node'?); known keys: "
         "preset, name, gpus_per_node, nvlink_domain_size, nvlink_domain_placement, "
-        "processing_mode, rank_layout, "
-        "fixed_tiers, accelerator, intra_node, scale_out, async_tp_backward_comm, runtime",
+        "processing_mode, rank_layout, fixed_tiers, accelerator, intra_node, scale_out, "
+        "async_tp_backward_comm, host_cpu, runtime",
         "system.processing_mode: unknown value 'rooflin' (did you mean 'roofline'?); "
         "choices: no_overlap, roofline",
         "system.accelerator.hbm.efficiency: ConstantEfficiency.fraction must be a fraction in "

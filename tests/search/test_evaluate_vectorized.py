@@ -253,8 +253,8 @@ def test_moe_candidates_match_the_scalar_plan(
     model: TransformerModelSpec, system_name: str, space: SearchSpace
 ) -> None:
     """ep, etp and the dispatcher in the space: a spread sample of at least 400 rows, every
-    field of the vectorized figures against the scalar plan (the ep_comm_exposed term, the
-    expert parts of memory and DP, the dense first layers' stage)."""
+    field of the vectorized figures against the scalar plan (the ep_comm_exposed and
+    host_exposed terms, the expert parts of memory and DP, the dense first layers' stage)."""
     system = system_preset(system_name)
     table = enumerate_strategies(model, space).table
     figures = evaluate_candidates(table, model, system)
@@ -275,3 +275,5 @@ def test_moe_candidates_match_the_scalar_plan(
         )
     assert problems == []
     assert float(figures.ep_comm_exposed.max()) > 0.0
+    # the host-dispatch term is checked row by row above; the spaces reach host-bound rows
+    assert float(figures.host_exposed.max()) > 0.0

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 from blueprinting.errors import RuleSet
-from blueprinting.mapping.law_names import EXPERT_LAWS, MEGATRON_LAWS, PLANNER_LAWS, Law
+from blueprinting.mapping.law_names import (
+    CUDA_GRAPH_LAWS,
+    EXPERT_LAWS,
+    MEGATRON_LAWS,
+    PLANNER_LAWS,
+    Law,
+)
 
 
 def test_names_and_rulesets() -> None:
@@ -31,6 +37,7 @@ def test_names_and_rulesets() -> None:
         "moe_tp_needs_sequence_parallel",
         "recompute_module_needs_its_layer",
         "combined_schedule_matches_dispatcher",
+        "cuda_graph_scope_needs_its_layer",
     ]
     assert [str(law) for law in MEGATRON_LAWS] == [
         "interleaving_pipeline_degree",
@@ -57,6 +64,15 @@ def test_names_and_rulesets() -> None:
         "shared_expert_overlap",
         "moe_act_recompute_needs_grouped_gemm",
         "fp8_delayed_scaling_recompute",
+        "cuda_graph_full_recompute",
+        "cuda_graph_local_scope",
+        "cuda_graph_te_full_iteration",
+        "cuda_graph_moe_and_moe_router",
+        "cuda_graph_moe_preprocess_needs_moe_router",
+        "cuda_graph_moe_scope_needs_moe",
+        "cuda_graph_mlp_needs_dense_layer",
+        "cuda_graph_moe_needs_drop_and_pad",
+        "cuda_graph_moe_preprocess_host_copies",
     ]
     # the search varies the expert grid (issue 13 item 5): its laws are searched
     assert [law for law in Law if not law.searched] == [
@@ -66,6 +82,8 @@ def test_names_and_rulesets() -> None:
         Law.MEGATRON_DELAY_WGRAD_NEEDS_EP_OVERLAP,
         Law.COMBINED_SCHEDULE_MATCHES_DISPATCHER,
         Law.MEGATRON_FP8_DELAYED_RECOMPUTE,
+        # the search plans no CUDA graphs
+        *CUDA_GRAPH_LAWS,
     ]
     assert len(EXPERT_LAWS) == 19
     assert all(law.ruleset is RuleSet.MEGATRON for law in MEGATRON_LAWS)
@@ -81,7 +99,7 @@ def test_the_scalar_checker_uses_the_same_names() -> None:
     search's union of the checker's microbatch_group_bounds and microbatch_group_remainder)."""
     from pathlib import Path
 
-    from blueprinting.mapping import expert_laws, laws, precision_laws
+    from blueprinting.mapping import cuda_graph_laws, expert_laws, laws, precision_laws
 
     source = Path(laws.__file__).read_text()
     scalar_only = {Law.MEGATRON_MICROBATCH_GROUP, Law.WORLD_SIZE}
@@ -89,6 +107,8 @@ def test_the_scalar_checker_uses_the_same_names() -> None:
     precision = Path(precision_laws.__file__).read_text()
     # so do the expert grid's
     expert = Path(expert_laws.__file__).read_text()
+    # and the CUDA graph laws
+    graphs = Path(cuda_graph_laws.__file__).read_text()
     for law in Law:
         if law in scalar_only:
             continue
@@ -97,4 +117,5 @@ def test_the_scalar_checker_uses_the_same_names() -> None:
             or f"Law.{law.name}" in source
             or f"Law.{law.name}" in precision
             or f"Law.{law.name}" in expert
+            or f"Law.{law.name}" in graphs
         ), law

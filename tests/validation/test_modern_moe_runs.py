@@ -15,6 +15,13 @@ import pytest
 
 from blueprinting.analysis.flops import FlopsConvention, model_flops_per_iteration
 from blueprinting.errors import ConfigError
+from blueprinting.mapping.cuda_graphs import (
+    CudaGraphs,
+    CudaGraphScope,
+    LocalCudaGraphs,
+    NoCudaGraphs,
+    TransformerEngineCudaGraphs,
+)
 from blueprinting.validation.modern import (
     GpuGeneration,
     ModernRun,
@@ -96,6 +103,32 @@ def test_the_rows_without_mtp_turn_it_off() -> None:
     with_mtp = [r for r in _RUNS if r.model_preset == "deepseek-v3" and "w_o_mtp" not in r.id]
     assert all("mtp_num_layers" not in run.model_keys for run in with_mtp)
     assert with_mtp[0].base_model().mtp_num_layers == 1
+
+
+def _reference_cuda_graphs(stated: str | None) -> CudaGraphs:
+    """The reference's ``strategy.cuda_graph`` text as the keys the fixture sets."""
+    if stated is None or stated == "disabled":
+        return NoCudaGraphs()
+    if stated.startswith("full_iteration"):
+        return LocalCudaGraphs(scope=frozenset({CudaGraphScope.FULL_ITERATION}))
+    if stated.startswith("transformer_engine"):
+        names = stated.split("[", 1)[1].rstrip("]").replace("'", "").split(",")
+        return TransformerEngineCudaGraphs(
+            scope=frozenset(CudaGraphScope(name.strip()) for name in names)
+        )
+    assert stated.startswith("enabled"), stated  # Megatron-Bridge r0.1.0: enable_cuda_graph
+    return LocalCudaGraphs()
+
+
+def test_the_recipes_cuda_graphs_are_set() -> None:
+    graphs = {run.id: run.training_spec().mapping.cuda_graphs for run in _RUNS}
+    full = LocalCudaGraphs(scope=frozenset({CudaGraphScope.FULL_ITERATION}))
+    assert sum(1 for g in graphs.values() if g == full) == 9
+    assert sum(1 for g in graphs.values() if isinstance(g, TransformerEngineCudaGraphs)) == 15
+    assert sum(1 for g in graphs.values() if g == LocalCudaGraphs()) == 3
+    assert sum(1 for g in graphs.values() if isinstance(g, NoCudaGraphs)) == 38
+    qwen = graphs["mbridge_26.08_pretrain_qwen3_30b_a3b_gb200_n8_mxfp8_gbs512"]
+    assert qwen == full
 
 
 def test_token_drop_rows_set_a_capacity_factor() -> None:
@@ -218,6 +251,8 @@ def test_fixture_matches_the_shared_reference() -> None:
         assert run.source.value == record["source_key"], run_id
         assert run.model_preset == presets[model["name"]], run_id
         assert run.num_gpus == record["hardware"]["n_gpus"], run_id
+        stated = strategy.get("cuda_graph")
+        assert run.training_spec().mapping.cuda_graphs == _reference_cuda_graphs(stated), run_id
         assert run.tensor_parallel == strategy["t"], run_id
         assert run.pipeline_parallel == strategy["p"], run_id
         assert run.context_parallel == strategy["cp"], run_id
@@ -314,38 +349,41 @@ def test_which_runs_are_not_planned_and_why(planned: MoeValidation) -> None:
 
 def test_the_planned_runs_stay_within_todays_bounds(planned: MoeValidation) -> None:
     """Regression bound, not the issue gate (no efficiency is fitted on these runs). Today:
-    median |error| 38.4% over 61 planned runs, every one predicted fast; Qwen3-30B-A3B (median
-    38.8%), GPT-OSS-120B (41.7%) and Mixtral 8x22B (21.7%); DeepSeek-V3 21-34% fast on GB200
-    (EP64 inside one 64-GPU Slurm segment of an NVL72 rack: NVLink all-to-alls), 37-47% fast on
+    median |error| 34.8% over 61 planned runs, every one predicted fast; Qwen3-30B-A3B (median
+    34.3%), GPT-OSS-120B (41.6%) and Mixtral 8x22B (21.7%); DeepSeek-V3 18-31% fast on GB200
+    (EP64 inside one 64-GPU Slurm segment of an NVL72 rack: NVLink all-to-alls), 36-47% fast on
     B200 at EP8, and 20% fast at EP32 on B200 (its DeepEP all-to-alls cross the NIC once per
     remote node: 48% slow when each remote rank's copy crossed it). Since the MXFP8 GEMM shape
     fit (presets.MXFP8_GEMM_FIT) and the fitted cast rates: median 33.4%, DeepSeek-V3 on GB200
     16-30% fast."""
     errors = {row.run_id: row.relative_error or 0.0 for row in planned.planned_rows}
     median = planned.gate(MoeGate.MEDIAN_ERROR).value
-    assert median is not None and 0.30 <= median <= 0.45
+    assert median is not None and 0.28 <= median <= 0.40
     rows = {row.run_id: row for row in planned.planned_rows}
     deepseek = {run: error for run, error in errors.items() if "deepseekv3" in run}
     gb200 = [error for run, error in deepseek.items() if "_gb200_" in run]
     b200 = {run: error for run, error in deepseek.items() if "_b200_" in run}
-    assert len(gb200) == 9 and all(-0.40 <= error <= -0.15 for error in gb200)
+    assert len(gb200) == 9 and all(-0.40 <= error <= -0.13 for error in gb200)
     ep8 = [error for run, error in b200.items() if rows[run].expert_parallel == 8]
     ep32 = [error for run, error in b200.items() if rows[run].expert_parallel == 32]
     assert len(ep8) == 6 and all(-0.50 <= error <= -0.33 for error in ep8)
     assert len(ep32) == 1 and -0.30 <= ep32[0] <= -0.10
     others = [error for run, error in errors.items() if run not in deepseek]
-    # Qwen3-30B-A3B on H100 -7.7% .. -9.1% since the recipes' quantization kernels are costed
-    assert all(-0.80 <= error <= -0.05 for error in others)
+    # Qwen3-30B-A3B on H100 -4.9% .. -6.3% since the recipes' quantization kernels are costed
+    assert all(-0.80 <= error <= -0.04 for error in others)
 
 
 @pytest.mark.xfail(
     strict=True,
     reason=(
-        "61 of 65 MoE runs planned: median |error| 38.4% (limit 10%), max 77.3% (limit 25%), "
-        "every run predicted fast: Qwen3-30B-A3B and GPT-OSS-120B 10-77% (per-layer host, "
-        "launch and dispatcher overheads not modelled: Qwen3-30B-A3B on B200 at micro-batch 1 "
-        "is measured 1.5-2.9x slower per token than at micro-batch 4, predicted 2-16% "
-        "slower), DeepSeek-V3 20-47%"
+        "61 of 65 MoE runs planned: median |error| 34.8% (limit 10%), max 73.5% (limit 25%), "
+        "every run predicted fast: Qwen3-30B-A3B and GPT-OSS-120B 5-74%, DeepSeek-V3 18-47%. "
+        "The host-dispatch term (host_exposed: one op per IR task at TransformerEngine issue "
+        "#2053's measured 13.48 us Xeon / 37.08 us Grace, the dropless host sync timed op by op, "
+        "CUDA graphs as the recipes set them) moves the rows by 0-2 points: Qwen3-30B-A3B on "
+        "B200 at micro-batch 1 is measured 2.8-2.9x slower per token than at micro-batch 4 and "
+        "predicted 11-21% slower; a real MoE layer launches many more kernels than its IR "
+        "tasks, and no cited per-kernel count says how many"
     ),
 )
 def test_issue_gate_on_the_planned_runs(planned: MoeValidation) -> None:

@@ -33,6 +33,7 @@ from blueprinting.analysis.report import IterationReport
 from blueprinting.errors import ConfigError
 from blueprinting.hardware.system import CommGroup, Engine, ParallelDim, SystemSpec
 from blueprinting.limits import stage_limit_problem
+from blueprinting.mapping.cuda_graphs import CudaGraphs
 from blueprinting.mapping.model import TransformerModelSpec
 from blueprinting.mapping.precision import HighPrecision, TrainingPrecision, high_precision_layers
 from blueprinting.mapping.transformer import (
@@ -65,6 +66,7 @@ from blueprinting.synthesizer.dialects.transformer.training_derivation import (
     derive_training_block,
 )
 from blueprinting.synthesizer.stages.distributed.ir import DistributedTaskIR
+from blueprinting.synthesizer.stages.portable_plan.host_dispatch import training_host_dispatch
 from blueprinting.synthesizer.stages.portable_plan.ir import PortablePlanIR
 from blueprinting.synthesizer.stages.portable_plan.passes import (
     PlanContext,
@@ -144,6 +146,7 @@ def _local_block_costs(
     precision: TrainingPrecision,
     experts: ExpertParallel,
     ep_groups: tuple[tuple[str, CommGroup], ...],
+    cuda_graphs: CudaGraphs,
 ) -> TaskGroupCosts:
     """The costed local block, shared like :func:`_local_block` by strategies that differ only
     in PP, DP or batch (the costs read nothing else)."""
@@ -165,6 +168,7 @@ def _local_block_costs(
         ep_groups=dict(ep_groups),
         dispatch_overlap=dispatcher_overlaps(experts.dispatcher),
         delay_wgrad=delays_wgrad(experts.dispatcher),
+        host=training_host_dispatch(model, cuda_graphs, system),
     )
 
 
@@ -189,6 +193,7 @@ def portable_plan(spec: TrainingSpec, system: SystemSpec) -> PortablePlanIR:
             precision=precision,
             experts=parallelism.experts,
             ep_groups=tuple(sorted(expert_groups(spec, system).items())),
+            cuda_graphs=spec.mapping.cuda_graphs,
         )
 
     recipe = spec.mapping.precision

@@ -5,7 +5,7 @@ The iteration time of the critical pipeline stage's GPU is a sum of named terms,
 there to equal the sum on every record):
 
     T = forward + backward + recompute + pipeline_bubble
-        + tp_comm_exposed + cp_comm_exposed + ep_comm_exposed + pp_comm_exposed
+        + tp_comm_exposed + cp_comm_exposed + ep_comm_exposed + host_exposed + pp_comm_exposed
         + dp_comm_exposed + optimizer
 
 with, for m microbatches, v virtual chunks and the critical stage's B blocks:
@@ -17,6 +17,9 @@ with, for m microbatches, v virtual chunks and the critical stage's B blocks:
 - ep_comm_exposed: m x the MoE blocks x a MoE layer's exposed token dispatch and combine
   (all exposed, unless ``--overlap-moe-expert-parallel-comm`` hides them under another
   micro-batch's compute);
+- host_exposed: m x the blocks x the host (CPU) issue time a layer pass exposes: after the
+  dropless MoE layer's host sync, and wherever the host issues slower than the GPU runs
+  (``synthesizer/stages/portable_plan/host_dispatch.py``; CUDA graphs remove a scope's ops);
 - pp_comm_exposed: blocking P2P (Megatron's default): m x v x (send forward + send backward);
   interleaved with ``overlap_p2p_comm``: 2 (p v - 1) transfers, the warm-up and cool-down ones
   (``../shared/reference/schedules.md`` §4);
@@ -86,6 +89,7 @@ class TimeBreakdown:
     optimizer: float
     cp_comm_exposed: float = 0.0
     ep_comm_exposed: float = 0.0
+    host_exposed: float = 0.0
 
     @property
     def total_s(self) -> float:
@@ -97,6 +101,7 @@ class TimeBreakdown:
             + self.tp_comm_exposed
             + self.cp_comm_exposed
             + self.ep_comm_exposed
+            + self.host_exposed
             + self.pp_comm_exposed
             + self.dp_comm_exposed
             + self.optimizer
@@ -111,6 +116,7 @@ class TimeBreakdown:
             "tp_comm_exposed": self.tp_comm_exposed,
             "cp_comm_exposed": self.cp_comm_exposed,
             "ep_comm_exposed": self.ep_comm_exposed,
+            "host_exposed": self.host_exposed,
             "pp_comm_exposed": self.pp_comm_exposed,
             "dp_comm_exposed": self.dp_comm_exposed,
             "optimizer": self.optimizer,
@@ -128,6 +134,7 @@ class StageWork:
     tp_comm_exposed: float
     cp_comm_exposed: float = 0.0
     ep_comm_exposed: float = 0.0
+    host_exposed: float = 0.0
 
     @property
     def total_s(self) -> float:
@@ -138,6 +145,7 @@ class StageWork:
             + self.tp_comm_exposed
             + self.cp_comm_exposed
             + self.ep_comm_exposed
+            + self.host_exposed
         )
 
 
@@ -182,6 +190,7 @@ class PhaseField(StrEnum):
     TP_EXPOSED = "comm_exposed_s"
     CP_EXPOSED = "cp_comm_exposed_s"
     EP_EXPOSED = "ep_comm_exposed_s"
+    HOST_EXPOSED = "host_exposed_s"
 
 
 _RUNS = (
@@ -237,6 +246,7 @@ STAGE_WORK_TERMS: dict[str, tuple[tuple[WorkCount, CostedPart, PhaseField], ...]
     "tp_comm_exposed": tuple((count, part, PhaseField.TP_EXPOSED) for count, part in _RUNS),
     "cp_comm_exposed": tuple((count, part, PhaseField.CP_EXPOSED) for count, part in _RUNS),
     "ep_comm_exposed": tuple((count, part, PhaseField.EP_EXPOSED) for count, part in _RUNS),
+    "host_exposed": tuple((count, part, PhaseField.HOST_EXPOSED) for count, part in _RUNS),
 }
 
 
@@ -310,6 +320,8 @@ def phase_field(phase: PhaseCost, time: PhaseField) -> float:
             return phase.cp_comm_exposed_s
         case PhaseField.EP_EXPOSED:
             return phase.ep_comm_exposed_s
+        case PhaseField.HOST_EXPOSED:
+            return phase.host_exposed_s
         case _ as unreachable:
             assert_never(unreachable)
 
@@ -548,6 +560,7 @@ def compose_breakdown(
         tp_comm_exposed=work.tp_comm_exposed,
         cp_comm_exposed=work.cp_comm_exposed,
         ep_comm_exposed=work.ep_comm_exposed + plan_unpaired_ep_exposed_s(schedule, plan, stage, m),
+        host_exposed=work.host_exposed,
         pp_comm_exposed=(
             pipeline_p2p_exposed(mapping.parallelism.pipeline.schedule, plan, m)
             if pp_comm_exposed_s is None

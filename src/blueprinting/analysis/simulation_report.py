@@ -224,6 +224,7 @@ def iteration_agreement(
         + terms.tp_comm_exposed
         + terms.cp_comm_exposed
         + terms.ep_comm_exposed
+        + terms.host_exposed
         + terms.pipeline_bubble
         + terms.pp_comm_exposed
     )

@@ -159,6 +159,7 @@ from blueprinting.hardware.efficiency import (
     GemmShapeEfficiency,
     SaturatingGemmEfficiency,
 )
+from blueprinting.hardware.host import HostCpu
 from blueprinting.hardware.system import (
     AcceleratorSpec,
     ByRankLayout,
@@ -406,8 +407,10 @@ def _system(
     gpus_per_node: int = 8,
     nvlink_domain_size: int | None = None,
     nvlink_latency_s: float = INTRA_NODE_LATENCY_S,
+    host_cpu: HostCpu = HostCpu.X86,
 ) -> SystemSpec:
     return SystemSpec(
+        host_cpu=host_cpu,
         name=name,
         accelerator=accelerator,
         node=NodeSpec(
@@ -720,6 +723,7 @@ _PRESETS: dict[str, SystemSpec] = {
     "dgx-gb200": _system(
         name="dgx-gb200",
         accelerator=_gb200(),
+        host_cpu=HostCpu.GRACE,
         nvlink_gbps_per_direction=900,
         nvlink_efficiency=GB200_NVLINK_FIT[1],
         nvlink_latency_s=GB200_NVLINK_FIT[0],
@@ -733,6 +737,7 @@ _PRESETS: dict[str, SystemSpec] = {
     "dgx-gb300": _system(
         name="dgx-gb300",
         accelerator=_gb300(),
+        host_cpu=HostCpu.GRACE,
         nvlink_gbps_per_direction=900,
         nvlink_efficiency=GB200_NVLINK_FIT[1],
         nvlink_latency_s=GB200_NVLINK_FIT[0],

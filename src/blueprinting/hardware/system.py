@@ -66,6 +66,7 @@ from blueprinting.hardware.efficiency import (
     is_nonnegative,
     is_positive,
 )
+from blueprinting.hardware.host import HostCpu
 from blueprinting.mapping.model import Datatype
 from blueprinting.mapping.precision import AcceleratorSupport, GemmFormat
 
@@ -689,6 +690,8 @@ class SystemSpec:
     #: software generation, not of the hardware; only validation of pre-Sept-2021 runs sets it.
     async_tp_backward_comm: bool = True
     runtime: RuntimeMemory = field(default_factory=RuntimeMemory)
+    #: The CPU that issues the kernels: what one op costs the host (:mod:`.host`).
+    host_cpu: HostCpu = HostCpu.X86
 
     def __str__(self) -> str:
         domain = self.node.nvlink_domain_size

@@ -12,6 +12,7 @@ The mapping form (every key optional when a ``preset`` is given; SI units, the u
                                       # (default; Megatron-Bridge's sbatch --segment) or "packed"
     processing_mode = "roofline"      # or "no_overlap"
     async_tp_backward_comm = true     # false: Megatron-LM before Sept. 2021 (SystemSpec docs)
+    host_cpu = "x86"                  # or "grace": the CPU issuing the kernels (hardware/host.py)
     rank_layout = "tp-dp-pp"          # or, Calculon-style, fixed link tiers:
     # fixed_tiers = {tp = "intra_node", pp = "scale_out", dp = "scale_out"}
 
@@ -93,6 +94,7 @@ from blueprinting.hardware.efficiency import (
     SaturatingGemmEfficiency,
     SteppedEfficiency,
 )
+from blueprinting.hardware.host import HostCpu
 from blueprinting.hardware.system import (
     AcceleratorSpec,
     ByRankLayout,
@@ -114,7 +116,9 @@ from blueprinting.mapping.documents import parse_json, parse_toml, read_text
 from blueprinting.mapping.model import Datatype
 from blueprinting.mapping.precision import GemmFormat
 
-_E = TypeVar("_E", ProcessingMode, RankLayout, LinkTier, Datatype, GemmFormat, DomainPlacement)
+_E = TypeVar(
+    "_E", ProcessingMode, RankLayout, LinkTier, Datatype, GemmFormat, DomainPlacement, HostCpu
+)
 _T = TypeVar("_T")
 _R = TypeVar("_R")
 
@@ -134,6 +138,7 @@ _TOP_KEYS = (
     "intra_node",
     "scale_out",
     "async_tp_backward_comm",
+    "host_cpu",
     "runtime",
 )
 _ACCELERATOR_KEYS = (
@@ -272,6 +277,8 @@ def system_to_mapping(system: SystemSpec) -> dict[str, object]:
             assert_never(unreachable)
     if not system.async_tp_backward_comm:
         result["async_tp_backward_comm"] = False
+    if system.host_cpu is not HostCpu.X86:
+        result["host_cpu"] = system.host_cpu.value
     result["accelerator"] = accelerator
     result["intra_node"] = _link_to_mapping(system.node.link)
     result["scale_out"] = _link_to_mapping(system.scale_out)
@@ -820,6 +827,7 @@ def system_from_mapping(section: Mapping[str, object], *, source: str | None = N
     async_tp = merged.get("async_tp_backward_comm", True)
     if not isinstance(async_tp, bool):
         out.add(f"system.async_tp_backward_comm must be true or false, got {async_tp!r}")
+    host_cpu = _choice(HostCpu, merged.get("host_cpu", HostCpu.X86.value), "system.host_cpu", out)
     assignment = _assignment_from_mapping(merged, out)
     accelerator = _accelerator_from_mapping(
         _required(merged, "accelerator", "system", out), "system.accelerator", out
@@ -861,6 +869,7 @@ def system_from_mapping(section: Mapping[str, object], *, source: str | None = N
         or node is None
         or scale_out is None
         or runtime is None
+        or host_cpu is None
     ):
         raise ConfigError(["system: incomplete"], source=source)  # pragma: no cover
     return SystemSpec(
@@ -871,6 +880,7 @@ def system_from_mapping(section: Mapping[str, object], *, source: str | None = N
         processing_mode=mode,
         network_assignment=assignment,
         async_tp_backward_comm=async_tp is not False,
+        host_cpu=host_cpu,
         runtime=runtime,
     )
 

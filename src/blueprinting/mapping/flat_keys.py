@@ -42,6 +42,17 @@ from blueprinting.errors import (
     UnsupportedError,
 )
 from blueprinting.limits import MAX_INT, int_limit_text
+from blueprinting.mapping.cuda_graphs import (
+    CudaGraphImpl,
+    CudaGraphs,
+    CudaGraphScope,
+    LocalCudaGraphs,
+    NoCudaGraphs,
+    TransformerEngineCudaGraphs,
+    cuda_graph_impl,
+    given_scope,
+    scope_names,
+)
 from blueprinting.mapping.model import (
     DEFAULT_DROPOUT,
     AttentionWindow,
@@ -231,6 +242,12 @@ TRAINING_KEYS: Mapping[str, _Key] = {
     "use_flash_attn": _bool(),
     # Transformer Engine userbuffer overlap (model_parallel_config.py l.265-340 @d98e8a64); the
     # switches default true, Megatron-LM's CLI spells them --disable-... (and --no-...).
+    # CUDA graphs (mapping/cuda_graphs.py; Megatron-LM arguments.py @307dcf37): the scope is one
+    # string of names separated by spaces or commas (Megatron takes a list).
+    "cuda_graph_impl": _choice(*(i.value for i in CudaGraphImpl)),
+    "cuda_graph_scope": _Key(kind=_Kind.STR),
+    "enable_cuda_graph": _bool(),
+    "external_cuda_graph": _bool(),
     "tp_comm_overlap": _bool(),
     "tp_comm_overlap_ag": _bool(),
     "disable_tp_comm_overlap_ag": _bool(),
@@ -1260,6 +1277,7 @@ def from_mapping(
     recompute = _recompute(values, problems, unsupported)
     attention = _attention(values, problems)
     precision = _precision(values, problems, unsupported)
+    cuda_graphs = _cuda_graphs(values, problems)
     if spec_model is not None and spec_model.datatype is Datatype.FP8:
         # Training runs the FP8 GEMMs on a base datatype (the recipe holds the FP8 part): fp16
         # or bf16 as given, fp32 with bf16 = false (Megatron's fp32 params), bf16 when neither
@@ -1300,6 +1318,7 @@ def from_mapping(
             batch=BatchSpec(global_batch_size=gbs, micro_batch_size=mbs),
             attention=attention,
             precision=precision,
+            cuda_graphs=cuda_graphs,
         ),
     )
     if world_violation is not None:
@@ -1791,6 +1810,80 @@ def _attention(values: Mapping[str, FlatValue], problems: list[str]) -> Attentio
     return attention_kernel(AttentionBackend(backend))
 
 
+def _cuda_graph_scope(text: str, problems: list[str]) -> frozenset[CudaGraphScope]:
+    """``cuda_graph_scope`` names (spaces or commas; ``[a, b]`` read too), each checked with a
+    did-you-mean; an empty string is the empty scope (Megatron's default)."""
+    cleaned = text.strip().strip("[]").replace("'", " ").replace('"', " ")
+    known = [s.value for s in CudaGraphScope]
+    scope: set[CudaGraphScope] = set()
+    for name in (n for n in cleaned.replace(",", " ").split() if n):
+        if name not in known:
+            problems.append(
+                f"cuda_graph_scope: unknown scope {name!r}{did_you_mean(name, known)}; "
+                f"scopes: {', '.join(known)}"
+            )
+            continue
+        scope.add(CudaGraphScope(name))
+    return frozenset(scope)
+
+
+def _cuda_graphs(values: Mapping[str, FlatValue], problems: list[str]) -> CudaGraphs:
+    """``cuda_graph_impl`` (or the deprecated ``enable_cuda_graph`` = local /
+    ``external_cuda_graph`` = transformer_engine) and ``cuda_graph_scope``. Spellings that
+    disagree, and a scope without an implementation, are refused rather than resolved."""
+    impl_text = _get_str(values, "cuda_graph_impl")
+    legacy = [
+        (key, impl)
+        for key, impl in (
+            ("enable_cuda_graph", CudaGraphImpl.LOCAL),
+            ("external_cuda_graph", CudaGraphImpl.TRANSFORMER_ENGINE),
+        )
+        if _get_bool(values, key) is True
+    ]
+    impl = CudaGraphImpl.NONE if impl_text is None else CudaGraphImpl(impl_text)
+    if len(legacy) > 1:
+        problems.append(
+            "enable_cuda_graph = true and external_cuda_graph = true name two CUDA graph "
+            "implementations (local and transformer_engine); set cuda_graph_impl instead"
+        )
+    elif legacy:
+        key, legacy_impl = legacy[0]
+        if impl_text is not None and impl is not legacy_impl:
+            problems.append(
+                f"{key} = true means cuda_graph_impl = {legacy_impl.value}, but cuda_graph_impl "
+                f"= {impl.value} is given (the flag is Megatron-LM's deprecated spelling)"
+            )
+        impl = legacy_impl
+    scope_text = _get_str(values, "cuda_graph_scope")
+    scope = frozenset() if scope_text is None else _cuda_graph_scope(scope_text, problems)
+    match impl:
+        case CudaGraphImpl.NONE:
+            if scope:
+                problems.append(
+                    f"cuda_graph_scope = {' '.join(scope_names(scope))!r} needs cuda_graph_impl "
+                    "= local or transformer_engine (cuda_graph_impl is none)"
+                )
+            return NoCudaGraphs()
+        case CudaGraphImpl.LOCAL:
+            return LocalCudaGraphs(scope=scope)
+        case CudaGraphImpl.TRANSFORMER_ENGINE:
+            return TransformerEngineCudaGraphs(scope=scope)
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def cuda_graph_keys(graphs: CudaGraphs) -> dict[str, FlatValue]:
+    """The CUDA graph keys of a strategy (none when graphs are off, Megatron's default)."""
+    impl = cuda_graph_impl(graphs)
+    if impl is CudaGraphImpl.NONE:
+        return {}
+    out: dict[str, FlatValue] = {"cuda_graph_impl": impl.value}
+    scope = given_scope(graphs)
+    if scope:
+        out["cuda_graph_scope"] = " ".join(scope_names(scope))
+    return out
+
+
 def _recompute_modules(text: str, problems: list[str]) -> frozenset[RecomputeModule]:
     """Megatron's ``--recompute-modules`` names (separated by spaces or commas; a YAML-style
     ``[a, b]`` is read too). A module whose layer the model lacks (``moe_act`` on a dense
@@ -1987,6 +2080,7 @@ def to_mapping(spec: TrainingSpec) -> dict[str, FlatValue]:
     out["attention_backend"] = mapping.attention.backend.value
     out["micro_batch_size"] = mapping.batch.micro_batch_size
     out["global_batch_size"] = mapping.batch.global_batch_size
+    out |= cuda_graph_keys(mapping.cuda_graphs)
     out |= _model_to_mapping(spec.model)
     out |= precision_keys(mapping.precision)
     return out
@@ -2320,6 +2414,7 @@ def megatron_args_of_lawful(spec: TrainingSpec) -> list[str]:
     ]
     args += _model_args(spec.model)
     args += _precision_args(mapping.precision)
+    args += _flags(cuda_graph_keys(mapping.cuda_graphs))
     return args
 
 
@@ -2357,7 +2452,9 @@ def _schedule_args(schedule: PipelineSchedule) -> list[str]:
 
 
 #: Keys whose value is a list on Megatron-LM's command line (one argument per name).
-_LIST_FLAGS = frozenset({"recompute_modules", "hierarchical_context_parallel_sizes"})
+_LIST_FLAGS = frozenset(
+    {"recompute_modules", "hierarchical_context_parallel_sizes", "cuda_graph_scope"}
+)
 
 
 def _flags(keys: Mapping[str, FlatValue]) -> list[str]:

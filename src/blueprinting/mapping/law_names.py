@@ -79,6 +79,16 @@ class Law(StrEnum):
     MEGATRON_SHARED_EXPERT_OVERLAP = "shared_expert_overlap"
     MEGATRON_MOE_ACT_RECOMPUTE = "moe_act_recompute_needs_grouped_gemm"
     MEGATRON_FP8_DELAYED_RECOMPUTE = "fp8_delayed_scaling_recompute"
+    CUDA_GRAPH_SCOPE_NEEDS_LAYER = "cuda_graph_scope_needs_its_layer"
+    MEGATRON_CUDA_GRAPH_FULL_RECOMPUTE = "cuda_graph_full_recompute"
+    MEGATRON_CUDA_GRAPH_LOCAL_SCOPE = "cuda_graph_local_scope"
+    MEGATRON_CUDA_GRAPH_TE_FULL_ITERATION = "cuda_graph_te_full_iteration"
+    MEGATRON_CUDA_GRAPH_MOE_AND_ROUTER = "cuda_graph_moe_and_moe_router"
+    MEGATRON_CUDA_GRAPH_PREPROCESS_NEEDS_ROUTER = "cuda_graph_moe_preprocess_needs_moe_router"
+    MEGATRON_CUDA_GRAPH_MOE_SCOPE_NEEDS_MOE = "cuda_graph_moe_scope_needs_moe"
+    MEGATRON_CUDA_GRAPH_MLP_NEEDS_DENSE_LAYER = "cuda_graph_mlp_needs_dense_layer"
+    MEGATRON_CUDA_GRAPH_MOE_STATIC_SHAPES = "cuda_graph_moe_needs_drop_and_pad"
+    MEGATRON_CUDA_GRAPH_PREPROCESS_SYNC = "cuda_graph_moe_preprocess_host_copies"
 
     @property
     def searched(self) -> bool:
@@ -97,6 +107,9 @@ class Law(StrEnum):
             # dispatcher (training_schedule), so neither can fail there
             Law.MEGATRON_DELAY_WGRAD_NEEDS_EP_OVERLAP,
             Law.COMBINED_SCHEDULE_MATCHES_DISPATCHER,
+            # the search plans no CUDA graphs (cuda_graph_impl none), so none of their laws
+            # can fail there
+            *CUDA_GRAPH_LAWS,
         )
 
     @property
@@ -210,6 +223,32 @@ class Law(StrEnum):
                 return "moe_act in recompute_modules => moe_grouped_gemm"
             case Law.MEGATRON_FP8_DELAYED_RECOMPUTE:
                 return "fp8_recipe = delayed => no moe_act, layernorm in recompute_modules"
+            case Law.CUDA_GRAPH_SCOPE_NEEDS_LAYER:
+                return "mamba in cuda_graph_scope => Mamba layers (the planner models none)"
+            case Law.MEGATRON_CUDA_GRAPH_FULL_RECOMPUTE:
+                return "cuda_graph_impl != none => recompute_granularity != full"
+            case Law.MEGATRON_CUDA_GRAPH_LOCAL_SCOPE:
+                return "cuda_graph_impl = local => cuda_graph_scope is empty or full_iteration"
+            case Law.MEGATRON_CUDA_GRAPH_TE_FULL_ITERATION:
+                return "cuda_graph_impl = transformer_engine => full_iteration not in scope"
+            case Law.MEGATRON_CUDA_GRAPH_MOE_AND_ROUTER:
+                return "not both moe and moe_router in cuda_graph_scope"
+            case Law.MEGATRON_CUDA_GRAPH_PREPROCESS_NEEDS_ROUTER:
+                return "moe_preprocess in cuda_graph_scope => moe_router in cuda_graph_scope"
+            case Law.MEGATRON_CUDA_GRAPH_MOE_SCOPE_NEEDS_MOE:
+                return "moe or moe_router in cuda_graph_scope => routed experts (num_experts > 1)"
+            case Law.MEGATRON_CUDA_GRAPH_MLP_NEEDS_DENSE_LAYER:
+                return "mlp in cuda_graph_scope => a dense MLP layer in the model"
+            case Law.MEGATRON_CUDA_GRAPH_MOE_STATIC_SHAPES:
+                return (
+                    "moe in cuda_graph_scope => alltoall dispatcher with "
+                    "moe_expert_capacity_factor and moe_pad_expert_input_to_capacity"
+                )
+            case Law.MEGATRON_CUDA_GRAPH_PREPROCESS_SYNC:
+                return (
+                    "moe_preprocess in cuda_graph_scope and alltoall without drop-and-pad => "
+                    "no moe_expert_capacity_factor"
+                )
             case Law.RECOMPUTE_MODULE_NEEDS_LAYER:
                 return (
                     "moe_act, moe in recompute_modules => MoE layers; shared_experts => shared "
@@ -258,3 +297,19 @@ def law_violation(law: Law, message: str, **values: str | int | bool | None) -> 
         message=message,
         ruleset=law.ruleset,
     )
+
+
+#: The CUDA graph laws (:mod:`blueprinting.mapping.cuda_graph_laws`); the search plans no CUDA
+#: graphs, so it applies none of them.
+CUDA_GRAPH_LAWS: tuple[Law, ...] = (
+    Law.CUDA_GRAPH_SCOPE_NEEDS_LAYER,
+    Law.MEGATRON_CUDA_GRAPH_FULL_RECOMPUTE,
+    Law.MEGATRON_CUDA_GRAPH_LOCAL_SCOPE,
+    Law.MEGATRON_CUDA_GRAPH_TE_FULL_ITERATION,
+    Law.MEGATRON_CUDA_GRAPH_MOE_AND_ROUTER,
+    Law.MEGATRON_CUDA_GRAPH_PREPROCESS_NEEDS_ROUTER,
+    Law.MEGATRON_CUDA_GRAPH_MOE_SCOPE_NEEDS_MOE,
+    Law.MEGATRON_CUDA_GRAPH_MLP_NEEDS_DENSE_LAYER,
+    Law.MEGATRON_CUDA_GRAPH_MOE_STATIC_SHAPES,
+    Law.MEGATRON_CUDA_GRAPH_PREPROCESS_SYNC,
+)

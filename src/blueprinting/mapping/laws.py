@@ -941,6 +941,7 @@ def check_training(
     (:mod:`blueprinting.mapping.precision_laws`). The expert grid's laws live in
     :mod:`blueprinting.mapping.expert_laws`.
     """
+    from blueprinting.mapping.cuda_graph_laws import cuda_graph_laws
     from blueprinting.mapping.expert_laws import expert_laws
     from blueprinting.mapping.precision_laws import precision_laws
 
@@ -989,6 +990,8 @@ def check_training(
     out.extend(x for x in precision_out if x.ruleset is RuleSet.PLANNER)
     expert_out = expert_laws(model, mapping)
     out.extend(x for x in expert_out if x.ruleset is RuleSet.PLANNER)
+    graph_out = cuda_graph_laws(model, mapping)
+    out.extend(x for x in graph_out if x.ruleset is RuleSet.PLANNER)
     if not megatron:
         return tuple(out)
 
@@ -1016,6 +1019,7 @@ def check_training(
     )
     out.extend(x for x in precision_out if x.ruleset is RuleSet.MEGATRON)
     out.extend(x for x in expert_out if x.ruleset is RuleSet.MEGATRON)
+    out.extend(x for x in graph_out if x.ruleset is RuleSet.MEGATRON)
     return tuple(out)
 
 

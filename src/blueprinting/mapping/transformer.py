@@ -25,6 +25,7 @@ from enum import StrEnum
 from typing import TypeAlias, assert_never, final
 
 from blueprinting.errors import ConfigError, positive_int_problems
+from blueprinting.mapping.cuda_graphs import CudaGraphs, NoCudaGraphs
 from blueprinting.mapping.divisors import divisors
 from blueprinting.mapping.model import Datatype, TransformerModelSpec
 from blueprinting.mapping.precision import HighPrecision, TrainingPrecision
@@ -1087,6 +1088,10 @@ class TransformerTrainingMappingSpec:
     #: Transformer Engine's low-precision GEMM recipe on top of the model's datatype
     #: (:mod:`blueprinting.mapping.precision`).
     precision: TrainingPrecision = field(default_factory=HighPrecision)
+    #: Megatron's ``--cuda-graph-impl`` / ``--cuda-graph-scope``
+    #: (:mod:`blueprinting.mapping.cuda_graphs`): which ops replay from a graph instead of being
+    #: issued by the host one by one.
+    cuda_graphs: CudaGraphs = field(default_factory=NoCudaGraphs)
 
     # Derived projections: computed, never stored or serialized. Divisions are exact only when
     # the laws hold; these use floor division and callers check laws first.

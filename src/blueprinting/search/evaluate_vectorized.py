@@ -182,6 +182,7 @@ class CandidateFigures:
     optimizer: FloatArray
     cp_comm_exposed: FloatArray
     ep_comm_exposed: FloatArray
+    host_exposed: FloatArray
     # bubble
     bubble_contract_s: FloatArray
     bubble_chunk_time_s: FloatArray
@@ -240,6 +241,7 @@ class CandidateFigures:
             + self.tp_comm_exposed
             + self.cp_comm_exposed
             + self.ep_comm_exposed
+            + self.host_exposed
             + self.pp_comm_exposed
             + self.dp_comm_exposed
             + self.optimizer
@@ -293,6 +295,7 @@ class CandidateFigures:
                 "tp_comm_exposed": float(self.tp_comm_exposed[i]),
                 "cp_comm_exposed": float(self.cp_comm_exposed[i]),
                 "ep_comm_exposed": float(self.ep_comm_exposed[i]),
+                "host_exposed": float(self.host_exposed[i]),
                 "pp_comm_exposed": float(self.pp_comm_exposed[i]),
                 "dp_comm_exposed": float(self.dp_comm_exposed[i]),
                 "optimizer": float(self.optimizer[i]),
@@ -1460,6 +1463,7 @@ def evaluate_candidates(
         tp_comm_exposed=tp_exposed,
         cp_comm_exposed=cp_exposed,
         ep_comm_exposed=ep_exposed,
+        host_exposed=work["host_exposed"],
         pp_comm_exposed=pp_exposed,
         dp_comm_exposed=dp_exposed,
         optimizer=optimizer_s,

@@ -22,6 +22,7 @@ TIME_COLOURS = {
     "pp_comm_exposed": "#f2b447",
     "dp_comm_exposed": "#b48ad6",
     "optimizer": "#7f7f7f",
+    "host_exposed": "#c0504d",
     "makespan": "#5aa2ae",
     "param_gather_exposed": "#c9a0e6",
 }

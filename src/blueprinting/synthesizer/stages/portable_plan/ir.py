@@ -52,6 +52,8 @@ class PhaseCost:
     ep_comm_s: float = 0.0
     ep_comm_exposed_s: float = 0.0
     quantize_s: float = 0.0
+    #: the host (CPU) issue time the GPU waits for (:mod:`.host_dispatch`)
+    host_exposed_s: float = 0.0
 
     @property
     def comm_hidden_s(self) -> float:
@@ -60,7 +62,11 @@ class PhaseCost:
     @property
     def critical_path_s(self) -> float:
         return (
-            self.compute_s + self.comm_exposed_s + self.cp_comm_exposed_s + self.ep_comm_exposed_s
+            self.compute_s
+            + self.comm_exposed_s
+            + self.cp_comm_exposed_s
+            + self.ep_comm_exposed_s
+            + self.host_exposed_s
         )
 
     def scaled(self, factor: int) -> PhaseCost:
@@ -76,6 +82,7 @@ class PhaseCost:
             ep_comm_s=self.ep_comm_s * factor,
             ep_comm_exposed_s=self.ep_comm_exposed_s * factor,
             quantize_s=self.quantize_s * factor,
+            host_exposed_s=self.host_exposed_s * factor,
         )
 
 

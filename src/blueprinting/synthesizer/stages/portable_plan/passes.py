@@ -86,6 +86,7 @@ from blueprinting.synthesizer.stages.distributed.ir import (
     ComputeTask,
     DistributedTaskIR,
     Phase,
+    Task,
     TaskGroup,
 )
 from blueprinting.synthesizer.stages.portable_plan import tp_overlap
@@ -93,6 +94,12 @@ from blueprinting.synthesizer.stages.portable_plan.ep_overlap import (
     CombinedLayerTiming,
     MoeLayerPasses,
     combined_layer_timing,
+)
+from blueprinting.synthesizer.stages.portable_plan.host_dispatch import (
+    HostDispatch,
+    moe_pass_synced,
+    pass_host_exposed_s,
+    training_host_dispatch,
 )
 from blueprinting.synthesizer.stages.portable_plan.ir import (
     NO_EXTRA,
@@ -216,12 +223,14 @@ def cost_task_groups(
     ep_groups: Mapping[str, CommGroup] | None = None,
     dispatch_overlap: bool = False,
     delay_wgrad: bool = False,
+    host: HostDispatch | None = None,
 ) -> TaskGroupCosts:
     """Time every task of the IR's groups and sum them per phase (module docstring);
     ``overlap`` is the strategy's userbuffer overlap (None: none); ``cp_groups`` /
     ``ep_groups`` the communicator of each cp / expert mesh axis (:func:`context_groups`,
     :func:`expert_groups`); ``dispatch_overlap``: ``--overlap-moe-expert-parallel-comm``
-    (:func:`_overlapped_dispatch`), ``delay_wgrad``: ``--delay-wgrad-compute`` under it."""
+    (:func:`_overlapped_dispatch`), ``delay_wgrad``: ``--delay-wgrad-compute`` under it;
+    ``host``: what the host issues (:mod:`.host_dispatch`; None: no host time is charged)."""
     groups = {} if cp_groups is None else dict(cp_groups)
     experts = {} if ep_groups is None else dict(ep_groups)
 
@@ -256,17 +265,25 @@ def cost_task_groups(
             recompute=block_phase(Phase.RECOMPUTE),
         )
 
+    def task_gpu_s(task: Task) -> float:
+        return _task_gpu_s(task, system, tp_group, precision, cp_groups=groups, ep_groups=experts)
+
+    def hosted(group: TaskGroup, cost: BlockCost, *, moe_layer: bool) -> BlockCost:
+        if host is None:
+            return cost
+        return _with_host_exposure(group, cost, host, task_gpu_s, moe_layer=moe_layer)
+
     # the dense groups have no expert-axis task, so the expert communicators are not in the key
     memo = _system_memo(system)
     context_key = (tp_group, precision, tuple(sorted(groups.items())))
 
     def dense_block_cost(group: TaskGroup) -> BlockCost:
-        key = (id(group), overlap, *context_key)
+        key = (id(group), overlap, host, *context_key)
         found = memo.blocks.get(key)
         if found is None or found[0] is not group:
             if len(memo.blocks) >= _MEMO_GROUPS:
                 memo.blocks.clear()
-            found = memo.blocks[key] = (group, block_cost(group))
+            found = memo.blocks[key] = (group, hosted(group, block_cost(group), moe_layer=False))
         return found[1]
 
     def extra_cost(group: TaskGroup) -> ExtraCost:
@@ -285,6 +302,8 @@ def cost_task_groups(
         passes = moe_layer_passes(ir.moe_block, moe_block, system, precision, experts)
         timing = combined_layer_timing(passes, delay_wgrad=delay_wgrad)
         moe_block = _overlapped_dispatch(moe_block, timing)
+    if moe_block is not None and ir.moe_block is not None:
+        moe_block = hosted(ir.moe_block, moe_block, moe_layer=True)
     return TaskGroupCosts(
         ep_overlap=timing,
         block=dense_block_cost(ir.block),
@@ -309,6 +328,7 @@ def _phase_delta(high: PhaseCost, low: PhaseCost, times: int) -> PhaseCost:
         ep_comm_s=times * (high.ep_comm_s - low.ep_comm_s),
         ep_comm_exposed_s=times * (high.ep_comm_exposed_s - low.ep_comm_exposed_s),
         quantize_s=times * (high.quantize_s - low.quantize_s),
+        host_exposed_s=times * (high.host_exposed_s - low.host_exposed_s),
     )
 
 
@@ -325,6 +345,7 @@ def _sum_phases(*phases: PhaseCost) -> PhaseCost:
         ep_comm_s=sum(ph.ep_comm_s for ph in phases),
         ep_comm_exposed_s=sum(ph.ep_comm_exposed_s for ph in phases),
         quantize_s=sum(ph.quantize_s for ph in phases),
+        host_exposed_s=sum(ph.host_exposed_s for ph in phases),
     )
 
 
@@ -370,6 +391,7 @@ def high_precision_layer_extras(
                     cp_comm_s=share * recompute.cp_comm_s,
                     cp_comm_exposed_s=share * recompute.cp_comm_exposed_s,
                     quantize_s=share * recompute.quantize_s,
+                    host_exposed_s=share * recompute.host_exposed_s,
                 ),
             ),
         )
@@ -474,6 +496,9 @@ class CostDistributedTasks:
                     ctx.spec.mapping.parallelism.experts.dispatcher
                 ),
                 delay_wgrad=delays_wgrad(ctx.spec.mapping.parallelism.experts.dispatcher),
+                host=training_host_dispatch(
+                    ctx.spec.model, ctx.spec.mapping.cuda_graphs, ctx.system
+                ),
             )
 
         precision = ctx.spec.mapping.precision
@@ -548,6 +573,80 @@ def _phase_cost(
         ep_comm_s=ep_s,
         ep_comm_exposed_s=ep_s,
         quantize_s=quantize_s,
+    )
+
+
+def _task_gpu_s(
+    task: Task,
+    system: SystemSpec,
+    tp_group: CommGroup,
+    precision: OpPrecision,
+    *,
+    cp_groups: Mapping[str, CommGroup],
+    ep_groups: Mapping[str, CommGroup],
+) -> float:
+    """One task's time on the GPU, by the formulas :func:`_phase_cost` sums (a collective's
+    whole link time; the host model scales the pass to its critical path)."""
+    match task:
+        case ComputeTask():
+            time = _compute_time(task, system, precision)
+            if task.gemm is not None and task.attention is None:
+                quantized = precision.quantized_bytes(
+                    task.lineage.op,
+                    task.phase,
+                    task.gemm,
+                    native_columnwise_fp8=reads_fp8_columnwise(system),
+                )
+                if quantized:
+                    time += system.memory_time(quantized)
+            return time
+        case CollectiveTask(axis=axis) if axis in ep_groups:
+            return _dispatch_time(task, system, ep_groups[axis])
+        case CollectiveTask(axis=axis) if axis in cp_groups:
+            return _exchange_time(task, system, cp_groups[axis], 0.0)[0]
+        case CollectiveTask():
+            return system.collective_time(LinkCollective(task.kind.value), task.bytes, tp_group)
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def _with_host_exposure(
+    group: TaskGroup,
+    cost: BlockCost,
+    host: HostDispatch,
+    task_gpu_s: Callable[[Task], float],
+    *,
+    moe_layer: bool,
+) -> BlockCost:
+    """``cost`` with the host issue time each pass exposes (:mod:`.host_dispatch`): the
+    forward, the backward (its data- and weight-gradient phases issued as one pass, booked on
+    the data-gradient phase) and the recompute."""
+
+    def exposed(phases: tuple[Phase, ...], gpu_s: float) -> float:
+        tasks = [t for t in group.tasks if t.phase in phases]
+        synced = moe_layer and moe_pass_synced(group, phases[0], host)
+        return pass_host_exposed_s(
+            tasks, gpu_s, task_gpu_s, host, moe_layer=moe_layer, synced=synced
+        )
+
+    fw, agrad, wgrad, recompute = (
+        cost.forward,
+        cost.backward_activation,
+        cost.backward_weight,
+        cost.recompute,
+    )
+    backward = exposed(
+        (Phase.BACKWARD_ACTIVATION_GRAD, Phase.BACKWARD_WEIGHT_GRAD),
+        agrad.critical_path_s + wgrad.critical_path_s,
+    )
+    return BlockCost(
+        forward=replace(fw, host_exposed_s=exposed((Phase.FORWARD,), fw.critical_path_s)),
+        backward_activation=replace(agrad, host_exposed_s=backward),
+        backward_weight=wgrad,
+        recompute=replace(
+            recompute,
+            host_exposed_s=exposed((Phase.RECOMPUTE,), recompute.critical_path_s),
+        ),
     )
 
 
@@ -927,6 +1026,7 @@ def _hide(phase: PhaseCost, hidden_s: float, compute_delta_s: float = 0.0) -> Ph
         ep_comm_s=phase.ep_comm_s,
         ep_comm_exposed_s=phase.ep_comm_exposed_s,
         quantize_s=phase.quantize_s,
+        host_exposed_s=phase.host_exposed_s,
     )
 
 
