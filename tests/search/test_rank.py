@@ -182,6 +182,21 @@ def test_cli_explain_and_text(capsys: pytest.CaptureFixture[str]) -> None:
     assert "#2: --tensor-model-parallel-size" in text
 
 
+def test_cli_explain_text_is_refused_before_the_search(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ``--explain`` text the parser refuses exits 2 without running the search (fuzz seed
+    1202 cases 14570 and 2259 searched for 10-14 s of CPU before refusing theirs)."""
+    import blueprinting.cli.search as search_cli
+
+    def no_search(*_: object) -> None:
+        raise AssertionError("the search ran before the --explain text was checked")
+
+    monkeypatch.setattr(search_cli, "_result", no_search)
+    assert main([*ARGS, "--explain", "tp=8 pp=sometimes"]) == 2
+    assert "pp" in capsys.readouterr().err
+
+
 def test_cli_bad_input_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*ARGS, "--top", "-1"]) == 2
     assert "--top must be >= 0" in capsys.readouterr().err

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from blueprinting.analysis.report import IterationReport, JsonValue
     from blueprinting.mapping.model import TransformerModelSpec
     from blueprinting.mapping.precision import TrainingPrecision
-    from blueprinting.mapping.transformer import TokenDispatcher
+    from blueprinting.mapping.transformer import TokenDispatcher, TransformerTrainingMappingSpec
     from blueprinting.search.rank import SearchResult, Standing
 
 
@@ -514,15 +514,22 @@ def describe_standing(result: SearchResult, text: str, standing: Standing, top: 
             assert_never(unreachable)
 
 
-def _explain(result: SearchResult, text: str, top: int) -> str:
-    from blueprinting.mapping.transformer import TrainingSpec
-    from blueprinting.search.rank import standing
+def _explain_mapping(args: argparse.Namespace) -> TransformerTrainingMappingSpec:
+    """The ``--explain`` strategy, parsed before the search runs: a text the parser refuses is
+    refused in milliseconds, not after a search of many seconds (issue 18)."""
     from blueprinting.search.strategy_text import parse_strategy_text
 
-    gpus = result.space.gpu_counts[0] if len(result.space.gpu_counts) == 1 else None
-    mapping = parse_strategy_text(
-        text, global_batch_size=result.space.global_batch_size, num_gpus=gpus
-    )
+    counts = set(args.gpus)
+    gpus = next(iter(counts)) if len(counts) == 1 else None
+    return parse_strategy_text(args.explain, global_batch_size=args.global_batch, num_gpus=gpus)
+
+
+def _explain(
+    result: SearchResult, text: str, mapping: TransformerTrainingMappingSpec, top: int
+) -> str:
+    from blueprinting.mapping.transformer import TrainingSpec
+    from blueprinting.search.rank import standing
+
     spec = TrainingSpec(model=result.model, mapping=mapping)
     return describe_standing(result, text, standing(result, spec), top)
 
@@ -610,9 +617,10 @@ def run(args: argparse.Namespace) -> int:
     if args.html is not None and args.explain is not None:
         raise ConfigError(["--html writes the ranked list; it does not go with --explain"])
     check_output_paths(("--html", args.html), ("--csv", args.csv))
+    explained = None if args.explain is None else _explain_mapping(args)
     result = _result(args)
-    if args.explain is not None:
-        print(_explain(result, args.explain, args.top))
+    if explained is not None:
+        print(_explain(result, args.explain, explained, args.top))
         return 0
     if args.csv is not None:
         if args.csv == "-":
