@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,6 +28,24 @@ def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]
     return code, captured.out, captured.err
 
 
+def _plan(capsys: pytest.CaptureFixture[str], *extra: str) -> tuple[int, dict[str, Any], str]:
+    """``plan --json`` of GPT 1.7B, t = 2 on 8 GPUs (the preset system unless ``extra`` says)."""
+    code, stdout, stderr = _run(
+        capsys,
+        "plan",
+        "--model",
+        "gpt-1.7b",
+        "--gpus",
+        "8",
+        "--set",
+        "tensor_model_parallel_size=2",
+        *extra,
+        "--no-simulate",
+        "--json",
+    )
+    return code, (json.loads(stdout) if code == 0 else {}), stderr
+
+
 def test_calibrate_nccl_writes_a_system_that_plan_accepts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -42,54 +61,19 @@ def test_calibrate_nccl_writes_a_system_that_plan_accepts(
     assert efficiency.fraction == pytest.approx(0.6823, rel=1e-3)
     # Everything else is the preset's.
     assert system.scale_out.latency_s == 20e-6
-    code, stdout, stderr = _run(
-        capsys,
-        "plan",
-        "--model",
-        "gpt-1.7b",
-        "--gpus",
-        "8",
-        "--system",
-        str(out),
-        "--set",
-        "tensor_model_parallel_size=2",
-        "--no-simulate",
-        "--json",
-    )
+    code, calibrated, stderr = _plan(capsys, "--system", str(out))
     assert code == 0, stderr
-    calibrated = json.loads(stdout)
     # The same plan as the preset with the two fitted figures set by hand.
-    code, stdout, _ = _run(
+    code, by_hand, _ = _plan(
         capsys,
-        "plan",
-        "--model",
-        "gpt-1.7b",
-        "--gpus",
-        "8",
-        "--set",
-        "tensor_model_parallel_size=2",
         "--set",
         f"system.intra_node.latency_s={system.node.link.latency_s!r}",
         "--set",
         f"system.intra_node.efficiency={efficiency.fraction!r}",
-        "--no-simulate",
-        "--json",
     )
     assert code == 0
-    assert json.loads(stdout)["time_breakdown_s"] == calibrated["time_breakdown_s"]
-    code, stdout, _ = _run(
-        capsys,
-        "plan",
-        "--model",
-        "gpt-1.7b",
-        "--gpus",
-        "8",
-        "--set",
-        "tensor_model_parallel_size=2",
-        "--no-simulate",
-        "--json",
-    )
-    preset = json.loads(stdout)
+    assert by_hand["time_breakdown_s"] == calibrated["time_breakdown_s"]
+    code, preset, _ = _plan(capsys)
     assert (
         calibrated["time_breakdown_s"]["tp_comm_exposed"]
         != preset["time_breakdown_s"]["tp_comm_exposed"]

@@ -34,7 +34,7 @@ Public API: ``FitError``, ``GemmPoint``, ``GemmFit``, ``fit_gemm``, ``Collective
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import final
@@ -159,6 +159,29 @@ def _time_errors(
     ]
 
 
+def _gemm_fit(
+    model_of: Callable[[list[int]], GemmShapeEfficiency],
+    points: Sequence[GemmPoint],
+    peak_flop_per_s: float,
+) -> GemmFit:
+    """The fit on every point (``model_of`` the indices it fits on) with its fitted errors and
+    the leave-one-out errors, each point predicted by the fit on the others: the one scoring
+    :func:`fit_gemm` and :func:`fit_gemm_peak` share."""
+    every = list(range(len(points)))
+    model = model_of(every)
+    held_out: list[float] = []
+    for k in every:
+        without = model_of([i for i in every if i != k])
+        held_out.extend(_time_errors(without, [points[k]], peak_flop_per_s))
+    errors = _time_errors(model, points, peak_flop_per_s)
+    return GemmFit(
+        model=model,
+        fitted=FitError.of(errors),
+        held_out=FitError.of(held_out),
+        errors=tuple(errors),
+    )
+
+
 def fit_gemm(points: Sequence[GemmPoint], peak_flop_per_s: float) -> GemmFit:
     """The :class:`GemmShapeEfficiency` of ``points`` (one GPU and datatype) against
     ``peak_flop_per_s`` (the dense datasheet peak), with its fitted and leave-one-out errors."""
@@ -175,20 +198,12 @@ def fit_gemm(points: Sequence[GemmPoint], peak_flop_per_s: float) -> GemmFit:
     log_fractions = np.log([point.flop_per_s / peak_flop_per_s for point in points])
     dim = _factor_table(shapes, _DIM_GRID, flops=False)
     flop = _factor_table(shapes, _FLOP_GRID, flops=True)
-    model = _best_gemm_model(shapes, log_fractions, dim, flop)
-    errors = _time_errors(model, points, peak_flop_per_s)
-    held_out: list[float] = []
-    for k in range(len(points)):
-        keep = [i for i in range(len(points)) if i != k]
-        without = _best_gemm_model(
+    return _gemm_fit(
+        lambda keep: _best_gemm_model(
             [shapes[i] for i in keep], log_fractions[keep], dim[:, keep], flop[:, keep]
-        )
-        held_out.extend(_time_errors(without, [points[k]], peak_flop_per_s))
-    return GemmFit(
-        model=model,
-        fitted=FitError.of(errors),
-        held_out=FitError.of(held_out),
-        errors=tuple(errors),
+        ),
+        points,
+        peak_flop_per_s,
     )
 
 
@@ -225,25 +240,14 @@ def fit_gemm_peak(
         ]
     )
 
-    def model_of(indices: Sequence[int]) -> GemmShapeEfficiency:
+    def model_of(indices: list[int]) -> GemmShapeEfficiency:
         return GemmShapeEfficiency(
-            peak_fraction=float(np.exp(min(float(log_peaks[list(indices)].mean()), 0.0))),
+            peak_fraction=float(np.exp(min(float(log_peaks[indices].mean()), 0.0))),
             half_saturation_dim=half_saturation_dim,
             half_saturation_flops=half_saturation_flops,
         )
 
-    model = model_of(range(len(points)))
-    errors = _time_errors(model, points, peak_flop_per_s)
-    held_out: list[float] = []
-    for k in range(len(points)):
-        without = model_of([i for i in range(len(points)) if i != k])
-        held_out.extend(_time_errors(without, [points[k]], peak_flop_per_s))
-    return GemmFit(
-        model=model,
-        fitted=FitError.of(errors),
-        held_out=FitError.of(held_out),
-        errors=tuple(errors),
-    )
+    return _gemm_fit(model_of, points, peak_flop_per_s)
 
 
 # --------------------------------------------------------------------------------------------
