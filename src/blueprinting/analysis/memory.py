@@ -156,6 +156,181 @@ def _ceil_div(numerator: int, denominator: int) -> int:
 
 
 # --------------------------------------------------------------------------------------------
+# The compositions on integers or on columns of them
+# --------------------------------------------------------------------------------------------
+# The plan evaluates what follows on Python integers (exact at any size), the search
+# (search/evaluate_vectorized.py) on int64 columns, one row per candidate: each formula once.
+# The callers differ only in how they pick a variant: a ``match`` on the spec's sum type, or
+# ``numpy.select`` over the rows' variant codes.
+_Bytes = TypeVar("_Bytes", int, "npt.NDArray[np.int64]")
+
+
+def _plain_ints(*values: object) -> bool:
+    return all(type(value) is int for value in values)
+
+
+def _where(condition: bool | npt.NDArray[np.bool_], if_true: _Bytes, if_false: _Bytes) -> _Bytes:
+    """``if_true`` where ``condition`` holds, else ``if_false``: Python's conditional on a plan's
+    values (its integers stay exact), :func:`numpy.where` on the search's columns."""
+    if isinstance(condition, bool):
+        return if_true if condition else if_false
+    import numpy as np
+
+    return cast("_Bytes", np.where(condition, if_true, if_false))
+
+
+def _minimum(a: _Bytes, b: _Bytes) -> _Bytes:
+    if _plain_ints(a, b):
+        return cast("_Bytes", min(cast(int, a), cast(int, b)))  # type: ignore[redundant-cast]
+    import numpy as np
+
+    return cast("_Bytes", np.minimum(a, b))
+
+
+def _maximum(a: _Bytes, b: _Bytes) -> _Bytes:
+    if _plain_ints(a, b):
+        return cast("_Bytes", max(cast(int, a), cast(int, b)))  # type: ignore[redundant-cast]
+    import numpy as np
+
+    return cast("_Bytes", np.maximum(a, b))
+
+
+def ceil_div(numerator: _Bytes, denominator: _Bytes) -> _Bytes:
+    """The integer ceiling of ``numerator / denominator`` (both non-negative, the denominator
+    positive), exact on Python integers and on int64 columns."""
+    return cast("_Bytes", -(-numerator // denominator))  # type: ignore[redundant-cast]
+
+
+def sequence_rows(
+    tokens: _Bytes, tensor: _Bytes, sequence_parallel: bool | npt.NDArray[np.bool_]
+) -> _Bytes:
+    """Rows of a token-wise tensor on one TP rank: ``s / t`` (rounded up) under sequence
+    parallelism, all ``s`` without it."""
+    return _where(sequence_parallel, ceil_div(tokens, tensor), tokens + tensor * 0)
+
+
+def state_bytes(
+    count: _Bytes,
+    *,
+    recipe: PrecisionRecipe,
+    level: _Bytes,
+    degree: _Bytes,
+    gathered: _Bytes,
+) -> tuple[_Bytes, _Bytes, _Bytes]:
+    """(weights, gradients, optimizer states) bytes of ``count`` parameters whose states shard
+    over ``degree`` ranks at sharding ``level`` (:func:`sharding_level`: 1 optimizer states,
+    2 and gradients, 3 and parameters), ``gathered`` of them held whole (ZeRO-3)."""
+    weights = count * recipe.param
+    gradients = count * recipe.grad
+    optimizer = count * recipe.optimizer
+    return (
+        _where(
+            level >= 3,
+            ceil_div((count - gathered) * recipe.param, degree) + gathered * recipe.param,
+            weights,
+        ),
+        _where(level >= 2, ceil_div(gradients, degree), gradients),
+        _where(level >= 1, ceil_div(optimizer, degree), optimizer),
+    )
+
+
+def gathered_whole(
+    level: _Bytes, total: _Bytes, largest_unit: _Bytes, prefetch: bool | npt.NDArray[np.bool_]
+) -> _Bytes:
+    """Parameters ZeRO-3 (sharding level 3) holds unsharded at once: the unit being computed,
+    and the next one when the gather is prefetched; none at the other levels."""
+    units = _where(prefetch, largest_unit * 2, largest_unit)
+    return _where(level >= 3, _minimum(total, units), total * 0)
+
+
+def plain_stored_bytes(
+    layer_microbatches: _Bytes,
+    moe_layer_microbatches: _Bytes,
+    per_layer: _Bytes,
+    moe_per_layer: _Bytes,
+) -> _Bytes:
+    """What a stage stores for backward without full recomputation: every in-flight
+    (microbatch, block) pair its block's bytes (``per_layer``: all of them without
+    recomputation, the kept ones under selective recompute), a MoE block its excess over a
+    dense one on top (``moe_per_layer - per_layer``)."""
+    return cast(  # type: ignore[redundant-cast]
+        "_Bytes",
+        layer_microbatches * per_layer + moe_layer_microbatches * (moe_per_layer - per_layer),
+    )
+
+
+def uniform_stored_bytes(
+    microbatches: _Bytes, layers: _Bytes, group: _Bytes, checkpoint: _Bytes
+) -> _Bytes:
+    """Full recompute, ``uniform`` method, one chunk of ``layers`` blocks with ``microbatches``
+    in flight: one checkpoint per group of ``group`` blocks (Megatron-LM
+    ``--recompute-method uniform``)."""
+    return cast("_Bytes", microbatches * ceil_div(layers, group) * checkpoint)  # type: ignore[redundant-cast]
+
+
+def block_stored_bytes(
+    microbatches: _Bytes, layers: _Bytes, group: _Bytes, checkpoint: _Bytes, full: _Bytes
+) -> _Bytes:
+    """Full recompute, ``block`` method, one chunk: the first ``group`` blocks keep only their
+    checkpoint, the rest store everything (Megatron-LM ``--recompute-method block``)."""
+    kept = _minimum(group, layers) * checkpoint + _maximum(layers - group, layers * 0) * full
+    return microbatches * kept
+
+
+def selective_working_bytes(
+    has_blocks: bool | npt.NDArray[np.bool_], full: _Bytes, kept: _Bytes
+) -> _Bytes:
+    """Selective recompute's working set in backward: the recomputed attention core of one
+    block (its s x s tensors), where the stage holds blocks."""
+    return _where(has_blocks, full - kept, full * 0)
+
+
+def uniform_working_bytes(group: _Bytes, full: _Bytes, checkpoint: _Bytes) -> _Bytes:
+    """Full uniform recompute's working set: the recomputed group's activations less its first
+    input, the checkpoint already counted as stored (``group``: blocks in the group, 0 on a
+    stage without blocks)."""
+    return _where(group > 0, group * full - checkpoint, full * 0)
+
+
+def block_working_bytes(
+    has_blocks: bool | npt.NDArray[np.bool_], full: _Bytes, checkpoint: _Bytes
+) -> _Bytes:
+    """Full block recompute's working set: one recomputed block less its checkpoint."""
+    return _where(has_blocks, full - checkpoint, full * 0)
+
+
+def embedding_buffer_bytes(
+    microbatches: _Bytes,
+    *,
+    micro_batch: _Bytes,
+    tokens: _Bytes,
+    rows: _Bytes,
+    hidden: int,
+    dropout: bool,
+) -> _Bytes:
+    """The first stage's embedding buffers of ``microbatches`` in flight: the int64 token ids
+    and the embedding dropout's mask (module docstring)."""
+    per_sample = TOKEN_ID_BYTES * tokens + dropout_mask_bytes(dropout) * rows * hidden
+    return cast("_Bytes", microbatches * micro_batch * per_sample)  # type: ignore[redundant-cast]
+
+
+def logits_buffer_bytes(
+    microbatches: _Bytes,
+    *,
+    micro_batch: _Bytes,
+    tokens: _Bytes,
+    vocab_shard: _Bytes,
+    rows: _Bytes,
+    hidden: int,
+    activation: int,
+) -> _Bytes:
+    """The loss stage's stored logits of ``microbatches`` in flight: fp32 logits of the
+    vocabulary shard and the final norm's output (module docstring)."""
+    per_sample = LOGITS_BYTES * tokens * vocab_shard + activation * rows * hidden
+    return cast("_Bytes", microbatches * micro_batch * per_sample)  # type: ignore[redundant-cast]
+
+
+# --------------------------------------------------------------------------------------------
 # Precision
 # --------------------------------------------------------------------------------------------
 @final
@@ -765,30 +940,36 @@ def _stage_activations(
     recompute = mapping.parallelism.recompute
     match recompute:
         case NoRecompute():
-            stored = sum(count * layers for count, layers in pairs) * inv.layer_full
-            stored += sum(c * n for c, n in moe_pairs) * (inv.moe_layer_full - inv.layer_full)
+            stored = plain_stored_bytes(
+                sum(count * layers for count, layers in pairs),
+                sum(c * n for c, n in moe_pairs),
+                inv.layer_full,
+                inv.moe_layer_full,
+            )
         case SelectiveRecompute():
-            kept = inv.layer_kept
-            stored = sum(count * layers for count, layers in pairs) * kept
-            stored += sum(c * n for c, n in moe_pairs) * (inv.moe_layer_kept - kept)
-            # The recomputed attention core of the block in backward (its s x s tensors).
-            working = inv.layer_full - kept if max(chunks) > 0 else 0
+            stored = plain_stored_bytes(
+                sum(count * layers for count, layers in pairs),
+                sum(c * n for c, n in moe_pairs),
+                inv.layer_kept,
+                inv.moe_layer_kept,
+            )
+            working = selective_working_bytes(max(chunks) > 0, inv.layer_full, inv.layer_kept)
         case FullRecompute(method=method, num_layers=n):
             # a recomputed group's working set: MoE layers' when the stage has any
             full = inv.moe_layer_full if any(moe_chunks) else inv.layer_full
-            # A recomputed group's first input is its checkpoint, already counted as stored.
             match method:
                 case RecomputeMethod.UNIFORM:
-                    stored = sum(count * _ceil_div(layers, n) for count, layers in pairs)
-                    stored *= checkpoint
-                    group = min(n, max(chunks))
-                    working = group * full - checkpoint if group > 0 else 0
-                case RecomputeMethod.BLOCK:
                     stored = sum(
-                        count * (min(n, layers) * checkpoint + max(layers - n, 0) * full)
+                        uniform_stored_bytes(count, layers, n, checkpoint)
                         for count, layers in pairs
                     )
-                    working = full - checkpoint if max(chunks) > 0 else 0
+                    working = uniform_working_bytes(min(n, max(chunks)), full, checkpoint)
+                case RecomputeMethod.BLOCK:
+                    stored = sum(
+                        block_stored_bytes(count, layers, n, checkpoint, full)
+                        for count, layers in pairs
+                    )
+                    working = block_working_bytes(max(chunks) > 0, full, checkpoint)
                 case _ as unreachable:
                     assert_never(unreachable)
         case _ as unreachable:
@@ -796,15 +977,28 @@ def _stage_activations(
 
     s = model.seq_length // mapping.context_degree  # a cp rank's tokens
     h = model.hidden_size
-    rows = _ceil_div(s, t) if sp else s
+    rows = sequence_rows(s, t, sp)
     embedding = 0
     if stage == 0:
-        mask = dropout_mask_bytes(model.has_hidden_dropout)
-        embedding = in_flight[0] * b * (TOKEN_ID_BYTES * s + mask * rows * h)
+        embedding = embedding_buffer_bytes(
+            in_flight[0],
+            micro_batch=b,
+            tokens=s,
+            rows=rows,
+            hidden=h,
+            dropout=model.has_hidden_dropout,
+        )
     logits = 0
     if stage == loss_stage(mapping.parallelism.pipeline.schedule, p):
-        vocab = _ceil_div(model.padded_vocab_size, t)
-        logits = in_flight[-1] * b * (LOGITS_BYTES * s * vocab + x * rows * h)
+        logits = logits_buffer_bytes(
+            in_flight[-1],
+            micro_batch=b,
+            tokens=s,
+            vocab_shard=ceil_div(model.padded_vocab_size, t),
+            rows=rows,
+            hidden=h,
+            activation=x,
+        )
     return StageActivations(
         stage=stage,
         in_flight=in_flight,
@@ -1022,10 +1216,6 @@ PEAK_PHASES: tuple[MemoryPeak, ...] = (
 )
 
 
-def _plain_ints(*values: object) -> bool:
-    return all(type(value) is int for value in values)
-
-
 def peak_phase_index(*, working: _Bytes, logits: _Bytes) -> _Bytes:
     """The index into :data:`PEAK_PHASES` of the transient that sets the peak (the one
     comparison, on integers or arrays of them)."""
@@ -1187,9 +1377,6 @@ class MemoryBreakdown:
         return self.reserved_peak + headroom_bytes <= self.capacity
 
 
-_Bytes = TypeVar("_Bytes", int, "npt.NDArray[np.int64]")
-
-
 def peak_bytes(
     *,
     total: _Bytes,
@@ -1303,10 +1490,6 @@ def stage_param_gather_bytes(
     )
 
 
-def _sharded(count: int, bytes_per: int, data_degree: int) -> int:
-    return _ceil_div(count * bytes_per, data_degree)
-
-
 def stage_memory(
     model: TransformerModelSpec,
     mapping: TransformerTrainingMappingSpec,
@@ -1360,9 +1543,12 @@ def _stage_memory(
     sharding = mapping.parallelism.data.optimizer_sharding
     # ZeRO-3 keeps the units being gathered whole (the dense ones first: the largest unit of a
     # MoE stage is a MoE block, its dense part before its experts)
-    gathered = _gathered_whole(sharding, count + experts, params.largest_unit)
-    dense = _state_bytes(count, recipe, sharding, d, min(count, gathered))
-    expert_parts = _state_bytes(experts, recipe, sharding, de, max(0, gathered - count))
+    level = sharding_level(sharding)
+    gathered = gathered_whole(level, count + experts, params.largest_unit, gathers_ahead(sharding))
+    dense = state_bytes(count, recipe=recipe, level=level, degree=d, gathered=min(count, gathered))
+    expert_parts = state_bytes(
+        experts, recipe=recipe, level=level, degree=de, gathered=max(0, gathered - count)
+    )
     weights, gradients, optimizer = (x + y for x, y in zip(dense, expert_parts, strict=True))
     weights += low_precision_weight_extra(
         model, mapping, params.blocks, recipe.param, params.moe_blocks
@@ -1381,43 +1567,26 @@ def _stage_memory(
     )
 
 
-def _gathered_whole(sharding: OptimizerSharding, total: int, largest_unit: int) -> int:
-    """Parameters ZeRO-3 holds unsharded at once: the unit being computed (and the next one
-    when the gather is prefetched); none for the other variants."""
-    match sharding:
-        case NoOptimizerSharding() | DistributedOptimizer() | ShardedGradients():
-            return 0
-        case ShardedParameters(overlap_param_gather=prefetch):
-            return min(total, (2 if prefetch else 1) * largest_unit)
-        case _ as unreachable:
-            assert_never(unreachable)
-
-
-def _state_bytes(
-    count: int, recipe: PrecisionRecipe, sharding: OptimizerSharding, degree: int, gathered: int
-) -> tuple[int, int, int]:
-    """(weights, gradients, optimizer states) bytes of ``count`` parameters whose states shard
-    over ``degree`` ranks as ``sharding`` says, ``gathered`` of them held whole (ZeRO-3)."""
-    weights, gradients, optimizer = (
-        count * recipe.param,
-        count * recipe.grad,
-        count * recipe.optimizer,
-    )
+def sharding_level(sharding: OptimizerSharding) -> int:
+    """How far ``sharding`` spreads the states over the data-parallel ranks
+    (:func:`state_bytes`): 0 not at all, 1 the optimizer states (the distributed optimizer),
+    2 and the gradients, 3 and the parameters (ZeRO-3)."""
     match sharding:
         case NoOptimizerSharding():
-            pass
+            return 0
         case DistributedOptimizer():
-            optimizer = _sharded(count, recipe.optimizer, degree)
+            return 1
         case ShardedGradients():
-            optimizer = _sharded(count, recipe.optimizer, degree)
-            gradients = _sharded(count, recipe.grad, degree)
+            return 2
         case ShardedParameters():
-            optimizer = _sharded(count, recipe.optimizer, degree)
-            gradients = _sharded(count, recipe.grad, degree)
-            weights = _sharded(count - gathered, recipe.param, degree) + gathered * recipe.param
+            return 3
         case _ as unreachable:
             assert_never(unreachable)
-    return weights, gradients, optimizer
+
+
+def gathers_ahead(sharding: OptimizerSharding) -> bool:
+    """Whether ZeRO-3 prefetches the next unit's parameters (:func:`gathered_whole`)."""
+    return isinstance(sharding, ShardedParameters) and sharding.overlap_param_gather
 
 
 def memory_per_stage(

@@ -71,16 +71,19 @@ from blueprinting.analysis.iteration import (
     unpaired_ep_exposed_s,
 )
 from blueprinting.analysis.memory import (
-    LOGITS_BYTES,
     PEAK_PHASES,
-    TOKEN_ID_BYTES,
-    PrecisionRecipe,
     backward_working_bytes,
+    block_stored_bytes,
+    block_working_bytes,
+    ceil_div,
     checkpoint_bytes,
     context_transient_bytes,
-    dropout_mask_bytes,
+    embedding_buffer_bytes,
+    gathered_whole,
+    gathers_ahead,
     layer_activation_bytes,
     local_sequence_model,
+    logits_buffer_bytes,
     logits_transient_bytes,
     low_precision_weight_extra,
     moe_layer_bytes,
@@ -88,9 +91,16 @@ from blueprinting.analysis.memory import (
     overhead_parts,
     peak_bytes,
     peak_phase_index,
+    plain_stored_bytes,
     precision_recipe,
+    selective_working_bytes,
+    sequence_rows,
+    sharding_level,
     stage_param_gather_bytes,
     stage_parameters,
+    state_bytes,
+    uniform_stored_bytes,
+    uniform_working_bytes,
 )
 from blueprinting.analysis.optimizer_step import adam_step_cost
 from blueprinting.analysis.report import JsonValue
@@ -905,34 +915,6 @@ class _StageMemory:
         )
 
 
-def _state_bytes(
-    table: CandidateTable,
-    count: IntArray,
-    degree: IntArray,
-    gathered: IntArray,
-    recipe: PrecisionRecipe,
-) -> tuple[IntArray, IntArray, IntArray]:
-    """``memory._state_bytes`` per row: (weights, gradients, optimizer states) of ``count``
-    parameters sharded over ``degree`` ranks, ``gathered`` of them held whole (ZeRO-3)."""
-    weights = count * recipe.param
-    gradients = count * recipe.grad
-    optimizer = count * recipe.optimizer
-    sharding = table.sharding
-    sharded = sharding != _SHARD[ShardingVariant.NO_SHARD]
-    grads_sharded = (sharding == _SHARD[ShardingVariant.OPTIM_GRADS]) | (
-        sharding == _SHARD[ShardingVariant.OPTIM_GRADS_PARAMS]
-    )
-    params_sharded = sharding == _SHARD[ShardingVariant.OPTIM_GRADS_PARAMS]
-    optimizer = np.where(sharded, _ceil_div(count * recipe.optimizer, degree), optimizer)
-    gradients = np.where(grads_sharded, _ceil_div(count * recipe.grad, degree), gradients)
-    weights = np.where(
-        params_sharded,
-        _ceil_div((count - gathered) * recipe.param, degree) + gathered * recipe.param,
-        weights,
-    )
-    return weights, gradients, optimizer
-
-
 def _stage_memory(
     table: CandidateTable,
     model: TransformerModelSpec,
@@ -976,17 +958,25 @@ def _stage_memory(
         dtype=np.int64,
     )[inverse]
 
-    # memory._gathered_whole: ZeRO-3 holds its unit (and the prefetched next) whole, the dense
-    # parameters first
-    params_sharded = table.sharding == _SHARD[ShardingVariant.OPTIM_GRADS_PARAMS]
-    total_params = count + experts
-    gathered = np.where(
-        params_sharded,
-        np.minimum(total_params, np.where(table.overlap_param_gather, 2, 1) * largest),
-        0,
+    # ZeRO-3 holds its unit (and the prefetched next) whole, the dense parameters first
+    first_s, inverse_s = _keys(table.sharding, table.overlap_param_gather)
+    shardings = [
+        candidate_to_spec(table, int(i), model).mapping.parallelism.data.optimizer_sharding
+        for i in first_s
+    ]
+    level = np.array([sharding_level(x) for x in shardings], dtype=np.int64)[inverse_s]
+    ahead = np.array([gathers_ahead(x) for x in shardings], dtype=np.bool_)[inverse_s]
+    gathered = gathered_whole(level, count + experts, largest, ahead)
+    dense_parts = state_bytes(
+        count, recipe=recipe, level=level, degree=d, gathered=np.minimum(count, gathered)
     )
-    dense_parts = _state_bytes(table, count, d, np.minimum(count, gathered), recipe)
-    expert_parts = _state_bytes(table, experts, expert_dp, np.maximum(0, gathered - count), recipe)
+    expert_parts = state_bytes(
+        experts,
+        recipe=recipe,
+        level=level,
+        degree=expert_dp,
+        gathered=np.maximum(0, gathered - count),
+    )
     weights = dense_parts[0] + expert_parts[0]
     gradients = dense_parts[1] + expert_parts[1]
     optimizer = dense_parts[2] + expert_parts[2]
@@ -1012,6 +1002,9 @@ def _stage_memory(
                 )
     # a full recompute's group works on MoE layers when the stage holds any
     full = np.where(rep.moe_blocks > 0, moe_full, layer_full)
+    # under the even layout every chunk holds ``layers`` blocks, so a chunk formula evaluated
+    # on the stage's in-flight total is the scalar plan's sum over its chunks
+    layer_microbatches = total_in_flight * layers
     stored = np.select(
         [
             r == _CODE[RecomputeVariant.NONE],
@@ -1020,14 +1013,12 @@ def _stage_memory(
             r == _CODE[RecomputeVariant.FULL_BLOCK],
         ],
         [
-            total_in_flight * layers * layer_full + moe_in_flight * (moe_full - layer_full),
-            total_in_flight * layers * layer_kept + moe_in_flight * (moe_kept - layer_kept),
-            total_in_flight * _ceil_div(layers, n) * checkpoint,
-            total_in_flight
-            * (np.minimum(n, layers) * checkpoint + np.maximum(layers - n, 0) * full),
+            plain_stored_bytes(layer_microbatches, moe_in_flight, layer_full, moe_full),
+            plain_stored_bytes(layer_microbatches, moe_in_flight, layer_kept, moe_kept),
+            uniform_stored_bytes(total_in_flight, layers, n, checkpoint),
+            block_stored_bytes(total_in_flight, layers, n, checkpoint, full),
         ],
     )
-    group = np.minimum(n, layers)
     working = np.select(
         [
             r == _CODE[RecomputeVariant.SELECTIVE],
@@ -1035,28 +1026,40 @@ def _stage_memory(
             r == _CODE[RecomputeVariant.FULL_BLOCK],
         ],
         [
-            np.where(has_blocks, layer_full - layer_kept, 0),
-            np.where(group > 0, group * full - checkpoint, 0),
-            np.where(has_blocks, full - checkpoint, 0),
+            selective_working_bytes(has_blocks, layer_full, layer_kept),
+            uniform_working_bytes(np.minimum(n, layers), full, checkpoint),
+            block_working_bytes(has_blocks, full, checkpoint),
         ],
         default=0,
     )
     s = model.seq_length // table.context  # a cp rank's tokens
     h = model.hidden_size
-    rows = np.where(table.sequence_parallel, -(-s // t), s)
+    rows = sequence_rows(s, t, table.sequence_parallel)
     b = table.micro_batch
 
     embedding = np.where(
         stage == 0,
-        first_in_flight
-        * b
-        * (TOKEN_ID_BYTES * s + dropout_mask_bytes(model.has_hidden_dropout) * rows * h),
+        embedding_buffer_bytes(
+            first_in_flight,
+            micro_batch=b,
+            tokens=s,
+            rows=rows,
+            hidden=h,
+            dropout=model.has_hidden_dropout,
+        ),
         0,
     )
-    vocab = _ceil_div(np.full_like(t, model.padded_vocab_size), t)
     logits = np.where(
         stage == p - 1,
-        last_in_flight * b * (LOGITS_BYTES * s * vocab + recipe.activation * rows * h),
+        logits_buffer_bytes(
+            last_in_flight,
+            micro_batch=b,
+            tokens=s,
+            vocab_shard=ceil_div(np.full_like(t, model.padded_vocab_size), t),
+            rows=rows,
+            hidden=h,
+            activation=recipe.activation,
+        ),
         0,
     )
     # memory.stage_overheads: under an even layout every stage holds blocks; the NCCL buffers
