@@ -824,6 +824,41 @@ def checkpoint_bytes(
     return micro_batch * rows * model.hidden_size * activation_bytes
 
 
+def interleaved_peak(
+    *,
+    pipeline: _Bytes,
+    stage: _Bytes,
+    virtual: _Bytes,
+    group: _Bytes,
+    microbatches: _Bytes,
+    extra: _Bytes,
+) -> _Bytes:
+    """Chunk forwards in flight at interleaved 1F1B's peak on rank ``stage``:
+    ``min(2 (p - r - 1) + (v - 1) N + 1 + extra, m v)`` (schedules.md section 5; ``extra`` 1
+    under combined 1F1B, :func:`in_flight_microbatches`)."""
+    return _minimum(
+        2 * (pipeline - stage - 1) + (virtual - 1) * group + 1 + extra, microbatches * virtual
+    )
+
+
+def interleaved_slot(
+    *,
+    peak: _Bytes,
+    microbatches: _Bytes,
+    group: _Bytes,
+    virtual: _Bytes,
+    index: int,
+    chunk: _Bytes,
+) -> _Bytes:
+    """Microbatches of group ``index`` (N at a time, the last the remainder) whose forward
+    through ``chunk`` is in flight at ``peak``: Megatron-LM's schedule table fills (group 0,
+    chunk 0), (group 0, chunk 1), ..., (group 1, chunk 0), ... in order, so a slot holds what
+    the ``peak`` leaves after the slots before it, full: ``clip(peak - before, 0, members)``."""
+    members = _maximum(_minimum(group, microbatches - group * index), group * 0)
+    before = _minimum(group * index, microbatches) * virtual + chunk * members
+    return _minimum(members, _maximum(peak - before, peak * 0))
+
+
 def in_flight_microbatches(
     schedule: PipelineSchedule, *, pipeline_degree: int, stage: int, microbatches: int
 ) -> tuple[int, ...]:
@@ -850,17 +885,17 @@ def in_flight_microbatches(
             # Combined 1F1B runs one more warm-up forward (Megatron ``schedules.py``
             # l.966-970): one extra chunk's activations alive (shared reference 2.4).
             extra = 1 if isinstance(schedule, CombinedOneForwardOneBackward) else 0
-            peak = min(2 * (p - stage - 1) + (v - 1) * n + 1 + extra, m * v)
+            peak = interleaved_peak(
+                pipeline=p, stage=stage, virtual=v, group=n, microbatches=m, extra=extra
+            )
             counts = [0] * v
-            taken = 0
-            for first in range(0, m, n):
-                members = min(n, m - first)
+            index = 0
+            while index * n < m and index * n * v < peak:  # later groups lie beyond the peak
                 for chunk in range(v):
-                    take = min(members, peak - taken)
-                    counts[chunk] += take
-                    taken += take
-                if taken == peak:  # the rest of the table lies beyond the peak
-                    break
+                    counts[chunk] += interleaved_slot(
+                        peak=peak, microbatches=m, group=n, virtual=v, index=index, chunk=chunk
+                    )
+                index += 1
             return tuple(counts)
         case ZeroBubbleH1():
             # Deferring W passes keeps 1F1B's worst-case count on every rank (Qi et al. 2023,

@@ -81,6 +81,8 @@ from blueprinting.analysis.memory import (
     embedding_buffer_bytes,
     gathered_whole,
     gathers_ahead,
+    interleaved_peak,
+    interleaved_slot,
     layer_activation_bytes,
     local_sequence_model,
     logits_buffer_bytes,
@@ -816,23 +818,20 @@ def _dp_bucket(
 def _interleaved_chunk_count(
     peak: IntArray, m: IntArray, n: IntArray, v: IntArray, chunk: IntArray
 ) -> IntArray:
-    """``in_flight_microbatches(...)[chunk]`` of interleaved 1F1B in closed form: the fill loop
-    hands slot (group g, chunk c) ``clip(peak - before, 0, members_g)`` where ``before`` is what
-    the earlier slots hold when full, ``min(g n, m) v + c members_g``."""
+    """``in_flight_microbatches(...)[chunk]`` of interleaved 1F1B: the sum over the schedule
+    table's groups of :func:`memory.interleaved_slot`, up to the last group any row reaches."""
     safe_n = np.maximum(n, 1)
-    groups = _ceil_div(m, safe_n)
     count = np.zeros_like(peak)
-    g = 0
+    index = 0
     while True:
-        live = g < groups
-        if not live.any():
+        reached = (index * safe_n < m) & (index * safe_n * v < peak)
+        if not reached.any():
             break
-        members = np.where(live, np.minimum(n, m - g * n), 0)
-        before = np.minimum(g * n, m) * v + chunk * members
-        count += np.clip(peak - before, 0, members)
-        if not (live & (peak > before)).any():
-            break
-        g += 1
+        slot = interleaved_slot(
+            peak=peak, microbatches=m, group=safe_n, virtual=v, index=index, chunk=chunk
+        )
+        count += np.where(reached, slot, 0)
+        index += 1
     return count
 
 
@@ -856,7 +855,9 @@ def _in_flight_chunk(
     weighs them by 0); combined 1F1B holds one chunk more than interleaving."""
     p, v = table.pipeline, table.virtual_stages
     n = np.where(table.microbatch_group > 0, table.microbatch_group, p)
-    peak = np.minimum(2 * (p - stage - 1) + (v - 1) * n + 1 + combined, m * v)
+    peak = interleaved_peak(
+        pipeline=p, stage=stage, virtual=v, group=n, microbatches=m, extra=combined.astype(np.int64)
+    )
     interleaved = _interleaved_chunk_count(peak, m, n, v, np.full_like(v, chunk))
     simple = np.where(p == 1, np.ones_like(p), np.minimum(p - stage, m))
     return np.where((v > 1) | combined, interleaved, simple)
@@ -870,7 +871,9 @@ def _in_flight(
     one_f_one_b = np.minimum(p - stage, m)
     single = np.ones_like(p)
     n = np.where(table.microbatch_group > 0, table.microbatch_group, p)
-    peak = np.minimum(2 * (p - stage - 1) + (v - 1) * n + 1 + combined, m * v)
+    peak = interleaved_peak(
+        pipeline=p, stage=stage, virtual=v, group=n, microbatches=m, extra=combined.astype(np.int64)
+    )
     interleaved = (v > 1) | combined
     i_total = np.minimum(peak, m * v)
     i_first = _interleaved_chunk_count(peak, m, n, v, np.zeros_like(v))
