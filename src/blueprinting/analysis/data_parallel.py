@@ -24,10 +24,16 @@ first forward (Megatron dispatches it bucket by bucket in the forward pre-hook).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import assert_never, final
+from typing import TYPE_CHECKING, TypeVar, assert_never, final
 
+from blueprinting.analysis.columns import maximum, where
 from blueprinting.hardware.collectives import CollectiveKind
 from blueprinting.hardware.system import CommGroup, SystemSpec
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
 from blueprinting.mapping.transformer import (
     DataParallel,
     DistributedOptimizer,
@@ -84,21 +90,103 @@ class OverlapWindows:
     microbatch_count: int
 
 
-def _grad_sync_exposed(total_s: float, windows: OverlapWindows) -> float:
-    """Calculon's overlap window model (see module docstring)."""
-    blocks = windows.blocks_per_chunk * windows.virtual_stages
-    if blocks == 0 or total_s == 0.0:
-        return total_s
-    per_block = total_s / blocks
-    chunk_sync = windows.blocks_per_chunk * per_block
-    early_chunks = windows.virtual_stages - 1
-    early_window = windows.pipeline_degree * windows.chunk_backward_s
-    early_exposed = early_chunks * max(0.0, chunk_sync - early_window)
-    last_chunk_hidden = max(0, windows.blocks_per_chunk - 1) * per_block
-    last_window = max(0, windows.blocks_per_chunk - 1) * windows.block_backward_s
+Seconds = TypeVar("Seconds", float, "npt.NDArray[np.float64]")
+"""A plan's seconds, or the search's column of them (:mod:`blueprinting.analysis.columns`)."""
+
+
+def grad_sync_exposed(
+    total_s: Seconds,
+    *,
+    blocks_per_chunk: Seconds,
+    virtual_stages: Seconds,
+    pipeline_degree: Seconds,
+    block_backward_s: Seconds,
+    chunk_backward_s: Seconds,
+) -> Seconds:
+    """Calculon's overlap window model (module docstring): the exposed part of a gradient
+    reduction of ``total_s`` overlapped with the backward, on numbers or columns (the counts
+    as floats there, exact below 2**53)."""
+    blocks = blocks_per_chunk * virtual_stages
+    per_block = total_s / maximum(blocks, blocks * 0.0 + 1.0)
+    zero = total_s * 0.0
+    chunk_sync = blocks_per_chunk * per_block
+    early_chunks = virtual_stages - 1
+    early_window = pipeline_degree * chunk_backward_s
+    early_exposed = early_chunks * maximum(zero, chunk_sync - early_window)
+    later_blocks = maximum(zero, blocks_per_chunk - 1)
+    last_chunk_hidden = later_blocks * per_block
+    last_window = later_blocks * block_backward_s
     # The last block's bucket can only start once the whole backward is done.
-    last_exposed = per_block + max(0.0, last_chunk_hidden - last_window)
-    return early_exposed + last_exposed
+    last_exposed = per_block + maximum(zero, last_chunk_hidden - last_window)
+    return where((blocks == 0) | (total_s == 0.0), total_s, early_exposed + last_exposed)
+
+
+def _windowed(total_s: float, windows: OverlapWindows) -> float:
+    return grad_sync_exposed(
+        total_s,
+        blocks_per_chunk=float(windows.blocks_per_chunk),
+        virtual_stages=float(windows.virtual_stages),
+        pipeline_degree=float(windows.pipeline_degree),
+        block_backward_s=windows.block_backward_s,
+        chunk_backward_s=windows.chunk_backward_s,
+    )
+
+
+def unsharded_exposure(
+    all_reduce_s: Seconds, *, overlap_grad_reduce: bool | npt.NDArray[np.bool_], hidden: Seconds
+) -> tuple[Seconds, Seconds, Seconds, Seconds]:
+    """(grad sync, param gather, their exposed parts) without optimizer sharding: one
+    all-reduce, ``hidden`` its exposed part under the overlap window (:func:`grad_sync_exposed`)."""
+    zero = all_reduce_s * 0.0
+    return all_reduce_s, zero, where(overlap_grad_reduce, hidden, all_reduce_s), zero
+
+
+def optimizer_sharded_exposure(
+    reduce_scatter_s: Seconds,
+    all_gather_s: Seconds,
+    *,
+    overlap_grad_reduce: bool | npt.NDArray[np.bool_],
+    overlap_param_gather: bool | npt.NDArray[np.bool_],
+    hidden: Seconds,
+    stage_forward_s: Seconds,
+) -> tuple[Seconds, Seconds, Seconds, Seconds]:
+    """The distributed optimizer (and sharded gradients): a reduce-scatter of the gradients
+    behind the backward, an all-gather of the updated parameters behind the next iteration's
+    first forward."""
+    zero = all_gather_s * 0.0
+    gather_exposed = where(
+        overlap_param_gather, maximum(zero, all_gather_s - stage_forward_s), all_gather_s
+    )
+    sync_exposed = where(overlap_grad_reduce, hidden, reduce_scatter_s)
+    return reduce_scatter_s, all_gather_s, sync_exposed, gather_exposed
+
+
+def parameter_sharded_exposure(
+    reduce_scatter_s: Seconds,
+    all_gather_s: Seconds,
+    *,
+    microbatches: Seconds,
+    overlap_grad_reduce: bool | npt.NDArray[np.bool_],
+    overlap_param_gather: bool | npt.NDArray[np.bool_],
+    hidden: Seconds,
+    stage_forward_s: Seconds,
+    chunk_backward_s: Seconds,
+) -> tuple[Seconds, Seconds, Seconds, Seconds]:
+    """ZeRO-3: per microbatch, parameter all-gathers before its forward and its backward and a
+    reduce-scatter of its gradients (``reduce_scatter_s`` / ``all_gather_s``: one of each;
+    ``hidden``: one reduce-scatter's exposed part under the window)."""
+    m = microbatches
+    zero = all_gather_s * 0.0
+    sync = m * reduce_scatter_s
+    gather = 2 * m * all_gather_s
+    # With prefetching, each gather hides behind the previous unit's compute; what stays
+    # exposed is the excess over one forward (before forward) and one backward.
+    per_fw = maximum(zero, gather / (2 * m) - stage_forward_s)
+    per_bw = maximum(zero, gather / (2 * m) - chunk_backward_s)
+    gather_exposed = where(overlap_param_gather, m * (per_fw + per_bw), gather)
+    # Each microbatch reduce-scatters its own gradients behind its own backward.
+    sync_exposed = where(overlap_grad_reduce, m * hidden, sync)
+    return sync, gather, sync_exposed, gather_exposed
 
 
 def data_parallel_cost(
@@ -135,8 +223,12 @@ def data_parallel_cost(
 
     match data.optimizer_sharding:
         case NoOptimizerSharding():
-            sync = time(CollectiveKind.ALL_REDUCE, grads)
-            sync_exposed = _grad_sync_exposed(sync, windows) if data.overlap_grad_reduce else sync
+            all_reduce = time(CollectiveKind.ALL_REDUCE, grads)
+            sync, _, sync_exposed, _ = unsharded_exposure(
+                all_reduce,
+                overlap_grad_reduce=data.overlap_grad_reduce,
+                hidden=_windowed(all_reduce, windows),
+            )
             return DataParallelCost(
                 grad_bytes=grads,
                 param_gather_bytes=0,
@@ -151,11 +243,14 @@ def data_parallel_cost(
             DistributedOptimizer(overlap_param_gather=overlap_gather)
             | ShardedGradients(overlap_param_gather=overlap_gather)
         ):
-            sync = time(CollectiveKind.REDUCE_SCATTER, grads)
-            gather = time(CollectiveKind.ALL_GATHER, params)
-            sync_exposed = _grad_sync_exposed(sync, windows) if data.overlap_grad_reduce else sync
-            gather_exposed = (
-                max(0.0, gather - windows.stage_forward_s) if overlap_gather else gather
+            reduce_scatter = time(CollectiveKind.REDUCE_SCATTER, grads)
+            sync, gather, sync_exposed, gather_exposed = optimizer_sharded_exposure(
+                reduce_scatter,
+                time(CollectiveKind.ALL_GATHER, params),
+                overlap_grad_reduce=data.overlap_grad_reduce,
+                overlap_param_gather=overlap_gather,
+                hidden=_windowed(reduce_scatter, windows),
+                stage_forward_s=windows.stage_forward_s,
             )
             return DataParallelCost(
                 grad_bytes=grads,
@@ -168,23 +263,16 @@ def data_parallel_cost(
                 param_gather_exposed_s=gather_exposed,
             )
         case ShardedParameters(overlap_param_gather=overlap_gather):
-            m = windows.microbatch_count
             per_microbatch_sync = time(CollectiveKind.REDUCE_SCATTER, grads)
-            sync = m * per_microbatch_sync
-            gather = 2 * m * time(CollectiveKind.ALL_GATHER, params)
-            # With prefetching, each gather hides behind the previous unit's compute; what stays
-            # exposed is the excess over one forward (before forward) and one backward.
-            if overlap_gather:
-                per_fw = max(0.0, gather / (2 * m) - windows.stage_forward_s)
-                per_bw = max(0.0, gather / (2 * m) - windows.chunk_backward_s)
-                gather_exposed = m * (per_fw + per_bw)
-            else:
-                gather_exposed = gather
-            # Each microbatch reduce-scatters its own gradients behind its own backward.
-            sync_exposed = (
-                m * _grad_sync_exposed(per_microbatch_sync, windows)
-                if data.overlap_grad_reduce
-                else sync
+            sync, gather, sync_exposed, gather_exposed = parameter_sharded_exposure(
+                per_microbatch_sync,
+                time(CollectiveKind.ALL_GATHER, params),
+                microbatches=float(windows.microbatch_count),
+                overlap_grad_reduce=data.overlap_grad_reduce,
+                overlap_param_gather=overlap_gather,
+                hidden=_windowed(per_microbatch_sync, windows),
+                stage_forward_s=windows.stage_forward_s,
+                chunk_backward_s=windows.chunk_backward_s,
             )
             return DataParallelCost(
                 grad_bytes=grads,

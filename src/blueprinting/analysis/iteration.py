@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import assert_never, final
+from typing import TypeVar, assert_never, final
 
 import numpy as np
 import numpy.typing as npt
@@ -428,9 +428,9 @@ def bubble_contract(plan: PortablePlanIR, microbatches: int) -> BubbleContract:
         return analytic_bubble(p=1, v=1, m=microbatches, forward_chunk_s=0.0, backward_chunk_s=0.0)
     block = plan.block if plan.moe_block is None else plan.moe_block
     correction = imbalance_correction(
-        p=p,
-        max_blocks_per_stage=plan.max_blocks_per_stage,
-        total_blocks=plan.total_blocks,
+        p=float(p),
+        max_blocks_per_stage=float(plan.max_blocks_per_stage),
+        total_blocks=float(plan.total_blocks),
         block_fw_bw_s=block.forward_s + block.backward_with_recompute_s,
     )
     return analytic_bubble(
@@ -441,6 +441,26 @@ def bubble_contract(plan: PortablePlanIR, microbatches: int) -> BubbleContract:
         backward_chunk_s=plan.backward_chunk_s(),
         imbalance_correction_s=correction,
     )
+
+
+_Seconds = TypeVar("_Seconds", float, "npt.NDArray[np.float64]")
+
+
+def overlapped_p2p_exposed(
+    pipeline: _Seconds, virtual: _Seconds, per_chunk_s: _Seconds
+) -> _Seconds:
+    """Interleaved 1F1B with ``overlap_p2p_comm``: only the warm-up's chain of ``p v - 1``
+    chunk sends waits on the link (module docstring); on numbers or columns (the counts as
+    floats, exact below 2**53)."""
+    return (pipeline * virtual - 1) * per_chunk_s
+
+
+def blocking_p2p_exposed(
+    microbatches: _Seconds, virtual: _Seconds, per_chunk_s: _Seconds
+) -> _Seconds:
+    """Blocking sends: every microbatch's forward and backward through every chunk waits for
+    its P2P (module docstring); on numbers or columns."""
+    return microbatches * virtual * per_chunk_s
 
 
 def pipeline_p2p_exposed(
@@ -456,7 +476,7 @@ def pipeline_p2p_exposed(
             InterleavedOneForwardOneBackward(overlap_p2p_comm=True)
             | CombinedOneForwardOneBackward(overlap_p2p_comm=True)
         ):
-            return (p * v - 1) * per_microbatch_chunk
+            return overlapped_p2p_exposed(float(p), float(v), per_microbatch_chunk)
         case (
             InterleavedOneForwardOneBackward()
             | CombinedOneForwardOneBackward()
@@ -467,7 +487,7 @@ def pipeline_p2p_exposed(
         ):
             # DualPipe / DualPipeV: the blocking estimate of 1F1B per chunk (v = 1 / 2); the
             # simulation times their real overlap.
-            return microbatches * v * per_microbatch_chunk
+            return blocking_p2p_exposed(float(microbatches), float(v), per_microbatch_chunk)
         case ForwardOnly():
             return microbatches * v * plan.p2p_forward_s
         case SingleStage():

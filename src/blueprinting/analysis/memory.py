@@ -67,6 +67,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, TypeVar, assert_never, cast, final
 
+from blueprinting.analysis.columns import maximum, minimum, where
 from blueprinting.analysis.precision_memory import (
     param_gather_bytes,
     weight_extra_bytes,
@@ -169,32 +170,6 @@ def _plain_ints(*values: object) -> bool:
     return all(type(value) is int for value in values)
 
 
-def _where(condition: bool | npt.NDArray[np.bool_], if_true: _Bytes, if_false: _Bytes) -> _Bytes:
-    """``if_true`` where ``condition`` holds, else ``if_false``: Python's conditional on a plan's
-    values (its integers stay exact), :func:`numpy.where` on the search's columns."""
-    if isinstance(condition, bool):
-        return if_true if condition else if_false
-    import numpy as np
-
-    return cast("_Bytes", np.where(condition, if_true, if_false))
-
-
-def _minimum(a: _Bytes, b: _Bytes) -> _Bytes:
-    if _plain_ints(a, b):
-        return cast("_Bytes", min(cast(int, a), cast(int, b)))  # type: ignore[redundant-cast]
-    import numpy as np
-
-    return cast("_Bytes", np.minimum(a, b))
-
-
-def _maximum(a: _Bytes, b: _Bytes) -> _Bytes:
-    if _plain_ints(a, b):
-        return cast("_Bytes", max(cast(int, a), cast(int, b)))  # type: ignore[redundant-cast]
-    import numpy as np
-
-    return cast("_Bytes", np.maximum(a, b))
-
-
 def ceil_div(numerator: _Bytes, denominator: _Bytes) -> _Bytes:
     """The integer ceiling of ``numerator / denominator`` (both non-negative, the denominator
     positive), exact on Python integers and on int64 columns."""
@@ -206,7 +181,7 @@ def sequence_rows(
 ) -> _Bytes:
     """Rows of a token-wise tensor on one TP rank: ``s / t`` (rounded up) under sequence
     parallelism, all ``s`` without it."""
-    return _where(sequence_parallel, ceil_div(tokens, tensor), tokens + tensor * 0)
+    return where(sequence_parallel, ceil_div(tokens, tensor), tokens + tensor * 0)
 
 
 def state_bytes(
@@ -224,13 +199,13 @@ def state_bytes(
     gradients = count * recipe.grad
     optimizer = count * recipe.optimizer
     return (
-        _where(
+        where(
             level >= 3,
             ceil_div((count - gathered) * recipe.param, degree) + gathered * recipe.param,
             weights,
         ),
-        _where(level >= 2, ceil_div(gradients, degree), gradients),
-        _where(level >= 1, ceil_div(optimizer, degree), optimizer),
+        where(level >= 2, ceil_div(gradients, degree), gradients),
+        where(level >= 1, ceil_div(optimizer, degree), optimizer),
     )
 
 
@@ -239,8 +214,8 @@ def gathered_whole(
 ) -> _Bytes:
     """Parameters ZeRO-3 (sharding level 3) holds unsharded at once: the unit being computed,
     and the next one when the gather is prefetched; none at the other levels."""
-    units = _where(prefetch, largest_unit * 2, largest_unit)
-    return _where(level >= 3, _minimum(total, units), total * 0)
+    units = where(prefetch, largest_unit * 2, largest_unit)
+    return where(level >= 3, minimum(total, units), total * 0)
 
 
 def plain_stored_bytes(
@@ -273,7 +248,7 @@ def block_stored_bytes(
 ) -> _Bytes:
     """Full recompute, ``block`` method, one chunk: the first ``group`` blocks keep only their
     checkpoint, the rest store everything (Megatron-LM ``--recompute-method block``)."""
-    kept = _minimum(group, layers) * checkpoint + _maximum(layers - group, layers * 0) * full
+    kept = minimum(group, layers) * checkpoint + maximum(layers - group, layers * 0) * full
     return microbatches * kept
 
 
@@ -282,21 +257,21 @@ def selective_working_bytes(
 ) -> _Bytes:
     """Selective recompute's working set in backward: the recomputed attention core of one
     block (its s x s tensors), where the stage holds blocks."""
-    return _where(has_blocks, full - kept, full * 0)
+    return where(has_blocks, full - kept, full * 0)
 
 
 def uniform_working_bytes(group: _Bytes, full: _Bytes, checkpoint: _Bytes) -> _Bytes:
     """Full uniform recompute's working set: the recomputed group's activations less its first
     input, the checkpoint already counted as stored (``group``: blocks in the group, 0 on a
     stage without blocks)."""
-    return _where(group > 0, group * full - checkpoint, full * 0)
+    return where(group > 0, group * full - checkpoint, full * 0)
 
 
 def block_working_bytes(
     has_blocks: bool | npt.NDArray[np.bool_], full: _Bytes, checkpoint: _Bytes
 ) -> _Bytes:
     """Full block recompute's working set: one recomputed block less its checkpoint."""
-    return _where(has_blocks, full - checkpoint, full * 0)
+    return where(has_blocks, full - checkpoint, full * 0)
 
 
 def embedding_buffer_bytes(
@@ -836,7 +811,7 @@ def interleaved_peak(
     """Chunk forwards in flight at interleaved 1F1B's peak on rank ``stage``:
     ``min(2 (p - r - 1) + (v - 1) N + 1 + extra, m v)`` (schedules.md section 5; ``extra`` 1
     under combined 1F1B, :func:`in_flight_microbatches`)."""
-    return _minimum(
+    return minimum(
         2 * (pipeline - stage - 1) + (virtual - 1) * group + 1 + extra, microbatches * virtual
     )
 
@@ -854,9 +829,9 @@ def interleaved_slot(
     through ``chunk`` is in flight at ``peak``: Megatron-LM's schedule table fills (group 0,
     chunk 0), (group 0, chunk 1), ..., (group 1, chunk 0), ... in order, so a slot holds what
     the ``peak`` leaves after the slots before it, full: ``clip(peak - before, 0, members)``."""
-    members = _maximum(_minimum(group, microbatches - group * index), group * 0)
-    before = _minimum(group * index, microbatches) * virtual + chunk * members
-    return _minimum(members, _maximum(peak - before, peak * 0))
+    members = maximum(minimum(group, microbatches - group * index), group * 0)
+    before = minimum(group * index, microbatches) * virtual + chunk * members
+    return minimum(members, maximum(peak - before, peak * 0))
 
 
 def in_flight_microbatches(

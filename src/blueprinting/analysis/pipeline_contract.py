@@ -20,10 +20,12 @@ and the imbalance correction still overestimates uneven bubbles. The concrete sc
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import final
+from typing import TypeVar, final
 
 import numpy as np
 import numpy.typing as npt
+
+from blueprinting.analysis.columns import where
 
 
 @final
@@ -40,19 +42,33 @@ class BubbleContract:
 
     @property
     def n_bubble(self) -> int:
-        return (self.pipeline_degree - 1) + self.extra_interleaving_bubbles
+        return bubble_count(self.pipeline_degree, self.extra_interleaving_bubbles)
 
     @property
     def bubble_s(self) -> float:
-        return self.n_bubble * self.chunk_time_s - self.imbalance_correction_s
+        return bubble_seconds(float(self.n_bubble), self.chunk_time_s, self.imbalance_correction_s)
 
 
-def extra_interleaving_bubbles(p: int, v: int, m: int) -> int:
+# The contract's terms on a plan's numbers or on the search's columns of them
+# (:mod:`blueprinting.analysis.columns`): the scalar plan and the vectorized search share them.
+_Count = TypeVar("_Count", int, "npt.NDArray[np.int64]")
+_Seconds = TypeVar("_Seconds", float, "npt.NDArray[np.float64]")
+
+
+def extra_interleaving_bubbles(p: _Count, v: _Count, m: _Count) -> _Count:
     """(v - 1) * (p - m mod p) when m mod p != 0, else 0 (seed)."""
     remainder = m % p
-    if remainder == 0:
-        return 0
-    return (v - 1) * (p - remainder)
+    return where(remainder == 0, remainder * 0, (v - 1) * (p - remainder))
+
+
+def bubble_count(p: _Count, extra: _Count) -> _Count:
+    """n_bubble = (p - 1) + extra_interleaving_bubbles (seed)."""
+    return (p - 1) + extra
+
+
+def bubble_seconds(n_bubble: _Seconds, chunk_time_s: _Seconds, correction_s: _Seconds) -> _Seconds:
+    """T_bubble = n_bubble * T_chunk - T_imbalance_correction (seed)."""
+    return n_bubble * chunk_time_s - correction_s
 
 
 def analytic_bubble(
@@ -77,11 +93,12 @@ def analytic_bubble(
 
 
 def imbalance_correction(
-    *, p: int, max_blocks_per_stage: int, total_blocks: int, block_fw_bw_s: float
-) -> float:
+    *, p: _Seconds, max_blocks_per_stage: _Seconds, total_blocks: _Seconds, block_fw_bw_s: _Seconds
+) -> _Seconds:
     """T_imbalance_correction: the stages that hold fewer blocks than the most loaded one shorten
     the bubble by their missing blocks' forward+backward time (Calculon's
-    ``bubble_reduction_time``: (p - L mod p) missing blocks when L = p*ceil(L/p) - missing)."""
+    ``bubble_reduction_time``: (p - L mod p) missing blocks when L = p*ceil(L/p) - missing); the
+    counts as floats (exact below 2**53)."""
     missing = p * max_blocks_per_stage - total_blocks
     return missing * block_fw_bw_s
 

@@ -8,9 +8,12 @@ field, relative error <= 1e-9). The search ranks on the seed's *contract* bubble
 
 How it stays exact and cheap
 ----------------------------
-A figure is either computed by the scalar code itself once per distinct value of the knobs it
-reads (a *key*), or composed with numpy in a one-to-one transcription of the scalar function,
-same names and same order of operations, so that a change to the scalar code is easy to mirror:
+Each formula exists once (the project's rule). A figure is either computed by the scalar code
+itself once per distinct value of the knobs it reads (a *key*), or by the scalar module's own
+function applied to numpy columns: the formulas the plan evaluates on Python numbers are written
+on numbers *or* columns (:mod:`blueprinting.analysis.columns`: ``where``, ``minimum``,
+``maximum``), and this module only selects a row's variant with ``numpy.select`` where the plan
+``match``-es the spec's sum type:
 
 ================================ ================================= ===============================
 scalar code                      reads                             here
@@ -24,14 +27,28 @@ scalar code                      reads                             here
 ``layer_activation_bytes`` /     t, b, sp                          scalar, per key
 ``checkpoint_bytes``
 ``hardware_flops_per_iteration`` recompute, p, v                   scalar, per key
-``critical_stage``,              everything                        numpy (``_critical_stage``,
-``stage_work``, ``bubble_contract``,                               ``_stage_work``, ... below)
-``pipeline_p2p_exposed``,
-``data_parallel_cost``,
-``stage_memory``
+``STAGE_WORK_TERMS``             the stage's counts                the same terms, on columns
+``pipeline_contract`` terms      p, v, m, chunk times              the same functions, on columns
+(``extra_interleaving_bubbles``,
+``bubble_seconds``, ...)
+``overlapped_p2p_exposed`` /     p, v, m, P2P time                 the same functions, on columns
+``blocking_p2p_exposed``
+``data_parallel`` exposures      collective times, windows         the same functions, on columns
+(``grad_sync_exposed``, one
+per sharding variant)
+``memory`` compositions          everything                        the same functions, on columns
+(``state_bytes``,
+``gathered_whole``, the stored /
+working bytes per recompute
+variant, ``interleaved_slot``,
+the embedding and logits
+buffers, ``overhead_parts``,
+``peak_bytes``)
+critical / most-loaded stage     everything                        numpy selection (``_critical_
+                                                                   choice``, below)
 ================================ ================================= ===============================
 
-The transcription relies on what the enumeration guarantees (``search/space.py``): an even stage
+The columns rely on what the enumeration guarantees (``search/space.py``): an even stage
 layout (``L mod (p*v) == 0``: every stage and every chunk holds the same number of blocks) and a
 schedule in {SingleStage, 1F1B, interleaved 1F1B}. Under an even layout a dense model's critical
 and most loaded stage is the first or the last one (the middle stages carry neither extra, and
@@ -42,7 +59,7 @@ signature stands for its class (``_layout``); its largest chunk is taken over ev
 chunk composition. The MoE block (``PortablePlanIR.moe_block``) is costed by the scalar code per
 (t, sp, recompute scope, b, cp, recipe, ep, etp, dispatcher, N) key beside the dense block; the
 stage parameters' dense and routed-expert parts and a MoE layer's stored bytes per key; the DP
-numpy transcription runs once for the dense buckets (d x cp) and once for the experts'
+exposures run once for the dense buckets (d x cp) and once for the experts'
 (expert-dp), as ``data_parallel.stage_data_parallel_cost`` composes them.
 """
 
@@ -55,6 +72,12 @@ from typing import final
 import numpy as np
 import numpy.typing as npt
 
+from blueprinting.analysis.data_parallel import (
+    grad_sync_exposed,
+    optimizer_sharded_exposure,
+    parameter_sharded_exposure,
+    unsharded_exposure,
+)
 from blueprinting.analysis.evaluate import portable_plan
 from blueprinting.analysis.flops import (
     FlopsConvention,
@@ -66,7 +89,9 @@ from blueprinting.analysis.iteration import (
     CostedPart,
     PhaseField,
     WorkCount,
+    blocking_p2p_exposed,
     costed_part,
+    overlapped_p2p_exposed,
     phase_field,
     unpaired_ep_exposed_s,
 )
@@ -105,6 +130,12 @@ from blueprinting.analysis.memory import (
     uniform_working_bytes,
 )
 from blueprinting.analysis.optimizer_step import adam_step_cost
+from blueprinting.analysis.pipeline_contract import (
+    bubble_count,
+    bubble_seconds,
+    extra_interleaving_bubbles,
+    imbalance_correction,
+)
 from blueprinting.analysis.report import JsonValue
 from blueprinting.errors import ConfigError
 from blueprinting.hardware.collectives import CollectiveKind
@@ -719,36 +750,17 @@ def _pipeline_p2p_exposed(table: CandidateTable, m: IntArray, p2p_s: FloatArray)
     p, v = table.pipeline, table.virtual_stages
     per_microbatch_chunk = p2p_s + p2p_s
     overlapped = (v > 1) & table.overlap_p2p_comm
-    exposed = np.where(overlapped, (p * v - 1) * per_microbatch_chunk, m * v * per_microbatch_chunk)
+    exposed = np.where(
+        overlapped,
+        overlapped_p2p_exposed(p.astype(np.float64), v.astype(np.float64), per_microbatch_chunk),
+        blocking_p2p_exposed(m.astype(np.float64), v.astype(np.float64), per_microbatch_chunk),
+    )
     return np.where(p == 1, 0.0, exposed)
 
 
 # --------------------------------------------------------------------------------------------
 # Data parallelism (analysis/data_parallel.py)
 # --------------------------------------------------------------------------------------------
-def _grad_sync_exposed(
-    total_s: FloatArray,
-    *,
-    blocks_per_chunk: IntArray,
-    virtual_stages: IntArray,
-    pipeline_degree: IntArray,
-    block_backward_s: FloatArray,
-    chunk_backward_s: FloatArray,
-) -> FloatArray:
-    """``data_parallel._grad_sync_exposed``."""
-    blocks = blocks_per_chunk * virtual_stages
-    safe_blocks = np.maximum(blocks, 1)
-    per_block = total_s / safe_blocks
-    chunk_sync = blocks_per_chunk * per_block
-    early_chunks = virtual_stages - 1
-    early_window = pipeline_degree * chunk_backward_s
-    early_exposed = early_chunks * np.maximum(0.0, chunk_sync - early_window)
-    last_chunk_hidden = np.maximum(0, blocks_per_chunk - 1) * per_block
-    last_window = np.maximum(0, blocks_per_chunk - 1) * block_backward_s
-    last_exposed = per_block + np.maximum(0.0, last_chunk_hidden - last_window)
-    return np.where((blocks == 0) | (total_s == 0.0), total_s, early_exposed + last_exposed)
-
-
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Windows:
@@ -776,39 +788,49 @@ def _dp_bucket(
     link, exposed); ``times`` the (all-reduce, reduce-scatter, all-gather) seconds per row,
     ``single`` where the group has one rank."""
     all_reduce_s, reduce_scatter_s, all_gather_s = times[:, 0], times[:, 1], times[:, 2]
-    m = w.m
     sharding = table.sharding
     no_shard = sharding == _SHARD[ShardingVariant.NO_SHARD]
     zero3 = sharding == _SHARD[ShardingVariant.OPTIM_GRADS_PARAMS]
-    sync = np.where(no_shard, all_reduce_s, np.where(zero3, m * reduce_scatter_s, reduce_scatter_s))
-    gather = np.where(no_shard, 0.0, np.where(zero3, 2 * m * all_gather_s, all_gather_s))
-    safe_m = np.maximum(m, 1)
-    # ZeRO-3 reduce-scatters per microbatch, each behind its own backward.
-    per_sync = np.where(zero3, sync / safe_m, sync)
-    per_sync_exposed = _grad_sync_exposed(
-        per_sync,
-        blocks_per_chunk=w.blocks_per_chunk,
-        virtual_stages=w.virtual_stages,
-        pipeline_degree=w.pipeline_degree,
-        block_backward_s=w.block_backward_s,
+
+    def hidden(total_s: FloatArray) -> FloatArray:
+        return grad_sync_exposed(
+            total_s,
+            blocks_per_chunk=w.blocks_per_chunk.astype(np.float64),
+            virtual_stages=w.virtual_stages.astype(np.float64),
+            pipeline_degree=w.pipeline_degree.astype(np.float64),
+            block_backward_s=w.block_backward_s,
+            chunk_backward_s=w.chunk_backward_s,
+        )
+
+    grad_overlap, gather_overlap = table.overlap_grad_reduce, table.overlap_param_gather
+    unsharded = unsharded_exposure(
+        all_reduce_s, overlap_grad_reduce=grad_overlap, hidden=hidden(all_reduce_s)
+    )
+    sharded_hidden = hidden(reduce_scatter_s)
+    optimizer = optimizer_sharded_exposure(
+        reduce_scatter_s,
+        all_gather_s,
+        overlap_grad_reduce=grad_overlap,
+        overlap_param_gather=gather_overlap,
+        hidden=sharded_hidden,
+        stage_forward_s=w.stage_forward_s,
+    )
+    parameters = parameter_sharded_exposure(
+        reduce_scatter_s,
+        all_gather_s,
+        microbatches=np.maximum(w.m, 1).astype(np.float64),
+        overlap_grad_reduce=grad_overlap,
+        overlap_param_gather=gather_overlap,
+        hidden=sharded_hidden,
+        stage_forward_s=w.stage_forward_s,
         chunk_backward_s=w.chunk_backward_s,
     )
-    sync_exposed = np.where(
-        table.overlap_grad_reduce,
-        np.where(zero3, safe_m * per_sync_exposed, per_sync_exposed),
-        sync,
+    sync, gather, sync_exposed, gather_exposed = (
+        np.where(no_shard, a, np.where(zero3, c, b))
+        for a, b, c in zip(unsharded, optimizer, parameters, strict=True)
     )
-    zero3_overlapped = safe_m * (
-        np.maximum(0.0, gather / (2 * safe_m) - w.stage_forward_s)
-        + np.maximum(0.0, gather / (2 * safe_m) - w.chunk_backward_s)
-    )
-    gather_exposed = np.where(
-        table.overlap_param_gather,
-        np.where(zero3, zero3_overlapped, np.maximum(0.0, gather - w.stage_forward_s)),
-        gather,
-    )
-    link = np.where(single, 0.0, np.where(no_shard, sync, sync + gather))
-    exposed = np.where(single, 0.0, np.where(no_shard, sync_exposed, sync_exposed + gather_exposed))
+    link = np.where(single, 0.0, sync + gather)
+    exposed = np.where(single, 0.0, sync_exposed + gather_exposed)
     return grad_bytes, np.where(single | no_shard, 0, gather_bytes), link, exposed
 
 
@@ -1290,16 +1312,22 @@ def evaluate_candidates(
         )
     forward_chunk_s = forward_longest + edge_p2p
     backward_chunk_s = backward_longest + edge_p2p
-    missing = p * stage_blocks - model.num_layers
     # iteration.bubble_contract costs the imbalance with the MoE block where there is one
     correction = np.where(
-        p == 1, 0.0, missing * (c.moe_forward_s + c.moe_backward_with_recompute_s)
+        p == 1,
+        0.0,
+        imbalance_correction(
+            p=p.astype(np.float64),
+            max_blocks_per_stage=stage_blocks.astype(np.float64),
+            total_blocks=np.full(p.shape, float(model.num_layers)),
+            block_fw_bw_s=c.moe_forward_s + c.moe_backward_with_recompute_s,
+        ),
     )
     chunk_time = np.where(p == 1, 0.0, forward_chunk_s + backward_chunk_s)
-    remainder = m % p
-    extra = np.where((p > 1) & (remainder != 0), (v - 1) * (p - remainder), 0)
-    n_bubble = (p - 1) + extra
-    bubble_s: FloatArray = (n_bubble * chunk_time - correction).astype(np.float64, copy=False)
+    # analytic_bubble(p=1, v=1, ...) without pipelining: no extra chunks
+    extra = np.where(p > 1, extra_interleaving_bubbles(p, v, m), 0)
+    n_bubble = bubble_count(p, extra)
+    bubble_s = bubble_seconds(n_bubble.astype(np.float64), chunk_time, correction)
 
     work = _stage_work(
         p=p,
