@@ -118,6 +118,7 @@ from blueprinting.mapping.transformer import (
     PipelineSchedule,
     RecomputeMethod,
     RecomputeModule,
+    RecomputePolicy,
     RingExchange,
     SelectiveRecompute,
     ShardedGradients,
@@ -912,6 +913,8 @@ class StageActivations:
     recompute_working: int
     embedding: int
     logits: int
+    #: the loss stage's multi-token-prediction depths (:func:`mtp_stored_bytes`; 0 elsewhere)
+    mtp: int = 0
 
 
 def stage_activations(
@@ -998,17 +1001,28 @@ def _stage_activations(
             hidden=h,
             dropout=model.has_hidden_dropout,
         )
-    logits = 0
+    logits = mtp = 0
     if stage == loss_stage(mapping.parallelism.pipeline.schedule, p):
+        vocab = ceil_div(model.padded_vocab_size, t)
         logits = logits_buffer_bytes(
             in_flight[-1],
             micro_batch=b,
             tokens=s,
-            vocab_shard=ceil_div(model.padded_vocab_size, t),
+            vocab_shard=vocab,
             rows=rows,
             hidden=h,
             activation=x,
         )
+        if model.mtp_num_layers:
+            head = logits_buffer_bytes(
+                1, micro_batch=b, tokens=s, vocab_shard=vocab, rows=rows, hidden=h, activation=x
+            )
+            mtp = mtp_stored_bytes(
+                in_flight[-1],
+                depths=model.mtp_num_layers,
+                depth=_mtp_depth(model, recompute, inv, micro_batch=b, rows=rows),
+                head=head,
+            )
     return StageActivations(
         stage=stage,
         in_flight=in_flight,
@@ -1016,7 +1030,42 @@ def _stage_activations(
         recompute_working=working,
         embedding=embedding,
         logits=logits,
+        mtp=mtp,
     )
+
+
+def _mtp_depth(
+    model: TransformerModelSpec,
+    recompute: RecomputePolicy,
+    inv: _StageInvariants,
+    *,
+    micro_batch: int,
+    rows: int,
+) -> int:
+    """One MTP depth's stored bytes per microbatch under the stage's recompute: its decoder
+    layer has the last decoder layer's kind (Megatron-LM builds it from the last layer's spec)."""
+    moe = model.moe is not None and model.is_moe_layer(model.num_layers - 1)
+    x, h = inv.recipe.activation, model.hidden_size
+    layer: int
+    match recompute:
+        case NoRecompute():
+            layer = inv.moe_layer_full if moe else inv.layer_full
+        case SelectiveRecompute():
+            layer = inv.moe_layer_kept if moe else inv.layer_kept
+        case FullRecompute(method=method):
+            match method:
+                case RecomputeMethod.UNIFORM:
+                    return mtp_checkpoint_bytes(
+                        micro_batch=micro_batch, rows=rows, hidden=h, activation=x
+                    )
+                case RecomputeMethod.BLOCK:
+                    # Megatron-LM warns and does not recompute MTP under the block method
+                    layer = inv.moe_layer_full if moe else inv.layer_full
+                case _ as unreachable:
+                    assert_never(unreachable)
+        case _ as unreachable:
+            assert_never(unreachable)
+    return mtp_depth_bytes(layer=layer, micro_batch=micro_batch, rows=rows, hidden=h, activation=x)
 
 
 @final
@@ -1568,13 +1617,50 @@ def _stage_memory(
         weights=weights,
         gradients=gradients,
         optimizer_states=optimizer,
-        activations=acts.layers_stored + acts.recompute_working,
+        activations=acts.layers_stored + acts.recompute_working + acts.mtp,
         other=acts.embedding + acts.logits,
         overheads=_stage_overheads(model, mapping, stage, runtime, inv),
         capacity=capacity_bytes,
         stage=stage,
         expert=expert_parts,
     )
+
+
+MTP_HIDDEN_TENSORS = 5
+"""What one multi-token-prediction depth stores beside its decoder layer and its output head,
+in tensors of ``rows x hidden`` per sample: the inputs of ``enorm`` and ``hnorm``, the
+``eh_proj`` linear's input (the two normed halves concatenated, 2 hidden wide) and the input of
+its ``final_layernorm`` (NVIDIA/Megatron-LM ``megatron/core/transformer/
+multi_token_prediction.py`` @00611e6e, ``_concat_embeddings`` and ``_postprocess``)."""
+
+MTP_CHECKPOINT_TENSORS = 2
+"""Under full recomputation (``uniform``, the only method Megatron-LM recomputes MTP with; it
+skips ``block``) an MTP depth keeps only the two inputs of its checkpointed projection and
+layer, ``hidden_states`` and ``decoder_input`` (same file, ``_checkpointed_forward``)."""
+
+
+def mtp_depth_bytes(
+    *, layer: _Bytes, micro_batch: _Bytes, rows: _Bytes, hidden: int, activation: int
+) -> _Bytes:
+    """What one MTP depth stores for one microbatch outside its output head: its decoder
+    layer's stored bytes (``layer``: under the stage's recompute) and the
+    :data:`MTP_HIDDEN_TENSORS` beside it."""
+    return layer + micro_batch * MTP_HIDDEN_TENSORS * activation * rows * hidden
+
+
+def mtp_checkpoint_bytes(
+    *, micro_batch: _Bytes, rows: _Bytes, hidden: int, activation: int
+) -> _Bytes:
+    """One MTP depth's stored bytes for one microbatch under full uniform recomputation."""
+    return micro_batch * MTP_CHECKPOINT_TENSORS * activation * rows * hidden
+
+
+def mtp_stored_bytes(microbatches: _Bytes, *, depths: int, depth: _Bytes, head: _Bytes) -> _Bytes:
+    """The loss stage's MTP activations: every in-flight microbatch of its last chunk holds
+    each of the ``depths`` depths' stored bytes (``depth``) and its own output head's logits
+    (``head``: :func:`logits_buffer_bytes` of one microbatch; Megatron-LM's
+    ``process_mtp_loss`` runs the shared output layer and the loss once per depth)."""
+    return cast("_Bytes", microbatches * depths * (depth + head))  # type: ignore[redundant-cast]
 
 
 def sharding_level(sharding: OptimizerSharding) -> int:

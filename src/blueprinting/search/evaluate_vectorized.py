@@ -114,6 +114,9 @@ from blueprinting.analysis.memory import (
     logits_transient_bytes,
     low_precision_weight_extra,
     moe_layer_bytes,
+    mtp_checkpoint_bytes,
+    mtp_depth_bytes,
+    mtp_stored_bytes,
     nccl_buffer_bytes,
     overhead_parts,
     peak_bytes,
@@ -1087,6 +1090,44 @@ def _stage_memory(
         ),
         0,
     )
+    if model.mtp_num_layers:
+        # memory._mtp_depth: the depth's layer has the last decoder layer's kind
+        moe_last = model.moe is not None and model.is_moe_layer(model.num_layers - 1)
+        full_layer = moe_full if moe_last else layer_full
+        kept_layer = moe_kept if moe_last else layer_kept
+
+        def depth_of(layer: IntArray) -> IntArray:
+            return mtp_depth_bytes(
+                layer=layer, micro_batch=b, rows=rows, hidden=h, activation=recipe.activation
+            )
+
+        depth = np.select(
+            [
+                r == _CODE[RecomputeVariant.NONE],
+                r == _CODE[RecomputeVariant.SELECTIVE],
+                r == _CODE[RecomputeVariant.FULL_UNIFORM],
+                r == _CODE[RecomputeVariant.FULL_BLOCK],
+            ],
+            [
+                depth_of(full_layer),
+                depth_of(kept_layer),
+                mtp_checkpoint_bytes(
+                    micro_batch=b, rows=rows, hidden=h, activation=recipe.activation
+                ),
+                depth_of(full_layer),
+            ],
+        )
+        head = logits_buffer_bytes(
+            np.ones_like(b),
+            micro_batch=b,
+            tokens=s,
+            vocab_shard=ceil_div(np.full_like(t, model.padded_vocab_size), t),
+            rows=rows,
+            hidden=h,
+            activation=recipe.activation,
+        )
+        mtp = mtp_stored_bytes(last_in_flight, depths=model.mtp_num_layers, depth=depth, head=head)
+        stored = stored + np.where(stage == p - 1, mtp, 0)
     # memory.stage_overheads: under an even layout every stage holds blocks; the NCCL buffers
     # read t, p, d and whether the stage is the first or the last.
     edge = np.where(stage == 0, 0, np.where(stage == p - 1, 2, 1))
