@@ -274,7 +274,7 @@ def cost_task_groups(
         if host is None:
             return cost
         return _with_host_exposure(
-            group, cost, host, task_gpu_s, precision, system, moe_layer=moe_layer
+            group, cost, host, task_gpu_s, precision=precision, system=system, moe_layer=moe_layer
         )
 
     # the dense groups have no expert-axis task, so the expert communicators are not in the key
@@ -622,9 +622,9 @@ def _with_host_exposure(
     cost: BlockCost,
     host: HostDispatch,
     task_gpu_s: Callable[[Task], float],
+    *,
     precision: OpPrecision,
     system: SystemSpec,
-    *,
     moe_layer: bool,
 ) -> BlockCost:
     """``cost`` with the host issue time each pass exposes (:mod:`.host_dispatch`): the
