@@ -39,8 +39,10 @@ _FC = (SemanticOpName.EXPERT_FC1, SemanticOpName.EXPERT_FC2)
 _OPS = (
     SemanticOpName.ROUTER,
     SemanticOpName.MOE_PERMUTE,
+    SemanticOpName.MOE_SORT_CHUNKS,
     SemanticOpName.EXPERT_FC1,
     SemanticOpName.EXPERT_FC2,
+    SemanticOpName.MOE_UNSORT_CHUNKS,
     SemanticOpName.MOE_UNPERMUTE,
 )
 _F, _A, _W = Phase.FORWARD, Phase.BACKWARD_ACTIVATION_GRAD, Phase.BACKWARD_WEIGHT_GRAD
@@ -76,10 +78,12 @@ def test_deepseek_like_alltoall_ep8_bf16_counts() -> None:
 
     - router forward: gate GEMM 1 + fused top-k 1 + aux loss 5 + expert bias 2 = 9;
       data gradient: gate dgrad 1 + top-k 1 + aux loss 4 = 6; weight gradient: gate wgrad 1;
-    - permute forward: permute 1 + row-id map 3 + chunk sort 2 + counts 2 + DtoH 1 + grid
-      counts 5 + grid DtoH 4 = 18; data gradient: unpermute of the gradient 1 + re-sort 1 = 2;
+    - permute forward: permute 1 + row-id map 3 + counts 2 + DtoH 1 + grid counts 5 + grid
+      DtoH 4 = 16; data gradient: the unpermute of the gradient 1;
+    - chunk sort and unsort (32 local experts): forward the sort 1 + its map 1 = 2, data
+      gradient the re-sort 1;
     - FC1 / FC2: one GEMM per local expert in every phase = 32;
-    - unpermute forward: 1 + chunk sort 2 + shared-expert add 1 = 4; data gradient 1 + 1 = 2."""
+    - unpermute forward: 1 + shared-expert add 1 = 2; data gradient 1."""
     group = _moe_group(deepseek_like(), ep=8, dp=8)
     layer = MoeLayerHost(
         dispatcher=DispatcherType.ALLTOALL, load_balancing=LoadBalancing.AUX_LOSS, expert_bias=True
@@ -88,16 +92,20 @@ def test_deepseek_like_alltoall_ep8_bf16_counts() -> None:
         ("router", "fwd"): 9,
         ("router", "agrad"): 6,
         ("router", "wgrad"): 1,
-        ("moe_permute", "fwd"): 18,
-        ("moe_permute", "agrad"): 2,
+        ("moe_permute", "fwd"): 16,
+        ("moe_permute", "agrad"): 1,
+        ("moe_sort_chunks", "fwd"): 2,
+        ("moe_sort_chunks", "agrad"): 1,
+        ("moe_unsort_chunks", "fwd"): 2,
+        ("moe_unsort_chunks", "agrad"): 1,
         ("expert_fc1", "fwd"): 32,
         ("expert_fc1", "agrad"): 32,
         ("expert_fc1", "wgrad"): 32,
         ("expert_fc2", "fwd"): 32,
         ("expert_fc2", "agrad"): 32,
         ("expert_fc2", "wgrad"): 32,
-        ("moe_unpermute", "fwd"): 4,
-        ("moe_unpermute", "agrad"): 2,
+        ("moe_unpermute", "fwd"): 2,
+        ("moe_unpermute", "agrad"): 1,
     }
 
 
@@ -118,15 +126,16 @@ def test_a_quantizing_recipe_adds_one_cast_per_split() -> None:
 def test_mixtral_like_without_an_expert_grid() -> None:
     """Mixtral (E = 8, softmax, aux loss, no expert bias, no shared experts) at ep 1: 8 local
     experts and no token exchange, so the alltoall preprocess has no grid counts nor their
-    copies: permute forward 1 + 3 + 2 + 2 + 1 = 9; unpermute forward 1 + 2 = 3; the router
-    forward 1 + 1 + 5 = 7. Without a load-balancing loss the router is 2 and 2."""
+    copies: permute forward 1 + 3 + 2 + 1 = 7; the chunk sort 1 + 1 = 2; unpermute forward 1;
+    the router forward 1 + 1 + 5 = 7. Without a load-balancing loss the router is 2 and 2."""
     group = _moe_group(mixtral_like())
     layer = MoeLayerHost(
         dispatcher=DispatcherType.ALLTOALL, load_balancing=LoadBalancing.AUX_LOSS, expert_bias=False
     )
     counts = _counts(group, layer, quantized=False)
-    assert counts[("moe_permute", "fwd")] == 9
-    assert counts[("moe_unpermute", "fwd")] == 3
+    assert counts[("moe_permute", "fwd")] == 7
+    assert counts[("moe_sort_chunks", "fwd")] == 2
+    assert counts[("moe_unpermute", "fwd")] == 1
     assert counts[("router", "fwd")] == 7
     assert counts[("expert_fc1", "fwd")] == 8
     free = replace(layer, load_balancing=LoadBalancing.NONE)
@@ -146,6 +155,7 @@ def test_the_flex_dispatcher_counts_the_permute_only() -> None:
     counts = _counts(group, layer, quantized=False)
     assert (counts[("moe_permute", "fwd")], counts[("moe_permute", "agrad")]) == (4, 1)
     assert (counts[("moe_unpermute", "fwd")], counts[("moe_unpermute", "agrad")]) == (1, 1)
+    assert ("moe_sort_chunks", "fwd") not in counts
 
 
 def test_collectives_and_dense_blocks_keep_one_op_per_call() -> None:
@@ -173,7 +183,8 @@ def test_collectives_and_dense_blocks_keep_one_op_per_call() -> None:
 
 def test_the_extras_enter_the_pass_exposure_exactly() -> None:
     """A forward pass with no GPU time exposes every host op: DeepSeek-like at ep 8 adds
-    (9 - 1) router + (18 - 1) permute + (4 - 1) unpermute = 28 ops to its IR tasks' count."""
+    (9 - 1) router + (16 - 1) permute + (2 - 1) x 2 chunk sorts + (2 - 1) unpermute = 26 ops
+    to its IR tasks' count."""
     group = _moe_group(deepseek_like(), ep=8, dp=8)
     host = training_host_dispatch(
         deepseek_like(), NoCudaGraphs(), SYSTEM_PRESETS["dgx-b200"], dispatcher=AllToAllDispatcher()
@@ -189,4 +200,4 @@ def test_the_extras_enter_the_pass_exposure_exactly() -> None:
     plain = exposed(host_ops)
     assert plain == pytest.approx(sum(host_ops(t) for t in forward) * host.op_s, rel=1e-12)
     extra = exposed(moe_layer_host_ops(group, host.moe, _bf16)) - plain
-    assert extra == pytest.approx(28 * host.op_s, rel=1e-9)
+    assert extra == pytest.approx(26 * host.op_s, rel=1e-9)

@@ -29,7 +29,7 @@ Ops are the IR's tasks (a grouped GEMM issued one call per expert,
 its tasks stand for beyond their one costed kernel (:func:`moe_extra_host_ops`, counted in the
 source as the performance recipes run it; :class:`MoeLayerHost`): the router's fused top-k and
 aux-loss kernels and their backward, the alltoall dispatcher's token-count arithmetic and
-device-to-host copies, the fused permute's row-id map, the per-local-expert chunk sort, and
+device-to-host copies, the fused permute's row-id map, the chunk sort's map, and
 Transformer Engine's per-split quantization of each grouped GEMM's input and output gradient
 under a low-precision recipe. Host-side work that launches no kernel (allocations, views,
 autograd bookkeeping, ``tolist``) is not counted, so the host time stays a lower bound.
@@ -204,9 +204,10 @@ ALLTOALL_GRID_DTOH_OPS = 4
 #: The fused permute's row-id map (TE ``make_row_id_map``: three Triton passes) before the
 #: permute kernel the IR costs.
 PERMUTE_ROW_ID_MAP_OPS = 3
-#: ``sort_chunks_by_idxs`` (fused) with more than one local expert: the chunk-sort map and the
-#: sort after the dispatch and again before the combine; the backward re-sorts with the map.
-CHUNK_SORT_OPS = (2, 1)
+#: ``sort_chunks_by_idxs`` (fused, TE ``sort_chunks_by_map``): the chunk-sort map
+#: (``make_chunk_sort_map``) before each forward sort the IR costs; the backward re-sorts with
+#: the saved map.
+CHUNK_SORT_MAP_OPS = 1
 #: ``output += shared_expert_output`` in the combine's postprocess.
 SHARED_EXPERT_ADD_OPS = 1
 
@@ -237,22 +238,22 @@ def moe_extra_host_ops(
         return 0
     alltoall = layer.dispatcher is DispatcherType.ALLTOALL
     side = 0 if forward else 1
-    sorted_chunks = alltoall and local_experts > 1
     if op is SemanticOpName.ROUTER:
         ops = ROUTER_TOPK_OPS[side] + (ROUTER_AUX_LOSS_OPS[side] if layer.aux_loss else 0)
         return ops + (ROUTER_EXPERT_BIAS_OPS if forward and layer.expert_bias else 0)
     if op is SemanticOpName.MOE_PERMUTE:
         if not forward:
-            return CHUNK_SORT_OPS[1] if sorted_chunks else 0
-        ops = PERMUTE_ROW_ID_MAP_OPS + (CHUNK_SORT_OPS[0] if sorted_chunks else 0)
+            return 0
+        ops = PERMUTE_ROW_ID_MAP_OPS
         if alltoall:
             ops += ALLTOALL_COUNT_OPS + ALLTOALL_DTOH_OPS
             if expert_grid:
                 ops += ALLTOALL_GRID_COUNT_OPS + ALLTOALL_GRID_DTOH_OPS
         return ops
+    if op in (SemanticOpName.MOE_SORT_CHUNKS, SemanticOpName.MOE_UNSORT_CHUNKS):
+        return CHUNK_SORT_MAP_OPS if forward else 0
     if op is SemanticOpName.MOE_UNPERMUTE:
-        ops = CHUNK_SORT_OPS[side] if sorted_chunks else 0
-        return ops + (SHARED_EXPERT_ADD_OPS if forward and shared_experts else 0)
+        return SHARED_EXPERT_ADD_OPS if forward and shared_experts else 0
     if op in (SemanticOpName.EXPERT_FC1, SemanticOpName.EXPERT_FC2):
         return local_experts if quantized else 0
     return 0

@@ -709,9 +709,20 @@ def expert_groups(spec: TrainingSpec, system: SystemSpec) -> dict[str, CommGroup
     }
 
 
+#: combined 1F1B's ``mlp`` node: Megatron-Core's ``routed_experts_compute`` (``moe_layer.py``
+#: @d98e8a64) runs the dispatcher's postprocess (the chunk sort), the experts and the
+#: combine's preprocess (the unsort)
 _EXPERT_NODE = frozenset(
-    {SemanticOpName.EXPERT_FC1, SemanticOpName.EXPERT_ACTIVATION, SemanticOpName.EXPERT_FC2}
+    {
+        SemanticOpName.MOE_SORT_CHUNKS,
+        SemanticOpName.EXPERT_FC1,
+        SemanticOpName.EXPERT_ACTIVATION,
+        SemanticOpName.EXPERT_FC2,
+        SemanticOpName.MOE_UNSORT_CHUNKS,
+    }
 )
+#: the lineage of the exchanges that deliver the experts' input (the first op after them)
+_DISPATCH_LINEAGE = frozenset({SemanticOpName.MOE_SORT_CHUNKS, SemanticOpName.EXPERT_FC1})
 
 
 def moe_layer_passes(
@@ -742,7 +753,7 @@ def moe_layer_passes(
                     task, system, precision
                 )
             case CollectiveTask(axis=axis) if axis in ep_groups:
-                side = dispatch if task.lineage.op is SemanticOpName.EXPERT_FC1 else combine
+                side = dispatch if task.lineage.op in _DISPATCH_LINEAGE else combine
                 side[task.phase] = side.get(task.phase, 0.0) + _dispatch_time(
                     task, system, ep_groups[axis]
                 )
