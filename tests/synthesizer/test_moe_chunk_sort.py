@@ -49,9 +49,7 @@ def test_the_exchanges_sit_outside_the_sort() -> None:
     ]
     sort = names.index(SemanticOpName.MOE_SORT_CHUNKS)
     unsort = names.index(SemanticOpName.MOE_UNSORT_CHUNKS)
-    dispatches = [
-        i for i, n in enumerate(names) if isinstance(n, str) and n.startswith("token_dispatch")
-    ]
+    dispatches = [i for i, n in enumerate(names) if n.startswith("token_dispatch")]
     assert dispatches and all(i < sort or i > unsort for i in dispatches)
     assert names[unsort + 1].startswith("token_dispatch")  # the combine
 
