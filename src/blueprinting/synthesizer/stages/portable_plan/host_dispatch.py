@@ -68,8 +68,10 @@ from blueprinting.synthesizer.stages.distributed.ir import (
 class MoeLayerHost:
     """What decides the kernels a MoE layer launches beyond its IR tasks
     (:func:`moe_extra_host_ops`): the dispatcher (``--moe-token-dispatcher-type``), whether the
-    router trains with an auxiliary loss (``aux_loss``, ``seq_aux_loss``, ``global_aux_loss``)
-    and whether it updates an expert bias (``--moe-router-enable-expert-bias``)."""
+    router trains with an auxiliary loss (``aux_loss``, ``seq_aux_loss``, ``global_aux_loss``;
+    the sequence-level and global variants are counted as the plain one, whose kernels they
+    share, a lower bound for their extra reshapes and tracker updates) and whether it updates
+    an expert bias (``--moe-router-enable-expert-bias``)."""
 
     dispatcher: DispatcherType
     load_balancing: LoadBalancing
