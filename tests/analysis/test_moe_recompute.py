@@ -121,16 +121,19 @@ def test_mla_up_proj_reruns_from_the_gathered_latents() -> None:
 
 
 def test_moe_module_reruns_the_layer_with_its_dispatch() -> None:
-    """The whole MoE layer: router to unpermute and the shared expert, with the dispatch and
-    combine exchanges of the forward (same bytes)."""
+    """The whole MoE layer: router to unpermute (with the alltoall dispatcher's chunk sort of
+    the 32 local experts) and the shared expert, with the dispatch and combine exchanges of the
+    forward (same bytes)."""
     ir = derive_training_block(deepseek_like(), _mapping(frozenset({M.MOE})))
     again = _recompute(ir.moe_block)
     assert _ops(again) == [
         SemanticOpName.ROUTER,
         SemanticOpName.MOE_PERMUTE,
+        SemanticOpName.MOE_SORT_CHUNKS,
         SemanticOpName.EXPERT_FC1,
         SemanticOpName.EXPERT_ACTIVATION,
         SemanticOpName.EXPERT_FC2,
+        SemanticOpName.MOE_UNSORT_CHUNKS,
         SemanticOpName.MOE_UNPERMUTE,
         SemanticOpName.SHARED_EXPERT_UP,
         SemanticOpName.SHARED_EXPERT_ACTIVATION,

@@ -13,7 +13,7 @@ from blueprinting.hardware.presets import SYSTEM_PRESETS
 from blueprinting.mapping.cuda_graphs import CudaGraphScope, TransformerEngineCudaGraphs
 from blueprinting.mapping.flat_keys import from_mapping
 from blueprinting.mapping.presets import model_preset
-from blueprinting.mapping.transformer import TrainingSpec
+from blueprinting.mapping.transformer import AllToAllDispatcher, TrainingSpec
 from blueprinting.synthesizer.stages.portable_plan.host_dispatch import (
     synced_pass_s,
     training_host_dispatch,
@@ -112,13 +112,15 @@ def test_drop_and_pad_has_no_host_sync() -> None:
     padded = _qwen(moe_expert_capacity_factor=1.0, moe_pad_expert_input_to_capacity=True)
     system = SYSTEM_PRESETS["dgx-b200"]
     assert (
-        training_host_dispatch(padded.model, padded.mapping.cuda_graphs, system).moe_forward_syncs
+        training_host_dispatch(
+            padded.model, padded.mapping.cuda_graphs, system, dispatcher=AllToAllDispatcher()
+        ).moe_forward_syncs
         == 0
     )
     dropless = _qwen()
     assert (
         training_host_dispatch(
-            dropless.model, dropless.mapping.cuda_graphs, system
+            dropless.model, dropless.mapping.cuda_graphs, system, dispatcher=AllToAllDispatcher()
         ).moe_forward_syncs
         == 1
     )
@@ -126,6 +128,7 @@ def test_drop_and_pad_has_no_host_sync() -> None:
         dropless.model,
         TransformerEngineCudaGraphs(scope=frozenset({CudaGraphScope.ATTN})),
         system,
+        dispatcher=AllToAllDispatcher(),
     ).captured
     assert captured == {CudaGraphScope.ATTN}
 

@@ -89,6 +89,9 @@ def _mapping(
     )
 
 
+_CHUNK_SORTS = (SemanticOpName.MOE_SORT_CHUNKS, SemanticOpName.MOE_UNSORT_CHUNKS)
+
+
 def _moe(ir: DistributedTaskIR) -> tuple[ComputeTask | CollectiveTask, ...]:
     assert ir.moe_block is not None
     return ir.moe_block.tasks
@@ -192,7 +195,8 @@ def test_allgather_and_flex_bytes() -> None:
 @given(tp=st.sampled_from([1, 2, 4]), ep=st.sampled_from([1, 2, 4, 8]))
 def test_moe_work_is_conserved_over_tp(tp: int, ep: int) -> None:
     """Every MoE-layer task's local work x its lineage shards is the same global work at any
-    t and ep (the routed path is token-sharded under sequence parallelism)."""
+    t and ep (the routed path is token-sharded under sequence parallelism). The chunk sort of
+    the alltoall dispatcher (more than one local expert) has no GEMM work and is left out."""
     model = mixtral_like()
     base = derive_training_block(model, _mapping(ep=1, dp=8))
     ir = derive_training_block(model, _mapping(tp=tp, ep=ep, dp=8))
@@ -200,7 +204,7 @@ def test_moe_work_is_conserved_over_tp(tp: int, ep: int) -> None:
     def global_work(x: DistributedTaskIR) -> dict[tuple[str, str], int]:
         out: dict[tuple[str, str], int] = {}
         for t in _moe(x):
-            if isinstance(t, ComputeTask):
+            if isinstance(t, ComputeTask) and t.lineage.op not in _CHUNK_SORTS:
                 key = (t.lineage.op.value, t.phase.value)
                 out[key] = out.get(key, 0) + t.work.matrix_flops * t.lineage.shards
         return out

@@ -355,10 +355,14 @@ def test_the_planned_runs_stay_within_todays_bounds(planned: MoeValidation) -> N
     B200 at EP8, and 20% fast at EP32 on B200 (its DeepEP all-to-alls cross the NIC once per
     remote node: 48% slow when each remote rank's copy crossed it). Since the MXFP8 GEMM shape
     fit (presets.MXFP8_GEMM_FIT) and the fitted cast rates: median 33.4%, DeepSeek-V3 on GB200
-    16-30% fast."""
+    16-30% fast. Since the MoE layer's kernels are counted from the source (host dispatch) and
+    the alltoall chunk sort is costed: median 30.1%, max 64.8%, Qwen3-30B-A3B's GB200 rows
+    19-31% fast (19-38% before), DeepSeek-V3 on B200 at EP8 32-43% fast."""
     errors = {row.run_id: row.relative_error or 0.0 for row in planned.planned_rows}
     median = planned.gate(MoeGate.MEDIAN_ERROR).value
-    assert median is not None and 0.28 <= median <= 0.40
+    assert median is not None and 0.27 <= median <= 0.33
+    largest = planned.gate(MoeGate.MAX_ERROR).value
+    assert largest is not None and 0.60 <= largest <= 0.68
     rows = {row.run_id: row for row in planned.planned_rows}
     deepseek = {run: error for run, error in errors.items() if "deepseekv3" in run}
     gb200 = [error for run, error in deepseek.items() if "_gb200_" in run]
@@ -366,24 +370,26 @@ def test_the_planned_runs_stay_within_todays_bounds(planned: MoeValidation) -> N
     assert len(gb200) == 9 and all(-0.40 <= error <= -0.13 for error in gb200)
     ep8 = [error for run, error in b200.items() if rows[run].expert_parallel == 8]
     ep32 = [error for run, error in b200.items() if rows[run].expert_parallel == 32]
-    assert len(ep8) == 6 and all(-0.50 <= error <= -0.33 for error in ep8)
+    assert len(ep8) == 6 and all(-0.50 <= error <= -0.30 for error in ep8)
     assert len(ep32) == 1 and -0.30 <= ep32[0] <= -0.10
     others = [error for run, error in errors.items() if run not in deepseek]
     # Qwen3-30B-A3B on H100 -4.9% .. -6.3% since the recipes' quantization kernels are costed
-    assert all(-0.80 <= error <= -0.04 for error in others)
+    assert all(-0.68 <= error <= -0.04 for error in others)
+    qwen_gb200 = [e for run, e in errors.items() if "qwen3" in run and "_gb200_" in run]
+    assert len(qwen_gb200) == 10 and all(-0.34 <= error <= -0.17 for error in qwen_gb200)
 
 
 @pytest.mark.xfail(
     strict=True,
     reason=(
-        "61 of 65 MoE runs planned: median |error| 34.8% (limit 10%), max 73.5% (limit 25%), "
-        "every run predicted fast: Qwen3-30B-A3B and GPT-OSS-120B 5-74%, DeepSeek-V3 18-47%. "
-        "The host-dispatch term (host_exposed: one op per IR task at TransformerEngine issue "
+        "61 of 65 MoE runs planned: median |error| 30.1% (limit 10%), max 64.8% (limit 25%), "
+        "every run predicted fast: Qwen3-30B-A3B and GPT-OSS-120B 5-65%, DeepSeek-V3 16-43%. "
+        "The host-dispatch term (host_exposed: one op per IR task plus the MoE layer's kernels "
+        "as counted in Megatron-Core / Transformer Engine's source, at TransformerEngine issue "
         "#2053's measured 13.48 us Xeon / 37.08 us Grace, the dropless host sync timed op by op, "
-        "CUDA graphs as the recipes set them) moves the rows by 0-2 points: Qwen3-30B-A3B on "
-        "B200 at micro-batch 1 is measured 2.8-2.9x slower per token than at micro-batch 4 and "
-        "predicted 11-21% slower; a real MoE layer launches many more kernels than its IR "
-        "tasks, and no cited per-kernel count says how many"
+        "CUDA graphs as the recipes set them): Qwen3-30B-A3B on B200 at micro-batch 1 is "
+        "measured 2.8-2.9x slower per token than at micro-batch 4 and predicted 39-54% slower; "
+        "the rest is not in the cited sources read"
     ),
 )
 def test_issue_gate_on_the_planned_runs(planned: MoeValidation) -> None:

@@ -168,7 +168,7 @@ def _local_block_costs(
         ep_groups=dict(ep_groups),
         dispatch_overlap=dispatcher_overlaps(experts.dispatcher),
         delay_wgrad=delays_wgrad(experts.dispatcher),
-        host=training_host_dispatch(model, cuda_graphs, system),
+        host=training_host_dispatch(model, cuda_graphs, system, dispatcher=experts.dispatcher),
     )
 
 

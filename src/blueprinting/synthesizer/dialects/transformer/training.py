@@ -75,6 +75,7 @@ from blueprinting.mapping.transformer import (
     AllToAllDispatcher,
     AttentionKernel,
     ContextParallel,
+    DispatcherType,
     ExpertParallel,
     FlexBackend,
     FlexDispatcher,
@@ -86,6 +87,7 @@ from blueprinting.mapping.transformer import (
     TokenDispatcher,
     UnfusedAttention,
     dispatcher_overlaps,
+    dispatcher_type,
 )
 
 
@@ -152,9 +154,11 @@ class SemanticOpName(StrEnum):
     # mixture of experts (replace the MLP on MoE layers)
     ROUTER = "router"
     MOE_PERMUTE = "moe_permute"
+    MOE_SORT_CHUNKS = "moe_sort_chunks"  # received rows into local-expert order (alltoall)
     EXPERT_FC1 = "expert_fc1"
     EXPERT_ACTIVATION = "expert_activation"
     EXPERT_FC2 = "expert_fc2"
+    MOE_UNSORT_CHUNKS = "moe_unsort_chunks"  # back into source-rank order before the combine
     MOE_UNPERMUTE = "moe_unpermute"
     SHARED_EXPERT_UP = "shared_expert_up"
     SHARED_EXPERT_ACTIVATION = "shared_expert_activation"
@@ -755,6 +759,17 @@ class ExpertDims:
     shared_ffn: int
     expert_degree: int
     expert_tensor_degree: int
+    #: ``--moe-token-dispatcher-type``: whether the received rows are sorted by local expert
+    dispatcher: DispatcherType
+
+    @property
+    def sorts_chunks(self) -> bool:
+        """Whether the received rows are sorted into local-expert order after the dispatch and
+        back before the combine: the alltoall dispatcher's ``sort_chunks_by_idxs`` with more
+        than one local expert (Megatron-LM @d98e8a64 ``moe/token_dispatcher.py``
+        ``dispatch_postprocess`` / ``combine_preprocess``; the flex dispatchers' kernels write
+        expert order themselves)."""
+        return self.dispatcher is DispatcherType.ALLTOALL and self.local_experts > 1
 
     @property
     def rows_per_expert(self) -> int:
@@ -796,6 +811,7 @@ def expert_dims(
         shared_ffn=moe.shared_expert_ffn_hidden_size // tp,
         expert_degree=experts.degree,
         expert_tensor_degree=u,
+        dispatcher=dispatcher_type(experts.dispatcher),
     )
 
 
@@ -1027,6 +1043,22 @@ _ROUTER_FLOPS = (6, 6)
 PERMUTE_INDEX_BYTES = 8
 
 
+def _chunk_sort(name: SemanticOpName, elems: int, *, width_bytes: int) -> SemanticOp:
+    """A row permutation of ``elems`` hidden values (TE's fused ``sort_chunks_by_map``): one
+    read and one write of the rows in each direction, no arithmetic (the routing
+    probabilities sorted beside them, 4 B per row, are not counted: 1/h of the rows' bytes)."""
+    moved = Work(bytes_read=elems * width_bytes, bytes_written=elems * width_bytes)
+    return SemanticOp(
+        name=name,
+        kind=OpKind.ELEMENTWISE,
+        sharding=TpSharding.TOKENS,
+        shard_dim=ShardDim.SEQ,
+        forward=moved,
+        activation_grad=moved,
+        weight_grad=Work(),
+    )
+
+
 def _moe_ops(
     model: TransformerModelSpec, dims: BlockDims, ex: ExpertDims, *, width_bytes: int
 ) -> tuple[SemanticOp, ...]:
@@ -1056,6 +1088,10 @@ def _moe_ops(
         forward=replace(gate.forward, vector_flops=_ROUTER_FLOPS[0] * scores),
         activation_grad=replace(gate.activation_grad, vector_flops=_ROUTER_FLOPS[1] * scores),
     )
+    sort, unsort = (
+        _chunk_sort(name, ex.received * h, width_bytes=e)
+        for name in (SemanticOpName.MOE_SORT_CHUNKS, SemanticOpName.MOE_UNSORT_CHUNKS)
+    )
     ops: list[SemanticOp] = [
         router,
         _elementwise(
@@ -1068,6 +1104,7 @@ def _moe_ops(
             inputs=1,
             width_bytes=e,
         ),
+        *((sort,) if ex.sorts_chunks else ()),
         _grouped_gemm(
             SemanticOpName.EXPERT_FC1,
             GemmShape(m=rows, n=h, k=up, batch=g, calls=BatchedGemmCalls.CALL_PER_MEMBER),
@@ -1089,6 +1126,7 @@ def _moe_ops(
             bias=bias,
             width_bytes=e,
         ),
+        *((unsort,) if ex.sorts_chunks else ()),
         _elementwise(
             SemanticOpName.MOE_UNPERMUTE,
             TpSharding.TOKENS,
@@ -1607,7 +1645,13 @@ def expert_exchanges(
     h = model.hidden_size
     u, ep = ex.expert_tensor_degree, ex.expert_degree
     fw, bw = Direction.FORWARD, Direction.BACKWARD
-    first, last = SemanticOpName.EXPERT_FC1, SemanticOpName.EXPERT_FC2
+    # the alltoall dispatcher's exchanges sit outside its chunk sort (dispatch_postprocess
+    # sorts what the all-to-all and the ETP all-gather delivered)
+    first, last = (
+        (SemanticOpName.MOE_SORT_CHUNKS, SemanticOpName.MOE_UNSORT_CHUNKS)
+        if ex.sorts_chunks
+        else (SemanticOpName.EXPERT_FC1, SemanticOpName.EXPERT_FC2)
+    )
     dispatch = CollectivePurpose.TOKEN_DISPATCH
     gamma = ex.received / max(1, ex.routed * u)
 
@@ -1861,9 +1905,11 @@ RECOMPUTE_MODULE_OPS: dict[RecomputeModule, frozenset[SemanticOpName]] = {
         {
             SemanticOpName.ROUTER,
             SemanticOpName.MOE_PERMUTE,
+            SemanticOpName.MOE_SORT_CHUNKS,
             SemanticOpName.EXPERT_FC1,
             SemanticOpName.EXPERT_ACTIVATION,
             SemanticOpName.EXPERT_FC2,
+            SemanticOpName.MOE_UNSORT_CHUNKS,
             SemanticOpName.MOE_UNPERMUTE,
         }
     )

@@ -22,11 +22,17 @@ host stays ahead of the GPU, and exposed where it cannot:
 CUDA graphs over a scope (:mod:`blueprinting.mapping.cuda_graphs`) replay its ops without the
 host: a captured scope costs one host op per pass (its graph launch: a graphed callable is one
 autograd function call) instead of one per op; ``full_iteration`` captures the whole step, and
-no host time is charged. Ops are the IR's tasks (a grouped GEMM issued one call per expert,
-``BatchedGemmCalls.CALL_PER_MEMBER``, counts one op per call; Transformer Engine's
-``GroupedLinear`` issues per-expert ``torch.empty`` / split work too, TransformerEngine issue
-#1499): fewer than the kernels a real layer launches (the router's top-k, softmax and aux-loss
-passes, permute metadata, FP8 casts), so the host time is a lower bound.
+no host time is charged.
+
+Ops are the IR's tasks (a grouped GEMM issued one call per expert,
+``BatchedGemmCalls.CALL_PER_MEMBER``, counts one op per call), and on a MoE layer the kernels
+its tasks stand for beyond their one costed kernel (:func:`moe_extra_host_ops`, counted in the
+source as the performance recipes run it; :class:`MoeLayerHost`): the router's fused top-k and
+aux-loss kernels and their backward, the alltoall dispatcher's token-count arithmetic and
+device-to-host copies, the fused permute's row-id map, the chunk sort's map, and
+Transformer Engine's per-split quantization of each grouped GEMM's input and output gradient
+under a low-precision recipe. Host-side work that launches no kernel (allocations, views,
+autograd bookkeeping, ``tolist``) is not counted, so the host time stays a lower bound.
 
 The per-op host cost is :func:`blueprinting.hardware.host.host_op_s` (a measured figure, not
 fitted on any validated row).
@@ -41,7 +47,8 @@ from typing import assert_never, final
 from blueprinting.hardware.host import host_op_s
 from blueprinting.hardware.system import SystemSpec
 from blueprinting.mapping.cuda_graphs import CudaGraphs, CudaGraphScope, captured_scopes
-from blueprinting.mapping.model import CapacityFactor, TransformerModelSpec
+from blueprinting.mapping.model import CapacityFactor, LoadBalancing, TransformerModelSpec
+from blueprinting.mapping.transformer import DispatcherType, TokenDispatcher, dispatcher_type
 from blueprinting.synthesizer.dialects.transformer.training import (
     BatchedGemmCalls,
     CollectivePurpose,
@@ -58,14 +65,44 @@ from blueprinting.synthesizer.stages.distributed.ir import (
 
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
+class MoeLayerHost:
+    """What decides the kernels a MoE layer launches beyond its IR tasks
+    (:func:`moe_extra_host_ops`): the dispatcher (``--moe-token-dispatcher-type``), whether the
+    router trains with an auxiliary loss (``aux_loss``, ``seq_aux_loss``, ``global_aux_loss``;
+    the sequence-level and global variants are counted as the plain one, whose kernels they
+    share, a lower bound for their extra reshapes and tracker updates) and whether it updates
+    an expert bias (``--moe-router-enable-expert-bias``)."""
+
+    dispatcher: DispatcherType
+    load_balancing: LoadBalancing
+    expert_bias: bool
+
+    @property
+    def aux_loss(self) -> bool:
+        return self.load_balancing in (
+            LoadBalancing.AUX_LOSS,
+            LoadBalancing.SEQ_AUX_LOSS,
+            LoadBalancing.GLOBAL_AUX_LOSS,
+        )
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
 class HostDispatch:
     """What the host issues for a strategy on a system: ``op_s`` per op, the CUDA graph
-    scopes that replay instead (``captured``), and the host syncs of one MoE layer's forward
-    pass (``moe_forward_syncs``: 1 dropless, 0 drop-and-pad)."""
+    scopes that replay instead (``captured``), the host syncs of one MoE layer's forward
+    pass (``moe_forward_syncs``: 1 dropless, 0 drop-and-pad) and what its MoE layer launches
+    beyond its IR tasks (``moe``; None: a dense model)."""
 
     op_s: float
     captured: frozenset[CudaGraphScope] = frozenset()
     moe_forward_syncs: int = 1
+    moe: MoeLayerHost | None = None
+
+    @property
+    def dense_key(self) -> tuple[float, frozenset[CudaGraphScope], int]:
+        """The fields a dense block's host time reads (``moe`` only touches MoE layers)."""
+        return (self.op_s, self.captured, self.moe_forward_syncs)
 
     @property
     def full_iteration(self) -> bool:
@@ -136,6 +173,132 @@ def host_ops(task: Task) -> int:
             assert_never(unreachable)
 
 
+# Kernels a MoE layer's IR task launches beyond its one costed kernel, counted in the source
+# the Megatron-Bridge performance recipes run (``moe_router_fusion``, ``moe_permute_fusion``,
+# ``moe_grouped_gemm``, dropless): NVIDIA/Megatron-LM @d98e8a64 ``megatron/core/transformer/
+# moe/router.py`` (``TopKRouter.routing``, ``_apply_aux_loss``, ``_apply_expert_bias``),
+# ``moe_utils.py`` and ``token_dispatcher.py`` (``MoEAlltoAllTokenDispatcher``), and
+# NVIDIA/TransformerEngine @d0067d0d ``transformer_engine/pytorch/module/grouped_linear.py``
+# (the ``m_splits`` path) and ``pytorch/triton/permutation.py``. A kernel counts as one host op at
+# the measured per-op cost; allocations, views and host-only bookkeeping are not counted.
+
+#: The fused top-k with score function (TE ``fused_topk_with_score_function``): one kernel in
+#: the forward, one in the backward, beside the gate GEMM the IR costs.
+ROUTER_TOPK_OPS = (1, 1)
+#: An auxiliary loss (forward): the fused aux-loss scores, ``routing_map.sum(dim=0)``, the fused
+#: loss (TE ``fused_moe_aux_loss``), and the metrics tracker's ``aux_loss / coeff`` and
+#: ``values[layer] += loss``; the reduction of the counts over tp x cp is not counted (no kernel
+#: at tp x cp = 1). Backward: ``MoEAuxLossAutoScaler``'s ``ones_like`` and scale multiply, the
+#: fused loss's and the scores' backward.
+ROUTER_AUX_LOSS_OPS = (5, 4)
+#: The expert-bias bookkeeping (forward only): ``local_tokens_per_expert += routing_map.sum(0)``.
+ROUTER_EXPERT_BIAS_OPS = 2
+#: The alltoall dispatcher's ``preprocess``: ``routing_map.sum(dim=0).long()`` (always), then
+#: under an expert grid (ep x etp > 1) the input splits' sum, the gathered counts' contiguous
+#: slice and three sums (``num_global_tokens_per_rank``, ``output_splits_tp``,
+#: ``num_tokens_per_local_expert``).
+ALLTOALL_COUNT_OPS = 2
+ALLTOALL_GRID_COUNT_OPS = 5
+#: ``_maybe_dtoh_and_synchronize``'s device-to-host copies: the tokens per expert, and under an
+#: expert grid the input, output and TP output splits.
+ALLTOALL_DTOH_OPS = 1
+ALLTOALL_GRID_DTOH_OPS = 4
+#: The fused permute's row-id map (TE ``make_row_id_map``: three Triton passes) before the
+#: permute kernel the IR costs.
+PERMUTE_ROW_ID_MAP_OPS = 3
+#: ``sort_chunks_by_idxs`` (fused, TE ``sort_chunks_by_map``): the chunk-sort map
+#: (``make_chunk_sort_map``) before each forward sort the IR costs; the backward re-sorts with
+#: the saved map.
+CHUNK_SORT_MAP_OPS = 1
+#: ``output += shared_expert_output`` in the combine's postprocess.
+SHARED_EXPERT_ADD_OPS = 1
+
+
+def _forward_like(phase: Phase) -> bool:
+    return phase in (Phase.FORWARD, Phase.RECOMPUTE)
+
+
+def moe_extra_host_ops(
+    task: ComputeTask,
+    layer: MoeLayerHost,
+    *,
+    local_experts: int,
+    expert_grid: bool,
+    shared_experts: bool,
+    quantized: bool,
+) -> int:
+    """Kernels ``task`` of a MoE layer launches beyond the one its cost counts (the constants
+    above): ``local_experts`` the grouped GEMMs' splits, ``expert_grid`` whether the layer
+    exchanges tokens (ep x etp > 1), ``quantized`` whether the task's GEMM quantizes its input
+    or output gradient (Transformer Engine's ``split_quantize``: one cast kernel per split).
+    The router's auxiliary loss is counted on every forward run, the recompute's too (Megatron
+    skips it only without autograd). The backward's extras sit on the data-gradient task."""
+    op, phase = task.lineage.op, task.phase
+    forward = _forward_like(phase)
+    backward = phase is Phase.BACKWARD_ACTIVATION_GRAD
+    if not (forward or backward):
+        return 0
+    alltoall = layer.dispatcher is DispatcherType.ALLTOALL
+    side = 0 if forward else 1
+    if op is SemanticOpName.ROUTER:
+        ops = ROUTER_TOPK_OPS[side] + (ROUTER_AUX_LOSS_OPS[side] if layer.aux_loss else 0)
+        return ops + (ROUTER_EXPERT_BIAS_OPS if forward and layer.expert_bias else 0)
+    if op is SemanticOpName.MOE_PERMUTE:
+        if not forward:
+            return 0
+        ops = PERMUTE_ROW_ID_MAP_OPS
+        if alltoall:
+            ops += ALLTOALL_COUNT_OPS + ALLTOALL_DTOH_OPS
+            if expert_grid:
+                ops += ALLTOALL_GRID_COUNT_OPS + ALLTOALL_GRID_DTOH_OPS
+        return ops
+    if op in (SemanticOpName.MOE_SORT_CHUNKS, SemanticOpName.MOE_UNSORT_CHUNKS):
+        return CHUNK_SORT_MAP_OPS if forward else 0
+    if op is SemanticOpName.MOE_UNPERMUTE:
+        return SHARED_EXPERT_ADD_OPS if forward and shared_experts else 0
+    if op in (SemanticOpName.EXPERT_FC1, SemanticOpName.EXPERT_FC2):
+        return local_experts if quantized else 0
+    return 0
+
+
+def moe_layer_host_ops(
+    group: TaskGroup, layer: MoeLayerHost, quantized: Callable[[ComputeTask], bool]
+) -> Callable[[Task], int]:
+    """The host ops of each task of a MoE block's ``group``: :func:`host_ops` plus
+    :func:`moe_extra_host_ops`, with the layer's facts read off its tasks (the local experts
+    from the grouped GEMM's batch, the expert grid from its token dispatch)."""
+    local_experts = 1
+    expert_grid = shared = False
+    for t in group.tasks:
+        match t:
+            case ComputeTask(lineage=lineage, gemm=gemm):
+                if lineage.op is SemanticOpName.EXPERT_FC1 and gemm is not None:
+                    local_experts = gemm.batch
+                shared = shared or lineage.op is SemanticOpName.SHARED_EXPERT_UP
+            case CollectiveTask(purpose=purpose):
+                expert_grid = expert_grid or purpose is CollectivePurpose.TOKEN_DISPATCH
+            case _ as unreachable:
+                assert_never(unreachable)
+
+    def ops(task: Task) -> int:
+        match task:
+            case ComputeTask():
+                return host_ops(task) + moe_extra_host_ops(
+                    task,
+                    layer,
+                    local_experts=local_experts,
+                    expert_grid=expert_grid,
+                    shared_experts=shared,
+                    quantized=quantized(task),
+                )
+            case CollectiveTask():
+                return host_ops(task)
+            case _ as unreachable:
+                assert_never(unreachable)
+
+    return ops
+
+
 def synced_pass_s(issue_s: Sequence[float], gpu_s: Sequence[float]) -> float:
     """The GPU time of a pass that starts from an empty queue: op k is issued at the sum of
     the issue times before it and its own, and starts when issued and the op before it has
@@ -167,10 +330,13 @@ def pass_host_exposed_s(
     *,
     moe_layer: bool,
     synced: bool,
+    task_ops: Callable[[Task], int] = host_ops,
 ) -> float:
     """The host time one layer pass exposes (module docstring): ``tasks`` in issue order,
     ``gpu_total_s`` the pass's critical path on the GPU (the per-task times are scaled to it,
-    so overlapped communication keeps its share), ``synced``: the pass holds a host sync."""
+    so overlapped communication keeps its share), ``synced``: the pass holds a host sync,
+    ``task_ops`` the host ops of an uncaptured task (:func:`moe_layer_host_ops` on a MoE
+    layer)."""
     if host.full_iteration or not tasks:
         return 0.0
     issue: list[float] = []
@@ -183,7 +349,7 @@ def pass_host_exposed_s(
             issue.append(0.0 if scope in graphs else host.op_s)
             graphs.add(scope)
         else:
-            issue.append(host_ops(task) * host.op_s)
+            issue.append(task_ops(task) * host.op_s)
     if not synced:
         return max(0.0, sum(issue) - gpu_total_s)
     raw = [task_gpu_s(task) for task in tasks]
@@ -207,9 +373,14 @@ def moe_pass_synced(group: TaskGroup, phase: Phase, host: HostDispatch) -> bool:
 
 
 def training_host_dispatch(
-    model: TransformerModelSpec, graphs: CudaGraphs, system: SystemSpec
+    model: TransformerModelSpec,
+    graphs: CudaGraphs,
+    system: SystemSpec,
+    *,
+    dispatcher: TokenDispatcher,
 ) -> HostDispatch:
-    """What the host issues for ``model`` under ``graphs`` on ``system``."""
+    """What the host issues for ``model`` under ``graphs`` on ``system``, its MoE layers'
+    tokens dispatched by ``dispatcher``."""
     moe = model.moe
     static = (
         moe is not None
@@ -220,4 +391,11 @@ def training_host_dispatch(
         op_s=host_op_s(system.host_cpu),
         captured=captured_scopes(graphs, model),
         moe_forward_syncs=0 if static else 1,
+        moe=None
+        if moe is None
+        else MoeLayerHost(
+            dispatcher=dispatcher_type(dispatcher),
+            load_balancing=moe.load_balancing,
+            expert_bias=moe.expert_bias,
+        ),
     )

@@ -97,6 +97,8 @@ from blueprinting.synthesizer.stages.portable_plan.ep_overlap import (
 )
 from blueprinting.synthesizer.stages.portable_plan.host_dispatch import (
     HostDispatch,
+    host_ops,
+    moe_layer_host_ops,
     moe_pass_synced,
     pass_host_exposed_s,
     training_host_dispatch,
@@ -271,14 +273,16 @@ def cost_task_groups(
     def hosted(group: TaskGroup, cost: BlockCost, *, moe_layer: bool) -> BlockCost:
         if host is None:
             return cost
-        return _with_host_exposure(group, cost, host, task_gpu_s, moe_layer=moe_layer)
+        return _with_host_exposure(
+            group, cost, host, task_gpu_s, precision=precision, system=system, moe_layer=moe_layer
+        )
 
     # the dense groups have no expert-axis task, so the expert communicators are not in the key
     memo = _system_memo(system)
     context_key = (tp_group, precision, tuple(sorted(groups.items())))
 
     def dense_block_cost(group: TaskGroup) -> BlockCost:
-        key = (id(group), overlap, host, *context_key)
+        key = (id(group), overlap, host.dense_key if host else None, *context_key)
         found = memo.blocks.get(key)
         if found is None or found[0] is not group:
             if len(memo.blocks) >= _MEMO_GROUPS:
@@ -497,7 +501,10 @@ class CostDistributedTasks:
                 ),
                 delay_wgrad=delays_wgrad(ctx.spec.mapping.parallelism.experts.dispatcher),
                 host=training_host_dispatch(
-                    ctx.spec.model, ctx.spec.mapping.cuda_graphs, ctx.system
+                    ctx.spec.model,
+                    ctx.spec.mapping.cuda_graphs,
+                    ctx.system,
+                    dispatcher=ctx.spec.mapping.parallelism.experts.dispatcher,
                 ),
             )
 
@@ -616,17 +623,38 @@ def _with_host_exposure(
     host: HostDispatch,
     task_gpu_s: Callable[[Task], float],
     *,
+    precision: OpPrecision,
+    system: SystemSpec,
     moe_layer: bool,
 ) -> BlockCost:
     """``cost`` with the host issue time each pass exposes (:mod:`.host_dispatch`): the
     forward, the backward (its data- and weight-gradient phases issued as one pass, booked on
-    the data-gradient phase) and the recompute."""
+    the data-gradient phase) and the recompute. A MoE layer's tasks issue the kernels
+    :func:`moe_layer_host_ops` counts, the grouped GEMMs' per-split casts where the same
+    :meth:`OpPrecision.quantized_bytes` that times them says they quantize."""
+    native = reads_fp8_columnwise(system)
+
+    def quantized(task: ComputeTask) -> bool:
+        if task.gemm is None:
+            return False
+        return (
+            precision.quantized_bytes(
+                task.lineage.op, task.phase, task.gemm, native_columnwise_fp8=native
+            )
+            > 0
+        )
+
+    task_ops = (
+        moe_layer_host_ops(group, host.moe, quantized)
+        if moe_layer and host.moe is not None
+        else host_ops
+    )
 
     def exposed(phases: tuple[Phase, ...], gpu_s: float) -> float:
         tasks = [t for t in group.tasks if t.phase in phases]
         synced = moe_layer and moe_pass_synced(group, phases[0], host)
         return pass_host_exposed_s(
-            tasks, gpu_s, task_gpu_s, host, moe_layer=moe_layer, synced=synced
+            tasks, gpu_s, task_gpu_s, host, moe_layer=moe_layer, synced=synced, task_ops=task_ops
         )
 
     fw, agrad, wgrad, recompute = (
@@ -681,9 +709,20 @@ def expert_groups(spec: TrainingSpec, system: SystemSpec) -> dict[str, CommGroup
     }
 
 
+#: combined 1F1B's ``mlp`` node: Megatron-Core's ``routed_experts_compute`` (``moe_layer.py``
+#: @d98e8a64) runs the dispatcher's postprocess (the chunk sort), the experts and the
+#: combine's preprocess (the unsort)
 _EXPERT_NODE = frozenset(
-    {SemanticOpName.EXPERT_FC1, SemanticOpName.EXPERT_ACTIVATION, SemanticOpName.EXPERT_FC2}
+    {
+        SemanticOpName.MOE_SORT_CHUNKS,
+        SemanticOpName.EXPERT_FC1,
+        SemanticOpName.EXPERT_ACTIVATION,
+        SemanticOpName.EXPERT_FC2,
+        SemanticOpName.MOE_UNSORT_CHUNKS,
+    }
 )
+#: the lineage of the exchanges that deliver the experts' input (the first op after them)
+_DISPATCH_LINEAGE = frozenset({SemanticOpName.MOE_SORT_CHUNKS, SemanticOpName.EXPERT_FC1})
 
 
 def moe_layer_passes(
@@ -714,7 +753,7 @@ def moe_layer_passes(
                     task, system, precision
                 )
             case CollectiveTask(axis=axis) if axis in ep_groups:
-                side = dispatch if task.lineage.op is SemanticOpName.EXPERT_FC1 else combine
+                side = dispatch if task.lineage.op in _DISPATCH_LINEAGE else combine
                 side[task.phase] = side.get(task.phase, 0.0) + _dispatch_time(
                     task, system, ep_groups[axis]
                 )
