@@ -84,7 +84,15 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 from blueprinting.errors import ConfigError, UnsupportedError
-from blueprinting.hardware.system import RuntimeMemory
+from blueprinting.hardware.system import (
+    BulkCollectives,
+    Communicator,
+    CommunicatorUse,
+    PeerSends,
+    RuntimeMemory,
+    ScalarCollectives,
+    members_in_domain,
+)
 from blueprinting.mapping.model import (
     Datatype,
     EmbeddingTying,
@@ -944,7 +952,7 @@ class StageOverheads:
     backward finishes before the last block's begins); ``workspace``, cuBLAS / cuBLASLt
     workspaces; ``allocator_reserve``, what the caching allocator holds cached and free at the
     peak. Outside it: ``cuda_context`` and ``nccl_buffers`` (one set per communicator the rank
-    runs collectives on, :func:`communicator_sizes`).
+    runs collectives on, :func:`communicators`).
 
     The reserve is a model with this basis: PyTorch's ``CUDACachingAllocator`` never returns a
     segment to the driver during training (only ``empty_cache`` does) and serves a request from
@@ -962,26 +970,50 @@ class StageOverheads:
     peak: MemoryPeak
 
 
-def communicator_sizes(
-    *, tensor: int, pipeline: int, data: int, stage: int, tied: bool, context: int = 1
-) -> tuple[int, ...]:
-    """The sizes of the NCCL communicators a rank of ``stage`` runs collectives on (PyTorch
-    creates a communicator lazily, at a group's first collective): the world (start-up
-    barriers, loss and timer reductions), TP, DP (gradient reduction, the distributed
-    optimizer's gathers), PP (send / receive between neighbours), the model-parallel group
-    (the gradient-norm all-reduce across t x p) when both t and p exceed 1, and, with tied
+def communicators(
+    *,
+    tensor: int,
+    pipeline: int,
+    data: int,
+    stage: int,
+    tied: bool,
+    context: int = 1,
+    nvlink_domain: int | None = None,
+) -> tuple[Communicator, ...]:
+    """The NCCL communicators a rank of ``stage`` runs collectives on (PyTorch creates a
+    communicator lazily, at a group's first collective), each with its members in the rank's
+    NVLink domain of ``nvlink_domain`` consecutive ranks (None: the whole job in one domain)
+    and its use: the world (start-up barriers, loss and timer reductions), TP, DP (gradient
+    reduction, the distributed optimizer's gathers), PP (send / receive with the stage's one or
+    two neighbours: Megatron-Core's batched P2P on the pipeline group), the model-parallel
+    group (the gradient-norm all-reduce across t x p) when both t and p exceed 1, and, with tied
     embeddings and p > 1, the two-rank embedding group of the first and last stage
     (Megatron-Core ``parallel_state.py``). Under context parallelism the gradients reduce over
-    the d x cp group instead of the dp one, and the K/V exchanges run on the cp group."""
+    the d x cp group instead of the dp one, and the K/V exchanges run on the cp group. Ranks
+    are numbered tp, cp, dp, pp from fastest to slowest (Megatron-Core's default order)."""
     t, p, d, c = tensor, pipeline, data, context
-    sizes = [t * c * p * d, t, d * c, p]
+    world = t * c * p * d
+    domain = world if nvlink_domain is None else nvlink_domain
+
+    def placed(size: int, stride: int, use: CommunicatorUse) -> Communicator:
+        inside = members_in_domain(size=size, stride=stride, world=world, domain=domain)
+        return Communicator(size=size, in_domain=inside, use=use)
+
+    bulk, scalar = BulkCollectives(), ScalarCollectives()
+    found = [placed(world, 1, scalar), placed(t, 1, bulk), placed(d * c, t, bulk)]
+    if p > 1:
+        neighbours = 1 if p == 2 or stage in (0, p - 1) else 2
+        found.append(placed(p, t * c * d, PeerSends(peers=neighbours)))
     if c > 1:
-        sizes.append(c)
+        found.append(placed(c, t, bulk))
     if t > 1 and p > 1:
-        sizes.append(t * p)
+        # t adjacent ranks of each of p stages t x c x d apart
+        stages_inside = members_in_domain(size=p, stride=t * c * d, world=world, domain=domain)
+        tp_inside = members_in_domain(size=t, stride=1, world=world, domain=domain)
+        found.append(Communicator(size=t * p, in_domain=tp_inside * stages_inside, use=scalar))
     if tied and p > 1 and stage in (0, p - 1):
-        sizes.append(2)
-    return tuple(size for size in sizes if size > 1)
+        found.append(placed(2, (p - 1) * t * c * d, bulk))
+    return tuple(comm for comm in found if comm.size > 1)
 
 
 def nccl_buffer_bytes(
@@ -993,13 +1025,20 @@ def nccl_buffer_bytes(
     stage: int,
     tied: bool,
     context: int = 1,
+    nvlink_domain: int | None = None,
 ) -> int:
-    """NCCL's device buffers on one rank: one set per communicator of
-    :func:`communicator_sizes` (:meth:`RuntimeMemory.nccl_bytes`)."""
-    sizes = communicator_sizes(
-        tensor=tensor, pipeline=pipeline, data=data, stage=stage, tied=tied, context=context
+    """NCCL's device buffers on one rank: one set per communicator of :func:`communicators`
+    (:meth:`RuntimeMemory.nccl_bytes`)."""
+    found = communicators(
+        tensor=tensor,
+        pipeline=pipeline,
+        data=data,
+        stage=stage,
+        tied=tied,
+        context=context,
+        nvlink_domain=nvlink_domain,
     )
-    return sum(runtime.nccl_bytes(size) for size in sizes)
+    return sum(runtime.nccl_bytes(comm) for comm in found)
 
 
 class MemoryPeak(StrEnum):
@@ -1067,9 +1106,18 @@ def stage_overheads(
     *,
     stage: int,
     runtime: RuntimeMemory,
+    nvlink_domain: int | None = None,
 ) -> StageOverheads:
-    """:class:`StageOverheads` of one GPU on ``stage``."""
-    return _stage_overheads(model, mapping, stage, runtime, _StageInvariants.of(model, mapping))
+    """:class:`StageOverheads` of one GPU on ``stage`` (``nvlink_domain``: the GPUs of one
+    NVLink domain as the job is placed, None for one domain holding the job)."""
+    return _stage_overheads(
+        model,
+        mapping,
+        stage,
+        runtime,
+        _StageInvariants.of(model, mapping),
+        nvlink_domain=nvlink_domain,
+    )
 
 
 def _stage_overheads(
@@ -1078,6 +1126,8 @@ def _stage_overheads(
     stage: int,
     runtime: RuntimeMemory,
     inv: _StageInvariants,
+    *,
+    nvlink_domain: int | None,
 ) -> StageOverheads:
     _check_stage(stage, mapping.pipeline_degree)
     has_blocks = sum(inv.chunks[stage]) > 0
@@ -1095,6 +1145,7 @@ def _stage_overheads(
             stage=stage,
             tied=model.embeddings is EmbeddingTying.TIED,
             context=mapping.context_degree,
+            nvlink_domain=nvlink_domain,
         ),
         runtime=runtime,
     )
@@ -1314,9 +1365,12 @@ def stage_memory(
     stage: int,
     capacity_bytes: int,
     runtime: RuntimeMemory | None = None,
+    nvlink_domain: int | None = None,
 ) -> MemoryBreakdown:
     """Memory of one GPU on pipeline stage ``stage`` against an HBM capacity in bytes
-    (``runtime``: the system's :class:`RuntimeMemory`, its defaults when not given)."""
+    (``runtime``: the system's :class:`RuntimeMemory`, its defaults when not given;
+    ``nvlink_domain``: the GPUs of one NVLink domain as the job is placed,
+    ``NodeSpec.placed_domain_size``, None for one domain holding the job)."""
     _check_capacity(capacity_bytes)
     return _stage_memory(
         model,
@@ -1325,6 +1379,7 @@ def stage_memory(
         capacity_bytes,
         runtime=runtime if runtime is not None else RuntimeMemory(),
         inv=_StageInvariants.of(model, mapping),
+        nvlink_domain=nvlink_domain,
     )
 
 
@@ -1344,6 +1399,7 @@ def _stage_memory(
     *,
     runtime: RuntimeMemory,
     inv: _StageInvariants,
+    nvlink_domain: int | None,
 ) -> MemoryBreakdown:
     recipe = inv.recipe
     params = _stage_parameters(model, mapping, stage, inv)
@@ -1374,7 +1430,9 @@ def _stage_memory(
         optimizer_states=optimizer,
         activations=acts.layers_stored + acts.recompute_working,
         other=acts.embedding + acts.logits,
-        overheads=_stage_overheads(model, mapping, stage, runtime, inv),
+        overheads=_stage_overheads(
+            model, mapping, stage, runtime, inv, nvlink_domain=nvlink_domain
+        ),
         capacity=capacity_bytes,
         stage=stage,
         expert=expert_parts,
@@ -1426,13 +1484,22 @@ def memory_per_stage(
     *,
     capacity_bytes: int,
     runtime: RuntimeMemory | None = None,
+    nvlink_domain: int | None = None,
 ) -> tuple[MemoryBreakdown, ...]:
     """:func:`stage_memory` for every pipeline stage, stage 0 first."""
     _check_capacity(capacity_bytes)
     inv = _StageInvariants.of(model, mapping)
     chosen = runtime if runtime is not None else RuntimeMemory()
     return tuple(
-        _stage_memory(model, mapping, stage, capacity_bytes, runtime=chosen, inv=inv)
+        _stage_memory(
+            model,
+            mapping,
+            stage,
+            capacity_bytes,
+            runtime=chosen,
+            inv=inv,
+            nvlink_domain=nvlink_domain,
+        )
         for stage in range(mapping.pipeline_degree)
     )
 
@@ -1443,11 +1510,18 @@ def memory_per_gpu(
     *,
     capacity_bytes: int,
     runtime: RuntimeMemory | None = None,
+    nvlink_domain: int | None = None,
 ) -> MemoryBreakdown:
     """Memory of the most loaded pipeline stage (the earliest one on ties): the plan fits only if
     this fits."""
     return most_loaded(
-        memory_per_stage(model, mapping, capacity_bytes=capacity_bytes, runtime=runtime)
+        memory_per_stage(
+            model,
+            mapping,
+            capacity_bytes=capacity_bytes,
+            runtime=runtime,
+            nvlink_domain=nvlink_domain,
+        )
     )
 
 

@@ -42,8 +42,9 @@ The mapping form (every key optional when a ``preset`` is given; SI units, the u
 
     [system.runtime]                  # device memory beside the tensors (RuntimeMemory)
     cuda_context_bytes = 536870912
-    nccl_bytes_per_communicator = 688000000
-    nccl_bytes_per_pair_communicator = 544000000
+    nccl_ring_channels = 24           # NCCL's channels (RuntimeMemory.nccl_bytes)
+    nccl_p2p_channels_per_peer = 32
+    nccl_nvls_channels = 16           # 0: no NVLink SHARP (or NCCL_NVLS_ENABLE=0)
     workspace_bytes = 67108864
 
     [system.intra_node]               # and [system.scale_out]
@@ -154,10 +155,13 @@ _ACCELERATOR_KEYS = (
 _ATTENTION_KEYS = ("kernel", "source", "head_dims", "seq_lengths", "tflops")
 _RUNTIME_KEYS = (
     "cuda_context_bytes",
-    "nccl_bytes_per_communicator",
-    "nccl_bytes_per_pair_communicator",
+    "nccl_ring_channels",
+    "nccl_p2p_channels_per_peer",
+    "nccl_nvls_channels",
     "workspace_bytes",
 )
+#: the per-communicator figures of NVIDIA/nccl #964 the transport model replaced (issue 19)
+_REPLACED_RUNTIME_KEYS = ("nccl_bytes_per_communicator", "nccl_bytes_per_pair_communicator")
 _RATE_KEYS = ("peak_flop_per_s", "efficiency")
 _MEMORY_KEYS = ("capacity_bytes", "bandwidth_bytes_per_s", "efficiency")
 _LINK_KEYS = ("bandwidth_bytes_per_s", "latency_s", "efficiency", "processor_usage", "costs")
@@ -285,8 +289,9 @@ def system_to_mapping(system: SystemSpec) -> dict[str, object]:
     runtime = system.runtime
     result["runtime"] = {
         "cuda_context_bytes": runtime.cuda_context_bytes,
-        "nccl_bytes_per_communicator": runtime.nccl_bytes_per_communicator,
-        "nccl_bytes_per_pair_communicator": runtime.nccl_bytes_per_pair_communicator,
+        "nccl_ring_channels": runtime.nccl_ring_channels,
+        "nccl_p2p_channels_per_peer": runtime.nccl_p2p_channels_per_peer,
+        "nccl_nvls_channels": runtime.nccl_nvls_channels,
         "workspace_bytes": runtime.workspace_bytes,
     }
     return result
@@ -740,7 +745,19 @@ def _runtime_from_mapping(value: object, where: str, out: ProblemCollector) -> R
     table = _table(value, where, out)
     if table is None:
         return None
-    _unknown_keys(table, _RUNTIME_KEYS, where, out)
+    for key in _REPLACED_RUNTIME_KEYS:
+        if key in table:
+            out.add(
+                f"{where}.{key} is no longer read: NCCL's buffers are counted by transport from "
+                "nccl_ring_channels, nccl_p2p_channels_per_peer and nccl_nvls_channels "
+                "(RuntimeMemory.nccl_bytes)"
+            )
+    _unknown_keys(
+        {k: v for k, v in table.items() if k not in _REPLACED_RUNTIME_KEYS},
+        _RUNTIME_KEYS,
+        where,
+        out,
+    )
     defaults = RuntimeMemory()
     values: dict[str, int] = {}
     for key in _RUNTIME_KEYS:
@@ -748,7 +765,8 @@ def _runtime_from_mapping(value: object, where: str, out: ProblemCollector) -> R
         if isinstance(raw, float) and raw.is_integer():
             raw = int(raw)  # TOML/JSON exponent notation (64e6) reads as a float
         if type(raw) is not int or raw < 0:
-            out.add(f"{where}.{key} must be a non-negative integer (bytes), got {raw!r}")
+            unit = "" if key.startswith("nccl_") else " (bytes)"
+            out.add(f"{where}.{key} must be a non-negative integer{unit}, got {raw!r}")
             continue
         values[key] = raw
     if len(values) != len(_RUNTIME_KEYS):

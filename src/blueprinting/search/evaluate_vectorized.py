@@ -96,7 +96,14 @@ from blueprinting.analysis.optimizer_step import adam_step_cost
 from blueprinting.analysis.report import JsonValue
 from blueprinting.errors import ConfigError
 from blueprinting.hardware.collectives import CollectiveKind
-from blueprinting.hardware.system import Engine, LinkTier, ParallelDim, RuntimeMemory, SystemSpec
+from blueprinting.hardware.system import (
+    Engine,
+    LinkTier,
+    NodeSpec,
+    ParallelDim,
+    RuntimeMemory,
+    SystemSpec,
+)
 from blueprinting.limits import MAX_INT, int_limit_text
 from blueprinting.mapping.model import EmbeddingTying, TransformerModelSpec
 from blueprinting.mapping.transformer import (
@@ -938,6 +945,7 @@ def _stage_memory(
     model: TransformerModelSpec,
     *,
     runtime: RuntimeMemory,
+    node: NodeSpec,
     rep: _StageColumns,
     m: IntArray,
     layer_full: IntArray,
@@ -1060,7 +1068,8 @@ def _stage_memory(
         0,
     )
     # memory.stage_overheads: under an even layout every stage holds blocks; the NCCL buffers
-    # read t, p, d and whether the stage is the first or the last.
+    # read t, p, d, cp (and so the job's NVLink domain) and whether the stage is the first,
+    # a middle one or the last.
     edge = np.where(stage == 0, 0, np.where(stage == p - 1, 2, 1))
     first_n, inverse_n = _keys(t, p, table.data, table.context, edge)
     tied = model.embeddings is EmbeddingTying.TIED
@@ -1074,6 +1083,9 @@ def _stage_memory(
                 stage=int(stage[i]),
                 tied=tied,
                 context=int(table.context[i]),
+                nvlink_domain=node.placed_domain_size(
+                    int(t[i]) * int(p[i]) * int(table.data[i]) * int(table.context[i])
+                ),
             )
             for i in first_n
         ],
@@ -1432,7 +1444,7 @@ def evaluate_candidates(
         "moe_kept": moe_kept,
     }
     at = [
-        _stage_memory(table, model, runtime=system.runtime, rep=rep, **layer)
+        _stage_memory(table, model, runtime=system.runtime, node=system.node, rep=rep, **layer)
         for rep in layout.stages
     ]
     peaks = [stage.peaks for stage in at]
