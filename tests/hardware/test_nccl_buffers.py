@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from blueprinting.analysis.memory import communicators, nccl_buffer_bytes
+from blueprinting.analysis.memory import ExpertGrid, communicators, nccl_buffer_bytes
 from blueprinting.errors import ConfigError
 from blueprinting.hardware.presets import system_preset
 from blueprinting.hardware.system import (
@@ -27,6 +27,7 @@ from blueprinting.hardware.system import (
     members_in_domain,
 )
 from blueprinting.hardware.system_mapping import system_from_mapping
+from blueprinting.mapping.transformer import DispatcherType
 
 MIB = 2**20
 H100 = RuntimeMemory(nccl_ring_channels=24, nccl_p2p_channels_per_peer=32, nccl_nvls_channels=16)
@@ -192,3 +193,42 @@ def test_replaced_and_misspelt_runtime_keys_are_refused_by_name() -> None:
 def test_negative_channel_count_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"nccl_ring_channels must be a non-negative integer"):
         RuntimeMemory(nccl_ring_channels=-1)
+
+
+def test_expert_grid_communicators_by_dispatcher() -> None:
+    def grid(dispatcher: DispatcherType) -> tuple[Communicator, ...]:
+        return communicators(
+            tensor=1,
+            pipeline=1,
+            data=8,
+            stage=0,
+            tied=False,
+            nvlink_domain=8,
+            experts=ExpertGrid(tensor=1, expert=8, dispatcher=dispatcher),
+        )
+
+    world = Communicator(size=8, in_domain=8, use=ScalarCollectives())
+    dp = Communicator(size=8, in_domain=8, use=BulkCollectives())
+    # etp 1 and expert-dp 8 / (1 x 8) = 1 hold no communicator; the all-to-all's 7 peers do.
+    assert grid(DispatcherType.ALLTOALL) == (
+        world,
+        dp,
+        Communicator(size=8, in_domain=8, use=PeerSends(peers=7)),
+    )
+    assert grid(DispatcherType.ALLGATHER) == (world, dp, dp)
+    assert grid(DispatcherType.FLEX) == (world, dp)
+    # On dgx-h100: world 288 MiB, DP 546, the all-to-all 7 x 32 x 12 = 2,688 MiB.
+    runtime = system_preset("dgx-h100").runtime
+    assert (
+        nccl_buffer_bytes(
+            runtime,
+            tensor=1,
+            pipeline=1,
+            data=8,
+            stage=0,
+            tied=False,
+            nvlink_domain=8,
+            experts=ExpertGrid(tensor=1, expert=8, dispatcher=DispatcherType.ALLTOALL),
+        )
+        == (288 + 546 + 2688) * MIB
+    )

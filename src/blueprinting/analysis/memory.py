@@ -63,6 +63,7 @@ under-counts by ``2 b s h`` bytes per block (its known bug 2).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, TypeVar, assert_never, cast, final
@@ -108,6 +109,7 @@ from blueprinting.mapping.transformer import (
     AttentionKernel,
     CombinedOneForwardOneBackward,
     ContextParallel,
+    DispatcherType,
     DistributedOptimizer,
     DualPipe,
     DualPipeV,
@@ -133,6 +135,7 @@ from blueprinting.mapping.transformer import (
     TransformerTrainingMappingSpec,
     UnfusedAttention,
     ZeroBubbleH1,
+    dispatcher_type,
     loss_stage,
     model_copies,
 )
@@ -970,6 +973,18 @@ class StageOverheads:
     peak: MemoryPeak
 
 
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExpertGrid:
+    """A MoE model's expert grid as its communicators see it: ETP x EP x expert-dp within each
+    pipeline stage, ranks ordered etp, ep, edp, pp (Megatron-Core ``parallel_state.py``
+    l.858-906 @d98e8a64), and the token dispatcher."""
+
+    tensor: int
+    expert: int
+    dispatcher: DispatcherType
+
+
 def communicators(
     *,
     tensor: int,
@@ -979,6 +994,7 @@ def communicators(
     tied: bool,
     context: int = 1,
     nvlink_domain: int | None = None,
+    experts: ExpertGrid | None = None,
 ) -> tuple[Communicator, ...]:
     """The NCCL communicators a rank of ``stage`` runs collectives on (PyTorch creates a
     communicator lazily, at a group's first collective), each with its members in the rank's
@@ -990,7 +1006,14 @@ def communicators(
     embeddings and p > 1, the two-rank embedding group of the first and last stage
     (Megatron-Core ``parallel_state.py``). Under context parallelism the gradients reduce over
     the d x cp group instead of the dp one, and the K/V exchanges run on the cp group. Ranks
-    are numbered tp, cp, dp, pp from fastest to slowest (Megatron-Core's default order)."""
+    are numbered tp, cp, dp, pp from fastest to slowest (Megatron-Core's default order).
+
+    A MoE model (``experts``) adds its expert grid's communicators: the ETP group (bulk) when
+    etp > 1, the expert-dp group (the routed experts' gradients, bulk) when it has more than one
+    rank, and the dispatch: the alltoall dispatcher's all-to-all over EP (every other member a
+    send / receive peer, NVIDIA/nccl #1685's case), the allgather dispatcher's gathers over
+    ETP x EP (bulk); the flex dispatchers' DeepEP / HybridEP buffers are not NCCL's and are not
+    counted."""
     t, p, d, c = tensor, pipeline, data, context
     world = t * c * p * d
     domain = world if nvlink_domain is None else nvlink_domain
@@ -1013,7 +1036,33 @@ def communicators(
         found.append(Communicator(size=t * p, in_domain=tp_inside * stages_inside, use=scalar))
     if tied and p > 1 and stage in (0, p - 1):
         found.append(placed(2, (p - 1) * t * c * d, bulk))
+    if experts is not None:
+        found.extend(_expert_communicators(experts, world=world, pipeline=p, placed=placed))
     return tuple(comm for comm in found if comm.size > 1)
+
+
+def _expert_communicators(
+    experts: ExpertGrid,
+    *,
+    world: int,
+    pipeline: int,
+    placed: Callable[[int, int, CommunicatorUse], Communicator],
+) -> list[Communicator]:
+    etp, ep = experts.tensor, experts.expert
+    edp = world // (etp * ep * pipeline)
+    bulk = BulkCollectives()
+    found = [placed(etp, 1, bulk), placed(edp, etp * ep, bulk)]
+    match experts.dispatcher:
+        case DispatcherType.ALLTOALL:
+            if ep > 1:
+                found.append(placed(ep, etp, PeerSends(peers=ep - 1)))
+        case DispatcherType.ALLGATHER:
+            found.append(placed(etp * ep, 1, bulk))
+        case DispatcherType.FLEX:
+            pass
+        case _ as unreachable:
+            assert_never(unreachable)
+    return found
 
 
 def nccl_buffer_bytes(
@@ -1026,6 +1075,7 @@ def nccl_buffer_bytes(
     tied: bool,
     context: int = 1,
     nvlink_domain: int | None = None,
+    experts: ExpertGrid | None = None,
 ) -> int:
     """NCCL's device buffers on one rank: one set per communicator of :func:`communicators`
     (:meth:`RuntimeMemory.nccl_bytes`)."""
@@ -1037,8 +1087,22 @@ def nccl_buffer_bytes(
         tied=tied,
         context=context,
         nvlink_domain=nvlink_domain,
+        experts=experts,
     )
     return sum(runtime.nccl_bytes(comm) for comm in found)
+
+
+def expert_grid(
+    model: TransformerModelSpec, mapping: TransformerTrainingMappingSpec
+) -> ExpertGrid | None:
+    """The :class:`ExpertGrid` of a MoE model's strategy; None for a dense model."""
+    if model.moe is None:
+        return None
+    return ExpertGrid(
+        tensor=mapping.expert_tensor_degree,
+        expert=mapping.expert_degree,
+        dispatcher=dispatcher_type(mapping.parallelism.experts.dispatcher),
+    )
 
 
 class MemoryPeak(StrEnum):
@@ -1146,6 +1210,7 @@ def _stage_overheads(
             tied=model.embeddings is EmbeddingTying.TIED,
             context=mapping.context_degree,
             nvlink_domain=nvlink_domain,
+            experts=expert_grid(model, mapping),
         ),
         runtime=runtime,
     )

@@ -79,6 +79,7 @@ from blueprinting.analysis.memory import (
     checkpoint_bytes,
     context_transient_bytes,
     dropout_mask_bytes,
+    expert_grid,
     layer_activation_bytes,
     local_sequence_model,
     logits_transient_bytes,
@@ -1068,29 +1069,32 @@ def _stage_memory(
         0,
     )
     # memory.stage_overheads: under an even layout every stage holds blocks; the NCCL buffers
-    # read t, p, d, cp (and so the job's NVLink domain) and whether the stage is the first,
-    # a middle one or the last.
+    # read t, p, d, cp (and so the job's NVLink domain), the expert grid and whether the stage
+    # is the first, a middle one or the last.
     edge = np.where(stage == 0, 0, np.where(stage == p - 1, 2, 1))
-    first_n, inverse_n = _keys(t, p, table.data, table.context, edge)
+    first_n, inverse_n = _keys(t, p, table.data, table.context, edge, *moe_key[:3])
     tied = model.embeddings is EmbeddingTying.TIED
-    nccl = np.array(
-        [
-            nccl_buffer_bytes(
-                runtime,
-                tensor=int(t[i]),
-                pipeline=int(p[i]),
-                data=int(table.data[i]),
-                stage=int(stage[i]),
-                tied=tied,
-                context=int(table.context[i]),
-                nvlink_domain=node.placed_domain_size(
-                    int(t[i]) * int(p[i]) * int(table.data[i]) * int(table.context[i])
-                ),
-            )
-            for i in first_n
-        ],
-        dtype=np.int64,
-    )[inverse_n]
+
+    def nccl_at(i: int) -> int:
+        world = int(t[i]) * int(p[i]) * int(table.data[i]) * int(table.context[i])
+        grid = (
+            None
+            if model.moe is None
+            else expert_grid(model, candidate_to_spec(table, i, model).mapping)
+        )
+        return nccl_buffer_bytes(
+            runtime,
+            tensor=int(t[i]),
+            pipeline=int(p[i]),
+            data=int(table.data[i]),
+            stage=int(stage[i]),
+            tied=tied,
+            context=int(table.context[i]),
+            nvlink_domain=node.placed_domain_size(world),
+            experts=grid,
+        )
+
+    nccl = np.array([nccl_at(int(i)) for i in first_n], dtype=np.int64)[inverse_n]
     backward_working = np.where(has_blocks, working_bytes, 0)
     logits_transient = np.where(stage == p - 1, logits_bytes, 0)
     transient, workspace, reserve, context, nccl_buffers = overhead_parts(
