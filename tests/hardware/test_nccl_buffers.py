@@ -9,7 +9,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from blueprinting.analysis.memory import ExpertGrid, communicators, nccl_buffer_bytes
+from blueprinting.analysis.memory import (
+    ExpertGrid,
+    communicators,
+    nccl_buffer_bytes,
+    pipeline_chunks,
+)
 from blueprinting.errors import ConfigError
 from blueprinting.hardware.presets import system_preset
 from blueprinting.hardware.system import (
@@ -27,7 +32,13 @@ from blueprinting.hardware.system import (
     members_in_domain,
 )
 from blueprinting.hardware.system_mapping import system_from_mapping
-from blueprinting.mapping.transformer import DispatcherType
+from blueprinting.mapping.transformer import (
+    CombinedOneForwardOneBackward,
+    DispatcherType,
+    DualPipe,
+    InterleavedOneForwardOneBackward,
+    OneForwardOneBackward,
+)
 
 MIB = 2**20
 H100 = RuntimeMemory(nccl_ring_channels=24, nccl_p2p_channels_per_peer=32, nccl_nvls_channels=16)
@@ -157,6 +168,19 @@ def test_pipeline_stage_neighbours_by_position() -> None:
     assert pp(0).use == PeerSends(peers=1)
     assert pp(1).use == PeerSends(peers=2)
     assert pp(3).use == PeerSends(peers=1)
+    # Interleaved: the last stage hands the next chunk to the first, so the ends have two peers.
+    found = communicators(tensor=1, pipeline=4, data=2, stage=0, tied=False, virtual_stages=3)
+    assert Communicator(size=4, in_domain=4, use=PeerSends(peers=2)) in found
+    # p = 2: one peer whatever the chunks.
+    found = communicators(tensor=1, pipeline=2, data=1, stage=0, tied=False, virtual_stages=3)
+    assert Communicator(size=2, in_domain=2, use=PeerSends(peers=1)) in found
+
+
+def test_pipeline_chunks_by_schedule() -> None:
+    assert pipeline_chunks(InterleavedOneForwardOneBackward(virtual_stages=3)) == 3
+    assert pipeline_chunks(CombinedOneForwardOneBackward(virtual_stages=2)) == 2
+    assert pipeline_chunks(OneForwardOneBackward()) == 1
+    assert pipeline_chunks(DualPipe()) == 1
 
 
 def test_presets_nvls_channels() -> None:

@@ -995,13 +995,16 @@ def communicators(
     context: int = 1,
     nvlink_domain: int | None = None,
     experts: ExpertGrid | None = None,
+    virtual_stages: int = 1,
 ) -> tuple[Communicator, ...]:
     """The NCCL communicators a rank of ``stage`` runs collectives on (PyTorch creates a
     communicator lazily, at a group's first collective), each with its members in the rank's
     NVLink domain of ``nvlink_domain`` consecutive ranks (None: the whole job in one domain)
     and its use: the world (start-up barriers, loss and timer reductions), TP, DP (gradient
     reduction, the distributed optimizer's gathers), PP (send / receive with the stage's one or
-    two neighbours: Megatron-Core's batched P2P on the pipeline group), the model-parallel
+    two neighbours: Megatron-Core's batched P2P on the pipeline group; with ``virtual_stages``
+    > 1 the first and last stages pass chunks to each other as well, ``p2p_communication.py``'s
+    ring of ``(rank +- 1) % p``), the model-parallel
     group (the gradient-norm all-reduce across t x p) when both t and p exceed 1, and, with tied
     embeddings and p > 1, the two-rank embedding group of the first and last stage
     (Megatron-Core ``parallel_state.py``). Under context parallelism the gradients reduce over
@@ -1025,7 +1028,8 @@ def communicators(
     bulk, scalar = BulkCollectives(), ScalarCollectives()
     found = [placed(world, 1, scalar), placed(t, 1, bulk), placed(d * c, t, bulk)]
     if p > 1:
-        neighbours = 1 if p == 2 or stage in (0, p - 1) else 2
+        ends = stage in (0, p - 1) and virtual_stages == 1
+        neighbours = 1 if p == 2 or ends else 2
         found.append(placed(p, t * c * d, PeerSends(peers=neighbours)))
     if c > 1:
         found.append(placed(c, t, bulk))
@@ -1076,6 +1080,7 @@ def nccl_buffer_bytes(
     context: int = 1,
     nvlink_domain: int | None = None,
     experts: ExpertGrid | None = None,
+    virtual_stages: int = 1,
 ) -> int:
     """NCCL's device buffers on one rank: one set per communicator of :func:`communicators`
     (:meth:`RuntimeMemory.nccl_bytes`)."""
@@ -1088,8 +1093,32 @@ def nccl_buffer_bytes(
         context=context,
         nvlink_domain=nvlink_domain,
         experts=experts,
+        virtual_stages=virtual_stages,
     )
     return sum(runtime.nccl_bytes(comm) for comm in found)
+
+
+def pipeline_chunks(schedule: PipelineSchedule) -> int:
+    """Model chunks per pipeline rank that pass activations round the ``(rank +- 1) % p``
+    ring (Megatron-Core's interleaved and combined 1F1B); 1 for every other schedule (DualPipe
+    and DualPipeV hold two chunks, but an end rank's chunks both talk to its one neighbour)."""
+    match schedule:
+        case (
+            InterleavedOneForwardOneBackward(virtual_stages=v)
+            | CombinedOneForwardOneBackward(virtual_stages=v)
+        ):
+            return v
+        case (
+            SingleStage()
+            | OneForwardOneBackward()
+            | ForwardOnly()
+            | ZeroBubbleH1()
+            | DualPipe()
+            | DualPipeV()
+        ):
+            return 1
+        case _ as unreachable:
+            assert_never(unreachable)
 
 
 def expert_grid(
@@ -1211,6 +1240,7 @@ def _stage_overheads(
             context=mapping.context_degree,
             nvlink_domain=nvlink_domain,
             experts=expert_grid(model, mapping),
+            virtual_stages=pipeline_chunks(mapping.parallelism.pipeline.schedule),
         ),
         runtime=runtime,
     )

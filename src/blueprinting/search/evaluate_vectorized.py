@@ -1069,10 +1069,10 @@ def _stage_memory(
         0,
     )
     # memory.stage_overheads: under an even layout every stage holds blocks; the NCCL buffers
-    # read t, p, d, cp (and so the job's NVLink domain), the expert grid and whether the stage
-    # is the first, a middle one or the last.
+    # read t, p, d, cp (and so the job's NVLink domain), v, the expert grid and whether the
+    # stage is the first, a middle one or the last.
     edge = np.where(stage == 0, 0, np.where(stage == p - 1, 2, 1))
-    first_n, inverse_n = _keys(t, p, table.data, table.context, edge, *moe_key[:3])
+    first_n, inverse_n = _keys(t, p, table.data, table.context, edge, v, *moe_key[:3])
     tied = model.embeddings is EmbeddingTying.TIED
 
     def nccl_at(i: int) -> int:
@@ -1092,6 +1092,7 @@ def _stage_memory(
             context=int(table.context[i]),
             nvlink_domain=node.placed_domain_size(world),
             experts=grid,
+            virtual_stages=int(v[i]),
         )
 
     nccl = np.array([nccl_at(int(i)) for i in first_n], dtype=np.int64)[inverse_n]
