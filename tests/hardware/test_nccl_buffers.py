@@ -33,11 +33,16 @@ from blueprinting.hardware.system import (
 )
 from blueprinting.hardware.system_mapping import system_from_mapping
 from blueprinting.mapping.transformer import (
+    AllGatherKV,
     CombinedOneForwardOneBackward,
+    CpCommunication,
     DispatcherType,
     DualPipe,
+    HeadAllToAll,
+    HierarchicalAllToAllRing,
     InterleavedOneForwardOneBackward,
     OneForwardOneBackward,
+    RingExchange,
 )
 
 MIB = 2**20
@@ -256,3 +261,28 @@ def test_expert_grid_communicators_by_dispatcher() -> None:
         )
         == (288 + 546 + 2688) * MIB
     )
+
+
+def test_context_parallel_communicator_by_exchange() -> None:
+    def cp(communication: CpCommunication) -> tuple[Communicator, ...]:
+        found = communicators(
+            tensor=2,
+            pipeline=1,
+            data=1,
+            stage=0,
+            tied=False,
+            context=4,
+            cp_communication=communication,
+        )
+        # world, TP, d x cp, then the cp exchange's groups
+        return found[3:]
+
+    assert cp(RingExchange()) == (Communicator(size=4, in_domain=4, use=PeerSends(peers=2)),)
+    assert cp(AllGatherKV()) == (Communicator(size=4, in_domain=4, use=BulkCollectives()),)
+    assert cp(HeadAllToAll()) == (Communicator(size=4, in_domain=4, use=PeerSends(peers=3)),)
+    assert cp(HierarchicalAllToAllRing(a2a_size=2, p2p_size=2)) == (
+        Communicator(size=2, in_domain=2, use=PeerSends(peers=1)),
+        Communicator(size=2, in_domain=2, use=PeerSends(peers=1)),
+    )
+    # On dgx-h100 (8 GPUs): the p2p ring's two peers, 2 x 32 x 12 MiB.
+    assert H100.nccl_bytes(cp(RingExchange())[0]) == 768 * MIB

@@ -109,6 +109,7 @@ from blueprinting.mapping.transformer import (
     AttentionKernel,
     CombinedOneForwardOneBackward,
     ContextParallel,
+    CpCommunication,
     DispatcherType,
     DistributedOptimizer,
     DualPipe,
@@ -973,6 +974,9 @@ class StageOverheads:
     peak: MemoryPeak
 
 
+_RING_EXCHANGE = RingExchange()
+
+
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ExpertGrid:
@@ -996,6 +1000,7 @@ def communicators(
     nvlink_domain: int | None = None,
     experts: ExpertGrid | None = None,
     virtual_stages: int = 1,
+    cp_communication: CpCommunication = _RING_EXCHANGE,
 ) -> tuple[Communicator, ...]:
     """The NCCL communicators a rank of ``stage`` runs collectives on (PyTorch creates a
     communicator lazily, at a group's first collective), each with its members in the rank's
@@ -1008,7 +1013,11 @@ def communicators(
     group (the gradient-norm all-reduce across t x p) when both t and p exceed 1, and, with tied
     embeddings and p > 1, the two-rank embedding group of the first and last stage
     (Megatron-Core ``parallel_state.py``). Under context parallelism the gradients reduce over
-    the d x cp group instead of the dp one, and the K/V exchanges run on the cp group. Ranks
+    the d x cp group instead of the dp one, and the K/V exchanges run on the cp group as
+    ``cp_communication`` says (TE's context-parallel attention): p2p sends to the next and
+    receives from the previous cp rank, all_gather gathers over the group, a2a is an all-to-all
+    over it, a2a+p2p an all-to-all inside groups of ``a2a_size`` and the ring over ``p2p_size``
+    of them (Megatron-Core's hierarchical cp groups; the full cp group is not counted there). Ranks
     are numbered tp, cp, dp, pp from fastest to slowest (Megatron-Core's default order).
 
     A MoE model (``experts``) adds its expert grid's communicators: the ETP group (bulk) when
@@ -1032,7 +1041,7 @@ def communicators(
         neighbours = 1 if p == 2 or ends else 2
         found.append(placed(p, t * c * d, PeerSends(peers=neighbours)))
     if c > 1:
-        found.append(placed(c, t, bulk))
+        found.extend(_context_communicators(cp_communication, c, t, placed))
     if t > 1 and p > 1:
         # t adjacent ranks of each of p stages t x c x d apart
         stages_inside = members_in_domain(size=p, stride=t * c * d, world=world, domain=domain)
@@ -1043,6 +1052,30 @@ def communicators(
     if experts is not None:
         found.extend(_expert_communicators(experts, world=world, pipeline=p, placed=placed))
     return tuple(comm for comm in found if comm.size > 1)
+
+
+def _context_communicators(
+    communication: CpCommunication,
+    c: int,
+    t: int,
+    placed: Callable[[int, int, CommunicatorUse], Communicator],
+) -> list[Communicator]:
+    match communication:
+        case RingExchange():
+            return [placed(c, t, PeerSends(peers=min(2, c - 1)))]
+        case AllGatherKV():
+            return [placed(c, t, BulkCollectives())]
+        case HeadAllToAll():
+            return [placed(c, t, PeerSends(peers=c - 1))]
+        case HierarchicalAllToAllRing(a2a_size=a2a, p2p_size=ring):
+            found = []
+            if a2a > 1:
+                found.append(placed(a2a, t, PeerSends(peers=a2a - 1)))
+            if ring > 1:
+                found.append(placed(ring, t * a2a, PeerSends(peers=min(2, ring - 1))))
+            return found
+        case _ as unreachable:
+            assert_never(unreachable)
 
 
 def _expert_communicators(
@@ -1081,6 +1114,7 @@ def nccl_buffer_bytes(
     nvlink_domain: int | None = None,
     experts: ExpertGrid | None = None,
     virtual_stages: int = 1,
+    cp_communication: CpCommunication = _RING_EXCHANGE,
 ) -> int:
     """NCCL's device buffers on one rank: one set per communicator of :func:`communicators`
     (:meth:`RuntimeMemory.nccl_bytes`)."""
@@ -1094,6 +1128,7 @@ def nccl_buffer_bytes(
         nvlink_domain=nvlink_domain,
         experts=experts,
         virtual_stages=virtual_stages,
+        cp_communication=cp_communication,
     )
     return sum(runtime.nccl_bytes(comm) for comm in found)
 
@@ -1241,6 +1276,7 @@ def _stage_overheads(
             nvlink_domain=nvlink_domain,
             experts=expert_grid(model, mapping),
             virtual_stages=pipeline_chunks(mapping.parallelism.pipeline.schedule),
+            cp_communication=mapping.parallelism.context.communication,
         ),
         runtime=runtime,
     )

@@ -1069,19 +1069,17 @@ def _stage_memory(
         0,
     )
     # memory.stage_overheads: under an even layout every stage holds blocks; the NCCL buffers
-    # read t, p, d, cp (and so the job's NVLink domain), v, the expert grid and whether the
-    # stage is the first, a middle one or the last.
+    # read t, p, d, cp and its exchange (and so the job's NVLink domain), v, the expert grid
+    # and whether the stage is the first, a middle one or the last.
     edge = np.where(stage == 0, 0, np.where(stage == p - 1, 2, 1))
-    first_n, inverse_n = _keys(t, p, table.data, table.context, edge, v, *moe_key[:3])
+    first_n, inverse_n = _keys(
+        t, p, table.data, table.context, table.cp_comm, edge, v, *moe_key[:3]
+    )
     tied = model.embeddings is EmbeddingTying.TIED
 
     def nccl_at(i: int) -> int:
         world = int(t[i]) * int(p[i]) * int(table.data[i]) * int(table.context[i])
-        grid = (
-            None
-            if model.moe is None
-            else expert_grid(model, candidate_to_spec(table, i, model).mapping)
-        )
+        mapping = candidate_to_spec(table, i, model).mapping
         return nccl_buffer_bytes(
             runtime,
             tensor=int(t[i]),
@@ -1091,8 +1089,9 @@ def _stage_memory(
             tied=tied,
             context=int(table.context[i]),
             nvlink_domain=node.placed_domain_size(world),
-            experts=grid,
+            experts=expert_grid(model, mapping),
             virtual_stages=int(v[i]),
+            cp_communication=mapping.parallelism.context.communication,
         )
 
     nccl = np.array([nccl_at(int(i)) for i in first_n], dtype=np.int64)[inverse_n]
