@@ -444,14 +444,16 @@ def test_gpt3_breakdown_by_hand() -> None:
     assert breakdown.workspace == 64 * 2**20
     assert breakdown.allocated_peak == 29_598_050_816 + working + 64 * 2**20
     assert breakdown.allocator_reserved_peak == breakdown.allocated_peak + working
-    # NCCL: world (1024), TP (8), DP (16), PP (8), model parallel (64): 688 MB each; tied
-    # embeddings add the first-last embedding pair (544 MB) on stage 0.
-    pair = 544_000_000 if GPT3_175B.embeddings is EmbeddingTying.TIED else 0
-    assert breakdown.nccl_buffers == 5 * 688_000_000 + pair
+    # NCCL (no NVLink domain given: every group over NVLink, RuntimeMemory's A100 defaults):
+    # world (1024), TP (8), DP (16) and model parallel (64) rings of 24 channels x (2 + 10 MiB),
+    # stage 0's one pipeline neighbour over 32 P2P channels x 12 MiB; tied embeddings add the
+    # first-last embedding pair's ring on stage 0.
+    ring, neighbour = 24 * 12 * 2**20, 32 * 12 * 2**20
+    pair = ring if GPT3_175B.embeddings is EmbeddingTying.TIED else 0
+    nccl = 4 * ring + neighbour + pair
+    assert breakdown.nccl_buffers == nccl
     assert breakdown.cuda_context == 512 * 2**20
-    assert breakdown.reserved_peak == (
-        breakdown.allocator_reserved_peak + 512 * 2**20 + 5 * 688_000_000 + pair
-    )
+    assert breakdown.reserved_peak == breakdown.allocator_reserved_peak + 512 * 2**20 + nccl
     assert breakdown.headroom == 80 * 10**9 - breakdown.reserved_peak
     # Most loaded: stage 0 (embedding + 8 microbatches in flight).
     assert memory_per_gpu(GPT3_175B, mapping, capacity_bytes=80 * 10**9) == breakdown

@@ -179,11 +179,18 @@ def test_gpt3_175b_plan_reports_the_selene_strategy() -> None:
     assert working == 113_246_208
     assert memory.allocated_peak == total + working + 64 * 2**20 == 32_543_713_792
     assert memory.allocator_reserved_peak == 32_543_713_792 + working
-    # Outside the allocator: the CUDA context (512 MiB) and NCCL buffers of the world, TP,
-    # DP, PP and model-parallel groups (688 MB each) and the tied-embedding pair (544 MB).
-    nccl = 5 * 688_000_000 + 544_000_000
-    assert memory.reserved_peak == 32_656_960_000 + 512 * 2**20 + nccl == 37_177_830_912
-    assert memory.headroom == 81_920 * 2**20 - 37_177_830_912 == 48_721_515_008
+    # Outside the allocator: the CUDA context (512 MiB) and NCCL's buffers (RuntimeMemory's
+    # A100 channels: 24 ring, 32 P2P per peer; NVLink domain = the 8-GPU node). A ring channel
+    # is 2 + 10 MiB over NVLink, 10 + 10 MiB on the channels a rank leaves its node by
+    # (ceil(24 / members in the node)): world (1024, 8 per node) 21 x 12 + 3 x 20 = 312 MiB;
+    # TP (8, in the node) 24 x 12 = 288; DP (16, stride 8: one per node) 24 x 20 = 480; model
+    # parallel (t x p, 8 per node) 312; the tied-embedding pair (one per node) 480; stage 0's
+    # pipeline neighbour is on another node: the two network P2P pools, 2 x 32 x 16 x 128 KiB =
+    # 128 MiB.
+    nccl = (312 + 288 + 480 + 312 + 480 + 128) * 2**20
+    assert nccl == 2_097_152_000
+    assert memory.reserved_peak == 32_656_960_000 + 512 * 2**20 + nccl == 35_290_982_912
+    assert memory.headroom == 81_920 * 2**20 - 35_290_982_912 == 50_608_363_008
 
 
 def test_plan_refuses_an_illegal_strategy_with_every_law() -> None:

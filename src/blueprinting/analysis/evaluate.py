@@ -372,7 +372,11 @@ def evaluate_plan(
     )
     capacity = int(system.accelerator.hbm.capacity_bytes)
     per_stage = memory_per_stage(
-        spec.model, mapping, capacity_bytes=capacity, runtime=system.runtime
+        spec.model,
+        mapping,
+        capacity_bytes=capacity,
+        runtime=system.runtime,
+        nvlink_domain=system.node.placed_domain_size(mapping.world_size),
     )
     worst = most_loaded(per_stage)
     peak = system.accelerator.engine(Engine.MATRIX).rate(spec.model.datatype).peak_flop_per_s

@@ -63,6 +63,7 @@ under-counts by ``2 b s h`` bytes per block (its known bug 2).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, TypeVar, assert_never, cast, final
@@ -85,7 +86,15 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 from blueprinting.errors import ConfigError, UnsupportedError
-from blueprinting.hardware.system import RuntimeMemory
+from blueprinting.hardware.system import (
+    BulkCollectives,
+    Communicator,
+    CommunicatorUse,
+    PeerSends,
+    RuntimeMemory,
+    ScalarCollectives,
+    members_in_domain,
+)
 from blueprinting.mapping.model import (
     Datatype,
     EmbeddingTying,
@@ -101,6 +110,8 @@ from blueprinting.mapping.transformer import (
     AttentionKernel,
     CombinedOneForwardOneBackward,
     ContextParallel,
+    CpCommunication,
+    DispatcherType,
     DistributedOptimizer,
     DualPipe,
     DualPipeV,
@@ -127,6 +138,7 @@ from blueprinting.mapping.transformer import (
     TransformerTrainingMappingSpec,
     UnfusedAttention,
     ZeroBubbleH1,
+    dispatcher_type,
     loss_stage,
     model_copies,
 )
@@ -1197,7 +1209,7 @@ class StageOverheads:
     backward finishes before the last block's begins); ``workspace``, cuBLAS / cuBLASLt
     workspaces; ``allocator_reserve``, what the caching allocator holds cached and free at the
     peak. Outside it: ``cuda_context`` and ``nccl_buffers`` (one set per communicator the rank
-    runs collectives on, :func:`communicator_sizes`).
+    runs collectives on, :func:`communicators`).
 
     The reserve is a model with this basis: PyTorch's ``CUDACachingAllocator`` never returns a
     segment to the driver during training (only ``empty_cache`` does) and serves a request from
@@ -1215,26 +1227,132 @@ class StageOverheads:
     peak: MemoryPeak
 
 
-def communicator_sizes(
-    *, tensor: int, pipeline: int, data: int, stage: int, tied: bool, context: int = 1
-) -> tuple[int, ...]:
-    """The sizes of the NCCL communicators a rank of ``stage`` runs collectives on (PyTorch
-    creates a communicator lazily, at a group's first collective): the world (start-up
-    barriers, loss and timer reductions), TP, DP (gradient reduction, the distributed
-    optimizer's gathers), PP (send / receive between neighbours), the model-parallel group
-    (the gradient-norm all-reduce across t x p) when both t and p exceed 1, and, with tied
+_RING_EXCHANGE = RingExchange()
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ExpertGrid:
+    """A MoE model's expert grid as its communicators see it: ETP x EP x expert-dp within each
+    pipeline stage, ranks ordered etp, ep, edp, pp (Megatron-Core ``parallel_state.py``
+    l.858-906 @d98e8a64), and the token dispatcher."""
+
+    tensor: int
+    expert: int
+    dispatcher: DispatcherType
+
+
+def communicators(
+    *,
+    tensor: int,
+    pipeline: int,
+    data: int,
+    stage: int,
+    tied: bool,
+    context: int = 1,
+    nvlink_domain: int | None = None,
+    experts: ExpertGrid | None = None,
+    virtual_stages: int = 1,
+    cp_communication: CpCommunication = _RING_EXCHANGE,
+) -> tuple[Communicator, ...]:
+    """The NCCL communicators a rank of ``stage`` runs collectives on (PyTorch creates a
+    communicator lazily, at a group's first collective), each with its members in the rank's
+    NVLink domain of ``nvlink_domain`` consecutive ranks (None: the whole job in one domain)
+    and its use: the world (start-up barriers, loss and timer reductions), TP, DP (gradient
+    reduction, the distributed optimizer's gathers), PP (send / receive with the stage's one or
+    two neighbours: Megatron-Core's batched P2P on the pipeline group; with ``virtual_stages``
+    > 1 the first and last stages pass chunks to each other as well, ``p2p_communication.py``'s
+    ring of ``(rank +- 1) % p``), the model-parallel
+    group (the gradient-norm all-reduce across t x p) when both t and p exceed 1, and, with tied
     embeddings and p > 1, the two-rank embedding group of the first and last stage
     (Megatron-Core ``parallel_state.py``). Under context parallelism the gradients reduce over
-    the d x cp group instead of the dp one, and the K/V exchanges run on the cp group."""
+    the d x cp group instead of the dp one, and the K/V exchanges run on the cp group as
+    ``cp_communication`` says (TE's context-parallel attention): p2p sends to the next and
+    receives from the previous cp rank, all_gather gathers over the group, a2a is an all-to-all
+    over it, a2a+p2p an all-to-all inside groups of ``a2a_size`` and the ring over ``p2p_size``
+    of them (Megatron-Core's hierarchical cp groups; the full cp group is not counted there). Ranks
+    are numbered tp, cp, dp, pp from fastest to slowest (Megatron-Core's default order).
+
+    A MoE model (``experts``) adds its expert grid's communicators: the ETP group (bulk) when
+    etp > 1, the expert-dp group (the routed experts' gradients, bulk) when it has more than one
+    rank, and the dispatch: the alltoall dispatcher's all-to-all over EP (every other member a
+    send / receive peer, NVIDIA/nccl #1685's case), the allgather dispatcher's gathers over
+    ETP x EP (bulk); the flex dispatchers' DeepEP / HybridEP buffers are not NCCL's and are not
+    counted."""
     t, p, d, c = tensor, pipeline, data, context
-    sizes = [t * c * p * d, t, d * c, p]
+    world = t * c * p * d
+    domain = world if nvlink_domain is None else nvlink_domain
+
+    def placed(size: int, stride: int, use: CommunicatorUse) -> Communicator:
+        inside = members_in_domain(size=size, stride=stride, world=world, domain=domain)
+        return Communicator(size=size, in_domain=inside, use=use)
+
+    bulk, scalar = BulkCollectives(), ScalarCollectives()
+    found = [placed(world, 1, scalar), placed(t, 1, bulk), placed(d * c, t, bulk)]
+    if p > 1:
+        ends = stage in (0, p - 1) and virtual_stages == 1
+        neighbours = 1 if p == 2 or ends else 2
+        found.append(placed(p, t * c * d, PeerSends(peers=neighbours)))
     if c > 1:
-        sizes.append(c)
+        found.extend(_context_communicators(cp_communication, c, t, placed))
     if t > 1 and p > 1:
-        sizes.append(t * p)
+        # t adjacent ranks of each of p stages t x c x d apart
+        stages_inside = members_in_domain(size=p, stride=t * c * d, world=world, domain=domain)
+        tp_inside = members_in_domain(size=t, stride=1, world=world, domain=domain)
+        found.append(Communicator(size=t * p, in_domain=tp_inside * stages_inside, use=scalar))
     if tied and p > 1 and stage in (0, p - 1):
-        sizes.append(2)
-    return tuple(size for size in sizes if size > 1)
+        found.append(placed(2, (p - 1) * t * c * d, bulk))
+    if experts is not None:
+        found.extend(_expert_communicators(experts, world=world, pipeline=p, placed=placed))
+    return tuple(comm for comm in found if comm.size > 1)
+
+
+def _context_communicators(
+    communication: CpCommunication,
+    c: int,
+    t: int,
+    placed: Callable[[int, int, CommunicatorUse], Communicator],
+) -> list[Communicator]:
+    match communication:
+        case RingExchange():
+            return [placed(c, t, PeerSends(peers=min(2, c - 1)))]
+        case AllGatherKV():
+            return [placed(c, t, BulkCollectives())]
+        case HeadAllToAll():
+            return [placed(c, t, PeerSends(peers=c - 1))]
+        case HierarchicalAllToAllRing(a2a_size=a2a, p2p_size=ring):
+            found = []
+            if a2a > 1:
+                found.append(placed(a2a, t, PeerSends(peers=a2a - 1)))
+            if ring > 1:
+                found.append(placed(ring, t * a2a, PeerSends(peers=min(2, ring - 1))))
+            return found
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def _expert_communicators(
+    experts: ExpertGrid,
+    *,
+    world: int,
+    pipeline: int,
+    placed: Callable[[int, int, CommunicatorUse], Communicator],
+) -> list[Communicator]:
+    etp, ep = experts.tensor, experts.expert
+    edp = world // (etp * ep * pipeline)
+    bulk = BulkCollectives()
+    found = [placed(etp, 1, bulk), placed(edp, etp * ep, bulk)]
+    match experts.dispatcher:
+        case DispatcherType.ALLTOALL:
+            if ep > 1:
+                found.append(placed(ep, etp, PeerSends(peers=ep - 1)))
+        case DispatcherType.ALLGATHER:
+            found.append(placed(etp * ep, 1, bulk))
+        case DispatcherType.FLEX:
+            pass
+        case _ as unreachable:
+            assert_never(unreachable)
+    return found
 
 
 def nccl_buffer_bytes(
@@ -1246,13 +1364,62 @@ def nccl_buffer_bytes(
     stage: int,
     tied: bool,
     context: int = 1,
+    nvlink_domain: int | None = None,
+    experts: ExpertGrid | None = None,
+    virtual_stages: int = 1,
+    cp_communication: CpCommunication = _RING_EXCHANGE,
 ) -> int:
-    """NCCL's device buffers on one rank: one set per communicator of
-    :func:`communicator_sizes` (:meth:`RuntimeMemory.nccl_bytes`)."""
-    sizes = communicator_sizes(
-        tensor=tensor, pipeline=pipeline, data=data, stage=stage, tied=tied, context=context
+    """NCCL's device buffers on one rank: one set per communicator of :func:`communicators`
+    (:meth:`RuntimeMemory.nccl_bytes`)."""
+    found = communicators(
+        tensor=tensor,
+        pipeline=pipeline,
+        data=data,
+        stage=stage,
+        tied=tied,
+        context=context,
+        nvlink_domain=nvlink_domain,
+        experts=experts,
+        virtual_stages=virtual_stages,
+        cp_communication=cp_communication,
     )
-    return sum(runtime.nccl_bytes(size) for size in sizes)
+    return sum(runtime.nccl_bytes(comm) for comm in found)
+
+
+def pipeline_chunks(schedule: PipelineSchedule) -> int:
+    """Model chunks per pipeline rank that pass activations round the ``(rank +- 1) % p``
+    ring (Megatron-Core's interleaved and combined 1F1B); 1 for every other schedule (DualPipe
+    and DualPipeV hold two chunks, but an end rank's chunks both talk to its one neighbour)."""
+    match schedule:
+        case (
+            InterleavedOneForwardOneBackward(virtual_stages=v)
+            | CombinedOneForwardOneBackward(virtual_stages=v)
+        ):
+            return v
+        case (
+            SingleStage()
+            | OneForwardOneBackward()
+            | ForwardOnly()
+            | ZeroBubbleH1()
+            | DualPipe()
+            | DualPipeV()
+        ):
+            return 1
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def expert_grid(
+    model: TransformerModelSpec, mapping: TransformerTrainingMappingSpec
+) -> ExpertGrid | None:
+    """The :class:`ExpertGrid` of a MoE model's strategy; None for a dense model."""
+    if model.moe is None:
+        return None
+    return ExpertGrid(
+        tensor=mapping.expert_tensor_degree,
+        expert=mapping.expert_degree,
+        dispatcher=dispatcher_type(mapping.parallelism.experts.dispatcher),
+    )
 
 
 class MemoryPeak(StrEnum):
@@ -1316,9 +1483,18 @@ def stage_overheads(
     *,
     stage: int,
     runtime: RuntimeMemory,
+    nvlink_domain: int | None = None,
 ) -> StageOverheads:
-    """:class:`StageOverheads` of one GPU on ``stage``."""
-    return _stage_overheads(model, mapping, stage, runtime, _StageInvariants.of(model, mapping))
+    """:class:`StageOverheads` of one GPU on ``stage`` (``nvlink_domain``: the GPUs of one
+    NVLink domain as the job is placed, None for one domain holding the job)."""
+    return _stage_overheads(
+        model,
+        mapping,
+        stage,
+        runtime,
+        _StageInvariants.of(model, mapping),
+        nvlink_domain=nvlink_domain,
+    )
 
 
 def _stage_overheads(
@@ -1327,6 +1503,8 @@ def _stage_overheads(
     stage: int,
     runtime: RuntimeMemory,
     inv: _StageInvariants,
+    *,
+    nvlink_domain: int | None,
 ) -> StageOverheads:
     _check_stage(stage, mapping.pipeline_degree)
     has_blocks = sum(inv.chunks[stage]) > 0
@@ -1344,6 +1522,10 @@ def _stage_overheads(
             stage=stage,
             tied=model.embeddings is EmbeddingTying.TIED,
             context=mapping.context_degree,
+            nvlink_domain=nvlink_domain,
+            experts=expert_grid(model, mapping),
+            virtual_stages=pipeline_chunks(mapping.parallelism.pipeline.schedule),
+            cp_communication=mapping.parallelism.context.communication,
         ),
         runtime=runtime,
     )
@@ -1556,9 +1738,12 @@ def stage_memory(
     stage: int,
     capacity_bytes: int,
     runtime: RuntimeMemory | None = None,
+    nvlink_domain: int | None = None,
 ) -> MemoryBreakdown:
     """Memory of one GPU on pipeline stage ``stage`` against an HBM capacity in bytes
-    (``runtime``: the system's :class:`RuntimeMemory`, its defaults when not given)."""
+    (``runtime``: the system's :class:`RuntimeMemory`, its defaults when not given;
+    ``nvlink_domain``: the GPUs of one NVLink domain as the job is placed,
+    ``NodeSpec.placed_domain_size``, None for one domain holding the job)."""
     _check_capacity(capacity_bytes)
     return _stage_memory(
         model,
@@ -1567,6 +1752,7 @@ def stage_memory(
         capacity_bytes,
         runtime=runtime if runtime is not None else RuntimeMemory(),
         inv=_StageInvariants.of(model, mapping),
+        nvlink_domain=nvlink_domain,
     )
 
 
@@ -1586,6 +1772,7 @@ def _stage_memory(
     *,
     runtime: RuntimeMemory,
     inv: _StageInvariants,
+    nvlink_domain: int | None,
 ) -> MemoryBreakdown:
     recipe = inv.recipe
     params = _stage_parameters(model, mapping, stage, inv)
@@ -1619,7 +1806,9 @@ def _stage_memory(
         optimizer_states=optimizer,
         activations=acts.layers_stored + acts.recompute_working + acts.mtp,
         other=acts.embedding + acts.logits,
-        overheads=_stage_overheads(model, mapping, stage, runtime, inv),
+        overheads=_stage_overheads(
+            model, mapping, stage, runtime, inv, nvlink_domain=nvlink_domain
+        ),
         capacity=capacity_bytes,
         stage=stage,
         expert=expert_parts,
@@ -1691,13 +1880,22 @@ def memory_per_stage(
     *,
     capacity_bytes: int,
     runtime: RuntimeMemory | None = None,
+    nvlink_domain: int | None = None,
 ) -> tuple[MemoryBreakdown, ...]:
     """:func:`stage_memory` for every pipeline stage, stage 0 first."""
     _check_capacity(capacity_bytes)
     inv = _StageInvariants.of(model, mapping)
     chosen = runtime if runtime is not None else RuntimeMemory()
     return tuple(
-        _stage_memory(model, mapping, stage, capacity_bytes, runtime=chosen, inv=inv)
+        _stage_memory(
+            model,
+            mapping,
+            stage,
+            capacity_bytes,
+            runtime=chosen,
+            inv=inv,
+            nvlink_domain=nvlink_domain,
+        )
         for stage in range(mapping.pipeline_degree)
     )
 
@@ -1708,11 +1906,18 @@ def memory_per_gpu(
     *,
     capacity_bytes: int,
     runtime: RuntimeMemory | None = None,
+    nvlink_domain: int | None = None,
 ) -> MemoryBreakdown:
     """Memory of the most loaded pipeline stage (the earliest one on ties): the plan fits only if
     this fits."""
     return most_loaded(
-        memory_per_stage(model, mapping, capacity_bytes=capacity_bytes, runtime=runtime)
+        memory_per_stage(
+            model,
+            mapping,
+            capacity_bytes=capacity_bytes,
+            runtime=runtime,
+            nvlink_domain=nvlink_domain,
+        )
     )
 
 

@@ -168,9 +168,11 @@ from blueprinting.hardware.system import (
     GemmFormatRate,
     LinkSpec,
     MemorySpec,
+    NcclByTransport,
     NodeSpec,
     ProcessingMode,
     RankLayout,
+    RuntimeMemory,
     SystemSpec,
 )
 from blueprinting.mapping.model import Datatype
@@ -397,6 +399,11 @@ def _hbm(
     )
 
 
+#: NCCL's channel counts on an A100 NVSwitch node (:data:`HOPPER_NCCL`'s comment): the
+#: RuntimeMemory defaults.
+A100_NCCL = RuntimeMemory()
+
+
 def _system(
     *,
     name: str,
@@ -408,8 +415,10 @@ def _system(
     nvlink_domain_size: int | None = None,
     nvlink_latency_s: float = INTRA_NODE_LATENCY_S,
     host_cpu: HostCpu = HostCpu.X86,
+    runtime: RuntimeMemory = A100_NCCL,
 ) -> SystemSpec:
     return SystemSpec(
+        runtime=runtime,
         host_cpu=host_cpu,
         name=name,
         accelerator=accelerator,
@@ -430,6 +439,28 @@ def _system(
         processing_mode=ProcessingMode.ROOFLINE,
         network_assignment=ByRankLayout(layout=RankLayout.TP_DP_PP),
     )
+
+
+# NCCL's channel counts per system (RuntimeMemory; NVIDIA/nccl v2.27.7-1 @593de54e). The
+# defaults (24 ring channels, 32 P2P channels per peer, no NVLS) are A100 NVSwitch's: 12 NVLinks
+# x 20 GB/s give 6 ring channels at 40 GB/s, doubled twice (nccl-tests #100 logs 24 on an HGX
+# A100); SM80 has no NVLS. RCCL (mi300x-8) keeps them: its figures are not read here.
+#: H100 / H200 (SM90, NVSwitch): 18 NVLinks x 20.6 GB/s give 6 ring channels at 60 GB/s, doubled
+#: twice; P2P per peer pow2(min(24, 2 x 18)); NVLS_NCHANNELS_SM90.
+HOPPER_NCCL = RuntimeMemory(
+    nccl=NcclByTransport(ring_channels=24, p2p_channels_per_peer=32, nvls_channels=16)
+)
+#: H800: NVIDIA/nccl #892's 8 x H800 log, "16 coll channels, 0 nvls channels, 16 p2p channels,
+#: 16 p2p channels per peer" (NVLink cut to 8 links).
+H800_NCCL = RuntimeMemory(
+    nccl=NcclByTransport(ring_channels=16, p2p_channels_per_peer=16, nvls_channels=0)
+)
+#: B200 / B300 / GB200 / GB300 (SM100, NVSwitch; NVL72: one multi-node NVLink domain): 18 NVLinks
+#: x 40.1 GB/s (SM100_NVLINK_BW) give 8 ring channels at 90 GB/s, doubled twice; P2P per peer
+#: pow2(min(32, 36)); NVLS_NCHANNELS_SM100_NVL (one node or one NVLink domain).
+BLACKWELL_NCCL = RuntimeMemory(
+    nccl=NcclByTransport(ring_channels=32, p2p_channels_per_peer=32, nvls_channels=24)
+)
 
 
 def _a100(hbm_gb: float, hbm_gbps: float) -> AcceleratorSpec:
@@ -662,6 +693,7 @@ _PRESETS: dict[str, SystemSpec] = {
         nvlink_gbps_per_direction=450,
         nvlink_efficiency=0.82,
         nic_gbps=50,
+        runtime=HOPPER_NCCL,
     ),
     # DGX H200 datasheet: as DGX H100 with H200 (141 GB HBM3e, 4.8 TB/s).
     "dgx-h200": _system(
@@ -676,6 +708,7 @@ _PRESETS: dict[str, SystemSpec] = {
         nvlink_gbps_per_direction=450,
         nvlink_efficiency=0.82,
         nic_gbps=50,
+        runtime=HOPPER_NCCL,
     ),
     # H800 SXM5 (NVIDIA's export part; DeepSeek-V3's 2,048-GPU cluster, modern_parallelism.md 4):
     # H100 compute and HBM, NVLink cut to 400 GB/s bidirectional (H800 datasheet) = 200 GB/s per
@@ -694,6 +727,7 @@ _PRESETS: dict[str, SystemSpec] = {
         nvlink_gbps_per_direction=200,
         nvlink_efficiency=0.80,
         nic_gbps=50,
+        runtime=H800_NCCL,
     ),
     # DGX B200 datasheet: 8x B200, NVLink5 1.8 TB/s bidirectional per GPU (900 each way) through
     # 2 NVSwitch chips, 8x ConnectX-7 400 Gb/s (50 GB/s per GPU; modern_parallelism.md 3.7).
@@ -705,6 +739,7 @@ _PRESETS: dict[str, SystemSpec] = {
         nvlink_gbps_per_direction=900,
         nvlink_efficiency=B200_NVLINK_FIT[1],
         nic_gbps=50,
+        runtime=BLACKWELL_NCCL,
     ),
     # DGX B300: 8x B300, NVLink5 900 GB/s per direction, 8x ConnectX-8 800 Gb/s = 100 GB/s per
     # GPU (modern_parallelism.md 3.7, MLE DGX B300 XDR row). NVLink 0.76: B200's (assumed).
@@ -714,6 +749,7 @@ _PRESETS: dict[str, SystemSpec] = {
         nvlink_gbps_per_direction=900,
         nvlink_efficiency=B200_NVLINK_FIT[1],
         nic_gbps=100,
+        runtime=BLACKWELL_NCCL,
     ),
     # GB200 NVL72: 18 compute trays of 2 Grace + 4 B200-class GPUs, one NVLink5 domain of 72
     # (1.8 TB/s bidirectional = 900 GB/s per direction per GPU), 4 ConnectX-7 400 Gb/s per tray =
@@ -730,6 +766,7 @@ _PRESETS: dict[str, SystemSpec] = {
         nic_gbps=50,
         gpus_per_node=4,
         nvlink_domain_size=72,
+        runtime=BLACKWELL_NCCL,
     ),
     # GB300 NVL72: as GB200 NVL72 (72-GPU NVLink5 domain, 900 GB/s per direction, 4 GPUs per
     # tray) with one ConnectX-8 SuperNIC 800 Gb/s = 100 GB/s per GPU (modern_parallelism.md
@@ -744,6 +781,7 @@ _PRESETS: dict[str, SystemSpec] = {
         nic_gbps=100,
         gpus_per_node=4,
         nvlink_domain_size=72,
+        runtime=BLACKWELL_NCCL,
     ),
     # AMD Instinct MI300X platform: 8 OAMs in a fully connected Infinity Fabric mesh, 7 links of
     # 64 GB/s per direction per GPU = 448 GB/s each way (896 GB/s bidirectional aggregate);

@@ -619,6 +619,234 @@ def _enumerate_groups_by_rank(
 MIB = 2**20
 
 
+# NCCL's device buffers, every constant read from NVIDIA/nccl v2.27.7-1 @593de54e52679b514285
+# 71c13271e2ea9f91b1b1 (the NCCL 2.27 line of the 2025 NGC PyTorch containers Megatron-Core 0.14
+# runs in). Sizes are bytes of device memory one rank allocates.
+NCCL_SOURCE = "NVIDIA/nccl v2.27.7-1 @593de54e52679b51428571c13271e2ea9f91b1b1"
+_NCCL_STEPS = 8  # src/include/device.h NCCL_STEPS
+#: src/init.cc DEFAULT_LL_BUFFSIZE: NCCL_LL_LINES_PER_THREAD (8) x NCCL_LL_MAX_NTHREADS (512) x
+#: NCCL_STEPS x sizeof(ncclLLFifoLine) (16)
+NCCL_LL_BUFFSIZE = 8 * 512 * _NCCL_STEPS * 16
+#: src/init.cc DEFAULT_LL128_BUFFSIZE: NCCL_LL128_ELEMS_PER_THREAD (120) x NCCL_LL128_MAX_NTHREADS
+#: (640) x NCCL_STEPS x sizeof(uint64_t)
+NCCL_LL128_BUFFSIZE = 120 * 640 * _NCCL_STEPS * 8
+NCCL_SIMPLE_BUFFSIZE = 1 << 22  # src/init.cc DEFAULT_BUFFSIZE (NCCL_BUFFSIZE), 4 MiB
+_NCCL_CONN_MEM = 4096  # sizeof(ncclSendMem) == sizeof(ncclRecvMem): unions padded to MEM_ALIGN
+_CUDA_IPC_MIN = 2 * 2**20  # src/include/comm.h CUDA_IPC_MIN: every connection's allocation unit
+
+
+def _ipc_aligned(size: int) -> int:
+    return -(-size // _CUDA_IPC_MIN) * _CUDA_IPC_MIN
+
+
+#: src/transport/p2p.cc p2pSendSetup / p2pRecvSetup (NVLink and PCIe peers): the sender holds
+#: its ncclSendMem, the receiver its ncclRecvMem and the LL, LL128 and SIMPLE buffers, each
+#: rounded up to CUDA_IPC_MIN: 2,097,152 and 10,485,760 bytes, the two sizes NVIDIA/nccl #1685
+#: logs on 8 x H100. (With P2P read, NCCL's choice on Ampere NVLink, the SIMPLE buffer moves to
+#: the sender: 6 + 6 MiB, the same 12 MiB per connection.)
+NCCL_P2P_SEND_BYTES = _ipc_aligned(_NCCL_CONN_MEM)
+NCCL_P2P_RECV_BYTES = _ipc_aligned(
+    _NCCL_CONN_MEM + NCCL_LL_BUFFSIZE + NCCL_LL128_BUFFSIZE + NCCL_SIMPLE_BUFFSIZE
+)
+#: src/transport/net.cc sendProxySetup / recvProxySetup with GPUDirect RDMA (the DGX networks):
+#: dedicated ring buffers, the sender's LL128 and SIMPLE and the receiver's LL, LL128 and SIMPLE
+#: in device memory (ncclSendMem / ncclRecvMem in host memory), each rounded to CUDA_IPC_MIN.
+NCCL_NET_SEND_BYTES = _ipc_aligned(NCCL_LL128_BUFFSIZE + NCCL_SIMPLE_BUFFSIZE)
+NCCL_NET_RECV_BYTES = _ipc_aligned(NCCL_LL_BUFFSIZE + NCCL_LL128_BUFFSIZE + NCCL_SIMPLE_BUFFSIZE)
+#: src/transport/net.cc sharedNetBuffersInit: send / receive over the network share one pool
+#: per direction, p2pnChannels x NCCL_SHARED_STEPS (16) x the network P2P chunk
+#: (src/init.cc NCCL_P2P_NET_CHUNKSIZE, 128 KiB) bytes, whatever the number of remote peers.
+_NCCL_SHARED_STEPS = 16
+_NCCL_P2P_NET_CHUNK = 1 << 17
+#: src/transport/nvls.cc ncclNvlsBufferSetup: per NVLS channel and head, a reduce and a
+#: broadcast buffer of NCCL_NVLS_CHUNKSIZE (128 KiB) x NCCL_STEPS: 2 MiB of unicast memory
+#: bound to the multicast object (the multicast mapping itself holds no memory of its own).
+NCCL_NVLS_BYTES_PER_CHANNEL_HEAD = 2 * (1 << 17) * _NCCL_STEPS
+_NCCL_NVLS_CREDIT = 64  # ncclNvlsSetup: memSize of one credit slot, per channel, head, direction
+_NCCL_MAX_NVLS_ARITY = 32  # src/include/device.h: at most 32 NVLS heads
+
+
+def _pow2_up(value: int) -> int:
+    return 1 << max(0, value - 1).bit_length()
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScalarCollectives:
+    """A communicator whose collectives carry a few values (start-up barriers, loss, timer and
+    gradient-norm reductions): NCCL picks its ring (LL) for them, and with runtime connection
+    (src/init.cc NCCL_RUNTIME_CONNECT, on by default since 2.22) connects nothing else."""
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BulkCollectives:
+    """A communicator that also reduces or gathers large tensors (TP activations, DP gradients
+    and parameters, the embedding gradient, CP's K/V): the ring, and NVLS where the tuner can
+    choose it."""
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PeerSends:
+    """A communicator used for send / receive with ``peers`` ranks of it (a pipeline stage's
+    one or two neighbours; an all-to-all's every other member)."""
+
+    peers: int
+
+    def __post_init__(self) -> None:
+        problems = positive_int_problems("PeerSends", peers=self.peers)
+        if problems:
+            raise ConfigError(problems)
+
+
+CommunicatorUse: TypeAlias = ScalarCollectives | BulkCollectives | PeerSends
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Communicator:
+    """One NCCL communicator as a rank sees it: ``size`` ranks, ``in_domain`` of them (the rank
+    included) in the rank's NVLink domain, used as ``use`` says."""
+
+    size: int
+    in_domain: int
+    use: CommunicatorUse
+
+    def __post_init__(self) -> None:
+        problems = positive_int_problems("Communicator", size=self.size, in_domain=self.in_domain)
+        if not problems and self.in_domain > self.size:
+            problems.append(
+                f"Communicator needs in_domain <= size, got {self.in_domain} > {self.size}"
+            )
+        if problems:
+            raise ConfigError(problems)
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NcclByTransport:
+    """NCCL's buffers counted by the transport each communicator uses (:data:`NCCL_SOURCE`),
+    from the channel counts NCCL derives for the system: ``ring_channels``, the ring's channels
+    inside an NVLink domain (src/graph/search.cc ncclTopoCompute: the fastest per-channel speed
+    of the SM's speed array whose channels fit the GPU's NVLink bandwidth, ncclTopoDupChannels
+    doubling them, src/graph/connect.cc ncclTopoPostset doubling again; H100, 18 NVLinks x
+    20.6 GB/s (graph/topo.h SM90_NVLINK_BW): 6 x 60 GB/s -> 12 -> 24; A100, 12 x 20: 6 x 40 ->
+    12 -> 24, the 24 channels nccl-tests #100 logs on an HGX A100); ``p2p_channels_per_peer``
+    (src/graph/paths.cc ncclTopoComputeP2pChannels: the next power of two of the ring's channels,
+    at most 2 per NVLink to the peer: 32 on H100 and A100, the 32 channels per peer NVIDIA/nccl
+    #1685 logs); ``nvls_channels``, NVLink SHARP's channels (src/transport/nvls.cc:
+    NVLS_NCHANNELS_SM90 16, NVLS_NCHANNELS_SM100_NVL 24 on one node or NVLink domain; 0 where the
+    system has no NVSwitch multicast or runs with ``NCCL_NVLS_ENABLE=0``, which
+    NeMo-Framework-Launcher PR #127 and JAX-Toolbox PR #383 set "for memory saving")."""
+
+    ring_channels: int = 24
+    p2p_channels_per_peer: int = 32
+    nvls_channels: int = 0
+
+    def __post_init__(self) -> None:
+        bad = [
+            f"NcclByTransport.{name} must be a non-negative integer, got {value!r}"
+            for name, value in (
+                ("ring_channels", self.ring_channels),
+                ("p2p_channels_per_peer", self.p2p_channels_per_peer),
+                ("nvls_channels", self.nvls_channels),
+            )
+            if type(value) is not int or value < 0
+        ]
+        if bad:
+            raise ConfigError(bad)
+
+    def bytes_of(self, communicator: Communicator) -> int:
+        """NCCL's device buffers on one rank for ``communicator`` (size > 1), once it has run
+        what its ``use`` says:
+
+        - a ring channel: one send and one receive connection, over NVLink
+          (:data:`NCCL_P2P_SEND_BYTES` + :data:`NCCL_P2P_RECV_BYTES`, 12 MiB) or, on the
+          channels where the rank is its NVLink domain's way out, over the network
+          (:data:`NCCL_NET_SEND_BYTES` + :data:`NCCL_NET_RECV_BYTES`, 20 MiB): a ring through
+          domains of ``c`` members crosses out of each once per channel, so ``ceil(R / c)`` of a
+          rank's ``R`` channels are network ones;
+        - NVLS (bulk collectives, more than two members in the domain: src/transport/nvls.cc
+          ncclNvlsInit returns for two GPUs or fewer): channels x heads x 2 MiB, one head per
+          member in the domain (src/graph/search.cc: the NVLS graph's channels are its GPUs,
+          at most 32), and the credits, each allocation rounded to the 2 MiB granularity;
+        - send / receive: per peer in the domain, ``p2p_channels_per_peer`` send and receive
+          connections (12 MiB each pair); the peers outside share the network P2P pools (one
+          per direction, ``pow2(R)`` x 16 x 128 KiB).
+
+        Not counted: tree connections (the tuner can pick the tree for mid-sized all-reduces,
+        one parent and up to three children per channel), CollNet, the per-communicator
+        device structures (a few KiB per channel), and NCCL's host memory."""
+        size, in_domain = communicator.size, communicator.in_domain
+        match communicator.use:
+            case ScalarCollectives():
+                return self._ring_bytes(size, in_domain)
+            case BulkCollectives():
+                return self._ring_bytes(size, in_domain) + self._nvls_bytes(in_domain)
+            case PeerSends(peers=peers):
+                inside = min(peers, in_domain - 1)
+                local = inside * self.p2p_channels_per_peer
+                remote = (
+                    2 * _pow2_up(self.ring_channels) * _NCCL_SHARED_STEPS * _NCCL_P2P_NET_CHUNK
+                    if peers > inside
+                    else 0
+                )
+                return local * (NCCL_P2P_SEND_BYTES + NCCL_P2P_RECV_BYTES) + remote
+            case _ as unreachable:
+                assert_never(unreachable)
+
+    def _ring_bytes(self, size: int, in_domain: int) -> int:
+        channels = self.ring_channels
+        network = 0 if in_domain == size else -(-channels // in_domain)
+        return (channels - network) * (NCCL_P2P_SEND_BYTES + NCCL_P2P_RECV_BYTES) + network * (
+            NCCL_NET_SEND_BYTES + NCCL_NET_RECV_BYTES
+        )
+
+    def _nvls_bytes(self, in_domain: int) -> int:
+        if self.nvls_channels == 0 or in_domain <= 2:
+            return 0
+        heads = min(in_domain, _NCCL_MAX_NVLS_ARITY)
+        buffers = self.nvls_channels * heads * NCCL_NVLS_BYTES_PER_CHANNEL_HEAD
+        credits = self.nvls_channels * 2 * _NCCL_NVLS_CREDIT * heads
+        return _ipc_aligned(buffers) + _ipc_aligned(credits)
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NcclPerCommunicator:
+    """NCCL's buffers as one measured figure per communicator that has run a collective,
+    whatever its transport: ``bytes_per_communicator`` for a group of more than two ranks,
+    ``bytes_per_pair_communicator`` for two (688 MB and 544 MB measured on 4 A100 with NVLink,
+    one 4 MB all-reduce per group: NVIDIA/nccl #964). The model before issue 19's transport
+    count, kept for the system files that give a measurement of their own
+    (``[system.runtime] nccl_bytes_per_communicator`` / ``nccl_bytes_per_pair_communicator``)."""
+
+    bytes_per_communicator: int = 688_000_000
+    bytes_per_pair_communicator: int = 544_000_000
+
+    def __post_init__(self) -> None:
+        bad = [
+            f"NcclPerCommunicator.{name} must be a non-negative integer (bytes), got {value!r}"
+            for name, value in (
+                ("bytes_per_communicator", self.bytes_per_communicator),
+                ("bytes_per_pair_communicator", self.bytes_per_pair_communicator),
+            )
+            if type(value) is not int or value < 0
+        ]
+        if bad:
+            raise ConfigError(bad)
+
+    def bytes_of(self, communicator: Communicator) -> int:
+        """The measured figure of ``communicator``'s size class (size > 1)."""
+        if communicator.size == 2:
+            return self.bytes_per_pair_communicator
+        return self.bytes_per_communicator
+
+
+NcclBuffers: TypeAlias = NcclByTransport | NcclPerCommunicator
+
+
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RuntimeMemory:
@@ -631,19 +859,16 @@ class RuntimeMemory:
       Default 512 MiB: the 426 MiB reading plus the kernels of Transformer Engine, cuDNN and
       cuBLAS a training step loads. Outside the caching allocator (nvidia-smi sees it,
       ``max_memory_reserved`` does not).
-    - ``nccl_bytes_per_communicator`` / ``nccl_bytes_per_pair_communicator``: device buffers of
-      one NCCL communicator that has run a collective, on a group of more than two / of two
-      ranks: 688 MB and 544 MB measured on 4 A100 with NVLink, one 4 MB all-reduce per group
-      (NVIDIA/nccl #964); NCCL's maintainers: memory is linear in the channel count and a ring
-      keeps two connections whatever the scale (NVIDIA/nccl #986). Outside the allocator.
+    - ``nccl``: NCCL's buffers (:meth:`nccl_bytes`), outside the allocator: counted by
+      transport from the system's channel counts (:class:`NcclByTransport`, the default), or a
+      measured figure per communicator (:class:`NcclPerCommunicator`).
     - ``workspace_bytes``: cuBLAS / cuBLASLt workspaces, which PyTorch allocates through its
       caching allocator (``CUBLAS_WORKSPACE_CONFIG`` default ``:4096:8``, 8 x 4 MiB per handle;
       Transformer Engine's cuBLASLt workspace, 32 MiB on Hopper): 64 MiB, inside the allocator.
     """
 
     cuda_context_bytes: int = 512 * MIB
-    nccl_bytes_per_communicator: int = 688_000_000
-    nccl_bytes_per_pair_communicator: int = 544_000_000
+    nccl: NcclBuffers = field(default_factory=NcclByTransport)
     workspace_bytes: int = 64 * MIB
 
     def __post_init__(self) -> None:
@@ -651,8 +876,6 @@ class RuntimeMemory:
             f"RuntimeMemory.{name} must be a non-negative integer (bytes), got {value!r}"
             for name, value in (
                 ("cuda_context_bytes", self.cuda_context_bytes),
-                ("nccl_bytes_per_communicator", self.nccl_bytes_per_communicator),
-                ("nccl_bytes_per_pair_communicator", self.nccl_bytes_per_pair_communicator),
                 ("workspace_bytes", self.workspace_bytes),
             )
             if type(value) is not int or value < 0
@@ -660,14 +883,25 @@ class RuntimeMemory:
         if bad:
             raise ConfigError(bad)
 
-    def nccl_bytes(self, group_size: int) -> int:
-        """Buffers of one communicator over ``group_size`` ranks (none for a single rank: no
-        NCCL communicator runs there)."""
-        if group_size <= 1:
+    def nccl_bytes(self, communicator: Communicator) -> int:
+        """NCCL's device buffers on one rank for ``communicator`` (none for a single rank: no
+        NCCL communicator runs there), by the system's :attr:`nccl` model."""
+        if communicator.size <= 1:
             return 0
-        if group_size == 2:
-            return self.nccl_bytes_per_pair_communicator
-        return self.nccl_bytes_per_communicator
+        match self.nccl:
+            case NcclByTransport() | NcclPerCommunicator() as model:
+                return model.bytes_of(communicator)
+            case _ as unreachable:
+                assert_never(unreachable)
+
+
+def members_in_domain(*, size: int, stride: int, world: int, domain: int) -> int:
+    """The fewest members any group of ``size`` ranks ``stride`` apart in a ``world``-rank job
+    has in one NVLink domain of ``domain`` consecutive ranks (the placement of :func:`_placed`)."""
+    if size == 1:
+        return 1
+    fewest, spans = _spread(size, stride, world, domain)
+    return fewest if spans else size
 
 
 @final

@@ -42,8 +42,11 @@ The mapping form (every key optional when a ``preset`` is given; SI units, the u
 
     [system.runtime]                  # device memory beside the tensors (RuntimeMemory)
     cuda_context_bytes = 536870912
-    nccl_bytes_per_communicator = 688000000
-    nccl_bytes_per_pair_communicator = 544000000
+    nccl_ring_channels = 24           # NCCL's channels (RuntimeMemory.nccl_bytes)
+    nccl_p2p_channels_per_peer = 32
+    nccl_nvls_channels = 16           # 0: no NVLink SHARP (or NCCL_NVLS_ENABLE=0)
+    # or a measured figure per communicator instead (NcclPerCommunicator; the channels unread):
+    # nccl_bytes_per_communicator = 688000000, nccl_bytes_per_pair_communicator = 544000000
     workspace_bytes = 67108864
 
     [system.intra_node]               # and [system.scale_out]
@@ -106,6 +109,9 @@ from blueprinting.hardware.system import (
     LinkSpec,
     LinkTier,
     MemorySpec,
+    NcclBuffers,
+    NcclByTransport,
+    NcclPerCommunicator,
     NodeSpec,
     ProcessingMode,
     RankLayout,
@@ -152,12 +158,18 @@ _ACCELERATOR_KEYS = (
     "low_precision",
 )
 _ATTENTION_KEYS = ("kernel", "source", "head_dims", "seq_lengths", "tflops")
-_RUNTIME_KEYS = (
-    "cuda_context_bytes",
-    "nccl_bytes_per_communicator",
-    "nccl_bytes_per_pair_communicator",
-    "workspace_bytes",
-)
+_RUNTIME_BYTES_KEYS = ("cuda_context_bytes", "workspace_bytes")
+#: RuntimeMemory.nccl's two variants, each with its own keys (one variant per system)
+_NCCL_TRANSPORT_KEYS = {
+    "nccl_ring_channels": "ring_channels",
+    "nccl_p2p_channels_per_peer": "p2p_channels_per_peer",
+    "nccl_nvls_channels": "nvls_channels",
+}
+_NCCL_MEASURED_KEYS = {
+    "nccl_bytes_per_communicator": "bytes_per_communicator",
+    "nccl_bytes_per_pair_communicator": "bytes_per_pair_communicator",
+}
+_RUNTIME_KEYS = (*_RUNTIME_BYTES_KEYS, *_NCCL_TRANSPORT_KEYS, *_NCCL_MEASURED_KEYS)
 _RATE_KEYS = ("peak_flop_per_s", "efficiency")
 _MEMORY_KEYS = ("capacity_bytes", "bandwidth_bytes_per_s", "efficiency")
 _LINK_KEYS = ("bandwidth_bytes_per_s", "latency_s", "efficiency", "processor_usage", "costs")
@@ -196,6 +208,18 @@ def efficiency_to_mapping(model: Efficiency) -> float | dict[str, object]:
             }
         case _ as unreachable:
             assert_never(unreachable)
+
+
+def _nccl_to_mapping(nccl: NcclBuffers) -> dict[str, object]:
+    keys: dict[str, str]
+    match nccl:
+        case NcclByTransport():
+            keys = _NCCL_TRANSPORT_KEYS
+        case NcclPerCommunicator():
+            keys = _NCCL_MEASURED_KEYS
+        case _ as unreachable:
+            assert_never(unreachable)
+    return {key: getattr(nccl, name) for key, name in keys.items()}
 
 
 def _cost_to_list(cost: CollectiveCost) -> list[float]:
@@ -285,8 +309,7 @@ def system_to_mapping(system: SystemSpec) -> dict[str, object]:
     runtime = system.runtime
     result["runtime"] = {
         "cuda_context_bytes": runtime.cuda_context_bytes,
-        "nccl_bytes_per_communicator": runtime.nccl_bytes_per_communicator,
-        "nccl_bytes_per_pair_communicator": runtime.nccl_bytes_per_pair_communicator,
+        **_nccl_to_mapping(runtime.nccl),
         "workspace_bytes": runtime.workspace_bytes,
     }
     return result
@@ -737,23 +760,47 @@ def _attention_from_mapping(
 
 
 def _runtime_from_mapping(value: object, where: str, out: ProblemCollector) -> RuntimeMemory | None:
+    """``[system.runtime]``: the byte keys, and NCCL's buffers counted by transport (the channel
+    keys; each absent one at :class:`NcclByTransport`'s default) or, where the table gives
+    ``nccl_bytes_per_communicator`` or ``nccl_bytes_per_pair_communicator``, that measured
+    figure per communicator (:class:`NcclPerCommunicator`; the other at NVIDIA/nccl #964's):
+    a measurement of one's own replaces the count, so the channel keys a preset brings are
+    then not read."""
     table = _table(value, where, out)
     if table is None:
         return None
     _unknown_keys(table, _RUNTIME_KEYS, where, out)
-    defaults = RuntimeMemory()
     values: dict[str, int] = {}
+    bad = False
     for key in _RUNTIME_KEYS:
-        raw = table.get(key, getattr(defaults, key))
+        if key not in table:
+            continue
+        raw = table[key]
         if isinstance(raw, float) and raw.is_integer():
             raw = int(raw)  # TOML/JSON exponent notation (64e6) reads as a float
         if type(raw) is not int or raw < 0:
-            out.add(f"{where}.{key} must be a non-negative integer (bytes), got {raw!r}")
+            unit = "" if key in _NCCL_TRANSPORT_KEYS else " (bytes)"
+            out.add(f"{where}.{key} must be a non-negative integer{unit}, got {raw!r}")
+            bad = True
             continue
         values[key] = raw
-    if len(values) != len(_RUNTIME_KEYS):
+    if bad:
         return None
-    return RuntimeMemory(**values)
+    nccl: NcclBuffers
+    if any(key in values for key in _NCCL_MEASURED_KEYS):
+        nccl = NcclPerCommunicator(
+            **{name: values[key] for key, name in _NCCL_MEASURED_KEYS.items() if key in values}
+        )
+    else:
+        nccl = NcclByTransport(
+            **{name: values[key] for key, name in _NCCL_TRANSPORT_KEYS.items() if key in values}
+        )
+    defaults = RuntimeMemory()
+    return RuntimeMemory(
+        cuda_context_bytes=values.get("cuda_context_bytes", defaults.cuda_context_bytes),
+        nccl=nccl,
+        workspace_bytes=values.get("workspace_bytes", defaults.workspace_bytes),
+    )
 
 
 def _merge(base: Mapping[str, object], override: Mapping[str, object]) -> dict[str, object]:

@@ -104,6 +104,7 @@ from blueprinting.analysis.memory import (
     checkpoint_bytes,
     context_transient_bytes,
     embedding_buffer_bytes,
+    expert_grid,
     gathered_whole,
     gathers_ahead,
     interleaved_peak,
@@ -142,7 +143,14 @@ from blueprinting.analysis.pipeline_contract import (
 from blueprinting.analysis.report import JsonValue
 from blueprinting.errors import ConfigError
 from blueprinting.hardware.collectives import CollectiveKind
-from blueprinting.hardware.system import Engine, LinkTier, ParallelDim, RuntimeMemory, SystemSpec
+from blueprinting.hardware.system import (
+    Engine,
+    LinkTier,
+    NodeSpec,
+    ParallelDim,
+    RuntimeMemory,
+    SystemSpec,
+)
 from blueprinting.limits import MAX_INT, int_limit_text
 from blueprinting.mapping.model import EmbeddingTying, TransformerModelSpec
 from blueprinting.mapping.transformer import (
@@ -948,6 +956,7 @@ def _stage_memory(
     model: TransformerModelSpec,
     *,
     runtime: RuntimeMemory,
+    node: NodeSpec,
     rep: _StageColumns,
     m: IntArray,
     layer_full: IntArray,
@@ -1129,25 +1138,32 @@ def _stage_memory(
         mtp = mtp_stored_bytes(last_in_flight, depths=model.mtp_num_layers, depth=depth, head=head)
         stored = stored + np.where(stage == p - 1, mtp, 0)
     # memory.stage_overheads: under an even layout every stage holds blocks; the NCCL buffers
-    # read t, p, d and whether the stage is the first or the last.
+    # read t, p, d, cp and its exchange (and so the job's NVLink domain), v, the expert grid
+    # and whether the stage is the first, a middle one or the last.
     edge = np.where(stage == 0, 0, np.where(stage == p - 1, 2, 1))
-    first_n, inverse_n = _keys(t, p, table.data, table.context, edge)
+    first_n, inverse_n = _keys(
+        t, p, table.data, table.context, table.cp_comm, edge, v, *moe_key[:3]
+    )
     tied = model.embeddings is EmbeddingTying.TIED
-    nccl = np.array(
-        [
-            nccl_buffer_bytes(
-                runtime,
-                tensor=int(t[i]),
-                pipeline=int(p[i]),
-                data=int(table.data[i]),
-                stage=int(stage[i]),
-                tied=tied,
-                context=int(table.context[i]),
-            )
-            for i in first_n
-        ],
-        dtype=np.int64,
-    )[inverse_n]
+
+    def nccl_at(i: int) -> int:
+        world = int(t[i]) * int(p[i]) * int(table.data[i]) * int(table.context[i])
+        mapping = candidate_to_spec(table, i, model).mapping
+        return nccl_buffer_bytes(
+            runtime,
+            tensor=int(t[i]),
+            pipeline=int(p[i]),
+            data=int(table.data[i]),
+            stage=int(stage[i]),
+            tied=tied,
+            context=int(table.context[i]),
+            nvlink_domain=node.placed_domain_size(world),
+            experts=expert_grid(model, mapping),
+            virtual_stages=int(v[i]),
+            cp_communication=mapping.parallelism.context.communication,
+        )
+
+    nccl = np.array([nccl_at(int(i)) for i in first_n], dtype=np.int64)[inverse_n]
     backward_working = np.where(has_blocks, working_bytes, 0)
     logits_transient = np.where(stage == p - 1, logits_bytes, 0)
     transient, workspace, reserve, context, nccl_buffers = overhead_parts(
@@ -1507,7 +1523,7 @@ def evaluate_candidates(
         "moe_kept": moe_kept,
     }
     at = [
-        _stage_memory(table, model, runtime=system.runtime, rep=rep, **layer)
+        _stage_memory(table, model, runtime=system.runtime, node=system.node, rep=rep, **layer)
         for rep in layout.stages
     ]
     peaks = [stage.peaks for stage in at]
