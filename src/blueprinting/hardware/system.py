@@ -62,11 +62,21 @@ from blueprinting.hardware.collectives import (
 from blueprinting.hardware.efficiency import (
     Efficiency,
     GemmShape,
+    ShapeFigures,
     efficiency_fraction,
     is_nonnegative,
     is_positive,
 )
 from blueprinting.hardware.host import HostCpu
+from blueprinting.hardware.polymorphic import (
+    Real,
+    all_equal,
+    any_below,
+    maximum,
+    positive_or_one,
+    where_positive,
+    zeros_like,
+)
 from blueprinting.mapping.model import Datatype
 from blueprinting.mapping.precision import AcceleratorSupport, GemmFormat
 
@@ -670,6 +680,20 @@ class RuntimeMemory:
         return self.nccl_bytes_per_communicator
 
 
+def _rate_time(
+    flops: Real, peak_flop_per_s: float, efficiency: Efficiency, shape: ShapeFigures[Real] | None
+) -> Real:
+    """``flops / (peak * efficiency(flops, shape))``, 0 at 0 FLOPs."""
+    if any_below(flops, 0):
+        raise ConfigError([f"op FLOPs must be >= 0, got {flops!r}"])
+    if all_equal(flops, 0):
+        return zeros_like(flops)
+    # Evaluated at 1 FLOP where a column holds 0 (a value where_positive discards).
+    size = positive_or_one(flops)
+    fraction = efficiency_fraction(efficiency, size, shape)
+    return where_positive(flops, size / (peak_flop_per_s * fraction), 0.0)
+
+
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SystemSpec:
@@ -737,33 +761,24 @@ class SystemSpec:
     # ---- compute and memory -----------------------------------------------------------------
     def compute_time(
         self,
-        flops: float,
+        flops: Real,
         engine: Engine,
         datatype: Datatype,
-        shape: GemmShape | None = None,
-    ) -> float:
+        shape: ShapeFigures[Real] | None = None,
+    ) -> Real:
         """``flops / (peak * efficiency(flops, shape))`` on ``engine`` (Calculon
-        ``Processor.throughput``; the step efficiency is looked up at the op's FLOPs)."""
-        if flops < 0:
-            raise ConfigError([f"op FLOPs must be >= 0, got {flops!r}"])
-        if flops == 0:
-            return 0.0
+        ``Processor.throughput``; the step efficiency is looked up at the op's FLOPs). One op's
+        figures or a column's (:mod:`blueprinting.hardware.polymorphic`)."""
         rate = self.accelerator.engine(engine).rate(datatype)
-        fraction = efficiency_fraction(rate.efficiency, flops, shape)
-        return flops / (rate.peak_flop_per_s * fraction)
+        return _rate_time(flops, rate.peak_flop_per_s, rate.efficiency, shape)
 
     def low_precision_gemm_time(
-        self, flops: float, gemm_format: GemmFormat, shape: GemmShape | None = None
-    ) -> float:
+        self, flops: Real, gemm_format: GemmFormat, shape: ShapeFigures[Real] | None = None
+    ) -> Real:
         """``flops / (peak * efficiency)`` at the accelerator's rate for ``gemm_format``
         (:meth:`compute_time` for a Transformer Engine linear under an FP8 / FP4 recipe)."""
-        if flops < 0:
-            raise ConfigError([f"op FLOPs must be >= 0, got {flops!r}"])
-        if flops == 0:
-            return 0.0
         rate = self.accelerator.low_precision_rate(gemm_format)
-        fraction = efficiency_fraction(rate.efficiency, flops, shape)
-        return flops / (rate.peak_flop_per_s * fraction)
+        return _rate_time(flops, rate.peak_flop_per_s, rate.efficiency, shape)
 
     def attention_time(
         self, flops: float, *, seq_length: int, head_dim: int, datatype: Datatype, gemm: GemmShape
@@ -778,15 +793,18 @@ class SystemSpec:
             return self.compute_time(flops, Engine.MATRIX, datatype, gemm)
         return flops / rates.flop_per_s(seq_length=seq_length, head_dim=head_dim)
 
-    def memory_time(self, size_bytes: float) -> float:
+    def memory_time(self, size_bytes: Real) -> Real:
         """``bytes / (hbm_bw * efficiency(bytes))`` (Calculon ``Memory.throughput``)."""
-        if size_bytes < 0:
+        if any_below(size_bytes, 0):
             raise ConfigError([f"memory traffic must be >= 0 bytes, got {size_bytes!r}"])
-        if size_bytes == 0:
-            return 0.0
+        if all_equal(size_bytes, 0):
+            return zeros_like(size_bytes)
         hbm = self.accelerator.hbm
-        return size_bytes / (
-            hbm.bandwidth_bytes_per_s * efficiency_fraction(hbm.efficiency, size_bytes)
+        size = positive_or_one(size_bytes)
+        return where_positive(
+            size_bytes,
+            size / (hbm.bandwidth_bytes_per_s * efficiency_fraction(hbm.efficiency, size)),
+            0.0,
         )
 
     def offload_time(self, size_bytes: float) -> float:
@@ -800,13 +818,13 @@ class SystemSpec:
             offload.bandwidth_bytes_per_s * efficiency_fraction(offload.efficiency, size_bytes)
         )
 
-    def processing_time(self, flop_time: float, mem_time: float) -> float:
+    def processing_time(self, flop_time: Real, mem_time: Real) -> Real:
         """Sum (``no_overlap``) or max (``roofline``) of an op's compute and memory times."""
         match self.processing_mode:
             case ProcessingMode.NO_OVERLAP:
                 return flop_time + mem_time
             case ProcessingMode.ROOFLINE:
-                return max(flop_time, mem_time)
+                return maximum(flop_time, mem_time)
             case _ as unreachable:
                 assert_never(unreachable)
 
