@@ -19,7 +19,9 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Final, TypeAlias, TypeVar
+
+from blueprinting.errors import ConfigError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -29,6 +31,10 @@ if TYPE_CHECKING:
 # (the CLI's start-up time), so the column type is named by a string.
 Column: TypeAlias = "npt.NDArray[np.float64]"
 Real = TypeVar("Real", float, Column)
+
+# A tuple, not ``float | int``: isinstance builds no union object per call (the scalar plan's
+# hot path).
+_SCALAR: Final = (float, int)
 
 #: Integers up to this are exact in float64 (53-bit significand).
 EXACT_INT_LIMIT = 2**53
@@ -45,7 +51,7 @@ def exact_column(values: Sequence[int]) -> Column | None:
 
 def maximum(a: Real, b: Real | float) -> Real:
     """``max`` on floats, ``np.maximum`` on a column ``a`` (``b`` a float or a column)."""
-    if isinstance(a, float | int):
+    if isinstance(a, _SCALAR):
         return max(a, b)
     import numpy as np
 
@@ -54,7 +60,7 @@ def maximum(a: Real, b: Real | float) -> Real:
 
 def minimum(a: Real, b: Real | float) -> Real:
     """``min`` on floats, ``np.minimum`` on a column ``a`` (``b`` a float or a column)."""
-    if isinstance(a, float | int):
+    if isinstance(a, _SCALAR):
         return min(a, b)
     import numpy as np
 
@@ -63,7 +69,7 @@ def minimum(a: Real, b: Real | float) -> Real:
 
 def power(base: Real, exponent: float) -> Real:
     """``base ** exponent``, per element on a column (module docstring)."""
-    if isinstance(base, float | int):
+    if isinstance(base, _SCALAR):
         # float ** float is typed Any (a negative base gives a complex); bases here are >= 0.
         result: float = base**exponent
         return result
@@ -74,7 +80,7 @@ def power(base: Real, exponent: float) -> Real:
 
 def any_below(x: Real, bound: float) -> bool:
     """Whether ``x`` (any element of it) is below ``bound`` or NaN."""
-    if isinstance(x, float | int):
+    if isinstance(x, _SCALAR):
         return not x >= bound
     import numpy as np
 
@@ -83,17 +89,32 @@ def any_below(x: Real, bound: float) -> bool:
 
 def all_equal(x: Real, value: float) -> bool:
     """Whether ``x`` (every element of it) equals ``value``."""
-    if isinstance(x, float | int):
+    if isinstance(x, _SCALAR):
         return x == value
     import numpy as np
 
     return bool(np.all(x == value))
 
 
+def nonzero_sizes(x: Real, must: str) -> Real | None:
+    """A size (FLOPs, bytes) checked for a rate formula: None when it is 0 (every element),
+    else ``x`` with any zero element replaced by 1 (:func:`positive_or_one`). A negative or NaN
+    size is a ``ConfigError`` ``"{must}, got {x!r}"``."""
+    if isinstance(x, _SCALAR):
+        if not x >= 0:
+            raise ConfigError([f"{must}, got {x!r}"])
+        return None if x == 0 else x
+    import numpy as np
+
+    if not bool(np.all(x >= 0)):
+        raise ConfigError([f"{must}, got {x!r}"])
+    return None if not bool(np.any(x)) else np.where(x > 0, x, 1.0)
+
+
 def positive_or_one(x: Real) -> Real:
     """``x`` where it is positive, else 1: a divisor safe to evaluate a formula on, whose value
     at the replaced elements :func:`where_positive` then discards."""
-    if isinstance(x, float | int):
+    if isinstance(x, _SCALAR):
         return x if x > 0 else 1.0
     import numpy as np
 
@@ -102,7 +123,7 @@ def positive_or_one(x: Real) -> Real:
 
 def where_positive(x: Real, value: Real, otherwise: float) -> Real:
     """``value`` where ``x > 0``, else ``otherwise``."""
-    if isinstance(x, float | int):
+    if isinstance(x, _SCALAR):
         return value if x > 0 else otherwise
     import numpy as np
 
@@ -111,7 +132,7 @@ def where_positive(x: Real, value: Real, otherwise: float) -> Real:
 
 def zeros_like(x: Real) -> Real:
     """0.0, or a column of zeros shaped like ``x``."""
-    if isinstance(x, float | int):
+    if isinstance(x, _SCALAR):
         return 0.0
     import numpy as np
 
@@ -120,7 +141,7 @@ def zeros_like(x: Real) -> Real:
 
 def ones_like(x: Real) -> Real:
     """1.0, or a column of ones shaped like ``x``."""
-    if isinstance(x, float | int):
+    if isinstance(x, _SCALAR):
         return 1.0
     import numpy as np
 
@@ -129,7 +150,7 @@ def ones_like(x: Real) -> Real:
 
 def step_index(thresholds: Sequence[float], x: Real) -> Real:
     """The number of ``thresholds`` (increasing) at or below ``x`` (``bisect_right``)."""
-    if isinstance(x, float | int):
+    if isinstance(x, _SCALAR):
         return float(bisect_right(thresholds, x))
     import numpy as np
 
@@ -138,7 +159,7 @@ def step_index(thresholds: Sequence[float], x: Real) -> Real:
 
 def take(table: Sequence[float], index: Real) -> Real:
     """``table[index]`` (``index`` a whole number, a float or a column of them)."""
-    if isinstance(index, float | int):
+    if isinstance(index, _SCALAR):
         return table[int(index)]
     import numpy as np
 

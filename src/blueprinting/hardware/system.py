@@ -70,10 +70,8 @@ from blueprinting.hardware.efficiency import (
 from blueprinting.hardware.host import HostCpu
 from blueprinting.hardware.polymorphic import (
     Real,
-    all_equal,
-    any_below,
     maximum,
-    positive_or_one,
+    nonzero_sizes,
     where_positive,
     zeros_like,
 )
@@ -684,12 +682,10 @@ def _rate_time(
     flops: Real, peak_flop_per_s: float, efficiency: Efficiency, shape: ShapeFigures[Real] | None
 ) -> Real:
     """``flops / (peak * efficiency(flops, shape))``, 0 at 0 FLOPs."""
-    if any_below(flops, 0):
-        raise ConfigError([f"op FLOPs must be >= 0, got {flops!r}"])
-    if all_equal(flops, 0):
-        return zeros_like(flops)
     # Evaluated at 1 FLOP where a column holds 0 (a value where_positive discards).
-    size = positive_or_one(flops)
+    size = nonzero_sizes(flops, "op FLOPs must be >= 0")
+    if size is None:
+        return zeros_like(flops)
     fraction = efficiency_fraction(efficiency, size, shape)
     return where_positive(flops, size / (peak_flop_per_s * fraction), 0.0)
 
@@ -795,12 +791,10 @@ class SystemSpec:
 
     def memory_time(self, size_bytes: Real) -> Real:
         """``bytes / (hbm_bw * efficiency(bytes))`` (Calculon ``Memory.throughput``)."""
-        if any_below(size_bytes, 0):
-            raise ConfigError([f"memory traffic must be >= 0 bytes, got {size_bytes!r}"])
-        if all_equal(size_bytes, 0):
+        size = nonzero_sizes(size_bytes, "memory traffic must be >= 0 bytes")
+        if size is None:
             return zeros_like(size_bytes)
         hbm = self.accelerator.hbm
-        size = positive_or_one(size_bytes)
         return where_positive(
             size_bytes,
             size / (hbm.bandwidth_bytes_per_s * efficiency_fraction(hbm.efficiency, size)),
