@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from typing import TypeAlias
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from blueprinting.errors import ConfigError
@@ -30,6 +31,7 @@ from blueprinting.mapping.model import Datatype
 from blueprinting.mapping.precision import GemmFormat
 from blueprinting.mapping.presets import model_preset
 from blueprinting.synthesizer.dialects.transformer.training import (
+    AttentionShape,
     BatchedGemmCalls,
     GemmShape,
     Work,
@@ -89,12 +91,26 @@ dims = st.integers(min_value=1, max_value=4096)
 counts = st.one_of(st.just(0), st.integers(min_value=1, max_value=2**50))
 
 
+Column: TypeAlias = tuple[list[Work], list[GemmShape | None], list[AttentionShape] | None]
+
+
 @st.composite
-def columns(draw: st.DrawFn) -> tuple[list[Work], list[GemmShape | None]]:
-    """Ops of one column: all with a GEMM shape (issued one way) or none."""
+def columns(draw: st.DrawFn) -> Column:
+    """Ops of one column: all with a GEMM shape (issued one way) or none; all fused attention
+    kernels of one head dimension (over any sequence lengths, measured ones included) or none."""
     size = draw(st.integers(min_value=1, max_value=12))
     with_gemm = draw(st.booleans())
     calls = draw(st.sampled_from(list(BatchedGemmCalls)))
+    head_dim = draw(st.sampled_from([32, 64, 96, 128, 192, 256, 576]))
+    seq = st.one_of(st.sampled_from([512, 1024, 2048, 4096, 8192, 16384]), dims)
+    attentions = (
+        [
+            AttentionShape(batch_heads=draw(dims), seq_length=draw(seq), head_dim=head_dim)
+            for _ in range(size)
+        ]
+        if draw(st.booleans())
+        else None
+    )
     works, gemms = [], []
     for _ in range(size):
         gemm = (
@@ -112,26 +128,26 @@ def columns(draw: st.DrawFn) -> tuple[list[Work], list[GemmShape | None]]:
             )
         )
         gemms.append(gemm)
-    return works, gemms
+    return works, gemms, attentions
 
 
 @settings(max_examples=200, deadline=None)
 @given(system=systems(), ops=columns(), data=st.data())
 def test_the_column_call_equals_the_scalar_call_bit_for_bit(
-    system: SystemSpec, ops: tuple[list[Work], list[GemmShape | None]], data: st.DataObject
+    system: SystemSpec, ops: Column, data: st.DataObject
 ) -> None:
-    works, gemms = ops
+    works, gemms, attentions = ops
     datatype = data.draw(st.sampled_from([r.datatype for r in system.accelerator.matrix.rates]))
     # The vector engine must rate the datatype too, as every preset's does for its own.
-    if datatype not in {r.datatype for r in system.accelerator.vector.rates}:
-        return
+    assume(datatype in {r.datatype for r in system.accelerator.vector.rates})
     formats = [r.format for r in system.accelerator.low_precision]
     gemm_format = data.draw(st.one_of(st.none(), st.sampled_from(formats))) if formats else None
-    column = work_times(works, gemms, system, datatype, gemm_format=gemm_format)
+    column = work_times(works, gemms, system, datatype, attentions, gemm_format=gemm_format)
     assert column is not None
+    kernels: list[AttentionShape | None] = [*attentions] if attentions else [None] * len(works)
     scalar = [
-        work_time(w, g, system, datatype, gemm_format=gemm_format)
-        for w, g in zip(works, gemms, strict=True)
+        work_time(w, g, system, datatype, a, gemm_format=gemm_format)
+        for w, g, a in zip(works, gemms, kernels, strict=True)
     ]
     assert [float(x).hex() for x in scalar] == [x.hex() for x in column.tolist()]
 
@@ -143,8 +159,16 @@ def test_a_column_it_cannot_take_exactly_is_refused() -> None:
     # 2**53 + 1 bytes is not a float64: the column would round it.
     inexact = Work(matrix_flops=gemm.flops, bytes_read=2**53 + 1)
     assert work_times([work, inexact], [gemm, gemm], system, bf16) is None
-    # GEMM shapes beside an op without one: no one column of shapes.
+    # GEMM shapes beside an op without one: no one column of shapes; the same for kernels,
+    # and kernels of two head dimensions.
     assert work_times([work, work], [gemm, None], system, bf16) is None
+    kernel = AttentionShape(batch_heads=64, seq_length=4096, head_dim=128)
+    wider = replace(kernel, head_dim=256)
+    assert work_times([work, work], [None, None], system, bf16, [kernel, None]) is None
+    assert work_times([work, work], [None, None], system, bf16, [kernel, wider]) is None
+    both = work_times([work, work], [None, None], system, bf16, [kernel, kernel])
+    assert both is not None
+    assert both.tolist() == [work_time(work, None, system, bf16, kernel)] * 2
     assert work_times([], [], system, bf16) is None
     exact = work_times([work, work], [gemm, gemm], system, bf16)
     assert exact is not None

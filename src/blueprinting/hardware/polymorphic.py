@@ -17,6 +17,7 @@ results to be equal (:func:`exact_column`).
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final, TypeAlias, TypeVar
@@ -76,6 +77,15 @@ def power(base: Real, exponent: float) -> Real:
     import numpy as np
 
     return np.array([b**exponent for b in base.tolist()], dtype=np.float64)
+
+
+def log2(x: Real) -> Real:
+    """``math.log2``, per element on a column (as :func:`power`)."""
+    if isinstance(x, _SCALAR):
+        return math.log2(x)
+    import numpy as np
+
+    return np.array([math.log2(v) for v in x.tolist()], dtype=np.float64)
 
 
 def any_below(x: Real, bound: float) -> bool:

@@ -777,17 +777,25 @@ class SystemSpec:
         return _rate_time(flops, rate.peak_flop_per_s, rate.efficiency, shape)
 
     def attention_time(
-        self, flops: float, *, seq_length: int, head_dim: int, datatype: Datatype, gemm: GemmShape
-    ) -> float:
+        self,
+        flops: Real,
+        *,
+        seq_length: Real,
+        head_dim: int,
+        datatype: Datatype,
+        gemm: ShapeFigures[Real],
+    ) -> Real:
         """A fused attention kernel's time: ``flops`` (FlashAttention's convention,
         :mod:`blueprinting.hardware.attention`) at the accelerator's measured rate, or, where
         none is measured, as the matrix products ``gemm`` at the GEMM efficiency."""
-        if flops == 0:
-            return 0.0
         rates = self.accelerator.attention
         if rates is None:
             return self.compute_time(flops, Engine.MATRIX, datatype, gemm)
-        return flops / rates.flop_per_s(seq_length=seq_length, head_dim=head_dim)
+        size = nonzero_sizes(flops, "attention FLOPs must be >= 0")
+        if size is None:
+            return zeros_like(flops)
+        rate = rates.flop_per_s(seq_length=seq_length, head_dim=head_dim)
+        return where_positive(flops, size / rate, 0.0)
 
     def memory_time(self, size_bytes: Real) -> Real:
         """``bytes / (hbm_bw * efficiency(bytes))`` (Calculon ``Memory.throughput``)."""

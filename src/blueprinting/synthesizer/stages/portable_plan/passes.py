@@ -1128,17 +1128,22 @@ def work_time(
             work.matrix_flops, calls, shape, system, datatype, gemm_format=gemm_format
         )
     else:
-        s, d = attention.seq_length, attention.head_dim
         flop_time = system.attention_time(
             work.matrix_flops,
-            seq_length=s,
-            head_dim=d,
+            seq_length=attention.seq_length,
+            head_dim=attention.head_dim,
             datatype=datatype,
-            gemm=HardwareGemmShape(m=s, n=d, k=s, batch=attention.batch_heads),
+            gemm=_attention_gemm(attention),
         )
     return _work_time(
         flop_time, work.vector_flops, work.bytes_read + work.bytes_written, system, datatype
     )
+
+
+def _attention_gemm(attention: AttentionShape) -> HardwareGemmShape:
+    """The matrix products a fused attention kernel is timed as where no rate is measured."""
+    s, d = attention.seq_length, attention.head_dim
+    return HardwareGemmShape(m=s, n=d, k=s, batch=attention.batch_heads)
 
 
 def _matrix_time(
@@ -1170,39 +1175,55 @@ def work_times(
     gemms: Sequence[GemmShape | None],
     system: SystemSpec,
     datatype: Datatype,
+    attentions: Sequence[AttentionShape | None] | None = None,
     *,
     gemm_format: GemmFormat | None = None,
 ) -> Column | None:
-    """:func:`work_time` of each ``(work, gemm)`` pair (no fused attention kernel), by one call
+    """:func:`work_time` of each op (``works[i]``, ``gemms[i]``, ``attentions[i]``) by one call
     of the same rule on columns: equal element by element to the scalar call. None where the
-    column cannot be: GEMM shapes beside ops without one, or a count not exact in float64
+    column cannot be: ops with and without a GEMM shape (or a fused attention kernel) together,
+    attention kernels of different head dimensions, or a count not exact in float64
     (:mod:`blueprinting.hardware.polymorphic`)."""
     import numpy as np
 
     if not works or len(works) != len(gemms):
         return None
-    calls_shapes = [_gemm_calls(gemm) for gemm in gemms]
-    hardware_shapes = [shape for _, shape in calls_shapes if shape is not None]
-    shape: GemmShapeColumns | None = None
-    if hardware_shapes:
-        if len(hardware_shapes) != len(works):
-            return None
-        shape = GemmShapeColumns.of(hardware_shapes)
-        if shape is None:
-            return None
-    columns = [
+    kernels = [a for a in attentions or () if a is not None]
+    if attentions is not None and len(attentions) != len(works):
+        return None
+    numbers = [
         exact_column(values)
         for values in (
             [work.matrix_flops for work in works],
-            [calls for calls, _ in calls_shapes],
             [work.vector_flops for work in works],
             [work.bytes_read + work.bytes_written for work in works],
         )
     ]
-    matrix, calls, vector, traffic = columns
-    if matrix is None or calls is None or vector is None or traffic is None:
+    matrix, vector, traffic = numbers
+    if matrix is None or vector is None or traffic is None:
         return None
-    flop_time = _matrix_time(matrix, calls, shape, system, datatype, gemm_format=gemm_format)
+    flop_time: Column
+    if kernels and gemm_format is None:
+        seq = exact_column([a.seq_length for a in kernels])
+        figures = GemmShapeColumns.of([_attention_gemm(a) for a in kernels])
+        head_dims = {a.head_dim for a in kernels}
+        if len(kernels) != len(works) or len(head_dims) != 1 or seq is None or figures is None:
+            return None
+        flop_time = system.attention_time(
+            matrix, seq_length=seq, head_dim=head_dims.pop(), datatype=datatype, gemm=figures
+        )
+    else:
+        calls_shapes = [_gemm_calls(gemm) for gemm in gemms]
+        hardware_shapes = [shape for _, shape in calls_shapes if shape is not None]
+        calls = exact_column([calls for calls, _ in calls_shapes])
+        shape: GemmShapeColumns | None = None
+        if hardware_shapes:
+            shape = GemmShapeColumns.of(hardware_shapes)
+            if len(hardware_shapes) != len(works) or shape is None:
+                return None
+        if calls is None:
+            return None
+        flop_time = _matrix_time(matrix, calls, shape, system, datatype, gemm_format=gemm_format)
     return np.asarray(_work_time(flop_time, vector, traffic, system, datatype), dtype=np.float64)
 
 
