@@ -26,8 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar, assert_never, final
 
-from blueprinting.analysis.columns import maximum, where
 from blueprinting.hardware.collectives import CollectiveKind
+from blueprinting.hardware.polymorphic import maximum, where
 from blueprinting.hardware.system import CommGroup, SystemSpec
 
 if TYPE_CHECKING:
@@ -91,7 +91,7 @@ class OverlapWindows:
 
 
 Seconds = TypeVar("Seconds", float, "npt.NDArray[np.float64]")
-"""A plan's seconds, or the search's column of them (:mod:`blueprinting.analysis.columns`)."""
+"""A plan's seconds, or the search's column of them (:mod:`blueprinting.hardware.polymorphic`)."""
 
 
 def grad_sync_exposed(

@@ -68,7 +68,6 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TYPE_CHECKING, TypeVar, assert_never, cast, final
 
-from blueprinting.analysis.columns import maximum, minimum, where
 from blueprinting.analysis.precision_memory import (
     param_gather_bytes,
     weight_extra_bytes,
@@ -81,6 +80,7 @@ from blueprinting.analysis.rank_parameters import (
     moe_block_parameters_per_rank,
 )
 from blueprinting.analysis.stage_layout import chunk_layer_counts, chunk_layer_starts
+from blueprinting.hardware.polymorphic import maximum, minimum, where
 
 if TYPE_CHECKING:
     import numpy as np

@@ -25,7 +25,7 @@ from typing import TypeVar, final
 import numpy as np
 import numpy.typing as npt
 
-from blueprinting.analysis.columns import where
+from blueprinting.hardware.polymorphic import where
 
 
 @final
@@ -50,7 +50,7 @@ class BubbleContract:
 
 
 # The contract's terms on a plan's numbers or on the search's columns of them
-# (:mod:`blueprinting.analysis.columns`): the scalar plan and the vectorized search share them.
+# (:mod:`blueprinting.hardware.polymorphic`): the scalar plan and the vectorized search share them.
 _Count = TypeVar("_Count", int, "npt.NDArray[np.int64]")
 _Seconds = TypeVar("_Seconds", float, "npt.NDArray[np.float64]")
 

@@ -21,11 +21,19 @@ measured sequence is taken at the shortest one's rate: an optimistic bound, said
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
 from dataclasses import dataclass
 from typing import final
 
 from blueprinting.errors import ConfigError, positive_int_problems
+from blueprinting.hardware.polymorphic import (
+    Real,
+    log2,
+    maximum,
+    minimum,
+    step_index,
+    take,
+    zeros_like,
+)
 
 #: FlashAttention's FLOPs per attended (query, key) pair and head dimension: ``Q K^T`` and ``P V``.
 FORWARD_FLOPS_PER_PAIR_DIM = 4
@@ -73,25 +81,30 @@ class AttentionKernelRates:
         if problems:
             raise ConfigError(problems, source=f"attention kernel rates {self.kernel!r}")
 
-    def flop_per_s(self, *, seq_length: int, head_dim: int) -> float:
-        """The interpolated rate in FLOP/s (module docstring)."""
-        rows = [self._along_seq(row, seq_length) for row in self.tflops]
-        return _interpolate(self.head_dims, rows, float(head_dim)) * 1e12
-
-    def _along_seq(self, row: tuple[float, ...], seq_length: int) -> float:
+    def flop_per_s(self, *, seq_length: Real, head_dim: int) -> Real:
+        """The interpolated rate in FLOP/s (module docstring), at one sequence length or a
+        column of them (:mod:`blueprinting.hardware.polymorphic`)."""
         logs = tuple(math.log2(s) for s in self.seq_lengths)
-        return _interpolate(logs, list(row), math.log2(max(seq_length, 1)))
+        j, w = _segment(logs, log2(maximum(seq_length, 1)))
+        rows = [_blend(take(row, j - 1), take(row, j), w) for row in self.tflops]
+        i, v = _segment(self.head_dims, float(head_dim))
+        return _blend(rows[int(i) - 1], rows[int(i)], v) * 1e12
 
 
-def _interpolate(xs: tuple[float, ...] | tuple[int, ...], ys: list[float], x: float) -> float:
-    if x <= xs[0]:
-        return ys[0]
-    if x >= xs[-1]:
-        return ys[-1]
-    j = bisect_right(xs, x)
-    x0, x1 = xs[j - 1], xs[j]
-    w = (x - x0) / (x1 - x0)
-    return ys[j - 1] * (1 - w) + ys[j] * w
+def _segment(xs: tuple[float, ...] | tuple[int, ...], x: Real) -> tuple[Real, Real]:
+    """Where ``x`` falls among the points ``xs``: the segment j - 1 .. j (j in 1 .. n - 1) and
+    the weight in it, clamped to [0, 1] so that a point beyond either end takes that end's value
+    exactly (``y0 * 1 + y1 * 0``); one point: j = 0, weight 0 (its value twice: index -1, 0)."""
+    if len(xs) == 1:
+        return zeros_like(x), zeros_like(x)
+    j = minimum(maximum(step_index(xs, x), 1.0), float(len(xs) - 1))
+    x0, x1 = take(xs, j - 1), take(xs, j)
+    return j, minimum(maximum((x - x0) / (x1 - x0), 0.0), 1.0)
+
+
+def _blend(y0: Real, y1: Real, w: Real | float) -> Real:
+    """Linear interpolation between two values at weight ``w``."""
+    return y0 * (1 - w) + y1 * w
 
 
 def _table(

@@ -38,10 +38,24 @@ Public API: ``Efficiency``, ``ConstantEfficiency``, ``SteppedEfficiency``, ``Eff
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TypeAlias, assert_never, final
+from typing import Protocol, TypeAlias, TypeVar, assert_never, final
 
 from blueprinting.errors import ConfigError, positive_int_problems
+from blueprinting.hardware.polymorphic import (
+    Column,
+    Real,
+    any_below,
+    exact_column,
+    maximum,
+    ones_like,
+    positive_or_one,
+    power,
+    step_index,
+    take,
+    where_positive,
+)
 
 
 # Validators take ``object``: a config file can put any value in a float field.
@@ -89,6 +103,39 @@ class GemmShape:
     def __str__(self) -> str:
         batch = "" if self.batch == 1 else f"{self.batch}x"
         return f"{batch}{self.m}x{self.n}x{self.k}"
+
+
+_Real_co = TypeVar("_Real_co", float, Column, covariant=True)
+
+
+class ShapeFigures(Protocol[_Real_co]):
+    """What the efficiency models read of a GEMM shape: a :class:`GemmShape` (one op) or a
+    :class:`GemmShapeColumns` (a column of ops)."""
+
+    @property
+    def smallest_dim(self) -> _Real_co: ...
+
+    @property
+    def flops(self) -> _Real_co: ...
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GemmShapeColumns:
+    """A column of :class:`GemmShape` as the two figures the efficiency models read, element
+    by element the shape's own (exact in float64: :meth:`of`)."""
+
+    smallest_dim: Column
+    flops: Column
+
+    @staticmethod
+    def of(shapes: Sequence[GemmShape]) -> GemmShapeColumns | None:
+        """The shapes' figures, or None when one is not exact in float64."""
+        smallest = exact_column([shape.smallest_dim for shape in shapes])
+        flops = exact_column([shape.flops for shape in shapes])
+        if smallest is None or flops is None:
+            return None
+        return GemmShapeColumns(smallest_dim=smallest, flops=flops)
 
 
 @final
@@ -212,32 +259,37 @@ Efficiency: TypeAlias = (
 )
 
 
-def _equivalent_dim(size: float, shape: GemmShape | None) -> float:
+def _equivalent_dim(size: Real, shape: ShapeFigures[Real] | None) -> Real:
     """``min(M, N, K)``, or without a shape the side of the cube of ``size`` FLOPs."""
-    return float(shape.smallest_dim) if shape is not None else (max(size, 0.0) / 2) ** (1 / 3)
+    return shape.smallest_dim if shape is not None else power(maximum(size, 0.0) / 2, 1 / 3)
 
 
-def _saturation(dim: float, half: float) -> float:
+def _saturation(dim: Real, half: float) -> Real:
     """``1 / (1 + half / dim)``: 1 when ``half`` is 0, 0 at ``dim`` 0."""
     if half == 0:
-        return 1.0
-    if dim <= 0:
-        return 0.0
+        return ones_like(dim)
     # Written as a quotient by (1 + h/d) >= 1 so rounding never exceeds 1.
-    return 1.0 / (1.0 + half / dim)
+    return where_positive(dim, 1.0 / (1.0 + half / positive_or_one(dim)), 0.0)
 
 
-def efficiency_fraction(model: Efficiency, size: float, shape: GemmShape | None = None) -> float:
-    """The achieved fraction of peak for an op of ``size`` (FLOPs or bytes) and optional shape."""
+def efficiency_fraction(
+    model: Efficiency, size: Real, shape: ShapeFigures[Real] | None = None
+) -> Real | float:
+    """The achieved fraction of peak for an op of ``size`` (FLOPs or bytes) and optional shape;
+    ``size`` and ``shape`` are one op's or a column's (:mod:`blueprinting.hardware.polymorphic`;
+    a constant fraction stays a float)."""
     match model:
         case ConstantEfficiency(fraction=fraction):
             return fraction
         case SteppedEfficiency(steps=steps):
-            for step in steps:
-                if size >= step.threshold:
-                    return step.fraction
             # Negative sizes are the only way past a last threshold of 0.
-            raise ConfigError([f"op size must be >= 0, got {size!r}"])
+            if any_below(size, 0):
+                raise ConfigError([f"op size must be >= 0, got {size!r}"])
+            # The first step (thresholds decreasing) whose threshold is <= size: the last of
+            # the thresholds read in increasing order that is <= size.
+            increasing = steps[::-1]
+            at_or_below = step_index([step.threshold for step in increasing], size)
+            return take([step.fraction for step in increasing], at_or_below - 1)
         case SaturatingGemmEfficiency(
             peak_fraction=peak_fraction, half_saturation_dim=half_saturation_dim
         ):
@@ -247,7 +299,7 @@ def efficiency_fraction(model: Efficiency, size: float, shape: GemmShape | None 
             half_saturation_dim=half_saturation_dim,
             half_saturation_flops=half_saturation_flops,
         ):
-            flops = float(shape.flops) if shape is not None else max(size, 0.0)
+            flops = shape.flops if shape is not None else maximum(size, 0.0)
             return (
                 peak_fraction
                 * _saturation(_equivalent_dim(size, shape), half_saturation_dim)

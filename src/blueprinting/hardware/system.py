@@ -62,11 +62,19 @@ from blueprinting.hardware.collectives import (
 from blueprinting.hardware.efficiency import (
     Efficiency,
     GemmShape,
+    ShapeFigures,
     efficiency_fraction,
     is_nonnegative,
     is_positive,
 )
 from blueprinting.hardware.host import HostCpu
+from blueprinting.hardware.polymorphic import (
+    Real,
+    maximum,
+    nonzero_sizes,
+    where_positive,
+    zeros_like,
+)
 from blueprinting.mapping.model import Datatype
 from blueprinting.mapping.precision import AcceleratorSupport, GemmFormat
 
@@ -904,6 +912,18 @@ def members_in_domain(*, size: int, stride: int, world: int, domain: int) -> int
     return fewest if spans else size
 
 
+def _rate_time(
+    flops: Real, peak_flop_per_s: float, efficiency: Efficiency, shape: ShapeFigures[Real] | None
+) -> Real:
+    """``flops / (peak * efficiency(flops, shape))``, 0 at 0 FLOPs."""
+    # Evaluated at 1 FLOP where a column holds 0 (a value where_positive discards).
+    size = nonzero_sizes(flops, "op FLOPs must be >= 0")
+    if size is None:
+        return zeros_like(flops)
+    fraction = efficiency_fraction(efficiency, size, shape)
+    return where_positive(flops, size / (peak_flop_per_s * fraction), 0.0)
+
+
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SystemSpec:
@@ -971,56 +991,56 @@ class SystemSpec:
     # ---- compute and memory -----------------------------------------------------------------
     def compute_time(
         self,
-        flops: float,
+        flops: Real,
         engine: Engine,
         datatype: Datatype,
-        shape: GemmShape | None = None,
-    ) -> float:
+        shape: ShapeFigures[Real] | None = None,
+    ) -> Real:
         """``flops / (peak * efficiency(flops, shape))`` on ``engine`` (Calculon
-        ``Processor.throughput``; the step efficiency is looked up at the op's FLOPs)."""
-        if flops < 0:
-            raise ConfigError([f"op FLOPs must be >= 0, got {flops!r}"])
-        if flops == 0:
-            return 0.0
+        ``Processor.throughput``; the step efficiency is looked up at the op's FLOPs). One op's
+        figures or a column's (:mod:`blueprinting.hardware.polymorphic`)."""
         rate = self.accelerator.engine(engine).rate(datatype)
-        fraction = efficiency_fraction(rate.efficiency, flops, shape)
-        return flops / (rate.peak_flop_per_s * fraction)
+        return _rate_time(flops, rate.peak_flop_per_s, rate.efficiency, shape)
 
     def low_precision_gemm_time(
-        self, flops: float, gemm_format: GemmFormat, shape: GemmShape | None = None
-    ) -> float:
+        self, flops: Real, gemm_format: GemmFormat, shape: ShapeFigures[Real] | None = None
+    ) -> Real:
         """``flops / (peak * efficiency)`` at the accelerator's rate for ``gemm_format``
         (:meth:`compute_time` for a Transformer Engine linear under an FP8 / FP4 recipe)."""
-        if flops < 0:
-            raise ConfigError([f"op FLOPs must be >= 0, got {flops!r}"])
-        if flops == 0:
-            return 0.0
         rate = self.accelerator.low_precision_rate(gemm_format)
-        fraction = efficiency_fraction(rate.efficiency, flops, shape)
-        return flops / (rate.peak_flop_per_s * fraction)
+        return _rate_time(flops, rate.peak_flop_per_s, rate.efficiency, shape)
 
     def attention_time(
-        self, flops: float, *, seq_length: int, head_dim: int, datatype: Datatype, gemm: GemmShape
-    ) -> float:
+        self,
+        flops: Real,
+        *,
+        seq_length: Real,
+        head_dim: int,
+        datatype: Datatype,
+        gemm: ShapeFigures[Real],
+    ) -> Real:
         """A fused attention kernel's time: ``flops`` (FlashAttention's convention,
         :mod:`blueprinting.hardware.attention`) at the accelerator's measured rate, or, where
         none is measured, as the matrix products ``gemm`` at the GEMM efficiency."""
-        if flops == 0:
-            return 0.0
         rates = self.accelerator.attention
         if rates is None:
             return self.compute_time(flops, Engine.MATRIX, datatype, gemm)
-        return flops / rates.flop_per_s(seq_length=seq_length, head_dim=head_dim)
+        size = nonzero_sizes(flops, "attention FLOPs must be >= 0")
+        if size is None:
+            return zeros_like(flops)
+        rate = rates.flop_per_s(seq_length=seq_length, head_dim=head_dim)
+        return where_positive(flops, size / rate, 0.0)
 
-    def memory_time(self, size_bytes: float) -> float:
+    def memory_time(self, size_bytes: Real) -> Real:
         """``bytes / (hbm_bw * efficiency(bytes))`` (Calculon ``Memory.throughput``)."""
-        if size_bytes < 0:
-            raise ConfigError([f"memory traffic must be >= 0 bytes, got {size_bytes!r}"])
-        if size_bytes == 0:
-            return 0.0
+        size = nonzero_sizes(size_bytes, "memory traffic must be >= 0 bytes")
+        if size is None:
+            return zeros_like(size_bytes)
         hbm = self.accelerator.hbm
-        return size_bytes / (
-            hbm.bandwidth_bytes_per_s * efficiency_fraction(hbm.efficiency, size_bytes)
+        return where_positive(
+            size_bytes,
+            size / (hbm.bandwidth_bytes_per_s * efficiency_fraction(hbm.efficiency, size)),
+            0.0,
         )
 
     def offload_time(self, size_bytes: float) -> float:
@@ -1034,13 +1054,13 @@ class SystemSpec:
             offload.bandwidth_bytes_per_s * efficiency_fraction(offload.efficiency, size_bytes)
         )
 
-    def processing_time(self, flop_time: float, mem_time: float) -> float:
+    def processing_time(self, flop_time: Real, mem_time: Real) -> Real:
         """Sum (``no_overlap``) or max (``roofline``) of an op's compute and memory times."""
         match self.processing_mode:
             case ProcessingMode.NO_OVERLAP:
                 return flop_time + mem_time
             case ProcessingMode.ROOFLINE:
-                return max(flop_time, mem_time)
+                return maximum(flop_time, mem_time)
             case _ as unreachable:
                 assert_never(unreachable)
 

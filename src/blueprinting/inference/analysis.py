@@ -66,16 +66,15 @@ from blueprinting.synthesizer.dialects.transformer.inference import (
     CONTEXT_DEPENDENT,
     InferenceCollective,
     InferenceOp,
-    InferenceStepDims,
     InferenceStepWork,
-    attention_ops,
+    decode_attention_ops,
     experts_touched,
 )
 from blueprinting.synthesizer.dialects.transformer.inference_derivation import (
     LocalInferencePlan,
     derive_inference_plan,
 )
-from blueprinting.synthesizer.stages.portable_plan.passes import work_time
+from blueprinting.synthesizer.stages.portable_plan.passes import work_time, work_times
 
 JsonScalar = int | float | str | bool | None
 JsonValue = JsonScalar | list["JsonValue"] | dict[str, "JsonValue"]
@@ -214,23 +213,67 @@ def _attention_costs(
     batch: int,
     cached: list[int],
 ) -> tuple[npt.NDArray[np.float64], StepCost]:
-    """One block's attention on each cache length: the times, and the costs summed."""
-    times = np.empty(len(cached), dtype=np.float64)
-    summed = StepCost()
-    for i, cache in enumerate(cached):
-        dims = InferenceStepDims(batch=batch, new_tokens=1, cached_tokens=cache)
-        ops = attention_ops(
-            plan.model,
-            dims,
-            tp=plan.tp,
-            sequence_parallel=plan.sequence_parallel,
-            kv_datatype=plan.workload.kv_cache_datatype,
+    """One block's attention on each cache length: the times, and the costs summed. Op j of
+    every step is timed by one call of the cost rule on a column (``work_times``, equal to
+    :func:`op_time` element by element); a column it cannot take is timed op by op."""
+    steps = decode_attention_ops(
+        plan.model,
+        batch=batch,
+        contexts=cached,
+        tp=plan.tp,
+        sequence_parallel=plan.sequence_parallel,
+        kv_datatype=plan.workload.kv_cache_datatype,
+    )
+    columns = _op_time_columns(steps, system, plan)
+    if columns is None:
+        times = np.empty(len(cached), dtype=np.float64)
+        summed = StepCost()
+        for i, ops in enumerate(steps):
+            # Attention has no collective: the TP group (placement) does not enter its cost.
+            attention = _cost(ops, (), system, plan, tp_group)
+            times[i] = attention.time_s
+            summed = summed + attention
+        return times, summed
+    # What the loop above gives, in its order: a step's ops_s is the built-in ``sum`` of its
+    # op times (compensated from Python 3.12 on), the steps' add one after the other, and the
+    # integer counts add exactly in any order; no collective, so tp_comm_s is 0.
+    step_s = [sum(row) for row in zip(*columns, strict=True)]
+    total_s = 0.0
+    for seconds in step_s:
+        total_s += seconds
+    every = [op for ops in steps for op in ops]
+    summed = StepCost(
+        ops_s=total_s,
+        tp_comm_s=0.0,
+        matrix_flops=sum(op.work.matrix_flops for op in every),
+        vector_flops=sum(op.work.vector_flops for op in every),
+        weight_bytes=sum(op.weight_bytes for op in every),
+        expert_weight_bytes=sum(op.expert_weight_bytes for op in every),
+        kv_cache_bytes=sum(op.kv_cache_bytes for op in every),
+        activation_bytes=sum(op.activation_bytes for op in every),
+    )
+    return np.array(step_s, dtype=np.float64), summed
+
+
+def _op_time_columns(
+    steps: list[tuple[InferenceOp, ...]], system: SystemSpec, plan: LocalInferencePlan
+) -> list[list[float]] | None:
+    """:func:`op_time` of op j of every step, for each j; None where the steps differ in
+    their ops or the rule cannot take a column (``work_times``)."""
+    if not steps or any(len(ops) != len(steps[0]) for ops in steps):
+        return None
+    columns: list[list[float]] = []
+    for j in range(len(steps[0])):
+        times = work_times(
+            [ops[j].work for ops in steps],
+            [ops[j].gemm for ops in steps],
+            system,
+            plan.model.datatype,
         )
-        # Attention has no collective: the TP group (placement) does not enter its cost.
-        attention = _cost(ops, (), system, plan, tp_group)
-        times[i] = attention.time_s
-        summed = summed + attention
-    return times, summed
+        if times is None:
+            return None
+        columns.append(times.tolist())
+    return columns
 
 
 def decode_stage_costs(

@@ -11,7 +11,7 @@ How it stays exact and cheap
 Each formula exists once (the project's rule). A figure is either computed by the scalar code
 itself once per distinct value of the knobs it reads (a *key*), or by the scalar module's own
 function applied to numpy columns: the formulas the plan evaluates on Python numbers are written
-on numbers *or* columns (:mod:`blueprinting.analysis.columns`: ``where``, ``minimum``,
+on numbers *or* columns (:mod:`blueprinting.hardware.polymorphic`: ``where``, ``minimum``,
 ``maximum``), and this module only selects a row's variant with ``numpy.select`` where the plan
 ``match``-es the spec's sum type:
 

@@ -73,6 +73,7 @@ Public API (used by inference_derivation.py and blueprinting.inference):
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import TypeAlias, assert_never, final
@@ -439,6 +440,25 @@ def attention_ops(
     :func:`inference_step_work` builds them."""
     local = _local_dims(model, dims, tp=tp, sequence_parallel=sequence_parallel)
     return _attention(model, dims, local, kv_datatype)
+
+
+def decode_attention_ops(
+    model: TransformerModelSpec,
+    *,
+    batch: int,
+    contexts: Sequence[int],
+    tp: int,
+    sequence_parallel: bool,
+    kv_datatype: Datatype,
+) -> list[tuple[InferenceOp, ...]]:
+    """:func:`attention_ops` of the decode steps (one new token per sequence) on each cache
+    length in ``contexts``; the block's local dimensions do not depend on the cache length and
+    are derived once."""
+    steps = [InferenceStepDims(batch=batch, new_tokens=1, cached_tokens=c) for c in contexts]
+    if not steps:
+        return []
+    local = _local_dims(model, steps[0], tp=tp, sequence_parallel=sequence_parallel)
+    return [_attention(model, dims, local, kv_datatype) for dims in steps]
 
 
 def _linear(name: OpName, model: TransformerModelSpec, m: int, n: int, k: int) -> InferenceOp:

@@ -28,7 +28,7 @@ edge in forward and once in backward, on the PP group's link.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import ClassVar, assert_never, final
 
@@ -40,6 +40,8 @@ from blueprinting.analysis.stage_layout import (
 from blueprinting.errors import UnsupportedError
 from blueprinting.hardware.collectives import CollectiveKind as LinkCollective
 from blueprinting.hardware.efficiency import GemmShape as HardwareGemmShape
+from blueprinting.hardware.efficiency import GemmShapeColumns, ShapeFigures
+from blueprinting.hardware.polymorphic import Column, Real, exact_column
 from blueprinting.hardware.system import CommGroup, Engine, ParallelDim, SystemSpec
 from blueprinting.mapping.model import Datatype
 from blueprinting.mapping.precision import (
@@ -1157,28 +1159,111 @@ def work_time(
     """The time of one op's work on ``system``: matrix FLOPs at the GEMM shape's efficiency (a
     fused attention kernel's at its measured rate, ``SystemSpec.attention_time``) plus vector
     FLOPs, against its HBM traffic, combined by the system's processing mode. Training tasks and
-    serving ops are costed by this one rule."""
+    serving ops are costed by this one rule (:func:`_work_time`; :func:`work_times` on a
+    column of ops)."""
     calls, shape = _gemm_calls(gemm)
-    if gemm_format is not None:
-        flop_time = calls * system.low_precision_gemm_time(
-            work.matrix_flops / calls, gemm_format, shape
-        )
-    elif attention is None:
-        flop_time = calls * system.compute_time(
-            work.matrix_flops / calls, Engine.MATRIX, datatype, shape
+    if attention is None or gemm_format is not None:
+        flop_time = _matrix_time(
+            work.matrix_flops, calls, shape, system, datatype, gemm_format=gemm_format
         )
     else:
-        s, d = attention.seq_length, attention.head_dim
         flop_time = system.attention_time(
             work.matrix_flops,
-            seq_length=s,
-            head_dim=d,
+            seq_length=attention.seq_length,
+            head_dim=attention.head_dim,
             datatype=datatype,
-            gemm=HardwareGemmShape(m=s, n=d, k=s, batch=attention.batch_heads),
+            gemm=_attention_gemm(attention),
         )
-    flop_time += system.compute_time(work.vector_flops, Engine.VECTOR, datatype)
-    mem_time = system.memory_time(work.bytes_read + work.bytes_written)
-    return system.processing_time(flop_time, mem_time)
+    return _work_time(
+        flop_time, work.vector_flops, work.bytes_read + work.bytes_written, system, datatype
+    )
+
+
+def _attention_gemm(attention: AttentionShape) -> HardwareGemmShape:
+    """The matrix products a fused attention kernel is timed as where no rate is measured."""
+    s, d = attention.seq_length, attention.head_dim
+    return HardwareGemmShape(m=s, n=d, k=s, batch=attention.batch_heads)
+
+
+def _matrix_time(
+    matrix_flops: Real,
+    calls: Real,
+    shape: ShapeFigures[Real] | None,
+    system: SystemSpec,
+    datatype: Datatype,
+    *,
+    gemm_format: GemmFormat | None,
+) -> Real:
+    """``calls`` GEMM calls of ``matrix_flops / calls`` each at the shape's efficiency (the
+    recipe's low-precision rate under ``gemm_format``)."""
+    if gemm_format is not None:
+        return calls * system.low_precision_gemm_time(matrix_flops / calls, gemm_format, shape)
+    return calls * system.compute_time(matrix_flops / calls, Engine.MATRIX, datatype, shape)
+
+
+def _work_time(
+    flop_time: Real, vector_flops: Real, traffic_bytes: Real, system: SystemSpec, datatype: Datatype
+) -> Real:
+    """The matrix time plus the vector FLOPs' time, against the HBM traffic's."""
+    flop_time = flop_time + system.compute_time(vector_flops, Engine.VECTOR, datatype)
+    return system.processing_time(flop_time, system.memory_time(traffic_bytes))
+
+
+def work_times(
+    works: Sequence[Work],
+    gemms: Sequence[GemmShape | None],
+    system: SystemSpec,
+    datatype: Datatype,
+    attentions: Sequence[AttentionShape | None] | None = None,
+    *,
+    gemm_format: GemmFormat | None = None,
+) -> Column | None:
+    """:func:`work_time` of each op (``works[i]``, ``gemms[i]``, ``attentions[i]``) by one call
+    of the same rule on columns: equal element by element to the scalar call. None where the
+    column cannot be: ops with and without a GEMM shape (or a fused attention kernel) together,
+    attention kernels of different head dimensions, or a count not exact in float64
+    (:mod:`blueprinting.hardware.polymorphic`)."""
+    import numpy as np
+
+    if not works or len(works) != len(gemms):
+        return None
+    kernels = [a for a in attentions or () if a is not None]
+    if attentions is not None and len(attentions) != len(works):
+        return None
+    numbers = [
+        exact_column(values)
+        for values in (
+            [work.matrix_flops for work in works],
+            [work.vector_flops for work in works],
+            [work.bytes_read + work.bytes_written for work in works],
+        )
+    ]
+    matrix, vector, traffic = numbers
+    if matrix is None or vector is None or traffic is None:
+        return None
+    flop_time: Column
+    if kernels and gemm_format is None:
+        seq = exact_column([a.seq_length for a in kernels])
+        figures = GemmShapeColumns.of([_attention_gemm(a) for a in kernels])
+        head_dims = {a.head_dim for a in kernels}
+        if len(kernels) != len(works) or len(head_dims) != 1 or seq is None or figures is None:
+            return None
+        flop_time = system.attention_time(
+            matrix, seq_length=seq, head_dim=head_dims.pop(), datatype=datatype, gemm=figures
+        )
+    else:
+        calls_shapes = [_gemm_calls(gemm) for gemm in gemms]
+        hardware_shapes = [shape for _, shape in calls_shapes if shape is not None]
+        calls = exact_column([calls for calls, _ in calls_shapes])
+        shape: GemmShapeColumns | None = None
+        if hardware_shapes:
+            shape = GemmShapeColumns.of(hardware_shapes)
+            if len(hardware_shapes) != len(works) or shape is None:
+                return None
+        if calls is None:
+            return None
+        flop_time = _matrix_time(matrix, calls, shape, system, datatype, gemm_format=gemm_format)
+    return np.asarray(_work_time(flop_time, vector, traffic, system, datatype), dtype=np.float64)
 
 
 @final

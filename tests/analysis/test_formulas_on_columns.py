@@ -1,4 +1,4 @@
-"""The formulas written on numbers or columns (analysis/columns.py): evaluated on a column, each
+"""The formulas written on numbers or columns (hardware/polymorphic.py): evaluated on a column, each
 gives, row by row, exactly what it gives on that row's plain numbers (the plan's path)."""
 
 from __future__ import annotations
@@ -7,7 +7,6 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from blueprinting.analysis.columns import maximum, minimum, where
 from blueprinting.analysis.data_parallel import (
     grad_sync_exposed,
     optimizer_sharded_exposure,
@@ -22,6 +21,7 @@ from blueprinting.analysis.memory import (
     uniform_stored_bytes,
 )
 from blueprinting.analysis.pipeline_contract import extra_interleaving_bubbles
+from blueprinting.hardware.polymorphic import maximum, minimum, where
 from blueprinting.mapping.model import Datatype
 
 small = st.integers(min_value=0, max_value=10**6)
