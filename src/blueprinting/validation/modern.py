@@ -190,6 +190,11 @@ class ModernRun:
     dp_table: int | None = None
     notes: tuple[str, ...] = ()
     assumptions: tuple[str, ...] = ()
+    #: The performance config the recipe's settings were transcribed from (repo, release,
+    #: commit, paths); empty where no such config is at hand.
+    recipe_source: str = ""
+    #: What that config states that no Blueprinting flat key carries (named, never modelled).
+    unkeyed_settings: tuple[str, ...] = ()
     excluded: ModernExclusion | None = None
 
     @property
@@ -393,6 +398,10 @@ def _run(raw: Mapping[str, object], where: str, problems: ProblemCollector) -> M
         dp_table=dp_table if type(dp_table) is int else None,
         notes=strings(raw, "notes", where, problems),
         assumptions=strings(raw, "assumptions", where, problems),
+        recipe_source=(
+            string(raw, "recipe_source", where, problems) if "recipe_source" in raw else ""
+        ),
+        unkeyed_settings=strings(raw, "unkeyed_settings", where, problems),
         excluded=enum_or_none(ModernExclusion, raw, "excluded", where, problems),
     )
     exclusion = run.exclusion_problem()
