@@ -366,7 +366,10 @@ def test_the_planned_runs_stay_within_todays_bounds(planned: MoeValidation) -> N
     fit (presets.MXFP8_GEMM_FIT) and the fitted cast rates: median 33.4%, DeepSeek-V3 on GB200
     16-30% fast. Since the MoE layer's kernels are counted from the source (host dispatch) and
     the alltoall chunk sort is costed: median 30.1%, max 64.8%, Qwen3-30B-A3B's GB200 rows
-    19-31% fast (19-38% before), DeepSeek-V3 on B200 at EP8 32-43% fast."""
+    19-31% fast (19-38% before), DeepSeek-V3 on B200 at EP8 32-43% fast. Since the flex
+    dispatchers' preprocessing is counted and the rows carry their release's recipe keys
+    (GPT-OSS without a load-balancing loss, the 25.09 rows padded to capacity, DeepSeek-V3's
+    25.09 / 25.11 recompute and shared-expert overlap): median 30.1%, max 64.7%."""
     errors = {row.run_id: row.relative_error or 0.0 for row in planned.planned_rows}
     median = planned.gate(MoeGate.MEDIAN_ERROR).value
     assert median is not None and 0.27 <= median <= 0.33
