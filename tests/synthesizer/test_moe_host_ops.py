@@ -15,8 +15,8 @@ from blueprinting.mapping.cuda_graphs import NoCudaGraphs
 from blueprinting.mapping.model import LoadBalancing
 from blueprinting.mapping.presets import model_preset
 from blueprinting.mapping.transformer import (
+    AllGatherDispatcher,
     AllToAllDispatcher,
-    DispatcherType,
     FlexBackend,
     FlexDispatcher,
 )
@@ -26,7 +26,9 @@ from blueprinting.synthesizer.dialects.transformer.training_derivation import (
 )
 from blueprinting.synthesizer.stages.distributed.ir import ComputeTask, Phase, Task, TaskGroup
 from blueprinting.synthesizer.stages.portable_plan.host_dispatch import (
+    DispatchKernels,
     MoeLayerHost,
+    dispatch_kernels,
     host_ops,
     moe_layer_host_ops,
     pass_host_exposed_s,
@@ -86,7 +88,7 @@ def test_deepseek_like_alltoall_ep8_bf16_counts() -> None:
     - unpermute forward: 1 + shared-expert add 1 = 2; data gradient 1."""
     group = _moe_group(deepseek_like(), ep=8, dp=8)
     layer = MoeLayerHost(
-        dispatcher=DispatcherType.ALLTOALL, load_balancing=LoadBalancing.AUX_LOSS, expert_bias=True
+        dispatcher=DispatchKernels.ALLTOALL, load_balancing=LoadBalancing.AUX_LOSS, expert_bias=True
     )
     assert _counts(group, layer, quantized=False) == {
         ("router", "fwd"): 9,
@@ -115,7 +117,7 @@ def test_a_quantizing_recipe_adds_one_cast_per_split() -> None:
     copies (32 GEMMs, no cast)."""
     group = _moe_group(deepseek_like(), ep=8, dp=8)
     layer = MoeLayerHost(
-        dispatcher=DispatcherType.ALLTOALL, load_balancing=LoadBalancing.AUX_LOSS, expert_bias=True
+        dispatcher=DispatchKernels.ALLTOALL, load_balancing=LoadBalancing.AUX_LOSS, expert_bias=True
     )
     counts = _counts(group, layer, quantized=True)
     for op in ("expert_fc1", "expert_fc2"):
@@ -130,7 +132,9 @@ def test_mixtral_like_without_an_expert_grid() -> None:
     the router forward 1 + 1 + 5 = 7. Without a load-balancing loss the router is 2 and 2."""
     group = _moe_group(mixtral_like())
     layer = MoeLayerHost(
-        dispatcher=DispatcherType.ALLTOALL, load_balancing=LoadBalancing.AUX_LOSS, expert_bias=False
+        dispatcher=DispatchKernels.ALLTOALL,
+        load_balancing=LoadBalancing.AUX_LOSS,
+        expert_bias=False,
     )
     counts = _counts(group, layer, quantized=False)
     assert counts[("moe_permute", "fwd")] == 7
@@ -143,26 +147,69 @@ def test_mixtral_like_without_an_expert_grid() -> None:
     assert (counts[("router", "fwd")], counts[("router", "agrad")]) == (2, 2)
 
 
-def test_the_flex_dispatcher_counts_the_permute_only() -> None:
-    """Flex (DeepEP / HybridEP) computes its own layout inside its kernels, which are not
-    counted: the permute forward is the permute 1 + its row-id map 3; no chunk sort."""
-    group = _moe_group(
-        mixtral_like(), ep=8, dp=1, dispatcher=FlexDispatcher(backend=FlexBackend.DEEPEP)
-    )
+def _flex_counts(backend: FlexBackend, kernels: DispatchKernels) -> dict[tuple[str, str], int]:
+    group = _moe_group(mixtral_like(), ep=8, dp=1, dispatcher=FlexDispatcher(backend=backend))
     layer = MoeLayerHost(
-        dispatcher=DispatcherType.FLEX, load_balancing=LoadBalancing.AUX_LOSS, expert_bias=False
+        dispatcher=kernels, load_balancing=LoadBalancing.AUX_LOSS, expert_bias=False
     )
-    counts = _counts(group, layer, quantized=False)
+    return _counts(group, layer, quantized=False)
+
+
+def test_deepep_counts_its_topk_layout_notify_and_multihot_kernels() -> None:
+    """DeepEP (Mixtral-like at ep 8, no shared experts): the permute forward is the permute 1 +
+    TE's row-id map 3 + ``torch.topk`` 1 + ``get_dispatch_layout`` 1 + the dispatch's notify 1
+    + ``fused_indices_to_multihot`` 1 = 8; its data gradient the permute 1 + topk's scatter 1 +
+    the dispatch backward's (a combine) notify 1 + the multihot backward 1 = 4; the unpermute
+    forward 1 + the combine's notify 1 = 2, its data gradient 1 + the combine backward's (a
+    dispatch) notify 1 = 2. No chunk sort."""
+    counts = _flex_counts(FlexBackend.DEEPEP, DispatchKernels.DEEPEP)
+    assert (counts[("moe_permute", "fwd")], counts[("moe_permute", "agrad")]) == (8, 4)
+    assert (counts[("moe_unpermute", "fwd")], counts[("moe_unpermute", "agrad")]) == (2, 2)
+    assert ("moe_sort_chunks", "fwd") not in counts
+    assert counts[("router", "fwd")] == 7
+
+
+def test_hybridep_counts_its_metadata_kernels_instead_of_tes_row_id_map() -> None:
+    """HybridEP: the permute forward is its own permute kernel 1 + the routing-map all-gather
+    1 + the metadata preprocessing 1 + the tokens-per-expert pad 1 = 4 (no TE row-id map); the
+    combine and the backward reuse the handle: 1 each."""
+    counts = _flex_counts(FlexBackend.HYBRIDEP, DispatchKernels.HYBRIDEP)
     assert (counts[("moe_permute", "fwd")], counts[("moe_permute", "agrad")]) == (4, 1)
     assert (counts[("moe_unpermute", "fwd")], counts[("moe_unpermute", "agrad")]) == (1, 1)
     assert ("moe_sort_chunks", "fwd") not in counts
+
+
+def test_ncclep_and_allgather_keep_the_row_id_map_only() -> None:
+    """NCCL-EP's preprocessing is not counted from source: the permute 1 + TE's row-id map 3."""
+    counts = _flex_counts(FlexBackend.NCCLEP, DispatchKernels.NCCLEP)
+    assert (counts[("moe_permute", "fwd")], counts[("moe_permute", "agrad")]) == (4, 1)
+    assert (counts[("moe_unpermute", "fwd")], counts[("moe_unpermute", "agrad")]) == (1, 1)
+
+
+def test_dispatch_kernels_follow_the_dispatcher_and_flex_backend() -> None:
+    assert dispatch_kernels(AllToAllDispatcher()) is DispatchKernels.ALLTOALL
+    assert dispatch_kernels(AllGatherDispatcher()) is DispatchKernels.ALLGATHER
+    expected = {
+        FlexBackend.DEEPEP: DispatchKernels.DEEPEP,
+        FlexBackend.HYBRIDEP: DispatchKernels.HYBRIDEP,
+        FlexBackend.NCCLEP: DispatchKernels.NCCLEP,
+    }
+    for backend, kernels in expected.items():
+        assert dispatch_kernels(FlexDispatcher(backend=backend, overlap=True)) is kernels
+        host = training_host_dispatch(
+            model_preset("qwen3-30b-a3b"),
+            NoCudaGraphs(),
+            SYSTEM_PRESETS["dgx-b200"],
+            dispatcher=FlexDispatcher(backend=backend),
+        )
+        assert host.moe is not None and host.moe.dispatcher is kernels
 
 
 def test_collectives_and_dense_blocks_keep_one_op_per_call() -> None:
     ir = derive_training_block(deepseek_like(), _mapping(ep=8, dp=8))
     assert ir.moe_block is not None
     layer = MoeLayerHost(
-        dispatcher=DispatcherType.ALLTOALL, load_balancing=LoadBalancing.AUX_LOSS, expert_bias=True
+        dispatcher=DispatchKernels.ALLTOALL, load_balancing=LoadBalancing.AUX_LOSS, expert_bias=True
     )
     ops = moe_layer_host_ops(ir.moe_block, layer, _bf16)
     others: list[Task] = [

@@ -12,10 +12,13 @@ host stays ahead of the GPU, and exposed where it cannot:
   ``num_worst_tokens``; Transformer Engine's grouped GEMM takes the splits as a host list). The
   queue is empty there, and every op after it starts no earlier than the host issues it:
   the pass is timed op by op (:func:`synced_pass_s`) from the sync round to the next one.
-  HybridEP and NCCL-EP are assumed to sync the same way (no source read states otherwise; the
-  recipes that capture a full iteration with HybridEP imply a sync-free mode that has no
-  Blueprinting key). Drop-and-pad MoE (``moe_pad_expert_input_to_capacity``) has static shapes
-  and no sync.
+  HybridEP's dropless dispatch synchronizes its stream after the metadata preprocessing to read
+  the tokens per expert on the host (DeepEP hybrid-ep @94a9f8f6 ``executor/executor.cu``
+  ``metadata_preprocess_core``, ``non_blocking`` false when Megatron passes no
+  ``num_permuted_tokens``: no ``moe_expert_rank_capacity_factor``, which has no Blueprinting
+  key; the recipes that capture a full iteration with HybridEP run that sync-free budget).
+  NCCL-EP is assumed to sync the same way. Drop-and-pad MoE
+  (``moe_pad_expert_input_to_capacity``) has static shapes and no sync.
 - **where the host is slower than the GPU** over a pass without a sync: ``max(0, H - G)``
   (the host cannot run further ahead than the work it has issued).
 
@@ -29,10 +32,12 @@ Ops are the IR's tasks (a grouped GEMM issued one call per expert,
 its tasks stand for beyond their one costed kernel (:func:`moe_extra_host_ops`, counted in the
 source as the performance recipes run it; :class:`MoeLayerHost`): the router's fused top-k and
 aux-loss kernels and their backward, the alltoall dispatcher's token-count arithmetic and
-device-to-host copies, the fused permute's row-id map, the chunk sort's map, and
-Transformer Engine's per-split quantization of each grouped GEMM's input and output gradient
-under a low-precision recipe. Host-side work that launches no kernel (allocations, views,
-autograd bookkeeping, ``tolist``) is not counted, so the host time stays a lower bound.
+device-to-host copies, the flex dispatchers' preprocessing (DeepEP's top-k, layout, notify and
+multihot kernels; HybridEP's routing-map all-gather, metadata and pad kernels), the fused
+permute's row-id map, the chunk sort's map, and Transformer Engine's per-split quantization of
+each grouped GEMM's input and output gradient under a low-precision recipe. Host-side work
+that launches no kernel (allocations, views, autograd bookkeeping, ``tolist``) is not counted,
+so the host time stays a lower bound.
 
 The per-op host cost is :func:`blueprinting.hardware.host.host_op_s` (a measured figure, not
 fitted on any validated row).
@@ -42,13 +47,20 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import assert_never, final
 
 from blueprinting.hardware.host import host_op_s
 from blueprinting.hardware.system import SystemSpec
 from blueprinting.mapping.cuda_graphs import CudaGraphs, CudaGraphScope, captured_scopes
 from blueprinting.mapping.model import CapacityFactor, LoadBalancing, TransformerModelSpec
-from blueprinting.mapping.transformer import DispatcherType, TokenDispatcher, dispatcher_type
+from blueprinting.mapping.transformer import (
+    AllGatherDispatcher,
+    AllToAllDispatcher,
+    FlexBackend,
+    FlexDispatcher,
+    TokenDispatcher,
+)
 from blueprinting.synthesizer.dialects.transformer.training import (
     BatchedGemmCalls,
     CollectivePurpose,
@@ -63,17 +75,49 @@ from blueprinting.synthesizer.stages.distributed.ir import (
 )
 
 
+class DispatchKernels(StrEnum):
+    """Whose kernels a MoE layer's token dispatch launches (:func:`dispatch_kernels`): the
+    dispatcher (``--moe-token-dispatcher-type``) and, for ``flex``, its backend
+    (``--moe-flex-dispatcher-backend``), whose preprocessing differs (the constants below)."""
+
+    ALLTOALL = "alltoall"
+    ALLGATHER = "allgather"
+    DEEPEP = "flex-deepep"
+    HYBRIDEP = "flex-hybridep"
+    NCCLEP = "flex-ncclep"
+
+
+def dispatch_kernels(dispatcher: TokenDispatcher) -> DispatchKernels:
+    match dispatcher:
+        case AllToAllDispatcher():
+            return DispatchKernels.ALLTOALL
+        case AllGatherDispatcher():
+            return DispatchKernels.ALLGATHER
+        case FlexDispatcher(backend=backend):
+            match backend:
+                case FlexBackend.DEEPEP:
+                    return DispatchKernels.DEEPEP
+                case FlexBackend.HYBRIDEP:
+                    return DispatchKernels.HYBRIDEP
+                case FlexBackend.NCCLEP:
+                    return DispatchKernels.NCCLEP
+                case _ as unreachable_backend:
+                    assert_never(unreachable_backend)
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MoeLayerHost:
     """What decides the kernels a MoE layer launches beyond its IR tasks
-    (:func:`moe_extra_host_ops`): the dispatcher (``--moe-token-dispatcher-type``), whether the
-    router trains with an auxiliary loss (``aux_loss``, ``seq_aux_loss``, ``global_aux_loss``;
-    the sequence-level and global variants are counted as the plain one, whose kernels they
-    share, a lower bound for their extra reshapes and tracker updates) and whether it updates
-    an expert bias (``--moe-router-enable-expert-bias``)."""
+    (:func:`moe_extra_host_ops`): the dispatcher and its flex backend
+    (:class:`DispatchKernels`), whether the router trains with an auxiliary loss (``aux_loss``,
+    ``seq_aux_loss``, ``global_aux_loss``; the sequence-level and global variants are counted
+    as the plain one, whose kernels they share, a lower bound for their extra reshapes and
+    tracker updates) and whether it updates an expert bias (``--moe-router-enable-expert-bias``)."""
 
-    dispatcher: DispatcherType
+    dispatcher: DispatchKernels
     load_balancing: LoadBalancing
     expert_bias: bool
 
@@ -213,6 +257,49 @@ CHUNK_SORT_MAP_OPS = 1
 #: ``output += shared_expert_output`` in the combine's postprocess.
 SHARED_EXPERT_ADD_OPS = 1
 
+# The flex dispatchers' own preprocessing (Megatron-LM @d98e8a64 ``token_dispatcher.py``
+# ``MoEFlexTokenDispatcher``, ``_DeepepManager``, ``_HybridEPManager``; ``fused_a2a.py``), at
+# tp = 1 (``_initialize_metadata``'s expand over the TP ranks is a view there; every validated
+# flex row runs tp = 1) and with the routing probabilities already fp32 (the managers cast them
+# otherwise: one more kernel each way on a router without ``moe_router_dtype = fp32``, which has
+# no Blueprinting key, so not counted).
+#
+# DeepEP (deepseek-ai/DeepEP v1.2.1 @9af0e0d0 ``csrc/deep_ep.cpp``, the ``Buffer`` API Megatron's
+# ``fused_a2a.py`` calls): ``setup_metadata``'s ``torch.topk`` (the routing map to indices; its
+# backward a scatter), ``get_dispatch_layout`` (one kernel), and before every dispatch or combine
+# kernel -- forward, and the backward's reversed pair -- its ``notify_dispatch`` /
+# ``cached_notify_dispatch`` / ``cached_notify_combine`` (internode: ``notify_dispatch`` /
+# ``cached_notify``) kernel, beside the exchange the IR costs. The received indices become a
+# multihot map before the TE fused permute (its row-id map counted above): Megatron's Triton
+# ``fused_indices_to_multihot`` (one kernel forward, one backward) under
+# ``enable_megatron_core_experimental``, which Megatron-Bridge's DeepSeek performance recipes set
+# (r0.3.0+ ``scripts/performance/configs/deepseek/deepseek_llm_pretrain.py``); without it the
+# eager ``_indices_to_multihot`` issues about 13 ATen ops (zeros, masks, two boolean indexings,
+# ``repeat_interleave``, two ``index_put_``), counted as the fused one (a lower bound).
+
+#: ``torch.topk`` forward, its backward's scatter.
+DEEPEP_TOPK_OPS = (1, 1)
+#: ``Buffer.get_dispatch_layout`` (forward).
+DEEPEP_LAYOUT_OPS = 1
+#: The notify kernel before each DeepEP dispatch or combine kernel.
+DEEPEP_NOTIFY_OPS = 1
+#: ``fused_indices_to_multihot``: forward, backward.
+DEEPEP_MULTIHOT_OPS = (1, 1)
+
+# HybridEP (deepseek-ai/DeepEP branch hybrid-ep @94a9f8f6 ``deep_ep/hybrid_ep_buffer.py``
+# ``dispatch_with_permute``, ``csrc/hybrid_ep/hybrid_ep.cu`` ``metadata_preprocessing``,
+# ``executor/executor.cu``): the dropless forward dispatch first all-gathers the routing map
+# over the EP group (``allgather_routing_map``: the custom all-gather kernel inside one NVLink
+# domain, NCCL's ``all_gather_into_tensor`` across them), runs the metadata preprocessing kernel
+# and the tokens-per-expert pad kernel (then ``cudaStreamSynchronize``: the dropless host sync),
+# then the dispatch kernel (the IR's exchange) and its own permute kernel (the IR's permute op;
+# ``moe_permute_fusion_into_hybridep`` is off by default and in every recipe read). The combine
+# and both backward passes reuse the handle: unpermute + combine, dispatch + permute, as the IR
+# costs them. HybridEP permutes with its own kernel, not TE's: no row-id map.
+
+#: ``allgather_routing_map``, the preprocessing kernel, ``pad_tokens_per_expert`` (forward).
+HYBRIDEP_METADATA_OPS = 3
+
 
 def _forward_like(phase: Phase) -> bool:
     return phase in (Phase.FORWARD, Phase.RECOMPUTE)
@@ -238,27 +325,47 @@ def moe_extra_host_ops(
     backward = phase is Phase.BACKWARD_ACTIVATION_GRAD
     if not (forward or backward):
         return 0
-    alltoall = layer.dispatcher is DispatcherType.ALLTOALL
     side = 0 if forward else 1
     if op is SemanticOpName.ROUTER:
         ops = ROUTER_TOPK_OPS[side] + (ROUTER_AUX_LOSS_OPS[side] if layer.aux_loss else 0)
         return ops + (ROUTER_EXPERT_BIAS_OPS if forward and layer.expert_bias else 0)
     if op is SemanticOpName.MOE_PERMUTE:
-        if not forward:
-            return 0
-        ops = PERMUTE_ROW_ID_MAP_OPS
-        if alltoall:
-            ops += ALLTOALL_COUNT_OPS + ALLTOALL_DTOH_OPS
-            if expert_grid:
-                ops += ALLTOALL_GRID_COUNT_OPS + ALLTOALL_GRID_DTOH_OPS
-        return ops
+        return _permute_extra_ops(layer.dispatcher, forward=forward, expert_grid=expert_grid)
     if op in (SemanticOpName.MOE_SORT_CHUNKS, SemanticOpName.MOE_UNSORT_CHUNKS):
         return CHUNK_SORT_MAP_OPS if forward else 0
     if op is SemanticOpName.MOE_UNPERMUTE:
-        return SHARED_EXPERT_ADD_OPS if forward and shared_experts else 0
+        # the combine's notify kernel (forward), the dispatch's in its backward
+        notify = DEEPEP_NOTIFY_OPS if layer.dispatcher is DispatchKernels.DEEPEP else 0
+        return notify + (SHARED_EXPERT_ADD_OPS if forward and shared_experts else 0)
     if op in (SemanticOpName.EXPERT_FC1, SemanticOpName.EXPERT_FC2):
         return local_experts if quantized else 0
     return 0
+
+
+def _permute_extra_ops(kernels: DispatchKernels, *, forward: bool, expert_grid: bool) -> int:
+    """The kernels of the permute task beyond its costed one: the dispatcher's preprocessing
+    (forward) and, for DeepEP, the backward's multihot gradient and combine notify. NCCL-EP's
+    preprocessing is not counted (TE's row-id map only)."""
+    match kernels:
+        case DispatchKernels.ALLTOALL:
+            if not forward:
+                return 0
+            ops = PERMUTE_ROW_ID_MAP_OPS + ALLTOALL_COUNT_OPS + ALLTOALL_DTOH_OPS
+            if expert_grid:
+                ops += ALLTOALL_GRID_COUNT_OPS + ALLTOALL_GRID_DTOH_OPS
+            return ops
+        case DispatchKernels.ALLGATHER | DispatchKernels.NCCLEP:
+            return PERMUTE_ROW_ID_MAP_OPS if forward else 0
+        case DispatchKernels.DEEPEP:
+            side = 0 if forward else 1
+            ops = DEEPEP_TOPK_OPS[side] + DEEPEP_NOTIFY_OPS + DEEPEP_MULTIHOT_OPS[side]
+            if forward:
+                ops += PERMUTE_ROW_ID_MAP_OPS + DEEPEP_LAYOUT_OPS
+            return ops
+        case DispatchKernels.HYBRIDEP:
+            return HYBRIDEP_METADATA_OPS if forward else 0
+        case _ as unreachable:
+            assert_never(unreachable)
 
 
 def moe_layer_host_ops(
@@ -394,7 +501,7 @@ def training_host_dispatch(
         moe=None
         if moe is None
         else MoeLayerHost(
-            dispatcher=dispatcher_type(dispatcher),
+            dispatcher=dispatch_kernels(dispatcher),
             load_balancing=moe.load_balancing,
             expert_bias=moe.expert_bias,
         ),
