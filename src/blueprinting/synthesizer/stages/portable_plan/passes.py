@@ -1262,8 +1262,41 @@ def work_times(
                 return None
         if calls is None:
             return None
-        flop_time = _matrix_time(matrix, calls, shape, system, datatype, gemm_format=gemm_format)
+        return gemm_work_times(
+            matrix,
+            vector,
+            traffic,
+            calls=calls,
+            shape=shape,
+            system=system,
+            datatype=datatype,
+            gemm_format=gemm_format,
+        )
     return np.asarray(_work_time(flop_time, vector, traffic, system, datatype), dtype=np.float64)
+
+
+def gemm_work_times(
+    matrix_flops: Column,
+    vector_flops: Column,
+    traffic_bytes: Column,
+    *,
+    calls: Column,
+    shape: GemmShapeColumns | None,
+    system: SystemSpec,
+    datatype: Datatype,
+    gemm_format: GemmFormat | None = None,
+) -> Column:
+    """:func:`work_time` of a column of ops without a fused attention kernel, given as its
+    figures (float64 columns, each count at most 2**53): ``calls`` GEMM calls at ``shape``
+    (None: no GEMM shape), as :func:`_gemm_calls` splits a shape. :func:`work_times` ends here;
+    a caller that derives the figures on columns (serving's decode attention) skips building
+    one op object per element."""
+    import numpy as np
+
+    flop_time = _matrix_time(matrix_flops, calls, shape, system, datatype, gemm_format=gemm_format)
+    return np.asarray(
+        _work_time(flop_time, vector_flops, traffic_bytes, system, datatype), dtype=np.float64
+    )
 
 
 @final
