@@ -1078,9 +1078,15 @@ def _compute_time(task: ComputeTask, system: SystemSpec, precision: OpPrecision)
     Memoized per system (:func:`_system_memo`): a search costs the same op on thousands of
     block configurations, and :func:`work_time` is a pure function of its arguments. (Serving
     calls :func:`work_time` directly: its decode ops, one per context length, rarely repeat.)"""
+    memo = _system_memo(system)
+    # a task is timed by several passes of one costing (the phases, the host model, the TP
+    # overlaps): by identity first, without hashing its work again
+    seen = memo.tasks.get(id(task))
+    if seen is not None and seen[0] is task and seen[1] is precision:
+        return seen[2]
     is_gemm = task.gemm is not None and task.attention is None
     gemm_format = precision.gemm_format(task.lineage.op, is_gemm=is_gemm)
-    times = _system_memo(system).times
+    times = memo.times
     key = (task.work, task.gemm, precision.datatype, task.attention, gemm_format)
     found = times.get(key)
     if found is None:
@@ -1094,6 +1100,9 @@ def _compute_time(task: ComputeTask, system: SystemSpec, precision: OpPrecision)
             task.attention,
             gemm_format=gemm_format,
         )
+    if len(memo.tasks) >= _MEMO_ENTRIES:
+        memo.tasks.clear()
+    memo.tasks[id(task)] = (task, precision, found)
     return found
 
 
@@ -1108,6 +1117,9 @@ class _SystemMemo:
 
     system: SystemSpec
     times: dict[tuple[object, ...], float] = field(default_factory=dict)
+    #: the last time of each task object by its id (the entry holds the task, so the id is not
+    #: reused while it lives) with the precision it was timed under
+    tasks: dict[int, tuple[ComputeTask, OpPrecision, float]] = field(default_factory=dict)
     blocks: dict[tuple[object, ...], tuple[TaskGroup, BlockCost]] = field(default_factory=dict)
     extras: dict[tuple[object, ...], tuple[TaskGroup, ExtraCost]] = field(default_factory=dict)
 
