@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from blueprinting.analysis import evaluate
 from blueprinting.hardware.presets import system_preset
 from blueprinting.hardware.system import SystemSpec
-from blueprinting.mapping.precision import HighPrecision
+from blueprinting.mapping.precision import Fp8Precision, HighPrecision
 from blueprinting.mapping.transformer import (
     AllGatherDispatcher,
     AllToAllDispatcher,
@@ -167,6 +167,26 @@ def test_task_times_are_memoized_per_system_object() -> None:
         for name, system in (("a100", a100), ("slower", slower))
     }
     assert total["slower"] > total["a100"]
+    # The same task objects (each now timed by identity) under another precision object: the
+    # identity entry is the precision's it was timed under, never another's.
+    h100 = system_preset("dgx-h100")
+    for recipe in (Fp8Precision(), HighPrecision(), Fp8Precision(), HighPrecision()):
+        other = OpPrecision(datatype=MODEL.datatype, recipe=recipe)
+        times = []
+        for task in tasks:
+            is_gemm = task.gemm is not None and task.attention is None
+            plain = portable.work_time(
+                task.work,
+                task.gemm,
+                h100,
+                MODEL.datatype,
+                task.attention,
+                gemm_format=other.gemm_format(task.lineage.op, is_gemm=is_gemm),
+            )
+            times.append(portable._compute_time(task, h100, other))
+            assert times[-1] == plain
+        total[str(recipe)] = sum(times)
+    assert total[str(Fp8Precision())] < total[str(HighPrecision())]
 
 
 @settings(max_examples=200, deadline=None)

@@ -45,10 +45,12 @@ from typing import Protocol, TypeAlias, TypeVar, assert_never, final
 from blueprinting.errors import ConfigError, positive_int_problems
 from blueprinting.hardware.polymorphic import (
     Column,
+    IntColumn,
     Real,
     any_below,
     exact_column,
     maximum,
+    minimum,
     ones_like,
     positive_or_one,
     power,
@@ -94,15 +96,28 @@ class GemmShape:
 
     @property
     def flops(self) -> int:
-        return 2 * self.m * self.n * self.k * self.batch
+        return gemm_flops(self.m, self.n, self.k, self.batch)
 
     @property
     def smallest_dim(self) -> int:
-        return min(self.m, self.n, self.k)
+        return smallest_gemm_dim(self.m, self.n, self.k)
 
     def __str__(self) -> str:
         batch = "" if self.batch == 1 else f"{self.batch}x"
         return f"{batch}{self.m}x{self.n}x{self.k}"
+
+
+_Count = TypeVar("_Count", int, IntColumn)
+
+
+def gemm_flops(m: _Count, n: _Count, k: _Count, batch: _Count) -> _Count:
+    """A (batched) GEMM's FLOPs, of one shape or of int64 columns of shapes."""
+    return 2 * m * n * k * batch
+
+
+def smallest_gemm_dim(m: _Count, n: _Count, k: _Count) -> _Count:
+    """The smallest of a GEMM's three dimensions (of one shape or of columns)."""
+    return minimum(minimum(m, n), k)
 
 
 _Real_co = TypeVar("_Real_co", float, Column, covariant=True)
@@ -136,6 +151,22 @@ class GemmShapeColumns:
         if smallest is None or flops is None:
             return None
         return GemmShapeColumns(smallest_dim=smallest, flops=flops)
+
+    @staticmethod
+    def of_dims(
+        m: IntColumn | int, n: IntColumn | int, k: IntColumn | int, batch: IntColumn | int
+    ) -> GemmShapeColumns:
+        """The figures of the shapes ``(m[i], n[i], k[i], batch[i])`` (ints broadcast), by
+        :class:`GemmShape`'s own formulas; the caller keeps every figure at most 2**53 (exact in
+        int64 and in float64)."""
+        import numpy as np
+
+        dims = np.broadcast_arrays(*(np.asarray(x, dtype=np.int64) for x in (m, n, k, batch)))
+        m_, n_, k_, b_ = (np.asarray(x, dtype=np.int64) for x in dims)
+        return GemmShapeColumns(
+            smallest_dim=smallest_gemm_dim(m_, n_, k_).astype(np.float64),
+            flops=gemm_flops(m_, n_, k_, b_).astype(np.float64),
+        )
 
 
 @final

@@ -52,6 +52,8 @@ import numpy.typing as npt
 
 from blueprinting.errors import ConfigError
 from blueprinting.hardware.collectives import CollectiveKind as LinkCollective
+from blueprinting.hardware.efficiency import GemmShapeColumns
+from blueprinting.hardware.polymorphic import IntColumn
 from blueprinting.hardware.system import CommGroup, ParallelDim, SystemSpec
 from blueprinting.inference.memory import (
     InferenceMemory,
@@ -64,9 +66,12 @@ from blueprinting.mapping.flat_keys import inference_to_mapping
 from blueprinting.mapping.transformer import InferenceSpec
 from blueprinting.synthesizer.dialects.transformer.inference import (
     CONTEXT_DEPENDENT,
+    AttentionOpFigures,
     InferenceCollective,
     InferenceOp,
     InferenceStepWork,
+    activation_bytes,
+    decode_attention_columns,
     decode_attention_ops,
     experts_touched,
 )
@@ -74,7 +79,11 @@ from blueprinting.synthesizer.dialects.transformer.inference_derivation import (
     LocalInferencePlan,
     derive_inference_plan,
 )
-from blueprinting.synthesizer.stages.portable_plan.passes import work_time, work_times
+from blueprinting.synthesizer.stages.portable_plan.passes import (
+    gemm_work_times,
+    work_time,
+    work_times,
+)
 
 JsonScalar = int | float | str | bool | None
 JsonValue = JsonScalar | list["JsonValue"] | dict[str, "JsonValue"]
@@ -216,6 +225,16 @@ def _attention_costs(
     """One block's attention on each cache length: the times, and the costs summed. Op j of
     every step is timed by one call of the cost rule on a column (``work_times``, equal to
     :func:`op_time` element by element); a column it cannot take is timed op by op."""
+    figures = decode_attention_columns(
+        plan.model,
+        batch=batch,
+        contexts=cached,
+        tp=plan.tp,
+        sequence_parallel=plan.sequence_parallel,
+        kv_datatype=plan.workload.kv_cache_datatype,
+    )
+    if figures is not None:
+        return _attention_column_costs(figures, system, plan, len(cached))
     steps = decode_attention_ops(
         plan.model,
         batch=batch,
@@ -251,6 +270,59 @@ def _attention_costs(
         expert_weight_bytes=sum(op.expert_weight_bytes for op in every),
         kv_cache_bytes=sum(op.kv_cache_bytes for op in every),
         activation_bytes=sum(op.activation_bytes for op in every),
+    )
+    return np.array(step_s, dtype=np.float64), summed
+
+
+def _attention_column_costs(
+    figures: tuple[AttentionOpFigures[IntColumn], ...],
+    system: SystemSpec,
+    plan: LocalInferencePlan,
+    steps: int,
+) -> tuple[npt.NDArray[np.float64], StepCost]:
+    """:func:`_attention_costs` from the ops' figures on columns
+    (:func:`decode_attention_columns`): the same times and sums, in the same order, without an
+    op object per step. Each op is one GEMM call over its batch (or has no GEMM shape) and
+    carries no weights, as :class:`AttentionOpFigures` says."""
+
+    def column(x: IntColumn | int) -> IntColumn:
+        return np.broadcast_to(np.asarray(x, dtype=np.int64), (steps,))
+
+    ones = np.ones(steps, dtype=np.float64)
+    columns: list[list[float]] = []
+    matrix_flops = vector_flops = kv_cache_bytes = moved = 0
+    for f in figures:
+        matrix, vector = column(f.matrix_flops), column(f.vector_flops)
+        traffic = column(f.bytes_read) + column(f.bytes_written)
+        shape = None if f.gemm is None else GemmShapeColumns.of_dims(*f.gemm)
+        times = gemm_work_times(
+            matrix.astype(np.float64),
+            vector.astype(np.float64),
+            traffic.astype(np.float64),
+            calls=ones,
+            shape=shape,
+            system=system,
+            datatype=plan.model.datatype,
+        )
+        columns.append(times.tolist())
+        # Python ints: a sum over thousands of steps may pass int64's range
+        matrix_flops += sum(matrix.tolist())
+        vector_flops += sum(vector.tolist())
+        kv_cache_bytes += sum(column(f.kv_cache_bytes).tolist())
+        moved += sum(traffic.tolist())
+    step_s = [sum(row) for row in zip(*columns, strict=True)]
+    total_s = 0.0
+    for seconds in step_s:
+        total_s += seconds
+    summed = StepCost(
+        ops_s=total_s,
+        tp_comm_s=0.0,
+        matrix_flops=matrix_flops,
+        vector_flops=vector_flops,
+        weight_bytes=0,
+        expert_weight_bytes=0,
+        kv_cache_bytes=kv_cache_bytes,
+        activation_bytes=activation_bytes(moved, 0, 0, kv_cache_bytes),
     )
     return np.array(step_s, dtype=np.float64), summed
 

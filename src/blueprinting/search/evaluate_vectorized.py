@@ -486,6 +486,7 @@ def _block_costs(
         *_expert_key(table, model),
     )
     part_keys = sorted({(part, time) for e in STAGE_WORK_TERMS.values() for _, part, time in e})
+    distinct_parts = sorted({part for part, _ in part_keys})
     part_rows: list[list[float]] = []
     rows = []
     for done, i in enumerate(first):
@@ -494,7 +495,8 @@ def _block_costs(
         plan = portable_plan(candidate_to_spec(table, int(i), model), system)
         block, emb, lm = plan.block, plan.embedding, plan.lm_head
         moe = block if plan.moe_block is None else plan.moe_block
-        part_rows.append([phase_field(costed_part(plan, part), time) for part, time in part_keys])
+        costed = {part: costed_part(plan, part) for part in distinct_parts}
+        part_rows.append([phase_field(costed[part], time) for part, time in part_keys])
         rows.append(
             (  # in the field order of _BlockArrays
                 block.forward.compute_s,

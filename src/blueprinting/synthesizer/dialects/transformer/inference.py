@@ -76,9 +76,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import TypeAlias, assert_never, final
+from typing import Generic, TypeAlias, TypeVar, assert_never, final
 
 from blueprinting.errors import ConfigError, positive_int_problems
+from blueprinting.hardware.polymorphic import EXACT_INT_LIMIT, IntColumn
 from blueprinting.mapping.model import (
     Datatype,
     DenseFeedForward,
@@ -199,9 +200,14 @@ class InferenceOp:
 
     @property
     def activation_bytes(self) -> int:
-        return (
-            self.work.bytes_read + self.work.bytes_written - self.weight_bytes - self.kv_cache_bytes
+        return activation_bytes(
+            self.work.bytes_read, self.work.bytes_written, self.weight_bytes, self.kv_cache_bytes
         )
+
+
+def activation_bytes(bytes_read: int, bytes_written: int, weights: int, kv_cache: int) -> int:
+    """An op's HBM bytes that are neither weights nor KV cache."""
+    return bytes_read + bytes_written - weights - kv_cache
 
 
 @final
@@ -382,39 +388,106 @@ def _attention(
             assert_never(unreachable)
 
 
-def _gqa_attention(
-    model: TransformerModelSpec, dims: InferenceStepDims, local: BlockDims, kv_datatype: Datatype
-) -> tuple[InferenceOp, ...]:
-    """Fused attention on heads/t heads (module docstring). The efficiency shape stacks the
-    ``heads / groups`` query heads that share a KV head as rows, as GQA decode kernels do."""
+#: A count on one step (a Python int) or on a column of steps (an int64 column).
+Count = TypeVar("Count", int, IntColumn)
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AttentionOpFigures(Generic[Count]):
+    """The figures of one fused-attention op of an :class:`InferenceOp` (its work, GEMM shape
+    ``(m, n, k, batch)``, one call over the batch, and KV cache bytes; no weights) on one step
+    (ints) or on a column of steps (int64 columns): :func:`_gqa_attention_figures`, the one
+    algebra of both."""
+
+    name: OpName
+    kind: OpKind
+    matrix_flops: Count | int = 0
+    vector_flops: Count | int = 0
+    bytes_read: Count | int = 0
+    bytes_written: Count | int = 0
+    gemm: tuple[Count | int, Count | int, Count | int, Count | int] | None = None
+    kv_cache_bytes: Count | int = 0
+
+
+def _gqa_attention_figures(
+    model: TransformerModelSpec,
+    *,
+    batch: int,
+    new_tokens: int,
+    cached: Count,
+    local: BlockDims,
+    kv_datatype: Datatype,
+) -> tuple[AttentionOpFigures[Count], ...]:
+    """Fused attention on heads/t heads (module docstring) after ``cached`` cached tokens (one
+    step, or a column of decode steps: the same integer algebra). The efficiency shape stacks
+    the ``heads / groups`` query heads that share a KV head as rows, as GQA decode kernels do."""
     e, kv_e = model.datatype.bytes, kv_datatype.bytes
-    b, q, c = dims.batch, dims.new_tokens, dims.context
+    b, q = batch, new_tokens
+    c = cached + q  # InferenceStepDims.context
     heads, groups, d = local.heads, local.groups, local.kv_channels
     per_group = max(1, heads // groups)
-    pairs = b * heads * dims.attended_pairs
+    pairs = b * heads * (q * cached + q * (q + 1) // 2)  # InferenceStepDims.attended_pairs
     q_bytes = b * q * heads * d * e
     k_bytes = b * groups * d * c * kv_e  # V is the same size
     rows = q * per_group
     return (
-        InferenceOp(
+        AttentionOpFigures(
             name=SemanticOpName.ATTENTION_SCORES,
             kind=OpKind.BATCHED_MATMUL,
-            work=Work(matrix_flops=2 * d * pairs, bytes_read=q_bytes + k_bytes),
-            gemm=GemmShape(m=rows, n=d, k=c, batch=b * groups),
+            matrix_flops=2 * d * pairs,
+            bytes_read=q_bytes + k_bytes,
+            gemm=(rows, d, c, b * groups),
             kv_cache_bytes=k_bytes,
         ),
-        InferenceOp(
+        AttentionOpFigures(
             name=SemanticOpName.SOFTMAX,
             kind=OpKind.SOFTMAX,
-            work=Work(vector_flops=SOFTMAX_FLOPS_PER_PAIR * pairs),
+            vector_flops=SOFTMAX_FLOPS_PER_PAIR * pairs,
         ),
-        InferenceOp(
+        AttentionOpFigures(
             name=SemanticOpName.ATTENTION_OVER_VALUES,
             kind=OpKind.BATCHED_MATMUL,
-            work=Work(matrix_flops=2 * d * pairs, bytes_read=k_bytes, bytes_written=q_bytes),
-            gemm=GemmShape(m=rows, n=c, k=d, batch=b * groups),
+            matrix_flops=2 * d * pairs,
+            bytes_read=k_bytes,
+            bytes_written=q_bytes,
+            gemm=(rows, c, d, b * groups),
             kv_cache_bytes=k_bytes,
         ),
+    )
+
+
+def _gqa_attention(
+    model: TransformerModelSpec, dims: InferenceStepDims, local: BlockDims, kv_datatype: Datatype
+) -> tuple[InferenceOp, ...]:
+    """:func:`_gqa_attention_figures` of one step as ops."""
+    figures = _gqa_attention_figures(
+        model,
+        batch=dims.batch,
+        new_tokens=dims.new_tokens,
+        cached=dims.cached_tokens,
+        local=local,
+        kv_datatype=kv_datatype,
+    )
+    return tuple(_op_of(f) for f in figures)
+
+
+def _op_of(f: AttentionOpFigures[int]) -> InferenceOp:
+    gemm = None
+    if f.gemm is not None:
+        m, n, k, batch = f.gemm
+        gemm = GemmShape(m=m, n=n, k=k, batch=batch)
+    return InferenceOp(
+        name=f.name,
+        kind=f.kind,
+        work=Work(
+            matrix_flops=f.matrix_flops,
+            vector_flops=f.vector_flops,
+            bytes_read=f.bytes_read,
+            bytes_written=f.bytes_written,
+        ),
+        gemm=gemm,
+        kv_cache_bytes=f.kv_cache_bytes,
     )
 
 
@@ -459,6 +532,59 @@ def decode_attention_ops(
         return []
     local = _local_dims(model, steps[0], tp=tp, sequence_parallel=sequence_parallel)
     return [_attention(model, dims, local, kv_datatype) for dims in steps]
+
+
+def decode_attention_columns(
+    model: TransformerModelSpec,
+    *,
+    batch: int,
+    contexts: Sequence[int],
+    tp: int,
+    sequence_parallel: bool,
+    kv_datatype: Datatype,
+) -> tuple[AttentionOpFigures[IntColumn], ...] | None:
+    """:func:`decode_attention_ops` as columns (op j's figures on every cache length in
+    ``contexts``, element i equal to op j of step i), by the same algebra on an int64 column
+    (issue 18: a long generation's thousands of contexts without an op object each). None
+    where a column cannot hold them exactly: multi-latent attention (its ops stay per step), or
+    a figure of the longest context above 2**53 (every figure grows with the context, so none
+    overflows int64 or rounds in float64 below it). The shortest and longest contexts' ops are
+    built (and so validated) as :func:`decode_attention_ops` builds them."""
+    if not contexts or not isinstance(model.self_attention, StandardAttention):
+        return None
+    import numpy as np
+
+    ends = decode_attention_ops(
+        model,
+        batch=batch,
+        contexts=[min(contexts), max(contexts)],
+        tp=tp,
+        sequence_parallel=sequence_parallel,
+        kv_datatype=kv_datatype,
+    )
+    largest = [
+        value
+        for op in ends[-1]
+        for value in (
+            op.work.matrix_flops,
+            op.work.vector_flops,
+            op.work.bytes_read,
+            op.work.bytes_written,
+            op.kv_cache_bytes,
+            *((op.gemm.flops, op.gemm.m, op.gemm.n, op.gemm.k) if op.gemm else ()),
+        )
+    ]
+    if max(largest) > EXACT_INT_LIMIT:
+        return None
+    first = InferenceStepDims(batch=batch, new_tokens=1, cached_tokens=contexts[0])
+    return _gqa_attention_figures(
+        model,
+        batch=batch,
+        new_tokens=1,
+        cached=np.array(contexts, dtype=np.int64),
+        local=_local_dims(model, first, tp=tp, sequence_parallel=sequence_parallel),
+        kv_datatype=kv_datatype,
+    )
 
 
 def _linear(name: OpName, model: TransformerModelSpec, m: int, n: int, k: int) -> InferenceOp:

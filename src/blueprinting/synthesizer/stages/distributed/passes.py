@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import TextIO, assert_never, final
+from typing import TextIO, assert_never, cast, final
 
 from blueprinting.errors import VerificationError
 from blueprinting.mapping.transformer import ExpertParallel, HierarchicalAllToAllRing
@@ -89,6 +89,8 @@ class _GroupBuilder:
     plan: LocalBlockPlan
     tasks: list[Task] = field(default_factory=list)
     ids: set[str] = field(default_factory=set)
+    #: each (sharding, shard dim)'s placements and shard count on this plan's tp and SP
+    placed: dict[tuple[TpSharding, ShardDim], tuple[Placements, int]] = field(default_factory=dict)
 
     def fresh(self, base: str) -> str:
         candidate, n = base, 2
@@ -99,7 +101,14 @@ class _GroupBuilder:
 
     def compute(self, op: SemanticOp, phase: Phase, deps: tuple[str | None, ...]) -> str | None:
         sp = self.plan.sequence_parallel
-        pl = placements(op.sharding, tp=self.plan.tp, sequence_parallel=sp, dim=op.shard_dim)
+        key = (op.sharding, op.shard_dim)
+        found = self.placed.get(key)
+        if found is None:
+            found = self.placed[key] = (
+                placements(op.sharding, tp=self.plan.tp, sequence_parallel=sp, dim=op.shard_dim),
+                shards_of(op.sharding, tp=self.plan.tp, sequence_parallel=sp),
+            )
+        pl, shards = found
         work, source, target = _phase_view(op, phase, pl, sp, self.plan.tp)
         if work.is_empty:
             return None
@@ -115,7 +124,7 @@ class _GroupBuilder:
                 deps=_clean(deps),
                 lineage=Lineage(
                     op=op.name,
-                    shards=shards_of(op.sharding, tp=self.plan.tp, sequence_parallel=sp),
+                    shards=shards,
                     source=source,
                     target=target,
                 ),
@@ -196,6 +205,8 @@ def _exchange_placements(x: ContextExchange) -> tuple[Placement, Placement]:
 
 
 def _clean(deps: tuple[str | None, ...]) -> tuple[str, ...]:
+    if None not in deps:  # most tasks: no tuple to rebuild
+        return cast("tuple[str, ...]", deps)
     return tuple(d for d in deps if d is not None)
 
 
@@ -223,22 +234,27 @@ def _lower_group(
     exchanges: tuple[ContextExchange, ...] = (),
 ) -> TaskGroup:
     g = _GroupBuilder(plan=plan)
+    # The exchanges and collectives of each (op, direction, ...) in their given order, indexed
+    # once: a search lowers thousands of groups and looks each op up in every phase.
+    exchanges_at: dict[tuple[SemanticOpName, Direction, bool], list[ContextExchange]] = {}
+    for x in exchanges:
+        exchanges_at.setdefault((x.op, x.direction, x.before), []).append(x)
+    collectives_at: dict[
+        tuple[SemanticOpName, Direction, CollectivePurpose], list[BoundaryCollective]
+    ] = {}
+    for name_, listed in collectives.items():
+        for c in listed:
+            collectives_at.setdefault((name_, c.direction, c.purpose), []).append(c)
+    none: list[ContextExchange] = []
+    no_collective: list[BoundaryCollective] = []
 
     def around(op: SemanticOp, direction: Direction, before: bool) -> list[ContextExchange]:
-        return [
-            x
-            for x in exchanges
-            if x.op is op.name and x.direction is direction and x.before is before
-        ]
+        return exchanges_at.get((op.name, direction, before), none)
 
     def of(
         op: SemanticOp, direction: Direction, purpose: CollectivePurpose
     ) -> list[BoundaryCollective]:
-        return [
-            c
-            for c in collectives.get(op.name, ())
-            if c.direction is direction and c.purpose is purpose
-        ]
+        return collectives_at.get((op.name, direction, purpose), no_collective)
 
     def forward(phase: Phase, selected: list[SemanticOp]) -> dict[SemanticOpName, str]:
         last: str | None = None

@@ -1078,9 +1078,15 @@ def _compute_time(task: ComputeTask, system: SystemSpec, precision: OpPrecision)
     Memoized per system (:func:`_system_memo`): a search costs the same op on thousands of
     block configurations, and :func:`work_time` is a pure function of its arguments. (Serving
     calls :func:`work_time` directly: its decode ops, one per context length, rarely repeat.)"""
+    memo = _system_memo(system)
+    # a task is timed by several passes of one costing (the phases, the host model, the TP
+    # overlaps): by identity first, without hashing its work again
+    seen = memo.tasks.get(id(task))
+    if seen is not None and seen[0] is task and seen[1] is precision:
+        return seen[2]
     is_gemm = task.gemm is not None and task.attention is None
     gemm_format = precision.gemm_format(task.lineage.op, is_gemm=is_gemm)
-    times = _system_memo(system).times
+    times = memo.times
     key = (task.work, task.gemm, precision.datatype, task.attention, gemm_format)
     found = times.get(key)
     if found is None:
@@ -1094,6 +1100,9 @@ def _compute_time(task: ComputeTask, system: SystemSpec, precision: OpPrecision)
             task.attention,
             gemm_format=gemm_format,
         )
+    if len(memo.tasks) >= _MEMO_ENTRIES:
+        memo.tasks.clear()
+    memo.tasks[id(task)] = (task, precision, found)
     return found
 
 
@@ -1108,6 +1117,9 @@ class _SystemMemo:
 
     system: SystemSpec
     times: dict[tuple[object, ...], float] = field(default_factory=dict)
+    #: the last time of each task object by its id (the entry holds the task, so the id is not
+    #: reused while it lives) with the precision it was timed under
+    tasks: dict[int, tuple[ComputeTask, OpPrecision, float]] = field(default_factory=dict)
     blocks: dict[tuple[object, ...], tuple[TaskGroup, BlockCost]] = field(default_factory=dict)
     extras: dict[tuple[object, ...], tuple[TaskGroup, ExtraCost]] = field(default_factory=dict)
 
@@ -1262,8 +1274,41 @@ def work_times(
                 return None
         if calls is None:
             return None
-        flop_time = _matrix_time(matrix, calls, shape, system, datatype, gemm_format=gemm_format)
+        return gemm_work_times(
+            matrix,
+            vector,
+            traffic,
+            calls=calls,
+            shape=shape,
+            system=system,
+            datatype=datatype,
+            gemm_format=gemm_format,
+        )
     return np.asarray(_work_time(flop_time, vector, traffic, system, datatype), dtype=np.float64)
+
+
+def gemm_work_times(
+    matrix_flops: Column,
+    vector_flops: Column,
+    traffic_bytes: Column,
+    *,
+    calls: Column,
+    shape: GemmShapeColumns | None,
+    system: SystemSpec,
+    datatype: Datatype,
+    gemm_format: GemmFormat | None = None,
+) -> Column:
+    """:func:`work_time` of a column of ops without a fused attention kernel, given as its
+    figures (float64 columns, each count at most 2**53): ``calls`` GEMM calls at ``shape``
+    (None: no GEMM shape), as :func:`_gemm_calls` splits a shape. :func:`work_times` ends here;
+    a caller that derives the figures on columns (serving's decode attention) skips building
+    one op object per element."""
+    import numpy as np
+
+    flop_time = _matrix_time(matrix_flops, calls, shape, system, datatype, gemm_format=gemm_format)
+    return np.asarray(
+        _work_time(flop_time, vector_flops, traffic_bytes, system, datatype), dtype=np.float64
+    )
 
 
 @final
