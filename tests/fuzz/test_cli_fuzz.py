@@ -32,9 +32,9 @@ from tests.fuzz.cli_cases import (
 )
 
 #: The CPU-time bound of one case in the suite (this process's CPU time, which other work on a
-#: shared machine does not inflate), generous for a slow CI core: the slowest case, an infer
-#: search over 800,000 GPUs, takes about 9 s; the README's bound is 5 s (``validate`` on the
-#: full fixtures and some searches and infer searches pass it, not run here).
+#: shared machine does not inflate), generous for a slow CI core: an infer search over
+#: 100,000 replicas takes about 3.6 s; the README's bound is 5 s (``validate`` on the full
+#: fixtures and the largest MoE / CP searches pass it, not run here).
 #: ``benchmarks/fuzz_cli.py`` reports the slowest case of a long run.
 CASE_SECONDS = 15.0
 #: The wall-time bound of one case: a hang, whatever the machine's load.
