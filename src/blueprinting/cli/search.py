@@ -429,14 +429,8 @@ def _json_object(
     }
 
 
-CSV_COLUMNS = (
-    "rank",
-    "strategy",
-    "world_size",
-    "score",
-    "iteration_time_s",
-    "tokens_per_second",
-    "mfu",
+#: The breakdown columns of the CSV, each a ``CandidateFigures`` field of the same name.
+_CSV_BREAKDOWN = (
     "forward",
     "backward",
     "recompute",
@@ -446,6 +440,16 @@ CSV_COLUMNS = (
     "dp_comm_exposed",
     "optimizer",
     "cp_comm_exposed",
+)
+CSV_COLUMNS = (
+    "rank",
+    "strategy",
+    "world_size",
+    "score",
+    "iteration_time_s",
+    "tokens_per_second",
+    "mfu",
+    *_CSV_BREAKDOWN,
     "memory_total_bytes",
     "memory_stage",
 )
@@ -466,20 +470,7 @@ def write_csv(result: SearchResult, stream: TextIO) -> None:
     def ints(values: npt.NDArray[np.generic]) -> list[int]:
         return [int(x) for x in np.asarray(values)[order].tolist()]
 
-    breakdown = [
-        floats(getattr(f, name))
-        for name in (
-            "forward",
-            "backward",
-            "recompute",
-            "pipeline_bubble",
-            "tp_comm_exposed",
-            "pp_comm_exposed",
-            "dp_comm_exposed",
-            "optimizer",
-            "cp_comm_exposed",
-        )
-    ]
+    breakdown = [floats(getattr(f, name)) for name in _CSV_BREAKDOWN]
     columns = zip(
         ints(f.world_size),
         floats(result.score),
