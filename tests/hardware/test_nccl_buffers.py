@@ -248,12 +248,46 @@ def test_misspelt_runtime_keys_are_refused_by_name() -> None:
     assert "unknown key 'nccl_nvls_chanels' (did you mean 'nccl_nvls_channels'?)" in text
 
 
-def test_negative_channel_count_is_refused() -> None:
-    with pytest.raises(ConfigError, match=r"ring_channels must be a non-negative integer"):
-        NcclByTransport(ring_channels=-1)
+def test_channel_counts_are_checked() -> None:
+    with pytest.raises(ConfigError, match=r"ring_channels must be a positive integer"):
+        NcclByTransport(ring_channels=0)
+    with pytest.raises(ConfigError, match=r"nvls_channels must be a non-negative integer"):
+        NcclByTransport(nvls_channels=-1)
     with pytest.raises(ConfigError) as caught:
-        system_from_mapping({"preset": "dgx-h100", "runtime": {"nccl_ring_channels": -1}})
-    assert "system.runtime.nccl_ring_channels must be a non-negative integer" in str(caught.value)
+        system_from_mapping(
+            {
+                "preset": "dgx-h100",
+                "runtime": {"nccl_ring_channels": -1, "nccl_p2p_channels_per_peer": 0},
+            }
+        )
+    text = str(caught.value)
+    # every violated rule at once, each naming the key and the value
+    assert "system.runtime.nccl_ring_channels must be a positive integer, got -1" in text
+    assert "system.runtime.nccl_p2p_channels_per_peer must be a positive integer, got 0" in text
+
+
+def test_both_nccl_models_in_one_table_are_refused() -> None:
+    """A preset's channel keys give way to a measured figure (above); a table that names both
+    itself is ambiguous and refused, naming the keys."""
+    full = system_to_mapping(system_preset("dgx-h100"))
+    runtime = full["runtime"]
+    assert isinstance(runtime, dict)
+    full["runtime"] = {**runtime, "nccl_bytes_per_communicator": 700_000_000}
+    with pytest.raises(ConfigError) as caught:
+        system_from_mapping(full)
+    assert (
+        "system.runtime: NCCL's buffers are counted either by transport (nccl_ring_channels, "
+        "nccl_p2p_channels_per_peer, nccl_nvls_channels) or as a measured figure per "
+        "communicator (nccl_bytes_per_communicator), not both"
+    ) in str(caught.value)
+    # a runtime table with channel keys only counts by transport, the other keys at defaults
+    measured = system_from_mapping(
+        {"preset": "dgx-h100", "runtime": {"nccl_bytes_per_pair_communicator": 1}}
+    )
+    back = system_from_mapping(
+        {**system_to_mapping(measured), "runtime": {"nccl_ring_channels": 8}}
+    )
+    assert back.runtime.nccl == NcclByTransport(ring_channels=8)
 
 
 def test_expert_grid_communicators_by_dispatcher() -> None:

@@ -482,7 +482,7 @@ def _stage_parameters(
     if model.mtp_num_layers and counts.output_layer + counts.final_norm > 0:
         # MTP depths sit on the loss stage (Megatron-LM's default placement); each has the
         # last decoder layer's kind, an eh_proj (2h -> h, column-parallel) and three norms
-        last_moe = model.is_moe_layer(model.num_layers - 1)
+        last_moe = model.mtp_layer_is_moe
         h, t = model.hidden_size, mapping.tensor_degree
         extra = 2 * h * _ceil_div(h, t) + 3 * model.norm_parameters
         layer = dense if last_moe else inv.block_parameters
@@ -1056,7 +1056,7 @@ def _mtp_depth(
 ) -> int:
     """One MTP depth's stored bytes per microbatch under the stage's recompute: its decoder
     layer has the last decoder layer's kind (Megatron-LM builds it from the last layer's spec)."""
-    moe = model.moe is not None and model.is_moe_layer(model.num_layers - 1)
+    moe = model.mtp_layer_is_moe
     x, h = inv.recipe.activation, model.hidden_size
     layer: int
     match recompute:

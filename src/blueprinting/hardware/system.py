@@ -753,15 +753,21 @@ class NcclByTransport:
     nvls_channels: int = 0
 
     def __post_init__(self) -> None:
+        # a ring or a send / receive pair needs a channel (NCCL opens at least one); NVLS may be
+        # off (0: NCCL_NVLS_ENABLE=0)
         bad = [
-            f"NcclByTransport.{name} must be a non-negative integer, got {value!r}"
+            f"NcclByTransport.{name} must be a positive integer, got {value!r}"
             for name, value in (
                 ("ring_channels", self.ring_channels),
                 ("p2p_channels_per_peer", self.p2p_channels_per_peer),
-                ("nvls_channels", self.nvls_channels),
             )
-            if type(value) is not int or value < 0
+            if type(value) is not int or value < 1
         ]
+        if type(self.nvls_channels) is not int or self.nvls_channels < 0:
+            bad.append(
+                f"NcclByTransport.nvls_channels must be a non-negative integer, got "
+                f"{self.nvls_channels!r}"
+            )
         if bad:
             raise ConfigError(bad)
 

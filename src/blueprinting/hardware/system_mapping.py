@@ -763,9 +763,9 @@ def _runtime_from_mapping(value: object, where: str, out: ProblemCollector) -> R
     """``[system.runtime]``: the byte keys, and NCCL's buffers counted by transport (the channel
     keys; each absent one at :class:`NcclByTransport`'s default) or, where the table gives
     ``nccl_bytes_per_communicator`` or ``nccl_bytes_per_pair_communicator``, that measured
-    figure per communicator (:class:`NcclPerCommunicator`; the other at NVIDIA/nccl #964's):
-    a measurement of one's own replaces the count, so the channel keys a preset brings are
-    then not read."""
+    figure per communicator (:class:`NcclPerCommunicator`; the other at NVIDIA/nccl #964's).
+    A table naming keys of both is refused (a preset's keys of the other variant are dropped
+    before, by :func:`_with_preset`)."""
     table = _table(value, where, out)
     if table is None:
         return None
@@ -778,16 +778,27 @@ def _runtime_from_mapping(value: object, where: str, out: ProblemCollector) -> R
         raw = table[key]
         if isinstance(raw, float) and raw.is_integer():
             raw = int(raw)  # TOML/JSON exponent notation (64e6) reads as a float
-        if type(raw) is not int or raw < 0:
+        # a ring or a send / receive pair needs a channel; NVLS may be off (0)
+        least = 1 if key in ("nccl_ring_channels", "nccl_p2p_channels_per_peer") else 0
+        if type(raw) is not int or raw < least:
             unit = "" if key in _NCCL_TRANSPORT_KEYS else " (bytes)"
-            out.add(f"{where}.{key} must be a non-negative integer{unit}, got {raw!r}")
+            kind = "a positive" if least else "a non-negative"
+            out.add(f"{where}.{key} must be {kind} integer{unit}, got {raw!r}")
             bad = True
             continue
         values[key] = raw
     if bad:
         return None
+    transport = [key for key in _NCCL_TRANSPORT_KEYS if key in table]
+    measured = [key for key in _NCCL_MEASURED_KEYS if key in table]
+    if transport and measured:
+        out.add(
+            f"{where}: NCCL's buffers are counted either by transport ({', '.join(transport)}) "
+            f"or as a measured figure per communicator ({', '.join(measured)}), not both"
+        )
+        return None
     nccl: NcclBuffers
-    if any(key in values for key in _NCCL_MEASURED_KEYS):
+    if measured:
         nccl = NcclPerCommunicator(
             **{name: values[key] for key, name in _NCCL_MEASURED_KEYS.items() if key in values}
         )
@@ -835,6 +846,17 @@ def _with_preset(section: Mapping[str, object], out: ProblemCollector) -> Mappin
         base.pop("rank_layout", None)
     if "rank_layout" in overrides:
         base.pop("fixed_tiers", None)
+    # So do RuntimeMemory.nccl's two variants: keys of one in the override drop the preset's
+    # keys of the other (a measurement of one's own replaces the preset's channel count).
+    runtime = overrides.get("runtime")
+    preset_runtime = base.get("runtime")
+    if isinstance(runtime, Mapping) and isinstance(preset_runtime, dict):
+        for mine, other in (
+            (_NCCL_MEASURED_KEYS, _NCCL_TRANSPORT_KEYS),
+            (_NCCL_TRANSPORT_KEYS, _NCCL_MEASURED_KEYS),
+        ):
+            if any(key in runtime for key in mine):
+                base["runtime"] = {k: v for k, v in preset_runtime.items() if k not in other}
     return _merge(base, overrides)
 
 

@@ -160,8 +160,10 @@ AttentionWindow: TypeAlias = FullAttention | SlidingWindow
 
 class LoadBalancing(StrEnum):
     """``--moe-router-load-balancing-type`` (Megatron-LM ``transformer_config.py``): which
-    balancing the router trains with. The planner's cost does not depend on it (the auxiliary
-    losses are a few element-wise passes over the scores); Megatron's start-up rules do."""
+    balancing the router trains with. The GPU work does not depend on it (the auxiliary losses
+    are a few element-wise passes over the scores); the host issue time does (the aux-loss
+    variants launch their kernels: ``host_dispatch.ROUTER_AUX_LOSS_OPS``), and so do Megatron's
+    start-up rules."""
 
     AUX_LOSS = "aux_loss"
     SEQ_AUX_LOSS = "seq_aux_loss"
@@ -520,6 +522,13 @@ class TransformerModelSpec:
         """Whether decoder layer ``layer`` (0-based) has routed experts."""
         moe = self.moe
         return moe is not None and moe.layer_pattern.is_moe(layer)
+
+    @property
+    def mtp_layer_is_moe(self) -> bool:
+        """Whether a multi-token-prediction depth's decoder layer has routed experts: it has the
+        last decoder layer's kind (Megatron-LM builds it from that layer's spec,
+        ``multi_token_prediction.py`` @00611e6e)."""
+        return self.is_moe_layer(self.num_layers - 1)
 
     def moe_layers_in(self, start: int, count: int) -> int:
         """MoE decoder layers among ``start .. start + count - 1`` (0-based)."""

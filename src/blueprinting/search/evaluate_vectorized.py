@@ -1103,7 +1103,7 @@ def _stage_memory(
     )
     if model.mtp_num_layers:
         # memory._mtp_depth: the depth's layer has the last decoder layer's kind
-        moe_last = model.moe is not None and model.is_moe_layer(model.num_layers - 1)
+        moe_last = model.mtp_layer_is_moe
         full_layer = moe_full if moe_last else layer_full
         kept_layer = moe_kept if moe_last else layer_kept
 

@@ -170,7 +170,7 @@ class InferenceStepDims:
     @property
     def context(self) -> int:
         """Keys each sequence's last new token attends to: cache plus the new tokens."""
-        return self.cached_tokens + self.new_tokens
+        return step_context(self.new_tokens, self.cached_tokens)
 
     @property
     def tokens(self) -> int:
@@ -178,9 +178,21 @@ class InferenceStepDims:
 
     @property
     def attended_pairs(self) -> int:
-        """Causal (query, key) pairs of one sequence and one head: ``q c0 + q (q + 1) / 2``."""
-        q, c0 = self.new_tokens, self.cached_tokens
-        return q * c0 + q * (q + 1) // 2
+        """Causal (query, key) pairs of one sequence and one head (:func:`attended_pairs`)."""
+        return attended_pairs(self.new_tokens, self.cached_tokens)
+
+
+def step_context(new_tokens: int, cached: Count) -> Count:
+    """Keys a sequence's last new token attends to after ``cached`` cached tokens (one step's
+    int, or an int64 column of decode steps)."""
+    return cached + new_tokens
+
+
+def attended_pairs(new_tokens: int, cached: Count) -> Count:
+    """Causal (query, key) pairs of one sequence and one head when ``q = new_tokens`` queries
+    follow ``c0 = cached`` keys: ``q c0 + q (q + 1) / 2`` (one step's int, or a column)."""
+    q = new_tokens
+    return q * cached + q * (q + 1) // 2
 
 
 @final
@@ -424,10 +436,10 @@ def _gqa_attention_figures(
     the ``heads / groups`` query heads that share a KV head as rows, as GQA decode kernels do."""
     e, kv_e = model.datatype.bytes, kv_datatype.bytes
     b, q = batch, new_tokens
-    c = cached + q  # InferenceStepDims.context
+    c = step_context(q, cached)
     heads, groups, d = local.heads, local.groups, local.kv_channels
     per_group = max(1, heads // groups)
-    pairs = b * heads * (q * cached + q * (q + 1) // 2)  # InferenceStepDims.attended_pairs
+    pairs = b * heads * attended_pairs(q, cached)
     q_bytes = b * q * heads * d * e
     k_bytes = b * groups * d * c * kv_e  # V is the same size
     rows = q * per_group

@@ -123,11 +123,16 @@ class MoeLayerHost:
 
     @property
     def aux_loss(self) -> bool:
-        return self.load_balancing in (
-            LoadBalancing.AUX_LOSS,
-            LoadBalancing.SEQ_AUX_LOSS,
-            LoadBalancing.GLOBAL_AUX_LOSS,
-        )
+        # a match, so that a new balancing must say whether it runs the aux-loss kernels
+        match self.load_balancing:
+            case (
+                LoadBalancing.AUX_LOSS | LoadBalancing.SEQ_AUX_LOSS | LoadBalancing.GLOBAL_AUX_LOSS
+            ):
+                return True
+            case LoadBalancing.SINKHORN | LoadBalancing.QUANTILE_BALANCING | LoadBalancing.NONE:
+                return False
+            case _ as unreachable:
+                assert_never(unreachable)
 
 
 @final

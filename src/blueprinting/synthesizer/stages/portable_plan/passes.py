@@ -450,7 +450,7 @@ def mtp_extra(costs: TaskGroupCosts, ctx: PlanContext) -> ExtraCost:
     n = model.mtp_num_layers
     if n == 0:
         return NO_EXTRA
-    last_moe = model.is_moe_layer(model.num_layers - 1) and costs.moe_block is not None
+    last_moe = model.mtp_layer_is_moe and costs.moe_block is not None
     layer = costs.moe_block if last_moe and costs.moe_block is not None else costs.block
     forward = _sum_phases(layer.forward, costs.lm_head.forward)
     backward = _sum_phases(layer.backward_activation, layer.backward_weight, costs.lm_head.backward)
