@@ -1271,7 +1271,10 @@ def communicators(
     receives from the previous cp rank, all_gather gathers over the group, a2a is an all-to-all
     over it, a2a+p2p an all-to-all inside groups of ``a2a_size`` and the ring over ``p2p_size``
     of them (Megatron-Core's hierarchical cp groups; the full cp group is not counted there). Ranks
-    are numbered tp, cp, dp, pp from fastest to slowest (Megatron-Core's default order).
+    are numbered tp, cp, dp, pp from fastest to slowest (Megatron-Core's default order). A
+    system's ``rank_layout`` other than that default moves the time model's links
+    (:func:`~blueprinting.hardware.system.place_group`) but not this split of NVLink and network
+    buffers: a known limit of the memory model.
 
     A MoE model (``experts``) adds its expert grid's communicators: the ETP group (bulk) when
     etp > 1, the expert-dp group (the routed experts' gradients, bulk) when it has more than one

@@ -430,6 +430,8 @@ def rejection_verdict(record: CalculonRecord) -> tuple[RejectionVerdict, frozens
         return RejectionVerdict.LAW, laws
     if failure.rejection is not CalculonRejection.HBM_CAPACITY:
         return RejectionVerdict.ACCEPTED, laws
+    # Calculon counts no NCCL buffers: the whole job in one NVLink domain (the fewest buffers,
+    # nvlink_domain=None) is the reading closest to its verdict
     stages = memory_per_stage(spec.model, spec.mapping, capacity_bytes=hbm_capacity_bytes(record))
     fits = all(stage.fits for stage in stages)
     return (RejectionVerdict.FITS if fits else RejectionVerdict.TOO_BIG), laws
