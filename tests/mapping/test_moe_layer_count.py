@@ -44,3 +44,46 @@ def test_windowed_count_equals_the_layer_by_layer_count(
     assert window.windowed_layers_in(count) == sum(
         1 for layer in range(count) if window.is_windowed(layer)
     )
+
+
+@given(
+    layers=st.integers(1, 40),
+    every=st.integers(1, 5),
+    preset=st.sampled_from(["gpt-1.7b", "mixtral-8x7b", "deepseek-v2-lite"]),
+)
+def test_parameter_sums_per_kind_of_layer_equal_the_layer_by_layer_sums(
+    layers: int, every: int, preset: str
+) -> None:
+    """num_parameters and active_parameters sum per kind of layer (fuzz seed 1203 case 75484:
+    ``plan --set num_layers=4294967296`` summed 2**32 layers one by one for minutes)."""
+    from dataclasses import replace
+
+    from blueprinting.mapping.model import MixtureOfExperts
+    from blueprinting.mapping.presets import model_preset
+
+    model = model_preset(preset)
+    if isinstance(model.feed_forward, MixtureOfExperts):
+        ffn = replace(model.feed_forward, layer_pattern=MoeLayerFrequency(every=every))
+        model = replace(model, feed_forward=ffn)
+    model = replace(
+        model, num_layers=layers, published_parameters=None, published_active_parameters=None
+    )
+    outside = model.embedding_parameters + model.output_layer_parameters + model.norm_parameters
+    assert model.num_parameters == outside + sum(model.layer_parameters(i) for i in range(layers))
+    assert model.layers_active_parameters == sum(
+        model.layer_active_parameters(i) for i in range(layers)
+    )
+    assert model.active_parameters == outside + model.layers_active_parameters
+
+
+def test_a_huge_layer_count_sums_at_once() -> None:
+    from dataclasses import replace
+
+    from blueprinting.mapping.presets import model_preset
+
+    model = replace(model_preset("gpt-1.7b"), num_layers=2**62, published_parameters=None)
+    per_layer = model.block_parameters
+    assert model.layers_active_parameters == 2**62 * per_layer
+    assert model.num_parameters == 2**62 * per_layer + (
+        model.embedding_parameters + model.output_layer_parameters + model.norm_parameters
+    )

@@ -353,8 +353,7 @@ def _per_op(convention: FlopsConvention) -> FlopsConvention:
 
 
 def _mean_active_layer_parameters(model: TransformerModelSpec) -> int:
-    total = sum(model.layer_active_parameters(i) for i in range(model.num_layers))
-    return total // model.num_layers
+    return model.layers_active_parameters // model.num_layers
 
 
 def tokens_per_iteration(model: TransformerModelSpec, global_batch: int) -> int:

@@ -728,8 +728,11 @@ class TransformerModelSpec:
     def num_parameters(self) -> int:
         """Total parameters: blocks, embeddings, untied LM head and the final norm (MTP depths
         excluded, as DeepSeek-V3's 671B excludes them; see ``mtp_parameters``)."""
+        moe_layers = self.moe_layers_in(0, self.num_layers)
+        # per kind of layer, not per layer: a layer count may be as large as 2**63 - 1 (issue 18)
         return (
-            sum(self.layer_parameters(i) for i in range(self.num_layers))
+            (self.num_layers - moe_layers) * self.block_parameters
+            + (moe_layers * self.moe_block_parameters if moe_layers else 0)
             + self.embedding_parameters
             + self.output_layer_parameters
             + self.norm_parameters
@@ -741,11 +744,23 @@ class TransformerModelSpec:
         instead of all E (embedding and LM head both counted; owners' conventions differ, see
         shared reference section 4)."""
         return (
-            sum(self.layer_active_parameters(i) for i in range(self.num_layers))
+            self.layers_active_parameters
             + self.embedding_parameters
             + self.output_layer_parameters
             + self.norm_parameters
         )
+
+    @property
+    def layers_active_parameters(self) -> int:
+        """The sum of :meth:`layer_active_parameters` over the decoder layers, per kind of layer
+        (a layer count may be as large as 2**63 - 1: no loop over layers, issue 18)."""
+        moe = self.moe
+        moe_layers = self.moe_layers_in(0, self.num_layers)
+        dense = (self.num_layers - moe_layers) * self.block_parameters
+        if moe is None or moe_layers == 0:
+            return dense
+        routed_off = (moe.num_experts - moe.top_k) * self.expert_parameters
+        return dense + moe_layers * (self.moe_block_parameters - routed_off)
 
     def active_parameters_as(self, convention: ActiveCount) -> int:
         """``active_parameters`` under an owner's convention: ``head-only`` leaves out the input
