@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 from blueprinting.limits import MAX_INT, MAX_SEARCH_ROWS, MAX_YAML_NODES
 from tests.fuzz.cli_cases import (
     EXAMPLES,
+    FORMS,
     SERVING_FILE,
     Case,
     alias_bomb,
@@ -369,3 +370,17 @@ def test_a_sweep_is_checked_whole_before_ray_starts(tmp_path: Path) -> None:
         "  - cell gpt-1.7b dgx-h100 N=9316358251200 B=16: the search space has "
     )
     assert f"over the limit of {MAX_SEARCH_ROWS:,} (MAX_SEARCH_ROWS)" in err
+
+
+@pytest.mark.parametrize("index", [50469, 62073, 74371, 75484])
+def test_the_long_runs_failures_answer_now(index: int, tmp_path: Path) -> None:
+    """The cases of ``benchmarks/fuzz_cli.py --cases 100000 --seed 1203`` (stop 26) that escaped
+    with a traceback (a published-runs fixture whose ``params_b`` overflowed, or whose head count
+    was 0 before the model refused it) or ran past the 300 s abort (``plan`` summing 2**32
+    layers one by one): each answers with a message now."""
+    import random
+
+    rng = random.Random(f"1203:{index}")
+    case = draw_case(rng, rng.choice(FORMS))
+    outcome = run_case(case, tmp_path)
+    assert problems_of(case, outcome, max_seconds=WALL_SECONDS, max_cpu_seconds=CASE_SECONDS) == []

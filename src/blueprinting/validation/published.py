@@ -22,6 +22,7 @@ Megatron-LM pads it). The strategy stays as Megatron-LM flat keys;
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
@@ -238,7 +239,8 @@ def gpt_model(
         hidden_size=hidden_size,
         num_attention_heads=num_attention_heads,
         num_query_groups=num_attention_heads,
-        kv_channels=hidden_size // num_attention_heads,
+        # a head count below 1 is refused by TransformerModelSpec itself; no division by it first
+        kv_channels=hidden_size // max(1, num_attention_heads),
         ffn_hidden_size=ffn_hidden_size,
         seq_length=seq_length,
         vocab_size=vocab_size,
@@ -347,6 +349,10 @@ def _run(raw: Mapping[str, object], where: str, problems: ProblemCollector) -> P
 
     model_where = f"{where}.model"
     params_b = number_or_none(model_raw, "params_b", model_where, problems)
+    if params_b is not None and not (math.isfinite(params_b * 1e9) and params_b > 0):
+        # a published count is a positive number of billions (inf would overflow an int count)
+        problems.add(f"{model_where}.params_b must be a positive finite number, got {params_b!r}")
+        params_b = None
     tensor = strategy.get("tensor_model_parallel_size", 1)
     try:
         model = gpt_model(
