@@ -812,6 +812,12 @@ def checkpoint_bytes(
     return micro_batch * rows * model.hidden_size * activation_bytes
 
 
+def one_f_one_b_in_flight(*, pipeline: _Bytes, stage: _Bytes, microbatches: _Bytes) -> _Bytes:
+    """Microbatches in flight at non-interleaved 1F1B's peak on rank ``stage``:
+    ``min(p - r, m)`` (schedules.md section 5), on numbers or columns."""
+    return minimum(pipeline - stage, microbatches)
+
+
 def interleaved_peak(
     *,
     pipeline: _Bytes,
@@ -864,7 +870,7 @@ def in_flight_microbatches(
         case SingleStage():
             return (1,)
         case OneForwardOneBackward():
-            return (min(p - stage, m),)
+            return (one_f_one_b_in_flight(pipeline=p, stage=stage, microbatches=m),)
         case (
             InterleavedOneForwardOneBackward(virtual_stages=v, microbatch_group_size=group)
             | CombinedOneForwardOneBackward(virtual_stages=v, microbatch_group_size=group)

@@ -119,6 +119,7 @@ from blueprinting.analysis.memory import (
     mtp_depth_bytes,
     mtp_stored_bytes,
     nccl_buffer_bytes,
+    one_f_one_b_in_flight,
     overhead_parts,
     peak_bytes,
     peak_phase_index,
@@ -894,7 +895,9 @@ def _in_flight_chunk(
         pipeline=p, stage=stage, virtual=v, group=n, microbatches=m, extra=combined.astype(np.int64)
     )
     interleaved = _interleaved_chunk_count(peak, m, n, v, np.full_like(v, chunk))
-    simple = np.where(p == 1, np.ones_like(p), np.minimum(p - stage, m))
+    simple = np.where(
+        p == 1, np.ones_like(p), one_f_one_b_in_flight(pipeline=p, stage=stage, microbatches=m)
+    )
     return np.where((v > 1) | combined, interleaved, simple)
 
 
@@ -903,7 +906,7 @@ def _in_flight(
 ) -> tuple[IntArray, IntArray, IntArray]:
     """(sum, first entry, last entry) of ``in_flight_microbatches`` at ``stage``."""
     p, v = table.pipeline, table.virtual_stages
-    one_f_one_b = np.minimum(p - stage, m)
+    one_f_one_b = one_f_one_b_in_flight(pipeline=p, stage=stage, microbatches=m)
     single = np.ones_like(p)
     n = np.where(table.microbatch_group > 0, table.microbatch_group, p)
     peak = interleaved_peak(
