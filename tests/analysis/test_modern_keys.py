@@ -164,4 +164,67 @@ def test_base_precision_layers_must_fit_the_model_and_its_edge_stages() -> None:
     spill = _spec(**keys, num_layers_at_start_in_bf16=21)
     with pytest.raises(UnsupportedError) as error:
         portable_plan(spill, system_preset("dgx-h100"))
-    assert "the first (last) virtual stage holds 20 (20) blocks" in str(error.value)
+    assert "decoder layers 0 .. 20 span more than one virtual pipeline stage" in str(error.value)
+
+
+def test_base_precision_layers_run_where_the_layout_puts_them() -> None:
+    """Megatron-Bridge's DeepSeek-V3 H100 layout ``Et|(tt|)*30mL`` (PP8 x VP4): the first layer
+    sits with the embedding (rank 0, chunk 0), the last one (layer 60, a MoE layer) in virtual
+    stage 30, chunk 3 of rank 6, not with the loss (virtual stage 31, rank 7, no layers)."""
+    from blueprinting.synthesizer.stages.portable_plan.passes import (
+        BaseLayerRun,
+        base_layer_runs,
+    )
+
+    keys = {
+        "tensor_model_parallel_size": 2,
+        "pipeline_model_parallel_size": 8,
+        "virtual_pipeline_model_parallel_size": 4,
+        "pipeline_model_parallel_layout": "Et|(tt|)*30mL",
+        "expert_model_parallel_size": 64,
+        "sequence_parallel": True,
+        "global_batch_size": 8192,
+        "use_distributed_optimizer": True,
+        "fp8": "hybrid",
+        "fp8_recipe": "tensorwise",
+    }
+    system = system_preset("dgx-h100")
+    low = build_spec(model="deepseek-v3", gpus=1024, settings=keys)
+    spec = build_spec(
+        model="deepseek-v3",
+        gpus=1024,
+        settings={
+            **keys,
+            "first_last_layers_bf16": True,
+            "num_layers_at_start_in_bf16": 1,
+            "num_layers_at_end_in_bf16": 1,
+        },
+    )
+    first, last = base_layer_runs(spec)
+    assert first == BaseLayerRun(
+        stage=0, chunk=0, dense=1, moe=0, dense_recomputed=0, moe_recomputed=0
+    )
+    assert last == BaseLayerRun(
+        stage=6, chunk=3, dense=0, moe=1, dense_recomputed=0, moe_recomputed=0
+    )
+    plan, base = portable_plan(spec, system), portable_plan(low, system)
+    assert [s.index for s in plan.stages if s.last_layers_chunk is not None] == [6]
+    assert plan.stages[7].has_lm_head and plan.stages[7].last_layers_chunk is None
+    # the last layer is a MoE layer: its extra is the MoE block's precision delta
+    high = portable_plan(
+        build_spec(
+            model="deepseek-v3",
+            gpus=1024,
+            settings={k: v for k, v in keys.items() if not k.startswith("fp8")},
+        ),
+        system,
+    )
+    assert high.moe_block is not None and base.moe_block is not None
+    delta = high.moe_block.forward.critical_path_s - base.moe_block.forward.critical_path_s
+    assert delta > 0
+    assert plan.last_layers.forward.critical_path_s == pytest.approx(delta, rel=1e-12)
+    for index in (6, 7):
+        extra = plan.last_layers.total_s if index == 6 else 0.0
+        assert plan.stage_microbatch_compute_s(plan.stages[index]) == pytest.approx(
+            base.stage_microbatch_compute_s(base.stages[index]) + extra, rel=1e-12
+        )

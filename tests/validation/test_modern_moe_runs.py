@@ -37,6 +37,7 @@ from blueprinting.validation.modern_moe import (
     MoeGate,
     MoeValidation,
     compare_moe_runs,
+    default_moe_fixture_path,
     load_moe_runs,
     moe_dispatcher,
     moe_to_json_dict,
@@ -336,24 +337,29 @@ def test_a_perfect_predictor_passes_every_gate() -> None:
 # --------------------------------------------------------------------------------------------
 #: The runs the planner does not plan today, by the start of its message: DeepSeek-V3's 61
 #: layers do not split evenly over (PP8, VP4) without a layout, for which Megatron-Bridge has
-#: none (the 25.11 GB200 row); the 25.09 H100 rows' recipe (Megatron-Bridge r0.1.0
-#: run_script.py) turns the gradient-reduce overlap off and keeps the parameter-gather overlap,
-#: which Megatron-LM's arguments.py refuses (Megatron-Bridge builds its config without that
-#: check); one EP64 x PP8 row exceeds its 256 GPUs (Megatron's own world law).
+#: none (the 25.11 GB200 row); one EP64 x PP8 row exceeds its 256 GPUs (Megatron's own world
+#: law). The 25.09 H100 rows plan without Megatron-LM's overlap_param_gather rule: their recipe
+#: (Megatron-Bridge r0.1.0 run_script.py) turns the gradient-reduce overlap off and keeps the
+#: parameter-gather overlap, which Megatron-LM's arguments.py refuses and Megatron-Bridge,
+#: building Megatron-Core's configs directly, never checks (the fixture's waiver).
 _UNEVEN = "[planner] blocks_per_pipeline_stage"
-_PARAM_GATHER = "[megatron] overlap_param_gather_needs_overlap_grad_reduce"
 _EXPERT_WORLD = "[planner] expert_world_size"
+_PARAM_GATHER = "overlap_param_gather_needs_overlap_grad_reduce"
 
 
 def test_which_runs_are_not_planned_and_why(planned: MoeValidation) -> None:
     refused = {row.run_id: row.row.not_planned for row in planned.not_planned_rows}
-    assert len(planned.planned_rows) == 61 and len(refused) == 4
-    starts = {_UNEVEN: 1, _PARAM_GATHER: 2, _EXPERT_WORLD: 1}
+    assert len(planned.planned_rows) == 63 and len(refused) == 2
+    starts = {_UNEVEN: 1, _EXPERT_WORLD: 1}
     for start, count in starts.items():
         assert sum(1 for message in refused.values() if message.startswith(start)) == count
     assert all("Traceback" not in message for message in refused.values())
     # the moe_act (GPT-OSS) and mla_up_proj (DeepSeek-V3) recipes plan
     assert all(r.row.model == "deepseek-v3" for r in planned.not_planned_rows)
+    waived = [r.row for r in planned.planned_rows if r.row.waived_megatron_rules]
+    assert len(waived) == 2
+    assert all(row.waived_megatron_rules == (_PARAM_GATHER,) for row in waived)
+    assert all(row.note == f"planned without Megatron-LM's {_PARAM_GATHER}" for row in waived)
 
 
 def test_the_planned_runs_stay_within_todays_bounds(planned: MoeValidation) -> None:
@@ -415,14 +421,54 @@ def test_issue_gate_on_the_planned_runs(planned: MoeValidation) -> None:
 @pytest.mark.xfail(
     strict=True,
     reason=(
-        "4 of 65 MoE runs are not planned (1 DeepSeek-V3 run at PP8 x VP4 whose 61 layers do "
+        "2 of 65 MoE runs are not planned (1 DeepSeek-V3 run at PP8 x VP4 whose 61 layers do "
         "not split evenly and for which Megatron-Bridge's own "
-        "set_deepseek_v3_pipeline_model_parallel_layout has no layout; the 2 DeepSeek-V3 H100 "
-        "runs, whose recipe overlaps the parameter gather but not the gradient reduce, which "
-        "Megatron-LM's arguments.py refuses; 1 whose EP64 x PP8 exceeds its 256 GPUs, flagged "
-        "inconsistent by the reference) and the accuracy gates fail"
+        "set_deepseek_v3_pipeline_model_parallel_layout has no layout; 1 whose EP64 x PP8 "
+        "exceeds its 256 GPUs, flagged inconsistent by the reference) and the accuracy gates "
+        "fail"
     ),
 )
 def test_full_issue_gate_every_moe_run(planned: MoeValidation) -> None:
     assert planned.gate(MoeGate.ALL_PLANNED).passed
     assert planned.passed
+
+
+def test_a_waiver_is_checked_both_ways(tmp_path: Path) -> None:
+    """A waived rule must be a Megatron-LM rule with a reason; the run must break exactly the
+    waived rules: a Megatron rule broken and not waived is still the planner's refusal, a
+    waived rule not broken is a fixture error."""
+    from blueprinting.errors import InvalidStrategyError
+
+    text = default_moe_fixture_path().read_text()
+    waiver = 'waived_megatron_rules = ["overlap_param_gather_needs_overlap_grad_reduce"]\n'
+    assert waiver in text
+    bad = tmp_path / "moe.toml"
+    bad.write_text(
+        text.replace(waiver, 'waived_megatron_rules = ["local_batch", "no_such_rule"]\n', 1)
+    )
+    with pytest.raises(ConfigError) as raised:
+        load_moe_runs(bad)
+    message = "; ".join(raised.value.problems)
+    assert "'local_batch' is not a Megatron-LM rule" in message
+    assert "'no_such_rule' is not a Megatron-LM rule" in message
+    start = text.index(waiver) + len(waiver)
+    reasonless = text[: text.index(waiver)] + waiver + text[text.index("\n", start) + 1 :]
+    bad.write_text(reasonless)
+    with pytest.raises(ConfigError) as raised:
+        load_moe_runs(bad)
+    assert "waived_megatron_rules needs a waiver_reason" in "; ".join(raised.value.problems)
+
+    (run,) = [r for r in _RUNS if r.waived_megatron_rules][:1]
+    predict = api_modern_predictor()
+    keys = dict(run.strategy_keys)
+    # the rule the waiver names no longer broken: the waiver is stale
+    fixed = replace(run, strategy_keys={**keys, "overlap_grad_reduce": True})
+    with pytest.raises(ConfigError) as stale:
+        predict(fixed)
+    assert "waived Megatron-LM rule(s) not broken" in "; ".join(stale.value.problems)
+    # another Megatron rule broken besides the waived one: refused by that rule alone
+    other = replace(run, strategy_keys={**keys, "sequence_parallel": False})
+    with pytest.raises(InvalidStrategyError) as refused:
+        predict(other)
+    laws = {v.law for v in refused.value.violations}
+    assert "overlap_param_gather_needs_overlap_grad_reduce" not in laws and laws

@@ -158,6 +158,8 @@ class WorkCount(StrEnum):
     MOE_RECOMPUTED_BLOCKS = "moe_recomputed_blocks"
     HAS_EMBEDDING = "has_embedding"  # 1 or 0
     HAS_LM_HEAD = "has_lm_head"  # 1 or 0
+    HAS_FIRST_LAYERS = "has_first_layers"  # 1 or 0: the recipe's first base-precision layers
+    HAS_LAST_LAYERS = "has_last_layers"  # 1 or 0: its last ones
 
 
 class CostedPart(StrEnum):
@@ -206,10 +208,10 @@ _RUNS = (
     (WorkCount.HAS_EMBEDDING, CostedPart.EMBEDDING_BACKWARD),
     (WorkCount.HAS_LM_HEAD, CostedPart.LM_HEAD_FORWARD),
     (WorkCount.HAS_LM_HEAD, CostedPart.LM_HEAD_BACKWARD),
-    (WorkCount.HAS_EMBEDDING, CostedPart.FIRST_LAYERS_FORWARD),
-    (WorkCount.HAS_EMBEDDING, CostedPart.FIRST_LAYERS_BACKWARD),
-    (WorkCount.HAS_LM_HEAD, CostedPart.LAST_LAYERS_FORWARD),
-    (WorkCount.HAS_LM_HEAD, CostedPart.LAST_LAYERS_BACKWARD),
+    (WorkCount.HAS_FIRST_LAYERS, CostedPart.FIRST_LAYERS_FORWARD),
+    (WorkCount.HAS_FIRST_LAYERS, CostedPart.FIRST_LAYERS_BACKWARD),
+    (WorkCount.HAS_LAST_LAYERS, CostedPart.LAST_LAYERS_FORWARD),
+    (WorkCount.HAS_LAST_LAYERS, CostedPart.LAST_LAYERS_BACKWARD),
     (WorkCount.HAS_LM_HEAD, CostedPart.MTP_FORWARD),
     (WorkCount.HAS_LM_HEAD, CostedPart.MTP_BACKWARD),
 )
@@ -306,6 +308,10 @@ def work_count(stage: StagePlan, count: WorkCount) -> int:
             return int(stage.has_embedding)
         case WorkCount.HAS_LM_HEAD:
             return int(stage.has_lm_head)
+        case WorkCount.HAS_FIRST_LAYERS:
+            return int(stage.first_layers_chunk is not None)
+        case WorkCount.HAS_LAST_LAYERS:
+            return int(stage.last_layers_chunk is not None)
         case _ as unreachable:
             assert_never(unreachable)
 

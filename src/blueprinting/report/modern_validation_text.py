@@ -49,7 +49,7 @@ def render_modern_rows(validation: ModernValidation) -> Table:
         "measured",
         "predicted",
         "error",
-        "not planned",
+        "note",
     ):
         out.add_column(column, justify="right" if column in numeric else "left", overflow="fold")
     for row in validation.rows:
@@ -64,7 +64,7 @@ def render_modern_rows(validation: ModernValidation) -> Table:
             seconds_text(row.measured_s),
             seconds_text(row.predicted_s),
             percent_text(row.relative_error),
-            row.not_planned,
+            row.note,
         )
     planned = len(validation.planned_rows)
     out.caption = f"{planned} of {len(validation.rows)} runs planned"

@@ -40,7 +40,7 @@ def render_moe_rows(validation: MoeValidation) -> Table:
         "measured",
         "predicted",
         "error",
-        "not planned",
+        "note",
     ):
         out.add_column(column, justify="right" if column in numeric else "left", overflow="fold")
     for moe in validation.rows:
@@ -58,7 +58,7 @@ def render_moe_rows(validation: MoeValidation) -> Table:
             seconds_text(row.measured_s),
             seconds_text(row.predicted_s),
             percent_text(row.relative_error),
-            row.not_planned,
+            row.note,
         )
     out.caption = f"{len(validation.planned_rows)} of {len(validation.rows)} runs planned"
     return out

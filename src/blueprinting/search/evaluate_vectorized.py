@@ -749,6 +749,11 @@ def _stage_work(
         **counts,
         WorkCount.HAS_EMBEDDING: (critical == 0).astype(np.int64),
         WorkCount.HAS_LM_HEAD: (critical == p - 1).astype(np.int64),
+        # the search plans no base-precision layers (its recipes keep the default (0, 0)),
+        # whose parts are zero; were they planned, an even layout keeps them with the
+        # embedding and the loss
+        WorkCount.HAS_FIRST_LAYERS: (critical == 0).astype(np.int64),
+        WorkCount.HAS_LAST_LAYERS: (critical == p - 1).astype(np.int64),
     }
     out: dict[str, FloatArray] = {}
     for name, entries in STAGE_WORK_TERMS.items():

@@ -123,25 +123,17 @@ def _chunk_matrices(plan: PortablePlanIR) -> tuple[Matrix, Matrix, Matrix]:
             f = plan.chunk_forward_s(stage, c)
             b = plan.chunk_backward_s(stage, c)
             if stage.has_embedding and c == 0:
-                f += (
-                    plan.embedding.forward.critical_path_s
-                    + plan.first_layers.forward.critical_path_s
-                )
-                b += (
-                    plan.embedding.backward.critical_path_s
-                    + plan.first_layers.backward.critical_path_s
-                )
+                f += plan.embedding.forward.critical_path_s
+                b += plan.embedding.backward.critical_path_s
+            if stage.first_layers_chunk == c:
+                f += plan.first_layers.forward.critical_path_s
+                b += plan.first_layers.backward.critical_path_s
             if stage.has_lm_head and c == v - 1:
-                f += (
-                    plan.lm_head.forward.critical_path_s
-                    + plan.last_layers.forward.critical_path_s
-                    + plan.mtp.forward.critical_path_s
-                )
-                b += (
-                    plan.lm_head.backward.critical_path_s
-                    + plan.last_layers.backward.critical_path_s
-                    + plan.mtp.backward.critical_path_s
-                )
+                f += plan.lm_head.forward.critical_path_s + plan.mtp.forward.critical_path_s
+                b += plan.lm_head.backward.critical_path_s + plan.mtp.backward.critical_path_s
+            if stage.last_layers_chunk == c:
+                f += plan.last_layers.forward.critical_path_s
+                b += plan.last_layers.backward.critical_path_s
             f_row.append(f)
             b_row.append(b)
             moe, _ = stage.chunk_moe(c)

@@ -39,9 +39,11 @@ from blueprinting.errors import (
     ConfigError,
     InvalidStrategyError,
     ProblemCollector,
+    RuleSet,
     UnsupportedError,
 )
 from blueprinting.mapping.flat_keys import FlatValue, canonical_key, from_mapping
+from blueprinting.mapping.law_names import Law
 from blueprinting.mapping.model import TransformerModelSpec
 from blueprinting.mapping.precision import (
     Fp4Precision,
@@ -196,6 +198,12 @@ class ModernRun:
     #: What that config states that no Blueprinting flat key carries (named, never modelled).
     unkeyed_settings: tuple[str, ...] = ()
     excluded: ModernExclusion | None = None
+    #: Megatron-LM start-up rules (law names) the run breaks and is planned without, because
+    #: its launcher never checks them (Megatron-Bridge builds Megatron-Core's configs directly
+    #: and never calls Megatron-LM's ``arguments.py``); ``waiver_reason`` says so with its
+    #: source. The predictor checks that exactly these Megatron rules are broken.
+    waived_megatron_rules: tuple[str, ...] = ()
+    waiver_reason: str = ""
 
     @property
     def generation(self) -> GpuGeneration:
@@ -326,6 +334,24 @@ def _measured(raw: Mapping[str, object], where: str, problems: ProblemCollector)
     )
 
 
+def _waived_rules(
+    raw: Mapping[str, object], where: str, problems: ProblemCollector
+) -> tuple[str, ...]:
+    """``waived_megatron_rules``: each the name of a Megatron-LM start-up rule (a
+    :class:`Law` of the Megatron rule set), none twice."""
+    names = strings(raw, "waived_megatron_rules", where, problems)
+    megatron = sorted(law.value for law in Law if law.ruleset is RuleSet.MEGATRON)
+    for name in names:
+        if name not in megatron:
+            problems.add(
+                f"{where}.waived_megatron_rules: {name!r} is not a Megatron-LM rule "
+                f"(one of {', '.join(megatron)})"
+            )
+    if len(set(names)) != len(names):
+        problems.add(f"{where}.waived_megatron_rules names a rule twice: {list(names)}")
+    return names
+
+
 def _run(raw: Mapping[str, object], where: str, problems: ProblemCollector) -> ModernRun | None:
     run_id = string(raw, "id", where, problems)
     where = f"run {run_id!r}" if run_id else where
@@ -403,7 +429,15 @@ def _run(raw: Mapping[str, object], where: str, problems: ProblemCollector) -> M
         ),
         unkeyed_settings=strings(raw, "unkeyed_settings", where, problems),
         excluded=enum_or_none(ModernExclusion, raw, "excluded", where, problems),
+        waived_megatron_rules=_waived_rules(raw, where, problems),
+        waiver_reason=(
+            string(raw, "waiver_reason", where, problems) if "waiver_reason" in raw else ""
+        ),
     )
+    if run.waived_megatron_rules and not run.waiver_reason:
+        problems.add(f"{where}: waived_megatron_rules needs a waiver_reason (who skips the rule)")
+    if run.waiver_reason and not run.waived_megatron_rules:
+        problems.add(f"{where}: waiver_reason without waived_megatron_rules")
     exclusion = run.exclusion_problem()
     if exclusion is not None:
         problems.add(f"{where}: {exclusion}")
@@ -436,6 +470,32 @@ def planner_message(error: BlueprintingError) -> str:
     return " ".join(str(error).split())
 
 
+def check_waiver(run: ModernRun, spec: TrainingSpec) -> None:
+    """Raise unless the Megatron-LM rules ``spec`` breaks are exactly the run's
+    ``waived_megatron_rules``: a broken rule not waived is the planner's refusal
+    (:class:`InvalidStrategyError`), a waived rule not broken a fixture error
+    (:class:`ConfigError`). The planner's own laws are never waived (the plan checks them)."""
+    from blueprinting.hardware.presets import system_preset
+    from blueprinting.mapping.laws import check_training
+
+    violations = check_training(
+        spec.model,
+        spec.mapping,
+        megatron=True,
+        accelerator=system_preset(run.system).accelerator.support,
+    )
+    broken = {v.law for v in violations if v.ruleset is RuleSet.MEGATRON}
+    waived = set(run.waived_megatron_rules)
+    unexpected = [v for v in violations if v.ruleset is RuleSet.MEGATRON and v.law not in waived]
+    if unexpected:
+        raise InvalidStrategyError(unexpected, subject=f"{spec.model.name}: {spec.mapping}")
+    unused = sorted(waived - broken)
+    if unused:
+        raise ConfigError(
+            [f"run {run.id!r}: waived Megatron-LM rule(s) not broken: {', '.join(unused)}"]
+        )
+
+
 def api_modern_predictor(plans: PlanCache | None = None) -> ModernPredictor:
     """A predictor backed by ``blueprinting.api.plan_spec`` (the plan's default options), on the
     run's system preset: ``plan --json``'s ``iteration_time_s``, through ``plans`` (a new cache
@@ -448,7 +508,10 @@ def api_modern_predictor(plans: PlanCache | None = None) -> ModernPredictor:
     cache = PlanCache() if plans is None else plans
 
     def predict(run: ModernRun) -> float:
-        values = cache.values(run.training_spec(), run.system)
+        spec = run.training_spec()
+        if run.waived_megatron_rules:
+            check_waiver(run, spec)
+        values = cache.values(spec, run.system, megatron_rules=not run.waived_megatron_rules)
         time = values.get("iteration_time_s")
         if isinstance(time, bool) or not isinstance(time, int | float):
             raise UnsupportedError(f"plan report of {run.id!r} has no iteration_time_s")
@@ -480,10 +543,20 @@ class ModernRow:
     measured_s: float
     predicted_s: float | None
     not_planned: str = ""
+    #: The run's ``waived_megatron_rules`` (planned without them).
+    waived_megatron_rules: tuple[str, ...] = ()
 
     @property
     def planned(self) -> bool:
         return self.predicted_s is not None
+
+    @property
+    def note(self) -> str:
+        """The planner's message where not planned; the waived Megatron-LM rules where planned
+        without them; else empty."""
+        if not self.planned or not self.waived_megatron_rules:
+            return self.not_planned
+        return "planned without Megatron-LM's " + ", ".join(self.waived_megatron_rules)
 
     @property
     def relative_error(self) -> float | None:
@@ -728,6 +801,7 @@ def compare_modern_runs(
                 measured_s=run.measured_iteration_time_s(),
                 predicted_s=predicted,
                 not_planned=message,
+                waived_megatron_rules=run.waived_megatron_rules,
             )
         )
         if run.excluded is None:
@@ -805,6 +879,7 @@ def modern_row_json(row: ModernRow, grid: Mapping[str, object] | None = None) ->
         "relative_error": row.relative_error,
         "planned": row.planned,
         "not_planned": row.not_planned,
+        "waived_megatron_rules": list(row.waived_megatron_rules),
     }
 
 

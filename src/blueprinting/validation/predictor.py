@@ -122,24 +122,30 @@ class PlanCache:
 
     def __init__(self) -> None:
         self._plan_spec = cost_model_function("plan_spec")
-        self._values: dict[tuple[object, object, bool], Mapping[str, object]] = {}
+        self._values: dict[tuple[object, object, bool, bool], Mapping[str, object]] = {}
 
     def values(
-        self, spec: TrainingSpec, system: SystemSpec | str, *, simulate: bool = True
+        self,
+        spec: TrainingSpec,
+        system: SystemSpec | str,
+        *,
+        simulate: bool = True,
+        megatron_rules: bool = True,
     ) -> Mapping[str, object]:
-        """``plan_spec(spec, system).to_json_dict()`` (planned at most once)."""
-        found = self._values.get((spec, system, True))
+        """``plan_spec(spec, system).to_json_dict()`` (planned at most once);
+        ``megatron_rules=False`` checks the planner's laws alone (``plan --no-megatron-rules``)."""
+        found = self._values.get((spec, system, True, megatron_rules))
         if found is None and not simulate:
-            found = self._values.get((spec, system, False))
+            found = self._values.get((spec, system, False, megatron_rules))
         if found is not None:
             return found
         from blueprinting.analysis.evaluate import PlanOptions
 
-        options = PlanOptions() if simulate else PlanOptions(simulate=False)
+        options = PlanOptions(simulate=simulate, megatron_rules=megatron_rules)
         values = self._plan_spec(spec, system, options).to_json_dict()
         if not isinstance(values, Mapping):
             raise UnsupportedError(f"plan report of {spec} is not a JSON object")
-        self._values[(spec, system, simulate)] = values
+        self._values[(spec, system, simulate, megatron_rules)] = values
         return values
 
 

@@ -143,6 +143,10 @@ class StagePlan:
     #: how many of each chunk's blocks (and of its recomputed ones) are MoE layers (empty: none)
     moe_blocks_per_chunk: tuple[int, ...] = ()
     moe_recomputed_per_chunk: tuple[int, ...] = ()
+    #: the chunk holding the recipe's first (last) base-precision layers, None when this stage
+    #: holds none of them (``PortablePlanIR.first_layers`` / ``last_layers``)
+    first_layers_chunk: int | None = None
+    last_layers_chunk: int | None = None
 
     @property
     def blocks(self) -> int:
@@ -314,9 +318,13 @@ class PortablePlanIR:
             for c in range(len(stage.blocks_per_chunk))
         )
         if stage.has_embedding:
-            work += self.embedding.total_s + self.first_layers.total_s
+            work += self.embedding.total_s
+        if stage.first_layers_chunk is not None:
+            work += self.first_layers.total_s
         if stage.has_lm_head:
-            work += self.lm_head.total_s + self.last_layers.total_s + self.mtp.total_s
+            work += self.lm_head.total_s + self.mtp.total_s
+        if stage.last_layers_chunk is not None:
+            work += self.last_layers.total_s
         return work
 
     def critical_stage(self) -> StagePlan:

@@ -355,54 +355,97 @@ def _sum_phases(*phases: PhaseCost) -> PhaseCost:
     )
 
 
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BaseLayerRun:
+    """A run of consecutive decoder layers kept at the base precision (Megatron-LM's
+    ``--first-last-layers-bf16``): the virtual chunk holding them all, ``(stage, chunk)``,
+    and how many of them are MoE layers and recompute their forward."""
+
+    stage: int
+    chunk: int
+    dense: int
+    moe: int
+    dense_recomputed: int
+    moe_recomputed: int
+
+
+def base_layer_runs(spec: TrainingSpec) -> tuple[BaseLayerRun | None, BaseLayerRun | None]:
+    """Where the first n and the last k decoder layers of ``high_precision_layers`` run (None
+    for a count of 0). Each run must lie in one virtual chunk (with a flexible layout that need
+    not be the embedding's or the loss's: Megatron-Bridge's DeepSeek-V3 layout
+    ``Et|(tt|)*30mL`` puts the last layer on the rank before the loss's); one that spans chunks is
+    refused rather than costed on one rank. A chunk recomputes its first
+    :func:`recomputed_blocks` blocks (as :func:`stage_plans` counts them)."""
+    model, pipeline = spec.model, spec.mapping.parallelism.pipeline
+    start, end = high_precision_layers(spec.mapping.precision)
+    counts = chunk_layer_counts(model, pipeline)
+    starts = chunk_layer_starts(model, pipeline)
+    total = model.num_layers
+
+    def run(first: int, n: int) -> BaseLayerRun | None:
+        if n == 0:
+            return None
+        for stage, (row, row_starts) in enumerate(zip(counts, starts, strict=True)):
+            for chunk, (count, at) in enumerate(zip(row, row_starts, strict=True)):
+                if count and at <= first and first + n <= at + count:
+                    recomputed = recomputed_blocks(spec, count)
+                    # the chunk's recomputed layers are at .. at + recomputed - 1
+                    kept_from = max(first, at)
+                    rec = max(0, min(first + n, at + recomputed) - kept_from)
+                    moe = model.moe_layers_in(first, n)
+                    moe_rec = model.moe_layers_in(kept_from, rec) if rec else 0
+                    return BaseLayerRun(
+                        stage=stage,
+                        chunk=chunk,
+                        dense=n - moe,
+                        moe=moe,
+                        dense_recomputed=rec - moe_rec,
+                        moe_recomputed=moe_rec,
+                    )
+        raise UnsupportedError(
+            f"num_layers_at_start_in_bf16 = {start} / num_layers_at_end_in_bf16 = {end}: "
+            f"decoder layers {first} .. {first + n - 1} span more than one virtual pipeline "
+            "stage; base-precision layers split across virtual stages are not modelled"
+        )
+
+    return run(0, start), run(total - end, end)
+
+
 def high_precision_layer_extras(
     costs: TaskGroupCosts, base: TaskGroupCosts | None, ctx: PlanContext
 ) -> tuple[ExtraCost, ExtraCost]:
     """Megatron-LM's ``--first-last-layers-bf16``: the first n and last k decoder layers run
-    every GEMM at the base precision. Costed as extras of the stage holding the embedding (the
-    first n) and of the stage holding the loss (the last k): n x (base block - recipe block),
-    the recompute phase weighted by the share of the stage's blocks that recompute. ``base``
-    is the block costed at the base precision (None: no such layers)."""
-    start, end = high_precision_layers(ctx.spec.mapping.precision)
-    if base is None or (start == 0 and end == 0):
+    every GEMM at the base precision. Costed as extras of the virtual chunk holding each run
+    (:func:`base_layer_runs`): its dense layers x (base block - recipe block) and its MoE
+    layers x (base MoE block - recipe MoE block), the recompute phase for the ones that
+    recompute. ``base`` is the block costed at the base precision (None: no such layers)."""
+    first_run, last_run = base_layer_runs(ctx.spec)
+    if base is None or (first_run is None and last_run is None):
         return NO_EXTRA, NO_EXTRA
-    counts = chunk_layer_counts(ctx.spec.model, ctx.spec.mapping.parallelism.pipeline)
-    # The first layers live in virtual stage 0 (rank 0, chunk 0), the last ones in the last
-    # virtual stage (the loss's rank, its last chunk): beyond those the extra would sit on the
-    # wrong rank, so it is refused rather than misplaced.
-    loss = loss_stage(ctx.spec.mapping.parallelism.pipeline.schedule, len(counts))
-    if start > counts[0][0] or end > counts[loss][-1]:
-        raise UnsupportedError(
-            f"num_layers_at_start_in_bf16 = {start} / num_layers_at_end_in_bf16 = {end}: "
-            f"the first (last) virtual stage holds {counts[0][0]} ({counts[loss][-1]}) "
-            "blocks; base-precision layers beyond the edge virtual stages are not modelled"
-        )
-    blocks = max(1, sum(counts[0]))
-    share = sum(recomputed_blocks(ctx.spec, b) for b in counts[0]) / blocks
     low, high = costs.block, base.block
+    low_moe = costs.moe_block if costs.moe_block is not None else low
+    high_moe = base.moe_block if base.moe_block is not None else high
 
-    def extra(n: int) -> ExtraCost:
-        if n == 0:
+    def extra(run: BaseLayerRun | None) -> ExtraCost:
+        if run is None:
             return NO_EXTRA
-        recompute = _phase_delta(high.recompute, low.recompute, n)
         return ExtraCost(
-            forward=_phase_delta(high.forward, low.forward, n),
+            forward=_sum_phases(
+                _phase_delta(high.forward, low.forward, run.dense),
+                _phase_delta(high_moe.forward, low_moe.forward, run.moe),
+            ),
             backward=_sum_phases(
-                _phase_delta(high.backward_activation, low.backward_activation, n),
-                _phase_delta(high.backward_weight, low.backward_weight, n),
-                PhaseCost(
-                    compute_s=share * recompute.compute_s,
-                    comm_s=share * recompute.comm_s,
-                    comm_exposed_s=share * recompute.comm_exposed_s,
-                    cp_comm_s=share * recompute.cp_comm_s,
-                    cp_comm_exposed_s=share * recompute.cp_comm_exposed_s,
-                    quantize_s=share * recompute.quantize_s,
-                    host_exposed_s=share * recompute.host_exposed_s,
-                ),
+                _phase_delta(high.backward_activation, low.backward_activation, run.dense),
+                _phase_delta(high.backward_weight, low.backward_weight, run.dense),
+                _phase_delta(high.recompute, low.recompute, run.dense_recomputed),
+                _phase_delta(high_moe.backward_activation, low_moe.backward_activation, run.moe),
+                _phase_delta(high_moe.backward_weight, low_moe.backward_weight, run.moe),
+                _phase_delta(high_moe.recompute, low_moe.recompute, run.moe_recomputed),
             ),
         )
 
-    return extra(start), extra(end)
+    return extra(first_run), extra(last_run)
 
 
 def stage_plans(spec: TrainingSpec) -> tuple[StagePlan, ...]:
@@ -415,6 +458,8 @@ def stage_plans(spec: TrainingSpec) -> tuple[StagePlan, ...]:
 
     def moe_in(start: int, count: int) -> int:
         return model.moe_layers_in(start, count)
+
+    first_run, last_run = base_layer_runs(spec)
 
     def stage_plan(index: int, per_chunk: tuple[int, ...]) -> StagePlan:
         recomputed = tuple(recomputed_blocks(spec, blocks) for blocks in per_chunk)
@@ -435,6 +480,12 @@ def stage_plans(spec: TrainingSpec) -> tuple[StagePlan, ...]:
             has_lm_head=index == loss_stage(pipeline.schedule, len(counts)),
             moe_blocks_per_chunk=moe,
             moe_recomputed_per_chunk=moe_recomputed,
+            first_layers_chunk=(
+                first_run.chunk if first_run is not None and first_run.stage == index else None
+            ),
+            last_layers_chunk=(
+                last_run.chunk if last_run is not None and last_run.stage == index else None
+            ),
         )
 
     return tuple(stage_plan(index, per_chunk) for index, per_chunk in enumerate(counts))
