@@ -94,7 +94,7 @@ def test_every_problem_is_reported_at_once() -> None:
         "system: unknown key 'gpus_per_nod' (did you mean 'gpus_per_node'?); known keys: "
         "preset, name, gpus_per_node, nvlink_domain_size, nvlink_domain_placement, "
         "processing_mode, rank_layout, fixed_tiers, accelerator, intra_node, scale_out, "
-        "async_tp_backward_comm, host_cpu, runtime",
+        "async_tp_backward_comm, host_cpu, runtime, ep_kernels",
         "system.processing_mode: unknown value 'rooflin' (did you mean 'roofline'?); "
         "choices: no_overlap, roofline",
         "system.accelerator.hbm.efficiency: ConstantEfficiency.fraction must be a fraction in "
@@ -184,3 +184,40 @@ def test_bad_nvlink_domain_sizes_are_reported_with_the_rest() -> None:
     assert raised.value.problems == (
         "system: NodeSpec.nvlink_domain_size must be a multiple of gpus_per_node (16), got 72",
     )
+
+
+def test_ep_kernel_tables_round_trip_and_a_users_table_replaces_the_presets() -> None:
+    """``[system.ep_kernels.<backend>]``: a library's measured dispatch / combine rates; a
+    table given for one backend replaces the preset's for it whole (its lists are one
+    measurement), the other backend's stays; every problem at once, with a did-you-mean."""
+    from blueprinting.mapping.transformer import FlexBackend
+
+    mine = {
+        "source": "my cluster's test_hybrid_ep.py",
+        "sms": 24,
+        "ranks": [8, 64],
+        "dispatch_bytes_per_s": [5.0e11, 4.0e11],
+        "combine_bytes_per_s": [5.0e11, 3.0e11],
+    }
+    system = system_from_mapping({"preset": "dgx-gb200", "ep_kernels": {"hybridep": mine}})
+    by_backend = {table.backend: table for table in system.node.ep_kernels}
+    assert by_backend[FlexBackend.HYBRIDEP].ranks == (8, 64)
+    assert by_backend[FlexBackend.HYBRIDEP].source == "my cluster's test_hybrid_ep.py"
+    assert by_backend[FlexBackend.DEEPEP] == {
+        t.backend: t for t in system_preset("dgx-gb200").node.ep_kernels
+    }[FlexBackend.DEEPEP]
+    assert system_from_mapping(json.loads(json.dumps(system_to_mapping(system)))) == system
+    with pytest.raises(ConfigError) as error:
+        system_from_mapping(
+            {
+                "preset": "dgx-gb200",
+                "ep_kernels": {
+                    "hybrid": mine,
+                    "deepep": {**mine, "ranks": [8], "sms": 0, "bandwidth": 1},
+                },
+            }
+        )
+    problems = " | ".join(error.value.problems)
+    assert "unknown key 'hybrid' (did you mean 'hybridep'?)" in problems
+    assert "unknown key 'bandwidth'" in problems
+    assert "dispatch_bytes_per_s has 2 values for 1 group sizes" in problems

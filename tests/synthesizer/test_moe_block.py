@@ -374,3 +374,75 @@ def test_only_deepep_forwards_per_node() -> None:
     assert {t.forwarding for t in _dispatch(hybrid)} == {None}
     alltoall = derive_training_block(model, _mapping(ep=8, dp=8))
     assert {t.forwarding for t in _dispatch(alltoall)} == {None}
+
+
+def test_flex_exchanges_run_at_their_librarys_measured_rate_inside_the_domain() -> None:
+    """A flex dispatch / combine whose group lies in one NVLink domain is its bytes over the
+    node's measured rate for the library at the group's size (DeepEP's Hybrid-EP README; the
+    dispatch kernel for the forward dispatch and the backward of the combine, the combine
+    kernel for the other two); the alltoall dispatcher keeps NCCL's link model, and so does a
+    library the node has no table for (H100) or a group that leaves the domain."""
+    from blueprinting.hardware.ep_kernels import GB200_HYBRIDEP, EpLeg
+    from blueprinting.synthesizer.dialects.transformer.training import FlexExchange
+    from blueprinting.synthesizer.stages.portable_plan.passes import _dispatch_time
+
+    model = mixtral_like()
+    hybrid = FlexDispatcher(backend=FlexBackend.HYBRIDEP)
+    ir = derive_training_block(model, _mapping(ep=8, dp=8, dispatcher=hybrid))
+    legs = {(t.phase, t.lineage.op): t.flex for t in _dispatch(ir)}
+    to_experts = FlexExchange(backend=FlexBackend.HYBRIDEP, leg=EpLeg.DISPATCH)
+    back = FlexExchange(backend=FlexBackend.HYBRIDEP, leg=EpLeg.COMBINE)
+    assert legs == {
+        (Phase.FORWARD, SemanticOpName.EXPERT_FC1): to_experts,
+        (Phase.FORWARD, SemanticOpName.EXPERT_FC2): back,
+        (Phase.BACKWARD_ACTIVATION_GRAD, SemanticOpName.EXPERT_FC2): to_experts,
+        (Phase.BACKWARD_ACTIVATION_GRAD, SemanticOpName.EXPERT_FC1): back,
+    }
+    gb200, h100 = system_preset("dgx-gb200"), system_preset("dgx-h100")
+    rack = CommGroup(size=8, tier=LinkTier.INTRA_NODE, ranks_per_node=4, ranks_per_domain=8)
+    for task in _dispatch(ir):
+        assert task.flex is not None
+        rate = {EpLeg.DISPATCH: 545.71e9, EpLeg.COMBINE: 568.94e9}[task.flex.leg]
+        assert _dispatch_time(task, gb200, rack) == pytest.approx(task.bytes / rate, rel=1e-12)
+        node = CommGroup(size=8, tier=LinkTier.INTRA_NODE, ranks_per_node=8, ranks_per_domain=8)
+        assert _dispatch_time(task, h100, node) == h100.all_to_all_time(task.bytes, node)
+        spread = CommGroup(size=8, tier=LinkTier.SCALE_OUT, ranks_per_node=4, ranks_per_domain=4)
+        assert _dispatch_time(task, gb200, spread) == gb200.all_to_all_time(task.bytes, spread)
+    # between and beyond the measured group sizes: linear, then the largest one's rate
+    assert GB200_HYBRIDEP.bytes_per_s(EpLeg.DISPATCH, 20) == pytest.approx(515.40e9, rel=1e-12)
+    assert GB200_HYBRIDEP.bytes_per_s(EpLeg.COMBINE, 64) == 447.89e9
+    assert GB200_HYBRIDEP.bytes_per_s(EpLeg.COMBINE, 2) == 568.94e9
+    alltoall = derive_training_block(model, _mapping(ep=8, dp=8))
+    assert {t.flex for t in _dispatch(alltoall)} == {None}
+    for task in _dispatch(alltoall):
+        if task.kind is CollectiveKind.ALL_TO_ALL:
+            assert _dispatch_time(task, gb200, rack) == gb200.all_to_all_time(task.bytes, rack)
+
+
+def test_ep_kernel_tables_are_checked() -> None:
+    from blueprinting.errors import ConfigError
+    from blueprinting.hardware.ep_kernels import GB200_HYBRIDEP, EpKernelRates
+    from blueprinting.hardware.system import NodeSpec
+
+    with pytest.raises(ConfigError) as error:
+        EpKernelRates(
+            backend=FlexBackend.DEEPEP,
+            source="",
+            sms=0,
+            ranks=(16, 8),
+            dispatch_bytes_per_s=(1.0,),
+            combine_bytes_per_s=(1.0, -1.0),
+        )
+    problems = " | ".join(error.value.problems)
+    for part in (
+        "ranks must increase strictly",
+        "sms must be a positive integer",
+        "dispatch_bytes_per_s has 1 values for 2 group sizes",
+        "combine_bytes_per_s must be positive numbers",
+        "source must name the measurement",
+    ):
+        assert part in problems
+    link = system_preset("dgx-gb200").node.link
+    with pytest.raises(ConfigError) as twice:
+        NodeSpec(gpus_per_node=4, link=link, ep_kernels=(GB200_HYBRIDEP, GB200_HYBRIDEP))
+    assert "ep_kernels lists a backend twice" in str(twice.value)

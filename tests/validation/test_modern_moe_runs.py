@@ -375,7 +375,10 @@ def test_the_planned_runs_stay_within_todays_bounds(planned: MoeValidation) -> N
     19-31% fast (19-38% before), DeepSeek-V3 on B200 at EP8 32-43% fast. Since the flex
     dispatchers' preprocessing is counted and the rows carry their release's recipe keys
     (GPT-OSS without a load-balancing loss, the 25.09 rows padded to capacity, DeepSeek-V3's
-    25.09 / 25.11 recompute and shared-expert overlap): median 30.1%, max 64.7%."""
+    25.09 / 25.11 recompute and shared-expert overlap): median 30.1%, max 64.7%. Since the
+    two 25.09 H100 DeepSeek-V3 rows plan (63 rows) and the flex dispatchers' libraries run at
+    DeepEP's Hybrid-EP README rates inside an NVLink domain: median 27.9%, max 62.7%,
+    DeepSeek-V3 on GB200 11-27% fast."""
     errors = {row.run_id: row.relative_error or 0.0 for row in planned.planned_rows}
     median = planned.gate(MoeGate.MEDIAN_ERROR).value
     assert median is not None and 0.27 <= median <= 0.33
@@ -385,7 +388,7 @@ def test_the_planned_runs_stay_within_todays_bounds(planned: MoeValidation) -> N
     deepseek = {run: error for run, error in errors.items() if "deepseekv3" in run}
     gb200 = [error for run, error in deepseek.items() if "_gb200_" in run]
     b200 = {run: error for run, error in deepseek.items() if "_b200_" in run}
-    assert len(gb200) == 9 and all(-0.40 <= error <= -0.13 for error in gb200)
+    assert len(gb200) == 9 and all(-0.40 <= error <= -0.10 for error in gb200)
     ep8 = [error for run, error in b200.items() if rows[run].expert_parallel == 8]
     ep32 = [error for run, error in b200.items() if rows[run].expert_parallel == 32]
     assert len(ep8) == 6 and all(-0.50 <= error <= -0.30 for error in ep8)
@@ -400,8 +403,8 @@ def test_the_planned_runs_stay_within_todays_bounds(planned: MoeValidation) -> N
 @pytest.mark.xfail(
     strict=True,
     reason=(
-        "61 of 65 MoE runs planned: median |error| 30.1% (limit 10%), max 64.8% (limit 25%), "
-        "every run predicted fast: Qwen3-30B-A3B and GPT-OSS-120B 5-65%, DeepSeek-V3 16-43%. "
+        "63 of 65 MoE runs planned: median |error| 27.9% (limit 10%), max 62.7% (limit 25%), "
+        "every run predicted fast: Qwen3-30B-A3B and GPT-OSS-120B 5-63%, DeepSeek-V3 11-43%. "
         "The host-dispatch term (host_exposed: one op per IR task plus the MoE layer's kernels "
         "as counted in Megatron-Core / Transformer Engine's source, at TransformerEngine issue "
         "#2053's measured 13.48 us Xeon / 37.08 us Grace, the dropless host sync timed op by op, "

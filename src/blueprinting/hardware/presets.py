@@ -159,6 +159,13 @@ from blueprinting.hardware.efficiency import (
     GemmShapeEfficiency,
     SaturatingGemmEfficiency,
 )
+from blueprinting.hardware.ep_kernels import (
+    B200_DEEPEP,
+    B200_HYBRIDEP,
+    GB200_DEEPEP,
+    GB200_HYBRIDEP,
+    EpKernelRates,
+)
 from blueprinting.hardware.host import HostCpu
 from blueprinting.hardware.system import (
     AcceleratorSpec,
@@ -416,6 +423,7 @@ def _system(
     nvlink_latency_s: float = INTRA_NODE_LATENCY_S,
     host_cpu: HostCpu = HostCpu.X86,
     runtime: RuntimeMemory = A100_NCCL,
+    ep_kernels: tuple[EpKernelRates, ...] = (),
 ) -> SystemSpec:
     return SystemSpec(
         runtime=runtime,
@@ -430,6 +438,7 @@ def _system(
                 efficiency=_constant(nvlink_efficiency),
             ),
             nvlink_domain_size=nvlink_domain_size,
+            ep_kernels=ep_kernels,
         ),
         scale_out=LinkSpec(
             bandwidth_bytes_per_s=nic_gbps * GIGA,
@@ -733,6 +742,8 @@ _PRESETS: dict[str, SystemSpec] = {
     # 2 NVSwitch chips, 8x ConnectX-7 400 Gb/s (50 GB/s per GPU; modern_parallelism.md 3.7).
     # NVLink 0.76: 682.5 GB/s, the fit on the 8x B200 ring row (B200_NVLINK_FIT; MB 4.3
     # mlengr_net) / 900.
+    # The flex dispatcher's libraries inside the node: DeepEP's Hybrid-EP README's B200 table
+    # (hardware/ep_kernels.py).
     "dgx-b200": _system(
         name="dgx-b200",
         accelerator=_b200(),
@@ -740,6 +751,7 @@ _PRESETS: dict[str, SystemSpec] = {
         nvlink_efficiency=B200_NVLINK_FIT[1],
         nic_gbps=50,
         runtime=BLACKWELL_NCCL,
+        ep_kernels=(B200_HYBRIDEP, B200_DEEPEP),
     ),
     # DGX B300: 8x B300, NVLink5 900 GB/s per direction, 8x ConnectX-8 800 Gb/s = 100 GB/s per
     # GPU (modern_parallelism.md 3.7, MLE DGX B300 XDR row). NVLink 0.76: B200's (assumed).
@@ -767,6 +779,9 @@ _PRESETS: dict[str, SystemSpec] = {
         gpus_per_node=4,
         nvlink_domain_size=72,
         runtime=BLACKWELL_NCCL,
+        # the flex dispatcher's libraries over the rack's NVLink: the Hybrid-EP README's GB200
+        # tables (hardware/ep_kernels.py); GB300 and B300 have no published table
+        ep_kernels=(GB200_HYBRIDEP, GB200_DEEPEP),
     ),
     # GB300 NVL72: as GB200 NVL72 (72-GPU NVLink5 domain, 900 GB/s per direction, 4 GPUs per
     # tray) with one ConnectX-8 SuperNIC 800 Gb/s = 100 GB/s per GPU (modern_parallelism.md

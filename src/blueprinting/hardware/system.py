@@ -67,6 +67,7 @@ from blueprinting.hardware.efficiency import (
     is_nonnegative,
     is_positive,
 )
+from blueprinting.hardware.ep_kernels import EpKernelRates, unique_backends
 from blueprinting.hardware.host import HostCpu
 from blueprinting.hardware.polymorphic import (
     Real,
@@ -342,9 +343,14 @@ class NodeSpec:
     link: LinkSpec
     nvlink_domain_size: int | None = None
     domain_placement: DomainPlacement = DomainPlacement.SEGMENTED
+    #: Measured dispatch / combine rates of the expert-parallel libraries inside one NVLink
+    #: domain (:mod:`blueprinting.hardware.ep_kernels`), each library at most once; a flex
+    #: dispatcher whose library is not listed is timed by the link model.
+    ep_kernels: tuple[EpKernelRates, ...] = ()
 
     def __post_init__(self) -> None:
         problems = positive_int_problems("NodeSpec", gpus_per_node=self.gpus_per_node)
+        problems += unique_backends(self.ep_kernels)
         domain = self.nvlink_domain_size
         if domain is not None:
             domain_problems = positive_int_problems("NodeSpec", nvlink_domain_size=domain)

@@ -49,6 +49,13 @@ The mapping form (every key optional when a ``preset`` is given; SI units, the u
     # nccl_bytes_per_communicator = 688000000, nccl_bytes_per_pair_communicator = 544000000
     workspace_bytes = 67108864
 
+    [system.ep_kernels.hybridep]      # a flex backend's measured dispatch / combine rates in
+    source = "my test_hybrid_ep.py"   # one NVLink domain (hardware/ep_kernels.py); or deepep,
+    sms = 32                          # ncclep; replaces the preset's table for that backend
+    ranks = [8, 32]                   # EP group sizes measured (linear between, clamped)
+    dispatch_bytes_per_s = [546e9, 484e9]   # bytes a rank receives / time (algorithm bandwidth)
+    combine_bytes_per_s = [569e9, 465e9]
+
     [system.intra_node]               # and [system.scale_out]
     bandwidth_bytes_per_s = 300e9     # per GPU, per direction
     latency_s = 1e-5
@@ -97,6 +104,7 @@ from blueprinting.hardware.efficiency import (
     SaturatingGemmEfficiency,
     SteppedEfficiency,
 )
+from blueprinting.hardware.ep_kernels import EpKernelRates
 from blueprinting.hardware.host import HostCpu
 from blueprinting.hardware.system import (
     AcceleratorSpec,
@@ -121,6 +129,7 @@ from blueprinting.hardware.system import (
 from blueprinting.mapping.documents import parse_json, parse_toml, read_text
 from blueprinting.mapping.model import Datatype
 from blueprinting.mapping.precision import GemmFormat
+from blueprinting.mapping.transformer import FlexBackend
 
 _E = TypeVar(
     "_E", ProcessingMode, RankLayout, LinkTier, Datatype, GemmFormat, DomainPlacement, HostCpu
@@ -146,6 +155,7 @@ _TOP_KEYS = (
     "async_tp_backward_comm",
     "host_cpu",
     "runtime",
+    "ep_kernels",
 )
 _ACCELERATOR_KEYS = (
     "name",
@@ -158,6 +168,8 @@ _ACCELERATOR_KEYS = (
     "low_precision",
 )
 _ATTENTION_KEYS = ("kernel", "source", "head_dims", "seq_lengths", "tflops")
+_EP_KERNEL_KEYS = ("source", "sms", "ranks", "dispatch_bytes_per_s", "combine_bytes_per_s")
+_EP_BACKENDS = tuple(backend.value for backend in FlexBackend)
 _RUNTIME_BYTES_KEYS = ("cuda_context_bytes", "workspace_bytes")
 #: RuntimeMemory.nccl's two variants, each with its own keys (one variant per system)
 _NCCL_TRANSPORT_KEYS = {
@@ -175,7 +187,7 @@ _MEMORY_KEYS = ("capacity_bytes", "bandwidth_bytes_per_s", "efficiency")
 _LINK_KEYS = ("bandwidth_bytes_per_s", "latency_s", "efficiency", "processor_usage", "costs")
 _FIXED_TIER_KEYS = ("tp", "pp", "dp")
 # Keys whose value is one indivisible choice: an override replaces it instead of merging into it.
-_REPLACED_WHOLE = frozenset({"efficiency", "attention"})
+_REPLACED_WHOLE = frozenset({"efficiency", "attention", *_EP_BACKENDS})
 
 
 # --------------------------------------------------------------------------------------------
@@ -312,6 +324,17 @@ def system_to_mapping(system: SystemSpec) -> dict[str, object]:
         **_nccl_to_mapping(runtime.nccl),
         "workspace_bytes": runtime.workspace_bytes,
     }
+    if system.node.ep_kernels:
+        result["ep_kernels"] = {
+            table.backend.value: {
+                "source": table.source,
+                "sms": table.sms,
+                "ranks": list(table.ranks),
+                "dispatch_bytes_per_s": list(table.dispatch_bytes_per_s),
+                "combine_bytes_per_s": list(table.combine_bytes_per_s),
+            }
+            for table in system.node.ep_kernels
+        }
     return result
 
 
@@ -759,6 +782,69 @@ def _attention_from_mapping(
     )
 
 
+def _number_list(value: object, where: str, out: ProblemCollector) -> tuple[float, ...] | None:
+    if not isinstance(value, list) or not value:
+        out.add(f"{where} must be a non-empty list of numbers, got {value!r}")
+        return None
+    items = [_number(item, f"{where}[{i}]", out) for i, item in enumerate(value)]
+    return None if any(item is None for item in items) else tuple(float(x or 0.0) for x in items)
+
+
+def _ep_kernels_from_mapping(
+    value: object, where: str, out: ProblemCollector
+) -> tuple[EpKernelRates, ...] | None:
+    """``[system.ep_kernels.<backend>]``: a flex backend's measured dispatch / combine rates
+    (:class:`~blueprinting.hardware.ep_kernels.EpKernelRates`), one table per backend."""
+    table = _table(value, where, out)
+    if table is None:
+        return None
+    _unknown_keys(table, _EP_BACKENDS, where, out)
+    found: list[EpKernelRates] = []
+    bad = False
+    # in the table's order: system_to_mapping writes the node's, so a system reads back equal
+    for backend in (FlexBackend(key) for key in table if key in _EP_BACKENDS):
+        here = f"{where}.{backend.value}"
+        entry = _table(table[backend.value], here, out)
+        if entry is None:
+            bad = True
+            continue
+        _unknown_keys(entry, _EP_KERNEL_KEYS, here, out)
+        source = _string(entry.get("source", "user-supplied"), f"{here}.source", out)
+        sms = _integer(_required(entry, "sms", here, out), f"{here}.sms", out)
+        ranks = _int_list(_required(entry, "ranks", here, out), f"{here}.ranks", out)
+        dispatch = _number_list(
+            _required(entry, "dispatch_bytes_per_s", here, out),
+            f"{here}.dispatch_bytes_per_s",
+            out,
+        )
+        combine = _number_list(
+            _required(entry, "combine_bytes_per_s", here, out),
+            f"{here}.combine_bytes_per_s",
+            out,
+        )
+        if source is None or sms is None or ranks is None or dispatch is None or combine is None:
+            bad = True
+            continue
+        rates = _checked(
+            out,
+            here,
+            partial(
+                EpKernelRates,
+                backend=backend,
+                source=source,
+                sms=sms,
+                ranks=ranks,
+                dispatch_bytes_per_s=dispatch,
+                combine_bytes_per_s=combine,
+            ),
+        )
+        if rates is None:
+            bad = True
+        else:
+            found.append(rates)
+    return None if bad else tuple(found)
+
+
 def _runtime_from_mapping(value: object, where: str, out: ProblemCollector) -> RuntimeMemory | None:
     """``[system.runtime]``: the byte keys, and NCCL's buffers counted by transport (the channel
     keys; each absent one at :class:`NcclByTransport`'s default) or, where the table gives
@@ -912,12 +998,18 @@ def system_from_mapping(section: Mapping[str, object], *, source: str | None = N
         if "runtime" in merged
         else RuntimeMemory()
     )
+    ep_kernels = (
+        _ep_kernels_from_mapping(merged["ep_kernels"], "system.ep_kernels", out)
+        if "ep_kernels" in merged
+        else ()
+    )
     node = (
         None
         if gpus_per_node is None
         or intra is None
         or ("nvlink_domain_size" in merged and domain is None)
         or placement is None
+        or ep_kernels is None
         else _checked(
             out,
             "system",
@@ -926,6 +1018,7 @@ def system_from_mapping(section: Mapping[str, object], *, source: str | None = N
                 link=intra,
                 nvlink_domain_size=domain,
                 domain_placement=placement,
+                ep_kernels=ep_kernels,
             ),
         )
     )

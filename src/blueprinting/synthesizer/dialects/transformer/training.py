@@ -57,6 +57,7 @@ from blueprinting.hardware.attention import (
     FORWARD_FLOPS_PER_PAIR_DIM,
     causal_attention_pairs,
 )
+from blueprinting.hardware.ep_kernels import EpLeg
 from blueprinting.mapping.model import (
     CapacityFactor,
     Dropless,
@@ -1437,6 +1438,19 @@ class DomainForwarding:
 
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
+class FlexExchange:
+    """A flex dispatcher's token exchange: its library (``--moe-flex-dispatcher-backend``) and
+    which of the library's kernels moves the bytes, the dispatch (forward dispatch, backward of
+    the combine) or the combine (forward combine, backward of the dispatch). Costed at the
+    node's measured rate for the library where it has one
+    (:mod:`blueprinting.hardware.ep_kernels`)."""
+
+    backend: FlexBackend
+    leg: EpLeg
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ContextExchange:
     """One exchange of the attention core between cp ranks, in one direction.
 
@@ -1461,6 +1475,8 @@ class ContextExchange:
     purpose: CollectivePurpose = CollectivePurpose.KV_EXCHANGE
     #: a token dispatch forwarded per NVLink domain (None: a plain collective)
     forwarding: DomainForwarding | None = None
+    #: a flex dispatcher's exchange, run by its library's kernels (None: an NCCL collective)
+    flex: FlexExchange | None = None
 
 
 def kv_chunk_bytes(model: TransformerModelSpec, dims: BlockDims) -> int:
@@ -1660,11 +1676,14 @@ def expert_exchanges(
         kind: CollectiveKind,
         size: int,
         where: tuple[str, SemanticOpName, bool, str],
+        *,
         forwarding: DomainForwarding | None = None,
+        flex: FlexExchange | None = None,
     ) -> ContextExchange:
         axis, op, before, what = where
         return ContextExchange(
             forwarding=forwarding,
+            flex=flex,
             direction=direction,
             kind=kind,
             bytes=size,
@@ -1729,11 +1748,34 @@ def expert_exchanges(
             copies = ex.tokens * u * distinct_destinations(ep, moe.top_k) * gamma
             sent = math.ceil(copies) * h * e
             hops = _flex_forwarding(dispatcher.backend, top_k=moe.top_k, etp=u)
+            to_experts = FlexExchange(backend=dispatcher.backend, leg=EpLeg.DISPATCH)
+            back = FlexExchange(backend=dispatcher.backend, leg=EpLeg.COMBINE)
             return (
-                x(fw, a2a, sent, (ETP_EP_AXIS, first, True, "dispatch"), hops),
-                x(fw, a2a, sent, (ETP_EP_AXIS, last, False, "combine"), hops),
-                x(bw, a2a, sent, (ETP_EP_AXIS, last, True, "dcombine"), hops),
-                x(bw, a2a, sent, (ETP_EP_AXIS, first, False, "ddispatch"), hops),
+                x(
+                    fw,
+                    a2a,
+                    sent,
+                    (ETP_EP_AXIS, first, True, "dispatch"),
+                    forwarding=hops,
+                    flex=to_experts,
+                ),
+                x(fw, a2a, sent, (ETP_EP_AXIS, last, False, "combine"), forwarding=hops, flex=back),
+                x(
+                    bw,
+                    a2a,
+                    sent,
+                    (ETP_EP_AXIS, last, True, "dcombine"),
+                    forwarding=hops,
+                    flex=to_experts,
+                ),
+                x(
+                    bw,
+                    a2a,
+                    sent,
+                    (ETP_EP_AXIS, first, False, "ddispatch"),
+                    forwarding=hops,
+                    flex=back,
+                ),
             )
         case _ as unreachable:
             assert_never(unreachable)

@@ -44,6 +44,7 @@ from blueprinting.synthesizer.dialects.transformer.training import (
     CollectiveKind,
     CollectivePurpose,
     DomainForwarding,
+    FlexExchange,
     GemmShape,
     OpKind,
     Placement,
@@ -185,6 +186,8 @@ class CollectiveTask:
     steps: int = 1
     #: a token dispatch forwarded per NVLink domain (DeepEP; None: plain)
     forwarding: DomainForwarding | None = None
+    #: a flex dispatcher's exchange in its library's kernels (None: an NCCL collective)
+    flex: FlexExchange | None = None
 
     def __post_init__(self) -> None:
         if self.bytes < 0:

@@ -145,6 +145,7 @@ class _GroupBuilder:
                 steps=x.steps,
                 axis=x.axis,
                 forwarding=x.forwarding,
+                flex=x.flex,
                 deps=_clean(deps),
                 lineage=Lineage(op=x.op, shards=1, source=source, target=target),
             )

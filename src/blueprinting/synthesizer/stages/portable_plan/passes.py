@@ -41,8 +41,9 @@ from blueprinting.errors import UnsupportedError
 from blueprinting.hardware.collectives import CollectiveKind as LinkCollective
 from blueprinting.hardware.efficiency import GemmShape as HardwareGemmShape
 from blueprinting.hardware.efficiency import GemmShapeColumns, ShapeFigures
+from blueprinting.hardware.ep_kernels import rates_for
 from blueprinting.hardware.polymorphic import Column, Real, exact_column
-from blueprinting.hardware.system import CommGroup, Engine, ParallelDim, SystemSpec
+from blueprinting.hardware.system import CommGroup, Engine, LinkTier, ParallelDim, SystemSpec
 from blueprinting.mapping.model import Datatype
 from blueprinting.mapping.precision import (
     GemmFormat,
@@ -737,6 +738,9 @@ def _dispatch_time(task: CollectiveTask, system: SystemSpec, group: CommGroup) -
     :meth:`SystemSpec.forwarded_all_to_all_time`), the etp / etp x ep gathers on the
     ring model."""
     if task.kind is CollectiveKind.ALL_TO_ALL:
+        measured = _measured_flex_time(task, system, group)
+        if measured is not None:
+            return measured
         if task.forwarding is not None:
             return system.forwarded_all_to_all_time(
                 task.bytes,
@@ -746,6 +750,19 @@ def _dispatch_time(task: CollectiveTask, system: SystemSpec, group: CommGroup) -
             )
         return system.all_to_all_time(task.bytes, group)
     return system.collective_time(LinkCollective(task.kind.value), task.bytes, group)
+
+
+def _measured_flex_time(task: CollectiveTask, system: SystemSpec, group: CommGroup) -> float | None:
+    """A flex dispatcher's exchange inside one NVLink domain, at its library's measured rate
+    for the group's size (:class:`~blueprinting.hardware.ep_kernels.EpKernelRates`: bytes one
+    rank receives over the measured algorithm bandwidth); None where the node has no table for
+    the library or the group leaves the domain (the link model then times it)."""
+    if task.flex is None or group.size == 1 or group.tier is not LinkTier.INTRA_NODE:
+        return None
+    rates = rates_for(system.node.ep_kernels, task.flex.backend)
+    if rates is None:
+        return None
+    return task.bytes / rates.bytes_per_s(task.flex.leg, group.size)
 
 
 def expert_groups(spec: TrainingSpec, system: SystemSpec) -> dict[str, CommGroup]:
