@@ -203,9 +203,10 @@ def test_ep_kernel_tables_round_trip_and_a_users_table_replaces_the_presets() ->
     by_backend = {table.backend: table for table in system.node.ep_kernels}
     assert by_backend[FlexBackend.HYBRIDEP].ranks == (8, 64)
     assert by_backend[FlexBackend.HYBRIDEP].source == "my cluster's test_hybrid_ep.py"
-    assert by_backend[FlexBackend.DEEPEP] == {
-        t.backend: t for t in system_preset("dgx-gb200").node.ep_kernels
-    }[FlexBackend.DEEPEP]
+    assert (
+        by_backend[FlexBackend.DEEPEP]
+        == {t.backend: t for t in system_preset("dgx-gb200").node.ep_kernels}[FlexBackend.DEEPEP]
+    )
     assert system_from_mapping(json.loads(json.dumps(system_to_mapping(system)))) == system
     with pytest.raises(ConfigError) as error:
         system_from_mapping(
