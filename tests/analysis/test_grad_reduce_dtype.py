@@ -18,7 +18,6 @@ from blueprinting.analysis.memory import (
     precision_recipe,
     stage_parameters,
 )
-from blueprinting.analysis.optimizer_step import adam_step_cost
 from blueprinting.api import plan_spec
 from blueprinting.errors import ConfigError
 from blueprinting.hardware.presets import system_preset
@@ -216,25 +215,9 @@ def test_data_parallel_and_optimizer_step_bytes_exact() -> None:
     assert b.data_parallel.link_s < a.data_parallel.link_s
     owned = a.optimizer.parameters
     assert owned == b.optimizer.parameters == math.ceil(n / 4)
-    # fp32 buffer: 4 + 8 + 16 + 2; bf16 buffer: 2 + (4 written + 4 read) + 8 + 16 + 2
-    assert (a.optimizer.bytes_moved, b.optimizer.bytes_moved) == (30 * owned, 36 * owned)
-
-
-def test_adam_step_counts_the_main_grad_copy() -> None:
-    system = system_preset("dgx-h100")
-    plain = adam_step_cost(
-        parameters=10, param_bytes=2, grad_bytes=4, datatype=Datatype.BF16, system=system
-    )
-    copied = adam_step_cost(
-        parameters=10,
-        param_bytes=2,
-        grad_bytes=2,
-        main_grad_bytes=4,
-        datatype=Datatype.BF16,
-        system=system,
-    )
-    assert (plain.bytes_moved, copied.bytes_moved) == (300, 360)
-    assert plain.flops == copied.flops == 110
+    # Adam reads the buffer: fp32 4 + 8 + 16 + 2, bf16 2 + 8 + 16 + 2 (the fp32 copy Megatron
+    # makes of a 16-bit buffer is not counted: optimizer_step.py)
+    assert (a.optimizer.bytes_moved, b.optimizer.bytes_moved) == (30 * owned, 28 * owned)
 
 
 def test_the_search_reads_the_datatype() -> None:

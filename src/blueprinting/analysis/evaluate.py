@@ -358,7 +358,6 @@ def evaluate_plan(
         + _owned_parameters(spec, expert_params, degree=mapping.expert_data_degree),
         param_bytes=recipe.param,
         grad_bytes=recipe.grad,
-        main_grad_bytes=recipe.main_grad,
         datatype=spec.model.datatype,
         system=system,
     )

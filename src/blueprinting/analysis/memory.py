@@ -403,7 +403,8 @@ def precision_recipe(
     (``megatron/training/training.py`` l.3039-3044), so it is not live during the backward that
     sets the peak; it is counted in the optimizer states nonetheless, as the dist_optimizer.md
     fp16 row (20 B = 4 + 16/d) counts it: an upper bound of 4/d bytes per parameter on the
-    backward peak. bf16 with a bf16 reduction is then fp16's row: 2 + 2 + (4 + 4 + 8).
+    backward peak. bf16 with a bf16 reduction is then fp16's row: 2 + 2 + (4 + 4 + 8). (The
+    Adam step's traffic reads ``grad``, not the copy: :mod:`~blueprinting.analysis.optimizer_step`.)
     """
     recipe = _base_recipe(datatype)
     grad = grad_reduce_datatype(datatype, grad_reduce).bytes

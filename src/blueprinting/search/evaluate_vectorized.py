@@ -1504,7 +1504,6 @@ def evaluate_candidates(
             parameters=int(n_owned),
             param_bytes=recipe.param,
             grad_bytes=recipe.grad,
-            main_grad_bytes=recipe.main_grad,
             datatype=model.datatype,
             system=system,
         )
