@@ -301,11 +301,14 @@ def test_megatron_args_of_a_llama_fsdp_full_recompute_strategy() -> None:
         model=model_preset("llama3-70b"),
     )
     assert spec.mapping.parallelism.pipeline.layout == UnevenStages(first_stage_layers=30)
-    assert " ".join(to_megatron_args(spec)[:21]) == (
+    # Megatron-FSDP's gradient datatype defaults to the parameters' (auto): the plan's fp32 is
+    # spelled out
+    assert " ".join(to_megatron_args(spec)[:23]) == (
         "--tensor-model-parallel-size 8 --pipeline-model-parallel-size 2 "
         "--decoder-first-pipeline-num-layers 30 --use-megatron-fsdp "
         "--data-parallel-sharding-strategy optim_grads_params --overlap-grad-reduce "
-        "--overlap-param-gather --recompute-granularity full --recompute-method uniform "
+        "--overlap-param-gather --megatron-fsdp-main-grads-dtype fp32 "
+        "--recompute-granularity full --recompute-method uniform "
         "--recompute-num-layers 1 --micro-batch-size 1 --global-batch-size 64"
     )
     assert "--group-query-attention --num-query-groups 8" in " ".join(to_megatron_args(spec))

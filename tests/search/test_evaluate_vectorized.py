@@ -22,6 +22,7 @@ from blueprinting.mapping.transformer import (
     AllToAllDispatcher,
     CpCommType,
     FlexDispatcher,
+    GradReduceDtype,
 )
 from blueprinting.search.evaluate_vectorized import evaluate_candidates
 from blueprinting.search.space import (
@@ -111,6 +112,18 @@ SPACES = [
             tp_comm_overlap=(False, True),
         ),
         id="llama3-8b-h100-tp-comm-overlap",
+    ),
+    pytest.param(
+        "llama3-8b",
+        "dgx-h100",
+        SearchSpace(
+            gpu_counts=(16,),
+            global_batch_size=8,
+            max_microbatch_size=2,
+            recompute=(RecomputeVariant.NONE, RecomputeVariant.SELECTIVE),
+            grad_reduce_dtype=GradReduceDtype.PARAMS,
+        ),
+        id="llama3-8b-h100-bf16-gradient-reduction",
     ),
 ]
 
@@ -229,6 +242,22 @@ MOE_SPACES = [
             ),
         ),
         id="mixtral-8x7b-h100",
+    ),
+    pytest.param(
+        model_preset("mixtral-8x7b"),
+        "dgx-h100",
+        SearchSpace(
+            gpu_counts=(16,),
+            global_batch_size=8,
+            max_microbatch_size=1,
+            recompute=(RecomputeVariant.NONE, RecomputeVariant.SELECTIVE),
+            sharding=(ShardingVariant.OPTIM, ShardingVariant.OPTIM_GRADS),
+            overlap_grad_reduce=(False, True),
+            expert_tensor_parallel=(1, 2),
+            dispatchers=(AllToAllDispatcher(), AllToAllDispatcher(overlap=True)),
+            grad_reduce_dtype=GradReduceDtype.PARAMS,
+        ),
+        id="mixtral-8x7b-h100-bf16-gradient-reduction",
     ),
     pytest.param(
         _trimmed_deepseek_v3(),

@@ -24,9 +24,9 @@ from blueprinting.analysis.iteration import (
 from blueprinting.analysis.memory import (
     memory_per_stage,
     most_loaded,
-    precision_recipe,
     stage_param_gather_bytes,
     stage_parameters,
+    training_recipe,
 )
 from blueprinting.analysis.optimizer_step import adam_step_cost
 from blueprinting.analysis.report import IterationReport
@@ -326,7 +326,7 @@ def evaluate_plan(
         given_simulated_s=bubble_simulated_s,
         simulate=options.simulate,
     )
-    recipe = precision_recipe(spec.model.datatype)
+    recipe = training_recipe(spec.model, spec.mapping)
     critical_params = stage_parameters(spec.model, mapping, critical.index)
     windows = OverlapWindows(
         blocks_per_chunk=plan.max_blocks_per_chunk,

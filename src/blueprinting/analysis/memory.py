@@ -5,7 +5,8 @@ Sources
 - Bytes per parameter (Adam, mixed precision): Megatron-LM ``docs/user-guide/features/
   dist_optimizer.md``: bf16 params + fp32 grads: 18 B (6 + 12/d with the distributed optimizer);
   fp16: 20 B (4 + 16/d); fp32: 16 B (8 + 8/d). :class:`PrecisionRecipe` spells out where each byte
-  lives, :func:`precision_recipe` derives it from ``model.datatype``.
+  lives, :func:`precision_recipe` derives it from ``model.datatype`` and the strategy's gradient
+  reduction datatype (``grad_reduce_dtype``: bf16 gradients give fp16's 20 B row).
 - Optimizer sharding (Rajbhandari et al. 2020, ZeRO, Section 5): the distributed optimizer (ZeRO-1)
   shards fp32 main params, fp32 main grads (fp16 only) and Adam moments over d; ZeRO-2 also the
   gradients; ZeRO-3 also the parameters.
@@ -119,6 +120,7 @@ from blueprinting.mapping.transformer import (
     ForwardOnly,
     FullRecompute,
     FusedAttention,
+    GradReduceDtype,
     HeadAllToAll,
     HierarchicalAllToAllRing,
     InterleavedOneForwardOneBackward,
@@ -139,6 +141,7 @@ from blueprinting.mapping.transformer import (
     UnfusedAttention,
     ZeroBubbleH1,
     dispatcher_type,
+    grad_reduce_datatype,
     loss_stage,
     model_copies,
 )
@@ -377,8 +380,12 @@ _FP32_RECIPE = PrecisionRecipe(
 )
 
 
-def precision_recipe(datatype: Datatype) -> PrecisionRecipe:
-    """Megatron-LM's recipe for a training datatype (dist_optimizer.md table).
+def precision_recipe(
+    datatype: Datatype, grad_reduce: GradReduceDtype = GradReduceDtype.DEFAULT
+) -> PrecisionRecipe:
+    """Megatron-LM's recipe for a training datatype (dist_optimizer.md table) and gradient
+    reduction datatype (:class:`~blueprinting.mapping.transformer.GradReduceDtype`, resolved by
+    :func:`~blueprinting.mapping.transformer.grad_reduce_datatype`).
 
     bf16: bf16 params, fp32 grads (``accumulate_allreduce_grads_in_fp32``), fp32 main params, two
     fp32 moments: 2 + 4 + 4 + 8 = 18 = 6 + 12/d. fp16: fp16 params and grads, fp32 main params and
@@ -386,7 +393,27 @@ def precision_recipe(datatype: Datatype) -> PrecisionRecipe:
     8/d. fp8: Megatron-LM (Transformer Engine) keeps bf16 weights and fp32 optimizer state and runs
     only the GEMMs in fp8, so the bf16 recipe; activations counted at 2 bytes (an upper bound: TE
     can keep some GEMM inputs in fp8).
+
+    The gradient buffer holds the reduction's datatype (``grad``: 2 or 4 bytes). A 16-bit buffer
+    gets an fp32 copy in the optimizer: Megatron-Core's ``_copy_model_grads_to_main_grads`` sets
+    ``main_param.grad = main_grad.float()`` (``megatron/core/optimizer/optimizer.py`` l.1092-1100;
+    the distributed optimizer on its shard, ``distrib_optimizer.py`` l.2756-2792 @d98e8a64), a
+    view when the buffer is fp32 already. That copy (``main_grad``, 4 bytes) is made at the step
+    and freed by ``zero_grad(set_to_none=True)`` at the start of the next ``train_step``
+    (``megatron/training/training.py`` l.3039-3044), so it is not live during the backward that
+    sets the peak; it is counted in the optimizer states nonetheless, as the dist_optimizer.md
+    fp16 row (20 B = 4 + 16/d) counts it: an upper bound of 4/d bytes per parameter on the
+    backward peak. bf16 with a bf16 reduction is then fp16's row: 2 + 2 + (4 + 4 + 8). (The
+    Adam step's traffic reads ``grad``, not the copy: :mod:`~blueprinting.analysis.optimizer_step`.)
     """
+    recipe = _base_recipe(datatype)
+    grad = grad_reduce_datatype(datatype, grad_reduce).bytes
+    if grad == recipe.grad:
+        return recipe
+    return replace(recipe, grad=grad, main_grad=FP32_BYTES if grad < FP32_BYTES else 0)
+
+
+def _base_recipe(datatype: Datatype) -> PrecisionRecipe:
     match datatype:
         case Datatype.BF16:
             return _BF16_RECIPE
@@ -398,6 +425,18 @@ def precision_recipe(datatype: Datatype) -> PrecisionRecipe:
             return _FP32_RECIPE
         case _ as unreachable:
             assert_never(unreachable)
+
+
+FP32_BYTES = 4
+"""Bytes of an fp32 value: the main parameters, main gradients and Adam moments."""
+
+
+def training_recipe(
+    model: TransformerModelSpec, mapping: TransformerTrainingMappingSpec
+) -> PrecisionRecipe:
+    """:func:`precision_recipe` of a training strategy: the model's datatype and the strategy's
+    gradient reduction datatype (``DataParallel.grad_reduce_dtype``)."""
+    return precision_recipe(model.datatype, mapping.parallelism.data.grad_reduce_dtype)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1114,7 +1153,7 @@ class _StageInvariants:
         t = mapping.tensor_degree
         b = mapping.batch.micro_batch_size
         sp = mapping.sequence_parallel
-        recipe = precision_recipe(model.datatype)
+        recipe = training_recipe(model, mapping)
         x = recipe.activation
         context = mapping.parallelism.context
         # Every store per token scales with the cp rank's s/cp tokens (modern_parallelism.md

@@ -8,6 +8,17 @@ FLOPs) and the HBM traffic
     read grad (grad_bytes) + read/write main param (4 + 4) + read/write m and v (8 + 8)
     + write the model-precision param (param_bytes)
 
+``grad_bytes`` is the gradient buffer's datatype (2 or 4 bytes, ``grad_reduce_dtype``). Not
+counted (a known under-count): with a 16-bit buffer (fp16 training, or bf16 with
+``grad_reduce_dtype = params``) the optimizer first makes the fp32 main-gradient copy and Adam
+reads that: ``main_param.grad = main_grad.float()`` reads the buffer and writes 4 bytes, Adam
+reads 4 (NVIDIA/Megatron-LM ``megatron/core/optimizer/optimizer.py``
+``_copy_model_grads_to_main_grads`` l.1092-1100, ``distrib_optimizer.py`` l.2756-2792
+@d98e8a64; a view, no copy, on an fp32 buffer): 2 + 4 + 4 bytes where this counts 2, and fp16's
+loss unscaling of the main gradients. Counting the copy moves every fp16 prediction (the
+published Narayanan / Korthikanti rows, Calculon's fp16 oracle records past its gate), so it is
+left as the seed counted it.
+
 The step is memory-bound on every accelerator we model; its time is the system's op time of that
 traffic and those FLOPs on the vector engine. The GPU updates only the parameters whose optimizer
 state it owns: stage_parameters / d under any sharded variant.

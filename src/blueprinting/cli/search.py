@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, TextIO, assert_never
 from blueprinting.analysis.flops import FlopsConvention
 from blueprinting.errors import ConfigError
 from blueprinting.limits import MAX_SEARCH_LISTED
-from blueprinting.mapping.transformer import CpCommType
+from blueprinting.mapping.transformer import CpCommType, GradReduceDtype
 from blueprinting.report.memory_table import GIB
 
 if TYPE_CHECKING:
@@ -142,6 +142,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "model's datatype only)",
     )
     parser.add_argument(
+        "--grad-reduce-dtype",
+        default=GradReduceDtype.DEFAULT.value,
+        choices=[choice.value for choice in GradReduceDtype],
+        help="the gradient buffers' and DP reduction's datatype of every strategy: default "
+        "(Megatron-LM's: fp32 for bf16 training), fp32, or params (the parameters' datatype: "
+        "--grad-reduce-in-bf16, what the Megatron-Bridge performance recipes set; default: "
+        "%(default)s)",
+    )
+    parser.add_argument(
         "--cp-comm-type",
         nargs="+",
         default=["p2p"],
@@ -233,6 +242,7 @@ def _result(args: argparse.Namespace) -> SearchResult:
         allow_cross_node_tp=args.allow_cross_node_tp,
         megatron_rules=not args.no_megatron_rules,
         max_microbatch_size=args.max_micro_batch,
+        grad_reduce_dtype=GradReduceDtype(args.grad_reduce_dtype),
     )
     options = RankOptions(
         objective=Objective(args.objective),

@@ -33,6 +33,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
+from types import MappingProxyType
 from typing import assert_never, final
 
 from blueprinting.errors import (
@@ -120,6 +121,7 @@ from blueprinting.mapping.transformer import (
     ForwardOnly,
     FullRecompute,
     FusedAttention,
+    GradReduceDtype,
     HeadAllToAll,
     HierarchicalAllToAllRing,
     InferenceSpec,
@@ -164,6 +166,7 @@ from blueprinting.mapping.transformer import (
     delays_wgrad,
     dispatcher_overlaps,
     dispatcher_type,
+    grad_reduce_datatype,
     inference_schedule,
     shared_expert_overlaps,
     single_level_communication,
@@ -227,6 +230,11 @@ TRAINING_KEYS: Mapping[str, _Key] = {
     "overlap_grad_reduce": _bool(),
     "overlap_param_gather": _bool(),
     "use_megatron_fsdp": _bool(),
+    # The gradient reduction datatype (GradReduceDtype): Megatron-Core / Megatron-Bridge's
+    # ddp.grad_reduce_in_fp32 and Megatron-LM's two flags; grad_reduce_datatype_of reads them.
+    "grad_reduce_in_fp32": _bool(),
+    "accumulate_allreduce_grads_in_fp32": _bool(),
+    "grad_reduce_in_bf16": _bool(),
     "account_for_embedding_in_pipeline_split": _bool(),
     "account_for_loss_in_pipeline_split": _bool(),
     "recompute_granularity": _choice("full", "selective"),
@@ -1209,6 +1217,64 @@ def _experts(
     )
 
 
+def grad_reduce_datatype_of(
+    values: Mapping[str, FlatValue], datatype: Datatype, problems: list[str]
+) -> GradReduceDtype:
+    """``DataParallel.grad_reduce_dtype`` from its three keys (:class:`GradReduceDtype`) for a
+    model trained in ``datatype``. Megatron-LM's pair: ``accumulate_allreduce_grads_in_fp32``
+    gives fp32, ``grad_reduce_in_bf16`` the bf16 parameters' datatype (read only under ``--bf16``:
+    refused otherwise), neither Megatron-LM's rule (``arguments.py`` l.1204-1217 @d98e8a64, where
+    ``--grad-reduce-in-bf16`` silently wins over the other: refused here). Megatron-Core's
+    ``grad_reduce_in_fp32``: fp32, or the parameters' datatype; given beside Megatron-LM's
+    keys it must name the datatype they do."""
+    fp32_flag = _get_bool(values, "accumulate_allreduce_grads_in_fp32")
+    bf16_flag = _get_bool(values, "grad_reduce_in_bf16")
+    mcore = _get_bool(values, "grad_reduce_in_fp32")
+    params = Datatype.BF16 if datatype is Datatype.FP8 else datatype
+    if fp32_flag is True and bf16_flag is True:
+        problems.append(
+            "accumulate_allreduce_grads_in_fp32 = true contradicts grad_reduce_in_bf16 = true "
+            "(fp32 or bf16 gradient reduction: give one; Megatron-LM lets --grad-reduce-in-bf16 "
+            "win, arguments.py l.1213-1214)"
+        )
+        return GradReduceDtype.DEFAULT
+    if bf16_flag is True and params is not Datatype.BF16:
+        problems.append(
+            f"grad_reduce_in_bf16 = true needs bf16 training, the model is {params.value} "
+            "(Megatron-LM reads --grad-reduce-in-bf16 only under --bf16, arguments.py "
+            "l.1204-1217; grad_reduce_in_fp32 = false reduces in the parameters' datatype)"
+        )
+        return GradReduceDtype.DEFAULT
+    megatron_lm = (
+        GradReduceDtype.FP32
+        if fp32_flag is True
+        else GradReduceDtype.PARAMS
+        if bf16_flag is True
+        else GradReduceDtype.DEFAULT
+    )
+    if mcore is None:
+        return megatron_lm
+    chosen = GradReduceDtype.FP32 if mcore else GradReduceDtype.PARAMS
+    given = [
+        f"{key} = {str(value).lower()}"
+        for key, value in (
+            ("accumulate_allreduce_grads_in_fp32", fp32_flag),
+            ("grad_reduce_in_bf16", bf16_flag),
+        )
+        if value is not None
+    ]
+    if given and grad_reduce_datatype(params, megatron_lm) is not grad_reduce_datatype(
+        params, chosen
+    ):
+        problems.append(
+            f"grad_reduce_in_fp32 = {str(mcore).lower()} contradicts {' and '.join(given)}: "
+            f"for {params.value} training they reduce gradients in "
+            f"{grad_reduce_datatype(params, chosen).value} and "
+            f"{grad_reduce_datatype(params, megatron_lm).value} (give one spelling)"
+        )
+    return chosen
+
+
 def from_mapping(
     keys: Mapping[str, object], *, model: TransformerModelSpec | None = None
 ) -> TrainingSpec:
@@ -1290,6 +1356,11 @@ def from_mapping(
             else Datatype.BF16
         )
         spec_model = replace(spec_model, datatype=base)
+    grad_reduce = (
+        GradReduceDtype.DEFAULT
+        if spec_model is None
+        else grad_reduce_datatype_of(values, spec_model.datatype, problems)
+    )
 
     # A None here always comes with a problem; the extra tests narrow the types.
     if problems or spec_model is None or d is None:
@@ -1310,6 +1381,7 @@ def from_mapping(
                     degree=d,
                     optimizer_sharding=sharding,
                     overlap_grad_reduce=values.get("overlap_grad_reduce") is True,
+                    grad_reduce_dtype=grad_reduce,
                 ),
                 recompute=recompute,
                 context=context,
@@ -2076,6 +2148,7 @@ def to_mapping(spec: TrainingSpec) -> dict[str, FlatValue]:
     out |= _pipeline_keys(par.pipeline)
     out |= _sharding_keys(par.data.optimizer_sharding)
     out["overlap_grad_reduce"] = par.data.overlap_grad_reduce
+    out |= grad_reduce_keys(par.data.grad_reduce_dtype, spec.model.datatype)
     out |= _recompute_keys(par.recompute)
     out["attention_backend"] = mapping.attention.backend.value
     out["micro_batch_size"] = mapping.batch.micro_batch_size
@@ -2084,6 +2157,25 @@ def to_mapping(spec: TrainingSpec) -> dict[str, FlatValue]:
     out |= _model_to_mapping(spec.model)
     out |= precision_keys(mapping.precision)
     return out
+
+
+def grad_reduce_keys(choice: GradReduceDtype, datatype: Datatype) -> dict[str, FlatValue]:
+    """``DataParallel.grad_reduce_dtype`` as Megatron-LM's flat key: none for ``default``,
+    ``accumulate_allreduce_grads_in_fp32`` for fp32, ``grad_reduce_in_bf16`` for bf16
+    parameters, and, for the parameters' datatype of fp16 / fp32 training (Megatron-LM's
+    default there, but not ``default``'s spelling), Megatron-Core's ``grad_reduce_in_fp32 =
+    false``. :func:`grad_reduce_datatype_of` reads each back to ``choice``."""
+    match choice:
+        case GradReduceDtype.DEFAULT:
+            return {}
+        case GradReduceDtype.FP32:
+            return {"accumulate_allreduce_grads_in_fp32": True}
+        case GradReduceDtype.PARAMS:
+            if datatype in (Datatype.BF16, Datatype.FP8):
+                return {"grad_reduce_in_bf16": True}
+            return {"grad_reduce_in_fp32": False}
+        case _ as unreachable:
+            assert_never(unreachable)
 
 
 def expert_keys(spec: TrainingSpec) -> dict[str, FlatValue]:
@@ -2402,6 +2494,7 @@ def megatron_args_of_lawful(spec: TrainingSpec) -> list[str]:
         args.append("--sequence-parallel")
     args += _tp_overlap_args(mapping.tp_comm_overlap)
     args += _sharding_args(par.data)
+    args += _grad_reduce_args(par.data, spec.model.datatype)
     args += _flags(_recompute_keys(par.recompute))
     if mapping.attention.backend is not AttentionBackend.AUTO:
         # auto is Megatron-LM's default: the flag is spelled out only when it differs.
@@ -2465,6 +2558,34 @@ def _flags(keys: Mapping[str, FlatValue]) -> list[str]:
         args.append(f"--{key.replace('_', '-')}")
         args += str(value).split() if key in _LIST_FLAGS else [str(value)]
     return args
+
+
+def _grad_reduce_args(data: DataParallel, datatype: Datatype) -> list[str]:
+    """Megatron-LM's gradient reduction flags for the datatype the plan reduces in
+    (:func:`~blueprinting.mapping.transformer.grad_reduce_datatype`): nothing where it is
+    Megatron-LM's default for the training datatype, ``--accumulate-allreduce-grads-in-fp32``
+    for fp32 under fp16, ``--grad-reduce-in-bf16`` for bf16 under bf16. Megatron-FSDP (ZeRO-2/3)
+    reads its own ``--megatron-fsdp-main-grads-dtype`` (default ``auto``: the parameters'
+    datatype, ``mcore_fsdp_adapter.py`` l.139-143 and ``megatron_fsdp/param_and_grad_buffer.py``
+    ``_resolve_group_grad_dtype`` @d98e8a64), spelled out there."""
+    reduced = grad_reduce_datatype(datatype, data.grad_reduce_dtype)
+    default = grad_reduce_datatype(datatype, GradReduceDtype.DEFAULT)
+    args: list[str] = []
+    if reduced is not default:
+        args.append(
+            "--accumulate-allreduce-grads-in-fp32"
+            if reduced is Datatype.FP32
+            else "--grad-reduce-in-bf16"
+        )
+    if isinstance(data.optimizer_sharding, ShardedGradients | ShardedParameters):
+        args += ["--megatron-fsdp-main-grads-dtype", _FSDP_DTYPE_NAMES[reduced]]
+    return args
+
+
+_FSDP_DTYPE_NAMES: Mapping[Datatype, str] = MappingProxyType(
+    {Datatype.FP32: "fp32", Datatype.BF16: "bf16", Datatype.FP16: "fp16"}
+)
+"""``--megatron-fsdp-main-grads-dtype``'s choices (``arguments.py`` l.3691 @d98e8a64)."""
 
 
 def _sharding_args(data: DataParallel) -> list[str]:

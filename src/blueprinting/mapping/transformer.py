@@ -869,12 +869,57 @@ class ShardingVariant(StrEnum):
                 assert_never(unreachable)
 
 
+class GradReduceDtype(StrEnum):
+    """The datatype of the gradient buffers and of their data-parallel reduction.
+
+    Megatron-Core keeps one contiguous gradient buffer per (param dtype, grad dtype) whose
+    datatype is ``torch.float`` when ``DistributedDataParallelConfig.grad_reduce_in_fp32`` is set
+    and the parameter's own datatype otherwise (NVIDIA/Megatron-LM
+    ``megatron/core/distributed/param_and_grad_buffer.py`` ``group_params_for_buffers``
+    @d98e8a64); the reduce-scatter / all-reduce runs on that buffer, routed experts' buffers
+    included. Megatron-LM passes ``grad_reduce_in_fp32 = args.accumulate_allreduce_grads_in_fp32``
+    (``megatron/training/training.py`` l.2635) and, with ``--bf16``, turns
+    ``accumulate_allreduce_grads_in_fp32`` on unless ``--grad-reduce-in-bf16`` is given
+    (``megatron/training/arguments.py`` l.1204-1217 @d98e8a64); with ``--fp16`` or fp32 training
+    it stays as given (off: the gradients are fp16 / fp32, ``--grad-reduce-in-bf16`` is read
+    only under ``--bf16``). Megatron-Bridge's DDP config follows MCore
+    (``grad_reduce_in_fp32``, its mixed-precision recipes set it True) and its performance
+    recipes set it False.
+
+    ``default``: Megatron-LM's rule for the model's datatype (fp32 for bf16 training, the
+    parameters' datatype otherwise). ``fp32``: ``--accumulate-allreduce-grads-in-fp32`` /
+    ``grad_reduce_in_fp32 = True``. ``params``: the parameters' datatype,
+    ``--grad-reduce-in-bf16`` for bf16 training / ``grad_reduce_in_fp32 = False``.
+    """
+
+    DEFAULT = "default"
+    FP32 = "fp32"
+    PARAMS = "params"
+
+
+def grad_reduce_datatype(datatype: Datatype, choice: GradReduceDtype) -> Datatype:
+    """The datatype the gradient buffers hold and reduce in when the parameters are
+    ``datatype`` (:class:`GradReduceDtype`; FP8 GEMMs keep bf16 parameters: bf16's rule)."""
+    params = Datatype.BF16 if datatype is Datatype.FP8 else datatype
+    match choice:
+        case GradReduceDtype.FP32:
+            return Datatype.FP32
+        case GradReduceDtype.PARAMS:
+            return params
+        case GradReduceDtype.DEFAULT:
+            return Datatype.FP32 if params is Datatype.BF16 else params
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DataParallel:
     degree: int
     optimizer_sharding: OptimizerSharding = field(default_factory=NoOptimizerSharding)
     overlap_grad_reduce: bool = False
+    #: the gradient buffers' and their reduction's datatype (:class:`GradReduceDtype`)
+    grad_reduce_dtype: GradReduceDtype = GradReduceDtype.DEFAULT
 
     def __post_init__(self) -> None:
         _require_positive("DataParallel", degree=self.degree)
@@ -1324,6 +1369,7 @@ __all__ = [
     "FlexibleStages",
     "ForwardOnly",
     "FullRecompute",
+    "GradReduceDtype",
     "HeadAllToAll",
     "HierarchicalAllToAllRing",
     "InferenceSpec",
@@ -1367,6 +1413,7 @@ __all__ = [
     "delays_wgrad",
     "divisors",
     "from_mapping",
+    "grad_reduce_datatype",
     "inference_from_mapping",
     "inference_schedule",
     "loss_stage",

@@ -979,7 +979,7 @@ def _stage_memory(
 ) -> _StageMemory:
     """``memory.stage_memory`` of the representative stage ``rep`` (per row) under an even
     layout; ``moe_full`` / ``moe_kept``: what a MoE layer stores (0 for a dense model)."""
-    recipe = precision_recipe(model.datatype)
+    recipe = precision_recipe(model.datatype, table.grad_reduce_dtype)
     p, t, v = table.pipeline, table.tensor, table.virtual_stages
     stage = rep.index
     d = table.data * table.context  # the distributed optimizer shards over d x cp
@@ -1422,7 +1422,7 @@ def evaluate_candidates(
     pp_exposed = _pipeline_p2p_exposed(table, m, p2p_s)
 
     # stage_data_parallel_cost: the dense buckets over d x cp, then the experts' over expert-dp
-    recipe = precision_recipe(model.datatype)
+    recipe = precision_recipe(model.datatype, table.grad_reduce_dtype)
     cp = table.context
     dense = d * cp  # dense gradients reduce and shard over d x cp
     moe_key = _expert_key(table, model)

@@ -97,6 +97,7 @@ from blueprinting.mapping.transformer import (
     DataParallel,
     ExpertParallel,
     FullRecompute,
+    GradReduceDtype,
     NoRecompute,
     NoTpCommOverlap,
     PipelineParallel,
@@ -264,6 +265,9 @@ class SearchSpace:
     expert_tensor_parallel: tuple[int, ...] | None = (1,)
     #: token dispatchers (with their EP overlap) crossed with every MoE row.
     dispatchers: tuple[TokenDispatcher, ...] = (AllToAllDispatcher(),)
+    #: the gradient reduction datatype of every row (``DataParallel.grad_reduce_dtype``; not
+    #: searched: a numerics choice the user makes, as Megatron-Bridge's recipes do)
+    grad_reduce_dtype: GradReduceDtype = GradReduceDtype.DEFAULT
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -353,6 +357,8 @@ class CandidateTable:
     expert_tensor: IntArray
     dispatcher: IntArray
     dispatchers: tuple[TokenDispatcher, ...] = (AllToAllDispatcher(),)
+    #: every row's ``DataParallel.grad_reduce_dtype`` (:attr:`SearchSpace.grad_reduce_dtype`)
+    grad_reduce_dtype: GradReduceDtype = GradReduceDtype.DEFAULT
 
     def __len__(self) -> int:
         return int(self.tensor.shape[0])
@@ -642,6 +648,7 @@ def enumerate_strategies(model: TransformerModelSpec, space: SearchSpace) -> Enu
         expert_tensor=etp[keep][rows],
         dispatcher=disp[keep][rows],
         dispatchers=space.dispatchers,
+        grad_reduce_dtype=space.grad_reduce_dtype,
     )
     report = EnumerationReport(
         candidates_enumerated=int(weight.sum()),
@@ -682,6 +689,7 @@ def candidate_to_spec(table: CandidateTable, i: int, model: TransformerModelSpec
             sharding=int(table.sharding[i]),
             overlap_param_gather=bool(table.overlap_param_gather[i]),
             overlap_grad_reduce=bool(table.overlap_grad_reduce[i]),
+            grad_reduce_dtype=table.grad_reduce_dtype,
         ),
         recompute=_recompute_part(int(table.recompute[i]), int(table.recompute_num_layers[i])),
         context=_context_part(int(table.context[i]), int(table.cp_comm[i])),
@@ -742,7 +750,12 @@ def _pipeline_part(
 
 @lru_cache(maxsize=4096)
 def _data_part(
-    degree: int, *, sharding: int, overlap_param_gather: bool, overlap_grad_reduce: bool
+    degree: int,
+    *,
+    sharding: int,
+    overlap_param_gather: bool,
+    overlap_grad_reduce: bool,
+    grad_reduce_dtype: GradReduceDtype = GradReduceDtype.DEFAULT,
 ) -> DataParallel:
     return DataParallel(
         degree=degree,
@@ -750,6 +763,7 @@ def _data_part(
             overlap_param_gather=overlap_param_gather
         ),
         overlap_grad_reduce=overlap_grad_reduce,
+        grad_reduce_dtype=grad_reduce_dtype,
     )
 
 

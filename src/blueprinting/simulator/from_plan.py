@@ -39,7 +39,7 @@ from typing import final
 import numpy as np
 
 from blueprinting.analysis.data_parallel import OverlapWindows, stage_data_parallel_cost
-from blueprinting.analysis.memory import precision_recipe, stage_parameters
+from blueprinting.analysis.memory import stage_parameters, training_recipe
 from blueprinting.errors import UnsupportedError, VerificationError
 from blueprinting.hardware.collectives import CollectiveKind, collective_alpha_beta
 from blueprinting.hardware.system import ParallelDim, SystemSpec
@@ -182,7 +182,7 @@ def _dp_buckets(
     mapping = spec.mapping
     if mapping.dense_gradient_degree == 1:  # d x cp ranks share the dense gradients
         return ()
-    recipe = precision_recipe(spec.model.datatype)
+    recipe = training_recipe(spec.model, spec.mapping)
     context = PlanContext(spec=spec, system=system)
     groups = (context.gradient_group(), context.expert_gradient_group())
     v = plan.virtual_stages

@@ -1,0 +1,247 @@
+"""The gradient reduction datatype (``DataParallel.grad_reduce_dtype``): its flat keys both ways,
+the refusals of contradictory keys, and its exact effects on gradient buffers, the fp32 main-grad
+copy, DP bytes and the Adam step (Megatron-LM ``arguments.py`` l.1204-1217,
+``param_and_grad_buffer.py`` ``group_params_for_buffers``, ``optimizer.py`` /
+``distrib_optimizer.py`` ``_copy_model_grads_to_main_grads`` @d98e8a64)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from blueprinting.analysis.evaluate import PlanOptions
+from blueprinting.analysis.iteration import BubbleSource
+from blueprinting.analysis.memory import (
+    memory_per_stage,
+    precision_recipe,
+    stage_parameters,
+)
+from blueprinting.api import plan_spec
+from blueprinting.errors import ConfigError
+from blueprinting.hardware.presets import system_preset
+from blueprinting.mapping.model import Datatype
+from blueprinting.mapping.presets import model_preset
+from blueprinting.mapping.transformer import (
+    GradReduceDtype,
+    TrainingSpec,
+    from_mapping,
+    grad_reduce_datatype,
+    to_mapping,
+    to_megatron_args,
+)
+
+GB = 80 * 10**9
+KEYS: dict[str, object] = {
+    "tensor_model_parallel_size": 2,
+    "pipeline_model_parallel_size": 2,
+    "data_parallel_size": 4,
+    "use_distributed_optimizer": True,
+    "overlap_grad_reduce": True,
+    "micro_batch_size": 1,
+    "global_batch_size": 32,
+}
+
+
+def _spec(**extra: object) -> TrainingSpec:
+    return from_mapping({**KEYS, **extra}, model=model_preset("llama3-8b"))
+
+
+@pytest.mark.parametrize(
+    ("datatype", "choice", "grad", "main_grad", "total"),
+    [
+        # Megatron-LM's table (dist_optimizer.md): bf16 18 B, fp16 20 B, fp32 16 B
+        (Datatype.BF16, GradReduceDtype.DEFAULT, 4, 0, 18),
+        (Datatype.BF16, GradReduceDtype.FP32, 4, 0, 18),
+        # bf16 buffers: fp16's row, 2 + 2 + (4 + 4 + 8)
+        (Datatype.BF16, GradReduceDtype.PARAMS, 2, 4, 20),
+        (Datatype.FP8, GradReduceDtype.DEFAULT, 4, 0, 18),
+        (Datatype.FP8, GradReduceDtype.PARAMS, 2, 4, 20),
+        (Datatype.FP16, GradReduceDtype.DEFAULT, 2, 4, 20),
+        (Datatype.FP16, GradReduceDtype.PARAMS, 2, 4, 20),
+        # --accumulate-allreduce-grads-in-fp32 under --fp16: the fp32 buffer is the main grad
+        (Datatype.FP16, GradReduceDtype.FP32, 4, 0, 18),
+        (Datatype.FP32, GradReduceDtype.DEFAULT, 4, 0, 16),
+        (Datatype.FP32, GradReduceDtype.PARAMS, 4, 0, 16),
+    ],
+)
+def test_recipe_bytes_per_parameter(
+    datatype: Datatype, choice: GradReduceDtype, grad: int, main_grad: int, total: int
+) -> None:
+    recipe = precision_recipe(datatype, choice)
+    assert (recipe.grad, recipe.main_grad, recipe.total) == (grad, main_grad, total)
+    assert recipe.param == precision_recipe(datatype).param
+    assert grad_reduce_datatype(datatype, choice).bytes == grad
+
+
+@pytest.mark.parametrize(
+    ("extra", "choice"),
+    [
+        ({}, GradReduceDtype.DEFAULT),
+        ({"grad_reduce_in_fp32": True}, GradReduceDtype.FP32),
+        ({"grad_reduce_in_fp32": False}, GradReduceDtype.PARAMS),
+        ({"accumulate_allreduce_grads_in_fp32": True}, GradReduceDtype.FP32),
+        ({"accumulate_allreduce_grads_in_fp32": False}, GradReduceDtype.DEFAULT),
+        ({"grad_reduce_in_bf16": True}, GradReduceDtype.PARAMS),
+        ({"grad_reduce_in_bf16": False}, GradReduceDtype.DEFAULT),
+        ({"grad_reduce_in_fp32": False, "grad_reduce_in_bf16": True}, GradReduceDtype.PARAMS),
+        (
+            {"grad_reduce_in_fp32": True, "accumulate_allreduce_grads_in_fp32": True},
+            GradReduceDtype.FP32,
+        ),
+        # bf16 training without --grad-reduce-in-bf16 reduces in fp32: the same datatype
+        ({"grad_reduce_in_fp32": True, "grad_reduce_in_bf16": False}, GradReduceDtype.FP32),
+    ],
+)
+def test_from_mapping_reads_every_spelling_and_round_trips(
+    extra: dict[str, object], choice: GradReduceDtype
+) -> None:
+    spec = _spec(**extra)
+    assert spec.mapping.parallelism.data.grad_reduce_dtype is choice
+    assert from_mapping(to_mapping(spec), model=spec.model).mapping == spec.mapping
+
+
+def test_to_mapping_and_megatron_args_spell_megatron_lm_flags() -> None:
+    bf16 = _spec(grad_reduce_in_fp32=False)
+    keys = to_mapping(bf16)
+    assert keys["grad_reduce_in_bf16"] is True
+    assert "grad_reduce_in_fp32" not in keys and "accumulate_allreduce_grads_in_fp32" not in keys
+    assert "--grad-reduce-in-bf16" in to_megatron_args(bf16)
+    fp32 = _spec(grad_reduce_in_fp32=True)
+    assert to_mapping(fp32)["accumulate_allreduce_grads_in_fp32"] is True
+    # fp32 is Megatron-LM's default for bf16 training: no flag needed
+    args = to_megatron_args(fp32)
+    assert "--grad-reduce-in-bf16" not in args
+    assert "--accumulate-allreduce-grads-in-fp32" not in args
+    default = _spec()
+    three = {"grad_reduce_in_fp32", "accumulate_allreduce_grads_in_fp32", "grad_reduce_in_bf16"}
+    assert three.isdisjoint(to_mapping(default))
+    assert to_megatron_args(default) == args
+
+
+def test_fp16_training_spells_its_own_default() -> None:
+    fp16 = _spec(fp16=True, bf16=False, accumulate_allreduce_grads_in_fp32=True)
+    assert grad_reduce_datatype(fp16.model.datatype, GradReduceDtype.DEFAULT) is Datatype.FP16
+    assert "--accumulate-allreduce-grads-in-fp32" in to_megatron_args(fp16)
+    params = _spec(fp16=True, bf16=False, grad_reduce_in_fp32=False)
+    assert to_mapping(params)["grad_reduce_in_fp32"] is False
+    assert from_mapping(to_mapping(params), model=params.model).mapping == params.mapping
+    assert "--grad-reduce-in-bf16" not in to_megatron_args(params)
+
+
+def test_megatron_fsdp_is_told_the_datatype() -> None:
+    fsdp = {"use_megatron_fsdp": True, "data_parallel_sharding_strategy": "optim_grads_params"}
+    keys = {k: v for k, v in KEYS.items() if k != "use_distributed_optimizer"}
+    default = from_mapping({**keys, **fsdp}, model=model_preset("llama3-8b"))
+    args = to_megatron_args(default)
+    at = args.index("--megatron-fsdp-main-grads-dtype")
+    assert args[at + 1] == "fp32"
+    bf16 = from_mapping(
+        {**keys, **fsdp, "grad_reduce_in_bf16": True}, model=model_preset("llama3-8b")
+    )
+    args = to_megatron_args(bf16)
+    assert args[args.index("--megatron-fsdp-main-grads-dtype") + 1] == "bf16"
+
+
+@pytest.mark.parametrize(
+    ("extra", "named"),
+    [
+        (
+            {"grad_reduce_in_fp32": True, "grad_reduce_in_bf16": True},
+            ("grad_reduce_in_fp32 = true", "grad_reduce_in_bf16 = true"),
+        ),
+        (
+            {"grad_reduce_in_fp32": False, "accumulate_allreduce_grads_in_fp32": True},
+            ("grad_reduce_in_fp32 = false", "accumulate_allreduce_grads_in_fp32 = true"),
+        ),
+        (
+            {"grad_reduce_in_fp32": False, "grad_reduce_in_bf16": False},
+            ("grad_reduce_in_fp32 = false", "grad_reduce_in_bf16 = false"),
+        ),
+        (
+            {"accumulate_allreduce_grads_in_fp32": True, "grad_reduce_in_bf16": True},
+            ("accumulate_allreduce_grads_in_fp32 = true", "grad_reduce_in_bf16 = true"),
+        ),
+        (
+            {"grad_reduce_in_bf16": True, "fp16": True, "bf16": False},
+            ("grad_reduce_in_bf16 = true", "float16"),
+        ),
+    ],
+)
+def test_contradictory_keys_are_refused_naming_both(
+    extra: dict[str, object], named: tuple[str, str]
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        _spec(**extra)
+    text = str(caught.value)
+    assert all(part in text for part in named), text
+
+
+def test_gradient_and_optimizer_bytes_exact() -> None:
+    """Gradient buffers of 2 vs 4 bytes per parameter; the distributed optimizer's shard gains
+    the 4-byte main-grad copy: optimizer states ceil(N 16 / d) vs ceil(N 12 / d)."""
+    fp32, bf16 = _spec(), _spec(grad_reduce_in_fp32=False)
+    d = fp32.mapping.dense_gradient_degree
+    assert d == 4
+    for stage, (a, b) in enumerate(
+        zip(
+            memory_per_stage(fp32.model, fp32.mapping, capacity_bytes=GB),
+            memory_per_stage(bf16.model, bf16.mapping, capacity_bytes=GB),
+            strict=True,
+        )
+    ):
+        n = stage_parameters(fp32.model, fp32.mapping, stage).dense_total
+        assert (a.gradients, b.gradients) == (4 * n, 2 * n)
+        assert (a.optimizer_states, b.optimizer_states) == (
+            math.ceil(12 * n / d),
+            math.ceil(16 * n / d),
+        )
+        assert a.weights == b.weights
+        assert a.activations == b.activations
+        assert a.nccl_buffers == b.nccl_buffers
+        assert a.total - b.total == 2 * n - (math.ceil(16 * n / d) - math.ceil(12 * n / d))
+
+
+def test_data_parallel_and_optimizer_step_bytes_exact() -> None:
+    system = system_preset("dgx-h100")
+    options = PlanOptions(bubble_source=BubbleSource.CONTRACT)
+    fp32, bf16 = _spec(), _spec(grad_reduce_in_fp32=False)
+    a, b = plan_spec(fp32, system, options), plan_spec(bf16, system, options)
+    critical = a.plan.critical_stage().index
+    n = stage_parameters(fp32.model, fp32.mapping, critical).dense_total
+    assert (a.data_parallel.grad_bytes, b.data_parallel.grad_bytes) == (4 * n, 2 * n)
+    assert a.data_parallel.param_gather_bytes == b.data_parallel.param_gather_bytes
+    assert b.data_parallel.link_s < a.data_parallel.link_s
+    owned = a.optimizer.parameters
+    assert owned == b.optimizer.parameters == math.ceil(n / 4)
+    # Adam reads the buffer: fp32 4 + 8 + 16 + 2, bf16 2 + 8 + 16 + 2 (the fp32 copy Megatron
+    # makes of a 16-bit buffer is not counted: optimizer_step.py)
+    assert (a.optimizer.bytes_moved, b.optimizer.bytes_moved) == (30 * owned, 28 * owned)
+
+
+def test_the_search_reads_the_datatype() -> None:
+    """The vectorized figures under ``params`` against ``default``: the same rows, half the DP
+    gradient bytes, the gradient memory and the Adam traffic as the plan's formulas give
+    (row-by-row equality with the plan: tests/search/test_evaluate_vectorized.py)."""
+    from blueprinting.search.evaluate_vectorized import evaluate_candidates
+    from blueprinting.search.space import SearchSpace, enumerate_strategies
+
+    model, system = model_preset("llama3-8b"), system_preset("dgx-h100")
+    space = SearchSpace(gpu_counts=(16,), global_batch_size=8, max_microbatch_size=1)
+    tables = [
+        enumerate_strategies(model, dataclasses.replace(space, grad_reduce_dtype=choice)).table
+        for choice in (GradReduceDtype.DEFAULT, GradReduceDtype.PARAMS)
+    ]
+    fp32, bf16 = (evaluate_candidates(table, model, system) for table in tables)
+    assert len(tables[0]) == len(tables[1]) > 100
+    synced = 0
+    for i in range(len(tables[0])):
+        a, b = fp32.row_json(i), bf16.row_json(i)
+        dp_a, dp_b = a["dp_comm"], b["dp_comm"]
+        assert isinstance(dp_a, dict) and isinstance(dp_b, dict)
+        grads = dp_a["grad_bytes"]
+        assert isinstance(grads, int)
+        assert dp_b["grad_bytes"] == grads // 2
+        synced += grads > 0
+    assert synced > 50
