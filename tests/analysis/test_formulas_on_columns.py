@@ -200,3 +200,21 @@ def test_dp_exposures_per_row(
         chunk_backward_s=col(chunk_bw),
     )
     assert plain3 == tuple(float(x[0]) for x in column3)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.lists(st.tuples(st.integers(0, 2**40), positive, st.booleans()), min_size=1, max_size=6)
+)
+def test_owned_parameters_per_row(rows: list[tuple[int, int, bool]]) -> None:
+    """The optimizer step's owned parameters, one formula: ceil(N / degree) when sharded, N
+    otherwise, row by row as on plain numbers."""
+    from blueprinting.analysis.optimizer_step import owned_parameters
+
+    params = np.array([r[0] for r in rows], dtype=np.int64)
+    degree = np.array([r[1] for r in rows], dtype=np.int64)
+    sharded = np.array([r[2] for r in rows], dtype=np.bool_)
+    column = owned_parameters(params, degree=degree, sharded=sharded)
+    for i, (n, d, s) in enumerate(rows):
+        plain = owned_parameters(n, degree=d, sharded=s)
+        assert plain == int(column[i]) == (-(-n // d) if s else n)

@@ -28,7 +28,7 @@ from blueprinting.analysis.memory import (
     stage_parameters,
     training_recipe,
 )
-from blueprinting.analysis.optimizer_step import adam_step_cost
+from blueprinting.analysis.optimizer_step import adam_step_cost, owned_parameters
 from blueprinting.analysis.report import IterationReport
 from blueprinting.errors import ConfigError
 from blueprinting.hardware.system import CommGroup, Engine, ParallelDim, SystemSpec
@@ -205,13 +205,15 @@ def _owned_parameters(spec: TrainingSpec, stage_params: int, *, degree: int | No
     """Parameters whose optimizer state this GPU updates (the distributed optimizer shards over
     d x cp, Megatron's ``intra_dp_cp_group``; routed experts over expert-dp, ``degree``)."""
     d = spec.mapping.dense_gradient_degree if degree is None else degree
+    sharded: bool
     match spec.mapping.parallelism.data.optimizer_sharding:
         case NoOptimizerSharding():
-            return stage_params
+            sharded = False
         case DistributedOptimizer() | ShardedGradients() | ShardedParameters():
-            return -(-stage_params // d)
+            sharded = True
         case _ as unreachable:
             assert_never(unreachable)
+    return owned_parameters(stage_params, degree=d, sharded=sharded)
 
 
 @final

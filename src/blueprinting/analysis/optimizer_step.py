@@ -27,10 +27,29 @@ state it owns: stage_parameters / d under any sharded variant.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import final
+from typing import TYPE_CHECKING, TypeVar, final
 
+from blueprinting.hardware.polymorphic import IntColumn, where
 from blueprinting.hardware.system import Engine, SystemSpec
 from blueprinting.mapping.model import Datatype
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+_Count = TypeVar("_Count", int, IntColumn)
+
+
+def owned_parameters(
+    parameters: _Count, *, degree: _Count | int, sharded: bool | npt.NDArray[np.bool_]
+) -> _Count:
+    """Parameters whose optimizer state one GPU updates, of a stage's ``parameters``: all of
+    them without a sharded optimizer, ``ceil(parameters / degree)`` under any sharded variant
+    (the distributed optimizer shards dense parameters over d x cp, Megatron's
+    ``intra_dp_cp_group``, and routed experts over expert-dp). One rank's count (the plan) or
+    int64 columns of them (the search)."""
+    return where(sharded, -(-parameters // degree), parameters)
+
 
 ADAM_FLOPS_PER_PARAMETER = 11
 MAIN_PARAM_BYTES = 4

@@ -134,7 +134,7 @@ from blueprinting.analysis.memory import (
     uniform_stored_bytes,
     uniform_working_bytes,
 )
-from blueprinting.analysis.optimizer_step import adam_step_cost
+from blueprinting.analysis.optimizer_step import adam_step_cost, owned_parameters
 from blueprinting.analysis.pipeline_contract import (
     bubble_count,
     bubble_seconds,
@@ -180,10 +180,6 @@ BoolArray = npt.NDArray[np.bool_]
 _CODE = {variant: RECOMPUTE_CODES.index(variant) for variant in RecomputeVariant}
 _SHARD = {variant: SHARDING_CODES.index(variant) for variant in ShardingVariant}
 _TIER = {tier: index for index, tier in enumerate(LinkTier)}
-
-
-def _ceil_div(numerator: IntArray, denominator: IntArray | int) -> IntArray:
-    return -(-numerator // denominator)
 
 
 def _keys(*columns: npt.NDArray[np.int64] | npt.NDArray[np.bool_]) -> tuple[IntArray, IntArray]:
@@ -1500,9 +1496,12 @@ def evaluate_candidates(
     dp_link = dense_dp[2] + np.where(has_experts, expert_dp_cost[2], 0.0)
     dp_exposed = dense_dp[3] + np.where(has_experts, expert_dp_cost[3], 0.0)
 
-    # adam_step_cost over the owned parameters (evaluate._owned_parameters, dense then experts)
-    owned = np.where(no_shard, params, _ceil_div(params, dense))
-    owned = owned + np.where(no_shard, expert_params, _ceil_div(expert_params, expert_dp))
+    # adam_step_cost over the owned parameters (optimizer_step.owned_parameters, dense then
+    # experts, as evaluate._owned_parameters calls it)
+    sharded = ~no_shard
+    owned = owned_parameters(params, degree=dense, sharded=sharded) + owned_parameters(
+        expert_params, degree=expert_dp, sharded=sharded
+    )
     owned_values, owned_inverse = np.unique(owned, return_inverse=True)
     steps = [
         adam_step_cost(
