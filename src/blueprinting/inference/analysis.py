@@ -44,6 +44,7 @@ Decisions (README, "infer --json", repeats them with units):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import TypeAlias, final
 
@@ -152,6 +153,32 @@ def op_time(op: InferenceOp, system: SystemSpec, plan: LocalInferencePlan) -> fl
     return work_time(op.work, op.gemm, system, plan.model.datatype)
 
 
+def _summed(ops: Sequence[InferenceOp], *, ops_s: float, tp_comm_s: float) -> StepCost:
+    """The cost of ``ops`` with their times given: the op counts summed (exact in integers),
+    the one place a StepCost is composed from op objects."""
+    return StepCost(
+        ops_s=ops_s,
+        tp_comm_s=tp_comm_s,
+        matrix_flops=sum(op.work.matrix_flops for op in ops),
+        vector_flops=sum(op.work.vector_flops for op in ops),
+        weight_bytes=sum(op.weight_bytes for op in ops),
+        expert_weight_bytes=sum(op.expert_weight_bytes for op in ops),
+        kv_cache_bytes=sum(op.kv_cache_bytes for op in ops),
+        activation_bytes=sum(op.activation_bytes for op in ops),
+    )
+
+
+def _step_sums(columns: list[list[float]]) -> tuple[list[float], float]:
+    """Each step's time (the built-in ``sum`` of its op times, op j of the step in column j)
+    and the steps' total added one after the other: the order the op-by-op loop of
+    :func:`_attention_costs` adds them in, so both paths give the same floats."""
+    step_s = [sum(row) for row in zip(*columns, strict=True)]
+    total_s = 0.0
+    for seconds in step_s:
+        total_s += seconds
+    return step_s, total_s
+
+
 def _cost(
     ops: tuple[InferenceOp, ...],
     collectives: tuple[InferenceCollective, ...],
@@ -159,18 +186,13 @@ def _cost(
     plan: LocalInferencePlan,
     tp_group: CommGroup,
 ) -> StepCost:
-    return StepCost(
+    return _summed(
+        ops,
         ops_s=sum(op_time(op, system, plan) for op in ops),
         tp_comm_s=sum(
             system.collective_time(LinkCollective(c.kind.value), c.bytes, tp_group)
             for c in collectives
         ),
-        matrix_flops=sum(op.work.matrix_flops for op in ops),
-        vector_flops=sum(op.work.vector_flops for op in ops),
-        weight_bytes=sum(op.weight_bytes for op in ops),
-        expert_weight_bytes=sum(op.expert_weight_bytes for op in ops),
-        kv_cache_bytes=sum(op.kv_cache_bytes for op in ops),
-        activation_bytes=sum(op.activation_bytes for op in ops),
     )
 
 
@@ -256,21 +278,8 @@ def _attention_costs(
     # What the loop above gives, in its order: a step's ops_s is the built-in ``sum`` of its
     # op times (compensated from Python 3.12 on), the steps' add one after the other, and the
     # integer counts add exactly in any order; no collective, so tp_comm_s is 0.
-    step_s = [sum(row) for row in zip(*columns, strict=True)]
-    total_s = 0.0
-    for seconds in step_s:
-        total_s += seconds
-    every = [op for ops in steps for op in ops]
-    summed = StepCost(
-        ops_s=total_s,
-        tp_comm_s=0.0,
-        matrix_flops=sum(op.work.matrix_flops for op in every),
-        vector_flops=sum(op.work.vector_flops for op in every),
-        weight_bytes=sum(op.weight_bytes for op in every),
-        expert_weight_bytes=sum(op.expert_weight_bytes for op in every),
-        kv_cache_bytes=sum(op.kv_cache_bytes for op in every),
-        activation_bytes=sum(op.activation_bytes for op in every),
-    )
+    step_s, total_s = _step_sums(columns)
+    summed = _summed([op for ops in steps for op in ops], ops_s=total_s, tp_comm_s=0.0)
     return np.array(step_s, dtype=np.float64), summed
 
 
@@ -310,10 +319,9 @@ def _attention_column_costs(
         vector_flops += sum(vector.tolist())
         kv_cache_bytes += sum(column(f.kv_cache_bytes).tolist())
         moved += sum(traffic.tolist())
-    step_s = [sum(row) for row in zip(*columns, strict=True)]
-    total_s = 0.0
-    for seconds in step_s:
-        total_s += seconds
+    step_s, total_s = _step_sums(columns)
+    # the figures' sums, not op objects' (there are none on this path): what _summed would
+    # give for the ops these figures describe, which carry no weights
     summed = StepCost(
         ops_s=total_s,
         tp_comm_s=0.0,
