@@ -24,10 +24,10 @@ first forward (Megatron dispatches it bucket by bucket in the forward pre-hook).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar, assert_never, final
+from typing import TYPE_CHECKING, assert_never, final
 
 from blueprinting.hardware.collectives import CollectiveKind
-from blueprinting.hardware.polymorphic import maximum, where
+from blueprinting.hardware.polymorphic import Real, maximum, where
 from blueprinting.hardware.system import CommGroup, SystemSpec
 
 if TYPE_CHECKING:
@@ -90,19 +90,15 @@ class OverlapWindows:
     microbatch_count: int
 
 
-Seconds = TypeVar("Seconds", float, "npt.NDArray[np.float64]")
-"""A plan's seconds, or the search's column of them (:mod:`blueprinting.hardware.polymorphic`)."""
-
-
 def grad_sync_exposed(
-    total_s: Seconds,
+    total_s: Real,
     *,
-    blocks_per_chunk: Seconds,
-    virtual_stages: Seconds,
-    pipeline_degree: Seconds,
-    block_backward_s: Seconds,
-    chunk_backward_s: Seconds,
-) -> Seconds:
+    blocks_per_chunk: Real,
+    virtual_stages: Real,
+    pipeline_degree: Real,
+    block_backward_s: Real,
+    chunk_backward_s: Real,
+) -> Real:
     """Calculon's overlap window model (module docstring): the exposed part of a gradient
     reduction of ``total_s`` overlapped with the backward, on numbers or columns (the counts
     as floats there, exact below 2**53)."""
@@ -133,8 +129,8 @@ def _windowed(total_s: float, windows: OverlapWindows) -> float:
 
 
 def unsharded_exposure(
-    all_reduce_s: Seconds, *, overlap_grad_reduce: bool | npt.NDArray[np.bool_], hidden: Seconds
-) -> tuple[Seconds, Seconds, Seconds, Seconds]:
+    all_reduce_s: Real, *, overlap_grad_reduce: bool | npt.NDArray[np.bool_], hidden: Real
+) -> tuple[Real, Real, Real, Real]:
     """(grad sync, param gather, their exposed parts) without optimizer sharding: one
     all-reduce, ``hidden`` its exposed part under the overlap window (:func:`grad_sync_exposed`)."""
     zero = all_reduce_s * 0.0
@@ -142,14 +138,14 @@ def unsharded_exposure(
 
 
 def optimizer_sharded_exposure(
-    reduce_scatter_s: Seconds,
-    all_gather_s: Seconds,
+    reduce_scatter_s: Real,
+    all_gather_s: Real,
     *,
     overlap_grad_reduce: bool | npt.NDArray[np.bool_],
     overlap_param_gather: bool | npt.NDArray[np.bool_],
-    hidden: Seconds,
-    stage_forward_s: Seconds,
-) -> tuple[Seconds, Seconds, Seconds, Seconds]:
+    hidden: Real,
+    stage_forward_s: Real,
+) -> tuple[Real, Real, Real, Real]:
     """The distributed optimizer (and sharded gradients): a reduce-scatter of the gradients
     behind the backward, an all-gather of the updated parameters behind the next iteration's
     first forward."""
@@ -162,16 +158,16 @@ def optimizer_sharded_exposure(
 
 
 def parameter_sharded_exposure(
-    reduce_scatter_s: Seconds,
-    all_gather_s: Seconds,
+    reduce_scatter_s: Real,
+    all_gather_s: Real,
     *,
-    microbatches: Seconds,
+    microbatches: Real,
     overlap_grad_reduce: bool | npt.NDArray[np.bool_],
     overlap_param_gather: bool | npt.NDArray[np.bool_],
-    hidden: Seconds,
-    stage_forward_s: Seconds,
-    chunk_backward_s: Seconds,
-) -> tuple[Seconds, Seconds, Seconds, Seconds]:
+    hidden: Real,
+    stage_forward_s: Real,
+    chunk_backward_s: Real,
+) -> tuple[Real, Real, Real, Real]:
     """ZeRO-3: per microbatch, parameter all-gathers before its forward and its backward and a
     reduce-scatter of its gradients (``reduce_scatter_s`` / ``all_gather_s``: one of each;
     ``hidden``: one reduce-scatter's exposed part under the window)."""

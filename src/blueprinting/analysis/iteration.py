@@ -36,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TypeVar, assert_never, final
+from typing import assert_never, final
 
 import numpy as np
 import numpy.typing as npt
@@ -47,6 +47,7 @@ from blueprinting.analysis.pipeline_contract import (
     combined_warmup,
     imbalance_correction,
 )
+from blueprinting.hardware.polymorphic import Real
 from blueprinting.mapping.transformer import (
     CombinedOneForwardOneBackward,
     DualPipe,
@@ -449,21 +450,14 @@ def bubble_contract(plan: PortablePlanIR, microbatches: int) -> BubbleContract:
     )
 
 
-_Seconds = TypeVar("_Seconds", float, "npt.NDArray[np.float64]")
-
-
-def overlapped_p2p_exposed(
-    pipeline: _Seconds, virtual: _Seconds, per_chunk_s: _Seconds
-) -> _Seconds:
+def overlapped_p2p_exposed(pipeline: Real, virtual: Real, per_chunk_s: Real) -> Real:
     """Interleaved 1F1B with ``overlap_p2p_comm``: only the warm-up's chain of ``p v - 1``
     chunk sends waits on the link (module docstring); on numbers or columns (the counts as
     floats, exact below 2**53)."""
     return (pipeline * virtual - 1) * per_chunk_s
 
 
-def blocking_p2p_exposed(
-    microbatches: _Seconds, virtual: _Seconds, per_chunk_s: _Seconds
-) -> _Seconds:
+def blocking_p2p_exposed(microbatches: Real, virtual: Real, per_chunk_s: Real) -> Real:
     """Blocking sends: every microbatch's forward and backward through every chunk waits for
     its P2P (module docstring); on numbers or columns."""
     return microbatches * virtual * per_chunk_s

@@ -67,7 +67,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import TYPE_CHECKING, TypeVar, assert_never, cast, final
+from typing import TYPE_CHECKING, assert_never, cast, final
 
 from blueprinting.analysis.precision_memory import (
     param_gather_bytes,
@@ -81,7 +81,7 @@ from blueprinting.analysis.rank_parameters import (
     moe_block_parameters_per_rank,
 )
 from blueprinting.analysis.stage_layout import chunk_layer_counts, chunk_layer_starts
-from blueprinting.hardware.polymorphic import maximum, minimum, where
+from blueprinting.hardware.polymorphic import Count, maximum, minimum, where
 
 if TYPE_CHECKING:
     import numpy as np
@@ -179,35 +179,34 @@ def _ceil_div(numerator: int, denominator: int) -> int:
 # (search/evaluate_vectorized.py) on int64 columns, one row per candidate: each formula once.
 # The callers differ only in how they pick a variant: a ``match`` on the spec's sum type, or
 # ``numpy.select`` over the rows' variant codes.
-_Bytes = TypeVar("_Bytes", int, "npt.NDArray[np.int64]")
 
 
 def _plain_ints(*values: object) -> bool:
     return all(type(value) is int for value in values)
 
 
-def ceil_div(numerator: _Bytes, denominator: _Bytes) -> _Bytes:
+def ceil_div(numerator: Count, denominator: Count) -> Count:
     """The integer ceiling of ``numerator / denominator`` (both non-negative, the denominator
     positive), exact on Python integers and on int64 columns."""
-    return cast("_Bytes", -(-numerator // denominator))  # type: ignore[redundant-cast]
+    return cast("Count", -(-numerator // denominator))  # type: ignore[redundant-cast]
 
 
 def sequence_rows(
-    tokens: _Bytes, tensor: _Bytes, sequence_parallel: bool | npt.NDArray[np.bool_]
-) -> _Bytes:
+    tokens: Count, tensor: Count, sequence_parallel: bool | npt.NDArray[np.bool_]
+) -> Count:
     """Rows of a token-wise tensor on one TP rank: ``s / t`` (rounded up) under sequence
     parallelism, all ``s`` without it."""
     return where(sequence_parallel, ceil_div(tokens, tensor), tokens + tensor * 0)
 
 
 def state_bytes(
-    count: _Bytes,
+    count: Count,
     *,
     recipe: PrecisionRecipe,
-    level: _Bytes,
-    degree: _Bytes,
-    gathered: _Bytes,
-) -> tuple[_Bytes, _Bytes, _Bytes]:
+    level: Count,
+    degree: Count,
+    gathered: Count,
+) -> tuple[Count, Count, Count]:
     """(weights, gradients, optimizer states) bytes of ``count`` parameters whose states shard
     over ``degree`` ranks at sharding ``level`` (:func:`sharding_level`: 1 optimizer states,
     2 and gradients, 3 and parameters), ``gathered`` of them held whole (ZeRO-3)."""
@@ -226,8 +225,8 @@ def state_bytes(
 
 
 def gathered_whole(
-    level: _Bytes, total: _Bytes, largest_unit: _Bytes, prefetch: bool | npt.NDArray[np.bool_]
-) -> _Bytes:
+    level: Count, total: Count, largest_unit: Count, prefetch: bool | npt.NDArray[np.bool_]
+) -> Count:
     """Parameters ZeRO-3 (sharding level 3) holds unsharded at once: the unit being computed,
     and the next one when the gather is prefetched; none at the other levels."""
     units = where(prefetch, largest_unit * 2, largest_unit)
@@ -235,33 +234,33 @@ def gathered_whole(
 
 
 def plain_stored_bytes(
-    layer_microbatches: _Bytes,
-    moe_layer_microbatches: _Bytes,
-    per_layer: _Bytes,
-    moe_per_layer: _Bytes,
-) -> _Bytes:
+    layer_microbatches: Count,
+    moe_layer_microbatches: Count,
+    per_layer: Count,
+    moe_per_layer: Count,
+) -> Count:
     """What a stage stores for backward without full recomputation: every in-flight
     (microbatch, block) pair its block's bytes (``per_layer``: all of them without
     recomputation, the kept ones under selective recompute), a MoE block its excess over a
     dense one on top (``moe_per_layer - per_layer``)."""
     return cast(  # type: ignore[redundant-cast]
-        "_Bytes",
+        "Count",
         layer_microbatches * per_layer + moe_layer_microbatches * (moe_per_layer - per_layer),
     )
 
 
 def uniform_stored_bytes(
-    microbatches: _Bytes, layers: _Bytes, group: _Bytes, checkpoint: _Bytes
-) -> _Bytes:
+    microbatches: Count, layers: Count, group: Count, checkpoint: Count
+) -> Count:
     """Full recompute, ``uniform`` method, one chunk of ``layers`` blocks with ``microbatches``
     in flight: one checkpoint per group of ``group`` blocks (Megatron-LM
     ``--recompute-method uniform``)."""
-    return cast("_Bytes", microbatches * ceil_div(layers, group) * checkpoint)  # type: ignore[redundant-cast]
+    return cast("Count", microbatches * ceil_div(layers, group) * checkpoint)  # type: ignore[redundant-cast]
 
 
 def block_stored_bytes(
-    microbatches: _Bytes, layers: _Bytes, group: _Bytes, checkpoint: _Bytes, full: _Bytes
-) -> _Bytes:
+    microbatches: Count, layers: Count, group: Count, checkpoint: Count, full: Count
+) -> Count:
     """Full recompute, ``block`` method, one chunk: the first ``group`` blocks keep only their
     checkpoint, the rest store everything (Megatron-LM ``--recompute-method block``)."""
     kept = minimum(group, layers) * checkpoint + maximum(layers - group, layers * 0) * full
@@ -269,14 +268,14 @@ def block_stored_bytes(
 
 
 def selective_working_bytes(
-    has_blocks: bool | npt.NDArray[np.bool_], full: _Bytes, kept: _Bytes
-) -> _Bytes:
+    has_blocks: bool | npt.NDArray[np.bool_], full: Count, kept: Count
+) -> Count:
     """Selective recompute's working set in backward: the recomputed attention core of one
     block (its s x s tensors), where the stage holds blocks."""
     return where(has_blocks, full - kept, full * 0)
 
 
-def uniform_working_bytes(group: _Bytes, full: _Bytes, checkpoint: _Bytes) -> _Bytes:
+def uniform_working_bytes(group: Count, full: Count, checkpoint: Count) -> Count:
     """Full uniform recompute's working set: the recomputed group's activations less its first
     input, the checkpoint already counted as stored (``group``: blocks in the group, 0 on a
     stage without blocks)."""
@@ -284,41 +283,41 @@ def uniform_working_bytes(group: _Bytes, full: _Bytes, checkpoint: _Bytes) -> _B
 
 
 def block_working_bytes(
-    has_blocks: bool | npt.NDArray[np.bool_], full: _Bytes, checkpoint: _Bytes
-) -> _Bytes:
+    has_blocks: bool | npt.NDArray[np.bool_], full: Count, checkpoint: Count
+) -> Count:
     """Full block recompute's working set: one recomputed block less its checkpoint."""
     return where(has_blocks, full - checkpoint, full * 0)
 
 
 def embedding_buffer_bytes(
-    microbatches: _Bytes,
+    microbatches: Count,
     *,
-    micro_batch: _Bytes,
-    tokens: _Bytes,
-    rows: _Bytes,
+    micro_batch: Count,
+    tokens: Count,
+    rows: Count,
     hidden: int,
     dropout: bool,
-) -> _Bytes:
+) -> Count:
     """The first stage's embedding buffers of ``microbatches`` in flight: the int64 token ids
     and the embedding dropout's mask (module docstring)."""
     per_sample = TOKEN_ID_BYTES * tokens + dropout_mask_bytes(dropout) * rows * hidden
-    return cast("_Bytes", microbatches * micro_batch * per_sample)  # type: ignore[redundant-cast]
+    return cast("Count", microbatches * micro_batch * per_sample)  # type: ignore[redundant-cast]
 
 
 def logits_buffer_bytes(
-    microbatches: _Bytes,
+    microbatches: Count,
     *,
-    micro_batch: _Bytes,
-    tokens: _Bytes,
-    vocab_shard: _Bytes,
-    rows: _Bytes,
+    micro_batch: Count,
+    tokens: Count,
+    vocab_shard: Count,
+    rows: Count,
     hidden: int,
     activation: int,
-) -> _Bytes:
+) -> Count:
     """The loss stage's stored logits of ``microbatches`` in flight: fp32 logits of the
     vocabulary shard and the final norm's output (module docstring)."""
     per_sample = LOGITS_BYTES * tokens * vocab_shard + activation * rows * hidden
-    return cast("_Bytes", microbatches * micro_batch * per_sample)  # type: ignore[redundant-cast]
+    return cast("Count", microbatches * micro_batch * per_sample)  # type: ignore[redundant-cast]
 
 
 # --------------------------------------------------------------------------------------------
@@ -851,7 +850,7 @@ def checkpoint_bytes(
     return micro_batch * rows * model.hidden_size * activation_bytes
 
 
-def one_f_one_b_in_flight(*, pipeline: _Bytes, stage: _Bytes, microbatches: _Bytes) -> _Bytes:
+def one_f_one_b_in_flight(*, pipeline: Count, stage: Count, microbatches: Count) -> Count:
     """Microbatches in flight at non-interleaved 1F1B's peak on rank ``stage``:
     ``min(p - r, m)`` (schedules.md section 5), on numbers or columns."""
     return minimum(pipeline - stage, microbatches)
@@ -859,13 +858,13 @@ def one_f_one_b_in_flight(*, pipeline: _Bytes, stage: _Bytes, microbatches: _Byt
 
 def interleaved_peak(
     *,
-    pipeline: _Bytes,
-    stage: _Bytes,
-    virtual: _Bytes,
-    group: _Bytes,
-    microbatches: _Bytes,
-    extra: _Bytes,
-) -> _Bytes:
+    pipeline: Count,
+    stage: Count,
+    virtual: Count,
+    group: Count,
+    microbatches: Count,
+    extra: Count,
+) -> Count:
     """Chunk forwards in flight at interleaved 1F1B's peak on rank ``stage``:
     ``min(2 (p - r - 1) + (v - 1) N + 1 + extra, m v)`` (schedules.md section 5; ``extra`` 1
     under combined 1F1B, :func:`in_flight_microbatches`)."""
@@ -876,13 +875,13 @@ def interleaved_peak(
 
 def interleaved_slot(
     *,
-    peak: _Bytes,
-    microbatches: _Bytes,
-    group: _Bytes,
-    virtual: _Bytes,
+    peak: Count,
+    microbatches: Count,
+    group: Count,
+    virtual: Count,
     index: int,
-    chunk: _Bytes,
-) -> _Bytes:
+    chunk: Count,
+) -> Count:
     """Microbatches of group ``index`` (N at a time, the last the remainder) whose forward
     through ``chunk`` is in flight at ``peak``: Megatron-LM's schedule table fills (group 0,
     chunk 0), (group 0, chunk 1), ..., (group 1, chunk 0), ... in order, so a slot holds what
@@ -1490,31 +1489,31 @@ PEAK_PHASES: tuple[MemoryPeak, ...] = (
 )
 
 
-def peak_phase_index(*, working: _Bytes, logits: _Bytes) -> _Bytes:
+def peak_phase_index(*, working: Count, logits: Count) -> Count:
     """The index into :data:`PEAK_PHASES` of the transient that sets the peak (the one
     comparison, on integers or arrays of them)."""
     if _plain_ints(working, logits):
         # plain integers stay Python's: a plan's byte counts may pass int64 (numpy would not)
-        return cast("_Bytes", 2 if logits > working else (1 if working > 0 else 0))  # type: ignore[redundant-cast]
+        return cast("Count", 2 if logits > working else (1 if working > 0 else 0))  # type: ignore[redundant-cast]
     import numpy as np
 
-    return cast("_Bytes", np.where(logits > working, 2, np.where(working > 0, 1, 0)))
+    return cast("Count", np.where(logits > working, 2, np.where(working > 0, 1, 0)))
 
 
 def overhead_parts(
-    *, working: _Bytes, logits: _Bytes, nccl_buffers: _Bytes, runtime: RuntimeMemory
-) -> tuple[_Bytes, _Bytes, _Bytes, _Bytes, _Bytes]:
+    *, working: Count, logits: Count, nccl_buffers: Count, runtime: RuntimeMemory
+) -> tuple[Count, Count, Count, Count, Count]:
     """(transient, workspace, allocator_reserve, cuda_context, nccl_buffers) of
     :class:`StageOverheads` from a stage's backward working set (0 without blocks), its logits
     transient (0 off the last stage) and its NCCL buffers: the one composition, on integers
     (the plan) or arrays of them (the search)."""
     if _plain_ints(working, logits):
         # plain integers stay Python's: a plan's byte counts may pass int64 (numpy would not)
-        transient = cast("_Bytes", max(cast(int, working), cast(int, logits)))  # type: ignore[redundant-cast]
+        transient = cast("Count", max(cast(int, working), cast(int, logits)))  # type: ignore[redundant-cast]
     else:
         import numpy as np
 
-        transient = cast("_Bytes", np.maximum(working, logits))
+        transient = cast("Count", np.maximum(working, logits))
     zero = working * 0
     return (
         transient,
@@ -1668,13 +1667,13 @@ class MemoryBreakdown:
 
 def peak_bytes(
     *,
-    total: _Bytes,
-    transient: _Bytes,
-    workspace: _Bytes,
-    allocator_reserve: _Bytes,
-    cuda_context: _Bytes,
-    nccl_buffers: _Bytes,
-) -> tuple[_Bytes, _Bytes, _Bytes]:
+    total: Count,
+    transient: Count,
+    workspace: Count,
+    allocator_reserve: Count,
+    cuda_context: Count,
+    nccl_buffers: Count,
+) -> tuple[Count, Count, Count]:
     """(``allocated_peak``, ``allocator_reserved_peak``, ``reserved_peak``) from the parts
     (:class:`MemoryBreakdown`): the one composition, on integers (the plan) or on arrays of
     them (the search)."""
@@ -1877,27 +1876,25 @@ layer, ``hidden_states`` and ``decoder_input`` (same file, ``_checkpointed_forwa
 
 
 def mtp_depth_bytes(
-    *, layer: _Bytes, micro_batch: _Bytes, rows: _Bytes, hidden: int, activation: int
-) -> _Bytes:
+    *, layer: Count, micro_batch: Count, rows: Count, hidden: int, activation: int
+) -> Count:
     """What one MTP depth stores for one microbatch outside its output head: its decoder
     layer's stored bytes (``layer``: under the stage's recompute) and the
     :data:`MTP_HIDDEN_TENSORS` beside it."""
     return layer + micro_batch * MTP_HIDDEN_TENSORS * activation * rows * hidden
 
 
-def mtp_checkpoint_bytes(
-    *, micro_batch: _Bytes, rows: _Bytes, hidden: int, activation: int
-) -> _Bytes:
+def mtp_checkpoint_bytes(*, micro_batch: Count, rows: Count, hidden: int, activation: int) -> Count:
     """One MTP depth's stored bytes for one microbatch under full uniform recomputation."""
     return micro_batch * MTP_CHECKPOINT_TENSORS * activation * rows * hidden
 
 
-def mtp_stored_bytes(microbatches: _Bytes, *, depths: int, depth: _Bytes, head: _Bytes) -> _Bytes:
+def mtp_stored_bytes(microbatches: Count, *, depths: int, depth: Count, head: Count) -> Count:
     """The loss stage's MTP activations: every in-flight microbatch of its last chunk holds
     each of the ``depths`` depths' stored bytes (``depth``) and its own output head's logits
     (``head``: :func:`logits_buffer_bytes` of one microbatch; Megatron-LM's
     ``process_mtp_loss`` runs the shared output layer and the loss once per depth)."""
-    return cast("_Bytes", microbatches * depths * (depth + head))  # type: ignore[redundant-cast]
+    return cast("Count", microbatches * depths * (depth + head))  # type: ignore[redundant-cast]
 
 
 def sharding_level(sharding: OptimizerSharding) -> int:

@@ -27,9 +27,9 @@ state it owns: stage_parameters / d under any sharded variant.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypeVar, final
+from typing import TYPE_CHECKING, final
 
-from blueprinting.hardware.polymorphic import IntColumn, where
+from blueprinting.hardware.polymorphic import Count, where
 from blueprinting.hardware.system import Engine, SystemSpec
 from blueprinting.mapping.model import Datatype
 
@@ -37,12 +37,10 @@ if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-_Count = TypeVar("_Count", int, IntColumn)
-
 
 def owned_parameters(
-    parameters: _Count, *, degree: _Count | int, sharded: bool | npt.NDArray[np.bool_]
-) -> _Count:
+    parameters: Count, *, degree: Count | int, sharded: bool | npt.NDArray[np.bool_]
+) -> Count:
     """Parameters whose optimizer state one GPU updates, of a stage's ``parameters``: all of
     them without a sharded optimizer, ``ceil(parameters / degree)`` under any sharded variant
     (the distributed optimizer shards dense parameters over d x cp, Megatron's

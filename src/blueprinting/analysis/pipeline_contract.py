@@ -20,12 +20,12 @@ and the imbalance correction still overestimates uneven bubbles. The concrete sc
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypeVar, final
+from typing import final
 
 import numpy as np
 import numpy.typing as npt
 
-from blueprinting.hardware.polymorphic import where
+from blueprinting.hardware.polymorphic import Count, Real, where
 
 
 @final
@@ -51,22 +51,20 @@ class BubbleContract:
 
 # The contract's terms on a plan's numbers or on the search's columns of them
 # (:mod:`blueprinting.hardware.polymorphic`): the scalar plan and the vectorized search share them.
-_Count = TypeVar("_Count", int, "npt.NDArray[np.int64]")
-_Seconds = TypeVar("_Seconds", float, "npt.NDArray[np.float64]")
 
 
-def extra_interleaving_bubbles(p: _Count, v: _Count, m: _Count) -> _Count:
+def extra_interleaving_bubbles(p: Count, v: Count, m: Count) -> Count:
     """(v - 1) * (p - m mod p) when m mod p != 0, else 0 (seed)."""
     remainder = m % p
     return where(remainder == 0, remainder * 0, (v - 1) * (p - remainder))
 
 
-def bubble_count(p: _Count, extra: _Count) -> _Count:
+def bubble_count(p: Count, extra: Count) -> Count:
     """n_bubble = (p - 1) + extra_interleaving_bubbles (seed)."""
     return (p - 1) + extra
 
 
-def bubble_seconds(n_bubble: _Seconds, chunk_time_s: _Seconds, correction_s: _Seconds) -> _Seconds:
+def bubble_seconds(n_bubble: Real, chunk_time_s: Real, correction_s: Real) -> Real:
     """T_bubble = n_bubble * T_chunk - T_imbalance_correction (seed)."""
     return n_bubble * chunk_time_s - correction_s
 
@@ -93,8 +91,8 @@ def analytic_bubble(
 
 
 def imbalance_correction(
-    *, p: _Seconds, max_blocks_per_stage: _Seconds, total_blocks: _Seconds, block_fw_bw_s: _Seconds
-) -> _Seconds:
+    *, p: Real, max_blocks_per_stage: Real, total_blocks: Real, block_fw_bw_s: Real
+) -> Real:
     """T_imbalance_correction: the stages that hold fewer blocks than the most loaded one shorten
     the bubble by their missing blocks' forward+backward time (Calculon's
     ``bubble_reduction_time``: (p - L mod p) missing blocks when L = p*ceil(L/p) - missing); the

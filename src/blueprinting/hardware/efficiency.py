@@ -45,6 +45,7 @@ from typing import Protocol, TypeAlias, TypeVar, assert_never, final
 from blueprinting.errors import ConfigError, positive_int_problems
 from blueprinting.hardware.polymorphic import (
     Column,
+    Count,
     IntColumn,
     Real,
     any_below,
@@ -107,15 +108,12 @@ class GemmShape:
         return f"{batch}{self.m}x{self.n}x{self.k}"
 
 
-_Count = TypeVar("_Count", int, IntColumn)
-
-
-def gemm_flops(m: _Count, n: _Count, k: _Count, batch: _Count) -> _Count:
+def gemm_flops(m: Count, n: Count, k: Count, batch: Count) -> Count:
     """A (batched) GEMM's FLOPs, of one shape or of int64 columns of shapes."""
     return 2 * m * n * k * batch
 
 
-def smallest_gemm_dim(m: _Count, n: _Count, k: _Count) -> _Count:
+def smallest_gemm_dim(m: Count, n: Count, k: Count) -> Count:
     """The smallest of a GEMM's three dimensions (of one shape or of columns)."""
     return minimum(minimum(m, n), k)
 

@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 Column: TypeAlias = "npt.NDArray[np.float64]"
 IntColumn: TypeAlias = "npt.NDArray[np.int64]"
 Real = TypeVar("Real", float, Column)
+#: Exact counts (FLOPs, bytes, blocks): Python ints on the plan's path, int64 columns in the
+#: search.
+Count = TypeVar("Count", int, IntColumn)
 #: The analysis formulas' values (byte counts exact as Python ints on the plan's path, int64
 #: columns in the search) as well as seconds.
 Number = TypeVar("Number", int, float, IntColumn, Column)

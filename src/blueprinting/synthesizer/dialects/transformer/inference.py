@@ -76,10 +76,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from enum import StrEnum
-from typing import Generic, TypeAlias, TypeVar, assert_never, final
+from typing import Generic, TypeAlias, assert_never, final
 
 from blueprinting.errors import ConfigError, positive_int_problems
-from blueprinting.hardware.polymorphic import EXACT_INT_LIMIT, IntColumn
+from blueprinting.hardware.polymorphic import EXACT_INT_LIMIT, Count, IntColumn
 from blueprinting.mapping.model import (
     Datatype,
     DenseFeedForward,
@@ -401,7 +401,6 @@ def _attention(
 
 
 #: A count on one step (a Python int) or on a column of steps (an int64 column).
-Count = TypeVar("Count", int, IntColumn)
 
 
 @final
