@@ -733,7 +733,8 @@ def _with_host_exposure(
 
 
 def _dispatch_time(task: CollectiveTask, system: SystemSpec, group: CommGroup) -> float:
-    """A MoE layer's dispatch / combine: all-to-alls with the hierarchical cost
+    """A MoE layer's dispatch / combine: a flex library's exchange inside one NVLink domain at
+    its measured rate (:func:`_measured_flex_time`), else all-to-alls with the hierarchical cost
     (:meth:`SystemSpec.all_to_all_time`; forwarded once per remote NVLink domain under DeepEP,
     :meth:`SystemSpec.forwarded_all_to_all_time`), the etp / etp x ep gathers on the
     ring model."""
