@@ -649,3 +649,24 @@ def test_cost_model_meets_the_issue_throughput_gate(real_table: ValidationTable)
     last stage the critical stage)."""
     (result,) = [r for r in real_table.gates if r.gate.family == MetricFamily.THROUGHPUT]
     assert result.passed, (result.mae, result.max_error)
+
+
+def test_a_measured_figure_errors_are_relative_to_must_be_nonzero(tmp_path: Path) -> None:
+    """Fuzz seed 1271 case 449: a published figure of 0 reached the relative error as a
+    ZeroDivisionError. Every measured figure must be finite and, being a magnitude, positive
+    (the two changes in percent may be negative, not 0); all are reported at once."""
+    text = FIXTURE.read_text()
+    first = text.index("tflops_per_gpu = 137.0")
+    bad = (
+        text[:first]
+        + "tflops_per_gpu = 0\npct_of_peak = -44.0\noverhead_vs_baseline_pct = 0.0\n"
+        + text[text.index("aggregate_pflops", first) :]
+    )
+    path = tmp_path / "published.toml"
+    path.write_text(bad)
+    with pytest.raises(ConfigError) as raised:
+        load_published_runs(path)
+    problems = " | ".join(raised.value.problems)
+    assert "measured.tflops_per_gpu must be a positive finite number, got 0.0" in problems
+    assert "measured.pct_of_peak must be a positive finite number, got -44.0" in problems
+    assert "measured.overhead_vs_baseline_pct must be a finite non-zero number, got 0.0" in problems

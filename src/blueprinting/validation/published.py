@@ -132,6 +132,10 @@ class MeasuredFigures:
     baseline_run: str | None = None
 
 
+#: The measured figures that are changes in percent (may be negative); the others are
+#: magnitudes.
+_SIGNED_MEASURED_KEYS = frozenset({"throughput_increase_vs_full_pct", "overhead_vs_baseline_pct"})
+
 #: Measured keys of the fixture, in the order :class:`MeasuredFigures` declares them.
 MEASURED_KEYS: tuple[str, ...] = (
     "tflops_per_gpu",
@@ -336,6 +340,16 @@ def _run(raw: Mapping[str, object], where: str, problems: ProblemCollector) -> P
         key: number_or_none(measured_raw, key, f"{where}.measured", problems)
         for key in MEASURED_KEYS
     }
+    for key, value in figures.items():
+        # every error is relative to the measured figure: it must be finite and non-zero, and
+        # all but the two changes in percent are magnitudes (positive)
+        signed = key in _SIGNED_MEASURED_KEYS
+        if value is not None and not (
+            math.isfinite(value) and (value != 0 if signed else value > 0)
+        ):
+            kind = "a finite non-zero number" if signed else "a positive finite number"
+            problems.add(f"{where}.measured.{key} must be {kind}, got {value!r}")
+            figures[key] = None
     baseline_run = raw.get("baseline_run")
     if baseline_run is not None and not isinstance(baseline_run, str):
         problems.add(f"{where}.baseline_run must be a string")
