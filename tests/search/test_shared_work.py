@@ -52,6 +52,7 @@ SPACE = SearchSpace(
 def _drop_every_memo() -> None:
     portable._SYSTEM_MEMOS.clear()
     distributed._VERIFIED.clear()
+    distributed._SPANS.clear()
     distributed._dense_groups.cache_clear()
     distributed._moe_group.cache_clear()
     evaluate._local_block.cache_clear()

@@ -656,9 +656,12 @@ def _check_chain(group: TaskGroup, phases: tuple[Phase, ...], problems: list[str
         current = task.lineage.target
 
 
-#: groups that passed the checks on a mesh, by identity (an entry holds its group, so the id is
-#: not reused while it lives); bounded, a dropped entry is checked again
-_VERIFIED: dict[tuple[int, tuple[tuple[tuple[str, int], ...], int]], TaskGroup] = {}
+#: groups that passed the checks, by identity and tp (an entry holds its group, so the id is
+#: not reused while it lives), with the mesh axes their collectives run over: on another mesh
+#: only those axes are checked again (the other checks read the tasks and tp alone: a search's
+#: dense groups are shared by meshes that differ in the expert axes); bounded, a dropped entry
+#: is checked again
+_VERIFIED: dict[tuple[int, int], tuple[TaskGroup, tuple[str, ...]]] = {}
 _VERIFIED_LIMIT = 4096
 
 
@@ -672,11 +675,14 @@ class VerifyDistributedTasks:
     def run(self, ir: DistributedTaskIR, ctx: PassContext) -> DistributedTaskIR:
         problems: list[str] = []
         axes = {a.name: a.size for a in ir.mesh.axes}
-        mesh = (tuple(axes.items()), ir.tp)
         for group in ir.groups:
-            known = _VERIFIED.get((id(group), mesh))
-            if known is group:
-                continue  # this very group passed on this mesh (the dense groups are shared)
+            known = _VERIFIED.get((id(group), ir.tp))
+            if (
+                known is not None
+                and known[0] is group
+                and all(axes.get(a, 0) > 1 for a in known[1])
+            ):
+                continue  # this group passed; its collectives' axes are here, of size > 1
             before = len(problems)
             seen: set[str] = set()
             for task in group.tasks:
@@ -703,7 +709,8 @@ class VerifyDistributedTasks:
             if len(problems) == before:
                 if len(_VERIFIED) >= _VERIFIED_LIMIT:
                     _VERIFIED.clear()
-                _VERIFIED[(id(group), mesh)] = group
+                used = {t.axis for t in group.tasks if isinstance(t, CollectiveTask)}
+                _VERIFIED[(id(group), ir.tp)] = (group, tuple(sorted(used)))
         if problems:
             raise VerificationError(
                 f"checking DistributedTaskIR of {ir.model} ({ir.strategy}):\n"

@@ -1082,7 +1082,8 @@ def _compute_time(task: ComputeTask, system: SystemSpec, precision: OpPrecision)
     # a task is timed by several passes of one costing (the phases, the host model, the TP
     # overlaps): by identity first, without hashing its work again
     seen = memo.tasks.get(id(task))
-    if seen is not None and seen[0] is task and seen[1] is precision:
+    # (each costing builds its own OpPrecision: an equal one times the task the same)
+    if seen is not None and seen[0] is task and (seen[1] is precision or seen[1] == precision):
         return seen[2]
     is_gemm = task.gemm is not None and task.attention is None
     gemm_format = precision.gemm_format(task.lineage.op, is_gemm=is_gemm)
