@@ -28,6 +28,7 @@ from blueprinting.search.space import (
     candidate_to_spec,
     enumerate_strategies,
 )
+from blueprinting.synthesizer.dialects.transformer import training as training_ops
 from blueprinting.synthesizer.dialects.transformer.training import placements
 from blueprinting.synthesizer.dialects.transformer.training_derivation import (
     derive_training_block,
@@ -58,6 +59,7 @@ def _drop_every_memo() -> None:
     evaluate._local_block.cache_clear()
     evaluate._local_block_costs.cache_clear()
     placements.cache_clear()
+    training_ops._attention_half.cache_clear()
 
 
 def _figures(table: CandidateTable) -> dict[str, npt.NDArray[np.float64]]:
