@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from blueprinting.analysis import evaluate
+from blueprinting.errors import VerificationError
 from blueprinting.hardware.presets import system_preset
 from blueprinting.hardware.system import SystemSpec
 from blueprinting.mapping.precision import Fp8Precision, HighPrecision
@@ -28,11 +29,21 @@ from blueprinting.search.space import (
     candidate_to_spec,
     enumerate_strategies,
 )
-from blueprinting.synthesizer.dialects.transformer.training import placements
+from blueprinting.synthesizer.dialects.transformer import training as training_ops
+from blueprinting.synthesizer.dialects.transformer.training import block_ops, placements
 from blueprinting.synthesizer.dialects.transformer.training_derivation import (
+    derive_block_plan,
     derive_training_block,
 )
 from blueprinting.synthesizer.stages.distributed import passes as distributed
+from blueprinting.synthesizer.stages.distributed.ir import (
+    CollectiveTask,
+    ComputeTask,
+    LogicalMesh,
+    MeshAxis,
+    Phase,
+    TaskGroup,
+)
 from blueprinting.synthesizer.stages.portable_plan import passes as portable
 from blueprinting.synthesizer.stages.portable_plan.ir import PortablePlanIR
 from blueprinting.synthesizer.stages.portable_plan.precision import OpPrecision
@@ -52,11 +63,13 @@ SPACE = SearchSpace(
 def _drop_every_memo() -> None:
     portable._SYSTEM_MEMOS.clear()
     distributed._VERIFIED.clear()
+    distributed._SPANS.clear()
     distributed._dense_groups.cache_clear()
     distributed._moe_group.cache_clear()
     evaluate._local_block.cache_clear()
     evaluate._local_block_costs.cache_clear()
     placements.cache_clear()
+    training_ops._attention_half.cache_clear()
 
 
 def _figures(table: CandidateTable) -> dict[str, npt.NDArray[np.float64]]:
@@ -224,3 +237,156 @@ def test_keys_of_many_wide_columns() -> None:
     )
     assert first.tolist() == want_first.tolist()
     assert inverse.tolist() == want_inverse.reshape(-1).tolist()
+
+
+def _rows_differing_in_ep(table: CandidateTable, *, context: int) -> dict[int, int]:
+    """ep -> a row, all rows with one attention half (t = 2 with SP, the given cp, b = 1, no
+    TP overlap, one recompute policy, the alltoall dispatcher)."""
+    rows = np.flatnonzero(
+        (table.tensor == 2)
+        & table.sequence_parallel
+        & (table.context == context)
+        & (table.micro_batch == 1)
+        & ~table.tp_comm_overlap
+        & (table.dispatcher == table.dispatcher[0])
+    )
+    recompute = table.recompute[rows[0]]
+    by_ep: dict[int, int] = {}
+    for i in rows.tolist():
+        if table.recompute[i] == recompute:
+            by_ep.setdefault(int(table.expert[i]), i)
+    return by_ep
+
+
+def test_moe_blocks_lowered_in_spans_equal_the_one_span_lowering(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every MoE block of the space, lowered in spans with the span memo warm (each span
+    lowered once for the rows that share it), is task for task (ids, dependencies, order,
+    work) the block lowered as one span with every memo dropped; the attention tasks are one
+    object across ep, the routed experts' are each ep's own (8 experts: 8 / ep per rank)."""
+    table = enumerate_strategies(MODEL, SPACE).table
+    _drop_every_memo()
+    spanned = [
+        derive_training_block(MODEL, candidate_to_spec(table, i, MODEL).mapping)
+        for i in range(len(table))
+    ]
+    with monkeypatch.context() as patch:
+        patch.setattr(distributed, "_ROUTED_EXPERT_OPS", frozenset())
+        for i, ir in enumerate(spanned):
+            _drop_every_memo()
+            whole = derive_training_block(MODEL, candidate_to_spec(table, i, MODEL).mapping)
+            assert whole.moe_block == ir.moe_block, i
+    _drop_every_memo()
+    by_ep = _rows_differing_in_ep(table, context=2)
+    assert sorted(by_ep) == [1, 2, 4, 8]
+    blocks = {
+        ep: derive_training_block(MODEL, candidate_to_spec(table, i, MODEL).mapping).moe_block
+        for ep, i in by_ep.items()
+    }
+    tasks = {ep: {t.id: t for t in block.tasks} for ep, block in blocks.items() if block}
+    # the spans after the routed experts (forward) and before them (backward) go on from the
+    # routed experts' last task: one object where that task is the same (the chunk sort's
+    # combine / dispatch-gradient all-to-all at ep = 2 and 4), not at ep = 1 (no exchange) nor
+    # at ep = 8 (one local expert: no chunk sort, the all-to-alls sit at the expert GEMMs)
+    for after in ("fwd.mlp_residual", "agrad.output_projection", "agrad.router"):
+        assert tasks[4][after] is tasks[2][after]
+        for other in (1, 8):
+            assert tasks[other][after] is not tasks[2][after]
+            assert tasks[other][after] == dataclasses.replace(
+                tasks[2][after], deps=tasks[other][after].deps
+            )
+    for ep in (2, 4, 8):
+        for shared in ("fwd.core_attention", "fwd.router", "fwd.moe_permute"):
+            assert tasks[ep][shared] is tasks[1][shared]
+        fc1 = tasks[ep]["fwd.expert_fc1"]
+        assert isinstance(fc1, ComputeTask) and fc1.gemm is not None
+        assert fc1.gemm.batch == 8 // ep
+        assert fc1 is not tasks[1]["fwd.expert_fc1"]
+    assert "fwd.moe_sort_chunks.ep.all_to_all.dispatch" not in tasks[1]
+    assert "fwd.moe_sort_chunks.ep.all_to_all.dispatch" in tasks[2]
+    assert "fwd.expert_fc1.ep.all_to_all.dispatch" in tasks[8]
+
+
+def test_configurations_sharing_the_attention_half_keep_their_own_expert_costs() -> None:
+    """Rows that share the attention half (one span, one set of task objects) but differ in
+    ep: each MoE block's costs, warm (every other ep costed first), equal the cold pipeline's;
+    the ep = 1 block exchanges no tokens, the others' token-dispatch time is the sum of their
+    own all-to-all / all-gather times on their own ep communicators."""
+    table = enumerate_strategies(MODEL, SPACE).table
+    system = system_preset("dgx-a100-80gb")
+    by_ep = _rows_differing_in_ep(table, context=1)
+    specs = {ep: candidate_to_spec(table, i, MODEL) for ep, i in by_ep.items()}
+    cold: dict[int, PortablePlanIR] = {}
+    for ep, spec in specs.items():
+        _drop_every_memo()
+        cold[ep] = evaluate.portable_plan(spec, system)
+    _drop_every_memo()
+    warm = {ep: evaluate.portable_plan(spec, system) for ep, spec in specs.items()}
+    for ep in specs:
+        assert warm[ep].moe_block == cold[ep].moe_block, ep
+        assert warm[ep].block == cold[ep].block, ep
+    forward = {ep: plan.moe_block.forward for ep, plan in warm.items() if plan.moe_block}
+    assert forward[1].ep_comm_s == 0.0
+    for ep in (2, 4, 8):
+        spec = specs[ep]
+        ir = derive_training_block(MODEL, spec.mapping)
+        assert ir.moe_block is not None
+        groups = portable.expert_groups(spec, system)
+        want = 0.0
+        for task in ir.moe_block.tasks:
+            if (
+                isinstance(task, CollectiveTask)
+                and task.phase is Phase.FORWARD
+                and task.axis in groups
+            ):
+                want += portable._dispatch_time(task, system, groups[task.axis])
+        assert want > 0.0
+        assert forward[ep].ep_comm_s == want
+    assert len({f.ep_comm_s for f in forward.values()}) == 4
+    assert len({f.compute_s for f in forward.values()}) == 4
+
+
+def test_spans_that_would_repeat_a_task_id_are_lowered_as_one() -> None:
+    """An op name twice in one group: lowered in spans, the second span would reuse the
+    first's ids; the group is lowered as one span, whose builder numbers the repeats."""
+    table = enumerate_strategies(MODEL, SPACE).table
+    plan = derive_block_plan(MODEL, candidate_to_spec(table, 0, MODEL).mapping)
+    ops = block_ops(MODEL, plan.local, attention=plan.attention)
+    norm = ops[0]
+    twice = (norm, *ops[1:3], norm)
+
+    def lower(split: tuple[int, ...]) -> TaskGroup:
+        return distributed._lower_group("block", plan, twice, {}, lambda _: False, split=split)
+
+    _drop_every_memo()
+    spanned, whole = lower((2,)), lower(())
+    assert spanned == whole
+    ids = [t.id for t in whole.tasks if t.phase is Phase.FORWARD]
+    assert ids[0] == f"fwd.{norm.name}" and ids[-1] == f"fwd.{norm.name}#2"
+
+
+def test_a_verified_group_is_checked_again_on_a_mesh_without_its_axes() -> None:
+    """The verification memo keeps a group that passed with the axes its collectives use: the
+    same group object on a mesh without its ep axis is refused, not waved through."""
+    table = enumerate_strategies(MODEL, SPACE).table
+    row = _rows_differing_in_ep(table, context=1)[4]
+    _drop_every_memo()
+    ir = derive_training_block(MODEL, candidate_to_spec(table, row, MODEL).mapping)
+    assert ir.moe_block is not None
+    assert any(isinstance(t, CollectiveTask) and t.axis == "ep" for t in ir.moe_block.tasks)
+    ctx = distributed.PassContext()
+    assert distributed.VerifyDistributedTasks().run(ir, ctx) is ir
+    without_ep = dataclasses.replace(
+        ir, mesh=LogicalMesh(axes=tuple(a for a in ir.mesh.axes if a.name != "ep"))
+    )
+    with pytest.raises(VerificationError, match="no mesh axis 'ep'"):
+        distributed.VerifyDistributedTasks().run(without_ep, ctx)
+    ep_of_one = dataclasses.replace(
+        ir,
+        mesh=LogicalMesh(
+            axes=tuple(MeshAxis(name=a.name, size=1) if a.name == "ep" else a for a in ir.mesh.axes)
+        ),
+    )
+    with pytest.raises(VerificationError, match="collective over size 1"):
+        distributed.VerifyDistributedTasks().run(ep_of_one, ctx)

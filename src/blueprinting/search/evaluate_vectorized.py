@@ -65,7 +65,9 @@ exposures run once for the dense buckets (d x cp) and once for the experts'
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import gc
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, fields
 from typing import final
 
@@ -454,6 +456,24 @@ def _scope(recompute: IntArray) -> IntArray:
     return np.where(full, 2, np.where(recompute == _CODE[RecomputeVariant.SELECTIVE], 1, 0))
 
 
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Run the block with Python's cyclic garbage collector off (restored after, as found).
+
+    Costing thousands of block configurations allocates millions of small objects (the tasks,
+    their costs, the memo entries), most of them kept alive by the memos and none of them in a
+    reference cycle: each young-generation collection walks them for nothing (about 15% of the
+    CPU time of ``benchmarks/bench_slow_commands.py``'s MoE searches). Reference counting still
+    frees everything that is dropped; only cycles wait for the next collection."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
 def _block_costs(
     table: CandidateTable,
     model: TransformerModelSpec,
@@ -486,49 +506,50 @@ def _block_costs(
     distinct_parts = sorted({part for part, _ in part_keys})
     part_rows: list[list[float]] = []
     rows = []
-    for done, i in enumerate(first):
-        if progress is not None:
-            progress(done, len(first))
-        plan = portable_plan(candidate_to_spec(table, int(i), model), system)
-        block, emb, lm = plan.block, plan.embedding, plan.lm_head
-        moe = block if plan.moe_block is None else plan.moe_block
-        costed = {part: costed_part(plan, part) for part in distinct_parts}
-        part_rows.append([phase_field(costed[part], time) for part, time in part_keys])
-        rows.append(
-            (  # in the field order of _BlockArrays
-                block.forward.compute_s,
-                block.forward.comm_exposed_s,
-                block.backward_activation.compute_s,
-                block.backward_activation.comm_exposed_s,
-                block.backward_weight.compute_s,
-                block.backward_weight.comm_exposed_s,
-                block.recompute.compute_s,
-                block.recompute.comm_exposed_s,
-                block.forward_s,
-                block.backward_s,
-                block.backward_with_recompute_s,
-                block.recompute.critical_path_s,
-                emb.forward.compute_s,
-                emb.forward.comm_exposed_s,
-                emb.backward.compute_s,
-                emb.backward.comm_exposed_s,
-                # PortablePlanIR.stage_microbatch_compute_s adds the base-precision layers to
-                # the stages of the embedding and of the loss
-                emb.total_s + plan.first_layers.total_s,
-                lm.forward.compute_s,
-                lm.forward.comm_exposed_s,
-                lm.backward.compute_s,
-                lm.backward.comm_exposed_s,
-                lm.total_s + plan.last_layers.total_s + plan.mtp.total_s,
-                moe.forward_s,
-                moe.backward_s,
-                moe.backward_with_recompute_s,
-                moe.recompute.critical_path_s,
-                0.0
-                if plan.ep_overlap is None
-                else plan.ep_overlap.unpaired_forward_s + plan.ep_overlap.unpaired_backward_s,
+    with _collector_paused():
+        for done, i in enumerate(first):
+            if progress is not None:
+                progress(done, len(first))
+            plan = portable_plan(candidate_to_spec(table, int(i), model), system)
+            block, emb, lm = plan.block, plan.embedding, plan.lm_head
+            moe = block if plan.moe_block is None else plan.moe_block
+            costed = {part: costed_part(plan, part) for part in distinct_parts}
+            part_rows.append([phase_field(costed[part], time) for part, time in part_keys])
+            rows.append(
+                (  # in the field order of _BlockArrays
+                    block.forward.compute_s,
+                    block.forward.comm_exposed_s,
+                    block.backward_activation.compute_s,
+                    block.backward_activation.comm_exposed_s,
+                    block.backward_weight.compute_s,
+                    block.backward_weight.comm_exposed_s,
+                    block.recompute.compute_s,
+                    block.recompute.comm_exposed_s,
+                    block.forward_s,
+                    block.backward_s,
+                    block.backward_with_recompute_s,
+                    block.recompute.critical_path_s,
+                    emb.forward.compute_s,
+                    emb.forward.comm_exposed_s,
+                    emb.backward.compute_s,
+                    emb.backward.comm_exposed_s,
+                    # PortablePlanIR.stage_microbatch_compute_s adds the base-precision layers to
+                    # the stages of the embedding and of the loss
+                    emb.total_s + plan.first_layers.total_s,
+                    lm.forward.compute_s,
+                    lm.forward.comm_exposed_s,
+                    lm.backward.compute_s,
+                    lm.backward.comm_exposed_s,
+                    lm.total_s + plan.last_layers.total_s + plan.mtp.total_s,
+                    moe.forward_s,
+                    moe.backward_s,
+                    moe.backward_with_recompute_s,
+                    moe.recompute.critical_path_s,
+                    0.0
+                    if plan.ep_overlap is None
+                    else plan.ep_overlap.unpaired_forward_s + plan.ep_overlap.unpaired_backward_s,
+                )
             )
-        )
     if progress is not None:
         progress(len(first), len(first))
     values = np.array(rows, dtype=np.float64)[inverse]

@@ -1166,6 +1166,31 @@ def block_ops(
     the attention core as ``attention`` runs it; ``experts``: the block is a MoE layer seen by
     one rank of that expert grid (None: the dense MLP)."""
     e = model.datatype.bytes
+    feed_forward = (
+        _mlp_ops(
+            model,
+            dims.gemm_tokens,
+            dims.hidden,
+            dims.ffn,
+            names=(SemanticOpName.MLP_UP, SemanticOpName.MLP_ACTIVATION, SemanticOpName.MLP_DOWN),
+            width_bytes=e,
+        )
+        if experts is None
+        else _moe_ops(model, dims, experts, width_bytes=e)
+    )
+    head, residual = _attention_half(model, dims, attention)
+    return (*head, *feed_forward, residual)
+
+
+@lru_cache(maxsize=4096)
+def _attention_half(
+    model: TransformerModelSpec, dims: BlockDims, attention: AttentionKernel
+) -> tuple[tuple[SemanticOp, ...], SemanticOp]:
+    """The ops of :func:`block_ops` that do not read the feed-forward: the attention half up
+    to the pre-MLP norm, and the closing residual. Memoized (pure in its arguments): a search's
+    MoE blocks that differ in the expert grid hold the same op objects here, which their
+    lowering (distributed.passes._SPANS) and costing find by identity."""
+    e = model.datatype.bytes
     bias = model.add_bias_linear
     rows, m, h = dims.token_rows, dims.gemm_tokens, dims.hidden
     b, s = dims.micro_batch, dims.seq_length
@@ -1184,19 +1209,7 @@ def block_ops(
             )
         case _ as unreachable:
             assert_never(unreachable)
-    feed_forward = (
-        _mlp_ops(
-            model,
-            m,
-            h,
-            dims.ffn,
-            names=(SemanticOpName.MLP_UP, SemanticOpName.MLP_ACTIVATION, SemanticOpName.MLP_DOWN),
-            width_bytes=e,
-        )
-        if experts is None
-        else _moe_ops(model, dims, experts, width_bytes=e)
-    )
-    return (
+    head = (
         _norm(SemanticOpName.INPUT_NORM, model, rows, width_bytes=e),
         *_attention_input_ops(model, dims, width_bytes=e),
         *core,
@@ -1217,16 +1230,16 @@ def block_ops(
             width_bytes=e,
         ),
         _norm(SemanticOpName.POST_ATTENTION_NORM, model, rows, width_bytes=e),
-        *feed_forward,
-        _residual(
-            SemanticOpName.MLP_RESIDUAL,
-            rows,
-            h,
-            bias=bias,
-            dropout=model.has_hidden_dropout,
-            width_bytes=e,
-        ),
     )
+    residual = _residual(
+        SemanticOpName.MLP_RESIDUAL,
+        rows,
+        h,
+        bias=bias,
+        dropout=model.has_hidden_dropout,
+        width_bytes=e,
+    )
+    return head, residual
 
 
 # Vocab-parallel cross-entropy per-logit FLOPs (our convention, after Megatron's

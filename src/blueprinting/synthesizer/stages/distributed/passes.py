@@ -20,7 +20,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import TextIO, assert_never, cast, final
+from itertools import pairwise
+from typing import TextIO, TypeAlias, assert_never, cast, final
 
 from blueprinting.errors import VerificationError
 from blueprinting.mapping.transformer import ExpertParallel, HierarchicalAllToAllRing
@@ -84,9 +85,18 @@ class PassContext:
 # --------------------------------------------------------------------------------------------
 # Lowering
 # --------------------------------------------------------------------------------------------
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _PlacementPlan:
+    """What placing a task reads of its plan: the rank's TP degree and sequence parallelism."""
+
+    tp: int
+    sequence_parallel: bool
+
+
 @dataclass(slots=True)
 class _GroupBuilder:
-    plan: LocalBlockPlan
+    plan: _PlacementPlan
     tasks: list[Task] = field(default_factory=list)
     ids: set[str] = field(default_factory=set)
     #: each (sharding, shard dim)'s placements and shard count on this plan's tp and SP
@@ -225,6 +235,240 @@ def _weight_grad_placement(op: SemanticOp, sequence_parallel: bool) -> Placement
             assert_never(unreachable)
 
 
+_NO_EXCHANGE: list[ContextExchange] = []
+_NO_COLLECTIVE: list[BoundaryCollective] = []
+#: the task each recomputed op of a span produced, by op name
+_Produced: TypeAlias = tuple[tuple[SemanticOpName, str], ...]
+#: one phase's lowering of a span: its tasks in order, the state it leaves, and its task ids
+_Lowered: TypeAlias = tuple[tuple[Task, ...], object, frozenset[str]]
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Span:
+    """A run of a group's ops with everything lowering them reads: the rank's TP degree and
+    sequence parallelism (their placements), the ops, each op's boundary collectives, the
+    context / expert exchanges around them, and which of them are recomputed. A value: two
+    equal spans lower to the same tasks from the same entry state."""
+
+    tp: int
+    sequence_parallel: bool
+    ops: tuple[SemanticOp, ...]
+    collectives: tuple[tuple[BoundaryCollective, ...], ...]
+    exchanges: tuple[ContextExchange, ...]
+    recomputed: tuple[bool, ...]
+
+
+def _span(
+    plan: LocalBlockPlan,
+    ops: tuple[SemanticOp, ...],
+    collectives: dict[SemanticOpName, tuple[BoundaryCollective, ...]],
+    exchanges: tuple[ContextExchange, ...],
+    recomputes: Callable[[SemanticOpName], bool],
+) -> _Span:
+    names = {op.name for op in ops}
+    return _Span(
+        tp=plan.tp,
+        sequence_parallel=plan.sequence_parallel,
+        ops=ops,
+        collectives=tuple(collectives.get(op.name, ()) for op in ops),
+        exchanges=tuple(x for x in exchanges if x.op in names),
+        recomputed=tuple(recomputes(op.name) for op in ops),
+    )
+
+
+@dataclass(slots=True)
+class _SpanLowering:
+    """Lowers one span phase by phase, each from the state the span before it (forward,
+    recompute) or after it (backward) leaves: ``last`` / ``frontier`` the task the next one
+    waits on, and for the recompute whether a recomputed segment is open."""
+
+    span: _Span
+    plan: _PlacementPlan
+    exchanges_at: dict[tuple[SemanticOpName, Direction, bool], list[ContextExchange]]
+    collectives_at: dict[
+        tuple[SemanticOpName, Direction, CollectivePurpose], list[BoundaryCollective]
+    ]
+
+    @classmethod
+    def of(cls, span: _Span) -> _SpanLowering:
+        # The exchanges and collectives of each (op, direction, ...) in their given order,
+        # indexed once: a search lowers thousands of groups and looks each op up in every phase.
+        exchanges_at: dict[tuple[SemanticOpName, Direction, bool], list[ContextExchange]] = {}
+        for x in span.exchanges:
+            exchanges_at.setdefault((x.op, x.direction, x.before), []).append(x)
+        collectives_at: dict[
+            tuple[SemanticOpName, Direction, CollectivePurpose], list[BoundaryCollective]
+        ] = {}
+        for op, listed in zip(span.ops, span.collectives, strict=True):
+            for c in listed:
+                collectives_at.setdefault((op.name, c.direction, c.purpose), []).append(c)
+        return cls(
+            span=span,
+            plan=_PlacementPlan(tp=span.tp, sequence_parallel=span.sequence_parallel),
+            exchanges_at=exchanges_at,
+            collectives_at=collectives_at,
+        )
+
+    def around(self, op: SemanticOp, direction: Direction, before: bool) -> list[ContextExchange]:
+        return self.exchanges_at.get((op.name, direction, before), _NO_EXCHANGE)
+
+    def of_op(
+        self, op: SemanticOp, direction: Direction, purpose: CollectivePurpose
+    ) -> list[BoundaryCollective]:
+        return self.collectives_at.get((op.name, direction, purpose), _NO_COLLECTIVE)
+
+    def _forward_op(
+        self, g: _GroupBuilder, op: SemanticOp, phase: Phase, last: str | None, starts: bool
+    ) -> str | None:
+        """One op's forward (or recompute) tasks after ``last``; ``starts``: the op opens a
+        recomputed segment."""
+        column = op.sharding is TpSharding.COLUMN
+        fw = self.of_op(op, Direction.FORWARD, CollectivePurpose.BOUNDARY)
+        if phase is Phase.RECOMPUTE and starts and op.name in RECOMPUTE_FROM_GATHERED_INPUT:
+            # the segment's checkpoint is this op's gathered input (a whole-block
+            # recompute, which starts at the block input, re-runs the gather)
+            fw = []
+        if column:
+            for c in fw:
+                last = g.collective(c, phase, (last,))
+        for x in self.around(op, Direction.FORWARD, True):
+            last = g.exchange(x, phase, (last,))
+        task = g.compute(op, phase, (last,))
+        last = task or last
+        for x in self.around(op, Direction.FORWARD, False):
+            last = g.exchange(x, phase, (last,))
+        if not column:
+            for c in fw:
+                last = g.collective(c, phase, (last,))
+        # statistics are forward-only and never recomputed with a different result
+        if phase is Phase.FORWARD:
+            for c in self.of_op(op, Direction.FORWARD, CollectivePurpose.STATISTIC):
+                last = g.collective(c, phase, (last,))
+        return last
+
+    def forward(self, last: str | None) -> _Lowered:
+        g = _GroupBuilder(plan=self.plan)
+        for op in self.span.ops:
+            last = self._forward_op(g, op, Phase.FORWARD, last, starts=False)
+        return tuple(g.tasks), last, frozenset(g.ids)
+
+    def recompute(self, state: tuple[bool, str | None]) -> tuple[_Lowered, _Produced]:
+        """Each contiguous run of recomputed ops restarts from what the forward stored before
+        it (a checkpoint input), so it is its own chain with no dependency on the previous run;
+        a run may go on from the span before. Also: the task each recomputed op produced."""
+        g = _GroupBuilder(plan=self.plan)
+        open_, last = state
+        produced: dict[SemanticOpName, str] = {}
+        for op, recomputed in zip(self.span.ops, self.span.recomputed, strict=True):
+            if not recomputed:
+                open_, last = False, None
+                continue
+            starts = not open_
+            if starts:
+                open_, last = True, None
+            last = self._forward_op(g, op, Phase.RECOMPUTE, last, starts=starts)
+            if last is not None:
+                produced[op.name] = last
+        return (tuple(g.tasks), (open_, last), frozenset(g.ids)), tuple(produced.items())
+
+    def backward(self, frontier: str | None, produced: _Produced) -> _Lowered:
+        g = _GroupBuilder(plan=self.plan)
+        recomputed = dict(produced)
+        for op in reversed(self.span.ops):
+            column = op.sharding is TpSharding.COLUMN
+            bw = self.of_op(op, Direction.BACKWARD, CollectivePurpose.BOUNDARY)
+            regather = self.of_op(op, Direction.BACKWARD, CollectivePurpose.REGATHER)
+            if not column:
+                for c in bw:
+                    frontier = g.collective(c, Phase.BACKWARD_ACTIVATION_GRAD, (frontier,))
+            for x in self.around(op, Direction.BACKWARD, True):
+                frontier = g.exchange(x, Phase.BACKWARD_ACTIVATION_GRAD, (frontier,))
+            output_grad = frontier
+            recompute_dep = recomputed.get(op.name)
+            agrad = g.compute(op, Phase.BACKWARD_ACTIVATION_GRAD, (output_grad, recompute_dep))
+            for x in self.around(op, Direction.BACKWARD, False):
+                agrad = g.exchange(x, Phase.BACKWARD_ACTIVATION_GRAD, (agrad or output_grad,))
+            gathered = tuple(
+                g.collective(c, Phase.BACKWARD_WEIGHT_GRAD, (output_grad,)) for c in regather
+            )
+            g.compute(op, Phase.BACKWARD_WEIGHT_GRAD, (output_grad, recompute_dep, *gathered))
+            frontier = agrad or output_grad
+            if column:
+                for c in bw:
+                    frontier = g.collective(c, Phase.BACKWARD_ACTIVATION_GRAD, (frontier,))
+        return tuple(g.tasks), frontier, frozenset(g.ids)
+
+
+@dataclass(slots=True)
+class _SpanMemo:
+    """A span's lowering and its phases' results by entry state."""
+
+    lowering: _SpanLowering
+    forward: dict[str | None, _Lowered] = field(default_factory=dict)
+    recompute: dict[tuple[bool, str | None], tuple[_Lowered, _Produced]] = field(
+        default_factory=dict
+    )
+    backward: dict[tuple[str | None, _Produced], _Lowered] = field(default_factory=dict)
+
+
+#: lowered spans by value (bounded: a dropped entry is lowered again to the same tasks)
+_SPANS: dict[_Span, _SpanMemo] = {}
+_SPANS_LIMIT = 4096
+
+
+def _span_memo(span: _Span, *, shared: bool) -> _SpanMemo:
+    if not shared:
+        return _SpanMemo(lowering=_SpanLowering.of(span))
+    found = _SPANS.get(span)
+    if found is None:
+        if len(_SPANS) >= _SPANS_LIMIT:
+            _SPANS.clear()
+        found = _SPANS[span] = _SpanMemo(lowering=_SpanLowering.of(span))
+    return found
+
+
+def _lower_spans(memos: list[_SpanMemo]) -> list[tuple[Task, ...]] | None:
+    """The tasks of the spans' phases in group order (forward and recompute span by span, the
+    backward from the last span back), or None where two spans would give one task id in a
+    phase (lowered as one span, :func:`_GroupBuilder.fresh` numbers the second)."""
+    parts: list[tuple[Task, ...]] = []
+    ids: list[frozenset[str]] = []
+    last: str | None = None
+    for m in memos:
+        done = m.forward.get(last)
+        if done is None:
+            done = m.forward[last] = m.lowering.forward(last)
+        parts.append(done[0])
+        ids.append(done[2])
+        last = cast("str | None", done[1])
+    state: tuple[bool, str | None] = (False, None)
+    produced: list[_Produced] = []
+    for m in memos:
+        found = m.recompute.get(state)
+        if found is None:
+            found = m.recompute[state] = m.lowering.recompute(state)
+        parts.append(found[0][0])
+        ids.append(found[0][2])
+        state = cast("tuple[bool, str | None]", found[0][1])
+        produced.append(found[1])
+    frontier: str | None = None
+    for m, made in zip(reversed(memos), reversed(produced), strict=True):
+        key = (frontier, made)
+        done = m.backward.get(key)
+        if done is None:
+            done = m.backward[key] = m.lowering.backward(frontier, made)
+        parts.append(done[0])
+        ids.append(done[2])
+        frontier = cast("str | None", done[1])
+    n = len(memos)
+    for phase in range(3):
+        sets = ids[phase * n : (phase + 1) * n]
+        if len(frozenset().union(*sets)) != sum(len(one) for one in sets):
+            return None
+    return parts
+
+
 def _lower_group(
     name: str,
     plan: LocalBlockPlan,
@@ -233,100 +477,30 @@ def _lower_group(
     recomputes: Callable[[SemanticOpName], bool],
     *,
     exchanges: tuple[ContextExchange, ...] = (),
+    split: tuple[int, ...] = (),
 ) -> TaskGroup:
-    g = _GroupBuilder(plan=plan)
-    # The exchanges and collectives of each (op, direction, ...) in their given order, indexed
-    # once: a search lowers thousands of groups and looks each op up in every phase.
-    exchanges_at: dict[tuple[SemanticOpName, Direction, bool], list[ContextExchange]] = {}
-    for x in exchanges:
-        exchanges_at.setdefault((x.op, x.direction, x.before), []).append(x)
-    collectives_at: dict[
-        tuple[SemanticOpName, Direction, CollectivePurpose], list[BoundaryCollective]
-    ] = {}
-    for name_, listed in collectives.items():
-        for c in listed:
-            collectives_at.setdefault((name_, c.direction, c.purpose), []).append(c)
-    none: list[ContextExchange] = []
-    no_collective: list[BoundaryCollective] = []
+    """The group's tasks: the forward of every op, each recomputed segment, then the backward
+    from the last op back.
 
-    def around(op: SemanticOp, direction: Direction, before: bool) -> list[ContextExchange]:
-        return exchanges_at.get((op.name, direction, before), none)
-
-    def of(
-        op: SemanticOp, direction: Direction, purpose: CollectivePurpose
-    ) -> list[BoundaryCollective]:
-        return collectives_at.get((op.name, direction, purpose), no_collective)
-
-    def forward(phase: Phase, selected: list[SemanticOp]) -> dict[SemanticOpName, str]:
-        last: str | None = None
-        produced: dict[SemanticOpName, str] = {}
-        for op in selected:
-            column = op.sharding is TpSharding.COLUMN
-            fw = of(op, Direction.FORWARD, CollectivePurpose.BOUNDARY)
-            if (
-                phase is Phase.RECOMPUTE
-                and op is selected[0]
-                and op.name in RECOMPUTE_FROM_GATHERED_INPUT
-            ):
-                # the segment's checkpoint is this op's gathered input (a whole-block
-                # recompute, which starts at the block input, re-runs the gather)
-                fw = []
-            if column:
-                for c in fw:
-                    last = g.collective(c, phase, (last,))
-            for x in around(op, Direction.FORWARD, True):
-                last = g.exchange(x, phase, (last,))
-            task = g.compute(op, phase, (last,))
-            last = task or last
-            for x in around(op, Direction.FORWARD, False):
-                last = g.exchange(x, phase, (last,))
-            if not column:
-                for c in fw:
-                    last = g.collective(c, phase, (last,))
-            # statistics are forward-only and never recomputed with a different result
-            if phase is Phase.FORWARD:
-                for c in of(op, Direction.FORWARD, CollectivePurpose.STATISTIC):
-                    last = g.collective(c, phase, (last,))
-            if last is not None:
-                produced[op.name] = last
-        return produced
-
-    forward(Phase.FORWARD, list(ops))
-    # Each contiguous run of recomputed ops restarts from what the forward stored before it
-    # (a checkpoint input), so it is its own chain with no dependency on the previous run.
-    recomputed: dict[SemanticOpName, str] = {}
-    segment: list[SemanticOp] = []
-    for op in (*ops, None):
-        if op is not None and recomputes(op.name):
-            segment.append(op)
-        elif segment:
-            recomputed |= forward(Phase.RECOMPUTE, segment)
-            segment = []
-
-    frontier: str | None = None
-    for op in reversed(ops):
-        column = op.sharding is TpSharding.COLUMN
-        bw = of(op, Direction.BACKWARD, CollectivePurpose.BOUNDARY)
-        regather = of(op, Direction.BACKWARD, CollectivePurpose.REGATHER)
-        if not column:
-            for c in bw:
-                frontier = g.collective(c, Phase.BACKWARD_ACTIVATION_GRAD, (frontier,))
-        for x in around(op, Direction.BACKWARD, True):
-            frontier = g.exchange(x, Phase.BACKWARD_ACTIVATION_GRAD, (frontier,))
-        output_grad = frontier
-        recompute_dep = recomputed.get(op.name)
-        agrad = g.compute(op, Phase.BACKWARD_ACTIVATION_GRAD, (output_grad, recompute_dep))
-        for x in around(op, Direction.BACKWARD, False):
-            agrad = g.exchange(x, Phase.BACKWARD_ACTIVATION_GRAD, (agrad or output_grad,))
-        gathered = tuple(
-            g.collective(c, Phase.BACKWARD_WEIGHT_GRAD, (output_grad,)) for c in regather
-        )
-        g.compute(op, Phase.BACKWARD_WEIGHT_GRAD, (output_grad, recompute_dep, *gathered))
-        frontier = agrad or output_grad
-        if column:
-            for c in bw:
-                frontier = g.collective(c, Phase.BACKWARD_ACTIVATION_GRAD, (frontier,))
-    return TaskGroup(name=name, tasks=tuple(g.tasks))
+    ``split``: where to cut the ops into spans, each lowered once per value and entry state
+    (:data:`_SPANS`) and reused by every group that holds an equal span: a search's MoE blocks
+    differ across ep / etp / dispatcher only in their routed experts, so their attention and
+    shared-expert spans are lowered once and share their task objects. The tasks are the ones
+    lowering the ops as one span gives (ids, dependencies, order); where the spans would repeat
+    an op name or a task id, the ops are lowered as one span."""
+    bounds = (0, *split, len(ops))
+    names = {op.name for op in ops}
+    if split and len(names) == len(ops):
+        spans = [
+            _span(plan, ops[a:b], collectives, exchanges, recomputes) for a, b in pairwise(bounds)
+        ]
+        parts = _lower_spans([_span_memo(s, shared=True) for s in spans])
+        if parts is not None:
+            return TaskGroup(name=name, tasks=tuple(t for part in parts for t in part))
+    whole = _span(plan, ops, collectives, exchanges, recomputes)
+    parts = _lower_spans([_span_memo(whole, shared=False)])
+    assert parts is not None  # one span: its own ids are distinct
+    return TaskGroup(name=name, tasks=tuple(t for part in parts for t in part))
 
 
 def _mesh_axes(plan: LocalBlockPlan) -> tuple[MeshAxis, ...]:
@@ -398,17 +572,35 @@ def _moe_group(plan: LocalBlockPlan) -> TaskGroup:
         plan.sequence_parallel,
         plan.local,
     )
+    ops = block_ops(model, local, attention=plan.attention, experts=experts)
+    routed = [i for i, op in enumerate(ops) if op.name in _ROUTED_EXPERT_OPS]
     return _lower_group(
         "moe_block",
         plan,
-        block_ops(model, local, attention=plan.attention, experts=experts),
+        ops,
         boundary_collectives(model, b, tp=tp, sequence_parallel=sp, cp=plan.cp),
         plan.recomputes,
         exchanges=(
             *context_exchanges(model, local, plan.context),
             *expert_exchanges(model, experts, plan.experts.dispatcher),
         ),
+        # the attention before the routed experts and the shared experts after them do not
+        # read the expert grid: lowered once for every ep / etp / dispatcher
+        split=(routed[0], routed[-1] + 1) if routed else (),
     )
+
+
+#: the MoE layer's ops that read the expert grid (local experts, received rows) and carry its
+#: token dispatch (``expert_exchanges``); a split point only, the tasks do not depend on it
+_ROUTED_EXPERT_OPS = frozenset(
+    {
+        SemanticOpName.MOE_SORT_CHUNKS,
+        SemanticOpName.EXPERT_FC1,
+        SemanticOpName.EXPERT_ACTIVATION,
+        SemanticOpName.EXPERT_FC2,
+        SemanticOpName.MOE_UNSORT_CHUNKS,
+    }
+)
 
 
 @final
@@ -465,9 +657,12 @@ def _check_chain(group: TaskGroup, phases: tuple[Phase, ...], problems: list[str
         current = task.lineage.target
 
 
-#: groups that passed the checks on a mesh, by identity (an entry holds its group, so the id is
-#: not reused while it lives); bounded, a dropped entry is checked again
-_VERIFIED: dict[tuple[int, tuple[tuple[tuple[str, int], ...], int]], TaskGroup] = {}
+#: groups that passed the checks, by identity and tp (an entry holds its group, so the id is
+#: not reused while it lives), with the mesh axes their collectives run over: on another mesh
+#: only those axes are checked again (the other checks read the tasks and tp alone: a search's
+#: dense groups are shared by meshes that differ in the expert axes); bounded, a dropped entry
+#: is checked again
+_VERIFIED: dict[tuple[int, int], tuple[TaskGroup, tuple[str, ...]]] = {}
 _VERIFIED_LIMIT = 4096
 
 
@@ -481,11 +676,14 @@ class VerifyDistributedTasks:
     def run(self, ir: DistributedTaskIR, ctx: PassContext) -> DistributedTaskIR:
         problems: list[str] = []
         axes = {a.name: a.size for a in ir.mesh.axes}
-        mesh = (tuple(axes.items()), ir.tp)
         for group in ir.groups:
-            known = _VERIFIED.get((id(group), mesh))
-            if known is group:
-                continue  # this very group passed on this mesh (the dense groups are shared)
+            known = _VERIFIED.get((id(group), ir.tp))
+            if (
+                known is not None
+                and known[0] is group
+                and all(axes.get(a, 0) > 1 for a in known[1])
+            ):
+                continue  # this group passed; its collectives' axes are here, of size > 1
             before = len(problems)
             seen: set[str] = set()
             for task in group.tasks:
@@ -512,7 +710,8 @@ class VerifyDistributedTasks:
             if len(problems) == before:
                 if len(_VERIFIED) >= _VERIFIED_LIMIT:
                     _VERIFIED.clear()
-                _VERIFIED[(id(group), mesh)] = group
+                used = {t.axis for t in group.tasks if isinstance(t, CollectiveTask)}
+                _VERIFIED[(id(group), ir.tp)] = (group, tuple(sorted(used)))
         if problems:
             raise VerificationError(
                 f"checking DistributedTaskIR of {ir.model} ({ir.strategy}):\n"

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import ClassVar, assert_never, final
+from typing import ClassVar, TypeAlias, assert_never, final
 
 from blueprinting.analysis.stage_layout import (
     chunk_layer_counts,
@@ -579,36 +579,30 @@ def _phase_cost(
 ) -> PhaseCost:
     experts = {} if ep_groups is None else ep_groups
     compute_s = comm_s = cp_s = cp_exposed_s = ep_s = quantize_s = 0.0
-    native_columnwise = reads_fp8_columnwise(system)
+    memo = _system_memo(system)
     flops = moved = 0
     attention_s: dict[Phase, float] = {}
     for task in group.tasks:
         if task.phase not in phases or not isinstance(task, ComputeTask):
             continue
         if task.lineage.op is SemanticOpName.CORE_ATTENTION:
-            attention_s[task.phase] = attention_s.get(task.phase, 0.0) + _compute_time(
-                task, system, precision
+            attention_s[task.phase] = (
+                attention_s.get(task.phase, 0.0) + _compute_row(task, memo, precision)[0]
             )
     for task in group.tasks:
         if task.phase not in phases:
             continue
         match task:
-            case ComputeTask():
-                compute_s += _compute_time(task, system, precision)
-                flops += task.flops
-                moved += task.bytes_read + task.bytes_written
-                if task.gemm is not None and task.attention is None:
-                    quantized = precision.quantized_bytes(
-                        task.lineage.op,
-                        task.phase,
-                        task.gemm,
-                        native_columnwise_fp8=native_columnwise,
-                    )
-                    if quantized:
-                        quantize = precision.quantize_time(system, quantized)
-                        compute_s += quantize
-                        quantize_s += quantize
-                        moved += round(quantized)
+            case ComputeTask(work=work):
+                time, quantized = _compute_row(task, memo, precision)
+                compute_s += time
+                flops += work.matrix_flops + work.vector_flops
+                moved += work.bytes_read + work.bytes_written
+                if quantized:
+                    quantize = precision.quantize_time(system, quantized)
+                    compute_s += quantize
+                    quantize_s += quantize
+                    moved += round(quantized)
             case CollectiveTask(axis=axis) if axis in experts:
                 ep_s += _dispatch_time(task, system, experts[axis])
             case CollectiveTask(axis=axis) if axis in cp_groups:
@@ -650,16 +644,9 @@ def _task_gpu_s(
     whole link time; the host model scales the pass to its critical path)."""
     match task:
         case ComputeTask():
-            time = _compute_time(task, system, precision)
-            if task.gemm is not None and task.attention is None:
-                quantized = precision.quantized_bytes(
-                    task.lineage.op,
-                    task.phase,
-                    task.gemm,
-                    native_columnwise_fp8=reads_fp8_columnwise(system),
-                )
-                if quantized:
-                    time += system.memory_time(quantized)
+            time, quantized = _compute_row(task, _system_memo(system), precision)
+            if quantized:
+                time += system.memory_time(quantized)
             return time
         case CollectiveTask(axis=axis) if axis in ep_groups:
             return _dispatch_time(task, system, ep_groups[axis])
@@ -1147,12 +1134,21 @@ def _compute_time(task: ComputeTask, system: SystemSpec, precision: OpPrecision)
     Memoized per system (:func:`_system_memo`): a search costs the same op on thousands of
     block configurations, and :func:`work_time` is a pure function of its arguments. (Serving
     calls :func:`work_time` directly: its decode ops, one per context length, rarely repeat.)"""
-    memo = _system_memo(system)
+    return _compute_row(task, _system_memo(system), precision)[0]
+
+
+def _compute_row(task: ComputeTask, memo: _SystemMemo, precision: OpPrecision) -> _TaskRow:
+    """(:func:`_compute_time`, the bytes the task's GEMM quantizes in its own pass:
+    :meth:`OpPrecision.quantized_bytes`, 0 for a task that is no TE GEMM) on ``memo``'s system.
+    """
     # a task is timed by several passes of one costing (the phases, the host model, the TP
-    # overlaps): by identity first, without hashing its work again
+    # overlaps), and a span's task by every block configuration that shares the span
+    # (distributed.passes._SPANS): by identity first, without hashing its work again
     seen = memo.tasks.get(id(task))
-    if seen is not None and seen[0] is task and seen[1] is precision:
+    # (each costing builds its own OpPrecision: an equal one times the task the same)
+    if seen is not None and seen[0] is task and (seen[1] is precision or seen[1] == precision):
         return seen[2]
+    system = memo.system
     is_gemm = task.gemm is not None and task.attention is None
     gemm_format = precision.gemm_format(task.lineage.op, is_gemm=is_gemm)
     times = memo.times
@@ -1169,10 +1165,23 @@ def _compute_time(task: ComputeTask, system: SystemSpec, precision: OpPrecision)
             task.attention,
             gemm_format=gemm_format,
         )
+    quantized = 0.0
+    if task.gemm is not None and task.attention is None:
+        quantized = precision.quantized_bytes(
+            task.lineage.op,
+            task.phase,
+            task.gemm,
+            native_columnwise_fp8=reads_fp8_columnwise(system),
+        )
+    row = (found, quantized)
     if len(memo.tasks) >= _MEMO_ENTRIES:
         memo.tasks.clear()
-    memo.tasks[id(task)] = (task, precision, found)
-    return found
+    memo.tasks[id(task)] = (task, precision, row)
+    return row
+
+
+#: (time, quantized bytes) of a compute task (:func:`_compute_row`)
+_TaskRow: TypeAlias = tuple[float, float]
 
 
 @dataclass(slots=True)
@@ -1186,9 +1195,9 @@ class _SystemMemo:
 
     system: SystemSpec
     times: dict[tuple[object, ...], float] = field(default_factory=dict)
-    #: the last time of each task object by its id (the entry holds the task, so the id is not
-    #: reused while it lives) with the precision it was timed under
-    tasks: dict[int, tuple[ComputeTask, OpPrecision, float]] = field(default_factory=dict)
+    #: the last time and quantized bytes of each task object by its id (the entry holds the
+    #: task, so the id is not reused while it lives) with the precision it was timed under
+    tasks: dict[int, tuple[ComputeTask, OpPrecision, _TaskRow]] = field(default_factory=dict)
     blocks: dict[tuple[object, ...], tuple[TaskGroup, BlockCost]] = field(default_factory=dict)
     extras: dict[tuple[object, ...], tuple[TaskGroup, ExtraCost]] = field(default_factory=dict)
 
