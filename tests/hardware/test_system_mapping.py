@@ -222,3 +222,21 @@ def test_ep_kernel_tables_round_trip_and_a_users_table_replaces_the_presets() ->
     assert "unknown key 'hybrid' (did you mean 'hybridep'?)" in problems
     assert "unknown key 'bandwidth'" in problems
     assert "dispatch_bytes_per_s has 2 values for 1 group sizes" in problems
+
+
+def test_infinite_hardware_figures_are_refused() -> None:
+    """Fuzz seed 1272 case 7138: ``capacity_bytes = inf`` passed the positivity check and
+    reached ``int()`` as an OverflowError. Rates, sizes and latencies must be finite."""
+    with pytest.raises(ConfigError) as raised:
+        system_from_mapping(
+            {
+                "preset": "dgx-h100",
+                "accelerator": {"hbm": {"capacity_bytes": float("inf")}},
+                "intra_node": {"latency_s": float("inf")},
+                "scale_out": {"bandwidth_bytes_per_s": float("nan")},
+            }
+        )
+    problems = " | ".join(raised.value.problems)
+    assert "MemorySpec.capacity_bytes must be a positive number, got inf" in problems
+    assert "LinkSpec.latency_s must be >= 0, got inf" in problems
+    assert "LinkSpec.bandwidth_bytes_per_s must be a positive number, got nan" in problems

@@ -38,9 +38,10 @@ Public API: ``Efficiency``, ``ConstantEfficiency``, ``SteppedEfficiency``, ``Eff
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol, TypeAlias, TypeVar, assert_never, final
+from typing import Protocol, TypeAlias, TypeVar, assert_never, cast, final
 
 from blueprinting.errors import ConfigError, positive_int_problems
 from blueprinting.hardware.polymorphic import (
@@ -68,11 +69,19 @@ def is_fraction(value: object) -> bool:
 
 
 def is_nonnegative(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value >= 0
+    """A finite number >= 0 (an infinite rate, size or latency is no hardware figure: fuzz seed
+    1272 case 7138's ``capacity_bytes = inf`` reached ``int()`` as an OverflowError)."""
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value >= 0
+    )
 
 
 def is_positive(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+    """A finite number > 0 (:func:`is_nonnegative`'s reason)."""
+    return is_nonnegative(value) and cast(float, value) > 0
 
 
 def _check_fraction(owner: str, name: str, value: object) -> None:
