@@ -236,3 +236,42 @@ def test_megatron_flags_of_the_expert_grid() -> None:
 @given(moe_training_specs())
 def test_moe_specs_round_trip_through_flat_keys(spec: TrainingSpec) -> None:
     assert from_mapping(to_mapping(spec), model=spec.model) == spec
+
+
+def test_the_flex_librarys_sms_are_read_with_their_backend() -> None:
+    """``moe_deepep_num_sms`` / ``moe_hybridep_num_sms`` (Megatron-Core defaults 20 and 16): read
+    with their own backend only, refused beside another or without flex, all at once; written
+    back and emitted as Megatron-LM's flag."""
+    from blueprinting.mapping.transformer import flex_sms
+
+    flex = {"moe_token_dispatcher_type": "flex", "expert_model_parallel_size": 8}
+    hybrid = _experts(**flex, moe_flex_dispatcher_backend="hybridep", moe_hybridep_num_sms=32)
+    assert hybrid.dispatcher == FlexDispatcher(backend=FlexBackend.HYBRIDEP, sms=32)
+    assert flex_sms(FlexDispatcher(backend=FlexBackend.HYBRIDEP, sms=32)) == 32
+    default = _experts(**flex)
+    assert isinstance(default.dispatcher, FlexDispatcher) and flex_sms(default.dispatcher) == 20
+    assert flex_sms(FlexDispatcher(backend=FlexBackend.HYBRIDEP)) == 16
+    assert flex_sms(FlexDispatcher(backend=FlexBackend.NCCLEP)) is None
+    spec = from_mapping(
+        BASE | flex | {"moe_flex_dispatcher_backend": "hybridep", "moe_hybridep_num_sms": 32},
+        model=DEEPSEEK_V3_LIKE,
+    )
+    assert to_mapping(spec)["moe_hybridep_num_sms"] == 32
+    assert "moe_deepep_num_sms" not in to_mapping(spec)
+    args = to_megatron_args(spec)
+    assert args[args.index("--moe-hybridep-num-sms") + 1] == "32"
+    problems = " | ".join(
+        _problems(**flex, moe_flex_dispatcher_backend="hybridep", moe_deepep_num_sms=24)
+    )
+    assert "moe_deepep_num_sms is read only with moe_flex_dispatcher_backend = deepep" in problems
+    alltoall = " | ".join(
+        _problems(
+            moe_token_dispatcher_type="alltoall", moe_hybridep_num_sms=32, moe_deepep_num_sms=8
+        )
+    )
+    assert "moe_hybridep_num_sms is read only with moe_token_dispatcher_type = flex" in alltoall
+    assert "moe_deepep_num_sms is read only with moe_token_dispatcher_type = flex" in alltoall
+    zero = " | ".join(_problems(**flex, moe_deepep_num_sms=0))
+    assert "moe_deepep_num_sms must be a positive integer, got 0" in zero
+    with pytest.raises(ConfigError):
+        FlexDispatcher(backend=FlexBackend.NCCLEP, sms=8)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import pytest
@@ -266,7 +267,8 @@ def _moe_models(draw: st.DrawFn) -> TransformerModelSpec:
         expert_bias=score is not RouterScore.SOFTMAX and draw(st.booleans()),
         dropping=dropping,
         layer_pattern=pattern,
-        load_imbalance=draw(st.sampled_from([0.0, 0.1, 0.5])),
+        # gamma <= E - 1: one expert has no EP ranks to be uneven over
+        load_imbalance=draw(st.sampled_from([0.0, 0.1, 0.5])) if experts > 1 else 0.0,
     )
     attention = draw(
         st.one_of(
@@ -317,3 +319,19 @@ def test_from_mapping_inverts_to_mapping_over_moe_fields(model: TransformerModel
     moe = model.moe
     assert moe is not None
     assert parse_moe_layer_freq(format_moe_layer_freq(moe.layer_pattern)) == moe.layer_pattern
+
+
+def test_load_imbalance_is_bounded_by_the_experts() -> None:
+    """gamma = max / mean - 1 over the EP ranks lies in [0, E - 1]: the hottest rank receives at
+    most every routed token (fuzz seed 1272 case 18358: inf reached an integer token count)."""
+    for bad in (3.5, -0.1):
+        with pytest.raises(ConfigError) as raised:
+            from_mapping({**_SMALL, "num_experts": 4, "moe_load_imbalance": bad, "bf16": True})
+        assert "must be >= 0 and at most num_experts - 1 = 3" in str(raised.value)
+    with pytest.raises(ConfigError) as infinite:
+        MixtureOfExperts(num_experts=4, top_k=2, expert_ffn_hidden_size=8, load_imbalance=math.inf)
+    assert "moe_load_imbalance = inf must be >= 0 and at most num_experts - 1 = 3" in str(
+        infinite.value
+    )
+    fine = from_mapping({**_SMALL, "num_experts": 4, "moe_load_imbalance": 3.0, "bf16": True})
+    assert fine.model.moe is not None and fine.model.moe.load_imbalance == 3.0

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from blueprinting.errors import ConfigError
 from blueprinting.synthesizer.stages.portable_plan.ep_overlap import (
     MoeLayerPasses,
     combined_layer_timing,
@@ -102,3 +103,36 @@ def test_a_pair_lies_between_its_work_and_the_serial_sum(times: list[float], del
     assert timing.hidden_by_delayed_wgrad_s == pytest.approx(
         no_delay.pair_s - timing.pair_s if delay else 0.0, abs=tol
     )
+
+
+def test_the_exchange_kernels_sms_slow_the_compute_beside_them() -> None:
+    """A flex library holding a share f of the SMs slows the compute it overlaps to first order:
+    the steady layer gains f / (1 - f) x the time both streams are busy. Traced by hand: the
+    backward's combine (comm, 1 s) runs beside the forward's attention (comp, 1 s) and nothing
+    else has a duration, so each layer is 1 s with 1 s of overlap: 1 + 1 x 0.25 / 0.75 at
+    f = 0.25; a forward alone overlaps nothing."""
+    from dataclasses import replace
+
+    lone = MoeLayerPasses(
+        forward_attention_s=1.0,
+        forward_dispatch_s=0.0,
+        forward_experts_s=0.0,
+        forward_combine_s=0.0,
+        backward_combine_s=1.0,
+        backward_experts_dgrad_s=0.0,
+        backward_experts_wgrad_s=0.0,
+        backward_dispatch_s=0.0,
+        backward_attention_dgrad_s=0.0,
+        backward_attention_wgrad_s=0.0,
+    )
+    assert combined_layer_timing(lone, delay_wgrad=False).pair_s == pytest.approx(1.0, abs=EXACT)
+    shared = combined_layer_timing(replace(lone, exchange_sm_share=0.25), delay_wgrad=False)
+    assert shared.pair_s == pytest.approx(1.0 + 1.0 / 3.0, abs=EXACT)
+    assert shared.forward_alone_s == pytest.approx(1.0, abs=EXACT)
+    # the hand-traced layer of SLOW_DISPATCH (pair 11 s): its overlap only adds time
+    base = combined_layer_timing(SLOW_DISPATCH, delay_wgrad=True)
+    slowed = combined_layer_timing(replace(SLOW_DISPATCH, exchange_sm_share=0.2), delay_wgrad=True)
+    assert slowed.pair_s > base.pair_s
+    with pytest.raises(ConfigError) as error:
+        replace(lone, exchange_sm_share=1.0)
+    assert "exchange_sm_share must be in [0, 1)" in str(error.value)

@@ -390,8 +390,9 @@ def test_flex_exchanges_run_at_their_librarys_measured_rate_inside_the_domain() 
     hybrid = FlexDispatcher(backend=FlexBackend.HYBRIDEP)
     ir = derive_training_block(model, _mapping(ep=8, dp=8, dispatcher=hybrid))
     legs = {(t.phase, t.lineage.op): t.flex for t in _dispatch(ir)}
-    to_experts = FlexExchange(backend=FlexBackend.HYBRIDEP, leg=EpLeg.DISPATCH)
-    back = FlexExchange(backend=FlexBackend.HYBRIDEP, leg=EpLeg.COMBINE)
+    # Megatron-Core's default moe_hybridep_num_sms = 16 rides with each exchange
+    to_experts = FlexExchange(backend=FlexBackend.HYBRIDEP, leg=EpLeg.DISPATCH, sms=16)
+    back = FlexExchange(backend=FlexBackend.HYBRIDEP, leg=EpLeg.COMBINE, sms=16)
     assert legs == {
         (Phase.FORWARD, SemanticOpName.EXPERT_FC1): to_experts,
         (Phase.FORWARD, SemanticOpName.EXPERT_FC2): back,
@@ -408,6 +409,12 @@ def test_flex_exchanges_run_at_their_librarys_measured_rate_inside_the_domain() 
         assert _dispatch_time(task, h100, node) == h100.all_to_all_time(task.bytes, node)
         spread = CommGroup(size=8, tier=LinkTier.SCALE_OUT, ranks_per_node=4, ranks_per_domain=4)
         assert _dispatch_time(task, gb200, spread) == gb200.all_to_all_time(task.bytes, spread)
+    # a group below the smallest measured one (EP2 on a B200 node) keeps the link model
+    b200 = system_preset("dgx-b200")
+    ep2 = derive_training_block(model, _mapping(ep=2, dp=8, dispatcher=hybrid))
+    pair = CommGroup(size=2, tier=LinkTier.INTRA_NODE, ranks_per_node=2, ranks_per_domain=2)
+    for task in _dispatch(ep2):
+        assert _dispatch_time(task, b200, pair) == b200.all_to_all_time(task.bytes, pair)
     # between and beyond the measured group sizes: linear, then the largest one's rate
     assert GB200_HYBRIDEP.bytes_per_s(EpLeg.DISPATCH, 20) == pytest.approx(515.40e9, rel=1e-12)
     assert GB200_HYBRIDEP.bytes_per_s(EpLeg.COMBINE, 64) == 447.89e9
@@ -442,6 +449,16 @@ def test_ep_kernel_tables_are_checked() -> None:
         "source must name the measurement",
     ):
         assert part in problems
+    with pytest.raises(ConfigError) as infinite:
+        EpKernelRates(
+            backend=FlexBackend.DEEPEP,
+            source="x",
+            sms=8,
+            ranks=(8,),
+            dispatch_bytes_per_s=(float("inf"),),
+            combine_bytes_per_s=(1.0,),
+        )
+    assert "dispatch_bytes_per_s must be positive numbers" in str(infinite.value)
     link = system_preset("dgx-gb200").node.link
     with pytest.raises(ConfigError) as twice:
         NodeSpec(gpus_per_node=4, link=link, ep_kernels=(GB200_HYBRIDEP, GB200_HYBRIDEP))

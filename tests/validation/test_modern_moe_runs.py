@@ -378,7 +378,9 @@ def test_the_planned_runs_stay_within_todays_bounds(planned: MoeValidation) -> N
     25.09 / 25.11 recompute and shared-expert overlap): median 30.1%, max 64.7%. Since the
     two 25.09 H100 DeepSeek-V3 rows plan (63 rows) and the flex dispatchers' libraries run at
     DeepEP's Hybrid-EP README rates inside an NVLink domain: median 27.9%, max 62.7%,
-    DeepSeek-V3 on GB200 11-27% fast."""
+    DeepSeek-V3 on GB200 11-27% fast. Since the flex library's SMs slow the compute beside its
+    exchanges under the EP overlap: median 27.8%, DeepSeek-V3 on GB200 10-27% fast,
+    Qwen3-30B-A3B on GB200 10-31%."""
     errors = {row.run_id: row.relative_error or 0.0 for row in planned.planned_rows}
     median = planned.gate(MoeGate.MEDIAN_ERROR).value
     assert median is not None and 0.27 <= median <= 0.33
@@ -388,7 +390,7 @@ def test_the_planned_runs_stay_within_todays_bounds(planned: MoeValidation) -> N
     deepseek = {run: error for run, error in errors.items() if "deepseekv3" in run}
     gb200 = [error for run, error in deepseek.items() if "_gb200_" in run]
     b200 = {run: error for run, error in deepseek.items() if "_b200_" in run}
-    assert len(gb200) == 9 and all(-0.40 <= error <= -0.10 for error in gb200)
+    assert len(gb200) == 9 and all(-0.40 <= error <= -0.08 for error in gb200)
     ep8 = [error for run, error in b200.items() if rows[run].expert_parallel == 8]
     ep32 = [error for run, error in b200.items() if rows[run].expert_parallel == 32]
     assert len(ep8) == 6 and all(-0.50 <= error <= -0.30 for error in ep8)
@@ -397,7 +399,7 @@ def test_the_planned_runs_stay_within_todays_bounds(planned: MoeValidation) -> N
     # Qwen3-30B-A3B on H100 -4.9% .. -6.3% since the recipes' quantization kernels are costed
     assert all(-0.68 <= error <= -0.04 for error in others)
     qwen_gb200 = [e for run, e in errors.items() if "qwen3" in run and "_gb200_" in run]
-    assert len(qwen_gb200) == 10 and all(-0.34 <= error <= -0.17 for error in qwen_gb200)
+    assert len(qwen_gb200) == 10 and all(-0.34 <= error <= -0.09 for error in qwen_gb200)
 
 
 @pytest.mark.xfail(
@@ -460,6 +462,17 @@ def test_a_waiver_is_checked_both_ways(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as raised:
         load_moe_runs(bad)
     assert "waived_megatron_rules needs a waiver_reason" in "; ".join(raised.value.problems)
+
+    # a waiver the run no longer needs fails the load, not the row
+    start = text.index(waiver)
+    row = text.rindex("[[run]]", 0, start)
+    no_longer = text[:row] + text[row:].replace(
+        "overlap_grad_reduce = false", "overlap_grad_reduce = true", 1
+    )
+    bad.write_text(no_longer)
+    with pytest.raises(ConfigError) as raised:
+        load_moe_runs(bad)
+    assert "waived_megatron_rules do not match" in "; ".join(raised.value.problems)
 
     (run,) = [r for r in _RUNS if r.waived_megatron_rules][:1]
     predict = api_modern_predictor()

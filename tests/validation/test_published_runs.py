@@ -670,3 +670,14 @@ def test_a_measured_figure_errors_are_relative_to_must_be_nonzero(tmp_path: Path
     assert "measured.tflops_per_gpu must be a positive finite number, got 0.0" in problems
     assert "measured.pct_of_peak must be a positive finite number, got -44.0" in problems
     assert "measured.overhead_vs_baseline_pct must be a finite non-zero number, got 0.0" in problems
+
+
+def test_a_run_of_no_gpus_is_refused(tmp_path: Path) -> None:
+    """Fuzz seed 1272 case 41418: ``num_gpus = 0`` reached the TFLOP/s per GPU (calibrate) as a
+    ZeroDivisionError."""
+    text = FIXTURE.read_text()
+    path = tmp_path / "published.toml"
+    path.write_text(text.replace("num_gpus = ", "num_gpus = 0 #", 1))
+    with pytest.raises(ConfigError) as raised:
+        load_published_runs(path)
+    assert "num_gpus must be a positive integer, got 0" in " | ".join(raised.value.problems)

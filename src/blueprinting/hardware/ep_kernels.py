@@ -10,9 +10,12 @@ the time of one call through the PyTorch API (deepseek-ai/DeepEP ``tests/test_hy
 (:func:`~blueprinting.synthesizer.dialects.transformer.training.expert_exchanges`). A node's
 :class:`EpKernelRates` hold one such table per library; a flex dispatch or combine whose group
 lies in one NVLink domain is timed as its bytes over the measured rate at its group size
-(linear between the measured sizes, clamped at both ends: beyond the largest measured group the
-rate is the largest group's, which is an optimistic bound for larger groups). Elsewhere the link
-model stands (:meth:`~blueprinting.hardware.system.SystemSpec.all_to_all_time`).
+(linear between the measured sizes; beyond the largest measured group the rate is the largest
+group's, which is an optimistic bound for larger groups). A group smaller than the smallest
+measured one, or one that leaves its domain, is timed by the link model
+(:meth:`~blueprinting.hardware.system.SystemSpec.all_to_all_time`). ``sms`` records the SMs
+the measurement ran with (provenance: the rates are used as measured; the SMs a run's library
+holds are the strategy's, ``FlexDispatcher.sms``).
 
 The published tables (deepseek-ai/DeepEP ``docs/README_Hybrid-EP.md`` @41cad944, "Performance
 Results") are measured at 4096 tokens of hidden size 7168, top-8, 8 local experts, uniform random
@@ -22,6 +25,7 @@ layer's dispatch moves 0.1-0.5 GB per rank in the validated runs, as the benchma
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import assert_never, final
@@ -70,7 +74,7 @@ class EpKernelRates:
         ):
             if len(rates) != n:
                 problems.append(f"EpKernelRates.{name} has {len(rates)} values for {n} group sizes")
-            if any(not r > 0 for r in rates):
+            if any(not (math.isfinite(r) and r > 0) for r in rates):
                 problems.append(f"EpKernelRates.{name} must be positive numbers, got {rates}")
         if not self.source:
             problems.append("EpKernelRates.source must name the measurement")
@@ -86,9 +90,16 @@ class EpKernelRates:
             case _ as unreachable:
                 assert_never(unreachable)
 
+    def covers(self, ranks: int) -> bool:
+        """Whether a group of ``ranks`` is timed by this table: from the smallest measured
+        group up. Below it the rate is not taken: a smaller group sends a smaller share of its
+        bytes to other ranks ((n-1)/n), so the smallest group's rate would make it look slow."""
+        return ranks >= self.ranks[0]
+
     def bytes_per_s(self, leg: EpLeg, ranks: int) -> float:
         """The measured rate of ``leg`` for a group of ``ranks``: linear in the group size
-        between the measured ones, the nearest measured one outside them."""
+        between the measured ones, the nearest measured one outside them (callers check
+        :meth:`covers` first)."""
         rates = self._rates(leg)
         sizes = self.ranks
         if ranks <= sizes[0]:

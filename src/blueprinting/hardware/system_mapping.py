@@ -739,6 +739,8 @@ def _accelerator_from_mapping(
 
 
 def _int_list(value: object, where: str, out: ProblemCollector) -> tuple[int, ...] | None:
+    if value is _MISSING:
+        return None  # already reported
     if not isinstance(value, list) or not value:
         out.add(f"{where} must be a non-empty list of integers, got {value!r}")
         return None
@@ -783,6 +785,8 @@ def _attention_from_mapping(
 
 
 def _number_list(value: object, where: str, out: ProblemCollector) -> tuple[float, ...] | None:
+    if value is _MISSING:
+        return None  # already reported
     if not isinstance(value, list) or not value:
         out.add(f"{where} must be a non-empty list of numbers, got {value!r}")
         return None

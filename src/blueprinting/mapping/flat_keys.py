@@ -311,6 +311,10 @@ EXPERT_KEYS: Mapping[str, _Key] = {
     "delay_wgrad_compute": _bool(),
     # deprecated in Megatron-LM: flex with the deepep backend
     "moe_enable_deepep": _bool(),
+    # the SMs the flex library's kernels hold (``--moe-deepep-num-sms``, default 20;
+    # ``--moe-hybridep-num-sms``, default 16), each read only with its backend
+    "moe_deepep_num_sms": _int(),
+    "moe_hybridep_num_sms": _int(),
 }
 
 INFERENCE_KEYS: Mapping[str, _Key] = {
@@ -913,8 +917,12 @@ def _feed_forward(
             'transformer_config.py l.2661-2669: "Please use --moe-router-pre-softmax when topk '
             'is 1")'
         )
-    if imbalance < 0:
-        problems.append(f"moe_load_imbalance = {imbalance:g} must be >= 0")
+    if not 0 <= imbalance <= max(0, num_experts - 1):
+        problems.append(
+            f"moe_load_imbalance = {imbalance:g} must be >= 0 and at most num_experts - 1 = "
+            f"{max(0, num_experts - 1)} (the hottest EP rank receives at most every routed "
+            "token)"
+        )
     if problems:
         return DenseFeedForward()
     return MixtureOfExperts(
@@ -1173,15 +1181,34 @@ def _experts(
             f"moe_flex_dispatcher_backend = {backend_text} (Megatron-LM: only one backend is "
             "supported for the flex token dispatcher)"
         )
+    sms_keys = {
+        FlexBackend.DEEPEP: "moe_deepep_num_sms",
+        FlexBackend.HYBRIDEP: "moe_hybridep_num_sms",
+    }
     dispatcher: TokenDispatcher
     match kind:
         case DispatcherType.FLEX:
             backend = FlexBackend(backend_text) if backend_text is not None else FlexBackend.DEEPEP
+            sms: int | None = None
+            for other, key in sms_keys.items():
+                if key not in values:
+                    continue
+                if other is backend:
+                    sms = _get_int(values, key)
+                else:
+                    problems.append(
+                        f"{key} is read only with moe_flex_dispatcher_backend = {other.value}, "
+                        f"got {backend.value}"
+                    )
+            if sms is not None and sms < 1:
+                problems.append(f"{sms_keys[backend]} must be a positive integer, got {sms}")
+                sms = None
             dispatcher = FlexDispatcher(
                 backend=backend,
                 overlap=overlap,
                 shared_expert_overlap=shared,
                 delay_wgrad_compute=delay,
+                sms=sms,
             )
         case DispatcherType.ALLTOALL | DispatcherType.ALLGATHER:
             if backend_text is not None:
@@ -1190,6 +1217,12 @@ def _experts(
                     f"moe_token_dispatcher_type = flex, got {kind.value} (Megatron-LM "
                     "transformer_config.py l.1743-1791)"
                 )
+            for key in sms_keys.values():
+                if key in values:
+                    problems.append(
+                        f"{key} is read only with moe_token_dispatcher_type = flex, got "
+                        f"{kind.value}"
+                    )
             if kind is DispatcherType.ALLTOALL:
                 dispatcher = AllToAllDispatcher(
                     overlap=overlap, shared_expert_overlap=shared, delay_wgrad_compute=delay
@@ -2191,8 +2224,10 @@ def expert_keys(spec: TrainingSpec) -> dict[str, FlatValue]:
         "moe_token_dispatcher_type": dispatcher_type(dispatcher).value,
     }
     match dispatcher:
-        case FlexDispatcher(backend=backend):
+        case FlexDispatcher(backend=backend, sms=sms):
             out["moe_flex_dispatcher_backend"] = backend.value
+            if sms is not None:
+                out[f"moe_{backend.value}_num_sms"] = sms
         case AllToAllDispatcher() | AllGatherDispatcher():
             pass
         case _ as unreachable:

@@ -358,8 +358,16 @@ class MixtureOfExperts:
             problems.append(
                 f"moe_router_topk = {self.top_k} exceeds num_experts = {self.num_experts}"
             )
-        if not self.load_imbalance >= 0:
-            problems.append(f"moe_load_imbalance = {self.load_imbalance} must be >= 0")
+        # gamma = max / mean - 1 over the EP ranks: the hottest of ep <= E ranks receives at
+        # most every routed token, so 0 <= gamma <= E - 1 (fuzz seed 1272 case 18358: inf
+        # reached an integer token count as an OverflowError)
+        limit = max(0, self.num_experts - 1)
+        if not 0 <= self.load_imbalance <= limit:
+            problems.append(
+                f"moe_load_imbalance = {self.load_imbalance} must be >= 0 and at most "
+                f"num_experts - 1 = {limit} (the hottest EP rank receives at most every routed "
+                "token)"
+            )
         if problems:
             raise ConfigError(problems, source="mixture of experts")
 

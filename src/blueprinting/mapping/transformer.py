@@ -20,6 +20,7 @@ independent serving replicas are never mislabeled as data parallelism with gradi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TypeAlias, assert_never, final
@@ -362,6 +363,21 @@ class FlexDispatcher:
     overlap: bool = False
     shared_expert_overlap: bool = False
     delay_wgrad_compute: bool = False
+    #: streaming multiprocessors the library's exchange kernels hold (Megatron's
+    #: ``--moe-deepep-num-sms`` / ``--moe-hybridep-num-sms``); None: Megatron-Core's default
+    #: for the backend (:func:`flex_sms`)
+    sms: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.sms is not None:
+            problems = positive_int_problems("FlexDispatcher", sms=self.sms)
+            if self.backend is FlexBackend.NCCLEP:
+                problems.append(
+                    "FlexDispatcher.sms: Megatron sets the SMs of deepep and hybridep only "
+                    "(moe_deepep_num_sms, moe_hybridep_num_sms), not of ncclep"
+                )
+            if problems:
+                raise ConfigError(problems)
 
     def __str__(self) -> str:
         return (
@@ -373,6 +389,18 @@ class FlexDispatcher:
 
 
 TokenDispatcher: TypeAlias = AllToAllDispatcher | AllGatherDispatcher | FlexDispatcher
+
+#: Megatron-Core's default SMs of each flex library's kernels (``transformer_config.py``
+#: ``moe_deepep_num_sms = 20``, ``moe_hybridep_num_sms = 16``); NCCL-EP's are NCCL's own.
+FLEX_DEFAULT_SMS: Mapping[FlexBackend, int] = {FlexBackend.DEEPEP: 20, FlexBackend.HYBRIDEP: 16}
+
+
+def flex_sms(dispatcher: FlexDispatcher) -> int | None:
+    """The SMs the flex library's exchange kernels hold: the dispatcher's, else Megatron-Core's
+    default for its backend (None for NCCL-EP, whose kernels NCCL sizes)."""
+    if dispatcher.sms is not None:
+        return dispatcher.sms
+    return FLEX_DEFAULT_SMS.get(dispatcher.backend)
 
 
 def dispatcher_type(dispatcher: TokenDispatcher) -> DispatcherType:

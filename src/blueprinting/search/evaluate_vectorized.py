@@ -766,9 +766,9 @@ def _stage_work(
         **counts,
         WorkCount.HAS_EMBEDDING: (critical == 0).astype(np.int64),
         WorkCount.HAS_LM_HEAD: (critical == p - 1).astype(np.int64),
-        # the search plans no base-precision layers (its recipes keep the default (0, 0)),
-        # whose parts are zero; were they planned, an even layout keeps them with the
-        # embedding and the loss
+        # base-precision layers (a recipe's high_precision_layers): the enumeration's even
+        # layout keeps them with the embedding's stage and the loss's (their parts are zero
+        # without them)
         WorkCount.HAS_FIRST_LAYERS: (critical == 0).astype(np.int64),
         WorkCount.HAS_LAST_LAYERS: (critical == p - 1).astype(np.int64),
     }

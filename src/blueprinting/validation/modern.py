@@ -25,6 +25,7 @@ fitted on these runs: they are held out.
 
 from __future__ import annotations
 
+import difflib
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -202,7 +203,7 @@ class ModernRun:
     #: its launcher never checks them (Megatron-Bridge builds Megatron-Core's configs directly
     #: and never calls Megatron-LM's ``arguments.py``); ``waiver_reason`` says so with its
     #: source. The predictor checks that exactly these Megatron rules are broken.
-    waived_megatron_rules: tuple[str, ...] = ()
+    waived_megatron_rules: tuple[Law, ...] = ()
     waiver_reason: str = ""
 
     @property
@@ -336,20 +337,22 @@ def _measured(raw: Mapping[str, object], where: str, problems: ProblemCollector)
 
 def _waived_rules(
     raw: Mapping[str, object], where: str, problems: ProblemCollector
-) -> tuple[str, ...]:
+) -> tuple[Law, ...]:
     """``waived_megatron_rules``: each the name of a Megatron-LM start-up rule (a
-    :class:`Law` of the Megatron rule set), none twice."""
+    :class:`Law` of the Megatron rule set), none twice; an unknown name gets a did-you-mean."""
     names = strings(raw, "waived_megatron_rules", where, problems)
     megatron = sorted(law.value for law in Law if law.ruleset is RuleSet.MEGATRON)
+    laws: list[Law] = []
     for name in names:
-        if name not in megatron:
-            problems.add(
-                f"{where}.waived_megatron_rules: {name!r} is not a Megatron-LM rule "
-                f"(one of {', '.join(megatron)})"
-            )
+        if name in megatron:
+            laws.append(Law(name))
+            continue
+        close = difflib.get_close_matches(name, megatron, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        problems.add(f"{where}.waived_megatron_rules: {name!r} is not a Megatron-LM rule{hint}")
     if len(set(names)) != len(names):
         problems.add(f"{where}.waived_megatron_rules names a rule twice: {list(names)}")
-    return names
+    return tuple(laws)
 
 
 def _run(raw: Mapping[str, object], where: str, problems: ProblemCollector) -> ModernRun | None:
@@ -438,6 +441,12 @@ def _run(raw: Mapping[str, object], where: str, problems: ProblemCollector) -> M
         problems.add(f"{where}: waived_megatron_rules needs a waiver_reason (who skips the rule)")
     if run.waiver_reason and not run.waived_megatron_rules:
         problems.add(f"{where}: waiver_reason without waived_megatron_rules")
+    if run.waived_megatron_rules and run_id and not problems.problems:
+        # a waiver that no longer matches the run is the fixture's error, not a refusal
+        try:
+            check_waiver(run, run.training_spec())
+        except (ConfigError, InvalidStrategyError) as error:
+            problems.add(f"{where}: waived_megatron_rules do not match: {planner_message(error)}")
     exclusion = run.exclusion_problem()
     if exclusion is not None:
         problems.add(f"{where}: {exclusion}")
@@ -801,7 +810,7 @@ def compare_modern_runs(
                 measured_s=run.measured_iteration_time_s(),
                 predicted_s=predicted,
                 not_planned=message,
-                waived_megatron_rules=run.waived_megatron_rules,
+                waived_megatron_rules=tuple(str(law) for law in run.waived_megatron_rules),
             )
         )
         if run.excluded is None:

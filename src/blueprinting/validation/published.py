@@ -275,6 +275,18 @@ def _int(raw: Mapping[str, object], key: str, where: str, problems: ProblemColle
     return integer(raw, key, where, problems, fallback=1)
 
 
+def _positive_int(
+    raw: Mapping[str, object], key: str, where: str, problems: ProblemCollector
+) -> int:
+    """A count that divides a figure (fuzz seed 1272 case 41418: ``num_gpus = 0`` reached the
+    TFLOP/s per GPU as a ZeroDivisionError); 1 on error, as :func:`_int`."""
+    value = _int(raw, key, where, problems)
+    if value < 1:
+        problems.add(f"{where}.{key} must be a positive integer, got {value}")
+        return 1
+    return value
+
+
 def _datatype(strategy: Mapping[str, FlatValue]) -> Datatype:
     if strategy.get("fp16") is True:
         return Datatype.FP16
@@ -393,7 +405,7 @@ def _run(raw: Mapping[str, object], where: str, problems: ProblemCollector) -> P
         provenance=string(raw, "provenance", where, problems),
         system=string(raw, "system", where, problems),
         gpu=string(raw, "gpu", where, problems),
-        num_gpus=_int(raw, "num_gpus", where, problems),
+        num_gpus=_positive_int(raw, "num_gpus", where, problems),
         peak_tflops_16bit=positive_number(raw, "peak_tflops_16bit", where, problems),
         model=model,
         params_b=params_b,

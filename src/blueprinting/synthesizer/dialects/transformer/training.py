@@ -89,6 +89,7 @@ from blueprinting.mapping.transformer import (
     UnfusedAttention,
     dispatcher_overlaps,
     dispatcher_type,
+    flex_sms,
 )
 
 
@@ -1460,6 +1461,9 @@ class FlexExchange:
 
     backend: FlexBackend
     leg: EpLeg
+    #: the SMs the library's kernels hold while it runs (:func:`flex_sms`; None: not set by
+    #: Megatron, NCCL-EP's)
+    sms: int | None = None
 
 
 @final
@@ -1761,8 +1765,9 @@ def expert_exchanges(
             copies = ex.tokens * u * distinct_destinations(ep, moe.top_k) * gamma
             sent = math.ceil(copies) * h * e
             hops = _flex_forwarding(dispatcher.backend, top_k=moe.top_k, etp=u)
-            to_experts = FlexExchange(backend=dispatcher.backend, leg=EpLeg.DISPATCH)
-            back = FlexExchange(backend=dispatcher.backend, leg=EpLeg.COMBINE)
+            held = flex_sms(dispatcher)
+            to_experts = FlexExchange(backend=dispatcher.backend, leg=EpLeg.DISPATCH, sms=held)
+            back = FlexExchange(backend=dispatcher.backend, leg=EpLeg.COMBINE, sms=held)
             return (
                 x(
                     fw,

@@ -23,12 +23,23 @@ beside the next layer's ``combine_bwd``. Without it the weight gradients are par
 
 A layer's time in a steady stream of identical layers is the increment of the two-stream
 schedule per layer (:func:`_steady_increment`); the first layer's edge is not counted.
+
+A flex library's exchange kernels hold a share ``f`` of the GPU's SMs while they run (DeepEP's
+and HybridEP's ``num_sms``: the Hybrid-EP README's point is "achieve excellent performance with
+as few SMs as possible"), so the compute that runs beside them runs on the rest. Taken to first
+order, as Transformer Engine's userbuffer overlap is (:func:`.tp_overlap.sm_fraction`): the
+layer is lengthened by ``f / (1 - f)`` x the time the two streams overlap in the schedule
+(compute slowed in proportion to the SMs it loses; the lengthened compute is not re-scheduled).
+NCCL's all-to-all kernels hold SMs too, in a number NCCL chooses and no source read here
+states: ``f = 0`` for them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import final
+
+from blueprinting.errors import ConfigError
 
 _COMP, _COMM = 0, 1
 _STEADY_LAYERS = 4
@@ -55,6 +66,17 @@ class MoeLayerPasses:
     backward_dispatch_s: float
     backward_attention_dgrad_s: float
     backward_attention_wgrad_s: float
+    #: the share of the SMs the exchange kernels hold while they run (module docstring)
+    exchange_sm_share: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.exchange_sm_share < 1.0:
+            raise ConfigError(
+                [
+                    "MoeLayerPasses.exchange_sm_share must be in [0, 1): the exchange kernels "
+                    f"would hold every SM, got {self.exchange_sm_share!r}"
+                ]
+            )
 
     @property
     def forward_s(self) -> float:
@@ -87,18 +109,22 @@ class MoeLayerPasses:
 
 def _two_streams(
     passes: MoeLayerPasses, layers: int, *, forward: bool, backward: bool, delay_wgrad: bool
-) -> float:
-    """Makespan of ``layers`` layers of ``TransformerLayerSchedulePlan.run`` (module docstring)
-    with the forward, the backward or both; ops in Megatron's issue order."""
+) -> tuple[float, float]:
+    """(makespan, time both streams are busy) of ``layers`` layers of
+    ``TransformerLayerSchedulePlan.run`` (module docstring) with the forward, the backward or
+    both; ops in Megatron's issue order."""
     free = [0.0, 0.0]
     f_tail = b_tail = 0.0
     end = 0.0
+    busy: tuple[list[tuple[float, float]], list[tuple[float, float]]] = ([], [])
 
     def run(stream: int, duration: float, after: float) -> float:
         nonlocal end
         start = max(free[stream], after)
         free[stream] = start + duration
         end = max(end, free[stream])
+        if duration > 0.0:
+            busy[stream].append((start, free[stream]))
         return free[stream]
 
     x = passes
@@ -119,18 +145,29 @@ def _two_streams(
             b_tail = run(_COMP, attn_bwd, dispatch_b)
             if delay_wgrad:
                 run(_COMP, x.backward_attention_wgrad_s, b_tail)
-    return end
+    # a stream's intervals never overlap each other (each op starts when the last one ends)
+    both = sum(
+        max(0.0, min(a_end, b_end) - max(a_start, b_start))
+        for a_start, a_end in busy[_COMP]
+        for b_start, b_end in busy[_COMM]
+    )
+    return end, both
 
 
 def _steady_increment(
     passes: MoeLayerPasses, *, forward: bool, backward: bool, delay_wgrad: bool
 ) -> float:
-    def span(layers: int) -> float:
+    """One steady layer's time: the schedule's increment per layer, lengthened by the SM share
+    the exchange kernels take from the compute beside them (module docstring)."""
+
+    def span(layers: int) -> tuple[float, float]:
         return _two_streams(
             passes, layers, forward=forward, backward=backward, delay_wgrad=delay_wgrad
         )
 
-    return span(_STEADY_LAYERS) - span(_STEADY_LAYERS - 1)
+    (end, both), (before, both_before) = span(_STEADY_LAYERS), span(_STEADY_LAYERS - 1)
+    share = passes.exchange_sm_share
+    return end - before + (both - both_before) * share / (1.0 - share)
 
 
 @final

@@ -37,7 +37,7 @@ from blueprinting.analysis.stage_layout import (
     chunk_layer_starts,
     fully_recomputed_blocks,
 )
-from blueprinting.errors import UnsupportedError
+from blueprinting.errors import ConfigError, UnsupportedError
 from blueprinting.hardware.collectives import CollectiveKind as LinkCollective
 from blueprinting.hardware.efficiency import GemmShape as HardwareGemmShape
 from blueprinting.hardware.efficiency import GemmShapeColumns, ShapeFigures
@@ -744,11 +744,12 @@ def _measured_flex_time(task: CollectiveTask, system: SystemSpec, group: CommGro
     """A flex dispatcher's exchange inside one NVLink domain, at its library's measured rate
     for the group's size (:class:`~blueprinting.hardware.ep_kernels.EpKernelRates`: bytes one
     rank receives over the measured algorithm bandwidth); None where the node has no table for
-    the library or the group leaves the domain (the link model then times it)."""
+    the library, the group is smaller than the smallest measured one, or it leaves the domain
+    (the link model then times it)."""
     if task.flex is None or group.size == 1 or group.tier is not LinkTier.INTRA_NODE:
         return None
     rates = rates_for(system.node.ep_kernels, task.flex.backend)
-    if rates is None:
+    if rates is None or not rates.covers(group.size):
         return None
     return task.bytes / rates.bytes_per_s(task.flex.leg, group.size)
 
@@ -800,6 +801,22 @@ def moe_layer_passes(
     unpermute: dict[Phase, float] = {}
     dispatch: dict[Phase, float] = {}
     combine: dict[Phase, float] = {}
+    held = max(
+        (
+            task.flex.sms
+            for task in group.tasks
+            if isinstance(task, CollectiveTask) and task.flex is not None and task.flex.sms
+        ),
+        default=0,
+    )
+    sm_count = system.accelerator.sm_count
+    if sm_count is not None and held >= sm_count:
+        raise ConfigError(
+            [
+                f"the flex dispatcher's kernels hold {held} SMs, {system.accelerator.name} has "
+                f"{sm_count}: nothing would be left for the compute they overlap"
+            ]
+        )
     for task in group.tasks:
         match task:
             case ComputeTask(lineage=lineage) if lineage.op in _EXPERT_NODE:
@@ -840,6 +857,7 @@ def moe_layer_passes(
         backward_attention_dgrad_s=attention(block.backward_activation, agrad)
         + block.recompute.critical_path_s,
         backward_attention_wgrad_s=attention(block.backward_weight, wgrad),
+        exchange_sm_share=0.0 if sm_count is None else held / sm_count,
     )
 
 
