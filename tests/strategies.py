@@ -41,6 +41,7 @@ from blueprinting.mapping.precision import (
     TrainingPrecision,
 )
 from blueprinting.mapping.transformer import (
+    DEFAULT_RECOMPUTE_MODULES,
     DENSE_RECOMPUTE_MODULES,
     AllGatherDispatcher,
     AllGatherKV,
@@ -75,6 +76,7 @@ from blueprinting.mapping.transformer import (
     PipelineParallel,
     PipelineSchedule,
     RecomputeMethod,
+    RecomputeModule,
     RecomputePolicy,
     ReduceScatterAllGather,
     ReplicaParallel,
@@ -260,12 +262,19 @@ def lawful_models(
     tensor_degree: int,
     layers_multiple: int,
     datatypes: tuple[Datatype, ...] = tuple(Datatype),
+    *,
+    replicated_kv: bool = False,
 ) -> TransformerModelSpec:
     """A model whose block splits over ``tensor_degree`` and whose layer count is a multiple of
-    ``layers_multiple`` (p * v)."""
+    ``layers_multiple`` (p * v); training splits the K/V heads over t, serving
+    (``replicated_kv``) may also replicate them (t a multiple of the groups)."""
     t = tensor_degree
     heads = t * draw(st.integers(1, 4))
-    groups = draw(st.sampled_from([g for g in _divisors(heads) if g % t == 0 or t % g == 0]))
+    groups = draw(
+        st.sampled_from(
+            [g for g in _divisors(heads) if g % t == 0 or (replicated_kv and t % g == 0)]
+        )
+    )
     kv = draw(st.sampled_from([8, 16, 32, 64, 128]))
     padded = t * 128 * draw(st.integers(1, 40))
     return TransformerModelSpec(
@@ -323,6 +332,19 @@ def lawful_training_specs(draw: st.DrawFn) -> TrainingSpec:
     overlap_grad = draw(st.booleans())
     if not isinstance(sharding, NoOptimizerSharding) and sharding.overlap_param_gather:
         overlap_grad = True
+    # a low-precision param gather needs a sharded optimizer
+    precision = draw(
+        training_precisions(param_gather=not isinstance(sharding, NoOptimizerSharding))
+    )
+    recompute = draw(recompute_policies(max_layers=model.num_layers // p))
+    if (
+        isinstance(precision, Fp8Precision)
+        and precision.recipe is Fp8Recipe.DELAYED
+        and isinstance(recompute, SelectiveRecompute)
+    ):
+        # Megatron refuses delayed scaling with these modules (fp8_delayed_scaling_recompute)
+        kept = recompute.modules - {RecomputeModule.MOE_ACT, RecomputeModule.LAYERNORM}
+        recompute = replace(recompute, modules=kept or DEFAULT_RECOMPUTE_MODULES)
     return TrainingSpec(
         model=model,
         mapping=TransformerTrainingMappingSpec(
@@ -332,7 +354,7 @@ def lawful_training_specs(draw: st.DrawFn) -> TrainingSpec:
                 data=DataParallel(
                     degree=d, optimizer_sharding=sharding, overlap_grad_reduce=overlap_grad
                 ),
-                recompute=draw(recompute_policies(max_layers=model.num_layers // p)),
+                recompute=recompute,
                 context=context,
             ),
             batch=BatchSpec(global_batch_size=d * mbs * m, micro_batch_size=mbs),
@@ -345,10 +367,7 @@ def lawful_training_specs(draw: st.DrawFn) -> TrainingSpec:
                 if model.datatype is not Datatype.FP32
                 else UnfusedAttention()
             ),
-            # a low-precision param gather needs a sharded optimizer
-            precision=draw(
-                training_precisions(param_gather=not isinstance(sharding, NoOptimizerSharding))
-            ),
+            precision=precision,
         ),
     )
 
@@ -357,7 +376,7 @@ def lawful_training_specs(draw: st.DrawFn) -> TrainingSpec:
 def lawful_inference_specs(draw: st.DrawFn) -> InferenceSpec:
     t = draw(st.sampled_from([1, 2, 4, 8]))
     p = draw(st.integers(1, 8))
-    model = draw(lawful_models(t, p))
+    model = draw(lawful_models(t, p, replicated_kv=True))
     prompt = t * draw(st.integers(1, max(1, model.seq_length // (2 * t))))
     generated = draw(st.integers(1, max(1, model.seq_length - prompt)))
     schedule: PipelineSchedule = ForwardOnly() if p > 1 else SingleStage()

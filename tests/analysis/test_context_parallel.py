@@ -352,3 +352,24 @@ def test_activations_are_those_of_the_cp_rank_tokens() -> None:
     assert cp_stage.activations == short_stage.activations
     # the ring keeps every received K/V chunk of one layer: cp M_kv on top of the working set
     assert cp_stage.transient - short_stage.transient == 4 * M_KV
+
+
+def test_selective_norm_and_attention_recompute_verifies_under_cp() -> None:
+    """Found by the contract test: at t 2 / cp 2, recomputing core_attn and layernorm made the
+    verifier read the recomputed attention (fed by the re-gathered K/V, stored) as continuing
+    the norm's chain ("consumes S(heads) but the recomp chain holds R"); it starts its own."""
+    from blueprinting.api import build_spec, plan_spec
+
+    spec = build_spec(
+        model="llama2-7b",
+        gpus=4,
+        settings={
+            "tensor_model_parallel_size": 2,
+            "context_parallel_size": 2,
+            "recompute_granularity": "selective",
+            "recompute_modules": "core_attn layernorm",
+            "global_batch_size": 8,
+        },
+    )
+    report = plan_spec(spec, "dgx-h100")
+    assert report.breakdown.recompute > 0.0

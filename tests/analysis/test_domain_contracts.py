@@ -223,7 +223,8 @@ def _brute_force_laws(
     a, g = model.num_attention_heads, model.num_query_groups
     if not _integral(a, t):
         broken.add(("attention_heads_per_tensor_rank", planner))
-    if not (_integral(g, t) or _integral(t, g)):
+    # training splits the K/V heads over t (Megatron-Core attention.py divide)
+    if not _integral(g, t):
         broken.add(("query_groups_vs_tensor", planner))
     if not _integral(a, g):
         broken.add(("heads_per_query_group", planner))

@@ -53,8 +53,9 @@ def test_check_lists_every_violation(capsys: pytest.CaptureFixture[str]) -> None
         "integral\n"
         "  - [planner] attention_heads_per_tensor_rank: attention_heads_per_tensor_rank = "
         "100 / 8 is not integral\n"
-        "  - [planner] query_groups_vs_tensor: num_query_groups = 100 is neither a multiple nor "
-        "a divisor of t = 8\n"
+        "  - [planner] query_groups_vs_tensor: num_query_groups = 100 is not divisible by t = 8 "
+        "(Megatron-Core splits the K/V heads over the TP ranks: attention.py "
+        "divide(num_query_groups, t))\n"
         "  - [planner] hidden_per_head: kv_channels = 12288 / 100 is not integral\n"
         "  - [megatron] microbatch_group_bounds: p <= N <= m fails: 5 <= 30 <= 25\n"
     )

@@ -63,8 +63,9 @@ def test_every_violation_is_reported_at_once() -> None:
         "integral",
         "[planner] attention_heads_per_tensor_rank: attention_heads_per_tensor_rank = 96 / 5 is "
         "not integral",
-        "[planner] query_groups_vs_tensor: num_query_groups = 96 is neither a multiple nor a "
-        "divisor of t = 5",
+        "[planner] query_groups_vs_tensor: num_query_groups = 96 is not divisible by t = 5 "
+        "(Megatron-Core splits the K/V heads over the TP ranks: attention.py "
+        "divide(num_query_groups, t))",
         "[planner] ffn_per_tensor_rank: ffn_per_tensor_rank = 49152 / 5 is not integral",
         # 51200 / 5 = 10240: the padded vocabulary splits.
         "[planner] recompute_num_layers: recompute_num_layers = 49 is outside 1..48 (blocks per "
@@ -199,3 +200,24 @@ def test_inference_laws() -> None:
         "context_length",
         "local_sequence",
     ]
+
+
+def test_training_splits_the_kv_heads_serving_may_replicate_them() -> None:
+    """Megatron-Core's attention divides the K/V heads over t (``divide(num_query_groups,
+    world_size)``): training at t = 8 with 4 groups is refused before the block derivation (the
+    search once enumerated it and stopped there); serving may replicate each K/V head on t / g
+    ranks."""
+    from blueprinting.api import build_spec
+
+    spec = build_spec(
+        model="qwen3-30b-a3b",
+        gpus=16,
+        settings={
+            "tensor_model_parallel_size": 8,
+            "expert_model_parallel_size": 2,
+            "sequence_parallel": True,
+            "global_batch_size": 16,
+        },
+    )
+    laws = [v.law for v in check_training(spec.model, spec.mapping, megatron=False)]
+    assert "query_groups_vs_tensor" in laws

@@ -128,8 +128,8 @@ LAW_CASES: list[tuple[str, dict[str, object], dict[str, object]]] = [
     ("microbatch_group_bounds", {}, {"batch_size": 4}),
     ("microbatch_group_remainder", {}, {"batch_size": 12}),
     ("sequence_parallel_needs_tensor", {}, {"tensor_par": 1, "num_procs": 8}),
-    # multiquery at t > 1: the block derivation refuses it when planning
-    ("tp_divides_query_groups", {}, {"attention_type": "multiquery"}),
+    # multiquery at t > 1: training splits the K/V heads over t (Megatron-Core's divide)
+    ("query_groups_vs_tensor", {}, {"attention_type": "multiquery"}),
 ]  # fmt: skip
 
 
@@ -209,7 +209,7 @@ def test_bucket_table_lists_every_bucket(subset_gate: CalculonGate) -> None:
     assert f"| compared | median abs error {subset_gate.median_abs_error:.2%}" in table
     for reason in CalculonExclusion:
         assert f"| excluded | `{reason}`: {reason.why} | {subset_gate.excluded[reason]} |" in table
-    assert "| refused | `tp_divides_query_groups` |" in table
+    assert "| refused | `query_groups_vs_tensor` |" in table
     n = len(SYNTHETIC_SUBSET_IDS)
     assert table.endswith(f"| total | | {n} of {n} records |")
 

@@ -137,7 +137,8 @@ class Law(StrEnum):
             case Law.ATTENTION_HEADS_DIVISIBILITY:
                 return "num_attention_heads mod t == 0"
             case Law.QUERY_GROUPS_DIVISIBILITY:
-                return "num_query_groups mod t == 0 or t mod num_query_groups == 0"
+                # training's (the search's); serving also takes t mod num_query_groups == 0
+                return "num_query_groups mod t == 0"
             case Law.FFN_DIVISIBILITY:
                 return "ffn_hidden_size mod t == 0"
             case Law.VOCAB_DIVISIBILITY:

@@ -307,10 +307,15 @@ def _uneven_laws(
 # --------------------------------------------------------------------------------------------
 # Block laws (tensor-parallel split of one transformer block)
 # --------------------------------------------------------------------------------------------
-def _block_laws(model: TransformerModelSpec, tensor: TensorParallel) -> list[LawViolation]:
+def _block_laws(
+    model: TransformerModelSpec, tensor: TensorParallel, *, replicated_kv: bool
+) -> list[LawViolation]:
     """Shoeybi et al. 2019, Section 3: attention heads, MLP columns and vocabulary rows are
     partitioned over t ranks; Megatron asserts each split (``arguments.py``,
-    ``transformer_config.py``)."""
+    ``transformer_config.py``). K/V heads: training splits them over t (Megatron-Core
+    ``transformer/attention.py``: ``num_query_groups_per_partition =
+    divide(num_query_groups, world_size)``, which asserts divisibility); serving with
+    ``replicated_kv`` also takes t a multiple of the groups (each K/V head on t / g ranks)."""
     t = tensor.degree
     a = model.num_attention_heads
     g = model.num_query_groups
@@ -325,12 +330,23 @@ def _block_laws(model: TransformerModelSpec, tensor: TensorParallel) -> list[Law
                 t=t,
             )
         )
-    if g % t != 0 and t % g != 0:
+    if replicated_kv and g % t != 0 and t % g != 0:
         out.append(
             _violation(
                 "query_groups_vs_tensor",
                 "num_query_groups mod t = 0 or t mod num_query_groups = 0",
                 f"num_query_groups = {g} is neither a multiple nor a divisor of t = {t}",
+                num_query_groups=g,
+                t=t,
+            )
+        )
+    if not replicated_kv and g % t != 0:
+        out.append(
+            _violation(
+                "query_groups_vs_tensor",
+                "num_query_groups mod t = 0",
+                f"num_query_groups = {g} is not divisible by t = {t} (Megatron-Core splits the "
+                "K/V heads over the TP ranks: attention.py divide(num_query_groups, t))",
                 num_query_groups=g,
                 t=t,
             )
@@ -978,7 +994,7 @@ def check_training(
     out.extend(_training_schedule_laws(p, pipeline))
     if isinstance(pipeline.schedule, DualPipe | DualPipeV):
         out.extend(dualpipe_laws(pipeline.schedule, p, mapping.microbatch_count))
-    out.extend(_block_laws(model, mapping.parallelism.tensor))
+    out.extend(_block_laws(model, mapping.parallelism.tensor, replicated_kv=False))
     out.extend(_recompute_laws(model, mapping))
 
     megatron_out = _sequence_laws(
@@ -1093,7 +1109,7 @@ def check_inference(
     out: list[LawViolation] = []
     out.extend(_layout_laws(model.num_layers, pipeline, 1))  # serving loads no MTP depth
     out.extend(_inference_schedule_laws(p, pipeline))
-    out.extend(_block_laws(model, mapping.parallelism.tensor))
+    out.extend(_block_laws(model, mapping.parallelism.tensor, replicated_kv=True))
     out.extend(serving_expert_laws(model, mapping))
     context = workload.prompt_length + workload.generated_tokens
     if model.position_embedding is PositionEmbedding.LEARNED_ABSOLUTE and (

@@ -121,7 +121,8 @@ def law_violations(
         Law.BLOCKS_PER_VIRTUAL_CHUNK: (big_l % p != 0) | ((big_l // p) % v != 0),
         Law.SEQUENCE_PARALLEL_DIVISIBILITY: c.sequence_parallel & (s % (t * cp) != 0),
         Law.ATTENTION_HEADS_DIVISIBILITY: model.num_attention_heads % t != 0,
-        Law.QUERY_GROUPS_DIVISIBILITY: (groups % t != 0) & (t % groups != 0),
+        # training splits the K/V heads over t (laws._block_laws, replicated_kv=False)
+        Law.QUERY_GROUPS_DIVISIBILITY: groups % t != 0,
         Law.FFN_DIVISIBILITY: model.ffn_hidden_size % t != 0,
         Law.VOCAB_DIVISIBILITY: model.padded_vocab_size % t != 0,
         Law.SCHEDULE_MATCHES_PIPELINE: interleaved & (p == 1),

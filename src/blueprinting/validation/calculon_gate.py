@@ -111,8 +111,9 @@ def exclusion(record: CalculonRecord) -> CalculonExclusion | None:
 #:   (megatron_rules.md); Calculon takes any m;
 #: - ``sequence_parallel_needs_tensor``: Megatron-LM refuses sequence parallelism at t = 1, Calculon
 #:   runs rs_ag at t = 1 as a no-op;
-#: - ``tp_divides_query_groups`` (the block derivation's divisibility): multiquery at t > 1,
-#:   Calculon replicates the K/V head on every rank;
+#: - ``query_groups_vs_tensor`` (training splits the K/V heads over t, Megatron-Core's
+#:   ``divide(num_query_groups, t)``): multiquery at t > 1, Calculon replicates the K/V head on
+#:   every rank;
 #: - ``interleaving_pipeline_degree``: p > 2, or p = 2 with --overlap-p2p-communication, which
 #:   Calculon (never overlapping PP sends) does not have.
 ACCEPTED_BY_CALCULON_ONLY: frozenset[str] = frozenset(
@@ -124,7 +125,7 @@ ACCEPTED_BY_CALCULON_ONLY: frozenset[str] = frozenset(
         "microbatch_group_bounds",
         "microbatch_group_remainder",
         Law.MEGATRON_SEQUENCE_PARALLEL_NEEDS_TP.value,
-        "tp_divides_query_groups",
+        Law.QUERY_GROUPS_DIVISIBILITY.value,
     }
 )
 
