@@ -384,3 +384,17 @@ def test_the_long_runs_failures_answer_now(index: int, tmp_path: Path) -> None:
     case = draw_case(rng, rng.choice(FORMS))
     outcome = run_case(case, tmp_path)
     assert problems_of(case, outcome, max_seconds=WALL_SECONDS, max_cpu_seconds=CASE_SECONDS) == []
+
+
+@pytest.mark.parametrize("index", [7138, 18358, 41418, 96280])
+def test_the_stop_27_long_runs_failures_answer_now(index: int, tmp_path: Path) -> None:
+    """The cases of ``benchmarks/fuzz_cli.py --cases 100000 --seed 1272`` (stop 27) that escaped
+    with a traceback: an infinite HBM capacity (``int(inf)``), an infinite
+    ``moe_load_imbalance`` (an integer token count of inf, twice) and a published run of 0 GPUs
+    (calibrate's TFLOP/s per GPU): each answers with a message now."""
+    import random
+
+    rng = random.Random(f"1272:{index}")
+    case = draw_case(rng, rng.choice(FORMS))
+    outcome = run_case(case, tmp_path)
+    assert problems_of(case, outcome, max_seconds=WALL_SECONDS, max_cpu_seconds=CASE_SECONDS) == []
