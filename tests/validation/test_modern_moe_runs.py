@@ -462,6 +462,11 @@ def test_a_waiver_is_checked_both_ways(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as raised:
         load_moe_runs(bad)
     assert "waived_megatron_rules needs a waiver_reason" in "; ".join(raised.value.problems)
+    orphan = text[: text.index(waiver)] + text[start:]
+    bad.write_text(orphan)
+    with pytest.raises(ConfigError) as raised:
+        load_moe_runs(bad)
+    assert "waiver_reason without waived_megatron_rules" in "; ".join(raised.value.problems)
 
     # a waiver the run no longer needs fails the load, not the row
     start = text.index(waiver)

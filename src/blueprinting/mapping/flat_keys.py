@@ -168,6 +168,7 @@ from blueprinting.mapping.transformer import (
     dispatcher_type,
     grad_reduce_datatype,
     inference_schedule,
+    parameter_datatype,
     shared_expert_overlaps,
     single_level_communication,
     tensor_communication,
@@ -1263,7 +1264,7 @@ def grad_reduce_datatype_of(
     fp32_flag = _get_bool(values, "accumulate_allreduce_grads_in_fp32")
     bf16_flag = _get_bool(values, "grad_reduce_in_bf16")
     mcore = _get_bool(values, "grad_reduce_in_fp32")
-    params = Datatype.BF16 if datatype is Datatype.FP8 else datatype
+    params = parameter_datatype(datatype)
     if fp32_flag is True and bf16_flag is True:
         problems.append(
             "accumulate_allreduce_grads_in_fp32 = true contradicts grad_reduce_in_bf16 = true "
@@ -2612,8 +2613,13 @@ def _grad_reduce_args(data: DataParallel, datatype: Datatype) -> list[str]:
             if reduced is Datatype.FP32
             else "--grad-reduce-in-bf16"
         )
-    if isinstance(data.optimizer_sharding, ShardedGradients | ShardedParameters):
-        args += ["--megatron-fsdp-main-grads-dtype", _FSDP_DTYPE_NAMES[reduced]]
+    match data.optimizer_sharding:
+        case ShardedGradients() | ShardedParameters():
+            args += ["--megatron-fsdp-main-grads-dtype", _FSDP_DTYPE_NAMES[reduced]]
+        case NoOptimizerSharding() | DistributedOptimizer():
+            pass
+        case _ as unreachable:
+            assert_never(unreachable)
     return args
 
 

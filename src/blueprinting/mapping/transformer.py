@@ -925,10 +925,16 @@ class GradReduceDtype(StrEnum):
     PARAMS = "params"
 
 
+def parameter_datatype(datatype: Datatype) -> Datatype:
+    """The datatype a model trained in ``datatype`` keeps its parameters in: FP8 GEMMs keep
+    bf16 parameters (Transformer Engine casts them per GEMM), every other datatype its own."""
+    return Datatype.BF16 if datatype is Datatype.FP8 else datatype
+
+
 def grad_reduce_datatype(datatype: Datatype, choice: GradReduceDtype) -> Datatype:
     """The datatype the gradient buffers hold and reduce in when the parameters are
-    ``datatype`` (:class:`GradReduceDtype`; FP8 GEMMs keep bf16 parameters: bf16's rule)."""
-    params = Datatype.BF16 if datatype is Datatype.FP8 else datatype
+    ``datatype`` (:class:`GradReduceDtype`; :func:`parameter_datatype`: bf16's rule under FP8)."""
+    params = parameter_datatype(datatype)
     match choice:
         case GradReduceDtype.FP32:
             return Datatype.FP32
