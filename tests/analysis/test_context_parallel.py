@@ -371,5 +371,18 @@ def test_selective_norm_and_attention_recompute_verifies_under_cp() -> None:
             "global_batch_size": 8,
         },
     )
+    from blueprinting.synthesizer.dialects.transformer.training_derivation import (
+        derive_training_block,
+    )
+    from blueprinting.synthesizer.stages.distributed.ir import Phase
+
+    block = derive_training_block(spec.model, spec.mapping).block
+    # layernorm re-runs both norms; core_attn re-runs the attention behind its K/V ring
+    assert [t.id for t in block.tasks if t.phase is Phase.RECOMPUTE] == [
+        "recomp.input_norm",
+        "recomp.core_attention.cp.p2p.kv",
+        "recomp.core_attention",
+        "recomp.post_attention_norm",
+    ]
     report = plan_spec(spec, "dgx-h100")
     assert report.breakdown.recompute > 0.0

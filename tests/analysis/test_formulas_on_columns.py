@@ -33,7 +33,8 @@ def test_helpers_keep_python_semantics_on_numbers() -> None:
     assert where(True, 3, 4) == 3 and where(False, 3, 4) == 4
     assert minimum(2, 5) == 2 and maximum(2, 5) == 5
     # ties keep the first argument, as min / max do
-    assert str(maximum(0.0, -0.0)) == "0.0"
+    assert str(maximum(0.0, -0.0)) == "0.0" and str(maximum(-0.0, 0.0)) == "-0.0"
+    assert str(minimum(0.0, -0.0)) == "0.0" and str(minimum(-0.0, 0.0)) == "-0.0"
     assert type(minimum(2**70, 2**71)) is int  # exact beyond int64 on the plan's path
     assert list(where(np.array([True, False]), np.array([1, 2]), np.array([3, 4]))) == [1, 4]
 
@@ -218,3 +219,58 @@ def test_owned_parameters_per_row(rows: list[tuple[int, int, bool]]) -> None:
     for i, (n, d, s) in enumerate(rows):
         plain = owned_parameters(n, degree=d, sharded=s)
         assert plain == int(column[i]) == (-(-n // d) if s else n)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(positive, positive, positive, positive, st.integers(0, 3), small, small),
+        min_size=1,
+        max_size=6,
+    )
+)
+def test_interleaved_groups_and_mtp_depths_per_row(
+    rows: list[tuple[int, int, int, int, int, int, int]],
+) -> None:
+    """The interleaved table's reached groups and an MTP depth's stored bytes (recompute
+    variants: 0 none, 1 selective, 2 full uniform, 3 full block), one formula on a row's numbers
+    and on columns."""
+    from blueprinting.analysis.memory import interleaved_group_reached, mtp_depth_stored_bytes
+
+    group, m, v, peak, variant, full, kept = (
+        np.array([r[k] for r in rows], dtype=np.int64) for k in range(7)
+    )
+    for index in range(3):
+        column = interleaved_group_reached(
+            index=index, group=group, microbatches=m, virtual=v, peak=peak
+        )
+        for i, (g, mm, vv, pk, *_) in enumerate(rows):
+            plain = interleaved_group_reached(
+                index=index, group=g, microbatches=mm, virtual=vv, peak=pk
+            )
+            assert plain == bool(np.asarray(column)[i]) == (index * g < mm and index * g * vv < pk)
+    depth = mtp_depth_stored_bytes(
+        selective=variant == 1,
+        uniform=variant == 2,
+        full_layer=full,
+        kept_layer=kept,
+        micro_batch=group,
+        rows=m,
+        hidden=8,
+        activation=2,
+    )
+    for i, (b, s, _, _, var, f, k) in enumerate(rows):
+        depth_plain = mtp_depth_stored_bytes(
+            selective=var == 1,
+            uniform=var == 2,
+            full_layer=f,
+            kept_layer=k,
+            micro_batch=b,
+            rows=s,
+            hidden=8,
+            activation=2,
+        )
+        assert depth_plain == int(depth[i])
+        # MTP_CHECKPOINT_TENSORS = 2, MTP_HIDDEN_TENSORS = 5 tensors of 2-byte rows x 8
+        expected = 2 * 2 * b * s * 8 if var == 2 else (k if var == 1 else f) + 5 * 2 * b * s * 8
+        assert depth_plain == expected

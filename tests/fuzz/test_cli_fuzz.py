@@ -372,29 +372,29 @@ def test_a_sweep_is_checked_whole_before_ray_starts(tmp_path: Path) -> None:
     assert f"over the limit of {MAX_SEARCH_ROWS:,} (MAX_SEARCH_ROWS)" in err
 
 
-@pytest.mark.parametrize("index", [50469, 62073, 74371, 75484])
-def test_the_long_runs_failures_answer_now(index: int, tmp_path: Path) -> None:
-    """The cases of ``benchmarks/fuzz_cli.py --cases 100000 --seed 1203`` (stop 26) that escaped
-    with a traceback (a published-runs fixture whose ``params_b`` overflowed, or whose head count
-    was 0 before the model refused it) or ran past the 300 s abort (``plan`` summing 2**32
-    layers one by one): each answers with a message now."""
+@pytest.mark.parametrize(
+    ("seed", "index"),
+    [
+        # stop 26's 10^5-case run: a published-runs fixture whose params_b overflowed or whose
+        # head count was 0 before the model refused it, and plan summing 2**32 layers one by one
+        (1203, 50469),
+        (1203, 62073),
+        (1203, 74371),
+        (1203, 75484),
+        # stop 27's: an infinite HBM capacity, an infinite moe_load_imbalance (twice) and a
+        # published run of 0 GPUs (calibrate's TFLOP/s per GPU)
+        (1272, 7138),
+        (1272, 18358),
+        (1272, 41418),
+        (1272, 96280),
+    ],
+)
+def test_the_long_runs_failures_answer_now(seed: int, index: int, tmp_path: Path) -> None:
+    """The cases of ``benchmarks/fuzz_cli.py --cases 100000 --seed SEED`` that escaped with a
+    traceback or ran past the 300 s abort: each answers with a message now."""
     import random
 
-    rng = random.Random(f"1203:{index}")
-    case = draw_case(rng, rng.choice(FORMS))
-    outcome = run_case(case, tmp_path)
-    assert problems_of(case, outcome, max_seconds=WALL_SECONDS, max_cpu_seconds=CASE_SECONDS) == []
-
-
-@pytest.mark.parametrize("index", [7138, 18358, 41418, 96280])
-def test_the_stop_27_long_runs_failures_answer_now(index: int, tmp_path: Path) -> None:
-    """The cases of ``benchmarks/fuzz_cli.py --cases 100000 --seed 1272`` (stop 27) that escaped
-    with a traceback: an infinite HBM capacity (``int(inf)``), an infinite
-    ``moe_load_imbalance`` (an integer token count of inf, twice) and a published run of 0 GPUs
-    (calibrate's TFLOP/s per GPU): each answers with a message now."""
-    import random
-
-    rng = random.Random(f"1272:{index}")
+    rng = random.Random(f"{seed}:{index}")
     case = draw_case(rng, rng.choice(FORMS))
     outcome = run_case(case, tmp_path)
     assert problems_of(case, outcome, max_seconds=WALL_SECONDS, max_cpu_seconds=CASE_SECONDS) == []

@@ -219,5 +219,20 @@ def test_training_splits_the_kv_heads_serving_may_replicate_them() -> None:
             "global_batch_size": 16,
         },
     )
-    laws = [v.law for v in check_training(spec.model, spec.mapping, megatron=False)]
-    assert "query_groups_vs_tensor" in laws
+    violations = check_training(spec.model, spec.mapping, megatron=False)
+    assert [v.law for v in violations] == ["query_groups_vs_tensor"]
+    assert violations[0].message.startswith("num_query_groups = 4 is not divisible by t = 8")
+    from blueprinting.mapping.flat_keys import inference_from_mapping
+    from blueprinting.mapping.laws import check_inference
+
+    serving = inference_from_mapping(
+        {
+            "tensor_model_parallel_size": 8,
+            "batch_size": 1,
+            "prompt_length": 128,
+            "generated_tokens": 16,
+        },
+        model=spec.model,
+    )
+    served = [v.law for v in check_inference(serving.model, serving.mapping, megatron=False)]
+    assert "query_groups_vs_tensor" not in served

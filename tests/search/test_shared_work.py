@@ -272,7 +272,7 @@ def test_moe_blocks_lowered_in_spans_equal_the_one_span_lowering(
         for i in range(len(table))
     ]
     with monkeypatch.context() as patch:
-        patch.setattr(distributed, "_ROUTED_EXPERT_OPS", frozenset())
+        patch.setattr(distributed, "ROUTED_EXPERT_OPS", frozenset())
         for i, ir in enumerate(spanned):
             _drop_every_memo()
             whole = derive_training_block(MODEL, candidate_to_spec(table, i, MODEL).mapping)

@@ -129,10 +129,18 @@ def test_the_exchange_kernels_sms_slow_the_compute_beside_them() -> None:
     shared = combined_layer_timing(replace(lone, exchange_sm_share=0.25), delay_wgrad=False)
     assert shared.pair_s == pytest.approx(1.0 + 1.0 / 3.0, abs=EXACT)
     assert shared.forward_alone_s == pytest.approx(1.0, abs=EXACT)
-    # the hand-traced layer of SLOW_DISPATCH (pair 11 s): its overlap only adds time
-    base = combined_layer_timing(SLOW_DISPATCH, delay_wgrad=True)
-    slowed = combined_layer_timing(replace(SLOW_DISPATCH, exchange_sm_share=0.2), delay_wgrad=True)
-    assert slowed.pair_s > base.pair_s
+    # SLOW_DISPATCH as traced in test_delayed_wgrad_fills_the_backward_dispatch: with delayed
+    # wgrad the pair is 15 s and all 7 s of exchanges run beside compute, 15 + 7 x 0.2 / 0.8;
+    # without it 16 s with 6 s beside compute, 16 + 6 x 0.2 / 0.8
+    shared_sms = replace(SLOW_DISPATCH, exchange_sm_share=0.2)
+    assert combined_layer_timing(SLOW_DISPATCH, delay_wgrad=True).pair_s == pytest.approx(
+        15.0, abs=EXACT
+    )
+    delayed = combined_layer_timing(shared_sms, delay_wgrad=True)
+    assert delayed.pair_s == pytest.approx(16.75, abs=EXACT)
+    assert combined_layer_timing(shared_sms, delay_wgrad=False).pair_s == pytest.approx(
+        17.5, abs=EXACT
+    )
     with pytest.raises(ConfigError) as error:
         replace(lone, exchange_sm_share=1.0)
     assert "exchange_sm_share must be in [0, 1)" in str(error.value)

@@ -873,6 +873,18 @@ def interleaved_peak(
     )
 
 
+def interleaved_group_reached(
+    *, index: int, group: Count, microbatches: Count, virtual: Count, peak: Count
+) -> bool | npt.NDArray[np.bool_]:
+    """Whether group ``index`` of the interleaved schedule table still counts toward the
+    in-flight peak: it holds microbatches and starts before the peak (later groups lie beyond
+    it). On a plan's numbers or a search's columns (``&`` of two comparisons)."""
+    return cast(
+        "bool | npt.NDArray[np.bool_]",
+        (index * group < microbatches) & (index * group * virtual < peak),
+    )
+
+
 def interleaved_slot(
     *,
     peak: Count,
@@ -922,7 +934,9 @@ def in_flight_microbatches(
             )
             counts = [0] * v
             index = 0
-            while index * n < m and index * n * v < peak:  # later groups lie beyond the peak
+            while interleaved_group_reached(
+                index=index, group=n, microbatches=m, virtual=v, peak=peak
+            ):
                 for chunk in range(v):
                     counts[chunk] += interleaved_slot(
                         peak=peak, microbatches=m, group=n, virtual=v, index=index, chunk=chunk
@@ -1101,27 +1115,32 @@ def _mtp_depth(
     """One MTP depth's stored bytes per microbatch under the stage's recompute: its decoder
     layer has the last decoder layer's kind (Megatron-LM builds it from the last layer's spec)."""
     moe = model.mtp_layer_is_moe
-    x, h = inv.recipe.activation, model.hidden_size
-    layer: int
+    selective = uniform = False
     match recompute:
         case NoRecompute():
-            layer = inv.moe_layer_full if moe else inv.layer_full
+            pass
         case SelectiveRecompute():
-            layer = inv.moe_layer_kept if moe else inv.layer_kept
+            selective = True
         case FullRecompute(method=method):
             match method:
                 case RecomputeMethod.UNIFORM:
-                    return mtp_checkpoint_bytes(
-                        micro_batch=micro_batch, rows=rows, hidden=h, activation=x
-                    )
+                    uniform = True
                 case RecomputeMethod.BLOCK:
-                    # Megatron-LM warns and does not recompute MTP under the block method
-                    layer = inv.moe_layer_full if moe else inv.layer_full
+                    pass
                 case _ as unreachable:
                     assert_never(unreachable)
         case _ as unreachable:
             assert_never(unreachable)
-    return mtp_depth_bytes(layer=layer, micro_batch=micro_batch, rows=rows, hidden=h, activation=x)
+    return mtp_depth_stored_bytes(
+        selective=selective,
+        uniform=uniform,
+        full_layer=inv.moe_layer_full if moe else inv.layer_full,
+        kept_layer=inv.moe_layer_kept if moe else inv.layer_kept,
+        micro_batch=micro_batch,
+        rows=rows,
+        hidden=model.hidden_size,
+        activation=inv.recipe.activation,
+    )
 
 
 @final
@@ -1887,6 +1906,33 @@ def mtp_depth_bytes(
 def mtp_checkpoint_bytes(*, micro_batch: Count, rows: Count, hidden: int, activation: int) -> Count:
     """One MTP depth's stored bytes for one microbatch under full uniform recomputation."""
     return micro_batch * MTP_CHECKPOINT_TENSORS * activation * rows * hidden
+
+
+def mtp_depth_stored_bytes(
+    *,
+    selective: bool | npt.NDArray[np.bool_],
+    uniform: bool | npt.NDArray[np.bool_],
+    full_layer: Count,
+    kept_layer: Count,
+    micro_batch: Count,
+    rows: Count,
+    hidden: int,
+    activation: int,
+) -> Count:
+    """One MTP depth's stored bytes per microbatch under the stage's recompute, on a plan's
+    numbers or a search's columns: the checkpoint under full uniform recompute; else its layer
+    as the stage keeps it, the kept one under selective recompute and the whole one without
+    recompute or under the block method (Megatron-LM warns and does not recompute MTP there)."""
+    layer = where(selective, kept_layer, full_layer)
+    return where(
+        uniform,
+        mtp_checkpoint_bytes(
+            micro_batch=micro_batch, rows=rows, hidden=hidden, activation=activation
+        ),
+        mtp_depth_bytes(
+            layer=layer, micro_batch=micro_batch, rows=rows, hidden=hidden, activation=activation
+        ),
+    )
 
 
 def mtp_stored_bytes(microbatches: Count, *, depths: int, depth: Count, head: Count) -> Count:

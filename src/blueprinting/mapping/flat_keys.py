@@ -41,6 +41,7 @@ from blueprinting.errors import (
     InvalidStrategyError,
     LawViolation,
     UnsupportedError,
+    positive_int_problem,
 )
 from blueprinting.limits import MAX_INT, int_limit_text
 from blueprinting.mapping.cuda_graphs import (
@@ -79,6 +80,7 @@ from blueprinting.mapping.model import (
     StandardAttention,
     TokenDropping,
     TransformerModelSpec,
+    load_imbalance_problem,
 )
 from blueprinting.mapping.moe_layer_freq import format_moe_layer_freq, parse_moe_layer_freq
 from blueprinting.mapping.precision import (
@@ -918,12 +920,9 @@ def _feed_forward(
             'transformer_config.py l.2661-2669: "Please use --moe-router-pre-softmax when topk '
             'is 1")'
         )
-    if not 0 <= imbalance <= max(0, num_experts - 1):
-        problems.append(
-            f"moe_load_imbalance = {imbalance:g} must be >= 0 and at most num_experts - 1 = "
-            f"{max(0, num_experts - 1)} (the hottest EP rank receives at most every routed "
-            "token)"
-        )
+    imbalance_bad = load_imbalance_problem(imbalance, num_experts)
+    if imbalance_bad is not None:
+        problems.append(imbalance_bad)
     if problems:
         return DenseFeedForward()
     return MixtureOfExperts(
@@ -1182,10 +1181,7 @@ def _experts(
             f"moe_flex_dispatcher_backend = {backend_text} (Megatron-LM: only one backend is "
             "supported for the flex token dispatcher)"
         )
-    sms_keys = {
-        FlexBackend.DEEPEP: "moe_deepep_num_sms",
-        FlexBackend.HYBRIDEP: "moe_hybridep_num_sms",
-    }
+    sms_keys = FLEX_SMS_KEYS
     dispatcher: TokenDispatcher
     match kind:
         case DispatcherType.FLEX:
@@ -1201,8 +1197,9 @@ def _experts(
                         f"{key} is read only with moe_flex_dispatcher_backend = {other.value}, "
                         f"got {backend.value}"
                     )
-            if sms is not None and sms < 1:
-                problems.append(f"{sms_keys[backend]} must be a positive integer, got {sms}")
+            bad_sms = None if sms is None else positive_int_problem(sms_keys[backend], sms)
+            if bad_sms is not None:
+                problems.append(bad_sms)
                 sms = None
             dispatcher = FlexDispatcher(
                 backend=backend,
@@ -1249,6 +1246,12 @@ def _experts(
         dispatcher=dispatcher,
         grouped_gemm=_get_bool(values, "moe_grouped_gemm") is True,
     )
+
+
+#: the flat key of each flex library's SMs (``FlexDispatcher.sms``), read with its backend only
+FLEX_SMS_KEYS: Mapping[FlexBackend, str] = MappingProxyType(
+    {FlexBackend.DEEPEP: "moe_deepep_num_sms", FlexBackend.HYBRIDEP: "moe_hybridep_num_sms"}
+)
 
 
 def grad_reduce_datatype_of(
@@ -2228,7 +2231,7 @@ def expert_keys(spec: TrainingSpec) -> dict[str, FlatValue]:
         case FlexDispatcher(backend=backend, sms=sms):
             out["moe_flex_dispatcher_backend"] = backend.value
             if sms is not None:
-                out[f"moe_{backend.value}_num_sms"] = sms
+                out[FLEX_SMS_KEYS[backend]] = sms
         case AllToAllDispatcher() | AllGatherDispatcher():
             pass
         case _ as unreachable:

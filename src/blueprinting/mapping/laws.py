@@ -330,27 +330,20 @@ def _block_laws(
                 t=t,
             )
         )
-    if replicated_kv and g % t != 0 and t % g != 0:
-        out.append(
-            _violation(
-                "query_groups_vs_tensor",
+    if g % t != 0 and not (replicated_kv and t % g == 0):
+        formula, message = (
+            (
                 "num_query_groups mod t = 0 or t mod num_query_groups = 0",
                 f"num_query_groups = {g} is neither a multiple nor a divisor of t = {t}",
-                num_query_groups=g,
-                t=t,
             )
-        )
-    if not replicated_kv and g % t != 0:
-        out.append(
-            _violation(
-                "query_groups_vs_tensor",
+            if replicated_kv
+            else (
                 "num_query_groups mod t = 0",
                 f"num_query_groups = {g} is not divisible by t = {t} (Megatron-Core splits the "
                 "K/V heads over the TP ranks: attention.py divide(num_query_groups, t))",
-                num_query_groups=g,
-                t=t,
             )
         )
+        out.append(_violation("query_groups_vs_tensor", formula, message, num_query_groups=g, t=t))
     if a % g != 0:
         out.append(
             _violation(

@@ -313,6 +313,19 @@ class DenseFeedForward:
         return "dense"
 
 
+def load_imbalance_problem(value: float, num_experts: int) -> str | None:
+    """The bound on ``moe_load_imbalance`` (gamma = max / mean - 1 over the EP ranks): the
+    hottest of ep <= E ranks receives at most every routed token, so 0 <= gamma <= E - 1 (fuzz
+    seed 1272 case 18358: inf reached an integer token count as an OverflowError)."""
+    limit = max(0, num_experts - 1)
+    if 0 <= value <= limit:
+        return None
+    return (
+        f"moe_load_imbalance = {value:g} must be >= 0 and at most num_experts - 1 = {limit} "
+        "(the hottest EP rank receives at most every routed token)"
+    )
+
+
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MixtureOfExperts:
@@ -358,16 +371,9 @@ class MixtureOfExperts:
             problems.append(
                 f"moe_router_topk = {self.top_k} exceeds num_experts = {self.num_experts}"
             )
-        # gamma = max / mean - 1 over the EP ranks: the hottest of ep <= E ranks receives at
-        # most every routed token, so 0 <= gamma <= E - 1 (fuzz seed 1272 case 18358: inf
-        # reached an integer token count as an OverflowError)
-        limit = max(0, self.num_experts - 1)
-        if not 0 <= self.load_imbalance <= limit:
-            problems.append(
-                f"moe_load_imbalance = {self.load_imbalance} must be >= 0 and at most "
-                f"num_experts - 1 = {limit} (the hottest EP rank receives at most every routed "
-                "token)"
-            )
+        imbalance = load_imbalance_problem(self.load_imbalance, self.num_experts)
+        if imbalance is not None:
+            problems.append(imbalance)
         if problems:
             raise ConfigError(problems, source="mixture of experts")
 

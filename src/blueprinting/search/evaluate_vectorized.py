@@ -109,6 +109,7 @@ from blueprinting.analysis.memory import (
     expert_grid,
     gathered_whole,
     gathers_ahead,
+    interleaved_group_reached,
     interleaved_peak,
     interleaved_slot,
     layer_activation_bytes,
@@ -117,8 +118,7 @@ from blueprinting.analysis.memory import (
     logits_transient_bytes,
     low_precision_weight_extra,
     moe_layer_bytes,
-    mtp_checkpoint_bytes,
-    mtp_depth_bytes,
+    mtp_depth_stored_bytes,
     mtp_stored_bytes,
     nccl_buffer_bytes,
     one_f_one_b_in_flight,
@@ -882,7 +882,11 @@ def _interleaved_chunk_count(
     count = np.zeros_like(peak)
     index = 0
     while True:
-        reached = (index * safe_n < m) & (index * safe_n * v < peak)
+        reached = np.asarray(
+            interleaved_group_reached(
+                index=index, group=safe_n, microbatches=m, virtual=v, peak=peak
+            )
+        )
         if not reached.any():
             break
         slot = interleaved_slot(
@@ -1113,13 +1117,14 @@ def _stage_memory(
         ),
         0,
     )
+    vocab_shard = ceil_div(np.full_like(t, model.padded_vocab_size), t)
     logits = np.where(
         stage == p - 1,
         logits_buffer_bytes(
             last_in_flight,
             micro_batch=b,
             tokens=s,
-            vocab_shard=ceil_div(np.full_like(t, model.padded_vocab_size), t),
+            vocab_shard=vocab_shard,
             rows=rows,
             hidden=h,
             activation=recipe.activation,
@@ -1129,35 +1134,21 @@ def _stage_memory(
     if model.mtp_num_layers:
         # memory._mtp_depth: the depth's layer has the last decoder layer's kind
         moe_last = model.mtp_layer_is_moe
-        full_layer = moe_full if moe_last else layer_full
-        kept_layer = moe_kept if moe_last else layer_kept
-
-        def depth_of(layer: IntArray) -> IntArray:
-            return mtp_depth_bytes(
-                layer=layer, micro_batch=b, rows=rows, hidden=h, activation=recipe.activation
-            )
-
-        depth = np.select(
-            [
-                r == _CODE[RecomputeVariant.NONE],
-                r == _CODE[RecomputeVariant.SELECTIVE],
-                r == _CODE[RecomputeVariant.FULL_UNIFORM],
-                r == _CODE[RecomputeVariant.FULL_BLOCK],
-            ],
-            [
-                depth_of(full_layer),
-                depth_of(kept_layer),
-                mtp_checkpoint_bytes(
-                    micro_batch=b, rows=rows, hidden=h, activation=recipe.activation
-                ),
-                depth_of(full_layer),
-            ],
+        depth = mtp_depth_stored_bytes(
+            selective=r == _CODE[RecomputeVariant.SELECTIVE],
+            uniform=r == _CODE[RecomputeVariant.FULL_UNIFORM],
+            full_layer=moe_full if moe_last else layer_full,
+            kept_layer=moe_kept if moe_last else layer_kept,
+            micro_batch=b,
+            rows=rows,
+            hidden=h,
+            activation=recipe.activation,
         )
         head = logits_buffer_bytes(
             np.ones_like(b),
             micro_batch=b,
             tokens=s,
-            vocab_shard=ceil_div(np.full_like(t, model.padded_vocab_size), t),
+            vocab_shard=vocab_shard,
             rows=rows,
             hidden=h,
             activation=recipe.activation,

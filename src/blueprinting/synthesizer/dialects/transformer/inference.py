@@ -400,9 +400,6 @@ def _attention(
             assert_never(unreachable)
 
 
-#: A count on one step (a Python int) or on a column of steps (an int64 column).
-
-
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AttentionOpFigures(Generic[Count]):

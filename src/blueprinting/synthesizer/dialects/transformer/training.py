@@ -1951,6 +1951,21 @@ SHARED_EXPERT_OPS: frozenset[SemanticOpName] = frozenset(
 #:   a ``MoELayer``): router, dispatch, experts, combine and shared experts;
 #: - ``shared_experts`` the shared experts (``moe/shared_experts.py`` checkpoints their
 #:   forward), with their TP collectives.
+#: A MoE layer's routed-expert ops: the dispatcher's postprocess (the chunk sort), the
+#: experts and the combine's preprocess (the unsort), Megatron-Core's
+#: ``routed_experts_compute`` (``moe_layer.py`` @d98e8a64). They read the expert grid (local
+#: experts, received rows) and sit between the token dispatch and combine: the lowering's span
+#: of the MoE block that changes with ep / etp, and combined 1F1B's ``mlp`` node.
+ROUTED_EXPERT_OPS: frozenset[SemanticOpName] = frozenset(
+    {
+        SemanticOpName.MOE_SORT_CHUNKS,
+        SemanticOpName.EXPERT_FC1,
+        SemanticOpName.EXPERT_ACTIVATION,
+        SemanticOpName.EXPERT_FC2,
+        SemanticOpName.MOE_UNSORT_CHUNKS,
+    }
+)
+
 RECOMPUTE_MODULE_OPS: dict[RecomputeModule, frozenset[SemanticOpName]] = {
     RecomputeModule.CORE_ATTN: ATTENTION_CORE,
     RecomputeModule.MLP: frozenset(

@@ -33,6 +33,7 @@ from blueprinting.synthesizer.dialects.transformer.training import (
     ETP_AXIS,
     ETP_EP_AXIS,
     RECOMPUTE_FROM_GATHERED_INPUT,
+    ROUTED_EXPERT_OPS,
     TP_AXIS,
     BoundaryCollective,
     CollectiveKind,
@@ -573,7 +574,7 @@ def _moe_group(plan: LocalBlockPlan) -> TaskGroup:
         plan.local,
     )
     ops = block_ops(model, local, attention=plan.attention, experts=experts)
-    routed = [i for i, op in enumerate(ops) if op.name in _ROUTED_EXPERT_OPS]
+    routed = [i for i, op in enumerate(ops) if op.name in ROUTED_EXPERT_OPS]
     return _lower_group(
         "moe_block",
         plan,
@@ -588,19 +589,6 @@ def _moe_group(plan: LocalBlockPlan) -> TaskGroup:
         # read the expert grid: lowered once for every ep / etp / dispatcher
         split=(routed[0], routed[-1] + 1) if routed else (),
     )
-
-
-#: the MoE layer's ops that read the expert grid (local experts, received rows) and carry its
-#: token dispatch (``expert_exchanges``); a split point only, the tasks do not depend on it
-_ROUTED_EXPERT_OPS = frozenset(
-    {
-        SemanticOpName.MOE_SORT_CHUNKS,
-        SemanticOpName.EXPERT_FC1,
-        SemanticOpName.EXPERT_ACTIVATION,
-        SemanticOpName.EXPERT_FC2,
-        SemanticOpName.MOE_UNSORT_CHUNKS,
-    }
-)
 
 
 @final

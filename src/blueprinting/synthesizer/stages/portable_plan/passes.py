@@ -73,6 +73,7 @@ from blueprinting.synthesizer.dialects.transformer.training import (
     EP_AXIS,
     ETP_AXIS,
     ETP_EP_AXIS,
+    ROUTED_EXPERT_OPS,
     TP_AXIS,
     AttentionShape,
     BatchedGemmCalls,
@@ -673,17 +674,11 @@ def _with_host_exposure(
     the data-gradient phase) and the recompute. A MoE layer's tasks issue the kernels
     :func:`moe_layer_host_ops` counts, the grouped GEMMs' per-split casts where the same
     :meth:`OpPrecision.quantized_bytes` that times them says they quantize."""
-    native = reads_fp8_columnwise(system)
+    memo = _system_memo(system)
 
     def quantized(task: ComputeTask) -> bool:
-        if task.gemm is None:
-            return False
-        return (
-            precision.quantized_bytes(
-                task.lineage.op, task.phase, task.gemm, native_columnwise_fp8=native
-            )
-            > 0
-        )
+        # the bytes the phase costs read (_compute_row), so one rule says which GEMM casts
+        return _compute_row(task, memo, precision)[1] > 0
 
     task_ops = (
         moe_layer_host_ops(group, host.moe, quantized)
@@ -768,18 +763,6 @@ def expert_groups(spec: TrainingSpec, system: SystemSpec) -> dict[str, CommGroup
     }
 
 
-#: combined 1F1B's ``mlp`` node: Megatron-Core's ``routed_experts_compute`` (``moe_layer.py``
-#: @d98e8a64) runs the dispatcher's postprocess (the chunk sort), the experts and the
-#: combine's preprocess (the unsort)
-_EXPERT_NODE = frozenset(
-    {
-        SemanticOpName.MOE_SORT_CHUNKS,
-        SemanticOpName.EXPERT_FC1,
-        SemanticOpName.EXPERT_ACTIVATION,
-        SemanticOpName.EXPERT_FC2,
-        SemanticOpName.MOE_UNSORT_CHUNKS,
-    }
-)
 #: the lineage of the exchanges that deliver the experts' input (the first op after them)
 _DISPATCH_LINEAGE = frozenset({SemanticOpName.MOE_SORT_CHUNKS, SemanticOpName.EXPERT_FC1})
 
@@ -819,7 +802,7 @@ def moe_layer_passes(
         )
     for task in group.tasks:
         match task:
-            case ComputeTask(lineage=lineage) if lineage.op in _EXPERT_NODE:
+            case ComputeTask(lineage=lineage) if lineage.op in ROUTED_EXPERT_OPS:
                 experts[task.phase] = experts.get(task.phase, 0.0) + _compute_time(
                     task, system, precision
                 )
