@@ -64,6 +64,44 @@ def stage_limit_problem(stages: int, virtual_stages: int = 1) -> str | None:
     return None
 
 
+#: ``blueprinting search``: distinct block configurations (t, sp, cp and its comm type, ep, etp,
+#: dispatcher, micro-batch, recompute scope, precision ...) the scalar planner derives and costs
+#: one by one, the longest step of a search. Up to this many a search answers within the
+#: README's time bound (5 s of CPU); beyond it the space is not refused (each configuration is a
+#: strategy a user may want ranked) but streamed: the search says up front, on stderr, how many it
+#: costs and about how long that takes (:func:`search_blocks_notice`), with a progress bar on a
+#: terminal, and the bound grows by :data:`SEARCH_SECONDS_PER_BLOCK` a configuration beyond it.
+SEARCH_BLOCKS_WITHIN_BOUND = 1500
+
+#: CPU seconds one block configuration may take beyond :data:`SEARCH_BLOCKS_WITHIN_BOUND` (the
+#: time bound's allowance; ``benchmarks/bench_slow_commands.py`` measures 0.7-2.2 ms a MoE
+#: configuration on a loaded two-core machine, the dense ones less).
+SEARCH_SECONDS_PER_BLOCK = 0.003
+
+#: The README's time bound: CPU seconds of one command as a process on one core.
+TIME_BOUND_CPU_SECONDS = 5.0
+
+
+def search_blocks_notice(count: int) -> str | None:
+    """What a search costing ``count`` block configurations says before it starts: None within
+    :data:`SEARCH_BLOCKS_WITHIN_BOUND`."""
+    if count <= SEARCH_BLOCKS_WITHIN_BOUND:
+        return None
+    return (
+        f"search: costing {count:,} block configurations, more than the "
+        f"{SEARCH_BLOCKS_WITHIN_BOUND:,} within the {TIME_BOUND_CPU_SECONDS:g} s time bound "
+        f"(SEARCH_BLOCKS_WITHIN_BOUND): allow up to {search_cpu_allowance(count):.1f} s of CPU"
+    )
+
+
+def search_cpu_allowance(count: int) -> float:
+    """The CPU-time bound of a search costing ``count`` block configurations: the README's
+    :data:`TIME_BOUND_CPU_SECONDS`, plus :data:`SEARCH_SECONDS_PER_BLOCK` for each configuration
+    beyond :data:`SEARCH_BLOCKS_WITHIN_BOUND`."""
+    beyond = max(0, count - SEARCH_BLOCKS_WITHIN_BOUND)
+    return TIME_BOUND_CPU_SECONDS + SEARCH_SECONDS_PER_BLOCK * beyond
+
+
 #: ``blueprinting search``: strategies listed in text or JSON (``--top``, 0 for all), each
 #: re-planned by the scalar planner; ``--csv`` writes every candidate without that limit.
 MAX_SEARCH_LISTED = 50

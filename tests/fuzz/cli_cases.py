@@ -23,6 +23,7 @@ import io
 import json
 import math
 import random
+import re
 import sys
 import time
 import traceback
@@ -33,6 +34,7 @@ from typing import NoReturn
 
 import pytest
 
+from blueprinting.limits import TIME_BOUND_CPU_SECONDS, search_cpu_allowance
 from blueprinting.mapping.flat_keys import (
     CONTEXT_KEYS,
     EXPERT_KEYS,
@@ -904,10 +906,26 @@ def problems_of(
     took = f"took {outcome.seconds:.2f} s wall, {outcome.cpu_seconds:.2f} s CPU"
     if outcome.seconds > max_seconds:
         found.append(f"{took} (wall bound {max_seconds} s)")
-    if max_cpu_seconds is not None and outcome.cpu_seconds > max_cpu_seconds:
-        found.append(f"{took} (CPU bound {max_cpu_seconds} s)")
+    if max_cpu_seconds is not None:
+        allowed = max_cpu_seconds * cpu_bound_scale(outcome.err)
+        if outcome.cpu_seconds > allowed:
+            found.append(f"{took} (CPU bound {allowed:.1f} s)")
     found.extend(contradictions(outcome.err))
     return found
+
+
+_STREAMED = re.compile(r"^search: costing ([0-9,]+) block configurations", re.MULTILINE)
+
+
+def cpu_bound_scale(err: str) -> float:
+    """How far a case's CPU bound stretches: a search that said up front it streams more block
+    configurations than the time bound covers (``limits.search_blocks_notice``) has the
+    allowance that notice states (``limits.search_cpu_allowance``), scaled like the bound."""
+    found = _STREAMED.search(err)
+    if found is None:
+        return 1.0
+    count = int(found.group(1).replace(",", ""))
+    return max(1.0, search_cpu_allowance(count) / TIME_BOUND_CPU_SECONDS)
 
 
 def contradictions(err: str) -> list[str]:

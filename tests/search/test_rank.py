@@ -268,3 +268,53 @@ def test_explain_finds_the_row_of_its_cp_axis_and_recipe() -> None:
         row = find_row(result.table, mapping)
         assert row is not None, text
         assert candidate_to_spec(result.table, row, result.model).mapping == mapping, text
+
+
+def test_a_search_beyond_the_bound_says_so_up_front(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 18: a space of more block configurations than the time bound covers is streamed,
+    and the search names their number on stderr before it costs the first (here with the
+    bound lowered, so that a small space crosses it); each configuration is costed once."""
+    from blueprinting import limits
+    from blueprinting.search import evaluate_vectorized
+
+    assert main([*ARGS, "--json"]) == 0
+    assert capsys.readouterr().err == ""  # within the bound: nothing said
+    costed: list[object] = []
+    seen_before_costing: list[str] = []
+    plan = evaluate_vectorized.portable_plan  # type: ignore[attr-defined]
+
+    def counted(*args: object, **kwargs: object) -> object:
+        if not costed:
+            seen_before_costing.append(capsys.readouterr().err)
+        costed.append(args[0])
+        return plan(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(evaluate_vectorized, "portable_plan", counted)
+    monkeypatch.setattr(limits, "SEARCH_BLOCKS_WITHIN_BOUND", 3)
+    assert main([*ARGS, "--json"]) == 0
+    assert capsys.readouterr().err == ""  # said once, before the first costing
+    n = len(costed)
+    assert n > 3
+    assert seen_before_costing == [
+        f"search: costing {n:,} block configurations, more than the 3 within the 5 s time "
+        f"bound (SEARCH_BLOCKS_WITHIN_BOUND): allow up to {5 + 0.003 * (n - 3):.1f} s of CPU\n"
+    ]
+
+
+def test_the_streamed_search_allowance() -> None:
+    from blueprinting.limits import search_blocks_notice, search_cpu_allowance
+    from tests.fuzz.cli_cases import cpu_bound_scale
+
+    assert search_blocks_notice(1500) is None
+    assert search_cpu_allowance(1500) == 5.0
+    assert search_cpu_allowance(6858) == pytest.approx(5.0 + 0.003 * 5358)
+    text = search_blocks_notice(6858)
+    assert text == (
+        "search: costing 6,858 block configurations, more than the 1,500 within the 5 s time "
+        "bound (SEARCH_BLOCKS_WITHIN_BOUND): allow up to 21.1 s of CPU"
+    )
+    # the fuzz harness reads the notice back: its bound stretches by the stated allowance
+    assert cpu_bound_scale(f"other line\n{text}\n") == pytest.approx(21.074 / 5.0)
+    assert cpu_bound_scale("search: costing blocks") == 1.0

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, TextIO, assert_never
 
 from blueprinting.analysis.flops import FlopsConvention
 from blueprinting.errors import ConfigError
-from blueprinting.limits import MAX_SEARCH_LISTED
+from blueprinting.limits import MAX_SEARCH_LISTED, search_blocks_notice
 from blueprinting.mapping.transformer import CpCommType, GradReduceDtype
 from blueprinting.report.memory_table import GIB
 
@@ -250,14 +250,28 @@ def _result(args: argparse.Namespace) -> SearchResult:
         train_tokens=args.train_tokens,
         flops_convention=FlopsConvention(args.flops_convention),
     )
+    told: list[int] = []
+
+    def notice(total: int) -> None:
+        # once, before the first configuration is costed: the space's size is known by then
+        if not told:
+            told.append(total)
+            if (text := search_blocks_notice(total)) is not None:
+                print(text, file=sys.stderr, flush=True)
+
     if args.json or args.csv is not None or not sys.stderr.isatty():
-        return run_search(model, system, space, options)
+        return run_search(model, system, space, options, progress=lambda _, total: notice(total))
     from rich.progress import Progress
 
     with Progress(transient=True) as bar:
         task = bar.add_task("costing blocks", total=None)
 
         def tick(done: int, total: int) -> None:
+            if not told:
+                told.append(total)
+                if (text := search_blocks_notice(total)) is not None:
+                    # above the live bar, which redraws below it
+                    bar.console.print(text, markup=False, highlight=False)
             bar.update(task, completed=done, total=total)
 
         return run_search(model, system, space, options, progress=tick)
