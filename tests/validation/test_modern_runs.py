@@ -426,12 +426,16 @@ def test_the_planned_runs_stay_within_todays_bounds(planned: ModernValidation) -
     Transcribing each Megatron-Bridge row's release config (the FP8-CS rows' BF16 first / last
     layers off, the presets' CUDA graphs, NVFP4 parameter gathers) and the matching NeMo 24.07
     launcher configs moved them faster still: median 11.4%, max 25.5% (the B200 405B 25.11
-    row), Hopper median 6.8%, Blackwell 12.7%, mean -10.7%."""
+    row), Hopper median 6.8%, Blackwell 12.7%, mean -10.7%. Blackwell's GEMMs at their
+    shape-resolved fits instead of MAMF's best shape (B200 fp8 0.76 -> the MXFP8 fit; GB200 bf16
+    0.73 -> B200's torch.mm fit): median 10.6%, max 25.0% (the GB200 70B NVFP4 26.02 row; the
+    B200 405B rows -25.9% -> -11.3%), Blackwell 11.6%, mean -9.7%."""
     errors = {row.run_id: abs(row.relative_error or 0.0) for row in planned.planned_rows}
-    assert statistics.median(errors.values()) <= 0.12
+    assert statistics.median(errors.values()) <= 0.11
     fsdp = "mbridge_25.09_DGX-GB200_LLAMA3.1_405B_128gpu_na_75"
     assert errors[fsdp] <= 0.22
-    assert max(errors.values()) <= 0.27
+    assert errors["mbridge_25.11_DGX-B200_LLAMA3.1_405B_128gpu_FP8-CS_69"] <= 0.12
+    assert max(errors.values()) <= 0.26
     hopper = [
         errors[row.run_id] for row in planned.planned_rows if row.generation is GpuGeneration.HOPPER
     ]

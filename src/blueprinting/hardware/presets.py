@@ -29,10 +29,11 @@ assumption, said so. Ratios are rounded to 0.01.
   RMS in docs/VALIDATION.md): H200 fp8 (:data:`H200_FP8_GEMM_FIT`, cuBLASLt), every Hopper
   part's ``fp8_blockwise`` (DeepGEMM on H800,
   :data:`HOPPER_FP8_BLOCKWISE_GEMM_FIT`), B200 bf16 / fp16 / fp32 (:data:`B200_BF16_GEMM_FIT`,
-  torch.mm), B200 and GB200 nvfp4 (:data:`B200_NVFP4_GEMM_FIT`, torchao; GB200 assumed), B300
-  and GB300 nvfp4 (:data:`B300_NVFP4_GEMM_FIT`, TE's pre-quantized B300 GEMMs; GB300 assumed),
+  torch.mm; B300, GB200, GB300 bf16 assumed equal), B200 and GB200 nvfp4
+  (:data:`B200_NVFP4_GEMM_FIT`, torchao; GB200 assumed), B300 and GB300 nvfp4
+  (:data:`B300_NVFP4_GEMM_FIT`, TE's pre-quantized B300 GEMMs; GB300 assumed),
   GB200 and GB300 fp8 (:data:`GB200_FP8_GEMM_FIT`, cuBLASLt; GB300 assumed), every Blackwell
-  part's mxfp8 and blockwise (:data:`MXFP8_GEMM_FIT`).
+  part's mxfp8 and blockwise and B200 / B300 fp8 (:data:`MXFP8_GEMM_FIT`).
 * Other GEMMs: :class:`SaturatingGemmEfficiency` with ``peak_fraction`` = the Maximum Achievable
   Matmul FLOPS fraction of dense peak (MB 0-1, ``mlengr_mamf``, mamf-finder v2: best shape, cache
   wiped), per datatype (bf16/fp16 from the bf16 row, fp8 from the fp8 e4m3 row, fp32 as bf16:
@@ -53,9 +54,18 @@ assumption, said so. Ratios are rounded to 0.01.
     tensor throughput, MB 2.2 note). Not fitted: the two shape-resolved H100 bf16 series (MB 2.3
     ``f8exp_38`` training shapes, 2.4 ``zzc_79`` square sweep) disagree by up to 30% at similar
     sizes (pooled fit RMS 15.5%).
-  - B200 fp8: 0.76 (3432.5/4500 = 0.763; no shape sweep).
-  - B300: 0.79 / 0.75 (1769/2250 = 0.786; 3353.3/4500 = 0.745).
-  - GB200 bf16: 0.73 (1822/2500 = 0.729); GB300: GB200's assumed (same bf16 / fp8 peaks,
+  - No Blackwell GEMM takes its MAMF constant any more (B200 fp8 0.76, B300 0.79 / 0.75, GB200
+    and GB300 bf16 0.73 were): on Blackwell the best shape MAMF finds reads well above every
+    shape-resolved series of the same part and datatype, unlike Hopper's (H100 fp8: MAMF 0.709,
+    cuBLASLt fit 0.70): GB200 fp8 MAMF 3,615.6 (0.723) against cuBLASLt's 2,834.6-2,906.9
+    (0.567-0.581) from 4096^3 to 16384^3; B200 bf16 MAMF 1,745 (0.776) against torch.mm's
+    1,420 (0.631) at 8192^3. So B200 and B300 fp8 (per-tensor scaling) take
+    :data:`MXFP8_GEMM_FIT`, B200's one shape-resolved FP8-format series: Blackwell's per-tensor
+    and MX-scaled FP8 GEMMs measure at one rate (GB200's per-tensor cuBLASLt fit 0.61 against
+    the MXFP8 fit's 0.62 under the same shape dependence), and TE's pre-quantized B300 MXFP8
+    GEMMs sit within 3% of it. B300, GB200 and GB300 bf16 take :data:`B200_BF16_GEMM_FIT` as a
+    fraction of their own bf16 peak (assumed, as for nvfp4: the same die, B300's bf16 peak
+    B200's, MAMF 0.786 / 0.776; GB200's 0.729). GB300: GB200's figures (same bf16 / fp8 peaks,
     modern_parallelism 3.6: GB300 improves only FP4).
   - MI300X: 0.51 (MAMF 668.4/1307.4 = 0.511, PyTorch TunableOp on); fp8 0.49 (no MAMF fp8
     measurement: AMD's own MAF, MB 1 ``rocm_maf``, 1273/2614.9 = 0.487).
@@ -579,9 +589,10 @@ def _b200() -> AcceleratorSpec:
         bf16=2250,
         fp8=4500,
         hbm_gb=180,
-        # bf16: the torch.mm shape fit (B200_BF16_GEMM_FIT); fp8: no shape sweep, MAMF 0.76.
+        # bf16: the torch.mm shape fit (B200_BF16_GEMM_FIT); fp8: the MXFP8 cuBLAS fit (module
+        # docstring: Blackwell's per-tensor and MX-scaled FP8 GEMMs measure at one rate).
         bf16_fraction=_fitted_gemm(B200_BF16_GEMM_FIT),
-        fp8_fraction=0.76,
+        fp8_fraction=_fitted_gemm(MXFP8_GEMM_FIT),
         attention=B200_FLASH_ATTENTION_4,
         # 148 SMs per B200 GPU (NVIDIA Blackwell datasheet; GB200's GPU is the same die).
         sm_count=148,
@@ -600,8 +611,8 @@ def _b300() -> AcceleratorSpec:
         bf16=2250,
         fp8=4500,
         hbm_gb=288,
-        bf16_fraction=0.79,
-        fp8_fraction=0.75,
+        bf16_fraction=_fitted_gemm(B200_BF16_GEMM_FIT),
+        fp8_fraction=_fitted_gemm(MXFP8_GEMM_FIT),
         attention=B300_FLASH_ATTENTION_4,
         # 160 SMs per Blackwell Ultra GPU (NVIDIA technical blog, Inside Blackwell Ultra, 2025).
         sm_count=160,
@@ -620,7 +631,7 @@ def _gb200() -> AcceleratorSpec:
         bf16=2500,
         fp8=5000,
         hbm_gb=13400 / 72,
-        bf16_fraction=0.73,
+        bf16_fraction=_fitted_gemm(B200_BF16_GEMM_FIT),
         fp8_fraction=_fitted_gemm(GB200_FP8_GEMM_FIT),
         attention=GB200_FLASH_ATTENTION_4,
         # 148 SMs per B200 GPU (NVIDIA Blackwell datasheet; GB200's GPU is the same die).
@@ -640,7 +651,7 @@ def _gb300() -> AcceleratorSpec:
         bf16=2500,
         fp8=5000,
         hbm_gb=20000 / 72,
-        bf16_fraction=0.73,
+        bf16_fraction=_fitted_gemm(B200_BF16_GEMM_FIT),
         fp8_fraction=_fitted_gemm(GB200_FP8_GEMM_FIT),
         attention=GB200_FLASH_ATTENTION_4,
         # 160 SMs per Blackwell Ultra GPU (NVIDIA technical blog, Inside Blackwell Ultra, 2025).
