@@ -18,6 +18,7 @@ from blueprinting.hardware.efficiency import (
 from blueprinting.hardware.presets import SYSTEM_PRESETS, system_preset
 from blueprinting.hardware.system import Engine, LinkTier
 from blueprinting.mapping.model import Datatype
+from blueprinting.mapping.precision import GemmFormat
 
 NAMES = [
     "dgx-a100-40gb",
@@ -131,11 +132,12 @@ EFFICIENCIES: list[tuple[str, Figure, Figure | None, float, float, float, float]
     ("dgx-h200", 0.80, (0.69, 163, 7.1e9), 0.86, 0.82, 10e-6, 0.96),  # HBM 4150/4800
     ("dgx-h800", 0.80, (0.70, 196, 7.1e9), 0.89, 0.80, 10e-6, 0.96),  # H100's; NVLink ~160/200
     # Blackwell: the shape fits, never MAMF's best shape (B200 fp8 3432.5/4500 = 0.76 was; the
-    # MXFP8 cuBLAS fit stands for every per-tensor FP8 GEMM there but GB200's own sweep)
+    # MXFP8 cuBLAS fit stands for B200 / B300 per-tensor FP8); bf16 B200's torch.mm fit, on
+    # B300 / GB200 scaled by MAMF: 0.67 x 1769/1745 = 0.68, 0.67 x 0.9 x 1822/1745 = 0.63
     ("dgx-b200", (0.67, 0, 5.3e9), (0.62, 196, 7.5e9), 0.9, 0.76, 10e-6, 0.96),
-    ("dgx-b300", (0.67, 0, 5.3e9), (0.62, 196, 7.5e9), 0.9, 0.76, 10e-6, 0.96),  # B200's
-    ("dgx-gb200", (0.67, 0, 5.3e9), (0.61, 196, 7.5e9), 0.9, 0.68, 17e-6, 0.96),
-    ("dgx-gb300", (0.67, 0, 5.3e9), (0.61, 196, 7.5e9), 0.9, 0.68, 17e-6, 0.96),  # GB200's
+    ("dgx-b300", (0.68, 0, 5.3e9), (0.62, 196, 7.5e9), 0.9, 0.76, 10e-6, 0.96),
+    ("dgx-gb200", (0.63, 0, 5.3e9), (0.61, 196, 7.5e9), 0.9, 0.68, 17e-6, 0.96),
+    ("dgx-gb300", (0.63, 0, 5.3e9), (0.61, 196, 7.5e9), 0.9, 0.68, 17e-6, 0.96),  # GB200's
     ("mi300x-8", 0.51, 0.49, 0.9, 0.70, 10e-6, 0.96),  # 668.4/1307.4, 1273/2614.9, 312.9/448
 ]
 
@@ -197,3 +199,35 @@ def test_unknown_preset_suggests_a_name() -> None:
         "dgx-a100-40gb, dgx-a100-80gb, dgx-h100, dgx-h200, dgx-h800, dgx-b200, dgx-b300, "
         "dgx-gb200, dgx-gb300, mi300x-8",
     )
+
+
+def test_a_fit_moves_to_a_part_without_a_sweep_by_the_measured_ceilings() -> None:
+    """``transferred_fit``: B200's achieved rate times the MAMF ratio, as a fraction of the
+    target's peak (the datasheet ratio 5,000 / 4,500 would give GB200 11% more, MAMF 5.3%)."""
+    from blueprinting.hardware.presets import (
+        GB200_MXFP8_GEMM_FIT,
+        GB200_NVFP4_TRANSFERRED_FIT,
+        MXFP8_GEMM_FIT,
+        transferred_fit,
+    )
+
+    assert transferred_fit(
+        (0.62, 196.0, 7.5e9), source_peak=4500, target_peak=5000, ceiling_ratio=3615.6 / 3432.5
+    ) == (0.59, 196.0, 7.5e9)  # 0.62 x 0.9 x 1.0533 = 0.5878
+    assert GB200_MXFP8_GEMM_FIT == (0.59, 196.0, 7.5e9)
+    assert GB200_NVFP4_TRANSFERRED_FIT == (0.58, 0.0, 3.2e10)  # 0.61 x 0.9 x 1.0533 = 0.5783
+    # a ratio of 1 between equal peaks is the fit itself
+    assert transferred_fit(MXFP8_GEMM_FIT, source_peak=1, target_peak=1, ceiling_ratio=1.0) == (
+        MXFP8_GEMM_FIT
+    )
+    gb200 = system_preset("dgx-gb200").accelerator
+    rates = {rate.format: rate for rate in gb200.low_precision}
+    assert rates[GemmFormat.MXFP8].efficiency == GemmShapeEfficiency(
+        peak_fraction=0.59, half_saturation_dim=196.0, half_saturation_flops=7.5e9
+    )
+    assert rates[GemmFormat.FP8_BLOCKWISE].efficiency == rates[GemmFormat.MXFP8].efficiency
+    assert rates[GemmFormat.NVFP4].efficiency == GemmShapeEfficiency(
+        peak_fraction=0.58, half_saturation_dim=0.0, half_saturation_flops=3.2e10
+    )
+    b200 = {rate.format: rate for rate in system_preset("dgx-b200").accelerator.low_precision}
+    assert b200[GemmFormat.FP8].efficiency == b200[GemmFormat.MXFP8].efficiency

@@ -380,17 +380,19 @@ def test_the_planned_runs_stay_within_todays_bounds(planned: MoeValidation) -> N
     DeepEP's Hybrid-EP README rates inside an NVLink domain: median 27.9%, max 62.7%,
     DeepSeek-V3 on GB200 11-27% fast. Since the flex library's SMs slow the compute beside its
     exchanges under the EP overlap: median 27.8%, DeepSeek-V3 on GB200 10-27% fast,
-    Qwen3-30B-A3B on GB200 10-31%."""
+    Qwen3-30B-A3B on GB200 10-31%. Since Blackwell's GEMMs run at shape fits moved from B200
+    by the measured MAMF ceilings (GB200 MXFP8 0.62 -> 0.59, bf16 0.73 -> 0.63): median 26.7%,
+    DeepSeek-V3 on GB200 6-25% fast, Qwen3-30B-A3B on GB200 9-30%."""
     errors = {row.run_id: row.relative_error or 0.0 for row in planned.planned_rows}
     median = planned.gate(MoeGate.MEDIAN_ERROR).value
-    assert median is not None and 0.27 <= median <= 0.33
+    assert median is not None and 0.24 <= median <= 0.30
     largest = planned.gate(MoeGate.MAX_ERROR).value
     assert largest is not None and 0.60 <= largest <= 0.68
     rows = {row.run_id: row for row in planned.planned_rows}
     deepseek = {run: error for run, error in errors.items() if "deepseekv3" in run}
     gb200 = [error for run, error in deepseek.items() if "_gb200_" in run]
     b200 = {run: error for run, error in deepseek.items() if "_b200_" in run}
-    assert len(gb200) == 9 and all(-0.40 <= error <= -0.08 for error in gb200)
+    assert len(gb200) == 9 and all(-0.40 <= error <= -0.05 for error in gb200)
     ep8 = [error for run, error in b200.items() if rows[run].expert_parallel == 8]
     ep32 = [error for run, error in b200.items() if rows[run].expert_parallel == 32]
     assert len(ep8) == 6 and all(-0.50 <= error <= -0.30 for error in ep8)
@@ -399,7 +401,7 @@ def test_the_planned_runs_stay_within_todays_bounds(planned: MoeValidation) -> N
     # Qwen3-30B-A3B on H100 -4.9% .. -6.3% since the recipes' quantization kernels are costed
     assert all(-0.68 <= error <= -0.04 for error in others)
     qwen_gb200 = [e for run, e in errors.items() if "qwen3" in run and "_gb200_" in run]
-    assert len(qwen_gb200) == 10 and all(-0.34 <= error <= -0.09 for error in qwen_gb200)
+    assert len(qwen_gb200) == 10 and all(-0.34 <= error <= -0.07 for error in qwen_gb200)
 
 
 @pytest.mark.xfail(

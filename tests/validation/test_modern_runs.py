@@ -429,13 +429,15 @@ def test_the_planned_runs_stay_within_todays_bounds(planned: ModernValidation) -
     row), Hopper median 6.8%, Blackwell 12.7%, mean -10.7%. Blackwell's GEMMs at their
     shape-resolved fits instead of MAMF's best shape (B200 fp8 0.76 -> the MXFP8 fit; GB200 bf16
     0.73 -> B200's torch.mm fit): median 10.6%, max 25.0% (the GB200 70B NVFP4 26.02 row; the
-    B200 405B rows -25.9% -> -11.3%), Blackwell 11.6%, mean -9.7%."""
+    B200 405B rows -25.9% -> -11.3%), Blackwell 11.6%, mean -9.7%; with GB200's bf16, MXFP8
+    and NVFP4 fits moved from B200's by the measured MAMF ceilings (presets.transferred_fit):
+    median 8.8%, max 23.0% (the GB200 70B NVFP4 26.02 row), Blackwell 9.2%, mean -9.0%."""
     errors = {row.run_id: abs(row.relative_error or 0.0) for row in planned.planned_rows}
-    assert statistics.median(errors.values()) <= 0.11
+    assert statistics.median(errors.values()) <= 0.095
     fsdp = "mbridge_25.09_DGX-GB200_LLAMA3.1_405B_128gpu_na_75"
     assert errors[fsdp] <= 0.22
     assert errors["mbridge_25.11_DGX-B200_LLAMA3.1_405B_128gpu_FP8-CS_69"] <= 0.12
-    assert max(errors.values()) <= 0.26
+    assert max(errors.values()) <= 0.24
     hopper = [
         errors[row.run_id] for row in planned.planned_rows if row.generation is GpuGeneration.HOPPER
     ]

@@ -29,11 +29,12 @@ assumption, said so. Ratios are rounded to 0.01.
   RMS in docs/VALIDATION.md): H200 fp8 (:data:`H200_FP8_GEMM_FIT`, cuBLASLt), every Hopper
   part's ``fp8_blockwise`` (DeepGEMM on H800,
   :data:`HOPPER_FP8_BLOCKWISE_GEMM_FIT`), B200 bf16 / fp16 / fp32 (:data:`B200_BF16_GEMM_FIT`,
-  torch.mm; B300, GB200, GB300 bf16 assumed equal), B200 and GB200 nvfp4
-  (:data:`B200_NVFP4_GEMM_FIT`, torchao; GB200 assumed), B300 and GB300 nvfp4
+  torch.mm; B300, GB200, GB300 bf16 moved by MAMF), B200 and GB200 nvfp4
+  (:data:`B200_NVFP4_GEMM_FIT`, torchao; GB200 moved by MAMF), B300 and GB300 nvfp4
   (:data:`B300_NVFP4_GEMM_FIT`, TE's pre-quantized B300 GEMMs; GB300 assumed),
   GB200 and GB300 fp8 (:data:`GB200_FP8_GEMM_FIT`, cuBLASLt; GB300 assumed), every Blackwell
-  part's mxfp8 and blockwise and B200 / B300 fp8 (:data:`MXFP8_GEMM_FIT`).
+  part's mxfp8 and blockwise and B200 / B300 fp8 (:data:`MXFP8_GEMM_FIT`; GB200 / GB300
+  mxfp8 moved by MAMF).
 * Other GEMMs: :class:`SaturatingGemmEfficiency` with ``peak_fraction`` = the Maximum Achievable
   Matmul FLOPS fraction of dense peak (MB 0-1, ``mlengr_mamf``, mamf-finder v2: best shape, cache
   wiped), per datatype (bf16/fp16 from the bf16 row, fp8 from the fp8 e4m3 row, fp32 as bf16:
@@ -63,9 +64,13 @@ assumption, said so. Ratios are rounded to 0.01.
     :data:`MXFP8_GEMM_FIT`, B200's one shape-resolved FP8-format series: Blackwell's per-tensor
     and MX-scaled FP8 GEMMs measure at one rate (GB200's per-tensor cuBLASLt fit 0.61 against
     the MXFP8 fit's 0.62 under the same shape dependence), and TE's pre-quantized B300 MXFP8
-    GEMMs sit within 3% of it. B300, GB200 and GB300 bf16 take :data:`B200_BF16_GEMM_FIT` as a
-    fraction of their own bf16 peak (assumed, as for nvfp4: the same die, B300's bf16 peak
-    B200's, MAMF 0.786 / 0.776; GB200's 0.729). GB300: GB200's figures (same bf16 / fp8 peaks,
+    GEMMs sit within 3% of it. A part without a series of its own takes B200's, moved by the
+    two parts' measured ceilings (:func:`transferred_fit`: B200's achieved rate x the MAMF
+    ratio, as a fraction of the part's own peak; the attention tables' rule), not by their
+    datasheet peaks: GB200's 5,000 / 4,500 would add 11%, its MAMF adds 5.3% (fp8) and 4.4%
+    (bf16), and at 8192^3 GB200's cuBLASLt fp8 (2,876.6) is within 1% of B200's cuBLAS MXFP8
+    (2,849.9). So B300 bf16 :data:`B300_BF16_GEMM_FIT` (0.68), GB200 / GB300 bf16
+    :data:`GB200_BF16_GEMM_FIT` (0.63). GB300: GB200's figures (same bf16 / fp8 peaks,
     modern_parallelism 3.6: GB300 improves only FP4).
   - MI300X: 0.51 (MAMF 668.4/1307.4 = 0.511, PyTorch TunableOp on); fp8 0.49 (no MAMF fp8
     measurement: AMD's own MAF, MB 1 ``rocm_maf``, 1273/2614.9 = 0.487).
@@ -85,12 +90,15 @@ assumption, said so. Ratios are rounded to 0.01.
   - ``mxfp8``: :data:`MXFP8_GEMM_FIT` (0.62, 196, 7.5e9): the peak fraction of the cuBLAS
     MXFP8 squares on B200 / sm_100 (MB 2.6 ``triton_9044``, ``triton_9697``; 8192^3 2,849.9 to
     32768^3 2,587 TFLOP/s of 4,500) under the GB200 fp8 cuBLASLt fit's shape dependence, checked
-    on TE's pre-quantized B300 MXFP8 GEMMs (within 3.0%); B300, GB200, GB300 assumed equal as a
-    fraction of their fp8 peak (no MXFP8 measurement on them).
+    on TE's pre-quantized B300 MXFP8 GEMMs (within 3.0%), so B300's too; GB200 and GB300:
+    :data:`GB200_MXFP8_GEMM_FIT` (0.59 of 5,000), moved by the fp8 MAMF ratio (no MXFP8
+    measurement on them).
   - ``nvfp4``: B200 the torchao shape fit (MB 2.6 ``torchao_2427``, peak fraction 0.61; cuBLAS
-    NVFP4 8192^3 on sm_100 reaches 5,589.8 / 9,000 = 0.62, ``triton_9697``); GB200: B200's
-    fraction of its own peak (assumed; the Azure cuBLASLt ``fp4`` sweep, MB 2.1, is an FP4
-    GEMM without NVFP4's block scales, :data:`GB200_NVFP4_GEMM_FIT`, reported only); B300 and
+    NVFP4 8192^3 on sm_100 reaches 5,589.8 / 9,000 = 0.62, ``triton_9697``); GB200:
+    :data:`GB200_NVFP4_TRANSFERRED_FIT` (0.58 of 10,000), B200's moved by the fp8 MAMF ratio
+    (no FP4 ceiling is measured on either part: assumed; the Azure cuBLASLt ``fp4`` sweep, MB
+    2.1, is an FP4 GEMM without NVFP4's block scales, :data:`GB200_NVFP4_GEMM_FIT`, reported
+    only); B300 and
     GB300: :data:`B300_NVFP4_GEMM_FIT` (0.37 of their FP4 figure), TE's own pre-quantized
     NVFP4 GEMMs on B300.
   - A100 has no FP8 tensor cores (none listed); MI300X lists ``fp8`` only at its fp8 fraction.
@@ -249,8 +257,9 @@ H200_FP8_GEMM_FIT = (0.69, 163.0, 7.1e9)
 HOPPER_FP8_BLOCKWISE_GEMM_FIT = (0.67, 163.0, 1.3e9)
 #: "B200 bf16 torch.mm" (MB 2.6 torchao_2427, 7 square shapes).
 B200_BF16_GEMM_FIT = (0.67, 0.0, 5.3e9)
-#: "B200 nvfp4 torchao" (MB 2.6 torchao_2427, 7 square shapes); GB200: assumed equal as a
-#: fraction of its 10,000 peak (the GB200 fp4 series below is not a block-scaled NVFP4 GEMM).
+#: "B200 nvfp4 torchao" (MB 2.6 torchao_2427, 7 square shapes); GB200: moved by MAMF
+#: (:data:`GB200_NVFP4_TRANSFERRED_FIT`; the GB200 fp4 series below is not a block-scaled NVFP4
+#: GEMM).
 B200_NVFP4_GEMM_FIT = (0.61, 0.0, 3.2e10)
 #: B300 (and GB300, Blackwell Ultra) NVFP4: TE's pre-quantized B300 NVFP4 GEMMs of a 4096 /
 #: 16384 layer at M = 15,872 (NVIDIA/TransformerEngine@332941783386 ``docs/features/
@@ -344,6 +353,72 @@ def _matrix(
 #: -1.5%, -3.0%. Assumed on every Blackwell part (module docstring).
 MXFP8_GEMM_FIT = (0.62, 196.0, 7.5e9)
 
+#: Measured matmul ceilings (MAMF, microbenchmarks.md 1, ``mlengr_mamf``: mamf-finder v2, best
+#: shape), TFLOP/s, (part, datatype): what a part without a sweep of its own is scaled by.
+BLACKWELL_MAMF: dict[tuple[str, Datatype], float] = {
+    ("B200", Datatype.BF16): 1745.0,
+    ("B200", Datatype.FP8): 3432.5,
+    ("B300", Datatype.BF16): 1769.0,
+    ("GB200", Datatype.BF16): 1822.0,
+    ("GB200", Datatype.FP8): 3615.6,
+}
+
+
+def transferred_fit(
+    fit: tuple[float, float, float],
+    *,
+    source_peak: float,
+    target_peak: float,
+    ceiling_ratio: float,
+) -> tuple[float, float, float]:
+    """A shape fit measured on one part (``source_peak`` TFLOP/s) for another (``target_peak``)
+    with no series of its own: the same shape dependence, at the source's achieved rate times
+    the two parts' measured ceiling ratio (``ceiling_ratio``, MAMF target / source), as a
+    fraction of the target's peak rounded to 0.01 (the module's rule). The rule of the attention
+    tables (:mod:`blueprinting.hardware.attention`: B200's FlashAttention-4 table scaled by MAMF
+    for B300 / GB200 / GB300); a datasheet ratio would overstate GB200 (5,000 / 4,500 = 1.11 on
+    paper, 1.05 by MAMF, 1.01 by cuBLAS at 8192^3: GB200's fp8 2,876.6 against B200's MXFP8
+    2,849.9)."""
+    peak_fraction, half_dim, half_flops = fit
+    scaled = round(peak_fraction * source_peak * ceiling_ratio / target_peak, 2)
+    return (scaled, half_dim, half_flops)
+
+
+def _ceiling(target: str, source: str, datatype: Datatype) -> float:
+    return BLACKWELL_MAMF[(target, datatype)] / BLACKWELL_MAMF[(source, datatype)]
+
+
+#: GB200 (and GB300) bf16: B200's torch.mm fit scaled by MAMF 1822 / 1745 (0.63 of 2,500).
+GB200_BF16_GEMM_FIT = transferred_fit(
+    B200_BF16_GEMM_FIT,
+    source_peak=2250,
+    target_peak=2500,
+    ceiling_ratio=_ceiling("GB200", "B200", Datatype.BF16),
+)
+#: B300 bf16: B200's torch.mm fit scaled by MAMF 1769 / 1745 (0.68 of 2,250).
+B300_BF16_GEMM_FIT = transferred_fit(
+    B200_BF16_GEMM_FIT,
+    source_peak=2250,
+    target_peak=2250,
+    ceiling_ratio=_ceiling("B300", "B200", Datatype.BF16),
+)
+#: GB200 (and GB300) MXFP8 / blockwise: the B200 MXFP8 fit scaled by the fp8 MAMF 3615.6 / 3432.5
+#: (0.59 of 5,000).
+GB200_MXFP8_GEMM_FIT = transferred_fit(
+    MXFP8_GEMM_FIT,
+    source_peak=4500,
+    target_peak=5000,
+    ceiling_ratio=_ceiling("GB200", "B200", Datatype.FP8),
+)
+#: GB200 NVFP4: B200's torchao fit scaled by the fp8 MAMF ratio (no FP4 ceiling is measured on
+#: either part; assumed), 0.58 of 10,000.
+GB200_NVFP4_TRANSFERRED_FIT = transferred_fit(
+    B200_NVFP4_GEMM_FIT,
+    source_peak=9000,
+    target_peak=10000,
+    ceiling_ratio=_ceiling("GB200", "B200", Datatype.FP8),
+)
+
 
 def _low_precision(
     rates: Mapping[GemmFormat, tuple[float, GemmFigure]],
@@ -356,14 +431,19 @@ def _low_precision(
 
 
 def _blackwell_low_precision(
-    *, fp8: float, fp4: float, fp8_fraction: GemmFigure, fp4_fraction: GemmFigure
+    *,
+    fp8: float,
+    fp4: float,
+    fp8_fraction: GemmFigure,
+    mxfp8_fraction: GemmFigure,
+    fp4_fraction: GemmFigure,
 ) -> tuple[GemmFormatRate, ...]:
     # Blockwise FP8 runs through MXFP8 on Blackwell (modern_parallelism.md 3.1).
     return _low_precision(
         {
             GemmFormat.FP8: (fp8, fp8_fraction),
-            GemmFormat.FP8_BLOCKWISE: (fp8, _fitted_gemm(MXFP8_GEMM_FIT)),
-            GemmFormat.MXFP8: (fp8, _fitted_gemm(MXFP8_GEMM_FIT)),
+            GemmFormat.FP8_BLOCKWISE: (fp8, mxfp8_fraction),
+            GemmFormat.MXFP8: (fp8, mxfp8_fraction),
             GemmFormat.NVFP4: (fp4, fp4_fraction),
         }
     )
@@ -555,6 +635,7 @@ def _blackwell(
     sm_count: int,
     fp4: float,
     fp4_fraction: GemmFigure,
+    mxfp8_fraction: GemmFigure,
 ) -> AcceleratorSpec:
     # Every Blackwell part here: 8 TB/s HBM3e (modern_parallelism.md 3.6; MB 5 mlengr_peaks).
     # fp32 80 TFLOP/s: the B200 figure (NVIDIA Blackwell datasheet; tabulated at
@@ -575,7 +656,11 @@ def _blackwell(
         attention=attention,
         sm_count=sm_count,
         low_precision=_blackwell_low_precision(
-            fp8=fp8, fp4=fp4, fp8_fraction=fp8_fraction, fp4_fraction=fp4_fraction
+            fp8=fp8,
+            fp4=fp4,
+            fp8_fraction=fp8_fraction,
+            mxfp8_fraction=mxfp8_fraction,
+            fp4_fraction=fp4_fraction,
         ),
     )
 
@@ -599,6 +684,7 @@ def _b200() -> AcceleratorSpec:
         # FP4 9,000 dense (modern_parallelism.md 3.6); NVFP4: the torchao shape fit.
         fp4=9000,
         fp4_fraction=_fitted_gemm(B200_NVFP4_GEMM_FIT),
+        mxfp8_fraction=_fitted_gemm(MXFP8_GEMM_FIT),
     )
 
 
@@ -611,7 +697,9 @@ def _b300() -> AcceleratorSpec:
         bf16=2250,
         fp8=4500,
         hbm_gb=288,
-        bf16_fraction=_fitted_gemm(B200_BF16_GEMM_FIT),
+        # bf16: B200's torch.mm fit by MAMF; fp8 and MXFP8: the MXFP8 fit, which TE's own B300
+        # MXFP8 GEMMs meet within 3% (module docstring)
+        bf16_fraction=_fitted_gemm(B300_BF16_GEMM_FIT),
         fp8_fraction=_fitted_gemm(MXFP8_GEMM_FIT),
         attention=B300_FLASH_ATTENTION_4,
         # 160 SMs per Blackwell Ultra GPU (NVIDIA technical blog, Inside Blackwell Ultra, 2025).
@@ -619,6 +707,7 @@ def _b300() -> AcceleratorSpec:
         # FP4 "12,600-14,000" (modern_parallelism.md 3.6): 14,000; NVFP4: TE's measured B300 GEMMs.
         fp4=14000,
         fp4_fraction=_fitted_gemm(B300_NVFP4_GEMM_FIT),
+        mxfp8_fraction=_fitted_gemm(MXFP8_GEMM_FIT),
     )
 
 
@@ -631,14 +720,16 @@ def _gb200() -> AcceleratorSpec:
         bf16=2500,
         fp8=5000,
         hbm_gb=13400 / 72,
-        bf16_fraction=_fitted_gemm(B200_BF16_GEMM_FIT),
+        # bf16, MXFP8 and NVFP4: B200's fits scaled by MAMF (transferred_fit); fp8: its own sweep
+        bf16_fraction=_fitted_gemm(GB200_BF16_GEMM_FIT),
         fp8_fraction=_fitted_gemm(GB200_FP8_GEMM_FIT),
         attention=GB200_FLASH_ATTENTION_4,
         # 148 SMs per B200 GPU (NVIDIA Blackwell datasheet; GB200's GPU is the same die).
         sm_count=148,
-        # FP4 10,000 dense (modern_parallelism.md 3.6); NVFP4: B200's torchao fit (assumed).
+        # FP4 10,000 dense (modern_parallelism.md 3.6).
         fp4=10000,
-        fp4_fraction=_fitted_gemm(B200_NVFP4_GEMM_FIT),
+        fp4_fraction=_fitted_gemm(GB200_NVFP4_TRANSFERRED_FIT),
+        mxfp8_fraction=_fitted_gemm(GB200_MXFP8_GEMM_FIT),
     )
 
 
@@ -651,7 +742,7 @@ def _gb300() -> AcceleratorSpec:
         bf16=2500,
         fp8=5000,
         hbm_gb=20000 / 72,
-        bf16_fraction=_fitted_gemm(B200_BF16_GEMM_FIT),
+        bf16_fraction=_fitted_gemm(GB200_BF16_GEMM_FIT),
         fp8_fraction=_fitted_gemm(GB200_FP8_GEMM_FIT),
         attention=GB200_FLASH_ATTENTION_4,
         # 160 SMs per Blackwell Ultra GPU (NVIDIA technical blog, Inside Blackwell Ultra, 2025).
@@ -660,6 +751,7 @@ def _gb300() -> AcceleratorSpec:
         # fraction assumed (the one Blackwell Ultra NVFP4 measurement).
         fp4=15000,
         fp4_fraction=_fitted_gemm(B300_NVFP4_GEMM_FIT),
+        mxfp8_fraction=_fitted_gemm(GB200_MXFP8_GEMM_FIT),
     )
 
 
