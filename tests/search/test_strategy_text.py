@@ -281,3 +281,34 @@ def test_expert_words_refuse_what_a_dispatcher_lacks() -> None:
         "dispatcher alltoall+shared-overlap: the shared-expert overlap has no strategy-text "
         "spelling (give the strategy as flat keys)",
     )
+
+
+def test_the_columnwise_texts_are_the_specs_texts() -> None:
+    """``strategy_texts`` (what ``--csv`` writes for every candidate) is the text of each row's
+    spec, built from the same memoized parts: every row of the tiny spaces and of a MoE space
+    with cp, cp comm types, expert grids, dispatchers and interleaving."""
+    from blueprinting.mapping.presets import model_preset
+    from blueprinting.mapping.transformer import CpCommType
+    from blueprinting.search.space import SearchSpace, strategy_texts
+
+    mixtral = model_preset("mixtral-8x7b")
+    moe = SearchSpace(
+        gpu_counts=(32,),
+        global_batch_size=32,
+        max_microbatch_size=2,
+        context_parallel=None,
+        cp_comm_types=(CpCommType.P2P, CpCommType.ALL_GATHER),
+        expert_parallel=None,
+        dispatchers=(AllToAllDispatcher(), AllToAllDispatcher(overlap=True), AllGatherDispatcher()),
+    )
+    cases = [(TINY, enumerate_strategies(TINY, space).table) for space in TINY_SPACES]
+    cases.append((mixtral, enumerate_strategies(mixtral, moe).table))
+    for model, table in cases:
+        rows = np.arange(len(table))[::-1]  # any order, as the ranking's
+        expected = [
+            format_strategy_text(candidate_to_spec(table, int(i), model).mapping) for i in rows
+        ]
+        assert strategy_texts(table, rows, model) == expected
+    mixtral_table = cases[-1][1]
+    assert len(mixtral_table) > 1000
+    assert len(np.unique(mixtral_table.context)) > 1 and len(np.unique(mixtral_table.expert)) > 1

@@ -15,7 +15,7 @@ import dataclasses
 import json
 import sys
 from enum import StrEnum
-from typing import TYPE_CHECKING, TextIO, assert_never
+from typing import TYPE_CHECKING, TextIO, assert_never, cast
 
 from blueprinting.analysis.flops import FlopsConvention
 from blueprinting.errors import ConfigError
@@ -488,8 +488,9 @@ def write_csv(result: SearchResult, stream: TextIO) -> None:
     f = result.figures
     order = result.order
 
-    def floats(values: npt.NDArray[np.generic]) -> list[str]:
-        return [repr(x) for x in np.asarray(values)[order].astype(np.float64).tolist()]
+    def floats(values: npt.NDArray[np.generic]) -> list[float]:
+        # the writer formats a float with str(), which is repr() (the shortest round trip)
+        return cast("list[float]", np.asarray(values)[order].astype(np.float64).tolist())
 
     def ints(values: npt.NDArray[np.generic]) -> list[int]:
         return [int(x) for x in np.asarray(values)[order].tolist()]
@@ -506,10 +507,15 @@ def write_csv(result: SearchResult, stream: TextIO) -> None:
         ints(f.memory_stage),
         strict=True,
     )
+    from blueprinting.search.space import strategy_texts
+
+    texts = strategy_texts(result.table, order, result.model)
     writer = csv.writer(stream)
     writer.writerow(CSV_COLUMNS)
-    for rank, (row, (world, *figures)) in enumerate(zip(order, columns, strict=True), start=1):
-        writer.writerow((rank, _strategy_text(result, int(row)), world, *figures))
+    writer.writerows(
+        (rank, text, world, *figures)
+        for rank, (text, (world, *figures)) in enumerate(zip(texts, columns, strict=True), start=1)
+    )
 
 
 def describe_standing(result: SearchResult, text: str, standing: Standing, top: int) -> str:

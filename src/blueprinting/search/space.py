@@ -73,6 +73,7 @@ interleaving rules (G = p needs m mod p == 0, p > 2) remove combinations Calculo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import lru_cache
@@ -125,7 +126,11 @@ from blueprinting.search.laws_vectorized import (
     free_option_violations,
     law_violations,
 )
-from blueprinting.search.strategy_text import format_strategy_text, parse_strategy_text
+from blueprinting.search.strategy_text import (
+    format_strategy_parts,
+    format_strategy_text,
+    parse_strategy_text,
+)
 
 __all__ = [
     "CandidateTable",
@@ -667,49 +672,152 @@ def candidate_to_spec(table: CandidateTable, i: int, model: TransformerModelSpec
     The parts (TP, PP, DP, recompute, CP, expert grid) are built by memoized constructors: a
     search builds one spec per block configuration and per row it lists or writes (``--csv``),
     and the parts repeat across rows; they are immutable, so rows may share them."""
-    p = int(table.pipeline[i])
-    group = int(table.microbatch_group[i])
-    dispatcher = table.dispatchers[int(table.dispatcher[i])]
-    parallelism = TransformerTrainingParallelism(
-        tensor=_tensor_part(
-            int(table.tensor[i]),
-            sequence_parallel=bool(table.sequence_parallel[i]),
-            overlap=bool(table.tp_comm_overlap[i]),
-        ),
-        pipeline=_pipeline_part(
-            p,
-            int(table.virtual_stages[i]),
-            # Code 0 is Megatron's default group size (p).
-            group=group if group > 0 else None,
-            overlap_p2p_comm=bool(table.overlap_p2p_comm[i]),
-            ep_overlap=model.moe is not None and dispatcher_overlaps(dispatcher),
-        ),
-        data=_data_part(
-            int(table.data[i]),
-            sharding=int(table.sharding[i]),
-            overlap_param_gather=bool(table.overlap_param_gather[i]),
-            overlap_grad_reduce=bool(table.overlap_grad_reduce[i]),
-            grad_reduce_dtype=table.grad_reduce_dtype,
-        ),
-        recompute=_recompute_part(int(table.recompute[i]), int(table.recompute_num_layers[i])),
-        context=_context_part(int(table.context[i]), int(table.cp_comm[i])),
-        experts=(
-            _DEFAULT_EXPERTS
-            if model.moe is None
-            else _expert_part(int(table.expert[i]), int(table.expert_tensor[i]), dispatcher)
-        ),
-    )
-    batch = BatchSpec(
-        global_batch_size=table.global_batch_size, micro_batch_size=int(table.micro_batch[i])
-    )
+    values = tuple(getattr(table, column)[i].item() for column in _PART_COLUMNS)
+    parts = _row_parts(table, model, values)
     return TrainingSpec(
         model=model,
         mapping=TransformerTrainingMappingSpec(
-            parallelism=parallelism,
-            batch=batch,
-            precision=table.precisions[int(table.precision[i])],
+            parallelism=TransformerTrainingParallelism(
+                tensor=parts.tensor,
+                pipeline=parts.pipeline,
+                data=parts.data,
+                recompute=parts.recompute,
+                context=parts.context,
+                experts=parts.experts,
+            ),
+            batch=parts.batch,
+            precision=parts.precision,
         ),
     )
+
+
+def strategy_texts(
+    table: CandidateTable,
+    rows: Sequence[int] | npt.NDArray[np.int64],
+    model: TransformerModelSpec,
+) -> list[str]:
+    """``format_strategy_text(candidate_to_spec(table, i, model).mapping)`` for every ``i`` of
+    ``rows``, from the same memoized parts without building each row's spec, the columns read
+    once (``--csv`` writes the text of every candidate: up to ``MAX_SEARCH_CANDIDATES`` rows)."""
+    index = np.asarray(rows, dtype=np.int64)
+    columns = [getattr(table, column)[index].tolist() for column in _PART_COLUMNS]
+    texts = []
+    for values in zip(*columns, strict=True):
+        parts = _row_parts(table, model, values)
+        texts.append(
+            format_strategy_parts(
+                tensor=parts.tensor,
+                context=parts.context,
+                pipeline=parts.pipeline,
+                data=parts.data,
+                experts=parts.experts,
+                recompute=parts.recompute,
+                precision=parts.precision,
+                batch=parts.batch,
+            )
+        )
+    return texts
+
+
+#: The table columns a row's parts are built from, in :func:`_row_parts`'s order.
+_PART_COLUMNS = (
+    "tensor",
+    "sequence_parallel",
+    "tp_comm_overlap",
+    "pipeline",
+    "virtual_stages",
+    "microbatch_group",
+    "overlap_p2p_comm",
+    "data",
+    "sharding",
+    "overlap_param_gather",
+    "overlap_grad_reduce",
+    "recompute",
+    "recompute_num_layers",
+    "context",
+    "cp_comm",
+    "expert",
+    "expert_tensor",
+    "dispatcher",
+    "micro_batch",
+    "precision",
+)
+
+
+@final
+@dataclass(frozen=True, slots=True)
+class _RowParts:
+    tensor: TensorParallel
+    pipeline: PipelineParallel
+    data: DataParallel
+    recompute: RecomputePolicy
+    context: ContextParallel
+    experts: ExpertParallel
+    batch: BatchSpec
+    precision: TrainingPrecision
+
+
+def _row_parts(
+    table: CandidateTable, model: TransformerModelSpec, values: Sequence[int | bool]
+) -> _RowParts:
+    """One row's parts from its :data:`_PART_COLUMNS` values (Python scalars)."""
+    (
+        tensor,
+        sequence_parallel,
+        tp_overlap,
+        pipeline,
+        virtual,
+        group,
+        overlap_p2p,
+        data,
+        sharding,
+        gather,
+        grad,
+        recompute,
+        recompute_layers,
+        context,
+        cp_comm,
+        expert,
+        expert_tensor,
+        dispatcher_code,
+        micro_batch,
+        precision,
+    ) = values
+    dispatcher = table.dispatchers[int(dispatcher_code)]
+    return _RowParts(
+        tensor=_tensor_part(
+            int(tensor), sequence_parallel=bool(sequence_parallel), overlap=bool(tp_overlap)
+        ),
+        pipeline=_pipeline_part(
+            int(pipeline),
+            int(virtual),
+            # Code 0 is Megatron's default group size (p).
+            group=int(group) if group > 0 else None,
+            overlap_p2p_comm=bool(overlap_p2p),
+            ep_overlap=model.moe is not None and dispatcher_overlaps(dispatcher),
+        ),
+        data=_data_part(
+            int(data),
+            sharding=int(sharding),
+            overlap_param_gather=bool(gather),
+            overlap_grad_reduce=bool(grad),
+            grad_reduce_dtype=table.grad_reduce_dtype,
+        ),
+        recompute=_recompute_part(int(recompute), int(recompute_layers)),
+        context=_context_part(int(context), int(cp_comm)),
+        experts=(
+            _DEFAULT_EXPERTS
+            if model.moe is None
+            else _expert_part(int(expert), int(expert_tensor), dispatcher)
+        ),
+        batch=_batch_part(table.global_batch_size, int(micro_batch)),
+        precision=table.precisions[int(precision)],
+    )
+
+
+@lru_cache(maxsize=1024)
+def _batch_part(global_batch_size: int, micro_batch_size: int) -> BatchSpec:
+    return BatchSpec(global_batch_size=global_batch_size, micro_batch_size=micro_batch_size)
 
 
 _DEFAULT_EXPERTS = ExpertParallel()

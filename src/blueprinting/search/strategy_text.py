@@ -49,7 +49,8 @@ selective recompute...) is an error, not ignored.
 
 from __future__ import annotations
 
-from typing import assert_never
+from collections.abc import Callable
+from typing import TypeVar, assert_never
 
 from blueprinting.errors import ConfigError
 from blueprinting.limits import MAX_INT, int_limit_text
@@ -94,6 +95,7 @@ from blueprinting.mapping.transformer import (
     StageLayout,
     TensorParallel,
     TokenDispatcher,
+    TpCommOverlap,
     TransformerTrainingMappingSpec,
     TransformerTrainingParallelism,
     UnevenStages,
@@ -457,16 +459,102 @@ def _on(flag: bool) -> str:
 def format_strategy_text(mapping: TransformerTrainingMappingSpec) -> str:
     """The canonical text of a strategy; ``parse_strategy_text`` reads it back unchanged."""
     par = mapping.parallelism
-    words = [f"tp={par.tensor.degree}"]
-    if par.context.degree > 1:
-        words += [f"cp={par.context.degree}", f"cp_comm={cp_comm_type(par.context.communication)}"]
-    words += [
-        f"pp={par.pipeline.degree}",
-        f"dp={par.data.degree}",
-        *_expert_words(par.experts),
-    ]
-    schedule = par.pipeline.schedule
-    schedule_words: list[str] = []
+    return format_strategy_parts(
+        tensor=par.tensor,
+        context=par.context,
+        pipeline=par.pipeline,
+        data=par.data,
+        experts=par.experts,
+        recompute=par.recompute,
+        precision=mapping.precision,
+        batch=mapping.batch,
+    )
+
+
+_Part = TypeVar("_Part")
+_Words = TypeVar("_Words")
+
+#: Entries an identity memo keeps before it starts afresh (each holds its part alive, so that an
+#: ``id`` is never reused while its entry stands).
+_MEMO_ENTRIES = 4096
+
+
+def _by_identity(words: Callable[[_Part], _Words]) -> Callable[[_Part], _Words]:
+    """``words`` memoized on its argument's identity: a search's rows share their parts (the
+    memoized constructors of :mod:`blueprinting.search.space`), and hashing a nested frozen
+    dataclass on every call costs more than the words themselves."""
+    memo: dict[int, tuple[_Part, _Words]] = {}
+
+    def memoized(part: _Part) -> _Words:
+        found = memo.get(id(part))
+        if found is not None and found[0] is part:
+            return found[1]
+        if len(memo) >= _MEMO_ENTRIES:
+            memo.clear()
+        value = words(part)
+        memo[id(part)] = (part, value)
+        return value
+
+    return memoized
+
+
+def format_strategy_parts(
+    *,
+    tensor: TensorParallel,
+    context: ContextParallel,
+    pipeline: PipelineParallel,
+    data: DataParallel,
+    experts: ExpertParallel,
+    recompute: RecomputePolicy,
+    precision: TrainingPrecision,
+    batch: BatchSpec,
+) -> str:
+    """:func:`format_strategy_text` of a mapping's parts, each part's words memoized on the part
+    (immutable values that a search's rows share: ``--csv`` writes the text of every row)."""
+    v_words, schedule_words = _pipeline_words(pipeline)
+    return " ".join(
+        (
+            f"tp={tensor.degree}",
+            *_context_words(context),
+            f"pp={pipeline.degree}",
+            f"dp={data.degree}",
+            *_cached_expert_words(experts),
+            *v_words,
+            *_precision_words(precision),
+            f"mbs={batch.micro_batch_size}",
+            f"gbs={batch.global_batch_size}",
+            *_tensor_words(tensor),
+            *_recompute_words(recompute),
+            *_data_words(data),
+            *schedule_words,
+        )
+    )
+
+
+@_by_identity
+def _context_words(context: ContextParallel) -> tuple[str, ...]:
+    if context.degree == 1:
+        return ()
+    return (f"cp={context.degree}", f"cp_comm={cp_comm_type(context.communication)}")
+
+
+@_by_identity
+def _cached_expert_words(experts: ExpertParallel) -> tuple[str, ...]:
+    return tuple(_expert_words(experts))
+
+
+@_by_identity
+def _precision_words(precision: TrainingPrecision) -> tuple[str, ...]:
+    recipe = precision_text(precision)
+    return () if recipe is None else (f"precision={recipe}",)
+
+
+@_by_identity
+def _pipeline_words(pipeline: PipelineParallel) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(the ``v`` word, the schedule's and layout's words: they close the text)."""
+    schedule = pipeline.schedule
+    v_words: tuple[str, ...] = ()
+    schedule_words: tuple[str, ...] = ()
     match schedule:
         case CombinedOneForwardOneBackward(virtual_stages=1):
             pass  # ep_overlap=on gives it back
@@ -478,35 +566,55 @@ def format_strategy_text(mapping: TransformerTrainingMappingSpec) -> str:
                 virtual_stages=v, microbatch_group_size=group, overlap_p2p_comm=overlap_p2p
             )
         ):
-            words.append(f"v={v}")
-            schedule_words = [
+            v_words = (f"v={v}",)
+            schedule_words = (
                 f"overlap_p2p={_on(overlap_p2p)}",
                 f"group={'default' if group is None else group}",
-            ]
+            )
         case SingleStage() | OneForwardOneBackward():
             pass
         case ZeroBubbleH1():
-            schedule_words = ["schedule=zb-h1"]
+            schedule_words = ("schedule=zb-h1",)
         case DualPipe():
-            schedule_words = ["schedule=dualpipe"]
+            schedule_words = ("schedule=dualpipe",)
         case DualPipeV():
-            schedule_words = ["schedule=dualpipev"]
+            schedule_words = ("schedule=dualpipev",)
         case ForwardOnly():
             raise ConfigError(["a training strategy cannot use the ForwardOnly schedule"])
         case _ as unreachable:
             assert_never(unreachable)
-    recipe = precision_text(mapping.precision)
-    if recipe is not None:
-        words.append(f"precision={recipe}")
-    words += [
-        f"mbs={mapping.batch.micro_batch_size}",
-        f"gbs={mapping.batch.global_batch_size}",
-        f"sp={_on(isinstance(par.tensor.communication, ReduceScatterAllGather))}",
-    ]
-    overlap = mapping.tp_comm_overlap
+    layout = pipeline.layout
+    match layout:
+        case FlexibleStages():
+            from blueprinting.mapping.pipeline_layout import format_pipeline_layout
+
+            schedule_words = (*schedule_words, f"layout={format_pipeline_layout(layout)}")
+        case EvenStages():
+            pass
+        case UnevenStages():
+            raise ConfigError(["strategy text has no key for uneven first/last stage counts"])
+        case _ as unreachable_layout:
+            assert_never(unreachable_layout)
+    return v_words, schedule_words
+
+
+@_by_identity
+def _tensor_words(tensor: TensorParallel) -> tuple[str, ...]:
+    """``sp`` and the userbuffer overlap (``TransformerTrainingMappingSpec.tp_comm_overlap``)."""
+    communication = tensor.communication
+    match communication:
+        case ReduceScatterAllGather():
+            return _sequence_parallel_words(communication.overlap)
+        case AllReduce():
+            return ("sp=off",)
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def _sequence_parallel_words(overlap: TpCommOverlap) -> tuple[str, ...]:
     match overlap:
         case NoTpCommOverlap():
-            pass
+            return ("sp=on",)
         case UserbufferOverlap():
             if overlap != UserbufferOverlap():
                 raise ConfigError(
@@ -515,39 +623,33 @@ def format_strategy_text(mapping: TransformerTrainingMappingSpec) -> str:
                         "strategy text spells only tp_overlap=on (give it as flat keys)"
                     ]
                 )
-            words.append("tp_overlap=on")
+            return ("sp=on", "tp_overlap=on")
         case _ as unreachable_overlap:
             assert_never(unreachable_overlap)
-    recompute = par.recompute
+
+
+@_by_identity
+def _recompute_words(recompute: RecomputePolicy) -> tuple[str, ...]:
     match recompute:
         case NoRecompute():
-            words.append("recompute=none")
+            return ("recompute=none",)
         case SelectiveRecompute():
-            words.append("recompute=selective")
+            return ("recompute=selective",)
         case FullRecompute(method=method, num_layers=layers):
-            words += ["recompute=full", f"recompute_method={method}", f"recompute_layers={layers}"]
-        case _ as unreachable_recompute:
-            assert_never(unreachable_recompute)
-    sharding = par.data.optimizer_sharding
-    words.append(f"sharding={ShardingVariant.of(sharding)}")
+            return ("recompute=full", f"recompute_method={method}", f"recompute_layers={layers}")
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+@_by_identity
+def _data_words(data: DataParallel) -> tuple[str, ...]:
+    sharding = data.optimizer_sharding
+    words: tuple[str, ...] = (f"sharding={ShardingVariant.of(sharding)}",)
     match sharding:
         case NoOptimizerSharding():
             pass
         case DistributedOptimizer() | ShardedGradients() | ShardedParameters():
-            words.append(f"overlap_param_gather={_on(sharding.overlap_param_gather)}")
-        case _ as unreachable_sharding:
-            assert_never(unreachable_sharding)
-    words.append(f"overlap_grad={_on(par.data.overlap_grad_reduce)}")
-    layout = par.pipeline.layout
-    match layout:
-        case FlexibleStages():
-            from blueprinting.mapping.pipeline_layout import format_pipeline_layout
-
-            schedule_words.append(f"layout={format_pipeline_layout(layout)}")
-        case EvenStages():
-            pass
-        case UnevenStages():
-            raise ConfigError(["strategy text has no key for uneven first/last stage counts"])
-        case _ as unreachable_layout:
-            assert_never(unreachable_layout)
-    return " ".join(words + schedule_words)
+            words = (*words, f"overlap_param_gather={_on(sharding.overlap_param_gather)}")
+        case _ as unreachable:
+            assert_never(unreachable)
+    return (*words, f"overlap_grad={_on(data.overlap_grad_reduce)}")
