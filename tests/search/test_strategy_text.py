@@ -304,7 +304,8 @@ def test_the_columnwise_texts_are_the_specs_texts() -> None:
     cases = [(TINY, enumerate_strategies(TINY, space).table) for space in TINY_SPACES]
     cases.append((mixtral, enumerate_strategies(mixtral, moe).table))
     for model, table in cases:
-        rows = np.arange(len(table))[::-1]  # any order, as the ranking's
+        # any order, as the ranking's (every 13th MoE row: 9,168 of 119,174 keeps it quick)
+        rows = np.arange(len(table))[:: -13 if model is mixtral else -1]
         expected = [
             format_strategy_text(candidate_to_spec(table, int(i), model).mapping) for i in rows
         ]
