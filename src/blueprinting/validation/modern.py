@@ -377,7 +377,8 @@ def _run(raw: Mapping[str, object], where: str, problems: ProblemCollector) -> M
         problems,
     )
     system = string(raw, "system", where, problems)
-    if system and system not in SYSTEM_GENERATIONS:
+    # an empty name is a string too: refused here (every row is scored by its GPU generation)
+    if isinstance(raw.get("system"), str) and system not in SYSTEM_GENERATIONS:
         problems.add(
             f"{where}.system {system!r} is not one of {', '.join(sorted(SYSTEM_GENERATIONS))}"
         )
