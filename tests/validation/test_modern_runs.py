@@ -412,6 +412,37 @@ def test_an_exclusion_that_does_not_hold_is_refused(tmp_path: Path) -> None:
         load_modern_runs(typo)
 
 
+def test_a_known_regression_names_its_source(tmp_path: Path) -> None:
+    """``known_regression`` needs an ``exclusion_reason`` (where the publisher says so), and a
+    reason needs an exclusion; the excluded row's note is its reason."""
+    text = default_fixture_path().read_text()
+    run_id = "nemo_longseq_llama3_8b_b200_s256k"
+    start = text.index(f'id = "{run_id}"')
+    cut = text.index("dp_table = 4\n", start) + len("dp_table = 4\n")
+    bare = tmp_path / "bare.toml"
+    bare.write_text(text[:cut] + 'excluded = "known_regression"\n' + text[cut:])
+    with pytest.raises(ConfigError) as raised:
+        load_modern_runs(bare)
+    assert raised.value.problems == (
+        f"run {run_id!r}: excluded = known_regression needs an exclusion_reason quoting where "
+        "the source names the regression",
+    )
+    stray = tmp_path / "stray.toml"
+    stray.write_text(text[:cut] + 'exclusion_reason = "a footnote"\n' + text[cut:])
+    with pytest.raises(ConfigError) as raised:
+        load_modern_runs(stray)
+    assert raised.value.problems == (f"run {run_id!r}: exclusion_reason without excluded",)
+    sourced = tmp_path / "sourced.toml"
+    sourced.write_text(
+        text[:cut]
+        + 'excluded = "known_regression"\nexclusion_reason = "the footnote, line 9"\n'
+        + text[cut:]
+    )
+    run = next(r for r in load_modern_runs(sourced) if r.id == run_id)
+    assert run.excluded is ModernExclusion.KNOWN_REGRESSION
+    assert run.exclusion_message() == "excluded (known_regression): the footnote, line 9"
+
+
 def test_the_planned_runs_stay_within_todays_bounds(planned: ModernValidation) -> None:
     """Regression bound, not the issue gate (no efficiency is fitted on these runs). Today:
     median |error| 10.8% over 77 runs, nearly all predicted fast (mean -9.7%; Blackwell median

@@ -98,9 +98,14 @@ class ModernExclusion(StrEnum):
       (``megatron/core/num_microbatches_calculator.py``: global batch divisible by micro batch
       times data-parallel size): the run cannot have run as printed, and re-reading its GPU
       count or DP would be a repair the source does not state.
+    - ``known_regression``: the publisher of the figure says it measures a known software
+      regression, to be fixed in a later release (the fixture's ``exclusion_reason`` quotes
+      where): the planner prices the kernels as they run without it, so the row would score
+      the bug, not the plan. The row and its figure stay in the table.
     """
 
     INCONSISTENT_LAYOUT = "inconsistent_layout"
+    KNOWN_REGRESSION = "known_regression"
 
 
 class GpuGeneration(StrEnum):
@@ -199,6 +204,8 @@ class ModernRun:
     #: What that config states that no Blueprinting flat key carries (named, never modelled).
     unkeyed_settings: tuple[str, ...] = ()
     excluded: ModernExclusion | None = None
+    #: Where the source states the exclusion's cause (required for ``known_regression``).
+    exclusion_reason: str = ""
     #: Megatron-LM start-up rules (law names) the run breaks and is planned without, because
     #: its launcher never checks them (Megatron-Bridge builds Megatron-Core's configs directly
     #: and never calls Megatron-LM's ``arguments.py``); ``waiver_reason`` says so with its
@@ -274,6 +281,13 @@ class ModernRun:
         match self.excluded:
             case None:
                 return None
+            case ModernExclusion.KNOWN_REGRESSION:
+                if not self.exclusion_reason:
+                    return (
+                        f"excluded = {self.excluded} needs an exclusion_reason quoting where the "
+                        "source names the regression"
+                    )
+                return None
             case ModernExclusion.INCONSISTENT_LAYOUT:
                 d = self.data_parallel
                 micro = self._size("micro_batch_size")
@@ -289,6 +303,18 @@ class ModernRun:
                         f"{micro} x {d}: the run plans"
                     )
                 return None
+            case _ as unreachable:
+                assert_never(unreachable)
+
+    def exclusion_message(self) -> str:
+        """The table's note for an excluded run ("" for one that is compared)."""
+        match self.excluded:
+            case None:
+                return ""
+            case ModernExclusion.INCONSISTENT_LAYOUT:
+                return f"excluded ({self.excluded}): the reference flags its layout inconsistent"
+            case ModernExclusion.KNOWN_REGRESSION:
+                return f"excluded ({self.excluded}): {self.exclusion_reason}"
             case _ as unreachable:
                 assert_never(unreachable)
 
@@ -433,6 +459,9 @@ def _run(raw: Mapping[str, object], where: str, problems: ProblemCollector) -> M
         ),
         unkeyed_settings=strings(raw, "unkeyed_settings", where, problems),
         excluded=enum_or_none(ModernExclusion, raw, "excluded", where, problems),
+        exclusion_reason=(
+            string(raw, "exclusion_reason", where, problems) if "exclusion_reason" in raw else ""
+        ),
         waived_megatron_rules=_waived_rules(raw, where, problems),
         waiver_reason=(
             string(raw, "waiver_reason", where, problems) if "waiver_reason" in raw else ""
@@ -440,6 +469,8 @@ def _run(raw: Mapping[str, object], where: str, problems: ProblemCollector) -> M
     )
     if run.waived_megatron_rules and not run.waiver_reason:
         problems.add(f"{where}: waived_megatron_rules needs a waiver_reason (who skips the rule)")
+    if run.exclusion_reason and run.excluded is None:
+        problems.add(f"{where}: exclusion_reason without excluded")
     if run.waiver_reason and not run.waived_megatron_rules:
         problems.add(f"{where}: waiver_reason without waived_megatron_rules")
     if run.waived_megatron_rules and run_id and not problems.problems:
@@ -787,7 +818,7 @@ def compare_modern_runs(
         predicted: float | None
         if run.excluded is not None:
             predicted = None
-            message = f"excluded ({run.excluded}): the reference flags its layout inconsistent"
+            message = run.exclusion_message()
         else:
             try:
                 predicted = predict(run)

@@ -252,7 +252,9 @@ def compare_moe_runs(
     chosen = tuple(load_moe_runs() if runs is None else runs)
     scored = compare_modern_runs(predict, chosen).rows
     rows = tuple(_moe_row(run, row) for run, row in zip(chosen, scored, strict=True))
-    return MoeValidation(rows=rows, summaries=summarise_moe(rows), gates=_gates(rows))
+    # excluded rows stay in the table and the summaries' row counts, outside the gates
+    compared = [row for run, row in zip(chosen, rows, strict=True) if run.excluded is None]
+    return MoeValidation(rows=rows, summaries=summarise_moe(rows), gates=_gates(compared))
 
 
 def moe_to_json_dict(validation: MoeValidation) -> dict[str, object]:
