@@ -69,8 +69,8 @@ def stage_limit_problem(stages: int, virtual_stages: int = 1) -> str | None:
 #: one by one, the longest step of a search. Up to this many a search answers within the
 #: README's time bound (5 s of CPU); beyond it the space is not refused (each configuration is a
 #: strategy a user may want ranked) but streamed: the search says up front, on stderr, how many it
-#: costs and about how long that takes (:func:`search_blocks_notice`), with a progress bar on a
-#: terminal, and the bound grows by :data:`SEARCH_SECONDS_PER_BLOCK` a configuration beyond it.
+#: costs and how much longer that may take (:func:`search_blocks_notice`), with a progress bar on
+#: a terminal; the bound grows by :data:`SEARCH_SECONDS_PER_BLOCK` a configuration beyond it.
 SEARCH_BLOCKS_WITHIN_BOUND = 1500
 
 #: CPU seconds one block configuration may take beyond :data:`SEARCH_BLOCKS_WITHIN_BOUND` (the
@@ -78,28 +78,57 @@ SEARCH_BLOCKS_WITHIN_BOUND = 1500
 #: configuration on a loaded two-core machine, the dense ones less).
 SEARCH_SECONDS_PER_BLOCK = 0.003
 
+#: ``blueprinting search --csv``: rows written (every lawful candidate that fits, up to
+#: ``MAX_SEARCH_CANDIDATES``) within the time bound; beyond it the search says so before it
+#: writes (:func:`search_csv_notice`) and the bound grows by :data:`SEARCH_SECONDS_PER_CSV_ROW`.
+SEARCH_CSV_ROWS_WITHIN_BOUND = 20_000
+
+#: CPU seconds one CSV row may take beyond :data:`SEARCH_CSV_ROWS_WITHIN_BOUND`: its strategy
+#: text and 15 figures (about 25 us measured on a loaded two-core machine).
+SEARCH_SECONDS_PER_CSV_ROW = 4e-5
+
 #: The README's time bound: CPU seconds of one command as a process on one core.
 TIME_BOUND_CPU_SECONDS = 5.0
+
+
+def _streamed(what: str, count: int, within: int, limit_name: str, per_item: float) -> str | None:
+    if count <= within:
+        return None
+    return (
+        f"search: {what} {count:,} {_UNITS[limit_name]}, more than the {within:,} within the "
+        f"{TIME_BOUND_CPU_SECONDS:g} s time bound ({limit_name}): allow "
+        f"{per_item * (count - within):.1f} s more of CPU"
+    )
+
+
+_UNITS = {
+    "SEARCH_BLOCKS_WITHIN_BOUND": "block configurations",
+    "SEARCH_CSV_ROWS_WITHIN_BOUND": "CSV rows",
+}
 
 
 def search_blocks_notice(count: int) -> str | None:
     """What a search costing ``count`` block configurations says before it starts: None within
     :data:`SEARCH_BLOCKS_WITHIN_BOUND`."""
-    if count <= SEARCH_BLOCKS_WITHIN_BOUND:
-        return None
-    return (
-        f"search: costing {count:,} block configurations, more than the "
-        f"{SEARCH_BLOCKS_WITHIN_BOUND:,} within the {TIME_BOUND_CPU_SECONDS:g} s time bound "
-        f"(SEARCH_BLOCKS_WITHIN_BOUND): allow up to {search_cpu_allowance(count):.1f} s of CPU"
+    return _streamed(
+        "costing",
+        count,
+        SEARCH_BLOCKS_WITHIN_BOUND,
+        "SEARCH_BLOCKS_WITHIN_BOUND",
+        SEARCH_SECONDS_PER_BLOCK,
     )
 
 
-def search_cpu_allowance(count: int) -> float:
-    """The CPU-time bound of a search costing ``count`` block configurations: the README's
-    :data:`TIME_BOUND_CPU_SECONDS`, plus :data:`SEARCH_SECONDS_PER_BLOCK` for each configuration
-    beyond :data:`SEARCH_BLOCKS_WITHIN_BOUND`."""
-    beyond = max(0, count - SEARCH_BLOCKS_WITHIN_BOUND)
-    return TIME_BOUND_CPU_SECONDS + SEARCH_SECONDS_PER_BLOCK * beyond
+def search_csv_notice(rows: int) -> str | None:
+    """What ``search --csv`` says before it writes ``rows`` rows: None within
+    :data:`SEARCH_CSV_ROWS_WITHIN_BOUND`."""
+    return _streamed(
+        "writing",
+        rows,
+        SEARCH_CSV_ROWS_WITHIN_BOUND,
+        "SEARCH_CSV_ROWS_WITHIN_BOUND",
+        SEARCH_SECONDS_PER_CSV_ROW,
+    )
 
 
 #: ``blueprinting search``: strategies listed in text or JSON (``--top``, 0 for all), each

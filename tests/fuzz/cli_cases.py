@@ -34,7 +34,7 @@ from typing import NoReturn
 
 import pytest
 
-from blueprinting.limits import TIME_BOUND_CPU_SECONDS, search_cpu_allowance
+from blueprinting.limits import TIME_BOUND_CPU_SECONDS
 from blueprinting.mapping.flat_keys import (
     CONTEXT_KEYS,
     EXPERT_KEYS,
@@ -914,18 +914,18 @@ def problems_of(
     return found
 
 
-_STREAMED = re.compile(r"^search: costing ([0-9,]+) block configurations", re.MULTILINE)
+_STREAMED = re.compile(
+    r"^search: (?:costing|writing) [0-9,]+ .* time bound \(\w+\): allow ([0-9.]+) s more of CPU$",
+    re.MULTILINE,
+)
 
 
 def cpu_bound_scale(err: str) -> float:
-    """How far a case's CPU bound stretches: a search that said up front it streams more block
-    configurations than the time bound covers (``limits.search_blocks_notice``) has the
-    allowance that notice states (``limits.search_cpu_allowance``), scaled like the bound."""
-    found = _STREAMED.search(err)
-    if found is None:
-        return 1.0
-    count = int(found.group(1).replace(",", ""))
-    return max(1.0, search_cpu_allowance(count) / TIME_BOUND_CPU_SECONDS)
+    """How far a case's CPU bound stretches: a search that said up front that it streams more
+    than the time bound covers (``limits.search_blocks_notice``, ``search_csv_notice``) has the
+    allowances those notices state on top of the README's bound, scaled like the bound."""
+    extra = sum(float(found.group(1)) for found in _STREAMED.finditer(err))
+    return (TIME_BOUND_CPU_SECONDS + extra) / TIME_BOUND_CPU_SECONDS
 
 
 def contradictions(err: str) -> list[str]:

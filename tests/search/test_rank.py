@@ -299,22 +299,38 @@ def test_a_search_beyond_the_bound_says_so_up_front(
     assert n > 3
     assert seen_before_costing == [
         f"search: costing {n:,} block configurations, more than the 3 within the 5 s time "
-        f"bound (SEARCH_BLOCKS_WITHIN_BOUND): allow up to {5 + 0.003 * (n - 3):.1f} s of CPU\n"
+        f"bound (SEARCH_BLOCKS_WITHIN_BOUND): allow {0.003 * (n - 3):.1f} s more of CPU\n"
     ]
+    # --csv says so too, before it writes, when it writes more rows than the bound covers
+    monkeypatch.setattr(limits, "SEARCH_BLOCKS_WITHIN_BOUND", 1500)
+    monkeypatch.setattr(limits, "SEARCH_CSV_ROWS_WITHIN_BOUND", 10)
+    assert main([*ARGS, "--csv", "-"]) == 0
+    captured = capsys.readouterr()
+    rows = captured.out.count("\n") - 1  # the header
+    assert rows > 10
+    assert captured.err == (
+        f"search: writing {rows:,} CSV rows, more than the 10 within the 5 s time bound "
+        f"(SEARCH_CSV_ROWS_WITHIN_BOUND): allow {4e-5 * (rows - 10):.1f} s more of CPU\n"
+    )
 
 
 def test_the_streamed_search_allowance() -> None:
-    from blueprinting.limits import search_blocks_notice, search_cpu_allowance
+    from blueprinting.limits import search_blocks_notice, search_csv_notice
     from tests.fuzz.cli_cases import cpu_bound_scale
 
     assert search_blocks_notice(1500) is None
-    assert search_cpu_allowance(1500) == 5.0
-    assert search_cpu_allowance(6858) == pytest.approx(5.0 + 0.003 * 5358)
-    text = search_blocks_notice(6858)
-    assert text == (
+    assert search_csv_notice(20_000) is None
+    blocks = search_blocks_notice(6858)
+    assert blocks == (
         "search: costing 6,858 block configurations, more than the 1,500 within the 5 s time "
-        "bound (SEARCH_BLOCKS_WITHIN_BOUND): allow up to 21.1 s of CPU"
+        "bound (SEARCH_BLOCKS_WITHIN_BOUND): allow 16.1 s more of CPU"
     )
-    # the fuzz harness reads the notice back: its bound stretches by the stated allowance
-    assert cpu_bound_scale(f"other line\n{text}\n") == pytest.approx(21.074 / 5.0)
+    rows = search_csv_notice(80_326)
+    assert rows == (
+        "search: writing 80,326 CSV rows, more than the 20,000 within the 5 s time bound "
+        "(SEARCH_CSV_ROWS_WITHIN_BOUND): allow 2.4 s more of CPU"
+    )
+    # the fuzz harness reads the notices back: its bound stretches by what they state
+    assert cpu_bound_scale(f"other line\n{blocks}\n") == pytest.approx(21.1 / 5.0)
+    assert cpu_bound_scale(f"{blocks}\n{rows}\n") == pytest.approx(23.5 / 5.0)
     assert cpu_bound_scale("search: costing blocks") == 1.0

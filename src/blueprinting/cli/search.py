@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, TextIO, assert_never, cast
 
 from blueprinting.analysis.flops import FlopsConvention
 from blueprinting.errors import ConfigError
-from blueprinting.limits import MAX_SEARCH_LISTED, search_blocks_notice
+from blueprinting.limits import MAX_SEARCH_LISTED, search_blocks_notice, search_csv_notice
 from blueprinting.mapping.transformer import CpCommType, GradReduceDtype
 from blueprinting.report.memory_table import GIB
 
@@ -509,6 +509,8 @@ def write_csv(result: SearchResult, stream: TextIO) -> None:
     )
     from blueprinting.search.space import strategy_texts
 
+    if (notice := search_csv_notice(len(order))) is not None:
+        print(notice, file=sys.stderr, flush=True)
     texts = strategy_texts(result.table, order, result.model)
     writer = csv.writer(stream)
     writer.writerow(CSV_COLUMNS)
