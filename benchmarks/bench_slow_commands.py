@@ -44,6 +44,13 @@ COMMANDS: dict[str, tuple[str, ...]] = {
         "search", "--model", "mixtral-8x7b", "--gpus", "32", "--global-batch", "256",
         "--context-parallel", "auto", "--expert-parallel", "auto", "--csv", "{csv}",
     ),
+    # DeepSeek-V3 over every cp degree and comm type: 6,858 block configurations, streamed
+    # (limits.SEARCH_BLOCKS_WITHIN_BOUND; the fuzz run's slowest search of seed 1272 was its
+    # sibling over --gpus 4 343 1024).
+    "search-deepseek-v3-1024": (
+        "search", "--model", "deepseek-v3", "--gpus", "1024", "--global-batch", "1024",
+        "--context-parallel", "auto", "--csv", "{csv}",
+    ),
 }  # fmt: skip
 
 
