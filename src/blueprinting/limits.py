@@ -131,6 +131,22 @@ def search_csv_notice(rows: int) -> str | None:
     )
 
 
+#: GPUs in one node or one NVLink domain (``gpus_per_node``, ``nvlink_domain_size``): placing a
+#: communicator examines up to this many block offsets of its ranks on the nodes
+#: (``hardware.system._enumerate_groups``), a few milliseconds here; an NVL72 rack has 72.
+MAX_GPUS_PER_DOMAIN = 2**20
+
+
+def domain_limit_problem(name: str, value: int) -> str | None:
+    """The message refusing a node or NVLink domain above :data:`MAX_GPUS_PER_DOMAIN`."""
+    if value <= MAX_GPUS_PER_DOMAIN:
+        return None
+    return (
+        f"{name} = {value} exceeds the limit of {MAX_GPUS_PER_DOMAIN:,} GPUs in one node or "
+        "NVLink domain (MAX_GPUS_PER_DOMAIN)"
+    )
+
+
 #: ``blueprinting search``: strategies listed in text or JSON (``--top``, 0 for all), each
 #: re-planned by the scalar planner; ``--csv`` writes every candidate without that limit.
 MAX_SEARCH_LISTED = 50

@@ -387,8 +387,10 @@ def test_a_sweep_is_checked_whole_before_ray_starts(tmp_path: Path) -> None:
         (1272, 18358),
         (1272, 41418),
         (1272, 96280),
-        # this stop's: a MoE validation fixture whose system is the empty string
+        # this stop's: a MoE validation fixture whose system is the empty string, and a plan on
+        # a 2**31 - 1 GPU node (the placement ran out of memory)
         (1302, 35387),
+        (1302, 59509),
     ],
 )
 def test_the_long_runs_failures_answer_now(seed: int, index: int, tmp_path: Path) -> None:

@@ -213,7 +213,7 @@ def test_placement_matches_brute_force(
     size=st.integers(min_value=1, max_value=40),
     stride=st.integers(min_value=1, max_value=30),
     groups=st.integers(min_value=1, max_value=6),
-    gpus_per_node=st.sampled_from([1, 2, 3, 4, 6, 8, 16]),
+    gpus_per_node=st.sampled_from([1, 2, 3, 4, 5, 6, 7, 8, 16, 36, 72, 100, 1000]),
 )
 def test_group_placement_closed_form_matches_visiting_every_rank(
     size: int, stride: int, groups: int, gpus_per_node: int
@@ -357,3 +357,21 @@ def test_domain_placement_matches_brute_force(
     else:
         assert actual.ranks_per_node == by_node.ranks_per_node
         assert actual.tier == by_domain.tier
+
+
+def test_a_huge_node_is_placed_at_once_or_refused() -> None:
+    """Fuzz seed 1302 case 59509: a 2**31 - 1 GPU node made the placement build a set of about
+    4e9 node numbers (the worker ran out of memory). Offsets are examined, not nodes, and a
+    node or NVLink domain above ``MAX_GPUS_PER_DOMAIN`` is refused with the limit."""
+    from blueprinting.limits import MAX_GPUS_PER_DOMAIN
+
+    world = 3 * 7 * 2**40
+    assert _enumerate_groups(7, 3, world, MAX_GPUS_PER_DOMAIN) == (1, True)
+    # one node holds every block: no group leaves it
+    assert _enumerate_groups(7, 3, 21 * 1024, MAX_GPUS_PER_DOMAIN) == (7, False)
+    with pytest.raises(ConfigError) as raised:
+        NodeSpec(gpus_per_node=2**31 - 1, link=system_preset("dgx-h100").node.link)
+    assert raised.value.problems == (
+        "NodeSpec.gpus_per_node = 2147483647 exceeds the limit of 1,048,576 GPUs in one node "
+        "or NVLink domain (MAX_GPUS_PER_DOMAIN)",
+    )

@@ -48,6 +48,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import lru_cache
+from math import gcd
 from typing import TypeAlias, assert_never, final
 
 from blueprinting.errors import ConfigError, UnsupportedError, positive_int_problems
@@ -76,6 +77,7 @@ from blueprinting.hardware.polymorphic import (
     where_positive,
     zeros_like,
 )
+from blueprinting.limits import domain_limit_problem
 from blueprinting.mapping.model import Datatype
 from blueprinting.mapping.precision import AcceleratorSupport, GemmFormat
 
@@ -350,10 +352,18 @@ class NodeSpec:
 
     def __post_init__(self) -> None:
         problems = positive_int_problems("NodeSpec", gpus_per_node=self.gpus_per_node)
+        if not problems and (
+            too_many := domain_limit_problem("NodeSpec.gpus_per_node", self.gpus_per_node)
+        ):
+            problems.append(too_many)
         problems += unique_backends(self.ep_kernels)
         domain = self.nvlink_domain_size
         if domain is not None:
             domain_problems = positive_int_problems("NodeSpec", nvlink_domain_size=domain)
+            if not domain_problems and (
+                too_many := domain_limit_problem("NodeSpec.nvlink_domain_size", domain)
+            ):
+                domain_problems.append(too_many)
             problems += domain_problems
             if not domain_problems and not problems and domain % self.gpus_per_node != 0:
                 problems.append(
@@ -576,36 +586,38 @@ def _spread(size: int, stride: int, world: int, unit: int) -> tuple[int, bool]:
 def _enumerate_groups(size: int, stride: int, world: int, gpus_per_node: int) -> tuple[int, bool]:
     """(fewest members any group has on one of its nodes, whether any group spans nodes) for
     the groups ``base + i * stride`` (``i < size``), over every base rank of a ``world``-rank
-    layout, without enumerating ranks (world can be 2**63 - 1).
+    layout, without enumerating ranks or members (world and the node size can be huge).
 
-    A group's node counts depend only on ``base mod G``, so at most ``G`` residues are examined.
-    With ``stride >= G`` consecutive members are on different nodes. Otherwise node ``k`` holds
-    the members ``i`` with ``k G <= rho + i stride < (k + 1) G``; the interior counts repeat
-    with a period of at most ``stride < G`` nodes, so the first and last ``2 G`` nodes of a
-    group hold every count it has."""
+    The groups of one "high" coordinate tile a block of ``P = size x stride`` consecutive ranks,
+    one group per residue class mod ``stride``. A node boundary cuts a block into pieces; on a
+    piece of ``len`` ranks every class present holds ``len // stride`` or one more members
+    (exactly one where ``len < stride``), so the fewest members a group has on that piece is
+    ``max(1, len // stride)``, and a cut block (with ``size > 1``) always has a group on both
+    sides. A block's pieces depend only on its offset ``o = hi x P mod G``, and the offsets
+    repeat after ``G / gcd(P, G)`` blocks: at most ``G`` distinct offsets are examined."""
     g = gpus_per_node
     if stride >= g:
         return 1, size > 1
-    period = stride * size  # groups of one "high" coordinate: bases hi * period + lo, lo < stride
-    highs = world // period
-    residues = {
-        (hi * period + lo) % g for hi in range(min(highs, g)) for lo in range(min(stride, g))
-    }
+    import numpy as np
+
+    period = stride * size
+    blocks = world // period
+    offsets = np.unique(
+        (np.arange(min(blocks, g // gcd(period, g)), dtype=np.int64) * (period % g)) % g
+    )
+    # cut: the block runs past its first node's end (o + P > G; g - P may be very negative)
+    cut = offsets[offsets > g - period] if period > 0 else offsets[:0]
+    if cut.size == 0:
+        return size, False
     fewest = size
-    spans = False
-    for rho in residues:
-        first_node = rho // g
-        last_node = (rho + (size - 1) * stride) // g
-        spans = spans or last_node > first_node
-        window = 2 * g
-        nodes = set(range(first_node, min(last_node, first_node + window) + 1))
-        nodes |= set(range(max(first_node, last_node - window), last_node + 1))
-        for k in nodes:
-            low = max(0, -(-(k * g - rho) // stride))
-            high = min(size - 1, ((k + 1) * g - 1 - rho) // stride)
-            if high >= low:
-                fewest = min(fewest, high - low + 1)
-    return fewest, spans
+    first = int((g - cut).min())  # the piece on the block's first node
+    fewest = min(fewest, max(1, first // stride))
+    ends = (cut + period % g) % g  # the piece on its last node (0: the block ends on a boundary)
+    if (ends > 0).any():
+        fewest = min(fewest, max(1, int(ends[ends > 0].min()) // stride))
+    if (cut >= 2 * g - period).any():  # a whole node inside the block
+        fewest = min(fewest, g // stride)
+    return fewest, size > 1
 
 
 def _enumerate_groups_by_rank(
