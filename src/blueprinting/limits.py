@@ -91,20 +91,16 @@ SEARCH_SECONDS_PER_CSV_ROW = 4e-5
 TIME_BOUND_CPU_SECONDS = 5.0
 
 
-def _streamed(what: str, count: int, within: int, limit_name: str, per_item: float) -> str | None:
+def _streamed(
+    what: str, count: int, *, unit: str, within: int, limit_name: str, per_item: float
+) -> str | None:
     if count <= within:
         return None
     return (
-        f"search: {what} {count:,} {_UNITS[limit_name]}, more than the {within:,} within the "
+        f"search: {what} {count:,} {unit}, more than the {within:,} within the "
         f"{TIME_BOUND_CPU_SECONDS:g} s time bound ({limit_name}): allow "
         f"{per_item * (count - within):.1f} s more of CPU"
     )
-
-
-_UNITS = {
-    "SEARCH_BLOCKS_WITHIN_BOUND": "block configurations",
-    "SEARCH_CSV_ROWS_WITHIN_BOUND": "CSV rows",
-}
 
 
 def search_blocks_notice(count: int) -> str | None:
@@ -113,9 +109,10 @@ def search_blocks_notice(count: int) -> str | None:
     return _streamed(
         "costing",
         count,
-        SEARCH_BLOCKS_WITHIN_BOUND,
-        "SEARCH_BLOCKS_WITHIN_BOUND",
-        SEARCH_SECONDS_PER_BLOCK,
+        unit="block configurations",
+        within=SEARCH_BLOCKS_WITHIN_BOUND,
+        limit_name="SEARCH_BLOCKS_WITHIN_BOUND",
+        per_item=SEARCH_SECONDS_PER_BLOCK,
     )
 
 
@@ -125,9 +122,10 @@ def search_csv_notice(rows: int) -> str | None:
     return _streamed(
         "writing",
         rows,
-        SEARCH_CSV_ROWS_WITHIN_BOUND,
-        "SEARCH_CSV_ROWS_WITHIN_BOUND",
-        SEARCH_SECONDS_PER_CSV_ROW,
+        unit="CSV rows",
+        within=SEARCH_CSV_ROWS_WITHIN_BOUND,
+        limit_name="SEARCH_CSV_ROWS_WITHIN_BOUND",
+        per_item=SEARCH_SECONDS_PER_CSV_ROW,
     )
 
 

@@ -34,7 +34,6 @@ from typing import NoReturn
 
 import pytest
 
-from blueprinting.limits import TIME_BOUND_CPU_SECONDS
 from blueprinting.mapping.flat_keys import (
     CONTEXT_KEYS,
     EXPERT_KEYS,
@@ -904,12 +903,13 @@ def problems_of(
     if "Traceback (most recent call last)" in outcome.err + outcome.out:
         found.append("a traceback in the output")
     took = f"took {outcome.seconds:.2f} s wall, {outcome.cpu_seconds:.2f} s CPU"
-    if outcome.seconds > max_seconds:
-        found.append(f"{took} (wall bound {max_seconds} s)")
-    if max_cpu_seconds is not None:
-        allowed = max_cpu_seconds * cpu_bound_scale(outcome.err)
-        if outcome.cpu_seconds > allowed:
-            found.append(f"{took} (CPU bound {allowed:.1f} s)")
+    extra = streamed_allowance(outcome.err)
+    # the wall bound only catches hangs; a loaded machine may take twice the CPU time
+    wall = max_seconds + 2 * extra
+    if outcome.seconds > wall:
+        found.append(f"{took} (wall bound {wall:g} s)")
+    if max_cpu_seconds is not None and outcome.cpu_seconds > max_cpu_seconds + extra:
+        found.append(f"{took} (CPU bound {max_cpu_seconds + extra:.1f} s)")
     found.extend(contradictions(outcome.err))
     return found
 
@@ -920,12 +920,11 @@ _STREAMED = re.compile(
 )
 
 
-def cpu_bound_scale(err: str) -> float:
-    """How far a case's CPU bound stretches: a search that said up front that it streams more
-    than the time bound covers (``limits.search_blocks_notice``, ``search_csv_notice``) has the
-    allowances those notices state on top of the README's bound, scaled like the bound."""
-    extra = sum(float(found.group(1)) for found in _STREAMED.finditer(err))
-    return (TIME_BOUND_CPU_SECONDS + extra) / TIME_BOUND_CPU_SECONDS
+def streamed_allowance(err: str) -> float:
+    """The CPU seconds a case may take beyond its bound: what the notices of a search that said
+    up front that it streams more than the time bound covers state (``limits.
+    search_blocks_notice``, ``search_csv_notice``), added up; 0 without a notice."""
+    return sum(float(found.group(1)) for found in _STREAMED.finditer(err))
 
 
 def contradictions(err: str) -> list[str]:

@@ -316,7 +316,7 @@ def test_a_search_beyond_the_bound_says_so_up_front(
 
 def test_the_streamed_search_allowance() -> None:
     from blueprinting.limits import search_blocks_notice, search_csv_notice
-    from tests.fuzz.cli_cases import cpu_bound_scale
+    from tests.fuzz.cli_cases import streamed_allowance
 
     assert search_blocks_notice(1500) is None
     assert search_csv_notice(20_000) is None
@@ -331,6 +331,6 @@ def test_the_streamed_search_allowance() -> None:
         "(SEARCH_CSV_ROWS_WITHIN_BOUND): allow 2.4 s more of CPU"
     )
     # the fuzz harness reads the notices back: its bound stretches by what they state
-    assert cpu_bound_scale(f"other line\n{blocks}\n") == pytest.approx(21.1 / 5.0)
-    assert cpu_bound_scale(f"{blocks}\n{rows}\n") == pytest.approx(23.5 / 5.0)
-    assert cpu_bound_scale("search: costing blocks") == 1.0
+    assert streamed_allowance(f"other line\n{blocks}\n") == pytest.approx(16.1)
+    assert streamed_allowance(f"{blocks}\n{rows}\n") == pytest.approx(18.5)
+    assert streamed_allowance("search: costing blocks") == 0.0

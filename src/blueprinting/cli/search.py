@@ -14,6 +14,7 @@ import csv
 import dataclasses
 import json
 import sys
+from collections.abc import Callable
 from enum import StrEnum
 from typing import TYPE_CHECKING, TextIO, assert_never, cast
 
@@ -252,26 +253,35 @@ def _result(args: argparse.Namespace) -> SearchResult:
     )
     told: list[int] = []
 
-    def notice(total: int) -> None:
+    def notice(total: int, say: Callable[[str], None]) -> None:
         # once, before the first configuration is costed: the space's size is known by then
         if not told:
             told.append(total)
             if (text := search_blocks_notice(total)) is not None:
-                print(text, file=sys.stderr, flush=True)
+                say(text)
 
     if args.json or args.csv is not None or not sys.stderr.isatty():
-        return run_search(model, system, space, options, progress=lambda _, total: notice(total))
+        return run_search(
+            model,
+            system,
+            space,
+            options,
+            progress=lambda _, total: notice(total, lambda text: print(text, file=sys.stderr)),
+        )
+    from rich.console import Console
     from rich.progress import Progress
 
-    with Progress(transient=True) as bar:
+    # the bar and the notice on stderr, the stream whose terminal was checked: stdout stays the
+    # report's
+    with Progress(transient=True, console=Console(stderr=True)) as bar:
         task = bar.add_task("costing blocks", total=None)
 
         def tick(done: int, total: int) -> None:
-            if not told:
-                told.append(total)
-                if (text := search_blocks_notice(total)) is not None:
-                    # above the live bar, which redraws below it
-                    bar.console.print(text, markup=False, highlight=False)
+            # printed above the live bar, which redraws below it
+            notice(
+                total,
+                lambda text: bar.console.print(text, markup=False, highlight=False, soft_wrap=True),
+            )
             bar.update(task, completed=done, total=total)
 
         return run_search(model, system, space, options, progress=tick)
