@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import final
 
 from blueprinting.errors import ConfigError, positive_int_problems
+from blueprinting.hardware.ceilings import mamf_ratio
 from blueprinting.hardware.polymorphic import (
     Real,
     log2,
@@ -34,6 +35,7 @@ from blueprinting.hardware.polymorphic import (
     take,
     zeros_like,
 )
+from blueprinting.mapping.model import Datatype
 
 #: FlashAttention's FLOPs per attended (query, key) pair and head dimension: ``Q K^T`` and ``P V``.
 FORWARD_FLOPS_PER_PAIR_DIM = 4
@@ -176,7 +178,7 @@ B200_FLASH_ATTENTION_4 = _scaled(
 #: ``mlengr_mamf``): an assumption that the fused kernel tracks the tensor cores, stated.
 B300_FLASH_ATTENTION_4 = _scaled(
     B200_FLASH_ATTENTION_4,
-    1769 / 1745,
+    mamf_ratio("B300", "B200", Datatype.BF16),
     "FlashAttention-4",
     "B200 FA4 table (microbenchmarks.md 3.3) x MAMF B300/B200 bf16 1769/1745 (1); assumed",
 )
@@ -190,7 +192,7 @@ B300_FLASH_ATTENTION_4 = _scaled(
 #: on Blackwell runs cuDNN / FlashAttention-4 kernels.
 GB200_FLASH_ATTENTION_4 = _scaled(
     B200_FLASH_ATTENTION_4,
-    1822 / 1745,
+    mamf_ratio("GB200", "B200", Datatype.BF16),
     "FlashAttention-4",
     "B200 FA4 table (microbenchmarks.md 3.3) x MAMF GB200/B200 bf16 1822/1745 (1); assumed",
 )

@@ -62,11 +62,14 @@ assumption, said so. Ratios are rounded to 0.01.
     (0.567-0.581) from 4096^3 to 16384^3; B200 bf16 MAMF 1,745 (0.776) against torch.mm's
     1,420 (0.631) at 8192^3. So B200 and B300 fp8 (per-tensor scaling) take
     :data:`MXFP8_GEMM_FIT`, B200's one shape-resolved FP8-format series: Blackwell's per-tensor
-    and MX-scaled FP8 GEMMs measure at one rate (GB200's per-tensor cuBLASLt fit 0.61 against
-    the MXFP8 fit's 0.62 under the same shape dependence), and TE's pre-quantized B300 MXFP8
-    GEMMs sit within 3% of it. A part without a series of its own takes B200's, moved by the
-    two parts' measured ceilings (:func:`transferred_fit`: B200's achieved rate x the MAMF
-    ratio, as a fraction of the part's own peak; the attention tables' rule), not by their
+    and MX-scaled FP8 GEMMs measure at about one rate (at 8192^3 GB200's per-tensor cuBLASLt
+    2,876.6 and B200's MX-scaled cuBLAS 2,849.9 TFLOP/s; TE's pre-quantized B300 MXFP8 GEMMs
+    sit within 3% of the fit). The rule for every part and format: its own shape-resolved
+    series where it has one (GB200 fp8: :data:`GB200_FP8_GEMM_FIT`, so on GB200 per-tensor FP8
+    runs 3.5% faster than MXFP8 at large shapes, 3,050 against 2,939 TFLOP/s); else B200's
+    series of that format, moved by the two parts' measured ceilings (:func:`transferred_fit`:
+    B200's achieved rate x the MAMF ratio, as a fraction of the part's own peak; the attention
+    tables' rule), not by their
     datasheet peaks: GB200's 5,000 / 4,500 would add 11%, its MAMF adds 5.3% (fp8) and 4.4%
     (bf16), and at 8192^3 GB200's cuBLASLt fp8 (2,876.6) is within 1% of B200's cuBLAS MXFP8
     (2,849.9). So B300 bf16 :data:`B300_BF16_GEMM_FIT` (0.68), GB200 / GB300 bf16
@@ -159,8 +162,10 @@ Processing mode: ``roofline`` (an op runs at the slower of its compute and memor
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from difflib import get_close_matches
 from types import MappingProxyType
+from typing import final
 
 from blueprinting.errors import ConfigError
 from blueprinting.hardware.attention import (
@@ -171,6 +176,7 @@ from blueprinting.hardware.attention import (
     H100_FLASH_ATTENTION_2,
     AttentionKernelRates,
 )
+from blueprinting.hardware.ceilings import mamf_ratio
 from blueprinting.hardware.efficiency import (
     ConstantEfficiency,
     Efficiency,
@@ -353,15 +359,24 @@ def _matrix(
 #: -1.5%, -3.0%. Assumed on every Blackwell part (module docstring).
 MXFP8_GEMM_FIT = (0.62, 196.0, 7.5e9)
 
-#: Measured matmul ceilings (MAMF, microbenchmarks.md 1, ``mlengr_mamf``: mamf-finder v2, best
-#: shape), TFLOP/s, (part, datatype): what a part without a sweep of its own is scaled by.
-BLACKWELL_MAMF: dict[tuple[str, Datatype], float] = {
-    ("B200", Datatype.BF16): 1745.0,
-    ("B200", Datatype.FP8): 3432.5,
-    ("B300", Datatype.BF16): 1769.0,
-    ("GB200", Datatype.BF16): 1822.0,
-    ("GB200", Datatype.FP8): 3615.6,
-}
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BlackwellPeaks:
+    """A Blackwell part's dense datasheet peaks, TFLOP/s (modern_parallelism.md 3.6; the parts'
+    presets below say whose datasheet)."""
+
+    bf16: float
+    fp8: float
+    fp4: float
+
+
+B200_PEAKS = BlackwellPeaks(bf16=2250, fp8=4500, fp4=9000)
+#: FP4 "12,600-14,000": the upper figure.
+B300_PEAKS = BlackwellPeaks(bf16=2250, fp8=4500, fp4=14000)
+GB200_PEAKS = BlackwellPeaks(bf16=2500, fp8=5000, fp4=10000)
+#: GB300 improves only FP4 over GB200.
+GB300_PEAKS = BlackwellPeaks(bf16=2500, fp8=5000, fp4=15000)
 
 
 def transferred_fit(
@@ -384,39 +399,35 @@ def transferred_fit(
     return (scaled, half_dim, half_flops)
 
 
-def _ceiling(target: str, source: str, datatype: Datatype) -> float:
-    return BLACKWELL_MAMF[(target, datatype)] / BLACKWELL_MAMF[(source, datatype)]
-
-
 #: GB200 (and GB300) bf16: B200's torch.mm fit scaled by MAMF 1822 / 1745 (0.63 of 2,500).
 GB200_BF16_GEMM_FIT = transferred_fit(
     B200_BF16_GEMM_FIT,
-    source_peak=2250,
-    target_peak=2500,
-    ceiling_ratio=_ceiling("GB200", "B200", Datatype.BF16),
+    source_peak=B200_PEAKS.bf16,
+    target_peak=GB200_PEAKS.bf16,
+    ceiling_ratio=mamf_ratio("GB200", "B200", Datatype.BF16),
 )
 #: B300 bf16: B200's torch.mm fit scaled by MAMF 1769 / 1745 (0.68 of 2,250).
 B300_BF16_GEMM_FIT = transferred_fit(
     B200_BF16_GEMM_FIT,
-    source_peak=2250,
-    target_peak=2250,
-    ceiling_ratio=_ceiling("B300", "B200", Datatype.BF16),
+    source_peak=B200_PEAKS.bf16,
+    target_peak=B300_PEAKS.bf16,
+    ceiling_ratio=mamf_ratio("B300", "B200", Datatype.BF16),
 )
 #: GB200 (and GB300) MXFP8 / blockwise: the B200 MXFP8 fit scaled by the fp8 MAMF 3615.6 / 3432.5
 #: (0.59 of 5,000).
 GB200_MXFP8_GEMM_FIT = transferred_fit(
     MXFP8_GEMM_FIT,
-    source_peak=4500,
-    target_peak=5000,
-    ceiling_ratio=_ceiling("GB200", "B200", Datatype.FP8),
+    source_peak=B200_PEAKS.fp8,
+    target_peak=GB200_PEAKS.fp8,
+    ceiling_ratio=mamf_ratio("GB200", "B200", Datatype.FP8),
 )
 #: GB200 NVFP4: B200's torchao fit scaled by the fp8 MAMF ratio (no FP4 ceiling is measured on
 #: either part; assumed), 0.58 of 10,000.
 GB200_NVFP4_TRANSFERRED_FIT = transferred_fit(
     B200_NVFP4_GEMM_FIT,
-    source_peak=9000,
-    target_peak=10000,
-    ceiling_ratio=_ceiling("GB200", "B200", Datatype.FP8),
+    source_peak=B200_PEAKS.fp4,
+    target_peak=GB200_PEAKS.fp4,
+    ceiling_ratio=mamf_ratio("GB200", "B200", Datatype.FP8),
 )
 
 
@@ -671,8 +682,8 @@ def _b200() -> AcceleratorSpec:
     # over 8 GPUs (180 GB each), 64 TB/s (8 TB/s each).
     return _blackwell(
         "B200-SXM-180GB",
-        bf16=2250,
-        fp8=4500,
+        bf16=B200_PEAKS.bf16,
+        fp8=B200_PEAKS.fp8,
         hbm_gb=180,
         # bf16: the torch.mm shape fit (B200_BF16_GEMM_FIT); fp8: the MXFP8 cuBLAS fit (module
         # docstring: Blackwell's per-tensor and MX-scaled FP8 GEMMs measure at one rate).
@@ -682,7 +693,7 @@ def _b200() -> AcceleratorSpec:
         # 148 SMs per B200 GPU (NVIDIA Blackwell datasheet; GB200's GPU is the same die).
         sm_count=148,
         # FP4 9,000 dense (modern_parallelism.md 3.6); NVFP4: the torchao shape fit.
-        fp4=9000,
+        fp4=B200_PEAKS.fp4,
         fp4_fraction=_fitted_gemm(B200_NVFP4_GEMM_FIT),
         mxfp8_fraction=_fitted_gemm(MXFP8_GEMM_FIT),
     )
@@ -694,8 +705,8 @@ def _b300() -> AcceleratorSpec:
     # some summaries list 270 GB usable). fp4 (12.6-14 PF) has no Datatype here.
     return _blackwell(
         "B300-SXM-288GB",
-        bf16=2250,
-        fp8=4500,
+        bf16=B300_PEAKS.bf16,
+        fp8=B300_PEAKS.fp8,
         hbm_gb=288,
         # bf16: B200's torch.mm fit by MAMF; fp8 and MXFP8: the MXFP8 fit, which TE's own B300
         # MXFP8 GEMMs meet within 3% (module docstring)
@@ -705,7 +716,7 @@ def _b300() -> AcceleratorSpec:
         # 160 SMs per Blackwell Ultra GPU (NVIDIA technical blog, Inside Blackwell Ultra, 2025).
         sm_count=160,
         # FP4 "12,600-14,000" (modern_parallelism.md 3.6): 14,000; NVFP4: TE's measured B300 GEMMs.
-        fp4=14000,
+        fp4=B300_PEAKS.fp4,
         fp4_fraction=_fitted_gemm(B300_NVFP4_GEMM_FIT),
         mxfp8_fraction=_fitted_gemm(MXFP8_GEMM_FIT),
     )
@@ -717,8 +728,8 @@ def _gb200() -> AcceleratorSpec:
     # a third-party table conflict with NVIDIA's rack totals and are not used).
     return _blackwell(
         "GB200-186GB",
-        bf16=2500,
-        fp8=5000,
+        bf16=GB200_PEAKS.bf16,
+        fp8=GB200_PEAKS.fp8,
         hbm_gb=13400 / 72,
         # bf16, MXFP8 and NVFP4: B200's fits scaled by MAMF (transferred_fit); fp8: its own sweep
         bf16_fraction=_fitted_gemm(GB200_BF16_GEMM_FIT),
@@ -727,7 +738,7 @@ def _gb200() -> AcceleratorSpec:
         # 148 SMs per B200 GPU (NVIDIA Blackwell datasheet; GB200's GPU is the same die).
         sm_count=148,
         # FP4 10,000 dense (modern_parallelism.md 3.6).
-        fp4=10000,
+        fp4=GB200_PEAKS.fp4,
         fp4_fraction=_fitted_gemm(GB200_NVFP4_TRANSFERRED_FIT),
         mxfp8_fraction=_fitted_gemm(GB200_MXFP8_GEMM_FIT),
     )
@@ -739,8 +750,8 @@ def _gb300() -> AcceleratorSpec:
     # and attention table assumed (module docstring).
     return _blackwell(
         "GB300-278GB",
-        bf16=2500,
-        fp8=5000,
+        bf16=GB300_PEAKS.bf16,
+        fp8=GB300_PEAKS.fp8,
         hbm_gb=20000 / 72,
         bf16_fraction=_fitted_gemm(GB200_BF16_GEMM_FIT),
         fp8_fraction=_fitted_gemm(GB200_FP8_GEMM_FIT),
@@ -749,7 +760,7 @@ def _gb300() -> AcceleratorSpec:
         sm_count=160,
         # FP4 15,000 dense (modern_parallelism.md 3.6: GB300 improves only FP4); B300's NVFP4
         # fraction assumed (the one Blackwell Ultra NVFP4 measurement).
-        fp4=15000,
+        fp4=GB300_PEAKS.fp4,
         fp4_fraction=_fitted_gemm(B300_NVFP4_GEMM_FIT),
         mxfp8_fraction=_fitted_gemm(GB200_MXFP8_GEMM_FIT),
     )
