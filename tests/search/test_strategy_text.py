@@ -309,7 +309,11 @@ def test_the_columnwise_texts_are_the_specs_texts() -> None:
         expected = [
             format_strategy_text(candidate_to_spec(table, int(i), model).mapping) for i in rows
         ]
-        assert strategy_texts(table, rows, model) == expected
+        texts = strategy_texts(table, rows, model)
+        assert texts == expected
+        # and independently of the shared parts: each text reads back as the row's mapping
+        for i, text in list(zip(rows, texts, strict=True))[::97]:
+            assert parse_strategy_text(text) == candidate_to_spec(table, int(i), model).mapping
     mixtral_table = cases[-1][1]
     assert len(mixtral_table) > 1000
     assert len(np.unique(mixtral_table.context)) > 1 and len(np.unique(mixtral_table.expert)) > 1

@@ -288,6 +288,23 @@ def test_a_malformed_fixture_reports_every_problem(tmp_path: Path) -> None:
     assert "run 'a'.unkeyed_settings must be a list of strings" in text
 
 
+def test_an_empty_system_name_is_refused_by_name(tmp_path: Path) -> None:
+    """Fuzz seed 1302 case 35387: ``system = ""`` passed the loader and failed in scoring."""
+    path = tmp_path / "empty.toml"
+    path.write_text(
+        "[[run]]\n"
+        'id = "a"\nsource = "nemo_24.07_perf_summary"\nsystem = ""\nnum_gpus = 8\n'
+        "[run.strategy]\ntensor_model_parallel_size = 1\nglobal_batch_size = 8\n"
+        "[run.measured]\ntokens_per_s_per_gpu = 500\n"
+    )
+    with pytest.raises(ConfigError) as raised:
+        load_modern_runs(path)
+    assert any(
+        problem.startswith("run 'a'.system '' is not one of dgx-b200, ")
+        for problem in raised.value.problems
+    )
+
+
 def test_fixture_matches_the_shared_reference() -> None:
     reference = shared_reference()
     if reference is None:
@@ -439,6 +456,17 @@ def test_a_known_regression_names_its_source(tmp_path: Path) -> None:
         + text[cut:]
     )
     run = next(r for r in load_modern_runs(sourced) if r.id == run_id)
+    # inconsistent_layout's reason is its rule: a free-text reason there is refused, not dropped
+    layout_id = "nemo_longseq_llama3_8b_b200_s512k"
+    at = text.index('excluded = "inconsistent_layout"', text.index(f'id = "{layout_id}"'))
+    reasoned = tmp_path / "reasoned.toml"
+    reasoned.write_text(text[:at] + 'exclusion_reason = "why"\n' + text[at:])
+    with pytest.raises(ConfigError) as raised:
+        load_modern_runs(reasoned)
+    assert raised.value.problems == (
+        f"run {layout_id!r}: exclusion_reason is for known_regression; inconsistent_layout is "
+        "checked by its rule",
+    )
     assert run.excluded is ModernExclusion.KNOWN_REGRESSION
     assert run.exclusion_message() == "excluded (known_regression): the footnote, line 9"
 

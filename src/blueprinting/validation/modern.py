@@ -289,6 +289,11 @@ class ModernRun:
                     )
                 return None
             case ModernExclusion.INCONSISTENT_LAYOUT:
+                if self.exclusion_reason:
+                    return (
+                        "exclusion_reason is for known_regression; inconsistent_layout is "
+                        "checked by its rule"
+                    )
                 d = self.data_parallel
                 micro = self._size("micro_batch_size")
                 if self.dp_table is None or self.dp_table == d:
