@@ -301,6 +301,12 @@ class ModernRun:
                         f"excluded = {self.excluded} needs a dp_table other than GPUs / (t x p "
                         f"x cp) = {d} (got {self.dp_table})"
                     )
+                if micro < 1 or d < 1:
+                    # the planner refuses such a layout by its own laws; not this rule's case
+                    return (
+                        f"excluded = {self.excluded} needs micro_batch_size >= 1 and d = GPUs / "
+                        f"(t x p x cp) >= 1 (got {micro} and {d})"
+                    )
                 if self.global_batch_size % (micro * d) == 0:
                     return (
                         f"excluded = {self.excluded}, but global_batch_size = "
