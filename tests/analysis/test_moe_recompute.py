@@ -36,6 +36,7 @@ from blueprinting.mapping.transformer import (
 )
 from blueprinting.synthesizer.dialects.transformer.training import (
     CollectivePurpose,
+    EagerPasses,
     SemanticOpName,
 )
 from blueprinting.synthesizer.dialects.transformer.training_derivation import (
@@ -195,6 +196,7 @@ def _ffn(model_name: str, recomputed: frozenset[RecomputeModule]) -> int:
         experts=ExpertParallel(degree=8),
         activation_bytes=2,
         recomputed=recomputed,
+        eager=EagerPasses(),
     )
 
 

@@ -39,6 +39,7 @@ from blueprinting.synthesizer.dialects.transformer.training import (
     Work,
     activation_bytes,
     block_ops,
+    eager_passes,
     first_stage_ops,
     global_dims,
     last_stage_ops,
@@ -142,11 +143,12 @@ def test_local_work_times_shards_equals_global_work(
     model, mapping = spec
     ir = derive_training_block(model, mapping)
     dims = global_dims(model, mapping.batch.micro_batch_size)
-    _check_conservation(ir.block, block_ops(model, dims, attention=mapping.attention))
+    eager = eager_passes(model, mapping.fusions)
+    _check_conservation(ir.block, block_ops(model, dims, attention=mapping.attention, eager=eager))
     _check_conservation(ir.first_stage, first_stage_ops(model, dims))
     _check_conservation(ir.last_stage, last_stage_ops(model, dims))
     # no lineage points at an op that is not in the semantic block
-    names = {op.name for op in block_ops(model, dims, attention=mapping.attention)}
+    names = {op.name for op in block_ops(model, dims, attention=mapping.attention, eager=eager)}
     assert {t.lineage.op for t in ir.block.tasks} <= names
 
 

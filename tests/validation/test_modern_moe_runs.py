@@ -391,11 +391,14 @@ def test_the_planned_runs_stay_within_todays_bounds(planned: MoeValidation) -> N
     exchanges under the EP overlap: median 27.8%, DeepSeek-V3 on GB200 10-27% fast,
     Qwen3-30B-A3B on GB200 10-31%. Since Blackwell's GEMMs run at shape fits moved from B200
     by the measured MAMF ceilings (GB200 MXFP8 0.62 -> 0.59, bf16 0.73 -> 0.63): median 26.7%
-    (26.4% over 62 rows once the 26.06.01 GPT-OSS regression row is excluded),
-    DeepSeek-V3 on GB200 6-25% fast, Qwen3-30B-A3B on GB200 9-30%."""
+    (26.4% over 62 rows once the 26.06.01 GPT-OSS regression row is excluded), DeepSeek-V3 on
+    GB200 6-25% fast, Qwen3-30B-A3B on GB200 9-30%. Since GPT-OSS's eager chains are costed
+    (unfused YaRN RoPE; without the op fuser the clamp before the GLU and the FC2 bias loop):
+    median 24.4%, GPT-OSS-120B 21-50% fast (26-53% before); its 26.06 / 26.08 rows run the op
+    fuser and gain only the RoPE (28% -> 25% fast)."""
     errors = {row.run_id: row.relative_error or 0.0 for row in planned.planned_rows}
     median = planned.gate(MoeGate.MEDIAN_ERROR).value
-    assert median is not None and 0.24 <= median <= 0.30
+    assert median is not None and 0.22 <= median <= 0.28
     largest = planned.gate(MoeGate.MAX_ERROR).value
     assert largest is not None and 0.60 <= largest <= 0.68
     rows = {row.run_id: row for row in planned.planned_rows}
@@ -412,6 +415,8 @@ def test_the_planned_runs_stay_within_todays_bounds(planned: MoeValidation) -> N
     assert all(-0.68 <= error <= -0.04 for error in others)
     qwen_gb200 = [e for run, e in errors.items() if "qwen3" in run and "_gb200_" in run]
     assert len(qwen_gb200) == 10 and all(-0.34 <= error <= -0.07 for error in qwen_gb200)
+    gpt_oss = [e for run, e in errors.items() if "gpt_oss" in run]
+    assert len(gpt_oss) == 17 and all(-0.52 <= error <= -0.10 for error in gpt_oss)
 
 
 @pytest.mark.xfail(

@@ -43,6 +43,7 @@ from blueprinting.mapping.transformer import (
     DataParallel,
     DistributedOptimizer,
     ExpertParallel,
+    KernelFusions,
     NoOptimizerSharding,
     PipelineParallel,
     RecomputePolicy,
@@ -110,10 +111,11 @@ def _local_block(
     *,
     context: ContextParallel,
     experts: ExpertParallel,
+    fusions: KernelFusions,
 ) -> DistributedTaskIR:
     """The local TP block depends only on the model, the TP variant, the recompute policy, the
-    micro batch and the attention kernel (training_derivation.derive_block_plan reads nothing
-    else), so strategies
+    micro batch, the attention kernel, the CP and expert grids and the kernel fusions
+    (training_derivation.derive_block_plan reads nothing else), so strategies
     that differ in PP, DP or batch share it. The derivation runs on a canonical single-stage
     mapping with exactly those choices."""
     canonical = TransformerTrainingMappingSpec(
@@ -127,6 +129,7 @@ def _local_block(
         ),
         batch=BatchSpec(global_batch_size=micro_batch, micro_batch_size=micro_batch),
         attention=attention,
+        fusions=fusions,
     )
     return derive_training_block(model, canonical)
 
@@ -147,11 +150,19 @@ def _local_block_costs(
     experts: ExpertParallel,
     ep_groups: tuple[tuple[str, CommGroup], ...],
     cuda_graphs: CudaGraphs,
+    fusions: KernelFusions,
 ) -> TaskGroupCosts:
     """The costed local block, shared like :func:`_local_block` by strategies that differ only
     in PP, DP or batch (the costs read nothing else)."""
     ir = _local_block(
-        model, tensor, recompute, micro_batch, attention, context=context, experts=experts
+        model,
+        tensor,
+        recompute,
+        micro_batch,
+        attention,
+        context=context,
+        experts=experts,
+        fusions=fusions,
     )
     overlap = (
         tensor.communication.overlap
@@ -194,6 +205,7 @@ def portable_plan(spec: TrainingSpec, system: SystemSpec) -> PortablePlanIR:
             experts=parallelism.experts,
             ep_groups=tuple(sorted(expert_groups(spec, system).items())),
             cuda_graphs=spec.mapping.cuda_graphs,
+            fusions=spec.mapping.fusions,
         )
 
     recipe = spec.mapping.precision

@@ -147,6 +147,8 @@ from blueprinting.mapping.transformer import (
 )
 from blueprinting.synthesizer.dialects.transformer.training import (
     SOFTMAX_STATISTIC_BYTES,
+    EagerPasses,
+    eager_passes,
     mla_gathered_width,
     received_rows,
 )
@@ -560,7 +562,7 @@ def stage_parameter_counts(
         match model.position_embedding:
             case PositionEmbedding.LEARNED_ABSOLUTE:
                 embedding = word + model.seq_length * model.hidden_size
-            case PositionEmbedding.ROPE | PositionEmbedding.NONE:
+            case PositionEmbedding.ROPE | PositionEmbedding.YARN | PositionEmbedding.NONE:
                 embedding = word
             case _ as unreachable:
                 assert_never(unreachable)
@@ -689,6 +691,7 @@ def moe_ffn_activation_bytes(
     experts: ExpertParallel,
     activation_bytes: int,
     recomputed: frozenset[RecomputeModule],
+    eager: EagerPasses,
 ) -> int:
     """Bytes a MoE layer's feed-forward stores for its backward on one rank for one
     micro-batch (shared reference section 2.8, after Megatron-LM PR 6782's reasoning: EP does
@@ -704,7 +707,11 @@ def moe_ffn_activation_bytes(
     and keeps its input, the FC1 output; section 2.8's table says the FC1 output, the code
     says otherwise); ``shared_experts`` the shared experts' three terms; ``moe`` everything
     here (the layer's input, the pre-MLP norm's output, is the checkpoint, counted with the
-    norms)."""
+    norms).
+
+    ``eager`` (``training.eager_passes``): the eager clamp before the GLU stores a second
+    ``R' up x`` without ``moe_act`` recompute (the clamps keep the FC1 output, the GLU saves
+    the concatenated copy: ``training._clamp_op``); the other eager chains store nothing new."""
     moe = model.moe
     assert moe is not None
     t, x = tensor_degree, activation_bytes
@@ -716,8 +723,12 @@ def moe_ffn_activation_bytes(
     up = 2 * f if model.activation is MlpActivation.SWIGLU else f
     if RecomputeModule.MOE in recomputed:
         return 0
-    act_out = 0 if RecomputeModule.MOE_ACT in recomputed else f
-    routed = tokens * moe.num_experts * ROUTER_BYTES_PER_SCORE + received * x * (h + up + act_out)
+    act_recomputed = RecomputeModule.MOE_ACT in recomputed
+    act_out = 0 if act_recomputed else f
+    clamp_copy = up if eager.activation_clamp and not act_recomputed else 0
+    routed = tokens * moe.num_experts * ROUTER_BYTES_PER_SCORE + received * x * (
+        h + up + clamp_copy + act_out
+    )
     shared = 0
     if moe.shared_expert_ffn_hidden_size and RecomputeModule.SHARED_EXPERTS not in recomputed:
         m = micro_batch * s
@@ -1179,6 +1190,7 @@ class _StageInvariants:
         model = local_sequence_model(model, context.degree)
 
         attention = mapping.attention
+        eager = eager_passes(model, mapping.fusions)
 
         recompute = mapping.parallelism.recompute
         modules = recompute.modules if isinstance(recompute, SelectiveRecompute) else frozenset()
@@ -1215,6 +1227,7 @@ class _StageInvariants:
                     experts=experts,
                     activation_bytes=x,
                     recomputed=recomputed,
+                    eager=eager,
                 )
 
             # the MoE layer's attention and norms as a dense layer's, its MLP replaced

@@ -303,7 +303,8 @@ def model_from_hf_config(
     seq_length), rms_norm_eps (RMSNorm when present, else LayerNorm), tie_word_embeddings
     (default false), head_dim (default h / heads), torch_dtype (default bfloat16), hidden_act
     (silu: SwiGLU, the Llama MLP; gelu*: GELU), attention_bias / mlp_bias (default false).
-    Positions are rotary. Other keys are ignored: HF configs carry many irrelevant ones. The name
+    Positions are rotary (GPT-OSS's YaRN, with its ``swiglu_limit`` as the GLU clamp). Other
+    keys are ignored: HF configs carry many irrelevant ones. The name
     is ``name``, else ``_name_or_path``, else the file's folder.
     """
     if isinstance(path_or_mapping, Mapping):
@@ -401,7 +402,7 @@ def model_from_hf_config(
         padded_vocab_size=vocab,
         activation=activation,
         normalization=Normalization.RMSNORM if "rms_norm_eps" in data else Normalization.LAYERNORM,
-        position_embedding=PositionEmbedding.ROPE,
+        position_embedding=moe.position_embedding,
         embeddings=EmbeddingTying.TIED if tie else EmbeddingTying.UNTIED,
         add_bias_linear=bias,
         datatype=datatype,
@@ -413,6 +414,7 @@ def model_from_hf_config(
         attention_window=moe.attention_window,
         attention_dropout=dropouts["attention_dropout"],
         hidden_dropout=dropouts["hidden_dropout"],
+        activation_func_clamp_value=moe.activation_func_clamp_value,
     )
 
 
@@ -430,6 +432,8 @@ class _HfMoe:
     mtp_num_layers: int = 0
     softmax_type: SoftmaxType = SoftmaxType.VANILLA
     attention_window: AttentionWindow = field(default_factory=FullAttention)
+    position_embedding: PositionEmbedding = PositionEmbedding.ROPE
+    activation_func_clamp_value: float | None = None
 
 
 #: HF ``model_type`` values read as mixtures of experts.
@@ -546,7 +550,14 @@ def _hf_moe(
             )
         case "gpt_oss":
             top_k = data.get("experts_per_token", data.get("num_experts_per_tok"))
+            # Megatron-Bridge's bridge reads GPT-OSS as position_embedding_type "yarn" and
+            # activation_func_clamp_value 7.0 (r0.6.0 @6124fbe38 gpt_oss_bridge.py l.65, l.83),
+            # the config's swiglu_limit
+            limit = data.get("swiglu_limit")
+            clamp = float(limit) if isinstance(limit, int | float) and limit > 0 else None
             return _HfMoe(
+                position_embedding=PositionEmbedding.YARN,
+                activation_func_clamp_value=clamp,
                 seq_length=seq,
                 add_bias_linear=True,  # QKV, O, router and expert biases
                 softmax_type=SoftmaxType.LEARNABLE,  # the per-head sinks

@@ -129,6 +129,7 @@ from blueprinting.mapping.transformer import (
     InferenceSpec,
     InferenceWorkload,
     InterleavedOneForwardOneBackward,
+    KernelFusions,
     LayoutStage,
     NoOptimizerSharding,
     NoRecompute,
@@ -251,6 +252,11 @@ TRAINING_KEYS: Mapping[str, _Key] = {
     "global_batch_size": _int(),
     "attention_backend": _choice(*(b.value for b in AttentionBackend)),
     "use_flash_attn": _bool(),
+    # Kernel fusions that decide the eager passes a block runs (mapping/transformer.py
+    # KernelFusions): Megatron-LM's --no-rope-fusion (apply_rope_fusion, default true) and
+    # TransformerConfig's use_transformer_engine_op_fuser (default false).
+    "apply_rope_fusion": _bool(),
+    "use_transformer_engine_op_fuser": _bool(),
     # Transformer Engine userbuffer overlap (model_parallel_config.py l.265-340 @d98e8a64); the
     # switches default true, Megatron-LM's CLI spells them --disable-... (and --no-...).
     # CUDA graphs (mapping/cuda_graphs.py; Megatron-LM arguments.py @307dcf37): the scope is one
@@ -343,6 +349,8 @@ MODEL_KEYS: Mapping[str, _Key] = {
     "apply_layernorm_1p": _bool(),
     "attention_dropout": _Key(kind=_Kind.NUMBER),
     "hidden_dropout": _Key(kind=_Kind.NUMBER),
+    # TransformerConfig activation_func_clamp_value (gpt-oss: 7.0): the GLU's clamp
+    "activation_func_clamp_value": _Key(kind=_Kind.NUMBER),
     "position_embedding_type": _choice(*(p.value for p in PositionEmbedding)),
     "seq_length": _int(),
     "max_position_embeddings": _int(),
@@ -644,6 +652,9 @@ def _model(
     hidden_dropout = _get_number(values, "hidden_dropout")
     if hidden_dropout is None:
         hidden_dropout = base.hidden_dropout if base else DEFAULT_DROPOUT
+    clamp = _get_number(values, "activation_func_clamp_value")
+    if clamp is None and base is not None:
+        clamp = base.activation_func_clamp_value
 
     # kv_channels / ffn / query groups: a base value that was Megatron's default follows the
     # overridden fields; an explicit one stays.
@@ -792,6 +803,7 @@ def _model(
             layernorm_zero_centered_gamma=zero_centered,
             attention_dropout=attention_dropout,
             hidden_dropout=hidden_dropout,
+            activation_func_clamp_value=clamp,
         )
     except ConfigError as error:
         problems.extend(error.problems)
@@ -1428,6 +1440,11 @@ def from_mapping(
             attention=attention,
             precision=precision,
             cuda_graphs=cuda_graphs,
+            fusions=KernelFusions(
+                apply_rope_fusion=values.get("apply_rope_fusion") is not False,
+                use_transformer_engine_op_fuser=values.get("use_transformer_engine_op_fuser")
+                is True,
+            ),
         ),
     )
     if world_violation is not None:
@@ -2089,6 +2106,8 @@ def _model_to_mapping(model: TransformerModelSpec) -> dict[str, FlatValue]:
         out["attention_dropout"] = model.attention_dropout
     if model.hidden_dropout != DEFAULT_DROPOUT:
         out["hidden_dropout"] = model.hidden_dropout
+    if model.activation_func_clamp_value is not None:
+        out["activation_func_clamp_value"] = model.activation_func_clamp_value
     if model.datatype is Datatype.FP8:
         out["fp8"] = "hybrid"
     if model.qk_layernorm:
@@ -2188,11 +2207,22 @@ def to_mapping(spec: TrainingSpec) -> dict[str, FlatValue]:
     out |= grad_reduce_keys(par.data.grad_reduce_dtype, spec.model.datatype)
     out |= _recompute_keys(par.recompute)
     out["attention_backend"] = mapping.attention.backend.value
+    out |= fusion_keys(mapping.fusions)
     out["micro_batch_size"] = mapping.batch.micro_batch_size
     out["global_batch_size"] = mapping.batch.global_batch_size
     out |= cuda_graph_keys(mapping.cuda_graphs)
     out |= _model_to_mapping(spec.model)
     out |= precision_keys(mapping.precision)
+    return out
+
+
+def fusion_keys(fusions: KernelFusions) -> dict[str, FlatValue]:
+    """The fusion switches that differ from Megatron's defaults, as flat keys."""
+    out: dict[str, FlatValue] = {}
+    if not fusions.apply_rope_fusion:
+        out["apply_rope_fusion"] = False
+    if fusions.use_transformer_engine_op_fuser:
+        out["use_transformer_engine_op_fuser"] = True
     return out
 
 
@@ -2538,6 +2568,12 @@ def megatron_args_of_lawful(spec: TrainingSpec) -> list[str]:
     if mapping.attention.backend is not AttentionBackend.AUTO:
         # auto is Megatron-LM's default: the flag is spelled out only when it differs.
         args += ["--attention-backend", mapping.attention.backend.value]
+    if not mapping.fusions.apply_rope_fusion:
+        args.append("--no-rope-fusion")
+    if mapping.fusions.use_transformer_engine_op_fuser:
+        # a TransformerConfig field, a flag through Megatron-LM's ArgumentGroupFactory
+        # (arguments.py l.2373 @d98e8a64; store_true for a false default)
+        args.append("--use-transformer-engine-op-fuser")
     args += [
         "--micro-batch-size",
         str(mapping.batch.micro_batch_size),
@@ -2690,6 +2726,8 @@ def _model_args(model: TransformerModelSpec) -> list[str]:
         args += ["--attention-dropout", f"{model.attention_dropout:g}"]
     if model.hidden_dropout != DEFAULT_DROPOUT:
         args += ["--hidden-dropout", f"{model.hidden_dropout:g}"]
+    if model.activation_func_clamp_value is not None:
+        args += ["--activation-func-clamp-value", f"{model.activation_func_clamp_value:g}"]
     if model.embeddings is EmbeddingTying.UNTIED:
         args.append("--untie-embeddings-and-output-weights")
     if not model.add_bias_linear:

@@ -12,6 +12,7 @@ aux-loss-free balancing is on), MLA's down/up projections with their norms.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TypeAlias, assert_never, final
@@ -60,12 +61,17 @@ class MlpActivation(StrEnum):
 
 
 class PositionEmbedding(StrEnum):
-    """Learned absolute positions add s*h parameters; rotary (RoPE) adds none; ``none`` (Megatron's
-    ``--position-embedding-type none``) adds none either, and stands for position schemes without
-    parameters such as ALiBi (Press et al. 2022), which BLOOM uses."""
+    """Learned absolute positions add s*h parameters; rotary (RoPE) adds none; ``yarn`` is RoPE
+    with YaRN's frequency scaling (Peng et al. 2023; Megatron's ``--position-embedding-type
+    yarn``, ``YarnRotaryEmbedding``; GPT-OSS: Megatron-Bridge r0.6.0 @6124fbe38
+    ``src/megatron/bridge/models/gpt_oss/gpt_oss_bridge.py`` l.65), no parameters either, but
+    Megatron runs its fused RoPE kernel only for ``rope`` (``training.eager_passes``); ``none``
+    (Megatron's ``--position-embedding-type none``) adds none either, and stands for position
+    schemes without parameters such as ALiBi (Press et al. 2022), which BLOOM uses."""
 
     LEARNED_ABSOLUTE = "learned_absolute"
     ROPE = "rope"
+    YARN = "yarn"
     NONE = "none"
 
 
@@ -438,6 +444,12 @@ class TransformerModelSpec:
     #: no mask is stored and no dropout work runs
     attention_dropout: float = DEFAULT_DROPOUT
     hidden_dropout: float = DEFAULT_DROPOUT
+    #: Megatron's ``activation_func_clamp_value`` (TransformerConfig, Megatron-LM @2edffadb
+    #: ``transformer_config.py`` l.199): a GLU's gate clamped to ``<= v`` and its linear half to
+    #: ``[-v, v]`` before the activation (GPT-OSS: 7.0, Megatron-Bridge r0.6.0 @6124fbe38
+    #: ``gpt_oss_bridge.py`` l.83); None: no clamp. The same parameters; what it costs depends
+    #: on the kernel that runs it (``training.eager_passes``)
+    activation_func_clamp_value: float | None = None
 
     def __post_init__(self) -> None:
         problems = positive_int_problems(
@@ -460,6 +472,9 @@ class TransformerModelSpec:
         ):
             if not 0 <= p < 1:
                 problems.append(f"{name} = {p!r} must be a probability in [0, 1)")
+        clamp = self.activation_func_clamp_value
+        if clamp is not None and not (0 < clamp < math.inf):
+            problems.append(f"activation_func_clamp_value = {clamp!r} must be a finite number > 0")
         if problems:
             raise ConfigError(problems, source=f"model {self.name!r}")
 
@@ -722,7 +737,7 @@ class TransformerModelSpec:
         match self.position_embedding:
             case PositionEmbedding.LEARNED_ABSOLUTE:
                 return words + self.seq_length * self.hidden_size
-            case PositionEmbedding.ROPE | PositionEmbedding.NONE:
+            case PositionEmbedding.ROPE | PositionEmbedding.YARN | PositionEmbedding.NONE:
                 return words
             case _ as unreachable:
                 assert_never(unreachable)

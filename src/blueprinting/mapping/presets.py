@@ -224,7 +224,11 @@ def _gpt_oss(
     name: str, *, layers: int, experts: int, published: int, active: int
 ) -> TransformerModelSpec:
     """gpt-oss: h 2880, 64 query heads of 64 in 8 groups, every layer MoE (top-4 of 2880-wide
-    experts), biases everywhere, attention sinks, alternating 128-token window."""
+    experts), biases everywhere, attention sinks, alternating 128-token window, YaRN positions
+    and the GLU clamped at 7.0 (Megatron-Bridge r0.6.0 @6124fbe38
+    ``src/megatron/bridge/models/gpt_oss/gpt_oss_bridge.py`` l.65 ``position_embedding_type =
+    "yarn"``, l.83 ``activation_func_clamp_value = 7.0``; r0.2.0 @046518960
+    ``gpt_oss_provider.py`` l.59 and l.84)."""
     return TransformerModelSpec(
         name=name,
         num_layers=layers,
@@ -238,7 +242,7 @@ def _gpt_oss(
         padded_vocab_size=201088,
         activation=MlpActivation.SWIGLU,
         normalization=Normalization.RMSNORM,
-        position_embedding=PositionEmbedding.ROPE,
+        position_embedding=PositionEmbedding.YARN,
         embeddings=EmbeddingTying.UNTIED,
         add_bias_linear=True,
         published_parameters=published,
@@ -246,6 +250,7 @@ def _gpt_oss(
         feed_forward=MixtureOfExperts(num_experts=experts, top_k=4, expert_ffn_hidden_size=2880),
         softmax_type=SoftmaxType.LEARNABLE,
         attention_window=SlidingWindow(size=128, full_every=2),
+        activation_func_clamp_value=7.0,
     )
 
 

@@ -1122,6 +1122,34 @@ def attention_kernel(backend: AttentionBackend) -> AttentionKernel:
     return UnfusedAttention(backend=backend)
 
 
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KernelFusions:
+    """Megatron's kernel-fusion switches that decide whether a block runs eager PyTorch passes
+    Blueprinting costs (``training.eager_passes`` turns them and the model into the passes):
+
+    - ``apply_rope_fusion``: Transformer Engine's fused RoPE kernel (Megatron-LM's CLI default
+      true, ``--no-rope-fusion``, arguments.py l.2480-2483 @2edffadb). Megatron turns it off
+      unless ``position_embedding_type = rope`` (arguments.py l.1285-1286; Megatron-Bridge
+      ``src/megatron/bridge/utils/fusions.py`` ``validate_rope_fusion_compatibility`` l.53
+      @046518960 / l.71 @6124fbe38, applied in ``gpt_provider.py``), so a YaRN model runs the
+      unfused path whatever this says.
+    - ``use_transformer_engine_op_fuser``: the experts' FC1, activation and FC2 as Transformer
+      Engine's fused grouped-MLP ops (TransformerConfig, default false; Megatron-LM @458c8d0e
+      ``moe/experts.py`` l.268-273 and ``_fused_forward``): the clamped GLU runs in TE's
+      ``ScaledClampedQGeGLU`` (l.447-472) and the FC2 bias inside the grouped linear
+      (l.495-518), not in Megatron's eager passes."""
+
+    apply_rope_fusion: bool = True
+    use_transformer_engine_op_fuser: bool = False
+
+    def __str__(self) -> str:
+        parts = [] if self.apply_rope_fusion else ["no-rope-fusion"]
+        if self.use_transformer_engine_op_fuser:
+            parts.append("te-op-fuser")
+        return " ".join(parts)
+
+
 # --------------------------------------------------------------------------------------------
 # Top-level records
 # --------------------------------------------------------------------------------------------
@@ -1171,6 +1199,8 @@ class TransformerTrainingMappingSpec:
     #: (:mod:`blueprinting.mapping.cuda_graphs`): which ops replay from a graph instead of being
     #: issued by the host one by one.
     cuda_graphs: CudaGraphs = field(default_factory=NoCudaGraphs)
+    #: Megatron's fusion switches that decide which eager passes a block runs
+    fusions: KernelFusions = field(default_factory=KernelFusions)
 
     # Derived projections: computed, never stored or serialized. Divisions are exact only when
     # the laws hold; these use floor division and callers check laws first.

@@ -83,6 +83,7 @@ from blueprinting.mapping.transformer import (
     FusedAttention,
     HeadAllToAll,
     HierarchicalAllToAllRing,
+    KernelFusions,
     RecomputeModule,
     RingExchange,
     TokenDispatcher,
@@ -144,6 +145,7 @@ class SemanticOpName(StrEnum):
     CORE_ATTENTION = "core_attention"  # the fused kernel (Megatron's core_attention module)
     OUTPUT_PROJECTION = "output_projection"
     ATTENTION_RESIDUAL = "attention_residual"
+    ROTARY_EMBEDDING = "rotary_embedding"  # unfused RoPE on Q and K (eager passes)
     POST_ATTENTION_NORM = "post_attention_norm"
     MLP_UP = "mlp_up"
     MLP_ACTIVATION = "mlp_activation"
@@ -158,8 +160,10 @@ class SemanticOpName(StrEnum):
     MOE_PERMUTE = "moe_permute"
     MOE_SORT_CHUNKS = "moe_sort_chunks"  # received rows into local-expert order (alltoall)
     EXPERT_FC1 = "expert_fc1"
+    EXPERT_ACTIVATION_CLAMP = "expert_activation_clamp"  # eager clamp + cat before the GLU
     EXPERT_ACTIVATION = "expert_activation"
     EXPERT_FC2 = "expert_fc2"
+    EXPERT_BIAS = "expert_bias"  # FC2's bias added per local expert (eager passes)
     MOE_UNSORT_CHUNKS = "moe_unsort_chunks"  # back into source-rank order before the combine
     MOE_UNPERMUTE = "moe_unpermute"
     SHARED_EXPERT_UP = "shared_expert_up"
@@ -362,6 +366,10 @@ class SemanticOp:
     weight_grad: Work
     gemm: GemmShape | None = None
     attention: AttentionShape | None = None
+    #: kernels the host launches for the op's (forward or recompute, activation gradient):
+    #: one for a fused kernel; an eager chain launches one per PyTorch op
+    #: (:func:`~blueprinting.synthesizer.stages.portable_plan.host_dispatch.host_ops`)
+    launches: tuple[int, int] = (1, 1)
 
 
 @final
@@ -1061,8 +1069,195 @@ def _chunk_sort(name: SemanticOpName, elems: int, *, width_bytes: int) -> Semant
     )
 
 
+# --------------------------------------------------------------------------------------------
+# Eager PyTorch passes: what Megatron runs op by op where no fused kernel applies
+# --------------------------------------------------------------------------------------------
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EagerPasses:
+    """Which eager (one PyTorch op at a time) chains a training block runs beside its fused
+    kernels, decided by :func:`eager_passes`. Each is an element-wise, memory-bound op priced
+    by the roofline at the HBM rate; the default runs none (what the fused kernels and the
+    serving engines run)."""
+
+    #: ``_apply_rotary_pos_emb_bshd`` on Q and K instead of Transformer Engine's fused RoPE
+    rope: bool = False
+    #: the clamp and concatenation before the experts' fused quick-GeGLU
+    activation_clamp: bool = False
+    #: the experts' FC2 bias added in a per-expert Python loop (``_apply_bias``)
+    expert_bias: bool = False
+
+
+_NO_EAGER_PASSES = EagerPasses()
+
+
+def eager_passes(model: TransformerModelSpec, fusions: KernelFusions) -> EagerPasses:
+    """Megatron's rules for the eager chains (each cited at its op):
+
+    - RoPE runs unfused unless ``apply_rope_fusion`` and ``position_embedding_type = rope``
+      (Megatron-LM arguments.py l.1285-1286 @2edffadb; Megatron-Bridge ``utils/fusions.py``
+      ``validate_rope_fusion_compatibility``); only multi-head / grouped-query attention here:
+      MLA applies its rotary part inside its up projection, not costed;
+    - the clamp runs as eager passes when the model sets ``activation_func_clamp_value`` on a
+      GLU (Blueprinting's ``swiglu`` stands for both GLUs) and the experts do not run under
+      Transformer Engine's op fuser;
+    - the FC2 bias loop runs with ``add_bias_linear`` without the op fuser.
+    Routed experts only: a dense model has neither expert chain."""
+    moe = model.moe is not None
+    fused_experts = fusions.use_transformer_engine_op_fuser
+    gated = model.activation is MlpActivation.SWIGLU
+    rope_fused = fusions.apply_rope_fusion and model.position_embedding is PositionEmbedding.ROPE
+    rotary = model.position_embedding in (PositionEmbedding.ROPE, PositionEmbedding.YARN)
+    return EagerPasses(
+        rope=rotary and not rope_fused and isinstance(model.self_attention, StandardAttention),
+        activation_clamp=moe
+        and gated
+        and model.activation_func_clamp_value is not None
+        and not fused_experts,
+        expert_bias=moe and model.add_bias_linear and not fused_experts,
+    )
+
+
+#: Kernels of the unfused RoPE on one tensor: forward ``t * cos``, ``-x2``, ``cat`` (the
+#: rotated half), ``* sin``, ``+``, ``cat((t, t_pass))``, and per call ``cos``, ``sin`` of the
+#: frequencies, each scaled by ``mscale`` and cast (6 small kernels); backward ``grad * cos``,
+#: ``grad * sin``, ``neg``, the chunk's ``cat``, the empty ``t_pass`` slice's ``zeros`` and two
+#: gradient accumulations.
+ROPE_LAUNCHES = (12, 7)
+
+
+def _rotary_op(dims: BlockDims, *, width_bytes: int) -> SemanticOp:
+    """Megatron's unfused RoPE (Megatron-LM @2edffadb ``models/common/embeddings/rope_utils.py``
+    ``apply_rotary_pos_emb`` l.250-316 falling through to ``_apply_rotary_pos_emb_bshd``
+    l.92-126 and ``_rotate_half`` l.73-89; called on Q and on K by ``attention.py``
+    l.1106-1125), on the ``N`` elements of Q and K (``b s/cp`` tokens, heads/t and groups/t
+    heads of ``d``). Bytes per element of ``N``, in units of the element width:
+
+    - forward: ``t * cos_`` reads 1 writes 1; ``-x2`` 1/2 and 1/2; ``cat((-x2, x1))`` 1 and 1;
+      ``* sin_`` 1 and 1; ``+`` 2 and 1; ``cat((t, t_pass))`` (``t_pass`` empty: d is the rotary
+      width) 1 and 1: reads 13/2, writes 11/2. The ``cos``/``sin`` of the ``[s, 1, 1, d]``
+      frequencies are 1/(b n) of that and not counted in bytes, only in launches;
+    - backward (PyTorch autograd): ``grad * sin_`` and ``grad * cos_`` 1 and 1 each (the
+      frequencies need no gradient), ``neg`` 1/2 and 1/2, the chunk's ``split_backward`` cat 1
+      and 1, the empty slice's ``slice_backward`` zeros 0 and 1, and the input gradient
+      accumulated from three uses, two adds of 2 and 1: reads 15/2, writes 13/2.
+
+    Stored for backward: nothing new (the multiplies save only the frequencies; the rotated Q
+    and K are what the attention kernel keeps, counted with it), so no memory term. Not in any
+    recompute module (``core_attn`` checkpoints the core after RoPE)."""
+    e = width_bytes
+    n = dims.gemm_tokens * (dims.heads + dims.groups) * dims.kv_channels
+    return SemanticOp(
+        name=SemanticOpName.ROTARY_EMBEDDING,
+        kind=OpKind.ELEMENTWISE,
+        sharding=TpSharding.HEADS,
+        shard_dim=ShardDim.HEADS,
+        # multiplies, negation, add: 4 per element forward; 2 multiplies, negation, 2 adds
+        forward=Work(vector_flops=4 * n, bytes_read=13 * n * e // 2, bytes_written=11 * n * e // 2),
+        activation_grad=Work(
+            vector_flops=5 * n, bytes_read=15 * n * e // 2, bytes_written=13 * n * e // 2
+        ),
+        weight_grad=Work(),
+        launches=(2 * ROPE_LAUNCHES[0], 2 * ROPE_LAUNCHES[1]),
+    )
+
+
+#: Kernels of the eager clamp: forward two ``clamp`` and the ``cat``; backward
+#: ``clamp_backward`` of the gate (``le``, ``where``, the zero ``scalar_tensor``'s fill) and of
+#: the linear half (``ge``, ``le``, ``logical_and_``, ``where``, fill), then the chunk's cat.
+CLAMP_LAUNCHES = (3, 9)
+#: Bytes of the boolean masks ``clamp_backward`` builds, per element.
+_MASK_BYTES = 1
+
+
+def _clamp_op(ex: ExpertDims, *, width_bytes: int) -> SemanticOp:
+    """``weighted_bias_quick_geglu_impl`` with ``clamp_value`` (Megatron-LM @2edffadb
+    ``megatron/core/fusions/fused_bias_geglu.py`` l.410-442; the same at cba6b0ed, e9a1b8a1,
+    458c8d0e): ``input.chunk(2, -1)``, ``x_glu.clamp(max=v)``, ``x_linear.clamp(-v, v)`` and a
+    ``torch.cat`` back to ``[R, 2F]`` before the compiled GLU, over the FC1 output of the
+    ``n = R F`` elements per half (``R`` the received rows, ``F`` = F/etp). Bytes per element
+    of ``n`` in element widths ``x`` and mask bytes:
+
+    - forward: each clamp reads 1 and writes 1, the cat reads 2 and writes 2: 4x and 4x;
+    - backward (PyTorch ``clamp_backward``, ``torch/csrc/autograd/FunctionsManual.cpp``:
+      ``where(self <= max, grad, 0)`` for the gate, ``where((self >= min).logical_and_(self
+      <= max), grad, 0)`` for the linear half, then ``split_backward``'s cat): the gate's
+      compare reads x writes 1, its where reads x + 1 writes x; the linear half's two compares
+      read x and write 1 each, the and reads 2 writes 1, its where reads x + 1 writes x; the
+      cat reads 2x writes 2x: reads 7x + 4, writes 4x + 4.
+
+    Recomputed with ``moe_act`` (``experts.py`` ``TEGroupedMLP.forward`` checkpoints the whole
+    ``bias_act_func``). Stored for backward without that recompute: the clamps keep the FC1
+    output (their input views) and the GLU saves the concatenated copy, a second ``R 2F x``
+    (``analysis.memory.moe_ffn_activation_bytes``)."""
+    e, n = width_bytes, ex.local_experts * ex.rows_per_expert * ex.ffn
+    m = _MASK_BYTES
+    return SemanticOp(
+        name=SemanticOpName.EXPERT_ACTIVATION_CLAMP,
+        kind=OpKind.ELEMENTWISE,
+        sharding=TpSharding.TOKENS,
+        shard_dim=ShardDim.SEQ,
+        forward=Work(vector_flops=3 * n, bytes_read=4 * n * e, bytes_written=4 * n * e),
+        activation_grad=Work(
+            vector_flops=6 * n,
+            bytes_read=n * (7 * e + 4 * m),
+            bytes_written=n * (4 * e + 4 * m),
+        ),
+        weight_grad=Work(),
+        launches=CLAMP_LAUNCHES,
+    )
+
+
+def _expert_bias_op(ex: ExpertDims, hidden: int, *, width_bytes: int) -> SemanticOp:
+    """``TEGroupedMLP._apply_bias`` (Megatron-LM @2edffadb ``moe/experts.py`` l.250-268; FC2
+    is built with ``skip_bias_add``, l.206-216, and ``forward`` calls it after FC2, l.398): per
+    local expert ``t + b * p`` on its rows (``b`` the expert's ``h`` bias, ``p`` its rows'
+    routing probabilities, in the model's datatype: the router computes in the input's dtype
+    without ``moe_router_dtype``, ``router.py`` l.101-106, which no GPT-OSS recipe sets), then
+    one ``torch.cat`` over the ``N = R h`` outputs. Bytes in element widths ``x``:
+
+    - forward: ``b * p`` writes N (reads the bias and the probabilities, ``g h + R``), ``+``
+      reads 2N writes N, the cat reads N writes N: reads 3N + g h + R, writes 3N;
+    - backward: the cat's gradient pieces are views; per expert ``grad * p`` and its sum over
+      the rows (the bias gradient), ``grad * b`` and its sum over h (the probabilities'
+      gradient), each multiply reading and writing its rows, each sum reading them; the
+      rows' gradients cat back (``split_backward``), reading and writing N, and the
+      probabilities' too: reads 5N + 2R, writes 3N + g h + 2R. The bias gradient is computed
+      here, in the autograd node, not in a deferred weight-gradient pass.
+
+    Stored for backward: the probabilities and the bias (already held), so no memory term."""
+    e, g = width_bytes, ex.local_experts
+    rows = g * ex.rows_per_expert
+    n = rows * hidden
+    return SemanticOp(
+        name=SemanticOpName.EXPERT_BIAS,
+        kind=OpKind.ELEMENTWISE,
+        sharding=TpSharding.TOKENS,
+        shard_dim=ShardDim.SEQ,
+        forward=Work(
+            vector_flops=2 * n,
+            bytes_read=(3 * n + g * hidden + rows) * e,
+            bytes_written=3 * n * e,
+        ),
+        activation_grad=Work(
+            vector_flops=4 * n,
+            bytes_read=(5 * n + 2 * rows) * e,
+            bytes_written=(3 * n + g * hidden + 2 * rows) * e,
+        ),
+        weight_grad=Work(),
+        # forward: a multiply and an add per expert, the cat; backward: two multiplies and two
+        # sums per expert, the two cats
+        launches=(2 * g + 1, 4 * g + 2),
+    )
+
+
 def _moe_ops(
-    model: TransformerModelSpec, dims: BlockDims, ex: ExpertDims, *, width_bytes: int
+    model: TransformerModelSpec,
+    dims: BlockDims,
+    ex: ExpertDims,
+    *,
+    width_bytes: int,
+    eager: EagerPasses,
 ) -> tuple[SemanticOp, ...]:
     """A MoE layer's feed-forward on one rank: the replicated h x E router on its T tokens,
     the permute into expert order, the grouped expert GEMMs on the rows it receives, the
@@ -1113,6 +1308,7 @@ def _moe_ops(
             bias=bias,
             width_bytes=e,
         ),
+        *((_clamp_op(ex, width_bytes=e),) if eager.activation_clamp else ()),
         _elementwise(
             SemanticOpName.EXPERT_ACTIVATION,
             TpSharding.TOKENS,
@@ -1125,9 +1321,11 @@ def _moe_ops(
         _grouped_gemm(
             SemanticOpName.EXPERT_FC2,
             GemmShape(m=rows, n=ex.ffn, k=h, batch=g, calls=BatchedGemmCalls.CALL_PER_MEMBER),
-            bias=bias,
+            # skip_bias_add: the bias is the eager loop's (or the op fuser's grouped linear's)
+            bias=bias and not eager.expert_bias,
             width_bytes=e,
         ),
+        *((_expert_bias_op(ex, h, width_bytes=e),) if eager.expert_bias else ()),
         *((unsort,) if ex.sorts_chunks else ()),
         _elementwise(
             SemanticOpName.MOE_UNPERMUTE,
@@ -1162,10 +1360,12 @@ def block_ops(
     *,
     attention: AttentionKernel,
     experts: ExpertDims | None = None,
+    eager: EagerPasses = _NO_EAGER_PASSES,
 ) -> tuple[SemanticOp, ...]:
     """The block's semantic ops in forward order, evaluated on ``dims`` (global or local), with
     the attention core as ``attention`` runs it; ``experts``: the block is a MoE layer seen by
-    one rank of that expert grid (None: the dense MLP)."""
+    one rank of that expert grid (None: the dense MLP); ``eager``: the eager chains it runs
+    (:func:`eager_passes`; the default none)."""
     e = model.datatype.bytes
     feed_forward = (
         _mlp_ops(
@@ -1177,15 +1377,15 @@ def block_ops(
             width_bytes=e,
         )
         if experts is None
-        else _moe_ops(model, dims, experts, width_bytes=e)
+        else _moe_ops(model, dims, experts, width_bytes=e, eager=eager)
     )
-    head, residual = _attention_half(model, dims, attention)
+    head, residual = _attention_half(model, dims, attention, rope=eager.rope)
     return (*head, *feed_forward, residual)
 
 
 @lru_cache(maxsize=4096)
 def _attention_half(
-    model: TransformerModelSpec, dims: BlockDims, attention: AttentionKernel
+    model: TransformerModelSpec, dims: BlockDims, attention: AttentionKernel, *, rope: bool
 ) -> tuple[tuple[SemanticOp, ...], SemanticOp]:
     """The ops of :func:`block_ops` that do not read the feed-forward: the attention half up
     to the pre-MLP norm, and the closing residual. Memoized (pure in its arguments): a search's
@@ -1213,6 +1413,7 @@ def _attention_half(
     head = (
         _norm(SemanticOpName.INPUT_NORM, model, rows, width_bytes=e),
         *_attention_input_ops(model, dims, width_bytes=e),
+        *((_rotary_op(dims, width_bytes=e),) if rope else ()),
         *core,
         _gemm(
             SemanticOpName.OUTPUT_PROJECTION,
@@ -1271,7 +1472,7 @@ def first_stage_ops(model: TransformerModelSpec, dims: BlockDims) -> tuple[Seman
         ),
     )
     match model.position_embedding:
-        case PositionEmbedding.ROPE | PositionEmbedding.NONE:
+        case PositionEmbedding.ROPE | PositionEmbedding.YARN | PositionEmbedding.NONE:
             return (lookup,)
         case PositionEmbedding.LEARNED_ABSOLUTE:
             rows = dims.token_rows
@@ -1960,8 +2161,10 @@ ROUTED_EXPERT_OPS: frozenset[SemanticOpName] = frozenset(
     {
         SemanticOpName.MOE_SORT_CHUNKS,
         SemanticOpName.EXPERT_FC1,
+        SemanticOpName.EXPERT_ACTIVATION_CLAMP,
         SemanticOpName.EXPERT_ACTIVATION,
         SemanticOpName.EXPERT_FC2,
+        SemanticOpName.EXPERT_BIAS,
         SemanticOpName.MOE_UNSORT_CHUNKS,
     }
 )
@@ -1974,7 +2177,9 @@ RECOMPUTE_MODULE_OPS: dict[RecomputeModule, frozenset[SemanticOpName]] = {
     RecomputeModule.LAYERNORM: frozenset(
         {SemanticOpName.INPUT_NORM, SemanticOpName.POST_ATTENTION_NORM}
     ),
-    RecomputeModule.MOE_ACT: frozenset({SemanticOpName.EXPERT_ACTIVATION}),
+    RecomputeModule.MOE_ACT: frozenset(
+        {SemanticOpName.EXPERT_ACTIVATION_CLAMP, SemanticOpName.EXPERT_ACTIVATION}
+    ),
     RecomputeModule.MLA_UP_PROJ: frozenset({SemanticOpName.MLA_UP_PROJECTION}),
     RecomputeModule.MOE: frozenset(
         {
@@ -1982,8 +2187,10 @@ RECOMPUTE_MODULE_OPS: dict[RecomputeModule, frozenset[SemanticOpName]] = {
             SemanticOpName.MOE_PERMUTE,
             SemanticOpName.MOE_SORT_CHUNKS,
             SemanticOpName.EXPERT_FC1,
+            SemanticOpName.EXPERT_ACTIVATION_CLAMP,
             SemanticOpName.EXPERT_ACTIVATION,
             SemanticOpName.EXPERT_FC2,
+            SemanticOpName.EXPERT_BIAS,
             SemanticOpName.MOE_UNSORT_CHUNKS,
             SemanticOpName.MOE_UNPERMUTE,
         }
@@ -2014,6 +2221,8 @@ class LocalBlockPlan:
     recompute_modules: frozenset[RecomputeModule] = DEFAULT_RECOMPUTE_MODULES
     context: ContextParallel = field(default_factory=ContextParallel)
     experts: ExpertParallel = field(default_factory=ExpertParallel)
+    #: the eager chains the block runs (:func:`eager_passes` of the model and the fusions)
+    eager: EagerPasses = _NO_EAGER_PASSES
 
     @property
     def cp(self) -> int:

@@ -48,7 +48,11 @@ from blueprinting.mapping.transformer import (
     UnfusedAttention,
     ZeroBubbleH1,
 )
-from blueprinting.synthesizer.dialects.transformer.training import LocalBlockPlan, RecomputeScope
+from blueprinting.synthesizer.dialects.transformer.training import (
+    LocalBlockPlan,
+    RecomputeScope,
+    eager_passes,
+)
 from blueprinting.synthesizer.stages.distributed.ir import DistributedTaskIR
 from blueprinting.synthesizer.stages.distributed.passes import (
     LowerToDistributedTasks,
@@ -183,6 +187,7 @@ def derive_block_plan(
                 attention=mapping.attention,
                 context=context,
                 experts=experts,
+                eager=eager_passes(model, mapping.fusions),
                 recompute_modules=(
                     recompute.modules
                     if isinstance(recompute, SelectiveRecompute)

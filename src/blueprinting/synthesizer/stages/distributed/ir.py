@@ -149,6 +149,8 @@ class ComputeTask:
     gemm: GemmShape | None = None
     attention: AttentionShape | None = None
     deps: tuple[str, ...] = ()
+    #: kernels the host launches for it (an eager chain: one per PyTorch op)
+    launches: int = 1
 
     def __post_init__(self) -> None:
         w = self.work

@@ -132,6 +132,7 @@ class _GroupBuilder:
                 work=work,
                 gemm=op.gemm,
                 attention=op.attention,
+                launches=_launches(op, phase),
                 deps=_clean(deps),
                 lineage=Lineage(
                     op=op.name,
@@ -178,6 +179,20 @@ class _GroupBuilder:
             )
         )
         return task_id
+
+
+def _launches(op: SemanticOp, phase: Phase) -> int:
+    """The kernels the host launches for ``op`` in ``phase`` (:attr:`SemanticOp.launches`; a
+    weight gradient is one kernel)."""
+    match phase:
+        case Phase.FORWARD | Phase.RECOMPUTE:
+            return op.launches[0]
+        case Phase.BACKWARD_ACTIVATION_GRAD:
+            return op.launches[1]
+        case Phase.BACKWARD_WEIGHT_GRAD:
+            return 1
+        case _ as unreachable:
+            assert_never(unreachable)
 
 
 def _phase_view(
@@ -537,7 +552,7 @@ def _dense_groups(plan: LocalBlockPlan) -> tuple[TaskGroup, TaskGroup, TaskGroup
     block = _lower_group(
         "block",
         plan,
-        block_ops(model, local, attention=plan.attention),
+        block_ops(model, local, attention=plan.attention, eager=plan.eager),
         boundary_collectives(model, b, tp=tp, sequence_parallel=sp, cp=cp),
         plan.recomputes,
         exchanges=context_exchanges(model, local, plan.context),
@@ -573,7 +588,7 @@ def _moe_group(plan: LocalBlockPlan) -> TaskGroup:
         plan.sequence_parallel,
         plan.local,
     )
-    ops = block_ops(model, local, attention=plan.attention, experts=experts)
+    ops = block_ops(model, local, attention=plan.attention, experts=experts, eager=plan.eager)
     routed = [i for i, op in enumerate(ops) if op.name in ROUTED_EXPERT_OPS]
     return _lower_group(
         "moe_block",

@@ -210,12 +210,12 @@ def _captured(scope: CudaGraphScope | None, captured: frozenset[CudaGraphScope])
 
 def host_ops(task: Task) -> int:
     """Host-issued ops of one task: one per call (a grouped GEMM one per member), one per
-    step of a P2P ring."""
+    kernel of an eager chain (``ComputeTask.launches``), one per step of a P2P ring."""
     match task:
-        case ComputeTask(gemm=gemm):
+        case ComputeTask(gemm=gemm, launches=launches):
             if gemm is not None and gemm.calls is BatchedGemmCalls.CALL_PER_MEMBER:
                 return gemm.batch
-            return 1
+            return launches
         case CollectiveTask(steps=steps):
             return steps
         case _ as unreachable:
