@@ -32,6 +32,19 @@ MAX_YAML_NODES = 100_000
 MAX_FILE_BYTES = 16 * 1024 * 1024
 
 
+def decimal_value(text: str) -> int | None:
+    """``text`` as a non-negative integer when it is ASCII digits only, else None (``str.isdigit``
+    also admits digits ``int`` refuses, such as "²"). More digits than :data:`MAX_INT` has are
+    read as ``MAX_INT + 1`` without converting them (Python refuses strings of over 4,300
+    digits), so that a caller's range check names the limit."""
+    if not text or not (text.isascii() and text.isdigit()):
+        return None
+    significant = text.lstrip("0") or "0"
+    if len(significant) > len(str(MAX_INT)):
+        return MAX_INT + 1
+    return int(significant)
+
+
 def int_limit_text() -> str:
     """How messages name :data:`MAX_INT`."""
     return f"2**63 - 1 = {MAX_INT}"

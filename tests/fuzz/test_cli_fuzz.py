@@ -393,6 +393,8 @@ def test_a_sweep_is_checked_whole_before_ray_starts(tmp_path: Path) -> None:
         (1302, 59509),
         # an inconsistent_layout row whose d came to 0 (a modulo by zero in its check)
         (1303, 17345),
+        # and a 5,000-digit hierarchical_context_parallel_sizes item (int() refuses it)
+        (1303, 40828),
     ],
 )
 def test_the_long_runs_failures_answer_now(seed: int, index: int, tmp_path: Path) -> None:
@@ -404,3 +406,17 @@ def test_the_long_runs_failures_answer_now(seed: int, index: int, tmp_path: Path
     case = draw_case(rng, rng.choice(FORMS))
     outcome = run_case(case, tmp_path)
     assert problems_of(case, outcome, max_seconds=WALL_SECONDS, max_cpu_seconds=CASE_SECONDS) == []
+
+
+def test_a_decimal_of_any_length_is_read_without_converting_it() -> None:
+    """Fuzz seed 1303 case 40828: a 5,000-digit ``hierarchical_context_parallel_sizes`` item
+    reached ``int()``, which refuses strings of over 4,300 digits; "²" passes ``isdigit``."""
+    from blueprinting.limits import decimal_value
+
+    assert decimal_value("0042") == 42
+    assert decimal_value(str(MAX_INT)) == MAX_INT
+    assert decimal_value("9" * 5000) == MAX_INT + 1
+    assert decimal_value("0" * 5000 + "7") == 7
+    assert decimal_value("²") is None
+    assert decimal_value("") is None
+    assert decimal_value("-3") is None

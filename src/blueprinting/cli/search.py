@@ -20,7 +20,13 @@ from typing import TYPE_CHECKING, TextIO, assert_never, cast
 
 from blueprinting.analysis.flops import FlopsConvention
 from blueprinting.errors import ConfigError
-from blueprinting.limits import MAX_SEARCH_LISTED, search_blocks_notice, search_csv_notice
+from blueprinting.limits import (
+    MAX_INT,
+    MAX_SEARCH_LISTED,
+    decimal_value,
+    search_blocks_notice,
+    search_csv_notice,
+)
 from blueprinting.mapping.transformer import CpCommType, GradReduceDtype
 from blueprinting.report.memory_table import GIB
 
@@ -329,10 +335,14 @@ def _context_degrees(values: list[str], problems: list[str]) -> tuple[int, ...] 
         return None
     out: list[int] = []
     for value in values:
-        if not value.isdigit() or int(value) < 1:
-            problems.append(f"--context-parallel takes positive integers or 'auto', got {value!r}")
+        degree = decimal_value(value)
+        if degree is None or not 1 <= degree <= MAX_INT:
+            problems.append(
+                "--context-parallel takes positive integers at most 2**63 - 1 or 'auto', got "
+                f"{value[:40]!r}"
+            )
         else:
-            out.append(int(value))
+            out.append(degree)
     return tuple(out) if out else (1,)
 
 
@@ -343,10 +353,13 @@ def _auto_degrees(flag: str, values: list[str], problems: list[str]) -> tuple[in
         return None
     out: list[int] = []
     for value in values:
-        if not value.isdigit() or int(value) < 1:
-            problems.append(f"{flag} takes positive integers or 'auto', got {value!r}")
-        elif int(value) not in out:
-            out.append(int(value))
+        degree = decimal_value(value)
+        if degree is None or not 1 <= degree <= MAX_INT:
+            problems.append(
+                f"{flag} takes positive integers at most 2**63 - 1 or 'auto', got {value[:40]!r}"
+            )
+        elif degree not in out:
+            out.append(degree)
     return tuple(out) if out else (1,)
 
 

@@ -43,7 +43,7 @@ from blueprinting.errors import (
     UnsupportedError,
     positive_int_problem,
 )
-from blueprinting.limits import MAX_INT, int_limit_text
+from blueprinting.limits import MAX_INT, decimal_value, int_limit_text
 from blueprinting.mapping.cuda_graphs import (
     CudaGraphImpl,
     CudaGraphs,
@@ -1116,12 +1116,14 @@ def _context(
     sizes: list[int] = []
     if sizes_text is not None:
         for item in _list_items(sizes_text):
-            if not item.isdigit() or int(item) < 1:
+            size = decimal_value(item)
+            if size is None or not 1 <= size <= MAX_INT:
                 problems.append(
-                    f"hierarchical_context_parallel_sizes must be positive integers, got {item!r}"
+                    "hierarchical_context_parallel_sizes must be positive integers at most "
+                    f"{int_limit_text()}, got {item[:40]!r}"
                 )
             else:
-                sizes.append(int(item))
+                sizes.append(size)
     communication: CpCommunication
     match kind:
         case CpCommType.P2P | CpCommType.ALL_GATHER | CpCommType.A2A:

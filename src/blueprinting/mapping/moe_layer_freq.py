@@ -12,7 +12,10 @@ from __future__ import annotations
 from typing import assert_never
 
 from blueprinting.errors import ConfigError
+from blueprinting.limits import decimal_value
 from blueprinting.mapping.model import MoeLayerFrequency, MoeLayerList, MoeLayerPattern
+
+_DIGITS = frozenset("0123456789")
 
 _MAX_LAYERS = 1_000_000
 
@@ -44,12 +47,13 @@ class _Parser:
     def integer(self) -> int:
         self.skip()
         start = self.at
-        while self.at < len(self.text) and self.text[self.at].isdigit():
+        while self.at < len(self.text) and self.text[self.at] in _DIGITS:
             self.at += 1
         if start == self.at:
             found = repr(self.peek()) if self.peek() else "the end"
             raise self.fail(f"expected an integer, found {found}")
-        value = int(self.text[start : self.at])
+        value = decimal_value(self.text[start : self.at])
+        assert value is not None  # ASCII digits by the loop above
         if value > _MAX_LAYERS:
             self.at = start
             raise self.fail(f"{value} is more than {_MAX_LAYERS:,} layers")
@@ -107,8 +111,8 @@ def parse_moe_layer_freq(value: int | str) -> MoeLayerPattern:
     if isinstance(value, int):
         return MoeLayerFrequency(every=value)
     text = value.strip()
-    if text.isdigit():
-        return MoeLayerFrequency(every=int(text))
+    if (every := decimal_value(text)) is not None:
+        return MoeLayerFrequency(every=every)
     parser = _Parser(value)
     layers = parser.sum()
     if parser.peek():

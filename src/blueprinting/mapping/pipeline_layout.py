@@ -20,6 +20,7 @@ the MTP depths = ``mtp_num_layers`` in the loss's stage) are laws
 from __future__ import annotations
 
 from blueprinting.errors import ConfigError
+from blueprinting.limits import decimal_value
 from blueprinting.mapping.transformer import FlexibleStages, LayoutStage
 
 _LAYERS = {"E": "embedding", "t": "decoder block", "m": "MTP layer", "L": "loss"}
@@ -32,11 +33,13 @@ MAX_LAYOUT_STAGES = 1 << 16
 def _count(tokens: list[_Token], at: int) -> tuple[int, int] | None:
     """The decimal count starting at ``tokens[at]`` and the index after it, or None."""
     end = at
-    while end < len(tokens) and tokens[end][0].isdigit():
+    while end < len(tokens) and tokens[end][0] in "0123456789":
         end += 1
     if end == at:
         return None
-    return int("".join(ch for ch, _ in tokens[at:end])), end
+    count = decimal_value("".join(ch for ch, _ in tokens[at:end]))
+    assert count is not None  # ASCII digits by the loop above
+    return count, end
 
 
 def _unroll_groups(tokens: list[_Token], problems: list[str]) -> list[_Token]:
