@@ -84,7 +84,7 @@ def stage_limit_problem(stages: int, virtual_stages: int = 1) -> str | None:
 #: strategy a user may want ranked) but streamed: the search says up front, on stderr, how many it
 #: costs and how much longer that may take (:func:`search_blocks_notice`), with a progress bar on
 #: a terminal; the bound grows by :data:`SEARCH_SECONDS_PER_BLOCK` a configuration beyond it.
-SEARCH_BLOCKS_WITHIN_BOUND = 1500
+SEARCH_BLOCKS_WITHIN_BOUND = 1000
 
 #: CPU seconds one block configuration may take beyond :data:`SEARCH_BLOCKS_WITHIN_BOUND` (the
 #: time bound's allowance; ``benchmarks/bench_slow_commands.py`` measures 0.7-2.2 ms a MoE
