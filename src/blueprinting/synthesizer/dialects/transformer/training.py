@@ -2182,19 +2182,9 @@ RECOMPUTE_MODULE_OPS: dict[RecomputeModule, frozenset[SemanticOpName]] = {
     ),
     RecomputeModule.MLA_UP_PROJ: frozenset({SemanticOpName.MLA_UP_PROJECTION}),
     RecomputeModule.MOE: frozenset(
-        {
-            SemanticOpName.ROUTER,
-            SemanticOpName.MOE_PERMUTE,
-            SemanticOpName.MOE_SORT_CHUNKS,
-            SemanticOpName.EXPERT_FC1,
-            SemanticOpName.EXPERT_ACTIVATION_CLAMP,
-            SemanticOpName.EXPERT_ACTIVATION,
-            SemanticOpName.EXPERT_FC2,
-            SemanticOpName.EXPERT_BIAS,
-            SemanticOpName.MOE_UNSORT_CHUNKS,
-            SemanticOpName.MOE_UNPERMUTE,
-        }
+        {SemanticOpName.ROUTER, SemanticOpName.MOE_PERMUTE, SemanticOpName.MOE_UNPERMUTE}
     )
+    | ROUTED_EXPERT_OPS
     | SHARED_EXPERT_OPS,
     RecomputeModule.SHARED_EXPERTS: SHARED_EXPERT_OPS,
 }
