@@ -93,6 +93,23 @@ SEARCH_BLOCKS_WITHIN_BOUND = 1000
 #: 2,767 configurations in 10.6 s; fuzz seed 1304 case 17367, over a 3 ms allowance).
 SEARCH_SECONDS_PER_BLOCK = 0.004
 
+#: ``blueprinting search``: lawful candidates evaluated (each row of the vectorized tables, and
+#: the distinct strategies their stage memory, NCCL buffers and gradient reductions read, which
+#: grow with them) within the time bound beside :data:`SEARCH_BLOCKS_WITHIN_BOUND` block
+#: configurations; beyond it the search says so before it evaluates
+#: (:func:`search_candidates_notice`) and the bound grows by
+#: :data:`SEARCH_SECONDS_PER_CANDIDATE` a candidate. Up to ``MAX_SEARCH_CANDIDATES`` (refused
+#: beyond).
+SEARCH_CANDIDATES_WITHIN_BOUND = 50_000
+
+#: CPU seconds one lawful candidate may take beyond :data:`SEARCH_CANDIDATES_WITHIN_BOUND`.
+#: Measured (``benchmarks/bench_slow_commands.py``, idle two-core machine): 11 us a dense
+#: candidate (GPT-3 175B, 53,625 -> 86,955 candidates over the same 282 block configurations:
+#: +0.37 s), 19 us a MoE one (Qwen3-30B-A3B over 4 and 1,536 GPUs, 113,214 candidates and 1,287
+#: block configurations, 6.2 s, fuzz seed 1304 case 78049); 25 us leaves room for two fuzz
+#: workers sharing two cores, as the block allowance does.
+SEARCH_SECONDS_PER_CANDIDATE = 2.5e-5
+
 #: ``blueprinting search --csv``: rows written (every lawful candidate that fits, up to
 #: ``MAX_SEARCH_CANDIDATES``) within the time bound; beyond it the search says so before it
 #: writes (:func:`search_csv_notice`) and the bound grows by :data:`SEARCH_SECONDS_PER_CSV_ROW`.
@@ -128,6 +145,19 @@ def search_blocks_notice(count: int) -> str | None:
         within=SEARCH_BLOCKS_WITHIN_BOUND,
         limit_name="SEARCH_BLOCKS_WITHIN_BOUND",
         per_item=SEARCH_SECONDS_PER_BLOCK,
+    )
+
+
+def search_candidates_notice(count: int) -> str | None:
+    """What a search evaluating ``count`` lawful candidates says before it starts: None within
+    :data:`SEARCH_CANDIDATES_WITHIN_BOUND`."""
+    return _streamed(
+        "evaluating",
+        count,
+        unit="candidates",
+        within=SEARCH_CANDIDATES_WITHIN_BOUND,
+        limit_name="SEARCH_CANDIDATES_WITHIN_BOUND",
+        per_item=SEARCH_SECONDS_PER_CANDIDATE,
     )
 
 

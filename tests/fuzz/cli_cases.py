@@ -915,7 +915,8 @@ def problems_of(
 
 
 _STREAMED = re.compile(
-    r"^search: (?:costing|writing) [0-9,]+ .* time bound \(\w+\): allow ([0-9.]+) s more of CPU$",
+    r"^search: (?:costing|evaluating|writing) [0-9,]+ .* time bound \(\w+\): "
+    r"allow ([0-9.]+) s more of CPU$",
     re.MULTILINE,
 )
 
@@ -923,7 +924,8 @@ _STREAMED = re.compile(
 def streamed_allowance(err: str) -> float:
     """The CPU seconds a case may take beyond its bound: what the notices of a search that said
     up front that it streams more than the time bound covers state (``limits.
-    search_blocks_notice``, ``search_csv_notice``), added up; 0 without a notice."""
+    search_blocks_notice``, ``search_candidates_notice``, ``search_csv_notice``), added up; 0
+    without a notice."""
     return sum(float(found.group(1)) for found in _STREAMED.finditer(err))
 
 

@@ -312,10 +312,28 @@ def test_a_search_beyond_the_bound_says_so_up_front(
         f"search: writing {rows:,} CSV rows, more than the 10 within the 5 s time bound "
         f"(SEARCH_CSV_ROWS_WITHIN_BOUND): allow {4e-5 * (rows - 10):.1f} s more of CPU\n"
     )
+    # and a space of more lawful candidates than the bound covers, before it evaluates them
+    monkeypatch.setattr(limits, "SEARCH_CSV_ROWS_WITHIN_BOUND", 20_000)
+    monkeypatch.setattr(limits, "SEARCH_CANDIDATES_WITHIN_BOUND", 5)
+    costed.clear()
+    seen_before_costing.clear()
+    assert main([*ARGS, "--json"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == ""
+    lawful = json.loads(captured.out)["candidates_valid"]
+    assert lawful == 3084
+    assert seen_before_costing == [
+        f"search: evaluating {lawful:,} candidates, more than the 5 within the 5 s time bound "
+        f"(SEARCH_CANDIDATES_WITHIN_BOUND): allow {2.5e-5 * (lawful - 5):.1f} s more of CPU\n"
+    ]
 
 
 def test_the_streamed_search_allowance() -> None:
-    from blueprinting.limits import search_blocks_notice, search_csv_notice
+    from blueprinting.limits import (
+        search_blocks_notice,
+        search_candidates_notice,
+        search_csv_notice,
+    )
     from tests.fuzz.cli_cases import streamed_allowance
 
     assert search_blocks_notice(1000) is None
@@ -330,7 +348,14 @@ def test_the_streamed_search_allowance() -> None:
         "search: writing 80,326 CSV rows, more than the 20,000 within the 5 s time bound "
         "(SEARCH_CSV_ROWS_WITHIN_BOUND): allow 2.4 s more of CPU"
     )
+    assert search_candidates_notice(50_000) is None
+    candidates = search_candidates_notice(113_214)
+    assert candidates == (
+        "search: evaluating 113,214 candidates, more than the 50,000 within the 5 s time bound "
+        "(SEARCH_CANDIDATES_WITHIN_BOUND): allow 1.6 s more of CPU"
+    )
     # the fuzz harness reads the notices back: its bound stretches by what they state
     assert streamed_allowance(f"other line\n{blocks}\n") == pytest.approx(23.4)
     assert streamed_allowance(f"{blocks}\n{rows}\n") == pytest.approx(25.8)
+    assert streamed_allowance(f"{candidates}\n{blocks}\n") == pytest.approx(25.0)
     assert streamed_allowance("search: costing blocks") == 0.0

@@ -129,6 +129,7 @@ from blueprinting.mapping.transformer import (
     NoRecompute,
     OneForwardOneBackward,
     OptimizerSharding,
+    PipelineParallel,
     PipelineSchedule,
     RecomputeMethod,
     RecomputeModule,
@@ -497,24 +498,62 @@ def stage_parameters(
     model: TransformerModelSpec, mapping: TransformerTrainingMappingSpec, stage: int
 ) -> StageParameters:
     """Parameters per TP rank on pipeline stage ``stage`` (0 = first)."""
-    return _stage_parameters(model, mapping, stage, _shared_invariants(model, mapping))
+    return _stage_parameters(model, mapping, stage, _parameter_layout_of(model, mapping))
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _ParameterLayout:
+    """Where one strategy's parameters sit: the layers of every chunk of every stage (MoE ones
+    apart) and a dense and a MoE block's parameters per rank. It reads the TP degree, the
+    pipeline and the expert grid only, so strategies differing elsewhere share it."""
+
+    chunks: tuple[tuple[int, ...], ...]
+    moe_chunks: tuple[tuple[int, ...], ...]
+    block_parameters: int
+    moe_parameters: tuple[int, int]
+
+
+def _parameter_layout_of(
+    model: TransformerModelSpec, mapping: TransformerTrainingMappingSpec
+) -> _ParameterLayout:
+    parallelism = mapping.parallelism
+    return _parameter_layout(
+        model, mapping.tensor_degree, parallelism.pipeline, parallelism.experts
+    )
 
 
 @lru_cache(maxsize=4096)
-def _shared_invariants(
-    model: TransformerModelSpec, mapping: TransformerTrainingMappingSpec
-) -> _StageInvariants:
-    """:meth:`_StageInvariants.of` memoized by value: the vectorized search asks for one
-    strategy's stage parameters once per representative stage and per sharding variant (issue
-    18: 3,425 keys x 3 stages of a Qwen3-30B-A3B search took a third of its time)."""
-    return _StageInvariants.of(model, mapping)
+def _parameter_layout(
+    model: TransformerModelSpec,
+    tensor_degree: int,
+    pipeline: PipelineParallel,
+    experts: ExpertParallel,
+) -> _ParameterLayout:
+    """:class:`_ParameterLayout` memoized by the values it reads (issue 18: the vectorized search
+    asks for the stage parameters of thousands of strategies; a Qwen3-30B-A3B search over 4 and
+    1,536 GPUs computed every strategy's activation invariants to read its parameters)."""
+    chunks = chunk_layer_counts(model, pipeline)
+    moe_chunks = tuple(tuple(0 for _ in row) for row in chunks)
+    if model.moe is not None:
+        starts = chunk_layer_starts(model, pipeline)
+        moe_chunks = tuple(
+            tuple(model.moe_layers_in(a, n) for a, n in zip(row_starts, row, strict=True))
+            for row_starts, row in zip(starts, chunks, strict=True)
+        )
+    return _ParameterLayout(
+        chunks=chunks,
+        moe_chunks=moe_chunks,
+        block_parameters=block_parameters_per_rank(model, tensor_degree),
+        moe_parameters=moe_block_parameters_per_rank(model, tensor_degree, experts),
+    )
 
 
 def _stage_parameters(
     model: TransformerModelSpec,
     mapping: TransformerTrainingMappingSpec,
     stage: int,
-    inv: _StageInvariants,
+    inv: _ParameterLayout,
 ) -> StageParameters:
     _check_stage(stage, mapping.pipeline_degree)
     counts = stage_parameter_counts(
@@ -1034,8 +1073,8 @@ def _stage_activations(
         stage=stage,
         microbatches=mapping.microbatch_count,
     )
-    chunks = inv.chunks[stage]
-    moe_chunks = inv.moe_chunks[stage]
+    chunks = inv.parameters.chunks[stage]
+    moe_chunks = inv.parameters.moe_chunks[stage]
     checkpoint = inv.checkpoint
     pairs = tuple(zip(in_flight, chunks, strict=True))
     # a MoE layer stores more than a dense one: its excess over the dense layer, per chunk
@@ -1172,14 +1211,10 @@ class _StageInvariants:
     (a plan evaluates every stage; a sweep evaluates many plans)."""
 
     recipe: PrecisionRecipe
-    chunks: tuple[tuple[int, ...], ...]
-    block_parameters: int
+    parameters: _ParameterLayout
     layer_full: int
     layer_kept: int
-    #: MoE layers per chunk (zeros for a dense model), a MoE block's (dense, routed-expert)
-    #: parameters per rank, and what a MoE layer stores (all / with the selective modules)
-    moe_chunks: tuple[tuple[int, ...], ...]
-    moe_parameters: tuple[int, int]
+    #: what a MoE layer stores (all / with the selective modules)
     moe_layer_full: int
     moe_layer_kept: int
     checkpoint: int
@@ -1198,6 +1233,7 @@ class _StageInvariants:
         context = mapping.parallelism.context
         # Every store per token scales with the cp rank's s/cp tokens (modern_parallelism.md
         # section 1.5; the s x s unfused core never meets cp: cp_needs_fused_attention).
+        full_model = model
         model = local_sequence_model(model, context.degree)
 
         attention = mapping.attention
@@ -1218,16 +1254,10 @@ class _StageInvariants:
             )
 
         experts = mapping.parallelism.experts
-        pipeline = mapping.parallelism.pipeline
-        chunks = chunk_layer_counts(model, pipeline)
-        moe_chunks = tuple(tuple(0 for _ in row) for row in chunks)
+        # the layout of the full-length model: parameters do not read the sequence
+        parameters = _parameter_layout_of(full_model, mapping)
         moe_full = moe_kept = 0
         if model.moe is not None:
-            starts = chunk_layer_starts(model, pipeline)
-            moe_chunks = tuple(
-                tuple(model.moe_layers_in(a, n) for a, n in zip(row_starts, row, strict=True))
-                for row_starts, row in zip(starts, chunks, strict=True)
-            )
 
             def ffn(recomputed: frozenset[RecomputeModule]) -> int:
                 return moe_ffn_activation_bytes(
@@ -1246,12 +1276,9 @@ class _StageInvariants:
             moe_kept = layer(recomputed=modules | {RecomputeModule.MLP}) + ffn(modules)
         return cls(
             recipe=recipe,
-            chunks=chunks,
-            block_parameters=block_parameters_per_rank(model, t),
+            parameters=parameters,
             layer_full=layer(recomputed=frozenset()),
             layer_kept=layer(recomputed=modules),
-            moe_chunks=moe_chunks,
-            moe_parameters=moe_block_parameters_per_rank(model, t, experts),
             moe_layer_full=moe_full,
             moe_layer_kept=moe_kept,
             checkpoint=checkpoint_bytes(
@@ -1597,7 +1624,7 @@ def _stage_overheads(
     nvlink_domain: int | None,
 ) -> StageOverheads:
     _check_stage(stage, mapping.pipeline_degree)
-    has_blocks = sum(inv.chunks[stage]) > 0
+    has_blocks = sum(inv.parameters.chunks[stage]) > 0
     working = inv.backward_working if has_blocks else 0
     schedule = mapping.parallelism.pipeline.schedule
     logits = inv.logits_transient if stage == loss_stage(schedule, mapping.pipeline_degree) else 0
@@ -1865,12 +1892,14 @@ def _stage_memory(
     nvlink_domain: int | None,
 ) -> MemoryBreakdown:
     recipe = inv.recipe
-    params = _stage_parameters(model, mapping, stage, inv)
+    params = _stage_parameters(model, mapping, stage, inv.parameters)
     count, experts = params.dense_total, params.expert_total
     if model_copies(mapping.parallelism.pipeline.schedule) == 2:
         # DualPipe: rank r also holds stage p - 1 - r of the reverse direction (weights,
         # gradients and optimizer states), so the end ranks hold the embedding and the LM head.
-        mirror = _stage_parameters(model, mapping, mapping.pipeline_degree - 1 - stage, inv)
+        mirror = _stage_parameters(
+            model, mapping, mapping.pipeline_degree - 1 - stage, inv.parameters
+        )
         count += mirror.dense_total
         experts += mirror.expert_total
     # the distributed optimizer shards dense parameters over d x cp, routed experts over

@@ -25,6 +25,7 @@ from blueprinting.limits import (
     MAX_SEARCH_LISTED,
     decimal_value,
     search_blocks_notice,
+    search_candidates_notice,
     search_csv_notice,
 )
 from blueprinting.mapping.transformer import CpCommType, GradReduceDtype
@@ -266,6 +267,10 @@ def _result(args: argparse.Namespace) -> SearchResult:
             if (text := search_blocks_notice(total)) is not None:
                 say(text)
 
+    def sized(candidates: int, say: Callable[[str], None]) -> None:
+        if (text := search_candidates_notice(candidates)) is not None:
+            say(text)
+
     if args.json or args.csv is not None or not sys.stderr.isatty():
         return run_search(
             model,
@@ -273,6 +278,7 @@ def _result(args: argparse.Namespace) -> SearchResult:
             space,
             options,
             progress=lambda _, total: notice(total, lambda text: print(text, file=sys.stderr)),
+            sized=lambda count: sized(count, lambda text: print(text, file=sys.stderr)),
         )
     from rich.console import Console
     from rich.progress import Progress
@@ -290,7 +296,17 @@ def _result(args: argparse.Namespace) -> SearchResult:
             )
             bar.update(task, completed=done, total=total)
 
-        return run_search(model, system, space, options, progress=tick)
+        def say(text: str) -> None:
+            bar.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+        return run_search(
+            model,
+            system,
+            space,
+            options,
+            progress=tick,
+            sized=lambda count: sized(count, say),
+        )
 
 
 def _precisions(

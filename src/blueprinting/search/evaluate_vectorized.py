@@ -1007,25 +1007,6 @@ def _stage_memory(
     moe_key = _expert_key(table, model)
     # a MoE stage's parameters read its MoE layers, which read v (passes.stage_plans)
     layout_v = v if model.moe is not None else np.zeros_like(v)
-    first, inverse = _keys(t, p, stage, table.sharding, table.precision, *moe_key, layout_v)
-    mappings = [candidate_to_spec(table, int(i), model).mapping for i in first]
-    params = [
-        stage_parameters(model, mapping, int(stage[i]))
-        for i, mapping in zip(first, mappings, strict=True)
-    ]
-    count = np.array([s.dense_total for s in params], dtype=np.int64)[inverse]
-    experts = np.array([s.expert_total for s in params], dtype=np.int64)[inverse]
-    largest = np.array([s.largest_unit for s in params], dtype=np.int64)[inverse]
-    expert_dp = np.array([mp.expert_data_degree for mp in mappings], dtype=np.int64)[inverse]
-    # memory.low_precision_weight_extra (0 under ZeRO-3, hence the sharding in the key)
-    weight_extra = np.array(
-        [
-            low_precision_weight_extra(model, mapping, s.blocks, recipe.param, s.moe_blocks)
-            for s, mapping in zip(params, mappings, strict=True)
-        ],
-        dtype=np.int64,
-    )[inverse]
-
     # ZeRO-3 holds its unit (and the prefetched next) whole, the dense parameters first
     first_s, inverse_s = _keys(table.sharding, table.overlap_param_gather)
     shardings = [
@@ -1034,6 +1015,37 @@ def _stage_memory(
     ]
     level = np.array([sharding_level(x) for x in shardings], dtype=np.int64)[inverse_s]
     ahead = np.array([gathers_ahead(x) for x in shardings], dtype=np.bool_)[inverse_s]
+    # A stage's parameters read t, p, the stage, the layout (v) and the expert grid's shape, not
+    # the sharding, the dispatcher or the GPU count; the weight extra reads the precision and
+    # whether the parameters are sharded (ZeRO-3): one strategy per such key (issue 18: keyed by
+    # the full sharding and the GPU count, a Qwen3-30B-A3B search over 4 and 1,536 GPUs asked
+    # 3,425 strategies per stage where 828 carry all the answers).
+    first, inverse = _keys(
+        t, p, stage, table.precision, moe_key[0], moe_key[1], layout_v, level == 3
+    )
+    mappings = [candidate_to_spec(table, int(i), model).mapping for i in first]
+    params = [
+        stage_parameters(model, mapping, int(stage[i]))
+        for i, mapping in zip(first, mappings, strict=True)
+    ]
+    count = np.array([s.dense_total for s in params], dtype=np.int64)[inverse]
+    experts = np.array([s.expert_total for s in params], dtype=np.int64)[inverse]
+    largest = np.array([s.largest_unit for s in params], dtype=np.int64)[inverse]
+    # memory.low_precision_weight_extra (0 under ZeRO-3, hence the sharding in the key)
+    weight_extra = np.array(
+        [
+            low_precision_weight_extra(model, mapping, s.blocks, recipe.param, s.moe_blocks)
+            for s, mapping in zip(params, mappings, strict=True)
+        ],
+        dtype=np.int64,
+    )[inverse]
+    # expert-dp reads the GPU count beside the grid
+    first_e, inverse_e = _keys(p, *moe_key)
+    expert_dp = np.array(
+        [candidate_to_spec(table, int(i), model).mapping.expert_data_degree for i in first_e],
+        dtype=np.int64,
+    )[inverse_e]
+
     gathered = gathered_whole(level, count + experts, largest, ahead)
     dense_parts = state_bytes(
         count, recipe=recipe, level=level, degree=d, gathered=np.minimum(count, gathered)
@@ -1163,10 +1175,17 @@ def _stage_memory(
         t, p, table.data, table.context, table.cp_comm, edge, v, *moe_key[:3]
     )
     tied = model.embeddings is EmbeddingTying.TIED
+    # the expert grid and the CP exchange read a few columns: one strategy per their key, not
+    # per NCCL key (issue 18: 5,175 strategies built for three stages of a Qwen3-30B-A3B search)
+    first_g, inverse_g = _keys(table.context, table.cp_comm, *moe_key[:3])
+    grids = []
+    for i in first_g:
+        mapping = candidate_to_spec(table, int(i), model).mapping
+        grids.append((expert_grid(model, mapping), mapping.parallelism.context.communication))
 
     def nccl_at(i: int) -> int:
         world = int(t[i]) * int(p[i]) * int(table.data[i]) * int(table.context[i])
-        mapping = candidate_to_spec(table, i, model).mapping
+        experts, cp_communication = grids[int(inverse_g[i])]
         return nccl_buffer_bytes(
             runtime,
             tensor=int(t[i]),
@@ -1176,9 +1195,9 @@ def _stage_memory(
             tied=tied,
             context=int(table.context[i]),
             nvlink_domain=node.placed_domain_size(world),
-            experts=expert_grid(model, mapping),
+            experts=experts,
             virtual_stages=int(v[i]),
-            cp_communication=mapping.parallelism.context.communication,
+            cp_communication=cp_communication,
         )
 
     nccl = np.array([nccl_at(int(i)) for i in first_n], dtype=np.int64)[inverse_n]

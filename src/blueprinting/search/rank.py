@@ -202,8 +202,12 @@ def run_search(
     options: RankOptions | None = None,
     *,
     progress: Callable[[int, int], None] | None = None,
+    sized: Callable[[int], None] | None = None,
 ) -> SearchResult:
-    """Enumerate ``space``, evaluate every valid candidate, rank those that fit."""
+    """Enumerate ``space``, evaluate every valid candidate, rank those that fit.
+
+    ``sized(candidates)`` is called once the lawful candidates are counted, before any is
+    evaluated; ``progress(done, total)`` while the block configurations are costed."""
     chosen = RankOptions() if options is None else options
     start = time.perf_counter()
     if space.megatron_rules:
@@ -222,6 +226,8 @@ def run_search(
             "search: no candidate of the space satisfies the laws "
             f"(rejections: {dict((str(k), v) for k, v in enumeration.report.rejections)})"
         )
+    if sized is not None:
+        sized(len(table))
     figures = evaluate_candidates(
         table, model, system, flops_convention=chosen.flops_convention, progress=progress
     )
