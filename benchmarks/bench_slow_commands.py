@@ -51,6 +51,19 @@ COMMANDS: dict[str, tuple[str, ...]] = {
         "search", "--model", "deepseek-v3", "--gpus", "1024", "--global-batch", "1024",
         "--context-parallel", "auto", "--csv", "{csv}",
     ),
+    # The candidates term of the bound (limits.SEARCH_SECONDS_PER_CANDIDATE): 113,214 lawful
+    # Qwen3-30B-A3B candidates over 1,287 block configurations (fuzz seed 1304 case 78049), and
+    # a dense space over one and two GPU counts, the same 282 block configurations.
+    "search-qwen3-30b-a3b-4-1536": (
+        "search", "--model", "qwen3-30b-a3b", "--gpus", "4", "1536", "--global-batch", "2382",
+        "--max-micro-batch", "4", "--tp-comm-overlap", "off", "--context-parallel", "auto",
+    ),
+    "search-gpt3-175b-1024": (
+        "search", "--model", "gpt3-175b", "--gpus", "1024", "--global-batch", "1536",
+    ),
+    "search-gpt3-175b-1024-2048": (
+        "search", "--model", "gpt3-175b", "--gpus", "1024", "2048", "--global-batch", "1536",
+    ),
 }  # fmt: skip
 
 
