@@ -533,3 +533,23 @@ def test_issue_gate_on_the_planned_runs(planned: ModernValidation) -> None:
 def test_full_issue_gate_every_dense_run(planned: ModernValidation) -> None:
     assert planned.gate(ModernGate.ALL_PLANNED).passed
     assert planned.passed
+
+
+def test_a_zero_degree_is_refused_by_name(tmp_path: Path) -> None:
+    """Fuzz seed 1305 case 830: ``context_parallel_size = 0`` passed the loader, and the
+    scoring divided the GPU count by it to name the row's data-parallel size."""
+    path = tmp_path / "zero.toml"
+    path.write_text(
+        "[[run]]\n"
+        'id = "a"\nsource = "nemo_24.07_perf_summary"\nsystem = "dgx-h100"\nnum_gpus = 8\n'
+        "[run.strategy]\ntensor_model_parallel_size = 0\nglobal_batch_size = 8\n"
+        "pipeline_model_parallel_size = 0\ncontext_parallel_size = -2\n"
+        "[run.measured]\ntokens_per_s_per_gpu = 500\n"
+    )
+    with pytest.raises(ConfigError) as raised:
+        load_modern_runs(path)
+    assert [p for p in raised.value.problems if "must be positive" in p] == [
+        "run 'a'.strategy.tensor_model_parallel_size must be positive, got 0",
+        "run 'a'.strategy.pipeline_model_parallel_size must be positive, got 0",
+        "run 'a'.strategy.context_parallel_size must be positive, got -2",
+    ]

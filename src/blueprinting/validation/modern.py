@@ -408,6 +408,16 @@ def _run(raw: Mapping[str, object], where: str, problems: ProblemCollector) -> M
         problems.add(f"{where}: key(s) in both model and strategy: {', '.join(both)}")
     for key in ("tensor_model_parallel_size", "global_batch_size"):
         integer(strategy_keys, key, f"{where}.strategy", problems, fallback=1)
+    # the degrees the row's data-parallel size is derived from (ModernRun.data_parallel)
+    for key in (
+        "tensor_model_parallel_size",
+        "pipeline_model_parallel_size",
+        "context_parallel_size",
+        "global_batch_size",
+    ):
+        value = strategy_keys.get(key)
+        if type(value) is int and value < 1:
+            problems.add(f"{where}.strategy.{key} must be positive, got {value}")
     measured = _measured(
         toml_table(raw.get("measured"), f"{where}.measured", problems),
         f"{where}.measured",
