@@ -94,7 +94,7 @@ def test_every_problem_is_reported_at_once() -> None:
         "system: unknown key 'gpus_per_nod' (did you mean 'gpus_per_node'?); known keys: "
         "preset, name, gpus_per_node, nvlink_domain_size, nvlink_domain_placement, "
         "processing_mode, rank_layout, fixed_tiers, accelerator, intra_node, scale_out, "
-        "async_tp_backward_comm, host_cpu, runtime, ep_kernels",
+        "async_tp_backward_comm, host_cpu, host_link, runtime, ep_kernels",
         "system.processing_mode: unknown value 'rooflin' (did you mean 'roofline'?); "
         "choices: no_overlap, roofline",
         "system.accelerator.hbm.efficiency: ConstantEfficiency.fraction must be a fraction in "

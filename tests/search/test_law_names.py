@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from blueprinting.errors import RuleSet
 from blueprinting.mapping.law_names import (
+    CPU_OFFLOAD_LAWS,
     CUDA_GRAPH_LAWS,
     EXPERT_LAWS,
     MEGATRON_LAWS,
@@ -73,6 +74,10 @@ def test_names_and_rulesets() -> None:
         "cuda_graph_mlp_needs_dense_layer",
         "cuda_graph_moe_needs_drop_and_pad",
         "cuda_graph_moe_preprocess_host_copies",
+        "cpu_offloading_num_layers",
+        "cpu_offloading_pipeline",
+        "cpu_offloading_recompute",
+        "cpu_offloading_cuda_graphs",
     ]
     # the search varies the expert grid (issue 13 item 5): its laws are searched
     assert [law for law in Law if not law.searched] == [
@@ -82,8 +87,9 @@ def test_names_and_rulesets() -> None:
         Law.MEGATRON_DELAY_WGRAD_NEEDS_EP_OVERLAP,
         Law.COMBINED_SCHEDULE_MATCHES_DISPATCHER,
         Law.MEGATRON_FP8_DELAYED_RECOMPUTE,
-        # the search plans no CUDA graphs
+        # the search plans no CUDA graphs, nor activation offloading
         *CUDA_GRAPH_LAWS,
+        *CPU_OFFLOAD_LAWS,
     ]
     assert len(EXPERT_LAWS) == 19
     assert all(law.ruleset is RuleSet.MEGATRON for law in MEGATRON_LAWS)
@@ -99,7 +105,13 @@ def test_the_scalar_checker_uses_the_same_names() -> None:
     search's union of the checker's microbatch_group_bounds and microbatch_group_remainder)."""
     from pathlib import Path
 
-    from blueprinting.mapping import cuda_graph_laws, expert_laws, laws, precision_laws
+    from blueprinting.mapping import (
+        cuda_graph_laws,
+        expert_laws,
+        laws,
+        offload_laws,
+        precision_laws,
+    )
 
     source = Path(laws.__file__).read_text()
     scalar_only = {Law.MEGATRON_MICROBATCH_GROUP, Law.WORLD_SIZE}
@@ -109,6 +121,8 @@ def test_the_scalar_checker_uses_the_same_names() -> None:
     expert = Path(expert_laws.__file__).read_text()
     # and the CUDA graph laws
     graphs = Path(cuda_graph_laws.__file__).read_text()
+    # and the offloading laws
+    offload = Path(offload_laws.__file__).read_text()
     for law in Law:
         if law in scalar_only:
             continue
@@ -118,4 +132,5 @@ def test_the_scalar_checker_uses_the_same_names() -> None:
             or f"Law.{law.name}" in precision
             or f"Law.{law.name}" in expert
             or f"Law.{law.name}" in graphs
+            or f"Law.{law.name}" in offload
         ), law

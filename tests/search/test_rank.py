@@ -326,6 +326,19 @@ def test_a_search_beyond_the_bound_says_so_up_front(
         f"search: evaluating {lawful:,} candidates, more than the 5 within the 5 s time bound "
         f"(SEARCH_CANDIDATES_WITHIN_BOUND): allow {2.5e-5 * (lawful - 5):.1f} s more of CPU\n"
     ]
+    # both beyond their bounds: the candidates first (counted before any is evaluated), then
+    # the block configurations, each once
+    monkeypatch.setattr(limits, "SEARCH_BLOCKS_WITHIN_BOUND", 3)
+    costed.clear()
+    seen_before_costing.clear()
+    assert main([*ARGS, "--json"]) == 0
+    assert capsys.readouterr().err == ""
+    assert seen_before_costing == [
+        f"search: evaluating {lawful:,} candidates, more than the 5 within the 5 s time bound "
+        f"(SEARCH_CANDIDATES_WITHIN_BOUND): allow {2.5e-5 * (lawful - 5):.1f} s more of CPU\n"
+        f"search: costing {n:,} block configurations, more than the 3 within the 5 s time "
+        f"bound (SEARCH_BLOCKS_WITHIN_BOUND): allow {0.004 * (n - 3):.1f} s more of CPU\n"
+    ]
 
 
 def test_the_streamed_search_allowance() -> None:
@@ -348,14 +361,14 @@ def test_the_streamed_search_allowance() -> None:
         "search: writing 80,326 CSV rows, more than the 20,000 within the 5 s time bound "
         "(SEARCH_CSV_ROWS_WITHIN_BOUND): allow 2.4 s more of CPU"
     )
-    assert search_candidates_notice(50_000) is None
+    assert search_candidates_notice(90_000) is None
     candidates = search_candidates_notice(113_214)
     assert candidates == (
-        "search: evaluating 113,214 candidates, more than the 50,000 within the 5 s time bound "
-        "(SEARCH_CANDIDATES_WITHIN_BOUND): allow 1.6 s more of CPU"
+        "search: evaluating 113,214 candidates, more than the 90,000 within the 5 s time bound "
+        "(SEARCH_CANDIDATES_WITHIN_BOUND): allow 0.6 s more of CPU"
     )
     # the fuzz harness reads the notices back: its bound stretches by what they state
     assert streamed_allowance(f"other line\n{blocks}\n") == pytest.approx(23.4)
     assert streamed_allowance(f"{blocks}\n{rows}\n") == pytest.approx(25.8)
-    assert streamed_allowance(f"{candidates}\n{blocks}\n") == pytest.approx(25.0)
+    assert streamed_allowance(f"{candidates}\n{blocks}\n") == pytest.approx(24.0)
     assert streamed_allowance("search: costing blocks") == 0.0

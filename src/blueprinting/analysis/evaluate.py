@@ -28,6 +28,7 @@ from blueprinting.analysis.memory import (
     stage_parameters,
     training_recipe,
 )
+from blueprinting.analysis.offload import offload_cost
 from blueprinting.analysis.optimizer_step import adam_step_cost, owned_parameters
 from blueprinting.analysis.report import IterationReport
 from blueprinting.errors import ConfigError
@@ -375,6 +376,7 @@ def evaluate_plan(
         datatype=spec.model.datatype,
         system=system,
     )
+    offload = offload_cost(spec, system, plan, critical)
     breakdown = compose_breakdown(
         mapping=mapping,
         plan=plan,
@@ -383,6 +385,7 @@ def evaluate_plan(
         dp_exposed_s=dp.exposed_s,
         optimizer_s=optimizer.time_s,
         critical=critical,
+        offload_exposed_s=0.0 if offload is None else m * offload.exposed_s,
     )
     capacity = int(system.accelerator.hbm.capacity_bytes)
     per_stage = memory_per_stage(
@@ -417,6 +420,7 @@ def evaluate_plan(
         memory_per_stage=per_stage,
         data_parallel=dp,
         optimizer=optimizer,
+        offload=offload,
         strategy_keys=strategy_keys,
         megatron_args=megatron_args,
         megatron_refusals=megatron_refusals,

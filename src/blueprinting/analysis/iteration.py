@@ -5,8 +5,8 @@ The iteration time of the critical pipeline stage's GPU is a sum of named terms,
 there to equal the sum on every record):
 
     T = forward + backward + recompute + pipeline_bubble
-        + tp_comm_exposed + cp_comm_exposed + ep_comm_exposed + host_exposed + pp_comm_exposed
-        + dp_comm_exposed + optimizer
+        + tp_comm_exposed + cp_comm_exposed + ep_comm_exposed + host_exposed + offload_exposed
+        + pp_comm_exposed + dp_comm_exposed + optimizer
 
 with, for m microbatches, v virtual chunks and the critical stage's B blocks:
 
@@ -20,6 +20,9 @@ with, for m microbatches, v virtual chunks and the critical stage's B blocks:
 - host_exposed: m x the blocks x the host (CPU) issue time a layer pass exposes: after the
   dropless MoE layer's host sync, and wherever the host issues slower than the GPU runs
   (``synthesizer/stages/portable_plan/host_dispatch.py``; CUDA graphs remove a scope's ops);
+- offload_exposed: m x what the compute waits for layer-wise CPU offloading's copies, beyond the
+  layers' passes they hide under (:mod:`.offload`; offloading needs p = 1, so no stage waits
+  for another);
 - pp_comm_exposed: blocking P2P (Megatron's default): m x v x (send forward + send backward);
   interleaved with ``overlap_p2p_comm``: 2 (p v - 1) transfers, the warm-up and cool-down ones
   (``../shared/reference/schedules.md`` §4);
@@ -91,6 +94,7 @@ class TimeBreakdown:
     cp_comm_exposed: float = 0.0
     ep_comm_exposed: float = 0.0
     host_exposed: float = 0.0
+    offload_exposed: float = 0.0
 
     @property
     def total_s(self) -> float:
@@ -103,6 +107,7 @@ class TimeBreakdown:
             + self.cp_comm_exposed
             + self.ep_comm_exposed
             + self.host_exposed
+            + self.offload_exposed
             + self.pp_comm_exposed
             + self.dp_comm_exposed
             + self.optimizer
@@ -118,6 +123,7 @@ class TimeBreakdown:
             "cp_comm_exposed": self.cp_comm_exposed,
             "ep_comm_exposed": self.ep_comm_exposed,
             "host_exposed": self.host_exposed,
+            "offload_exposed": self.offload_exposed,
             "pp_comm_exposed": self.pp_comm_exposed,
             "dp_comm_exposed": self.dp_comm_exposed,
             "optimizer": self.optimizer,
@@ -564,10 +570,12 @@ def compose_breakdown(
     optimizer_s: float,
     pp_comm_exposed_s: float | None = None,
     critical: StagePlan | None = None,
+    offload_exposed_s: float = 0.0,
 ) -> TimeBreakdown:
     """The critical stage's iteration breakdown; ``pp_comm_exposed_s`` None means the analytic
     P2P term (:func:`pipeline_p2p_exposed`); ``critical`` is ``plan.critical_stage()``, passed
-    by a caller that has it already."""
+    by a caller that has it already; ``offload_exposed_s``: m x what the stage's compute waits
+    for activation offloading copies (:mod:`.offload`)."""
     m = mapping.microbatch_count
     stage = plan.critical_stage() if critical is None else critical
     work = stage_work(plan, stage, m)
@@ -581,6 +589,7 @@ def compose_breakdown(
         cp_comm_exposed=work.cp_comm_exposed,
         ep_comm_exposed=work.ep_comm_exposed + plan_unpaired_ep_exposed_s(schedule, plan, stage, m),
         host_exposed=work.host_exposed,
+        offload_exposed=offload_exposed_s,
         pp_comm_exposed=(
             pipeline_p2p_exposed(mapping.parallelism.pipeline.schedule, plan, m)
             if pp_comm_exposed_s is None

@@ -108,6 +108,7 @@ from blueprinting.mapping.model import (
     TransformerModelSpec,
 )
 from blueprinting.mapping.transformer import (
+    ActivationOffload,
     AllGatherKV,
     AttentionKernel,
     CombinedOneForwardOneBackward,
@@ -125,6 +126,8 @@ from blueprinting.mapping.transformer import (
     HeadAllToAll,
     HierarchicalAllToAllRing,
     InterleavedOneForwardOneBackward,
+    LayerCpuOffload,
+    NoActivationOffload,
     NoOptimizerSharding,
     NoRecompute,
     OneForwardOneBackward,
@@ -553,7 +556,7 @@ def _stage_parameters(
     model: TransformerModelSpec,
     mapping: TransformerTrainingMappingSpec,
     stage: int,
-    inv: _ParameterLayout,
+    layout: _ParameterLayout,
 ) -> StageParameters:
     _check_stage(stage, mapping.pipeline_degree)
     counts = stage_parameter_counts(
@@ -561,13 +564,13 @@ def _stage_parameters(
         tensor_degree=mapping.tensor_degree,
         pipeline_degree=mapping.pipeline_degree,
         stage=stage,
-        blocks=sum(inv.chunks[stage]),
-        block_parameters=inv.block_parameters,
+        blocks=sum(layout.chunks[stage]),
+        block_parameters=layout.block_parameters,
         loss_at=loss_stage(mapping.parallelism.pipeline.schedule, mapping.pipeline_degree),
     )
     if model.moe is None:
         return counts
-    dense, routed = inv.moe_parameters
+    dense, routed = layout.moe_parameters
     mtp_dense = mtp_expert = 0
     if model.mtp_num_layers and counts.output_layer + counts.final_norm > 0:
         # MTP depths sit on the loss stage (Megatron-LM's default placement); each has the
@@ -575,12 +578,12 @@ def _stage_parameters(
         last_moe = model.mtp_layer_is_moe
         h, t = model.hidden_size, mapping.tensor_degree
         extra = 2 * h * _ceil_div(h, t) + 3 * model.norm_parameters
-        layer = dense if last_moe else inv.block_parameters
+        layer = dense if last_moe else layout.block_parameters
         mtp_dense = model.mtp_num_layers * (layer + extra)
         mtp_expert = model.mtp_num_layers * (routed if last_moe else 0)
     return replace(
         counts,
-        moe_blocks=sum(inv.moe_chunks[stage]),
+        moe_blocks=sum(layout.moe_chunks[stage]),
         moe_dense_parameters=dense,
         expert_parameters=routed,
         mtp_dense=mtp_dense,
@@ -1046,6 +1049,9 @@ class StageActivations:
     logits: int
     #: the loss stage's multi-token-prediction depths (:func:`mtp_stored_bytes`; 0 elsewhere)
     mtp: int = 0
+    #: what layer-wise CPU offloading keeps in pinned host memory per microbatch (the offloaded
+    #: layers' stores; not part of the GPU's figures)
+    host_offloaded: int = 0
 
 
 def stage_activations(
@@ -1082,14 +1088,22 @@ def _stage_activations(
     stored: int
     working = 0
     recompute = mapping.parallelism.recompute
+    # layer-wise CPU offloading (p = 1, no recompute: laws) keeps the first layers' stores on
+    # the host; at most L - N layers' stores are on the GPU at once (TE cpu_offload.py: a
+    # layer's copy is freed by the forward of layer L - N + i and reloaded from the backward of
+    # layer L - 1 - N + i)
+    offloaded = offloaded_layers(mapping.parallelism.offload)
+    offloaded_moe = model.moe_layers_in(0, offloaded) if offloaded else 0
+    host = 0
     match recompute:
         case NoRecompute():
             stored = plain_stored_bytes(
-                sum(count * layers for count, layers in pairs),
-                sum(c * n for c, n in moe_pairs),
+                sum(count * layers for count, layers in pairs) - offloaded,
+                sum(c * n for c, n in moe_pairs) - offloaded_moe,
                 inv.layer_full,
                 inv.moe_layer_full,
             )
+            host = plain_stored_bytes(offloaded, offloaded_moe, inv.layer_full, inv.moe_layer_full)
         case SelectiveRecompute():
             stored = plain_stored_bytes(
                 sum(count * layers for count, layers in pairs),
@@ -1162,7 +1176,19 @@ def _stage_activations(
         embedding=embedding,
         logits=logits,
         mtp=mtp,
+        host_offloaded=host,
     )
+
+
+def offloaded_layers(offload: ActivationOffload) -> int:
+    """The layers whose stored activations an offloading policy moves to host memory."""
+    match offload:
+        case NoActivationOffload():
+            return 0
+        case LayerCpuOffload(num_layers=layers):
+            return layers
+        case _ as unreachable:
+            assert_never(unreachable)
 
 
 def _mtp_depth(

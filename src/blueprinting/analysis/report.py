@@ -23,6 +23,7 @@ from blueprinting.analysis.iteration import (
     stage_tp_comm,
 )
 from blueprinting.analysis.memory import MemoryBreakdown, stage_activations
+from blueprinting.analysis.offload import OffloadCost
 from blueprinting.analysis.optimizer_step import OptimizerStepCost
 from blueprinting.analysis.pipeline_contract import BubbleContract
 from blueprinting.hardware.system import SystemSpec
@@ -88,6 +89,22 @@ def _expert_memory_json(stage: MemoryBreakdown) -> dict[str, JsonValue]:
     }
 
 
+def _offload_json(offload: OffloadCost | None) -> dict[str, JsonValue] | None:
+    """Per microbatch: the offloaded layers, their stores in pinned host memory, each copy's time
+    and the layers' passes it hides under, and what the compute waits."""
+    if offload is None:
+        return None
+    return {
+        "layers": offload.layers,
+        "host_bytes": offload.bytes,
+        "device_to_host_s": offload.device_to_host_s,
+        "host_to_device_s": offload.host_to_device_s,
+        "forward_window_s": offload.forward_window_s,
+        "backward_window_s": offload.backward_window_s,
+        "exposed_s": offload.exposed_s,
+    }
+
+
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class IterationReport:
@@ -118,6 +135,8 @@ class IterationReport:
     simulation: PlanSimulation | None = None
     """The plan path's simulation of the schedule (one DAG, three runs) when it ran; ``blueprinting
     simulate`` reuses it instead of building the schedule again."""
+    offload: OffloadCost | None = None
+    """Layer-wise CPU offloading's copies per microbatch (None without offloading)."""
 
     @property
     def iteration_time_s(self) -> float:
@@ -379,6 +398,10 @@ class IterationReport:
                 "stage": memory.stage,
                 "peak_at": memory.peak.value,
                 "expert": _expert_memory_json(memory),
+                # pinned host memory, not the GPU's: layer-wise CPU offloading's stores
+                "host_offloaded": stage_activations(
+                    self.spec.model, self.spec.mapping, memory.stage
+                ).host_offloaded,
             },
             "fits_in_memory": memory.fits,
             "memory_total_bytes_per_stage": [stage.total for stage in self.memory_per_stage],
@@ -424,6 +447,7 @@ class IterationReport:
                 "bytes_moved": self.optimizer.bytes_moved,
                 "time_s": self.optimizer.time_s,
             },
+            "activation_offload": _offload_json(self.offload),
             "strategy": strategy,
             "megatron_args": list(self.megatron_args),
             "megatron_refusals": list(self.megatron_refusals),

@@ -288,16 +288,13 @@ def _result(args: argparse.Namespace) -> SearchResult:
     with Progress(transient=True, console=Console(stderr=True)) as bar:
         task = bar.add_task("costing blocks", total=None)
 
-        def tick(done: int, total: int) -> None:
-            # printed above the live bar, which redraws below it
-            notice(
-                total,
-                lambda text: bar.console.print(text, markup=False, highlight=False, soft_wrap=True),
-            )
-            bar.update(task, completed=done, total=total)
-
         def say(text: str) -> None:
+            # printed above the live bar, which redraws below it
             bar.console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+        def tick(done: int, total: int) -> None:
+            notice(total, say)
+            bar.update(task, completed=done, total=total)
 
         return run_search(
             model,

@@ -197,6 +197,7 @@ from blueprinting.hardware.system import (
     ComputeEngineSpec,
     DatatypeRate,
     GemmFormatRate,
+    HostLink,
     LinkSpec,
     MemorySpec,
     NcclByTransport,
@@ -512,6 +513,20 @@ def _hbm(
 A100_NCCL = RuntimeMemory()
 
 
+#: NVLink-C2C between a Grace CPU and a Blackwell GPU: 900 GB/s bidirectional per link, one
+#: link per GPU (Transformer Engine ``docs/features/other_optimizations/cpu_offloading/
+#: cpu_offloading.rst`` @d0067d0d and its figure), the GH200 link. Achieved by the copy
+#: engines on a GH200: host-to-device 346 GB/s (NVIDIA/nvbandwidth #23,
+#: ``host_to_device_memcpy_ce``), device-to-host about 15% below it (same report: "H2D is
+#: approximately 15% faster than D2H"), 346 / 1.15 = 301 GB/s. Not modelled: the two GPUs of a
+#: GB200 / GB300 superchip sharing one Grace's LPDDR5X when both copy at once.
+GRACE_C2C_HOST_LINK = HostLink(
+    device_to_host_bytes_per_s=301e9,
+    host_to_device_bytes_per_s=346e9,
+    source="NVLink-C2C, GH200 copy-engine memcpy (NVIDIA/nvbandwidth #23)",
+)
+
+
 def _system(
     *,
     name: str,
@@ -525,10 +540,12 @@ def _system(
     host_cpu: HostCpu = HostCpu.X86,
     runtime: RuntimeMemory = A100_NCCL,
     ep_kernels: tuple[EpKernelRates, ...] = (),
+    host_link: HostLink | None = None,
 ) -> SystemSpec:
     return SystemSpec(
         runtime=runtime,
         host_cpu=host_cpu,
+        host_link=host_link,
         name=name,
         accelerator=accelerator,
         node=NodeSpec(
@@ -886,6 +903,7 @@ _PRESETS: dict[str, SystemSpec] = {
         name="dgx-gb200",
         accelerator=_gb200(),
         host_cpu=HostCpu.GRACE,
+        host_link=GRACE_C2C_HOST_LINK,
         nvlink_gbps_per_direction=900,
         nvlink_efficiency=GB200_NVLINK_FIT[1],
         nvlink_latency_s=GB200_NVLINK_FIT[0],
@@ -904,6 +922,7 @@ _PRESETS: dict[str, SystemSpec] = {
         name="dgx-gb300",
         accelerator=_gb300(),
         host_cpu=HostCpu.GRACE,
+        host_link=GRACE_C2C_HOST_LINK,
         nvlink_gbps_per_direction=900,
         nvlink_efficiency=GB200_NVLINK_FIT[1],
         nvlink_latency_s=GB200_NVLINK_FIT[0],

@@ -950,6 +950,31 @@ def _rate_time(
 
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
+class HostLink:
+    """A GPU's link to its host's memory, per GPU and per direction, as its copy engines move
+    pinned memory (``cudaMemcpyAsync``, the copies activation offloading issues): what
+    layer-wise CPU offloading is timed by (:mod:`blueprinting.analysis.offload`). ``source``
+    names the measurement."""
+
+    device_to_host_bytes_per_s: float
+    host_to_device_bytes_per_s: float
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        bad = [
+            f"HostLink.{name} must be a positive finite number (bytes/s), got {value!r}"
+            for name, value in (
+                ("device_to_host_bytes_per_s", self.device_to_host_bytes_per_s),
+                ("host_to_device_bytes_per_s", self.host_to_device_bytes_per_s),
+            )
+            if type(value) not in (int, float) or not 0 < value < float("inf")
+        ]
+        if bad:
+            raise ConfigError(bad)
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SystemSpec:
     """A cluster of identical accelerators; the number of GPUs comes from the strategy (t*p*d)."""
 
@@ -970,6 +995,9 @@ class SystemSpec:
     runtime: RuntimeMemory = field(default_factory=RuntimeMemory)
     #: The CPU that issues the kernels: what one op costs the host (:mod:`.host`).
     host_cpu: HostCpu = HostCpu.X86
+    #: The GPU's link to host memory (activation offloading); None: not measured for the
+    #: system, and a strategy that offloads is refused until it is given.
+    host_link: HostLink | None = None
 
     def __str__(self) -> str:
         domain = self.node.nvlink_domain_size

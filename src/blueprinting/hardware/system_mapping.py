@@ -13,6 +13,8 @@ The mapping form (every key optional when a ``preset`` is given; SI units, the u
     processing_mode = "roofline"      # or "no_overlap"
     async_tp_backward_comm = true     # false: Megatron-LM before Sept. 2021 (SystemSpec docs)
     host_cpu = "x86"                  # or "grace": the CPU issuing the kernels (hardware/host.py)
+    host_link = {device_to_host_bytes_per_s = 301e9, host_to_device_bytes_per_s = 346e9,
+                 source = "..."}      # per GPU and direction (activation offloading)
     rank_layout = "tp-dp-pp"          # or, Calculon-style, fixed link tiers:
     # fixed_tiers = {tp = "intra_node", pp = "scale_out", dp = "scale_out"}
 
@@ -114,6 +116,7 @@ from blueprinting.hardware.system import (
     DomainPlacement,
     FixedTiers,
     GemmFormatRate,
+    HostLink,
     LinkSpec,
     LinkTier,
     MemorySpec,
@@ -154,9 +157,11 @@ _TOP_KEYS = (
     "scale_out",
     "async_tp_backward_comm",
     "host_cpu",
+    "host_link",
     "runtime",
     "ep_kernels",
 )
+_HOST_LINK_KEYS = ("device_to_host_bytes_per_s", "host_to_device_bytes_per_s", "source")
 _ACCELERATOR_KEYS = (
     "name",
     "matrix",
@@ -315,6 +320,12 @@ def system_to_mapping(system: SystemSpec) -> dict[str, object]:
         result["async_tp_backward_comm"] = False
     if system.host_cpu is not HostCpu.X86:
         result["host_cpu"] = system.host_cpu.value
+    if system.host_link is not None:
+        result["host_link"] = {
+            "device_to_host_bytes_per_s": system.host_link.device_to_host_bytes_per_s,
+            "host_to_device_bytes_per_s": system.host_link.host_to_device_bytes_per_s,
+            "source": system.host_link.source,
+        }
     result["accelerator"] = accelerator
     result["intra_node"] = _link_to_mapping(system.node.link)
     result["scale_out"] = _link_to_mapping(system.scale_out)
@@ -987,6 +998,11 @@ def system_from_mapping(section: Mapping[str, object], *, source: str | None = N
     if not isinstance(async_tp, bool):
         out.add(f"system.async_tp_backward_comm must be true or false, got {async_tp!r}")
     host_cpu = _choice(HostCpu, merged.get("host_cpu", HostCpu.X86.value), "system.host_cpu", out)
+    host_link = (
+        _host_link_from_mapping(merged["host_link"], "system.host_link", out)
+        if "host_link" in merged
+        else None
+    )
     assignment = _assignment_from_mapping(merged, out)
     accelerator = _accelerator_from_mapping(
         _required(merged, "accelerator", "system", out), "system.accelerator", out
@@ -1048,6 +1064,30 @@ def system_from_mapping(section: Mapping[str, object], *, source: str | None = N
         async_tp_backward_comm=async_tp is not False,
         host_cpu=host_cpu,
         runtime=runtime,
+        host_link=host_link,
+    )
+
+
+def _host_link_from_mapping(value: object, where: str, out: ProblemCollector) -> HostLink | None:
+    """``host_link``: both rates (bytes/s, per GPU and direction) and an optional source."""
+    table = _table(value, where, out)
+    if table is None:
+        return None
+    _unknown_keys(table, _HOST_LINK_KEYS, where, out)
+    rates = [
+        _number(_required(table, key, where, out), f"{where}.{key}", out)
+        for key in _HOST_LINK_KEYS[:2]
+    ]
+    source = _string(table.get("source", ""), f"{where}.source", out)
+    d2h, h2d = rates
+    if d2h is None or h2d is None or source is None:
+        return None
+    return _checked(
+        out,
+        where,
+        lambda: HostLink(
+            device_to_host_bytes_per_s=d2h, host_to_device_bytes_per_s=h2d, source=source
+        ),
     )
 
 

@@ -97,6 +97,7 @@ from blueprinting.mapping.presets import did_you_mean
 from blueprinting.mapping.transformer import (
     DEFAULT_RECOMPUTE_MODULES,
     TE_PIPELINE_SPLITS,
+    ActivationOffload,
     AllGatherDispatcher,
     AllGatherKV,
     AllReduce,
@@ -130,7 +131,9 @@ from blueprinting.mapping.transformer import (
     InferenceWorkload,
     InterleavedOneForwardOneBackward,
     KernelFusions,
+    LayerCpuOffload,
     LayoutStage,
+    NoActivationOffload,
     NoOptimizerSharding,
     NoRecompute,
     NoTpCommOverlap,
@@ -245,6 +248,14 @@ TRAINING_KEYS: Mapping[str, _Key] = {
     "recompute_method": _choice(*(m.value for m in RecomputeMethod)),
     "recompute_num_layers": _int(),
     "recompute_activations": _bool(),
+    # Megatron-Core's layer-wise CPU offloading (model_parallel_config.py l.458-480
+    # @d98e8a64): Megatron-LM's command line has only --cpu-offloading-num-layers, which turns
+    # cpu_offloading on when positive (arguments.py l.1950-1951); Megatron-Bridge sets the
+    # config fields.
+    "cpu_offloading": _bool(),
+    "cpu_offloading_num_layers": _Key(kind=_Kind.COUNT),
+    "cpu_offloading_activations": _bool(),
+    "cpu_offloading_weights": _bool(),
     # Megatron takes a list (--recompute-modules core_attn mlp); here one string of names
     # separated by spaces or commas.
     "recompute_modules": _Key(kind=_Kind.STR),
@@ -1392,6 +1403,7 @@ def from_mapping(
     communication = _training_tensor_communication(values, problems)
     sharding = _sharding(values, problems)
     recompute = _recompute(values, problems, unsupported)
+    offload = _offload(values, unsupported)
     attention = _attention(values, problems)
     precision = _precision(values, problems, unsupported)
     cuda_graphs = _cuda_graphs(values, problems)
@@ -1437,6 +1449,7 @@ def from_mapping(
                 recompute=recompute,
                 context=context,
                 experts=experts,
+                offload=offload,
             ),
             batch=BatchSpec(global_batch_size=gbs, micro_batch_size=mbs),
             attention=attention,
@@ -2012,6 +2025,53 @@ def cuda_graph_keys(graphs: CudaGraphs) -> dict[str, FlatValue]:
     return out
 
 
+def _offload(values: Mapping[str, FlatValue], unsupported: list[str]) -> ActivationOffload:
+    """The activation offloading Megatron-Core runs for the ``cpu_offloading`` keys: the first
+    ``cpu_offloading_num_layers`` layers' activations when ``cpu_offloading`` is on (given, or,
+    as Megatron-LM's command line sets it, implied by a positive layer count); none when it is
+    off or the count is 0, as Megatron-Core then offloads nothing
+    (``transformer_block.py`` l.304-325 @d98e8a64). The layer count's upper bound is a law."""
+    layers = _get_int(values, "cpu_offloading_num_layers") or 0
+    enabled = _get_bool(values, "cpu_offloading")
+    if not (layers > 0 if enabled is None else enabled):
+        return NoActivationOffload()
+    if values.get("cpu_offloading_weights") is True:
+        unsupported.append(
+            "cpu_offloading_weights = true is not modelled (weight offloading has had no effect "
+            "since Transformer Engine 2.3, transformer_engine/pytorch/cpu_offload.py); drop it"
+        )
+    if values.get("cpu_offloading_activations") is False:
+        unsupported.append(
+            "cpu_offloading_activations = false is not modelled (the layers would offload no "
+            "activation); set cpu_offloading = false instead"
+        )
+    if layers == 0:
+        return NoActivationOffload()
+    return LayerCpuOffload(num_layers=layers)
+
+
+def _offload_keys(offload: ActivationOffload) -> dict[str, FlatValue]:
+    match offload:
+        case NoActivationOffload():
+            return {}
+        case LayerCpuOffload(num_layers=layers):
+            return {"cpu_offloading": True, "cpu_offloading_num_layers": layers}
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def _offload_args(offload: ActivationOffload) -> list[str]:
+    """Megatron-LM's flag: the layer count, which turns ``cpu_offloading`` on
+    (``arguments.py`` l.1950-1951 @d98e8a64; the flag exists since commit 310671436c)."""
+    match offload:
+        case NoActivationOffload():
+            return []
+        case LayerCpuOffload(num_layers=layers):
+            return ["--cpu-offloading-num-layers", str(layers)]
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
 def _recompute_modules(text: str, problems: list[str]) -> frozenset[RecomputeModule]:
     """Megatron's ``--recompute-modules`` names (separated by spaces or commas; a YAML-style
     ``[a, b]`` is read too). A module whose layer the model lacks (``moe_act`` on a dense
@@ -2208,6 +2268,7 @@ def to_mapping(spec: TrainingSpec) -> dict[str, FlatValue]:
     out["overlap_grad_reduce"] = par.data.overlap_grad_reduce
     out |= grad_reduce_keys(par.data.grad_reduce_dtype, spec.model.datatype)
     out |= _recompute_keys(par.recompute)
+    out |= _offload_keys(par.offload)
     out["attention_backend"] = mapping.attention.backend.value
     out |= fusion_keys(mapping.fusions)
     out["micro_batch_size"] = mapping.batch.micro_batch_size
@@ -2567,6 +2628,7 @@ def megatron_args_of_lawful(spec: TrainingSpec) -> list[str]:
     args += _sharding_args(par.data)
     args += _grad_reduce_args(par.data, spec.model.datatype)
     args += _flags(_recompute_keys(par.recompute))
+    args += _offload_args(par.offload)
     if mapping.attention.backend is not AttentionBackend.AUTO:
         # auto is Megatron-LM's default: the flag is spelled out only when it differs.
         args += ["--attention-backend", mapping.attention.backend.value]

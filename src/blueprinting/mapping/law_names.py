@@ -89,6 +89,10 @@ class Law(StrEnum):
     MEGATRON_CUDA_GRAPH_MLP_NEEDS_DENSE_LAYER = "cuda_graph_mlp_needs_dense_layer"
     MEGATRON_CUDA_GRAPH_MOE_STATIC_SHAPES = "cuda_graph_moe_needs_drop_and_pad"
     MEGATRON_CUDA_GRAPH_PREPROCESS_SYNC = "cuda_graph_moe_preprocess_host_copies"
+    MEGATRON_CPU_OFFLOAD_LAYERS = "cpu_offloading_num_layers"
+    MEGATRON_CPU_OFFLOAD_PIPELINE = "cpu_offloading_pipeline"
+    MEGATRON_CPU_OFFLOAD_RECOMPUTE = "cpu_offloading_recompute"
+    MEGATRON_CPU_OFFLOAD_CUDA_GRAPHS = "cpu_offloading_cuda_graphs"
 
     @property
     def searched(self) -> bool:
@@ -110,6 +114,8 @@ class Law(StrEnum):
             # the search plans no CUDA graphs (cuda_graph_impl none), so none of their laws
             # can fail there
             *CUDA_GRAPH_LAWS,
+            # nor activation offloading
+            *CPU_OFFLOAD_LAWS,
         )
 
     @property
@@ -250,6 +256,14 @@ class Law(StrEnum):
                     "moe_preprocess in cuda_graph_scope and alltoall without drop-and-pad => "
                     "no moe_expert_capacity_factor"
                 )
+            case Law.MEGATRON_CPU_OFFLOAD_LAYERS:
+                return "cpu_offloading => 0 <= cpu_offloading_num_layers < L"
+            case Law.MEGATRON_CPU_OFFLOAD_PIPELINE:
+                return "cpu_offloading => p == 1"
+            case Law.MEGATRON_CPU_OFFLOAD_RECOMPUTE:
+                return "cpu_offloading => recompute_granularity is none"
+            case Law.MEGATRON_CPU_OFFLOAD_CUDA_GRAPHS:
+                return "cpu_offloading => cuda_graph_impl = none, or local with full_iteration"
             case Law.RECOMPUTE_MODULE_NEEDS_LAYER:
                 return (
                     "moe_act, moe in recompute_modules => MoE layers; shared_experts => shared "
@@ -299,6 +313,15 @@ def law_violation(law: Law, message: str, **values: str | int | bool | None) -> 
         ruleset=law.ruleset,
     )
 
+
+#: The activation offloading laws (:mod:`blueprinting.mapping.offload_laws`); the search plans
+#: no offloading, so it applies none of them.
+CPU_OFFLOAD_LAWS: tuple[Law, ...] = (
+    Law.MEGATRON_CPU_OFFLOAD_LAYERS,
+    Law.MEGATRON_CPU_OFFLOAD_PIPELINE,
+    Law.MEGATRON_CPU_OFFLOAD_RECOMPUTE,
+    Law.MEGATRON_CPU_OFFLOAD_CUDA_GRAPHS,
+)
 
 #: The CUDA graph laws (:mod:`blueprinting.mapping.cuda_graph_laws`); the search plans no CUDA
 #: graphs, so it applies none of them.

@@ -952,6 +952,7 @@ def check_training(
     """
     from blueprinting.mapping.cuda_graph_laws import cuda_graph_laws
     from blueprinting.mapping.expert_laws import expert_laws
+    from blueprinting.mapping.offload_laws import offload_laws
     from blueprinting.mapping.precision_laws import precision_laws
 
     p = mapping.pipeline_degree
@@ -1029,6 +1030,7 @@ def check_training(
     out.extend(x for x in precision_out if x.ruleset is RuleSet.MEGATRON)
     out.extend(x for x in expert_out if x.ruleset is RuleSet.MEGATRON)
     out.extend(x for x in graph_out if x.ruleset is RuleSet.MEGATRON)
+    out.extend(offload_laws(model, mapping))
     return tuple(out)
 
 

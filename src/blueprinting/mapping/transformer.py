@@ -1051,6 +1051,39 @@ RecomputePolicy: TypeAlias = NoRecompute | SelectiveRecompute | FullRecompute
 
 
 # --------------------------------------------------------------------------------------------
+# Activation offloading to host memory (Megatron-Core ``cpu_offloading``)
+# --------------------------------------------------------------------------------------------
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NoActivationOffload:
+    def __str__(self) -> str:
+        return "none"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LayerCpuOffload:
+    """Megatron-Core's layer-wise CPU offloading (``cpu_offloading`` with
+    ``cpu_offloading_num_layers``; Megatron-LM's ``--cpu-offloading-num-layers``): the tensors
+    the first ``num_layers`` transformer layers save for backward go to pinned host memory
+    during the forward and come back before their backward, through Transformer Engine's
+    ``get_cpu_offload_context`` (``megatron/core/transformer/transformer_block.py`` l.304-325,
+    742 @d98e8a64; ``transformer_engine/pytorch/cpu_offload.py`` @d0067d0d). Weight offloading
+    (``cpu_offloading_weights``) has no effect since TE 2.3 and is not a variant."""
+
+    num_layers: int
+
+    def __post_init__(self) -> None:
+        _require_positive("LayerCpuOffload", num_layers=self.num_layers)
+
+    def __str__(self) -> str:
+        return f"cpu({self.num_layers})"
+
+
+ActivationOffload: TypeAlias = NoActivationOffload | LayerCpuOffload
+
+
+# --------------------------------------------------------------------------------------------
 # The attention kernel (Megatron-LM ``--attention-backend``)
 # --------------------------------------------------------------------------------------------
 class AttentionBackend(StrEnum):
@@ -1163,11 +1196,18 @@ class TransformerTrainingParallelism:
     context: ContextParallel = field(default_factory=ContextParallel)
     #: the expert grid; only MoE models read it (a dense model with EP > 1 breaks a law)
     experts: ExpertParallel = field(default_factory=ExpertParallel)
+    #: where stored activations live between a layer's forward and its backward
+    offload: ActivationOffload = field(default_factory=NoActivationOffload)
 
     def __str__(self) -> str:
         cp = f" {self.context}" if self.context.degree > 1 else ""
         ep = f" {self.experts}" if self.experts.degree > 1 or self.experts.tensor_degree > 1 else ""
-        return f"{self.tensor}{cp} {self.pipeline} {self.data}{ep} recompute={self.recompute}"
+        offload = (
+            "" if isinstance(self.offload, NoActivationOffload) else f" offload={self.offload}"
+        )
+        return (
+            f"{self.tensor}{cp} {self.pipeline} {self.data}{ep} recompute={self.recompute}{offload}"
+        )
 
 
 @final

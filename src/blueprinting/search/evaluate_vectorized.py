@@ -1031,7 +1031,7 @@ def _stage_memory(
     count = np.array([s.dense_total for s in params], dtype=np.int64)[inverse]
     experts = np.array([s.expert_total for s in params], dtype=np.int64)[inverse]
     largest = np.array([s.largest_unit for s in params], dtype=np.int64)[inverse]
-    # memory.low_precision_weight_extra (0 under ZeRO-3, hence the sharding in the key)
+    # memory.low_precision_weight_extra (0 under ZeRO-3, hence the ZeRO-3 flag in the key)
     weight_extra = np.array(
         [
             low_precision_weight_extra(model, mapping, s.blocks, recipe.param, s.moe_blocks)

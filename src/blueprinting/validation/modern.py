@@ -408,7 +408,8 @@ def _run(raw: Mapping[str, object], where: str, problems: ProblemCollector) -> M
         problems.add(f"{where}: key(s) in both model and strategy: {', '.join(both)}")
     for key in ("tensor_model_parallel_size", "global_batch_size"):
         integer(strategy_keys, key, f"{where}.strategy", problems, fallback=1)
-    # the degrees the row's data-parallel size is derived from (ModernRun.data_parallel)
+    # the degrees the row's data-parallel size is derived from (ModernRun.data_parallel), and
+    # the global batch its microbatches are
     for key in (
         "tensor_model_parallel_size",
         "pipeline_model_parallel_size",
