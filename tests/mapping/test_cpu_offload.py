@@ -239,3 +239,20 @@ def test_the_host_link_round_trips_and_bad_rates_are_refused() -> None:
     assert "x" in text
     with pytest.raises(ConfigError, match="must be a positive finite number"):
         HostLink(device_to_host_bytes_per_s=-1.0, host_to_device_bytes_per_s=1.0)
+
+
+def test_the_plan_text_names_the_host_memory_and_the_wait(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from blueprinting.cli.main import main
+
+    argv = ["plan", "--model", "llama3-8b", "--system", "dgx-gb200", "--gpus", "4"]
+    keys = ["tensor_model_parallel_size=2", "sequence_parallel=true", "global_batch_size=8"]
+    sets = [arg for key in keys for arg in ("--set", key)]
+    assert main([*argv, *sets, "--set", "cpu_offloading_num_layers=30"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "CPU offloading: 30 layers' activations," in text
+    assert "in pinned host memory per GPU" in text
+    assert "(offload_exposed)" in text
+    assert main([*argv, *sets]) == 0
+    assert "CPU offloading" not in capsys.readouterr().out

@@ -109,6 +109,17 @@ def render_plan(report: IterationReport, console: Console, *, all_stages: bool =
         f"{memory.capacity / GIB:.1f} GiB at the reserved peak ({memory.peak.value}): "
         f"{verdict}, headroom {memory.headroom / GIB:.2f} GiB"
     )
+    offload = report.offload
+    if offload is not None:
+        # the host's memory, not the GPU's: beside the table, never in its sums
+        console.print(
+            f"CPU offloading: {offload.layers} layers' activations, {offload.bytes / GIB:.2f} GiB "
+            f"in pinned host memory per GPU; copies {offload.device_to_host_s:.4f} s out and "
+            f"{offload.host_to_device_s:.4f} s back per microbatch under "
+            f"{offload.forward_window_s:.4f} s / {offload.backward_window_s:.4f} s of the other "
+            f"layers' passes: the compute waits {offload.exposed_s:.4f} s (offload_exposed)",
+            markup=False,
+        )
 
     if all_stages:
         stages = Table(title="Memory per GPU by pipeline stage (GiB)")
