@@ -25,6 +25,7 @@ Grace superchip sharing its memory.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import final
 
@@ -32,7 +33,7 @@ from blueprinting.analysis.memory import offloaded_layers, stage_activations
 from blueprinting.errors import UnsupportedError
 from blueprinting.hardware.system import SystemSpec
 from blueprinting.mapping.transformer import TrainingSpec
-from blueprinting.synthesizer.stages.portable_plan.ir import ZERO_PHASE, PortablePlanIR, StagePlan
+from blueprinting.synthesizer.stages.portable_plan.ir import BlockCost, PortablePlanIR, StagePlan
 
 
 @final
@@ -71,17 +72,13 @@ def offload_cost(
             "host_to_device_bytes_per_s = ...}: the copy engines' pinned-memory rates per GPU)"
         )
     stored = stage_activations(spec.model, spec.mapping, stage.index).host_offloaded
-    moe = plan.moe_block
-    forward = (
-        stage.dense_blocks * plan.block.forward.critical_path_s
-        + stage.moe_blocks * (ZERO_PHASE if moe is None else moe.forward).critical_path_s
-    )
-    backward = stage.dense_blocks * (
-        plan.block.backward_activation.critical_path_s + plan.block.backward_weight.critical_path_s
-    ) + stage.moe_blocks * (
-        0.0
-        if moe is None
-        else moe.backward_activation.critical_path_s + moe.backward_weight.critical_path_s
+    forward = _blocks_pass_s(plan, stage, lambda block: block.forward.critical_path_s)
+    backward = _blocks_pass_s(
+        plan,
+        stage,
+        lambda block: (
+            block.backward_activation.critical_path_s + block.backward_weight.critical_path_s
+        ),
     )
     blocks = stage.blocks
     hidden = max(blocks - 2, 0) / blocks if blocks else 0.0
@@ -93,3 +90,11 @@ def offload_cost(
         forward_window_s=forward * hidden,
         backward_window_s=backward * hidden,
     )
+
+
+def _blocks_pass_s(
+    plan: PortablePlanIR, stage: StagePlan, pass_s: Callable[[BlockCost], float]
+) -> float:
+    """One pass (``pass_s`` of a costed block) over the stage's dense and MoE blocks."""
+    moe = 0.0 if plan.moe_block is None else pass_s(plan.moe_block)
+    return stage.dense_blocks * pass_s(plan.block) + stage.moe_blocks * moe
