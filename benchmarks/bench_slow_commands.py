@@ -58,6 +58,11 @@ COMMANDS: dict[str, tuple[str, ...]] = {
         "search", "--model", "qwen3-30b-a3b", "--gpus", "4", "1536", "--global-batch", "2382",
         "--max-micro-batch", "4", "--tp-comm-overlap", "off", "--context-parallel", "auto",
     ),
+    # A plain MoE search at the block bound (limits.SEARCH_BLOCKS_WITHIN_BOUND): 1,008 block
+    # configurations and 63,192 candidates (fuzz seed 1307 case 33155 adds an unlawful count).
+    "search-gpt-oss-20b-64": (
+        "search", "--model", "gpt-oss-20b", "--gpus", "64", "1083", "--global-batch", "3276",
+    ),
     "search-gpt3-175b-1024": (
         "search", "--model", "gpt3-175b", "--gpus", "1024", "--global-batch", "1536",
     ),

@@ -302,7 +302,7 @@ def test_a_search_beyond_the_bound_says_so_up_front(
         f"bound (SEARCH_BLOCKS_WITHIN_BOUND): allow {0.004 * (n - 3):.1f} s more of CPU\n"
     ]
     # --csv says so too, before it writes, when it writes more rows than the bound covers
-    monkeypatch.setattr(limits, "SEARCH_BLOCKS_WITHIN_BOUND", 1000)
+    monkeypatch.setattr(limits, "SEARCH_BLOCKS_WITHIN_BOUND", 800)
     monkeypatch.setattr(limits, "SEARCH_CSV_ROWS_WITHIN_BOUND", 10)
     assert main([*ARGS, "--csv", "-"]) == 0
     captured = capsys.readouterr()
@@ -349,12 +349,12 @@ def test_the_streamed_search_allowance() -> None:
     )
     from tests.fuzz.cli_cases import streamed_allowance
 
-    assert search_blocks_notice(1000) is None
+    assert search_blocks_notice(800) is None
     assert search_csv_notice(20_000) is None
     blocks = search_blocks_notice(6858)
     assert blocks == (
-        "search: costing 6,858 block configurations, more than the 1,000 within the 5 s time "
-        "bound (SEARCH_BLOCKS_WITHIN_BOUND): allow 23.4 s more of CPU"
+        "search: costing 6,858 block configurations, more than the 800 within the 5 s time "
+        "bound (SEARCH_BLOCKS_WITHIN_BOUND): allow 24.2 s more of CPU"
     )
     rows = search_csv_notice(80_326)
     assert rows == (
@@ -368,7 +368,7 @@ def test_the_streamed_search_allowance() -> None:
         "(SEARCH_CANDIDATES_WITHIN_BOUND): allow 0.6 s more of CPU"
     )
     # the fuzz harness reads the notices back: its bound stretches by what they state
-    assert streamed_allowance(f"other line\n{blocks}\n") == pytest.approx(23.4)
-    assert streamed_allowance(f"{blocks}\n{rows}\n") == pytest.approx(25.8)
-    assert streamed_allowance(f"{candidates}\n{blocks}\n") == pytest.approx(24.0)
+    assert streamed_allowance(f"other line\n{blocks}\n") == pytest.approx(24.2)
+    assert streamed_allowance(f"{blocks}\n{rows}\n") == pytest.approx(26.6)
+    assert streamed_allowance(f"{candidates}\n{blocks}\n") == pytest.approx(24.8)
     assert streamed_allowance("search: costing blocks") == 0.0
