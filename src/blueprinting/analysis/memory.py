@@ -72,6 +72,7 @@ from typing import TYPE_CHECKING, assert_never, cast, final
 
 from blueprinting.analysis.precision_memory import (
     param_gather_bytes,
+    saved_input_bytes,
     weight_extra_bytes,
 )
 from blueprinting.analysis.rank_parameters import (
@@ -106,6 +107,11 @@ from blueprinting.mapping.model import (
     PositionEmbedding,
     StandardAttention,
     TransformerModelSpec,
+)
+from blueprinting.mapping.precision import (
+    HighPrecision,
+    TrainingPrecision,
+    high_precision_layers,
 )
 from blueprinting.mapping.transformer import (
     ActivationOffload,
@@ -157,6 +163,9 @@ from blueprinting.synthesizer.dialects.transformer.training import (
     mla_gathered_width,
     received_rows,
 )
+
+#: the default of the activation functions' ``precision``: no recipe
+_HIGH_PRECISION = HighPrecision()
 
 TOKEN_ID_BYTES = 8
 """Megatron-LM feeds int64 token ids to the embedding."""
@@ -397,8 +406,8 @@ def precision_recipe(
     fp32 moments: 2 + 4 + 4 + 8 = 18 = 6 + 12/d. fp16: fp16 params and grads, fp32 main params and
     main grads, two fp32 moments: 2 + 2 + (4 + 4 + 8) = 20 = 4 + 16/d. fp32: 4 + 4 + 8 = 16 = 8 +
     8/d. fp8: Megatron-LM (Transformer Engine) keeps bf16 weights and fp32 optimizer state and runs
-    only the GEMMs in fp8, so the bf16 recipe; activations counted at 2 bytes (an upper bound: TE
-    can keep some GEMM inputs in fp8).
+    only the GEMMs in fp8, so the bf16 recipe; ``activation`` is the 2 bytes of the tensors that
+    stay bf16 (the linears' quantized inputs are :func:`layer_activation_bytes`' ``precision``).
 
     The gradient buffer holds the reduction's datatype (``grad``: 2 or 4 bytes). A 16-bit buffer
     gets an fp32 copy in the optimizer: Megatron-Core's ``_copy_model_grads_to_main_grads`` sets
@@ -661,6 +670,8 @@ def layer_activation_bytes(
     attention: AttentionKernel,
     recomputed: frozenset[RecomputeModule],
     activation_bytes: int,
+    precision: TrainingPrecision = _HIGH_PRECISION,
+    moe: bool = False,
 ) -> int:
     """Bytes one block stores for its backward, for one microbatch on one TP rank.
 
@@ -692,23 +703,44 @@ def layer_activation_bytes(
     sequence parallelism and ``s b h (34 + 5 a s / h) / t`` with it (Table 2); SwiGLU's up width
     2f and GQA's narrower K/V enter through u and k, matching Megatron-LM's
     ``18 + 4 ffn/h`` for GELU with q = k = h.
+
+    Under a low-precision ``precision`` (shared reference section 3.3 "Activations") each
+    Transformer Engine linear keeps its input quantized for the weight gradient
+    (:func:`~blueprinting.analysis.precision_memory.saved_input_bytes`, written ``Q(n)``) where
+    the high-precision copy was the linear's alone: the QKV and MLP-up inputs (the fused norms'
+    outputs, ``Q(h)`` per row each; MLA's input norm feeds two down projections, ``2 Q(h)``), the
+    MLP-down input ``Q(f)`` (the activation function keeps its input, the FC1 output, at ``x``),
+    and MLA's up projections' latent inputs. The attention output is the output projection's
+    input: a fused kernel keeps it at ``x`` for its own backward and the projection adds its
+    quantized copy (``x q + Q(q)``); the unfused core keeps its softmax and V, not its output,
+    so the projection's ``Q(q)`` replaces it. Q, K, V, the softmax statistics and the norms'
+    inputs stay at ``x`` (attention runs in high precision). ``moe``: the layer's MLP is a MoE
+    feed-forward, whose input the router keeps at ``x`` (its expert GEMMs' inputs are
+    :func:`moe_ffn_activation_bytes`').
     """
     t = tensor_degree
     s = model.seq_length
     h = model.hidden_size
     x = activation_bytes
+
+    def kept(elements: int) -> int:
+        return saved_input_bytes(precision, elements, x)
+
+    low = not isinstance(precision, HighPrecision)
     rows = _ceil_div(s, t) if sequence_parallel else s
     up = _ceil_div(model.mlp_up_width, t)
     f = _ceil_div(model.ffn_hidden_size, t)
     # with the two dropout masks (none at hidden_dropout = 0)
     norm_inputs = rows * (2 * x * h + 2 * dropout_mask_bytes(model.has_hidden_dropout) * h)
-    norm_outputs = 0 if RecomputeModule.LAYERNORM in recomputed else rows * 2 * x * h
+    attention_input = kept(rows * h)
     attention_split = 0
     match model.self_attention:
         case StandardAttention():
             q = _ceil_div(model.query_projection_size, t)
             kv = kv_width_per_rank(model, t)
-            attention_split = s * x * (2 * q + 2 * kv)
+            attention_split = s * x * (q + 2 * kv) + _projection_input(
+                s * q, x, precision, attention
+            )
         case MultiLatentAttention() as mla:
             # Q, K (nope + rope), V and the core output per head, plus the latents: the
             # up projections' gathered input and the latent norms' input; mla_up_proj
@@ -719,11 +751,19 @@ def layer_activation_bytes(
             qkv = (
                 0 if RecomputeModule.MLA_UP_PROJ in recomputed else 2 * mla.qk_dim + mla.v_head_dim
             )
-            attention_split = s * x * heads * (qkv + mla.v_head_dim)
-            attention_split += s * x * mla_gathered_width(model) + rows * x * latent
+            attention_split = s * x * heads * qkv
+            attention_split += _projection_input(
+                s * heads * mla.v_head_dim, x, precision, attention
+            )
+            attention_split += kept(s * mla_gathered_width(model)) + rows * x * latent
+            if low:
+                # the query and the KV down projections each quantize the shared norm output
+                attention_input *= 2
         case _ as unreachable:
             assert_never(unreachable)
-    mlp_split = 0 if RecomputeModule.MLP in recomputed else s * x * (up + f)
+    mlp_input = rows * x * h if moe else kept(rows * h)
+    norm_outputs = 0 if RecomputeModule.LAYERNORM in recomputed else attention_input + mlp_input
+    mlp_split = 0 if RecomputeModule.MLP in recomputed else s * x * up + kept(s * f)
     core = 0
     if RecomputeModule.CORE_ATTN not in recomputed:
         core = attention_core_bytes(model, tensor_degree=t, attention=attention, activation_bytes=x)
@@ -733,6 +773,24 @@ def layer_activation_bytes(
 #: Per (token, expert) bytes a MoE layer keeps from its router: the scores / probabilities
 #: and the fused permutation's int64 row map (shared reference sections 2.8 and 7: ``T E 10``).
 ROUTER_BYTES_PER_SCORE = 10
+
+
+def _projection_input(
+    elements: int, x: int, precision: TrainingPrecision, attention: AttentionKernel
+) -> int:
+    """The attention output, the output projection's input, as stored (:func:
+    `layer_activation_bytes`): ``x`` bytes an element in high precision; under a recipe the
+    projection's quantized copy, beside the fused kernel's own ``x`` copy."""
+    if isinstance(precision, HighPrecision):
+        return elements * x
+    quantized = saved_input_bytes(precision, elements, x)
+    match attention:
+        case FusedAttention():
+            return elements * x + quantized
+        case UnfusedAttention():
+            return quantized
+        case _ as unreachable:
+            assert_never(unreachable)
 
 
 def moe_ffn_activation_bytes(
@@ -745,6 +803,7 @@ def moe_ffn_activation_bytes(
     activation_bytes: int,
     recomputed: frozenset[RecomputeModule],
     eager: EagerPasses,
+    precision: TrainingPrecision = _HIGH_PRECISION,
 ) -> int:
     """Bytes a MoE layer's feed-forward stores for its backward on one rank for one
     micro-batch (shared reference section 2.8, after Megatron-LM PR 6782's reasoning: EP does
@@ -764,10 +823,23 @@ def moe_ffn_activation_bytes(
 
     ``eager`` (``training.eager_passes``): the eager clamp before the GLU stores a second
     ``R' up x`` without ``moe_act`` recompute (the clamps keep the FC1 output, the GLU saves
-    the concatenated copy: ``training._clamp_op``); the other eager chains store nothing new."""
+    the concatenated copy: ``training._clamp_op``); the other eager chains store nothing new.
+
+    Under a low-precision ``precision`` the expert and shared-expert GEMMs' inputs are kept
+    quantized (:func:`~blueprinting.analysis.precision_memory.saved_input_bytes`, as
+    :func:`layer_activation_bytes`' linears): the FC1 input ``Q(R' h)`` and the activation
+    output ``Q(R' F')``; the shared experts' input ``Q(m h)`` at any t (at t = 1 the
+    high-precision input was the norm output the router keeps, counted with the norms; the
+    quantized copy is the shared FC1's own) and their activation output. The FC1 outputs stay
+    at ``x``."""
     moe = model.moe
     assert moe is not None
     t, x = tensor_degree, activation_bytes
+
+    def kept(elements: int) -> int:
+        return saved_input_bytes(precision, elements, x)
+
+    low = not isinstance(precision, HighPrecision)
     s, h = model.seq_length, model.hidden_size
     tokens = micro_batch * (_ceil_div(s, t) if sequence_parallel else s)
     u = experts.tensor_degree
@@ -779,15 +851,18 @@ def moe_ffn_activation_bytes(
     act_recomputed = RecomputeModule.MOE_ACT in recomputed
     act_out = 0 if act_recomputed else f
     clamp_copy = up if eager.activation_clamp and not act_recomputed else 0
-    routed = tokens * moe.num_experts * ROUTER_BYTES_PER_SCORE + received * x * (
-        h + up + clamp_copy + act_out
+    routed = (
+        tokens * moe.num_experts * ROUTER_BYTES_PER_SCORE
+        + kept(received * h)
+        + received * x * (up + clamp_copy)
+        + kept(received * act_out)
     )
     shared = 0
     if moe.shared_expert_ffn_hidden_size and RecomputeModule.SHARED_EXPERTS not in recomputed:
         m = micro_batch * s
         fs = _ceil_div(moe.shared_expert_ffn_hidden_size, t)
         ups = 2 * fs if model.activation is MlpActivation.SWIGLU else fs
-        shared = (m * h * x if t > 1 else 0) + m * x * (ups + fs)
+        shared = (kept(m * h) if t > 1 or low else 0) + m * x * ups + kept(m * fs)
     return routed + shared
 
 
@@ -1095,6 +1170,22 @@ def _stage_activations(
     offloaded = offloaded_layers(mapping.parallelism.offload)
     offloaded_moe = model.moe_layers_in(0, offloaded) if offloaded else 0
     host = 0
+    base = inv.base_precision
+
+    def base_excess(*, kept: bool, within: int | None = None, skip: int = 0) -> int:
+        if base is None:
+            return 0
+        return base.excess(
+            model,
+            inv,
+            stage=stage,
+            chunks=chunks,
+            in_flight=in_flight,
+            kept=kept,
+            within=within,
+            skip=skip,
+        )
+
     match recompute:
         case NoRecompute():
             stored = plain_stored_bytes(
@@ -1102,19 +1193,27 @@ def _stage_activations(
                 sum(c * n for c, n in moe_pairs) - offloaded_moe,
                 inv.layer_full,
                 inv.moe_layer_full,
-            )
+            ) + base_excess(kept=False, skip=offloaded)
             host = plain_stored_bytes(offloaded, offloaded_moe, inv.layer_full, inv.moe_layer_full)
+            if offloaded:
+                host += base_excess(kept=False) - base_excess(kept=False, skip=offloaded)
         case SelectiveRecompute():
             stored = plain_stored_bytes(
                 sum(count * layers for count, layers in pairs),
                 sum(c * n for c, n in moe_pairs),
                 inv.layer_kept,
                 inv.moe_layer_kept,
-            )
-            working = selective_working_bytes(max(chunks) > 0, inv.layer_full, inv.layer_kept)
+            ) + base_excess(kept=True)
+            full_layer, kept_layer = inv.layer_full, inv.layer_kept
+            if base is not None and base.holds(model, stage=stage, chunks=chunks):
+                full_layer, kept_layer = base.layer_full, base.layer_kept
+            working = selective_working_bytes(max(chunks) > 0, full_layer, kept_layer)
         case FullRecompute(method=method, num_layers=n):
-            # a recomputed group's working set: MoE layers' when the stage has any
+            # a recomputed group's working set: MoE layers' when the stage has any, the
+            # base-precision ones' when it holds one
             full = inv.moe_layer_full if any(moe_chunks) else inv.layer_full
+            if base is not None and base.holds(model, stage=stage, chunks=chunks):
+                full = base.moe_layer_full if any(moe_chunks) else base.layer_full
             match method:
                 case RecomputeMethod.UNIFORM:
                     stored = sum(
@@ -1123,10 +1222,13 @@ def _stage_activations(
                     )
                     working = uniform_working_bytes(min(n, max(chunks)), full, checkpoint)
                 case RecomputeMethod.BLOCK:
+                    # the first n layers of each chunk store everything: the recipe's stores,
+                    # the base-precision layers among them their own
+                    plain = inv.moe_layer_full if any(moe_chunks) else inv.layer_full
                     stored = sum(
-                        block_stored_bytes(count, layers, n, checkpoint, full)
+                        block_stored_bytes(count, layers, n, checkpoint, plain)
                         for count, layers in pairs
-                    )
+                    ) + base_excess(kept=False, within=n)
                     working = block_working_bytes(max(chunks) > 0, full, checkpoint)
                 case _ as unreachable:
                     assert_never(unreachable)
@@ -1232,6 +1334,71 @@ def _mtp_depth(
 
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
+class _BasePrecisionLayers:
+    """What the layers ``--first-last-layers-bf16`` keeps in the base precision store (the
+    recipe's quantized linear inputs do not apply to them), and where they sit: the first and
+    last ``first_last`` decoder layers, in the chunks starting at ``chunk_starts[stage][chunk]``."""
+
+    first_last: tuple[int, int]
+    chunk_starts: tuple[tuple[int, ...], ...]
+    layer_full: int
+    layer_kept: int
+    moe_layer_full: int
+    moe_layer_kept: int
+
+    def in_span(self, model: TransformerModelSpec, start: int, count: int) -> tuple[int, int]:
+        """(dense, MoE) base-precision layers among layers ``start .. start + count - 1``."""
+        first, last = self.first_last
+        end = start + count
+        dense = moe = 0
+        for lo, hi in ((0, first), (model.num_layers - last, model.num_layers)):
+            a, b = max(lo, start), min(hi, end)
+            if a < b:
+                n_moe = model.moe_layers_in(a, b - a)
+                dense += b - a - n_moe
+                moe += n_moe
+        return dense, moe
+
+    def holds(self, model: TransformerModelSpec, *, stage: int, chunks: tuple[int, ...]) -> bool:
+        """Whether the stage's chunks hold a base-precision layer."""
+        return any(
+            self.in_span(model, start, count) != (0, 0)
+            for start, count in zip(self.chunk_starts[stage], chunks, strict=True)
+        )
+
+    def excess(
+        self,
+        model: TransformerModelSpec,
+        inv: _StageInvariants,
+        *,
+        stage: int,
+        chunks: tuple[int, ...],
+        in_flight: tuple[int, ...],
+        kept: bool,
+        within: int | None = None,
+        skip: int = 0,
+    ) -> int:
+        """What the stage's base-precision layers store beyond the recipe's stores, over their
+        chunks' in-flight microbatches (``kept``: the selective modules recomputed; ``within``:
+        only the first ``within`` layers of each chunk store, a full recompute's block method;
+        ``skip``: the first ``skip`` decoder layers store on the host, CPU offloading)."""
+        if kept:
+            dense_excess = self.layer_kept - inv.layer_kept
+            moe_excess = self.moe_layer_kept - inv.moe_layer_kept
+        else:
+            dense_excess = self.layer_full - inv.layer_full
+            moe_excess = self.moe_layer_full - inv.moe_layer_full
+        total = 0
+        for start, count, flight in zip(self.chunk_starts[stage], chunks, in_flight, strict=True):
+            span = count if within is None else min(count, within)
+            lo = max(start, skip)
+            dense, moe = self.in_span(model, lo, max(0, start + span - lo))
+            total += flight * (dense * dense_excess + moe * moe_excess)
+        return total
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
 class _StageInvariants:
     """What every stage of one strategy shares: computed once per plan, not once per stage
     (a plan evaluates every stage; a sweep evaluates many plans)."""
@@ -1246,6 +1413,8 @@ class _StageInvariants:
     checkpoint: int
     backward_working: int
     logits_transient: int
+    #: the base-precision first and last layers' stores (None without such layers)
+    base_precision: _BasePrecisionLayers | None = None
 
     @classmethod
     def of(
@@ -1268,7 +1437,12 @@ class _StageInvariants:
         recompute = mapping.parallelism.recompute
         modules = recompute.modules if isinstance(recompute, SelectiveRecompute) else frozenset()
 
-        def layer(*, recomputed: frozenset[RecomputeModule]) -> int:
+        def layer(
+            *,
+            recomputed: frozenset[RecomputeModule],
+            precision: TrainingPrecision = mapping.precision,
+            moe: bool = False,
+        ) -> int:
             return layer_activation_bytes(
                 model,
                 micro_batch=b,
@@ -1277,15 +1451,21 @@ class _StageInvariants:
                 attention=attention,
                 recomputed=recomputed,
                 activation_bytes=x,
+                precision=precision,
+                moe=moe,
             )
 
         experts = mapping.parallelism.experts
         # the layout of the full-length model: parameters do not read the sequence
         parameters = _parameter_layout_of(full_model, mapping)
         moe_full = moe_kept = 0
+        moe_base = (0, 0)
         if model.moe is not None:
 
-            def ffn(recomputed: frozenset[RecomputeModule]) -> int:
+            def ffn(
+                recomputed: frozenset[RecomputeModule],
+                precision: TrainingPrecision = mapping.precision,
+            ) -> int:
                 return moe_ffn_activation_bytes(
                     model,
                     micro_batch=b,
@@ -1295,11 +1475,36 @@ class _StageInvariants:
                     activation_bytes=x,
                     recomputed=recomputed,
                     eager=eager,
+                    precision=precision,
                 )
 
-            # the MoE layer's attention and norms as a dense layer's, its MLP replaced
-            moe_full = layer(recomputed=frozenset({RecomputeModule.MLP})) + ffn(frozenset())
-            moe_kept = layer(recomputed=modules | {RecomputeModule.MLP}) + ffn(modules)
+            def moe_layer(
+                recomputed: frozenset[RecomputeModule],
+                precision: TrainingPrecision = mapping.precision,
+            ) -> int:
+                # the MoE layer's attention and norms as a dense layer's, its MLP replaced
+                attention_part = layer(
+                    recomputed=recomputed | {RecomputeModule.MLP}, precision=precision, moe=True
+                )
+                return attention_part + ffn(recomputed, precision)
+
+            moe_full = moe_layer(frozenset())
+            moe_kept = moe_layer(modules)
+            moe_base = (
+                moe_layer(frozenset(), _HIGH_PRECISION),
+                moe_layer(modules, _HIGH_PRECISION),
+            )
+        base = None
+        if high_precision_layers(mapping.precision) != (0, 0):
+            # --first-last-layers-bf16: those layers store as without a recipe
+            base = _BasePrecisionLayers(
+                first_last=high_precision_layers(mapping.precision),
+                chunk_starts=chunk_layer_starts(full_model, mapping.parallelism.pipeline),
+                layer_full=layer(recomputed=frozenset(), precision=_HIGH_PRECISION),
+                layer_kept=layer(recomputed=modules, precision=_HIGH_PRECISION),
+                moe_layer_full=moe_base[0],
+                moe_layer_kept=moe_base[1],
+            )
         return cls(
             recipe=recipe,
             parameters=parameters,
@@ -1307,6 +1512,7 @@ class _StageInvariants:
             layer_kept=layer(recomputed=modules),
             moe_layer_full=moe_full,
             moe_layer_kept=moe_kept,
+            base_precision=base,
             checkpoint=checkpoint_bytes(
                 model, micro_batch=b, tensor_degree=t, sequence_parallel=sp, activation_bytes=x
             ),

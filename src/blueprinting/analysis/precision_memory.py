@@ -28,9 +28,19 @@ through the idle grad buffer (``--reuse-grad-buf-for-mxfp8-param-ag``) and so mo
 ``--fp4-param-gather`` gathers the packed NVFP4 rowwise bytes, ``n/2`` (scales not counted):
 :func:`param_gather_bytes`.
 
-Not modelled: activations saved in FP8 for the weight gradient (TE stores the quantized linear
-inputs, 1 B instead of 2 where the high-precision input is not kept anyway: activations stay at
-the base datatype's bytes, an upper bound); padding of grouped GEMMs (MoE).
+Activations saved for the weight gradient (section 3.3 "Activations"): a Transformer Engine
+linear under a recipe keeps its input quantized, the columnwise usage the Wgrad GEMM reads
+(TE ``module/linear.py`` / ``layernorm_linear.py``: the input quantizer's rowwise usage is dropped
+before saving; ``save_original_input`` is False by default), in place of the high-precision
+input: per element 1 B for per-tensor FP8 (delayed, tensorwise), 1 B + one FP32 scale per 128
+for blockwise (1 x 128 activation blocks), 1 B + one E8M0 byte per 32 for MXFP8, and 1/2 B + one
+E4M3 byte per 16 for NVFP4 (the per-tensor global scale not counted): :func:`saved_input_bytes`.
+Which stored tensors are linear inputs, and which stay high precision beside them (the attention
+output a fused attention kernel keeps for its own backward), is :mod:`.memory`'s
+``layer_activation_bytes``.
+
+Not modelled: padding of grouped GEMMs (MoE); ``activation_func_fp8_input_store`` (the
+activation function's input in FP8).
 """
 
 from __future__ import annotations
@@ -79,6 +89,34 @@ def quantized_copy_bytes(precision: TrainingPrecision, elements: int) -> int:
             return 2 * (n + _fp8_scale_bytes(recipe, n))
         case Fp4Precision():
             return 2 * (_ceil_div(n, 2) + _ceil_div(n, NVFP4_BLOCK))
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+#: FP8 blockwise recipe: one FP32 scale per 1 x 128 block of an activation (section 3.1).
+BLOCKWISE_ACTIVATION_BLOCK = 128
+
+
+def saved_input_bytes(precision: TrainingPrecision, elements: int, base_bytes: int) -> int:
+    """Bytes a Transformer Engine linear keeps of an input of ``elements`` elements for its
+    weight gradient (module docstring): ``elements x base_bytes`` under :class:`HighPrecision`,
+    the recipe's columnwise quantized copy otherwise."""
+    n = elements
+    match precision:
+        case HighPrecision():
+            return n * base_bytes
+        case Fp8Precision(recipe=recipe):
+            match recipe:
+                case Fp8Recipe.DELAYED | Fp8Recipe.TENSORWISE:
+                    return n
+                case Fp8Recipe.BLOCKWISE:
+                    return n + FP32_SCALE_BYTES * _ceil_div(n, BLOCKWISE_ACTIVATION_BLOCK)
+                case Fp8Recipe.MXFP8:
+                    return n + _ceil_div(n, MXFP8_BLOCK)
+                case _ as unreachable_recipe:
+                    assert_never(unreachable_recipe)
+        case Fp4Precision():
+            return _ceil_div(n, 2) + _ceil_div(n, NVFP4_BLOCK)
         case _ as unreachable:
             assert_never(unreachable)
 

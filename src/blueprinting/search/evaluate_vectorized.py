@@ -1233,6 +1233,8 @@ def _layer_bytes(
         table.sequence_parallel,
         table.context,
         table.cp_comm,
+        # a recipe keeps the linears' inputs quantized (memory.layer_activation_bytes)
+        table.precision,
         *_expert_key(table, model),
     )
     # every candidate plans the attention kernel candidate_to_spec gives it (one for all rows)
@@ -1255,6 +1257,7 @@ def _layer_bytes(
             attention=attention,
             recomputed=frozenset() if core else modules,
             activation_bytes=x,
+            precision=candidate_to_spec(table, i, full_model).mapping.precision,
         )
 
     def checkpoint(i: int) -> int:
@@ -1313,6 +1316,7 @@ def _moe_layer_bytes(
         table.sequence_parallel,
         table.context,
         table.cp_comm,
+        table.precision,
         *_expert_key(table, model),
         _scope(table.recompute) == 1,
     )

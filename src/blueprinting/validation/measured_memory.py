@@ -95,6 +95,8 @@ class ExclusionReason(StrEnum):
     """Why Blueprinting cannot plan a run today. Each names a feature the flat keys cannot say
     (:attr:`keys`: the launch-script keys that set it) or a missing input."""
 
+    #: planned in full since the memory model keeps a recipe's quantized linear inputs
+    #: (``analysis/precision_memory.saved_input_bytes``); kept so that a fixture naming it loads
     FP8_RECIPE = "fp8_recipe"
     TP_COMM_OVERLAP = "tp_comm_overlap"
     ACTIVATION_OFFLOAD = "activation_offload"

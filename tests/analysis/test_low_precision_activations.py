@@ -1,0 +1,225 @@
+"""Activations a low-precision recipe keeps quantized: each Transformer Engine linear's input for
+its weight gradient (shared reference ``modern_parallelism.md`` section 3.3 "Activations";
+``analysis/precision_memory.saved_input_bytes``, ``analysis/memory.layer_activation_bytes``).
+Expected values are written from the per-tensor terms, not from the code's own helpers."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from blueprinting.analysis.memory import (
+    layer_activation_bytes,
+    moe_ffn_activation_bytes,
+    stage_activations,
+)
+from blueprinting.analysis.precision_memory import saved_input_bytes
+from blueprinting.mapping.flat_keys import from_mapping
+from blueprinting.mapping.model import (
+    DenseFeedForward,
+    MultiLatentAttention,
+    TransformerModelSpec,
+)
+from blueprinting.mapping.precision import (
+    Fp4Precision,
+    Fp8Precision,
+    Fp8Recipe,
+    HighPrecision,
+    TrainingPrecision,
+)
+from blueprinting.mapping.presets import model_preset
+from blueprinting.mapping.transformer import (
+    AllToAllDispatcher,
+    AttentionKernel,
+    ExpertParallel,
+    FusedAttention,
+    RecomputeModule,
+    UnfusedAttention,
+)
+from blueprinting.synthesizer.dialects.transformer.training import (
+    EagerPasses,
+    mla_gathered_width,
+    received_rows,
+)
+from tests.synthesizer.moe_models import mixtral_like
+
+GPT3 = model_preset("gpt3-175b")  # s 2048, h 12288, 96 heads, GELU 4h
+DELAYED = Fp8Precision(recipe=Fp8Recipe.DELAYED)
+MXFP8 = Fp8Precision(recipe=Fp8Recipe.MXFP8)
+BLOCKWISE = Fp8Precision(recipe=Fp8Recipe.BLOCKWISE)
+NVFP4 = Fp4Precision()
+FUSED = FusedAttention()
+
+
+@pytest.mark.parametrize(
+    ("precision", "expected"),
+    [
+        (HighPrecision(), 2000),
+        (DELAYED, 1000),
+        (Fp8Precision(recipe=Fp8Recipe.TENSORWISE), 1000),
+        # one FP32 scale per 1 x 128 block: 8 blocks
+        (BLOCKWISE, 1000 + 4 * 8),
+        # one E8M0 byte per 32: 32 blocks (31.25 rounded up)
+        (MXFP8, 1000 + 32),
+        # packed E2M1 and one E4M3 byte per 16: 63 blocks
+        (NVFP4, 500 + 63),
+    ],
+)
+def test_a_saved_input_takes_the_recipes_columnwise_bytes(
+    precision: TrainingPrecision, expected: int
+) -> None:
+    assert saved_input_bytes(precision, 1000, 2) == expected
+
+
+def _layer(
+    precision: TrainingPrecision,
+    attention: AttentionKernel = FUSED,
+    recomputed: frozenset[RecomputeModule] = frozenset(),
+    model: TransformerModelSpec = GPT3,
+) -> int:
+    return layer_activation_bytes(
+        model,
+        micro_batch=1,
+        tensor_degree=8,
+        sequence_parallel=True,
+        attention=attention,
+        recomputed=recomputed,
+        activation_bytes=2,
+        precision=precision,
+    )
+
+
+# GPT-3 175B on t = 8 with sequence parallelism: 256 rows of h = 12288 per rank; the attention
+# output q = 1536 and the MLP's f = 6144 per rank over s = 2048 tokens
+ROWS_H = 256 * 12288
+S_Q = 2048 * 1536
+S_F = 2048 * 6144
+
+
+def test_fp8_keeps_the_two_norm_outputs_and_the_fc2_input_at_one_byte() -> None:
+    """Delayed FP8 with the fused kernel: the QKV and FC1 inputs (the norms' outputs) and the FC2
+    input drop to 1 B; the output projection adds its 1 B copy of the attention output, which
+    the fused kernel keeps at 2 B for its own backward."""
+    saved = _layer(HighPrecision()) - _layer(DELAYED)
+    assert saved == 2 * ROWS_H - S_Q + S_F == 15_728_640
+
+
+def test_unfused_attention_does_not_keep_its_output_so_the_copy_replaces_it() -> None:
+    saved = _layer(HighPrecision(), UnfusedAttention()) - _layer(DELAYED, UnfusedAttention())
+    assert saved == 2 * ROWS_H + S_Q + S_F == 22_020_096
+
+
+@pytest.mark.parametrize(
+    ("precision", "kept"),
+    [
+        (MXFP8, lambda n: n + n // 32),
+        (BLOCKWISE, lambda n: n + 4 * (n // 128)),
+        (NVFP4, lambda n: n // 2 + n // 16),
+    ],
+)
+def test_every_recipe_prices_the_same_tensors(precision: TrainingPrecision, kept: object) -> None:
+    assert callable(kept)
+    high = _layer(HighPrecision())
+    expected = high - 2 * (2 * ROWS_H - kept(ROWS_H)) + kept(S_Q) - (2 * S_F - kept(S_F))
+    assert _layer(precision) == expected
+
+
+def test_recomputed_modules_store_nothing_quantized() -> None:
+    """Selective recompute of the MLP and the norms drops those terms at any precision: what is
+    left differs by the attention output's copy alone."""
+    modules = frozenset({RecomputeModule.MLP, RecomputeModule.LAYERNORM})
+    assert _layer(DELAYED, recomputed=modules) - _layer(HighPrecision(), recomputed=modules) == S_Q
+
+
+def test_mla_quantizes_its_input_twice_and_its_latents_once() -> None:
+    """DeepSeek-V3's MLA: the input norm's output feeds the query and the KV down projections,
+    each keeping its own 1 B copy (2 B in all, as the shared bf16 copy); the up projections'
+    latent inputs drop to 1 B; the core output gains the projection's 1 B copy."""
+    model = replace(
+        model_preset("deepseek-v3"),
+        feed_forward=DenseFeedForward(),
+        num_layers=4,
+        mtp_num_layers=0,
+        published_parameters=None,
+        published_active_parameters=None,
+    )
+    mla = model.self_attention
+    assert isinstance(mla, MultiLatentAttention)
+    s, t = model.seq_length, 8
+    heads = model.num_attention_heads // t
+    latent_inputs = s * mla_gathered_width(model)
+    rows_h = s // t * model.hidden_size
+    f = model.ffn_hidden_size // t
+    saved = _layer(HighPrecision(), model=model) - _layer(DELAYED, model=model)
+    core_output = s * heads * mla.v_head_dim
+    # the MLP input's 1 B, the latents', less the core output's copy, and FC2's input
+    assert saved == rows_h + latent_inputs - core_output + s * f
+
+
+def test_a_moe_ffn_keeps_its_expert_inputs_quantized() -> None:
+    model = mixtral_like(layers=4, seq=4096)
+    moe = model.moe
+    assert moe is not None
+    experts = ExpertParallel(degree=8, dispatcher=AllToAllDispatcher())
+
+    def ffn(precision: TrainingPrecision) -> int:
+        return moe_ffn_activation_bytes(
+            model,
+            micro_batch=1,
+            tensor_degree=1,
+            sequence_parallel=False,
+            experts=experts,
+            activation_bytes=2,
+            recomputed=frozenset(),
+            eager=EagerPasses(),
+            precision=precision,
+        )
+
+    received = received_rows(moe, moe.top_k * 4096)
+    # the FC1 input (h wide) and the activation output (F wide) at 1 B; the FC1 output stays
+    assert ffn(HighPrecision()) - ffn(DELAYED) == received * (
+        model.hidden_size + moe.expert_ffn_hidden_size
+    )
+
+
+def test_the_base_precision_layers_store_as_without_a_recipe() -> None:
+    """``first_last_layers_bf16``: the first layer sits on stage 0, the last on the last stage,
+    each over its chunk's in-flight microbatches (1F1B: p on stage 0, 1 on the last)."""
+    model = model_preset("llama3-8b")  # 32 layers
+    keys: dict[str, object] = {
+        "world_size": 8,
+        "tensor_model_parallel_size": 2,
+        "pipeline_model_parallel_size": 4,
+        "sequence_parallel": True,
+        "micro_batch_size": 1,
+        "global_batch_size": 16,
+        "fp8": "hybrid",
+        "fp8_recipe": "tensorwise",
+    }
+    plain = from_mapping(keys, model=model).mapping
+    based = from_mapping(
+        {**keys, "first_last_layers_bf16": True, "num_layers_at_end_in_bf16": 2}, model=model
+    ).mapping
+
+    def per_layer(precision: TrainingPrecision) -> int:
+        return layer_activation_bytes(
+            model,
+            micro_batch=1,
+            tensor_degree=2,
+            sequence_parallel=True,
+            attention=plain.attention,
+            recomputed=frozenset(),
+            activation_bytes=2,
+            precision=precision,
+        )
+
+    excess = per_layer(HighPrecision()) - per_layer(plain.precision)
+    assert excess > 0
+    extra = [
+        stage_activations(model, based, stage).layers_stored
+        - stage_activations(model, plain, stage).layers_stored
+        for stage in range(4)
+    ]
+    # one base-precision layer on stage 0 (4 microbatches in flight), two on stage 3 (one)
+    assert extra == [4 * excess, 0, 0, 2 * excess]
