@@ -1002,14 +1002,18 @@ def interleaved_peak(
     virtual: Count,
     group: Count,
     microbatches: Count,
-    extra: Count,
 ) -> Count:
     """Chunk forwards in flight at interleaved 1F1B's peak on rank ``stage``:
-    ``min(2 (p - r - 1) + (v - 1) N + 1 + extra, m v)`` (schedules.md section 5; ``extra`` 1
-    under combined 1F1B, :func:`in_flight_microbatches`)."""
-    return minimum(
-        2 * (pipeline - stage - 1) + (virtual - 1) * group + 1 + extra, microbatches * virtual
-    )
+    ``min(2 (p - r - 1) + (v - 1) N + 1, m v)`` (schedules.md section 5; combined 1F1B's too,
+    :func:`in_flight_microbatches`)."""
+    return minimum(2 * (pipeline - stage - 1) + (virtual - 1) * group + 1, microbatches * virtual)
+
+
+def paired_forward_runs(peak: Count, *, microbatches: Count, virtual: Count) -> Count:
+    """Whether a combined 1F1B rank runs a paired step (a forward co-scheduled with a backward,
+    layer by layer): its warm-up, ``peak`` chunk forwards, leaves chunk forwards to run (1 or 0;
+    :func:`in_flight_microbatches`)."""
+    return cast("Count", (peak < microbatches * virtual) * 1)  # type: ignore[redundant-cast]
 
 
 def interleaved_group_reached(
@@ -1065,12 +1069,14 @@ def in_flight_microbatches(
             | CombinedOneForwardOneBackward(virtual_stages=v, microbatch_group_size=group)
         ):
             n = p if group is None else group
-            # Combined 1F1B runs one more warm-up forward (Megatron ``schedules.py``
-            # l.966-970): one extra chunk's activations alive (shared reference 2.4).
-            extra = 1 if isinstance(schedule, CombinedOneForwardOneBackward) else 0
-            peak = interleaved_peak(
-                pipeline=p, stage=stage, virtual=v, group=n, microbatches=m, extra=extra
-            )
+            # Combined 1F1B runs one more warm-up forward (Megatron ``schedules.py`` l.966-970)
+            # where interleaving runs its first steady forward alone: the same chunks stored
+            # when its first paired step begins. A paired step then runs the forward of layer i
+            # with the backward of layer L - 1 - i (``model_chunk_schedule_plan.py`` l.518-562,
+            # ``pop_layer``; ``combined_1f1b.py`` l.51-64 for p = 1: "1st microbatch backward +
+            # 2nd microbatch forward"), freeing a layer as it stores one: one layer more at
+            # most, counted apart (StageActivations.paired_forward).
+            peak = interleaved_peak(pipeline=p, stage=stage, virtual=v, group=n, microbatches=m)
             counts = [0] * v
             index = 0
             while interleaved_group_reached(
@@ -1127,6 +1133,10 @@ class StageActivations:
     #: what layer-wise CPU offloading keeps in pinned host memory per microbatch (the offloaded
     #: layers' stores; not part of the GPU's figures)
     host_offloaded: int = 0
+    #: combined 1F1B: the layer a paired step's forward stores before its paired backward
+    #: layer frees one (one layer of the stage's largest kind; 0 on other schedules and on a
+    #: rank whose warm-up runs every chunk forward)
+    paired_forward: int = 0
 
 
 def stage_activations(
@@ -1270,6 +1280,21 @@ def _stage_activations(
                 depth=_mtp_depth(model, recompute, inv, micro_batch=b, rows=rows),
                 head=head,
             )
+    paired = 0
+    schedule = mapping.parallelism.pipeline.schedule
+    if isinstance(schedule, CombinedOneForwardOneBackward) and max(chunks) > 0:
+        runs = paired_forward_runs(
+            sum(in_flight), microbatches=mapping.microbatch_count, virtual=len(in_flight)
+        )
+        paired = runs * paired_layer_bytes(
+            recompute,
+            moe=any(moe_chunks),
+            layer_full=inv.layer_full,
+            layer_kept=inv.layer_kept,
+            moe_layer_full=inv.moe_layer_full,
+            moe_layer_kept=inv.moe_layer_kept,
+            checkpoint=checkpoint,
+        )
     return StageActivations(
         stage=stage,
         in_flight=in_flight,
@@ -1279,7 +1304,32 @@ def _stage_activations(
         logits=logits,
         mtp=mtp,
         host_offloaded=host,
+        paired_forward=paired,
     )
+
+
+def paired_layer_bytes(
+    recompute: RecomputePolicy,
+    *,
+    moe: bool,
+    layer_full: int,
+    layer_kept: int,
+    moe_layer_full: int,
+    moe_layer_kept: int,
+    checkpoint: int,
+) -> int:
+    """What one layer's forward stores (:attr:`StageActivations.paired_forward`): all of it,
+    the kept tensors under selective recompute, the checkpoint under full recompute; a MoE
+    layer's when the stage holds one."""
+    match recompute:
+        case NoRecompute():
+            return moe_layer_full if moe else layer_full
+        case SelectiveRecompute():
+            return moe_layer_kept if moe else layer_kept
+        case FullRecompute():
+            return checkpoint
+        case _ as unreachable:
+            assert_never(unreachable)
 
 
 def offloaded_layers(offload: ActivationOffload) -> int:
@@ -2155,7 +2205,7 @@ def _stage_memory(
         weights=weights,
         gradients=gradients,
         optimizer_states=optimizer,
-        activations=acts.layers_stored + acts.recompute_working + acts.mtp,
+        activations=acts.layers_stored + acts.recompute_working + acts.mtp + acts.paired_forward,
         other=acts.embedding + acts.logits,
         overheads=_stage_overheads(
             model, mapping, stage, runtime, inv, nvlink_domain=nvlink_domain

@@ -123,6 +123,7 @@ from blueprinting.analysis.memory import (
     nccl_buffer_bytes,
     one_f_one_b_in_flight,
     overhead_parts,
+    paired_forward_runs,
     peak_bytes,
     peak_phase_index,
     plain_stored_bytes,
@@ -914,12 +915,10 @@ def _in_flight_chunk(
     combined: npt.NDArray[np.bool_],
 ) -> IntArray:
     """``in_flight_microbatches(...)[chunk]`` (rows with fewer chunks: whatever; the caller
-    weighs them by 0); combined 1F1B holds one chunk more than interleaving."""
+    weighs them by 0); combined 1F1B counts as interleaving."""
     p, v = table.pipeline, table.virtual_stages
     n = np.where(table.microbatch_group > 0, table.microbatch_group, p)
-    peak = interleaved_peak(
-        pipeline=p, stage=stage, virtual=v, group=n, microbatches=m, extra=combined.astype(np.int64)
-    )
+    peak = interleaved_peak(pipeline=p, stage=stage, virtual=v, group=n, microbatches=m)
     interleaved = _interleaved_chunk_count(peak, m, n, v, np.full_like(v, chunk))
     simple = np.where(
         p == 1, np.ones_like(p), one_f_one_b_in_flight(pipeline=p, stage=stage, microbatches=m)
@@ -935,9 +934,7 @@ def _in_flight(
     one_f_one_b = one_f_one_b_in_flight(pipeline=p, stage=stage, microbatches=m)
     single = np.ones_like(p)
     n = np.where(table.microbatch_group > 0, table.microbatch_group, p)
-    peak = interleaved_peak(
-        pipeline=p, stage=stage, virtual=v, group=n, microbatches=m, extra=combined.astype(np.int64)
-    )
+    peak = interleaved_peak(pipeline=p, stage=stage, virtual=v, group=n, microbatches=m)
     interleaved = (v > 1) | combined
     i_total = np.minimum(peak, m * v)
     i_first = _interleaved_chunk_count(peak, m, n, v, np.zeros_like(v))
@@ -1099,6 +1096,21 @@ def _stage_memory(
             block_stored_bytes(total_in_flight, layers, n, checkpoint, full),
         ],
     )
+    # memory.paired_layer_bytes: combined 1F1B's paired forward, one layer of the stage's kind
+    paired = np.where(
+        combined & has_blocks,
+        paired_forward_runs(total_in_flight, microbatches=m, virtual=v)
+        * np.select(
+            [r == _CODE[RecomputeVariant.NONE], r == _CODE[RecomputeVariant.SELECTIVE]],
+            [
+                np.where(rep.moe_blocks > 0, moe_full, layer_full),
+                np.where(rep.moe_blocks > 0, moe_kept, layer_kept),
+            ],
+            default=checkpoint,
+        ),
+        0,
+    )
+    stored = stored + paired
     working = np.select(
         [
             r == _CODE[RecomputeVariant.SELECTIVE],
