@@ -15,6 +15,7 @@ import pytest
 from blueprinting.analysis.evaluate import PlanOptions
 from blueprinting.analysis.iteration import BubbleSource
 from blueprinting.analysis.memory import (
+    MemoryPeak,
     memory_per_stage,
     precision_recipe,
     stage_parameters,
@@ -181,7 +182,10 @@ def test_contradictory_keys_are_refused_naming_both(
 
 def test_gradient_and_optimizer_bytes_exact() -> None:
     """Gradient buffers of 2 vs 4 bytes per parameter; the distributed optimizer's shard gains
-    the 4-byte main-grad copy: optimizer states ceil(N 16 / d) vs ceil(N 12 / d)."""
+    the 4-byte main-grad copy at the step (Megatron's table: ceil(N 16 / d) vs ceil(N 12 / d)),
+    counted apart from the optimizer states, which hold ceil(N 12 / d) either way: the copy is
+    made at the step and freed before the next forward, so the backward's peak, where the
+    activations are, never holds it."""
     fp32, bf16 = _spec(), _spec(grad_reduce_in_fp32=False)
     d = fp32.mapping.dense_gradient_degree
     assert d == 4
@@ -196,12 +200,17 @@ def test_gradient_and_optimizer_bytes_exact() -> None:
         assert (a.gradients, b.gradients) == (4 * n, 2 * n)
         assert (a.optimizer_states, b.optimizer_states) == (
             math.ceil(12 * n / d),
-            math.ceil(16 * n / d),
+            math.ceil(12 * n / d),
         )
+        assert (a.optimizer_step_copy, b.optimizer_step_copy) == (0, math.ceil(4 * n / d))
+        assert b.optimizer_states + b.optimizer_step_copy == math.ceil(16 * n / d)
         assert a.weights == b.weights
         assert a.activations == b.activations
         assert a.nccl_buffers == b.nccl_buffers
-        assert a.total - b.total == 2 * n - (math.ceil(16 * n / d) - math.ceil(12 * n / d))
+        assert a.total - b.total == 2 * n
+        # the backward sets the peak here: the copy is smaller than what the step frees
+        assert b.peak is not MemoryPeak.OPTIMIZER_STEP
+        assert b.allocated_peak == b.total + b.transient + b.workspace
 
 
 def test_data_parallel_and_optimizer_step_bytes_exact() -> None:
@@ -259,3 +268,30 @@ def test_the_search_reads_the_datatype() -> None:
             assert link_b < link_a
     # every row with a dp x cp group of more than one rank reduces its gradients
     assert synced == int(((tables[0].data * tables[0].context) > 1).sum()) > 0
+
+
+def test_the_step_sets_the_peak_when_its_copy_outweighs_what_it_frees() -> None:
+    """Llama 3 8B on one GPU with bf16 gradients, full recompute and no optimizer sharding: the
+    fp32 gradient copy (4 B x 8.0 billion parameters, 32 GB) is larger than the checkpoints and
+    buffers the backward held, so the optimizer step sets the peak. allocated_peak is then the
+    persistent state, the copy and the workspace, and still total + transient + workspace."""
+    keys = {
+        "world_size": 1,
+        "tensor_model_parallel_size": 1,
+        "micro_batch_size": 1,
+        "global_batch_size": 1,
+        "use_distributed_optimizer": False,
+        "recompute_granularity": "full",
+        "recompute_method": "uniform",
+        "recompute_num_layers": 1,
+        "grad_reduce_in_fp32": False,
+    }
+    spec = from_mapping(keys, model=model_preset("llama3-8b"))
+    (memory,) = memory_per_stage(spec.model, spec.mapping, capacity_bytes=10**12)
+    n = stage_parameters(spec.model, spec.mapping, 0).dense_total
+    assert memory.optimizer_step_copy == 4 * n
+    assert memory.optimizer_states == 12 * n
+    assert memory.peak is MemoryPeak.OPTIMIZER_STEP
+    assert memory.transient == 4 * n - memory.activations - memory.other
+    held = memory.weights + memory.gradients + memory.optimizer_states
+    assert memory.allocated_peak == held + 4 * n + memory.workspace

@@ -708,15 +708,20 @@ def test_memory_non_increasing_in_data_degree(
         assert breakdown.total == sum(parts)
         # Independently of the recipe code: Megatron's dist_optimizer.md bytes per parameter as
         # (param, grad, optimizer side): bf16 / fp8 (2, 4, 12), fp16 (2, 2, 16), fp32 (4, 4, 8);
-        # no sharding keeps all of it, the distributed optimizer divides the last by d.
+        # no sharding keeps all of it, the distributed optimizer divides the last by d. fp16's
+        # 16 holds the fp32 gradient copy made at the step (4), counted apart.
         count = stage_parameters(model, mapping, breakdown.stage).total
         param, grad, optimizer = BYTES_PER_PARAMETER[model.datatype]
+        step_copy = 4 if grad == 2 else 0
+        states = breakdown.optimizer_states + breakdown.optimizer_step_copy
         if isinstance(sharding, NoOptimizerSharding | DistributedOptimizer):
             assert (breakdown.weights, breakdown.gradients) == (param * count, grad * count)
         if isinstance(sharding, NoOptimizerSharding):
-            assert breakdown.optimizer_states == optimizer * count
+            assert states == optimizer * count
+            assert breakdown.optimizer_step_copy == step_copy * count
         elif isinstance(sharding, DistributedOptimizer):
-            assert breakdown.optimizer_states == -(-optimizer * count // d)
+            assert breakdown.optimizer_states == -(-(optimizer - step_copy) * count // d)
+            assert breakdown.optimizer_step_copy == -(-step_copy * count // d)
         totals.append(breakdown.total)
     assert totals[1] <= totals[0]
     if isinstance(sharding, NoOptimizerSharding):

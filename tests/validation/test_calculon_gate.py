@@ -232,6 +232,19 @@ def test_rejection_verdicts_and_their_problems(base_raw: dict[str, object]) -> N
     small = _variant(base_raw, ok=False, mem1_gib=1)
     assert rejection_verdict(small) == (RejectionVerdict.TOO_BIG, frozenset())
     assert rejection_problems([small]) == []
+    # Between our device peak and that peak with the step's fp32 gradient copy held through
+    # the backward (Calculon's optimizer states hold it): the verdict says so, no problem.
+    from blueprinting.analysis.memory import memory_per_stage
+    from blueprinting.validation.calculon import translate
+
+    spec = translate(fits).spec
+    stages = memory_per_stage(spec.model, spec.mapping, capacity_bytes=2**50)
+    peak = max(stage.reserved_peak for stage in stages)
+    with_copy = max(stage.reserved_peak + stage.optimizer_step_copy for stage in stages)
+    assert with_copy > peak  # an fp16 record: fp16 gradients, fp32 copy at the step
+    between = _variant(base_raw, ok=False, mem1_gib=(peak + with_copy) / 2 / 2**30)
+    assert rejection_verdict(between) == (RejectionVerdict.TOO_BIG_WITH_STEP_COPY, frozenset())
+    assert rejection_problems([between]) == []
     # A TP split refusal must be matched by a TP divisibility law; a pipeline law is not one.
     uneven = _variant(
         base_raw,

@@ -1831,6 +1831,9 @@ class MemoryPeak(StrEnum):
     STORED = "stored"
     BLOCK_BACKWARD = "block_backward"
     LOSS_BACKWARD = "loss_backward"
+    #: the optimizer step, when its fp32 copy of 16-bit gradients outweighs the stored
+    #: activations and buffers freed before it (:func:`step_copy_excess`)
+    OPTIMIZER_STEP = "optimizer_step"
 
 
 #: :class:`MemoryPeak` by the index :func:`peak_phase_index` returns.
@@ -1838,34 +1841,74 @@ PEAK_PHASES: tuple[MemoryPeak, ...] = (
     MemoryPeak.STORED,
     MemoryPeak.BLOCK_BACKWARD,
     MemoryPeak.LOSS_BACKWARD,
+    MemoryPeak.OPTIMIZER_STEP,
 )
 
 
-def peak_phase_index(*, working: Count, logits: Count) -> Count:
+def peak_phase_index(*, working: Count, logits: Count, step: Count) -> Count:
     """The index into :data:`PEAK_PHASES` of the transient that sets the peak (the one
-    comparison, on integers or arrays of them)."""
-    if _plain_ints(working, logits):
+    comparison, on integers or arrays of them); ``step``: :func:`step_copy_excess`."""
+    if _plain_ints(working, logits, step):
         # plain integers stay Python's: a plan's byte counts may pass int64 (numpy would not)
+        if step > working and step > logits:
+            return cast("Count", 3)  # type: ignore[redundant-cast]
         return cast("Count", 2 if logits > working else (1 if working > 0 else 0))  # type: ignore[redundant-cast]
     import numpy as np
 
-    return cast("Count", np.where(logits > working, 2, np.where(working > 0, 1, 0)))
+    backward = np.where(logits > working, 2, np.where(working > 0, 1, 0))
+    return cast("Count", np.where((step > working) & (step > logits), 3, backward))
+
+
+def step_copy_excess(*, copy: Count, activations: Count, other: Count) -> Count:
+    """What the optimizer step holds beyond the backward's state, as a transient on top of
+    ``total``: its fp32 copy of 16-bit gradients (``copy``, :func:`step_copy_bytes`) less the
+    stored activations and buffers freed before it (negative when the backward's peak is the
+    larger: the copy is then never live at the peak)."""
+    return copy - activations - other
+
+
+def persistent_recipe(recipe: PrecisionRecipe) -> PrecisionRecipe:
+    """``recipe`` without the step's fp32 gradient copy (:func:`step_copy_bytes`): the bytes a
+    parameter holds from one iteration to the next."""
+    return recipe if recipe.main_grad == 0 else replace(recipe, main_grad=0)
+
+
+def step_copy_bytes(
+    count: Count, *, recipe: PrecisionRecipe, level: Count, degree: Count, gathered: Count
+) -> Count:
+    """The optimizer's fp32 copy of ``count`` parameters' 16-bit gradients (``recipe.main_grad``
+    bytes each, sharded as the optimizer states): Megatron-Core makes it at the step
+    (``main_param.grad = main_grad.float()``, ``optimizer.py`` l.1092-1100, the distributed
+    optimizer on its shard, ``distrib_optimizer.py`` l.2756-2792 @d98e8a64) and
+    ``zero_grad(set_to_none=True)`` frees it at the start of the next ``train_step``
+    (``training.py`` l.3039-3044), before the forward: live at the step only, not during the
+    backward. Megatron's table (dist_optimizer.md, fp16's 20 B = 4 + 16/d) counts it among the
+    optimizer states; :class:`MemoryBreakdown` counts it at the step (``optimizer_step_copy``)."""
+    copy_only = replace(recipe, param=0, grad=0, main_param=0, moments=0)
+    return state_bytes(count, recipe=copy_only, level=level, degree=degree, gathered=gathered)[2]
 
 
 def overhead_parts(
-    *, working: Count, logits: Count, nccl_buffers: Count, runtime: RuntimeMemory
+    *,
+    working: Count,
+    logits: Count,
+    nccl_buffers: Count,
+    runtime: RuntimeMemory,
+    step: Count,
 ) -> tuple[Count, Count, Count, Count, Count]:
     """(transient, workspace, allocator_reserve, cuda_context, nccl_buffers) of
     :class:`StageOverheads` from a stage's backward working set (0 without blocks), its logits
-    transient (0 off the last stage) and its NCCL buffers: the one composition, on integers
-    (the plan) or arrays of them (the search)."""
-    if _plain_ints(working, logits):
+    transient (0 off the last stage), the optimizer step's excess (:func:`step_copy_excess`)
+    and its NCCL buffers: the one composition, on integers (the plan) or arrays of them (the
+    search)."""
+    if _plain_ints(working, logits, step):
         # plain integers stay Python's: a plan's byte counts may pass int64 (numpy would not)
-        transient = cast("Count", max(cast(int, working), cast(int, logits)))  # type: ignore[redundant-cast]
+        biggest = max(cast(int, working), cast(int, logits), cast(int, step))  # type: ignore[redundant-cast]
+        transient = cast("Count", biggest)  # type: ignore[redundant-cast]
     else:
         import numpy as np
 
-        transient = cast("Count", np.maximum(working, logits))
+        transient = cast("Count", np.maximum(np.maximum(working, logits), step))
     zero = working * 0
     return (
         transient,
@@ -1904,6 +1947,7 @@ def _stage_overheads(
     inv: _StageInvariants,
     *,
     nvlink_domain: int | None,
+    step: int = 0,
 ) -> StageOverheads:
     _check_stage(stage, mapping.pipeline_degree)
     has_blocks = sum(inv.parameters.chunks[stage]) > 0
@@ -1927,6 +1971,7 @@ def _stage_overheads(
             cp_communication=mapping.parallelism.context.communication,
         ),
         runtime=runtime,
+        step=step,
     )
     transient, workspace, reserve, context, nccl = (int(part) for part in parts)
     return StageOverheads(
@@ -1935,7 +1980,7 @@ def _stage_overheads(
         allocator_reserve=reserve,
         cuda_context=context,
         nccl_buffers=nccl,
-        peak=PEAK_PHASES[int(peak_phase_index(working=working, logits=logits))],
+        peak=PEAK_PHASES[int(peak_phase_index(working=working, logits=logits, step=step))],
     )
 
 
@@ -1983,6 +2028,10 @@ class MemoryBreakdown:
     expert_weights: int = 0
     expert_gradients: int = 0
     expert_optimizer_states: int = 0
+    #: the optimizer's fp32 copy of 16-bit gradients (:func:`step_copy_bytes`): not in
+    #: ``optimizer_states`` (it is made at the step and freed before the next forward); the
+    #: step's peak holds it in place of the activations and buffers (``peak`` optimizer_step)
+    optimizer_step_copy: int = 0
 
     def __post_init__(self) -> None:
         parts = (self.weights, self.gradients, self.optimizer_states, self.activations, self.other)
@@ -2045,10 +2094,11 @@ def assemble_breakdown(
     capacity: int,
     stage: int,
     expert: tuple[int, int, int] = (0, 0, 0),
+    optimizer_step_copy: int = 0,
 ) -> MemoryBreakdown:
     """The one composition of the parts into the peaks (the plan and the search both use it);
     ``expert``: the routed experts' (weights, gradients, optimizer states) within the first
-    three."""
+    three; ``optimizer_step_copy``: :func:`step_copy_bytes`, outside the optimizer states."""
     total = weights + gradients + optimizer_states + activations + other
     allocated, allocator_reserved, reserved = peak_bytes(
         total=total,
@@ -2081,6 +2131,7 @@ def assemble_breakdown(
         expert_weights=expert[0],
         expert_gradients=expert[1],
         expert_optimizer_states=expert[2],
+        optimizer_step_copy=optimizer_step_copy,
     )
 
 
@@ -2192,27 +2243,46 @@ def _stage_memory(
     # MoE stage is a MoE block, its dense part before its experts)
     level = sharding_level(sharding)
     gathered = gathered_whole(level, count + experts, params.largest_unit, gathers_ahead(sharding))
-    dense = state_bytes(count, recipe=recipe, level=level, degree=d, gathered=min(count, gathered))
+    dense_gathered, expert_gathered = min(count, gathered), max(0, gathered - count)
+    held = persistent_recipe(recipe)
+    dense = state_bytes(count, recipe=held, level=level, degree=d, gathered=dense_gathered)
     expert_parts = state_bytes(
-        experts, recipe=recipe, level=level, degree=de, gathered=max(0, gathered - count)
+        experts, recipe=held, level=level, degree=de, gathered=expert_gathered
+    )
+    # the optimizer's fp32 copy of 16-bit gradients lives at the step only (step_copy_bytes)
+    dense_copy = step_copy_bytes(
+        count, recipe=recipe, level=level, degree=d, gathered=dense_gathered
+    )
+    expert_copy = step_copy_bytes(
+        experts, recipe=recipe, level=level, degree=de, gathered=expert_gathered
     )
     weights, gradients, optimizer = (x + y for x, y in zip(dense, expert_parts, strict=True))
     weights += low_precision_weight_extra(
         model, mapping, params.blocks, recipe.param, params.moe_blocks
     )
     acts = _stage_activations(model, mapping, stage, inv)
+    activations = acts.layers_stored + acts.recompute_working + acts.mtp + acts.paired_forward
+    other = acts.embedding + acts.logits
+    copy = dense_copy + expert_copy
     return assemble_breakdown(
         weights=weights,
         gradients=gradients,
         optimizer_states=optimizer,
-        activations=acts.layers_stored + acts.recompute_working + acts.mtp + acts.paired_forward,
-        other=acts.embedding + acts.logits,
+        activations=activations,
+        other=other,
         overheads=_stage_overheads(
-            model, mapping, stage, runtime, inv, nvlink_domain=nvlink_domain
+            model,
+            mapping,
+            stage,
+            runtime,
+            inv,
+            nvlink_domain=nvlink_domain,
+            step=step_copy_excess(copy=copy, activations=activations, other=other),
         ),
         capacity=capacity_bytes,
         stage=stage,
         expert=expert_parts,
+        optimizer_step_copy=copy,
     )
 
 

@@ -45,6 +45,7 @@ def _stage_memory_json(stage: MemoryBreakdown) -> dict[str, JsonValue]:
         "weights": stage.weights,
         "gradients": stage.gradients,
         "optimizer_states": stage.optimizer_states,
+        "optimizer_step_copy": stage.optimizer_step_copy,
         "activations": stage.activations,
         "other": stage.other,
         "total": stage.total,
@@ -382,6 +383,8 @@ class IterationReport:
                 "weights": memory.weights,
                 "gradients": memory.gradients,
                 "optimizer_states": memory.optimizer_states,
+                # the fp32 copy of 16-bit gradients, live at the optimizer step only
+                "optimizer_step_copy": memory.optimizer_step_copy,
                 "activations": memory.activations,
                 "other": memory.other,
                 "total": memory.total,

@@ -126,6 +126,7 @@ from blueprinting.analysis.memory import (
     paired_forward_runs,
     peak_bytes,
     peak_phase_index,
+    persistent_recipe,
     plain_stored_bytes,
     precision_recipe,
     selective_working_bytes,
@@ -134,6 +135,8 @@ from blueprinting.analysis.memory import (
     stage_param_gather_bytes,
     stage_parameters,
     state_bytes,
+    step_copy_bytes,
+    step_copy_excess,
     uniform_stored_bytes,
     uniform_working_bytes,
 )
@@ -1044,15 +1047,18 @@ def _stage_memory(
     )[inverse_e]
 
     gathered = gathered_whole(level, count + experts, largest, ahead)
-    dense_parts = state_bytes(
-        count, recipe=recipe, level=level, degree=d, gathered=np.minimum(count, gathered)
-    )
+    dense_gathered = np.minimum(count, gathered)
+    expert_gathered = np.maximum(0, gathered - count)
+    held = persistent_recipe(recipe)
+    dense_parts = state_bytes(count, recipe=held, level=level, degree=d, gathered=dense_gathered)
     expert_parts = state_bytes(
-        experts,
-        recipe=recipe,
-        level=level,
-        degree=expert_dp,
-        gathered=np.maximum(0, gathered - count),
+        experts, recipe=held, level=level, degree=expert_dp, gathered=expert_gathered
+    )
+    # memory.step_copy_bytes: the fp32 copy of 16-bit gradients, at the step only
+    copy = step_copy_bytes(
+        count, recipe=recipe, level=level, degree=d, gathered=dense_gathered
+    ) + step_copy_bytes(
+        experts, recipe=recipe, level=level, degree=expert_dp, gathered=expert_gathered
     )
     weights = dense_parts[0] + expert_parts[0]
     gradients = dense_parts[1] + expert_parts[1]
@@ -1215,8 +1221,13 @@ def _stage_memory(
     nccl = np.array([nccl_at(int(i)) for i in first_n], dtype=np.int64)[inverse_n]
     backward_working = np.where(has_blocks, working_bytes, 0)
     logits_transient = np.where(stage == p - 1, logits_bytes, 0)
+    step = step_copy_excess(copy=copy, activations=stored + working, other=embedding + logits)
     transient, workspace, reserve, context, nccl_buffers = overhead_parts(
-        working=backward_working, logits=logits_transient, nccl_buffers=nccl, runtime=runtime
+        working=backward_working,
+        logits=logits_transient,
+        nccl_buffers=nccl,
+        runtime=runtime,
+        step=step,
     )
     return _StageMemory(
         weights=weights,
@@ -1229,7 +1240,7 @@ def _stage_memory(
         allocator_reserve=reserve,
         cuda_context=context,
         nccl_buffers=nccl_buffers,
-        peak=peak_phase_index(working=backward_working, logits=logits_transient),
+        peak=peak_phase_index(working=backward_working, logits=logits_transient, step=step),
     )
 
 

@@ -360,6 +360,10 @@ class RejectionVerdict(StrEnum):
 
     LAW = "law"  # a law refuses it too
     TOO_BIG = "too big"  # the laws accept it, and it does not fit in our memory model either
+    #: the laws accept it; it fits our memory model, which holds the optimizer's fp32 copy of
+    #: 16-bit gradients at the step only (memory.step_copy_bytes), and would not with the copy
+    #: held through the backward, as Calculon's optimizer states hold it
+    TOO_BIG_WITH_STEP_COPY = "too big with the step's gradient copy"
     FITS = "fits"  # the laws accept it and it fits our memory model
     ACCEPTED = "accepted"  # the laws accept it (a refusal our model has no counterpart of)
 
@@ -390,7 +394,9 @@ REJECTION_VERDICTS: Mapping[CalculonRejection, frozenset[RejectionVerdict]] = {
     CalculonRejection.INTERLEAVING_NOT_A_FACTOR: frozenset({RejectionVerdict.LAW}),
     CalculonRejection.INTERLEAVING_EXCEEDS_BLOCKS: frozenset({RejectionVerdict.LAW}),
     CalculonRejection.TP_UNEVEN_SPLIT: frozenset({RejectionVerdict.LAW}),
-    CalculonRejection.HBM_CAPACITY: frozenset({RejectionVerdict.LAW, RejectionVerdict.TOO_BIG}),
+    CalculonRejection.HBM_CAPACITY: frozenset(
+        {RejectionVerdict.LAW, RejectionVerdict.TOO_BIG, RejectionVerdict.TOO_BIG_WITH_STEP_COPY}
+    ),
     CalculonRejection.OFFLOAD_NEEDS_BLOCKS: frozenset(
         {RejectionVerdict.LAW, RejectionVerdict.ACCEPTED}
     ),
@@ -433,9 +439,13 @@ def rejection_verdict(record: CalculonRecord) -> tuple[RejectionVerdict, frozens
         return RejectionVerdict.ACCEPTED, laws
     # Calculon counts no NCCL buffers: the whole job in one NVLink domain (the fewest buffers,
     # nvlink_domain=None) is the reading closest to its verdict
-    stages = memory_per_stage(spec.model, spec.mapping, capacity_bytes=hbm_capacity_bytes(record))
-    fits = all(stage.fits for stage in stages)
-    return (RejectionVerdict.FITS if fits else RejectionVerdict.TOO_BIG), laws
+    capacity = hbm_capacity_bytes(record)
+    stages = memory_per_stage(spec.model, spec.mapping, capacity_bytes=capacity)
+    if not all(stage.fits for stage in stages):
+        return RejectionVerdict.TOO_BIG, laws
+    if any(stage.reserved_peak + stage.optimizer_step_copy > capacity for stage in stages):
+        return RejectionVerdict.TOO_BIG_WITH_STEP_COPY, laws
+    return RejectionVerdict.FITS, laws
 
 
 def rejection_problems(records: Iterable[CalculonRecord]) -> list[str]:
