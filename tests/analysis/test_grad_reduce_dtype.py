@@ -295,3 +295,16 @@ def test_the_step_sets_the_peak_when_its_copy_outweighs_what_it_frees() -> None:
     assert memory.transient == 4 * n - memory.activations - memory.other
     held = memory.weights + memory.gradients + memory.optimizer_states
     assert memory.allocated_peak == held + 4 * n + memory.workspace
+
+
+def test_the_plan_text_names_the_steps_copy(capsys: pytest.CaptureFixture[str]) -> None:
+    from blueprinting.cli.main import main
+
+    argv = ["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--gpus", "8"]
+    sets = ["--set", "global_batch_size=8", "--set", "use_distributed_optimizer=true"]
+    assert main([*argv, *sets, "--set", "grad_reduce_in_fp32=false"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "optimizer step: the fp32 copy of the 16-bit gradients," in text
+    assert "made at the step and freed before the next forward" in text
+    assert main([*argv, *sets]) == 0
+    assert "optimizer step:" not in capsys.readouterr().out

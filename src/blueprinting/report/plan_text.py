@@ -109,6 +109,15 @@ def render_plan(report: IterationReport, console: Console, *, all_stages: bool =
         f"{memory.capacity / GIB:.1f} GiB at the reserved peak ({memory.peak.value}): "
         f"{verdict}, headroom {memory.headroom / GIB:.2f} GiB"
     )
+    if memory.optimizer_step_copy:
+        # outside the table's categories: live at the optimizer step only
+        console.print(
+            f"optimizer step: the fp32 copy of the 16-bit gradients, "
+            f"{memory.optimizer_step_copy / GIB:.2f} GiB, made at the step and freed before the "
+            "next forward (not in the optimizer states; the step's peak holds it in place of "
+            "the activations and buffers freed before it)",
+            markup=False,
+        )
     offload = report.offload
     if offload is not None:
         # the host's memory, not the GPU's: beside the table, never in its sums
