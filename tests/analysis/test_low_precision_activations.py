@@ -223,3 +223,47 @@ def test_the_base_precision_layers_store_as_without_a_recipe() -> None:
     ]
     # one base-precision layer on stage 0 (4 microbatches in flight), two on stage 3 (one)
     assert extra == [4 * excess, 0, 0, 2 * excess]
+
+
+def test_the_block_method_stores_the_base_precision_layers_it_does_not_checkpoint() -> None:
+    """Full recompute, ``block`` method, 1 layer: the first layer of each chunk keeps only its
+    checkpoint, so the base-precision first layer stores nothing extra; the last two, past it,
+    store as without a recipe."""
+    model = model_preset("llama3-8b")
+    keys: dict[str, object] = {
+        "world_size": 8,
+        "tensor_model_parallel_size": 2,
+        "pipeline_model_parallel_size": 4,
+        "sequence_parallel": True,
+        "micro_batch_size": 1,
+        "global_batch_size": 16,
+        "fp8": "hybrid",
+        "fp8_recipe": "tensorwise",
+        "recompute_granularity": "full",
+        "recompute_method": "block",
+        "recompute_num_layers": 1,
+    }
+    plain = from_mapping(keys, model=model).mapping
+    based = from_mapping(
+        {**keys, "first_last_layers_bf16": True, "num_layers_at_end_in_bf16": 2}, model=model
+    ).mapping
+
+    def per_layer(precision: TrainingPrecision) -> int:
+        return layer_activation_bytes(
+            model,
+            micro_batch=1,
+            tensor_degree=2,
+            sequence_parallel=True,
+            attention=plain.attention,
+            recomputed=frozenset(),
+            activation_bytes=2,
+            precision=precision,
+        )
+
+    excess = per_layer(HighPrecision()) - per_layer(plain.precision)
+    extra = [
+        stage_activations(model, based, stage).layers_stored
+        - stage_activations(model, plain, stage).layers_stored
+        for stage in range(4)
+    ]
+    assert extra == [0, 0, 0, 2 * excess]

@@ -106,6 +106,24 @@ SPACES = [
         SearchSpace(
             gpu_counts=(16,),
             global_batch_size=8,
+            max_microbatch_size=1,
+            recompute=(
+                RecomputeVariant.NONE,
+                RecomputeVariant.SELECTIVE,
+                RecomputeVariant.FULL_BLOCK,
+            ),
+            overlap_grad_reduce=(True,),
+            # --first-last-layers-bf16 (the API's SearchSpace only): those layers store as bf16
+            precision=(Fp8Precision(recipe=Fp8Recipe.TENSORWISE, high_precision_layers=(1, 1)),),
+        ),
+        id="llama3-8b-h100-base-precision-layers",
+    ),
+    pytest.param(
+        "llama3-8b",
+        "dgx-h100",
+        SearchSpace(
+            gpu_counts=(16,),
+            global_batch_size=8,
             max_microbatch_size=2,
             recompute=(RecomputeVariant.NONE, RecomputeVariant.SELECTIVE),
             overlap_grad_reduce=(True,),

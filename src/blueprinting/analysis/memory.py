@@ -1182,7 +1182,7 @@ def _stage_activations(
     host = 0
     base = inv.base_precision
 
-    def base_excess(*, kept: bool, within: int | None = None, skip: int = 0) -> int:
+    def base_excess(*, kept: bool, checkpointed: int = 0, skip: int = 0) -> int:
         if base is None:
             return 0
         return base.excess(
@@ -1192,7 +1192,7 @@ def _stage_activations(
             chunks=chunks,
             in_flight=in_flight,
             kept=kept,
-            within=within,
+            checkpointed=checkpointed,
             skip=skip,
         )
 
@@ -1232,13 +1232,13 @@ def _stage_activations(
                     )
                     working = uniform_working_bytes(min(n, max(chunks)), full, checkpoint)
                 case RecomputeMethod.BLOCK:
-                    # the first n layers of each chunk store everything: the recipe's stores,
-                    # the base-precision layers among them their own
+                    # beyond the first n layers of each chunk (checkpoints only) every layer
+                    # stores everything: the recipe's stores, the base-precision ones their own
                     plain = inv.moe_layer_full if any(moe_chunks) else inv.layer_full
                     stored = sum(
                         block_stored_bytes(count, layers, n, checkpoint, plain)
                         for count, layers in pairs
-                    ) + base_excess(kept=False, within=n)
+                    ) + base_excess(kept=False, checkpointed=n)
                     working = block_working_bytes(max(chunks) > 0, full, checkpoint)
                 case _ as unreachable:
                     assert_never(unreachable)
@@ -1425,12 +1425,13 @@ class _BasePrecisionLayers:
         chunks: tuple[int, ...],
         in_flight: tuple[int, ...],
         kept: bool,
-        within: int | None = None,
+        checkpointed: int = 0,
         skip: int = 0,
     ) -> int:
         """What the stage's base-precision layers store beyond the recipe's stores, over their
-        chunks' in-flight microbatches (``kept``: the selective modules recomputed; ``within``:
-        only the first ``within`` layers of each chunk store, a full recompute's block method;
+        chunks' in-flight microbatches (``kept``: the selective modules recomputed;
+        ``checkpointed``: the first ``checkpointed`` layers of each chunk keep only their
+        checkpoint, the rest store everything, a full recompute's block method;
         ``skip``: the first ``skip`` decoder layers store on the host, CPU offloading)."""
         if kept:
             dense_excess = self.layer_kept - inv.layer_kept
@@ -1440,9 +1441,8 @@ class _BasePrecisionLayers:
             moe_excess = self.moe_layer_full - inv.moe_layer_full
         total = 0
         for start, count, flight in zip(self.chunk_starts[stage], chunks, in_flight, strict=True):
-            span = count if within is None else min(count, within)
-            lo = max(start, skip)
-            dense, moe = self.in_span(model, lo, max(0, start + span - lo))
+            lo = max(start + min(count, checkpointed), skip)
+            dense, moe = self.in_span(model, lo, max(0, start + count - lo))
             total += flight * (dense * dense_excess + moe * moe_excess)
         return total
 

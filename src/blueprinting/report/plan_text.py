@@ -8,6 +8,7 @@ from __future__ import annotations
 import shlex
 from typing import TYPE_CHECKING
 
+from blueprinting.analysis.memory import MemoryPeak
 from blueprinting.analysis.report import IterationReport
 from blueprinting.report.memory_table import GIB, fit_verdict, memory_table
 
@@ -88,7 +89,10 @@ def render_plan(report: IterationReport, console: Console, *, all_stages: bool =
             (
                 (
                     "allocated peak (max_memory_allocated)",
-                    (("transient working set", memory.transient), ("workspaces", memory.workspace)),
+                    (
+                        (_transient_label(memory.peak), memory.transient),
+                        ("workspaces", memory.workspace),
+                    ),
                     memory.allocated_peak,
                 ),
                 (
@@ -171,3 +175,11 @@ def render_plan(report: IterationReport, console: Console, *, all_stages: bool =
     else:
         # shlex: a layout such as Et|(tt|)*30L must reach a shell quoted.
         console.print("megatron-lm flags: " + shlex.join(report.megatron_args))
+
+
+def _transient_label(peak: MemoryPeak) -> str:
+    """The memory table's transient row: at the optimizer step it is the fp32 gradient copy's
+    excess over the activations and buffers freed before the step, not a working set."""
+    if peak is MemoryPeak.OPTIMIZER_STEP:
+        return "optimizer step's gradient copy, beyond what it frees"
+    return "transient working set"

@@ -132,6 +132,7 @@ from blueprinting.analysis.memory import (
     selective_working_bytes,
     sequence_rows,
     sharding_level,
+    stage_activations,
     stage_param_gather_bytes,
     stage_parameters,
     state_bytes,
@@ -160,6 +161,7 @@ from blueprinting.hardware.system import (
 )
 from blueprinting.limits import MAX_INT, int_limit_text
 from blueprinting.mapping.model import EmbeddingTying, TransformerModelSpec
+from blueprinting.mapping.precision import high_precision_layers
 from blueprinting.mapping.transformer import (
     SelectiveRecompute,
     UnfusedAttention,
@@ -251,6 +253,7 @@ class CandidateFigures:
     memory_weights: IntArray
     memory_gradients: IntArray
     memory_optimizer_states: IntArray
+    memory_optimizer_step_copy: IntArray
     memory_activations: IntArray
     memory_other: IntArray
     memory_total: IntArray
@@ -379,6 +382,7 @@ class CandidateFigures:
                 "weights": int(self.memory_weights[i]),
                 "gradients": int(self.memory_gradients[i]),
                 "optimizer_states": int(self.memory_optimizer_states[i]),
+                "optimizer_step_copy": int(self.memory_optimizer_step_copy[i]),
                 "activations": int(self.memory_activations[i]),
                 "other": int(self.memory_other[i]),
                 "total": int(self.memory_total[i]),
@@ -487,7 +491,13 @@ def _block_costs(
 ) -> _BlockArrays:
     tp_tier, tp_per_node = groups[ParallelDim.TENSOR]
     cp_tier, cp_per_node = groups[ParallelDim.CONTEXT]
+    # --first-last-layers-bf16: the base-precision layers' extras read where they sit (p, v)
+    # and whether their chunk recomputes them (passes.base_layer_runs); zeros elsewhere
+    base = _base_precision_rows(table)
     first, inverse = _keys(
+        np.where(base, table.pipeline, 0),
+        np.where(base, table.virtual_stages, 0),
+        np.where(base, table.recompute_num_layers, 0),
         table.tensor,
         table.sequence_parallel,
         # the userbuffer overlap changes the block's TP collectives (passes._userbuffer_overlap)
@@ -964,6 +974,7 @@ class _StageMemory:
     cuda_context: IntArray
     nccl_buffers: IntArray
     peak: IntArray  # index into memory.PEAK_PHASES
+    step_copy: IntArray  # memory.step_copy_bytes, outside ``optimizer``
 
     @property
     def total(self) -> IntArray:
@@ -1221,7 +1232,15 @@ def _stage_memory(
     nccl = np.array([nccl_at(int(i)) for i in first_n], dtype=np.int64)[inverse_n]
     backward_working = np.where(has_blocks, working_bytes, 0)
     logits_transient = np.where(stage == p - 1, logits_bytes, 0)
-    step = step_copy_excess(copy=copy, activations=stored + working, other=embedding + logits)
+    activations = stored + working
+    base_rows = _base_precision_rows(table)
+    if base_rows.any():
+        # --first-last-layers-bf16 (reachable through the API's SearchSpace only): those
+        # layers' stores and working sets are the scalar plan's, memory.stage_activations
+        activations = np.where(
+            base_rows, _scalar_activations(table, model, stage, base_rows), activations
+        )
+    step = step_copy_excess(copy=copy, activations=activations, other=embedding + logits)
     transient, workspace, reserve, context, nccl_buffers = overhead_parts(
         working=backward_working,
         logits=logits_transient,
@@ -1233,7 +1252,7 @@ def _stage_memory(
         weights=weights,
         gradients=gradients,
         optimizer=optimizer,
-        activations=stored + working,
+        activations=activations,
         other=embedding + logits,
         transient=transient,
         workspace=workspace,
@@ -1241,7 +1260,31 @@ def _stage_memory(
         cuda_context=context,
         nccl_buffers=nccl_buffers,
         peak=peak_phase_index(working=backward_working, logits=logits_transient, step=step),
+        step_copy=copy,
     )
+
+
+def _base_precision_rows(table: CandidateTable) -> npt.NDArray[np.bool_]:
+    """Rows whose recipe keeps first / last layers at the base precision."""
+    flags = np.array([high_precision_layers(x) != (0, 0) for x in table.precisions], dtype=np.bool_)
+    return np.asarray(flags[table.precision], dtype=np.bool_)
+
+
+def _scalar_activations(
+    table: CandidateTable, model: TransformerModelSpec, stage: IntArray, rows: npt.NDArray[np.bool_]
+) -> IntArray:
+    """``memory.stage_activations``' activation bytes (stored, working, MTP, paired forward) of
+    ``rows`` at their representative stage; 0 elsewhere."""
+    out = np.zeros(table.tensor.shape, dtype=np.int64)
+    seen: dict[tuple[object, int], int] = {}
+    for i in np.flatnonzero(rows):
+        mapping = candidate_to_spec(table, int(i), model).mapping
+        key = (mapping, int(stage[i]))
+        if key not in seen:
+            acts = stage_activations(model, mapping, int(stage[i]))
+            seen[key] = acts.layers_stored + acts.recompute_working + acts.mtp + acts.paired_forward
+        out[i] = seen[key]
+    return out
 
 
 def _layer_bytes(
@@ -1634,6 +1677,7 @@ def evaluate_candidates(
         memory_weights=worst([x.weights for x in at]),
         memory_gradients=worst([x.gradients for x in at]),
         memory_optimizer_states=worst([x.optimizer for x in at]),
+        memory_optimizer_step_copy=worst([x.step_copy for x in at]),
         memory_activations=worst([x.activations for x in at]),
         memory_other=worst([x.other for x in at]),
         memory_total=worst([x.total for x in at]),

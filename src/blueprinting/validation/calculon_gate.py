@@ -44,6 +44,7 @@ from blueprinting.validation.calculon import (
 )
 
 if TYPE_CHECKING:
+    from blueprinting.analysis.memory import MemoryBreakdown
     from blueprinting.analysis.report import IterationReport
 
 #: Median |error| of the Calculon-equivalent iteration time over the compared records.
@@ -443,9 +444,21 @@ def rejection_verdict(record: CalculonRecord) -> tuple[RejectionVerdict, frozens
     stages = memory_per_stage(spec.model, spec.mapping, capacity_bytes=capacity)
     if not all(stage.fits for stage in stages):
         return RejectionVerdict.TOO_BIG, laws
-    if any(stage.reserved_peak + stage.optimizer_step_copy > capacity for stage in stages):
+    if any(_with_copy_held_through(stage) > capacity for stage in stages):
         return RejectionVerdict.TOO_BIG_WITH_STEP_COPY, laws
     return RejectionVerdict.FITS, laws
+
+
+def _with_copy_held_through(stage: MemoryBreakdown) -> int:
+    """A lower bound of the device peak with the step's gradient copy held through the backward:
+    the backward's peak plus the copy. Where the step sets the peak its transient is the copy's
+    excess, not the backward's working set (at least 0), which this leaves out."""
+    from blueprinting.analysis.memory import MemoryPeak
+
+    backward = stage.reserved_peak
+    if stage.peak is MemoryPeak.OPTIMIZER_STEP:
+        backward -= stage.transient
+    return backward + stage.optimizer_step_copy
 
 
 def rejection_problems(records: Iterable[CalculonRecord]) -> list[str]:
