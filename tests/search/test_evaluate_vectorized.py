@@ -36,10 +36,24 @@ from blueprinting.search.space import (
 REL = 1e-9
 
 
+#: ``memory_bytes`` keys of the plan the search's rows leave out: the expert split and the
+#: host's offloaded stores (the search plans no CPU offloading); any other key the plan gains
+#: must reach the search's rows too
+_PLAN_ONLY_MEMORY_KEYS = frozenset({"expert", "host_offloaded"})
+
+
 def _mismatches(fast: JsonValue, exact: JsonValue, path: str) -> list[str]:
     if isinstance(fast, dict):
         assert isinstance(exact, dict)
-        return [m for key in fast for m in _mismatches(fast[key], exact[key], f"{path}.{key}")]
+        missing = []
+        if path == ".memory_bytes":
+            missing = [
+                f"{path}.{key}: missing from the search's row"
+                for key in sorted(set(exact) - set(fast) - _PLAN_ONLY_MEMORY_KEYS)
+            ]
+        return missing + [
+            m for key in fast for m in _mismatches(fast[key], exact[key], f"{path}.{key}")
+        ]
     if isinstance(fast, float) or isinstance(exact, float):
         assert isinstance(fast, int | float) and isinstance(exact, int | float)
         if fast == exact or abs(fast - exact) <= REL * max(abs(fast), abs(exact)):
