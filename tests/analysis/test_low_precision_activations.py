@@ -5,6 +5,7 @@ Expected values are written from the per-tensor terms, not from the code's own h
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
@@ -118,8 +119,9 @@ def test_unfused_attention_does_not_keep_its_output_so_the_copy_replaces_it() ->
         (NVFP4, lambda n: n // 2 + n // 16),
     ],
 )
-def test_every_recipe_prices_the_same_tensors(precision: TrainingPrecision, kept: object) -> None:
-    assert callable(kept)
+def test_every_recipe_prices_the_same_tensors(
+    precision: TrainingPrecision, kept: Callable[[int], int]
+) -> None:
     high = _layer(HighPrecision())
     expected = high - 2 * (2 * ROWS_H - kept(ROWS_H)) + kept(S_Q) - (2 * S_F - kept(S_F))
     assert _layer(precision) == expected
@@ -183,23 +185,32 @@ def test_a_moe_ffn_keeps_its_expert_inputs_quantized() -> None:
     )
 
 
-def test_the_base_precision_layers_store_as_without_a_recipe() -> None:
-    """``first_last_layers_bf16``: the first layer sits on stage 0, the last on the last stage,
-    each over its chunk's in-flight microbatches (1F1B: p on stage 0, 1 on the last)."""
-    model = model_preset("llama3-8b")  # 32 layers
-    keys: dict[str, object] = {
-        "world_size": 8,
-        "tensor_model_parallel_size": 2,
-        "pipeline_model_parallel_size": 4,
-        "sequence_parallel": True,
-        "micro_batch_size": 1,
-        "global_batch_size": 16,
-        "fp8": "hybrid",
-        "fp8_recipe": "tensorwise",
-    }
-    plain = from_mapping(keys, model=model).mapping
+_LLAMA3_8B = model_preset("llama3-8b")  # 32 layers
+_PIPELINED_FP8: dict[str, object] = {
+    "world_size": 8,
+    "tensor_model_parallel_size": 2,
+    "pipeline_model_parallel_size": 4,
+    "sequence_parallel": True,
+    "micro_batch_size": 1,
+    "global_batch_size": 16,
+    "fp8": "hybrid",
+    "fp8_recipe": "tensorwise",
+}
+
+
+def _base_layer_extras(**keys: object) -> tuple[int, list[int]]:
+    """(one layer's stores at bf16 less at the recipe, what each of the 4 stages stores more
+    with the first layer and the last two at bf16) for Llama 3 8B on t 2, p 4 with ``keys``."""
+    model = _LLAMA3_8B
+    plain = from_mapping({**_PIPELINED_FP8, **keys}, model=model).mapping
     based = from_mapping(
-        {**keys, "first_last_layers_bf16": True, "num_layers_at_end_in_bf16": 2}, model=model
+        {
+            **_PIPELINED_FP8,
+            **keys,
+            "first_last_layers_bf16": True,
+            "num_layers_at_end_in_bf16": 2,
+        },
+        model=model,
     ).mapping
 
     def per_layer(precision: TrainingPrecision) -> int:
@@ -214,13 +225,19 @@ def test_the_base_precision_layers_store_as_without_a_recipe() -> None:
             precision=precision,
         )
 
-    excess = per_layer(HighPrecision()) - per_layer(plain.precision)
-    assert excess > 0
     extra = [
         stage_activations(model, based, stage).layers_stored
         - stage_activations(model, plain, stage).layers_stored
         for stage in range(4)
     ]
+    return per_layer(HighPrecision()) - per_layer(plain.precision), extra
+
+
+def test_the_base_precision_layers_store_as_without_a_recipe() -> None:
+    """``first_last_layers_bf16``: the first layer sits on stage 0, the last on the last stage,
+    each over its chunk's in-flight microbatches (1F1B: p on stage 0, 1 on the last)."""
+    excess, extra = _base_layer_extras()
+    assert excess > 0
     # one base-precision layer on stage 0 (4 microbatches in flight), two on stage 3 (one)
     assert extra == [4 * excess, 0, 0, 2 * excess]
 
@@ -229,41 +246,7 @@ def test_the_block_method_stores_the_base_precision_layers_it_does_not_checkpoin
     """Full recompute, ``block`` method, 1 layer: the first layer of each chunk keeps only its
     checkpoint, so the base-precision first layer stores nothing extra; the last two, past it,
     store as without a recipe."""
-    model = model_preset("llama3-8b")
-    keys: dict[str, object] = {
-        "world_size": 8,
-        "tensor_model_parallel_size": 2,
-        "pipeline_model_parallel_size": 4,
-        "sequence_parallel": True,
-        "micro_batch_size": 1,
-        "global_batch_size": 16,
-        "fp8": "hybrid",
-        "fp8_recipe": "tensorwise",
-        "recompute_granularity": "full",
-        "recompute_method": "block",
-        "recompute_num_layers": 1,
-    }
-    plain = from_mapping(keys, model=model).mapping
-    based = from_mapping(
-        {**keys, "first_last_layers_bf16": True, "num_layers_at_end_in_bf16": 2}, model=model
-    ).mapping
-
-    def per_layer(precision: TrainingPrecision) -> int:
-        return layer_activation_bytes(
-            model,
-            micro_batch=1,
-            tensor_degree=2,
-            sequence_parallel=True,
-            attention=plain.attention,
-            recomputed=frozenset(),
-            activation_bytes=2,
-            precision=precision,
-        )
-
-    excess = per_layer(HighPrecision()) - per_layer(plain.precision)
-    extra = [
-        stage_activations(model, based, stage).layers_stored
-        - stage_activations(model, plain, stage).layers_stored
-        for stage in range(4)
-    ]
+    excess, extra = _base_layer_extras(
+        recompute_granularity="full", recompute_method="block", recompute_num_layers=1
+    )
     assert extra == [0, 0, 0, 2 * excess]

@@ -1009,11 +1009,24 @@ def interleaved_peak(
     return minimum(2 * (pipeline - stage - 1) + (virtual - 1) * group + 1, microbatches * virtual)
 
 
-def paired_forward_runs(peak: Count, *, microbatches: Count, virtual: Count) -> Count:
-    """Whether a combined 1F1B rank runs a paired step (a forward co-scheduled with a backward,
-    layer by layer): its warm-up, ``peak`` chunk forwards, leaves chunk forwards to run (1 or 0;
-    :func:`in_flight_microbatches`)."""
-    return cast("Count", (peak < microbatches * virtual) * 1)  # type: ignore[redundant-cast]
+def paired_forward_bytes(
+    *,
+    in_flight: Count,
+    microbatches: Count,
+    virtual: Count,
+    moe_blocks: Count,
+    layer: Count,
+    moe_layer: Count,
+) -> Count:
+    """:attr:`StageActivations.paired_forward` of a combined 1F1B rank holding blocks: one
+    layer's stores (``layer``, or ``moe_layer`` where the stage holds MoE blocks: what a layer
+    keeps under the stage's recompute) when its warm-up, ``in_flight`` chunk forwards, leaves
+    chunk forwards to pair with backwards; 0 otherwise (:func:`in_flight_microbatches`). On a
+    plan's numbers or a search's columns."""
+    runs = (in_flight < microbatches * virtual) * 1
+    return cast(  # type: ignore[redundant-cast]
+        "Count", runs * where(moe_blocks > 0, moe_layer, layer)
+    )
 
 
 def interleaved_group_reached(
@@ -1137,6 +1150,13 @@ class StageActivations:
     #: layer frees one (one layer of the stage's largest kind; 0 on other schedules and on a
     #: rank whose warm-up runs every chunk forward)
     paired_forward: int = 0
+
+    @property
+    def on_gpu(self) -> int:
+        """The activation bytes the GPU holds at the peak (``MemoryBreakdown.activations``):
+        the stored blocks, the recompute working set, the MTP depths and the paired forward;
+        ``embedding`` and ``logits`` are the breakdown's ``other``."""
+        return self.layers_stored + self.recompute_working + self.mtp + self.paired_forward
 
 
 def stage_activations(
@@ -1283,17 +1303,14 @@ def _stage_activations(
     paired = 0
     schedule = mapping.parallelism.pipeline.schedule
     if isinstance(schedule, CombinedOneForwardOneBackward) and max(chunks) > 0:
-        runs = paired_forward_runs(
-            sum(in_flight), microbatches=mapping.microbatch_count, virtual=len(in_flight)
-        )
-        paired = runs * paired_layer_bytes(
-            recompute,
-            moe=any(moe_chunks),
-            layer_full=inv.layer_full,
-            layer_kept=inv.layer_kept,
-            moe_layer_full=inv.moe_layer_full,
-            moe_layer_kept=inv.moe_layer_kept,
-            checkpoint=checkpoint,
+        layer, moe_layer = _forward_layer_stores(recompute, inv)
+        paired = paired_forward_bytes(
+            in_flight=sum(in_flight),
+            microbatches=mapping.microbatch_count,
+            virtual=len(in_flight),
+            moe_blocks=sum(moe_chunks),
+            layer=layer,
+            moe_layer=moe_layer,
         )
     return StageActivations(
         stage=stage,
@@ -1308,26 +1325,16 @@ def _stage_activations(
     )
 
 
-def paired_layer_bytes(
-    recompute: RecomputePolicy,
-    *,
-    moe: bool,
-    layer_full: int,
-    layer_kept: int,
-    moe_layer_full: int,
-    moe_layer_kept: int,
-    checkpoint: int,
-) -> int:
-    """What one layer's forward stores (:attr:`StageActivations.paired_forward`): all of it,
-    the kept tensors under selective recompute, the checkpoint under full recompute; a MoE
-    layer's when the stage holds one."""
+def _forward_layer_stores(recompute: RecomputePolicy, inv: _StageInvariants) -> tuple[int, int]:
+    """(dense, MoE) bytes one layer's forward stores under ``recompute``: all of it, the kept
+    tensors under selective recompute, the checkpoint under full recompute."""
     match recompute:
         case NoRecompute():
-            return moe_layer_full if moe else layer_full
+            return inv.layer_full, inv.moe_layer_full
         case SelectiveRecompute():
-            return moe_layer_kept if moe else layer_kept
+            return inv.layer_kept, inv.moe_layer_kept
         case FullRecompute():
-            return checkpoint
+            return inv.checkpoint, inv.checkpoint
         case _ as unreachable:
             assert_never(unreachable)
 
@@ -2261,7 +2268,7 @@ def _stage_memory(
         model, mapping, params.blocks, recipe.param, params.moe_blocks
     )
     acts = _stage_activations(model, mapping, stage, inv)
-    activations = acts.layers_stored + acts.recompute_working + acts.mtp + acts.paired_forward
+    activations = acts.on_gpu
     other = acts.embedding + acts.logits
     copy = dense_copy + expert_copy
     return assemble_breakdown(

@@ -123,7 +123,7 @@ from blueprinting.analysis.memory import (
     nccl_buffer_bytes,
     one_f_one_b_in_flight,
     overhead_parts,
-    paired_forward_runs,
+    paired_forward_bytes,
     peak_bytes,
     peak_phase_index,
     persistent_recipe,
@@ -1113,21 +1113,19 @@ def _stage_memory(
             block_stored_bytes(total_in_flight, layers, n, checkpoint, full),
         ],
     )
-    # memory.paired_layer_bytes: combined 1F1B's paired forward, one layer of the stage's kind
-    paired = np.where(
-        combined & has_blocks,
-        paired_forward_runs(total_in_flight, microbatches=m, virtual=v)
-        * np.select(
-            [r == _CODE[RecomputeVariant.NONE], r == _CODE[RecomputeVariant.SELECTIVE]],
-            [
-                np.where(rep.moe_blocks > 0, moe_full, layer_full),
-                np.where(rep.moe_blocks > 0, moe_kept, layer_kept),
-            ],
-            default=checkpoint,
-        ),
-        0,
+    # memory._stage_activations: combined 1F1B's paired forward, one layer of what a forward
+    # stores under the row's recompute (memory._forward_layer_stores)
+    selective = r == _CODE[RecomputeVariant.SELECTIVE]
+    plain = r == _CODE[RecomputeVariant.NONE]
+    paired = paired_forward_bytes(
+        in_flight=total_in_flight,
+        microbatches=m,
+        virtual=v,
+        moe_blocks=rep.moe_blocks,
+        layer=np.where(plain, layer_full, np.where(selective, layer_kept, checkpoint)),
+        moe_layer=np.where(plain, moe_full, np.where(selective, moe_kept, checkpoint)),
     )
-    stored = stored + paired
+    stored = stored + np.where(combined & has_blocks, paired, 0)
     working = np.select(
         [
             r == _CODE[RecomputeVariant.SELECTIVE],
@@ -1281,8 +1279,7 @@ def _scalar_activations(
         mapping = candidate_to_spec(table, int(i), model).mapping
         key = (mapping, int(stage[i]))
         if key not in seen:
-            acts = stage_activations(model, mapping, int(stage[i]))
-            seen[key] = acts.layers_stored + acts.recompute_working + acts.mtp + acts.paired_forward
+            seen[key] = stage_activations(model, mapping, int(stage[i])).on_gpu
         out[i] = seen[key]
     return out
 
