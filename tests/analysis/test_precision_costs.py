@@ -99,7 +99,9 @@ def test_block_costs_change_only_in_the_linears() -> None:
     ir = derive_training_block(spec.model, spec.mapping)
     group = PlanContext(spec=spec, system=H100).group(ParallelDim.TENSOR)
     high = OpPrecision(datatype=Datatype.BF16, recipe=HighPrecision())
-    fp8 = OpPrecision(datatype=Datatype.BF16, recipe=Fp8Precision(recipe=Fp8Recipe.TENSORWISE))
+    fp8 = OpPrecision(
+        datatype=Datatype.BF16, recipe=Fp8Precision(recipe=Fp8Recipe.TENSORWISE), sequence_shards=2
+    )
     costs = {p: cost_task_groups(ir, H100, group, p) for p in (high, fp8)}
     saved = 0.0
     for task in ir.block.tasks:
@@ -119,18 +121,23 @@ def test_block_costs_change_only_in_the_linears() -> None:
         else:
             assert after == before  # attention core, norms, residuals: unchanged
         saved += before - after
-    # The recipe's own casts: the inputs of the projection and FC2 (QKV's and FC1's come
-    # quantized out of their fused norms), tensorwise on Hopper: amax read + cast read (2 B
-    # each) and the rowwise and transposed copies (1 B each): 6 B per element.
+    # The recipe's own casts, tensorwise on Hopper: the inputs of the projection and FC2, amax
+    # read + cast read (2 B each) and the rowwise and transposed copies (1 B each): 6 B per
+    # element; QKV's and FC1's, their norms' outputs, on the rank's s/t rows before the
+    # all-gather (t = 2), with the amax the norm computed: 4 B per element.
+    row_parallel = (SemanticOpName.OUTPUT_PROJECTION, SemanticOpName.MLP_DOWN)
+    column_parallel = (SemanticOpName.QKV_PROJECTION, SemanticOpName.MLP_UP)
     casts = [
         H100.memory_time(task.gemm.m * task.gemm.n * 6)
+        if task.lineage.op in row_parallel
+        else H100.memory_time(task.gemm.m * task.gemm.n // 2 * 4)
         for task in ir.block.tasks
         if isinstance(task, ComputeTask)
         and task.phase is Phase.FORWARD
         and task.gemm is not None
-        and task.lineage.op in (SemanticOpName.OUTPUT_PROJECTION, SemanticOpName.MLP_DOWN)
+        and task.lineage.op in row_parallel + column_parallel
     ]
-    assert len(casts) == 2
+    assert len(casts) == 4
     assert costs[fp8].block.forward.quantize_s == pytest.approx(sum(casts), rel=1e-12)
     assert costs[high].block.forward.quantize_s == 0.0
     forward = {p: c.block.forward.compute_s for p, c in costs.items()}

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from blueprinting.errors import ConfigError
 from blueprinting.hardware.presets import system_preset
 from blueprinting.mapping.model import Datatype
 from blueprinting.mapping.precision import (
@@ -20,6 +21,7 @@ from blueprinting.mapping.precision import (
     HighPrecision,
     TrainingPrecision,
 )
+from blueprinting.mapping.transformer import ReduceScatterAllGather, TensorParallel
 from blueprinting.synthesizer.dialects.transformer.training import GemmShape, SemanticOpName
 from blueprinting.synthesizer.stages.distributed.ir import Phase
 from blueprinting.synthesizer.stages.portable_plan.precision import (
@@ -31,8 +33,10 @@ from blueprinting.synthesizer.stages.portable_plan.precision import (
     OpPrecision,
     QuantizedTensorBytes,
     cast_bandwidth_fraction,
+    norm_writes_quantized,
     quantized_tensor_bytes,
     reads_fp8_columnwise,
+    sequence_shards,
 )
 
 H100 = system_preset("dgx-h100")
@@ -95,9 +99,9 @@ def test_blackwell_reads_fp8_columnwise_hopper_does_not() -> None:
 def test_which_tensor_each_gemm_task_casts(
     op: SemanticOpName, phase: Phase, m: int, n: int, k: int
 ) -> None:
-    """The forward (and recomputed forward) casts its input m x n unless a fused norm wrote it,
-    the activation-gradient GEMM casts the output gradient m x k, Wgrad reuses both; only TE
-    linears cast."""
+    """The forward (and recomputed forward) casts its input m x n (MXFP8's norm writes bf16:
+    a LayerNormLinear's input is cast too), the activation-gradient GEMM casts the output
+    gradient m x k, Wgrad reuses both; only TE linears cast."""
     precision = OpPrecision(datatype=Datatype.BF16, recipe=MXFP8)
     shape = GemmShape(m=m, n=n, k=k)
     got = precision.quantized_elements(op, phase, shape)
@@ -106,10 +110,53 @@ def test_which_tensor_each_gemm_task_casts(
     elif phase is Phase.BACKWARD_ACTIVATION_GRAD:
         assert got == m * k
     else:
-        assert got == (0 if op in NORM_FUSED_INPUT_OPS else m * n)
+        assert got == m * n
     per_element = 2 + 2 * (1 + 1 / 32)
     bytes_ = precision.quantized_bytes(op, phase, shape, native_columnwise_fp8=True)
     assert bytes_ == pytest.approx(got * per_element, rel=1e-12)
+
+
+def test_only_delayed_scaling_norms_write_the_quantized_input() -> None:
+    """Transformer Engine's norm kernel writes a LayerNormLinear's input quantized for a
+    delayed-scaling Float8Quantizer only (normalization.cpp ``Impl::FULLY_FUSED``): a 4096 x 8192
+    QKV input costs no pass under delayed FP8; under current scaling one pass reading it once
+    (the norm computed its amax: ``Impl::FUSED_NORM_AMAX_FP8``) where an FC2 input is read twice;
+    MXFP8 and NVFP4 a full pass of their own."""
+    shape = GemmShape(m=4096, n=8192, k=8192)
+    qkv, fc2 = SemanticOpName.QKV_PROJECTION, SemanticOpName.MLP_DOWN
+    assert qkv in NORM_FUSED_INPUT_OPS and fc2 not in NORM_FUSED_INPUT_OPS
+    assert [norm_writes_quantized(r) for r in (Fp8Precision(), TENSORWISE, MXFP8, NVFP4)] == [
+        True,
+        False,
+        False,
+        False,
+    ]
+    elements = 4096 * 8192
+
+    def cast(recipe: TrainingPrecision, op: SemanticOpName) -> float:
+        precision = OpPrecision(datatype=Datatype.BF16, recipe=recipe)
+        return precision.quantized_bytes(op, Phase.FORWARD, shape, native_columnwise_fp8=True)
+
+    assert cast(Fp8Precision(), qkv) == 0.0
+    assert cast(Fp8Precision(), fc2) == elements * (2 + 1)
+    assert cast(TENSORWISE, qkv) == elements * (2 + 1)
+    assert cast(TENSORWISE, fc2) == elements * (4 + 1)
+    assert cast(MXFP8, qkv) == cast(MXFP8, fc2) == pytest.approx(elements * (2 + 2 * 33 / 32))
+    assert cast(NVFP4, qkv) == cast(NVFP4, fc2) == pytest.approx(elements * (4 + 2 * 9 / 16))
+    # sequence parallel over t = 4: the rank casts its 1/4 of the rows, then all-gathers them
+    sharded = OpPrecision(datatype=Datatype.BF16, recipe=MXFP8, sequence_shards=4)
+    assert sharded.quantized_elements(qkv, Phase.FORWARD, shape) == elements // 4
+    assert sharded.quantized_elements(fc2, Phase.FORWARD, shape) == elements
+    assert sequence_shards(TensorParallel(degree=4, communication=ReduceScatterAllGather())) == 4
+    assert sequence_shards(TensorParallel(degree=4)) == 1
+    with pytest.raises(ConfigError, match="sequence_shards must be >= 1, got 0"):
+        OpPrecision(datatype=Datatype.BF16, recipe=MXFP8, sequence_shards=0)
+    # the activation gradient is no norm's output: read twice under current scaling
+    precision = OpPrecision(datatype=Datatype.BF16, recipe=TENSORWISE)
+    dgrad = precision.quantized_bytes(
+        qkv, Phase.BACKWARD_ACTIVATION_GRAD, shape, native_columnwise_fp8=True
+    )
+    assert dgrad == 4096 * 8192 * (4 + 1)
 
 
 #: Transformer Engine's GEMM benchmark on B300 (NVIDIA/TransformerEngine@332941783386
@@ -204,8 +251,9 @@ def test_nvfp4_casts_are_slower_than_the_hbm_pass() -> None:
 def test_plan_reports_the_casts_of_llama3_70b_on_gb200() -> None:
     """Llama 3 70B, t1 FSDP over 64 GB200, m = 2 x 8192 tokens, fp8 tensorwise: per block the
     forward casts the projection's and FC2's inputs (m x 8192 + m x 28672 elements, 5 B each:
-    amax read, cast read, one copy), the backward the four output gradients (m x (10240 + 8192 +
-    57344 + 8192)), at GB200's 8 TB/s x 0.9."""
+    amax read, cast read, one copy) and the two norms' outputs, QKV's and FC1's inputs (m x 8192
+    x 2, 3 B each: the norm computed the amax), the backward the four output gradients (m x
+    (10240 + 8192 + 57344 + 8192)), at GB200's 8 TB/s x 0.9."""
     from blueprinting.api import plan
 
     report = plan(
@@ -230,7 +278,8 @@ def test_plan_reports_the_casts_of_llama3_70b_on_gb200() -> None:
     m, rate = 16_384, 8e12 * 0.9
     block = quantization["block_s"]
     assert isinstance(block, dict)
-    assert block["forward"] == pytest.approx(m * (8192 + 28672) * 5 / rate, rel=1e-9)
+    forward_bytes = m * (8192 + 28672) * 5 + m * 8192 * 2 * 3
+    assert block["forward"] == pytest.approx(forward_bytes / rate, rel=1e-9)
     assert block["backward_activation"] == pytest.approx(
         m * (10240 + 8192 + 57344 + 8192) * 5 / rate, rel=1e-9
     )

@@ -301,25 +301,27 @@ def test_scoring_splits_the_error_by_model_generation_and_dispatcher() -> None:
     assert (mixtral.rows, mixtral.planned) == (4, 4)
     assert mixtral.median_abs_error == pytest.approx(0.05, rel=1e-12)
     hopper = by_group[("generation", "hopper")]
-    assert (hopper.rows, hopper.planned) == (18, 16)
+    # the 25.11 Qwen3-30B-A3B H100 row is excluded (Megatron-Bridge #1998)
+    assert (hopper.rows, hopper.planned) == (18, 15)
     assert hopper.max_abs_error == pytest.approx(0.05, rel=1e-12)
     blackwell = by_group[("generation", "blackwell")]
-    # the 26.06.01 GPT-OSS row is excluded (a known regression): in the rows, never planned
-    assert (blackwell.rows, blackwell.planned) == (47, 28)
+    # the 26.06.01 GPT-OSS and 25.11 Qwen3-30B-A3B B200 rows are excluded (known regressions):
+    # in the rows, never planned
+    assert (blackwell.rows, blackwell.planned) == (47, 27)
     assert blackwell.mean_error == pytest.approx(-0.2, rel=1e-12)
     # the 26.02 Qwen3-30B-A3B and 26.04.01 DeepSeek-V3 rows, and the two 25.09 DeepSeek-V3 H100
     # rows (Megatron-Bridge r0.1.0 run_script.py enables DeepEP on H100)
     assert by_group[("dispatcher", "flex-deepep")].rows == 4
-    assert by_group[("all", "all")].planned == 44
+    assert by_group[("all", "all")].planned == 42
     assert {row.row.not_planned for row in validation.not_planned_rows} - {
         "pipeline_model_parallel_layout: stand-in refusal"
-    } == {next(r.exclusion_message() for r in _RUNS if r.excluded is not None)}
+    } == {r.exclusion_message() for r in _RUNS if r.excluded is not None}
     assert validation.gate(MoeGate.MAX_ERROR).passed is True  # 0.2 <= 0.25
     assert validation.gate(MoeGate.MEDIAN_ERROR).passed is False  # 0.2 > 0.10
-    assert validation.gate(MoeGate.ALL_PLANNED).value == pytest.approx(44 / 64)
+    assert validation.gate(MoeGate.ALL_PLANNED).value == pytest.approx(42 / 62)
     assert validation.passed is False
     document = json.loads(json.dumps(moe_to_json_dict(validation)))
-    assert document["planned_runs"] == 44 and document["not_planned_runs"] == 21
+    assert document["planned_runs"] == 42 and document["not_planned_runs"] == 23
     (row,) = [r for r in document["rows"] if r["run"] == "modelzoo_mixtral_8x22b_h100_128_dropless"]
     assert (row["t"], row["p"], row["cp"], row["ep"], row["etp"], row["vp"]) == (2, 8, 1, 8, 1, 7)
     assert row["d"] == 8 and row["dispatcher"] == "alltoall" and row["recipe"] == "bf16"
@@ -350,20 +352,31 @@ _PARAM_GATHER = "overlap_param_gather_needs_overlap_grad_reduce"
 
 def test_which_runs_are_not_planned_and_why(planned: MoeValidation) -> None:
     refused = {row.run_id: row.row.not_planned for row in planned.not_planned_rows}
-    assert len(planned.planned_rows) == 62 and len(refused) == 3
+    assert len(planned.planned_rows) == 60 and len(refused) == 5
     regression = "mbridge_26.06.01_pretrain_gpt_oss_120b_gb200_n64_mxfp8_gbs1280"
     assert refused.pop(regression).startswith(
         "excluded (known_regression): Megatron-Bridge docs/performance-summary-archive.md"
     )
-    # outside the gates: 64 rows, 62 of them planned
-    assert planned.gate(MoeGate.ALL_PLANNED).count == 64
+    dropless = (
+        "mbridge_25.11_pretrain_qwen3_30b_a3b_b200_n8_fp8_mx_gbs512",
+        "mbridge_25.11_pretrain_qwen3_30b_a3b_h100_n16_fp8_cs_gbs512",
+    )
+    regressions = (regression, *dropless)
+    for run in dropless:
+        assert refused.pop(run).startswith(
+            "excluded (known_regression): Megatron-Bridge issue #1998"
+        )
+    # outside the gates: 62 rows, 60 of them planned
+    assert planned.gate(MoeGate.ALL_PLANNED).count == 62
     starts = {_UNEVEN: 1, _EXPERT_WORLD: 1}
     for start, count in starts.items():
         assert sum(1 for message in refused.values() if message.startswith(start)) == count
     assert all("Traceback" not in message for message in refused.values())
     # the moe_act (GPT-OSS) and mla_up_proj (DeepSeek-V3) recipes plan
     assert all(
-        r.row.model == "deepseek-v3" for r in planned.not_planned_rows if r.run_id != regression
+        r.row.model == "deepseek-v3"
+        for r in planned.not_planned_rows
+        if r.run_id not in regressions
     )
     waived = [r.row for r in planned.planned_rows if r.row.waived_megatron_rules]
     assert len(waived) == 2
@@ -395,7 +408,9 @@ def test_the_planned_runs_stay_within_todays_bounds(planned: MoeValidation) -> N
     GB200 6-25% fast, Qwen3-30B-A3B on GB200 9-30%. Since GPT-OSS's eager chains are costed
     (unfused YaRN RoPE; without the op fuser the clamp before the GLU and the FC2 bias loop):
     median 24.4%, GPT-OSS-120B 21-50% fast (26-53% before); its 26.06 / 26.08 rows run the op
-    fuser and gain only the RoPE (28% -> 25% fast)."""
+    fuser and gain only the RoPE (28% -> 25% fast). With the two 25.11 Qwen3-30B-A3B dropless
+    rows out of the gates as the regression Megatron-Bridge #1998 names: median 24.3%, max 61.3%
+    (the 26.02 DeepEP B200 row); with the norms' outputs cast (TE normalization.cpp): 24.2%."""
     errors = {row.run_id: row.relative_error or 0.0 for row in planned.planned_rows}
     median = planned.gate(MoeGate.MEDIAN_ERROR).value
     assert median is not None and 0.22 <= median <= 0.28

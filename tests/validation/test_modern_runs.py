@@ -490,7 +490,10 @@ def test_the_planned_runs_stay_within_todays_bounds(planned: ModernValidation) -
     0.73 -> B200's torch.mm fit): median 10.6%, max 25.0% (the GB200 70B NVFP4 26.02 row; the
     B200 405B rows -25.9% -> -11.3%), Blackwell 11.6%, mean -9.7%; with GB200's bf16, MXFP8
     and NVFP4 fits moved from B200's by the measured MAMF ceilings (presets.transferred_fit):
-    median 8.8%, max 23.0% (the GB200 70B NVFP4 26.02 row), Blackwell 9.2%, mean -9.0%."""
+    median 8.8%, max 23.0% (the GB200 70B NVFP4 26.02 row), Blackwell 9.2%, mean -9.0%. With a
+    LayerNormLinear's input cast in a pass of its own under every recipe but delayed scaling
+    (TE normalization.cpp writes it quantized only for a Float8Quantizer), on the rank's s/t rows
+    under sequence parallelism: median 8.4%, max 22.4%, Blackwell 9.0%, mean -8.8%."""
     errors = {row.run_id: abs(row.relative_error or 0.0) for row in planned.planned_rows}
     assert statistics.median(errors.values()) <= 0.095
     fsdp = "mbridge_25.09_DGX-GB200_LLAMA3.1_405B_128gpu_na_75"

@@ -78,7 +78,7 @@ from blueprinting.synthesizer.stages.portable_plan.passes import (
     cost_task_groups,
     expert_groups,
 )
-from blueprinting.synthesizer.stages.portable_plan.precision import OpPrecision
+from blueprinting.synthesizer.stages.portable_plan.precision import OpPrecision, sequence_shards
 
 
 @final
@@ -174,7 +174,9 @@ def _local_block_costs(
         ir,
         system,
         tp_group,
-        OpPrecision(datatype=model.datatype, recipe=precision),
+        OpPrecision(
+            datatype=model.datatype, recipe=precision, sequence_shards=sequence_shards(tensor)
+        ),
         overlap,
         cp_groups=dict(cp_groups),
         ep_groups=dict(ep_groups),

@@ -118,6 +118,7 @@ from blueprinting.synthesizer.stages.portable_plan.ir import (
 from blueprinting.synthesizer.stages.portable_plan.precision import (
     OpPrecision,
     reads_fp8_columnwise,
+    sequence_shards,
 )
 
 
@@ -547,7 +548,11 @@ class CostDistributedTasks:
                 ir,
                 ctx.system,
                 ctx.group(ParallelDim.TENSOR),
-                OpPrecision(datatype=ctx.spec.model.datatype, recipe=recipe),
+                OpPrecision(
+                    datatype=ctx.spec.model.datatype,
+                    recipe=recipe,
+                    sequence_shards=sequence_shards(ctx.spec.mapping.parallelism.tensor),
+                ),
                 ctx.spec.mapping.tp_comm_overlap,
                 cp_groups=ctx.context_groups(),
                 ep_groups=expert_groups(ctx.spec, ctx.system),

@@ -18,9 +18,19 @@ per microbatch that no other op writes in low precision: its input in the forwar
 usage for Fprop, columnwise for Wgrad, made together and saved) and the gradient of its output
 in the backward pass (rowwise for Dgrad, columnwise for Wgrad); weights are quantized once per
 step (cached across micro-batches, or FP8 primary weights under ``--fp8-param-gather``) and are
-not timed. The input of ``LayerNormLinear`` (QKV, FC1, MLA's up-projections) is written
-quantized by the norm kernel itself (TE ``pytorch/module/layernorm_linear.py``
-``with_quantized_norm``), so only the other linears' inputs take a pass of their own. A pass is
+not timed. The input of ``LayerNormLinear`` (QKV, FC1, MLA's up-projections) comes from the
+norm kernel, which writes it quantized only under delayed scaling (TE
+``pytorch/csrc/extensions/normalization.cpp`` ``layernorm_fwd`` / ``rmsnorm_fwd``,
+``Impl::FULLY_FUSED`` for a ``Float8Quantizer``; the same at v2.4 @3cd6870c as
+``force_unfused_kernel = false``): every other recipe's norm writes the high-precision output
+and a separate pass quantizes it (:func:`norm_writes_quantized`). Since TE v2.8 the norm
+kernel computes the amax a per-tensor current scale needs (``Impl::FUSED_NORM_AMAX_FP8``), so
+that pass reads its input once; NVFP4's default quantizer takes its amax after the Hadamard
+transform (``with_post_rht_amax``) and reads twice as in any linear. Two exceptions, behind
+Transformer Engine's ``NVTE_NORM_FWD_USE_CUDNN`` environment variable (no Blueprinting key; a
+Megatron-Bridge launcher sets it for some recipes, ``scripts/performance/utils/executors.py``):
+the cuDNN norm writes MXFP8 itself (dimensions multiples of 128), and current scaling falls back
+to the unfused pass with its own amax read. A pass is
 memory-bound: it reads the high-precision tensor once, twice where the scale needs the tensor's
 current amax first (``tensorwise``: TE ``Float8CurrentScaling``; NVFP4: its per-tensor FP32
 scale), and writes each usage: 1 B per element for FP8 (+ an FP32 scale per 128 for blockwise,
@@ -56,6 +66,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import assert_never, final
 
+from blueprinting.errors import ConfigError
 from blueprinting.hardware.efficiency import efficiency_fraction
 from blueprinting.hardware.system import SystemSpec
 from blueprinting.mapping.model import Datatype
@@ -68,6 +79,7 @@ from blueprinting.mapping.precision import (
     TrainingPrecision,
     gemm_format,
 )
+from blueprinting.mapping.transformer import AllReduce, ReduceScatterAllGather, TensorParallel
 from blueprinting.synthesizer.dialects.transformer.training import GemmShape, SemanticOpName
 from blueprinting.synthesizer.stages.distributed.ir import Phase
 
@@ -91,9 +103,10 @@ TE_LINEAR_OPS: frozenset[SemanticOpName] = frozenset(
 )
 
 
-#: TE linears whose input the preceding norm writes already quantized (``LayerNormLinear``:
-#: Megatron's ``TELayerNormColumnParallelLinear`` for ``linear_qkv``, ``linear_fc1`` and MLA's
-#: ``linear_q_up_proj`` / ``linear_kv_up_proj`` with their fused latent norms).
+#: TE linears whose input the preceding norm writes (``LayerNormLinear``: Megatron's
+#: ``TELayerNormColumnParallelLinear`` for ``linear_qkv``, ``linear_fc1`` and MLA's
+#: ``linear_q_up_proj`` / ``linear_kv_up_proj`` with their fused latent norms): quantized by the
+#: norm itself under :func:`norm_writes_quantized` recipes, otherwise by a pass of their own.
 NORM_FUSED_INPUT_OPS: frozenset[SemanticOpName] = frozenset(
     {
         SemanticOpName.QKV_PROJECTION,
@@ -108,6 +121,38 @@ NORM_FUSED_INPUT_OPS: frozenset[SemanticOpName] = frozenset(
 FP8_BLOCKWISE_CAST_FRACTION = 0.41
 MXFP8_CAST_FRACTION = 0.96
 NVFP4_CAST_FRACTION = 0.57
+
+
+def norm_writes_quantized(recipe: TrainingPrecision) -> bool:
+    """Whether Transformer Engine's norm kernel writes a ``LayerNormLinear``'s input already in
+    the recipe's format (module docstring: delayed scaling only, ``Impl::FULLY_FUSED``)."""
+    match recipe:
+        case HighPrecision():
+            return False
+        case Fp8Precision(recipe=fp8):
+            match fp8:
+                case Fp8Recipe.DELAYED:
+                    return True
+                case Fp8Recipe.TENSORWISE | Fp8Recipe.BLOCKWISE | Fp8Recipe.MXFP8:
+                    return False
+                case _ as unreachable_fp8:
+                    assert_never(unreachable_fp8)
+        case Fp4Precision():
+            return False
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def sequence_shards(tensor: TensorParallel) -> int:
+    """:attr:`OpPrecision.sequence_shards` of a TP variant: t with sequence parallelism (the
+    norms run on s/t rows before the all-gather), 1 without."""
+    match tensor.communication:
+        case ReduceScatterAllGather():
+            return tensor.degree
+        case AllReduce():
+            return 1
+        case _ as unreachable:
+            assert_never(unreachable)
 
 
 def cast_bandwidth_fraction(recipe: TrainingPrecision) -> float | None:
@@ -156,17 +201,24 @@ class QuantizedTensorBytes:
 
 
 def quantized_tensor_bytes(
-    recipe: TrainingPrecision, *, base_bytes: int, native_columnwise_fp8: bool
+    recipe: TrainingPrecision,
+    *,
+    base_bytes: int,
+    native_columnwise_fp8: bool,
+    amax_from_norm: bool = False,
 ) -> QuantizedTensorBytes | None:
     """Bytes per element a recipe's quantization pass moves (module docstring); None: the
-    recipe quantizes nothing."""
+    recipe quantizes nothing. ``amax_from_norm``: the tensor is a norm's output whose kernel
+    computed the per-tensor amax (``Impl::FUSED_NORM_AMAX_FP8``), so current scaling reads it
+    once."""
     match recipe:
         case HighPrecision():
             return None
         case Fp8Precision(recipe=fp8):
             match fp8:
                 case Fp8Recipe.DELAYED | Fp8Recipe.TENSORWISE:
-                    reads = 2 if fp8 is Fp8Recipe.TENSORWISE else 1
+                    current = fp8 is Fp8Recipe.TENSORWISE and not amax_from_norm
+                    reads = 2 if current else 1
                     return QuantizedTensorBytes(
                         read=reads * base_bytes,
                         per_usage=1.0,
@@ -187,10 +239,19 @@ def quantized_tensor_bytes(
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class OpPrecision:
-    """The model's datatype and the strategy's recipe, as the costing pass reads them."""
+    """The model's datatype and the strategy's recipe, as the costing pass reads them.
+    ``sequence_shards``: the pieces a LayerNormLinear's input is split into when its norm
+    writes it (t under sequence parallelism, :func:`sequence_shards`; else 1)."""
 
     datatype: Datatype
     recipe: TrainingPrecision
+    sequence_shards: int = 1
+
+    def __post_init__(self) -> None:
+        if self.sequence_shards < 1:
+            raise ConfigError(
+                [f"OpPrecision.sequence_shards must be >= 1, got {self.sequence_shards!r}"]
+            )
 
     def gemm_format(self, op: SemanticOpName, *, is_gemm: bool) -> GemmFormat | None:
         """The low-precision format ``op``'s matrix FLOPs run in, or None (the datatype's
@@ -201,7 +262,8 @@ class OpPrecision:
 
     def quantized_elements(self, op: SemanticOpName, phase: Phase, gemm: GemmShape) -> int:
         """Elements a TE linear's GEMM task quantizes in its own pass (module docstring): the
-        input (``m x n``) of a forward GEMM whose input no norm wrote quantized, the output
+        input (``m x n``) of a forward GEMM whose input no norm wrote quantized
+        (:func:`norm_writes_quantized`), the output
         gradient (``m x k``) of an activation-gradient GEMM; 0 otherwise."""
         if op not in TE_LINEAR_OPS or gemm_format(self.recipe) is None:
             return 0
@@ -209,7 +271,13 @@ class OpPrecision:
             case Phase.FORWARD | Phase.RECOMPUTE:
                 # a recomputed forward re-quantizes its input as the forward does
                 if op in NORM_FUSED_INPUT_OPS:
-                    return 0
+                    if norm_writes_quantized(self.recipe):
+                        return 0
+                    # under sequence parallelism the rank casts its own s/t rows, then
+                    # all-gathers them quantized (TE layernorm_linear.py, the
+                    # ``with_input_all_gather`` branch: ``quantizer(ln_out)`` before
+                    # ``gather_along_first_dim(..., quantizer=quantizer)``)
+                    return gemm.batch * gemm.m * gemm.n // self.sequence_shards
                 return gemm.batch * gemm.m * gemm.n
             case Phase.BACKWARD_ACTIVATION_GRAD:
                 return gemm.batch * gemm.m * gemm.k
@@ -226,7 +294,10 @@ class OpPrecision:
         if elements == 0:
             return 0.0
         per_element = quantized_tensor_bytes(
-            self.recipe, base_bytes=self.datatype.bytes, native_columnwise_fp8=native_columnwise_fp8
+            self.recipe,
+            base_bytes=self.datatype.bytes,
+            native_columnwise_fp8=native_columnwise_fp8,
+            amax_from_norm=op in NORM_FUSED_INPUT_OPS and phase in (Phase.FORWARD, Phase.RECOMPUTE),
         )
         return 0.0 if per_element is None else elements * per_element.total
 
