@@ -22,8 +22,17 @@ from blueprinting.mapping.precision import (
     TrainingPrecision,
 )
 from blueprinting.mapping.transformer import ReduceScatterAllGather, TensorParallel
-from blueprinting.synthesizer.dialects.transformer.training import GemmShape, SemanticOpName
-from blueprinting.synthesizer.stages.distributed.ir import Phase
+from blueprinting.synthesizer.dialects.transformer.training import (
+    CollectiveKind,
+    CollectivePurpose,
+    GemmShape,
+    Partial,
+    Replicate,
+    SemanticOpName,
+    Shard,
+    ShardDim,
+)
+from blueprinting.synthesizer.stages.distributed.ir import CollectiveTask, Lineage, Phase
 from blueprinting.synthesizer.stages.portable_plan.precision import (
     FP8_BLOCKWISE_CAST_FRACTION,
     MXFP8_CAST_FRACTION,
@@ -290,3 +299,91 @@ def test_plan_reports_the_casts_of_llama3_70b_on_gb200() -> None:
     assert isinstance(forward, float) and isinstance(backward, float)
     per_block = forward + backward
     assert quantization["iteration_s"] == pytest.approx(layers * microbatches * per_block, rel=1e-9)
+
+
+def _tp_collective(
+    kind: CollectiveKind, op: SemanticOpName, phase: Phase, size: int
+) -> CollectiveTask:
+    source = Partial() if kind is CollectiveKind.REDUCE_SCATTER else Shard(dim=ShardDim.SEQ)
+    target = Shard(dim=ShardDim.SEQ) if kind is CollectiveKind.REDUCE_SCATTER else Replicate()
+    return CollectiveTask(
+        id=f"{phase}.{op}.{kind}",
+        phase=phase,
+        kind=kind,
+        purpose=CollectivePurpose.BOUNDARY,
+        bytes=size,
+        axis="tp",
+        lineage=Lineage(op=op, shards=1, source=source, target=target),
+    )
+
+
+def test_sequence_parallel_all_gathers_move_the_quantized_tensor() -> None:
+    """A TE linear's SP all-gather carries the recipe's quantized tensor (TE distributed.py
+    ``gather_along_first_dim``): 1 B an element for per-tensor FP8 (rowwise, transposed after),
+    one usage of the block formats in the forward and two (dgrad and wgrad) for an output
+    gradient, one through userbuffers; reduce-scatters, the base precision and ops that are no
+    TE linear keep the bf16 bytes."""
+    size = 2 * 4096 * 8192  # bf16 bytes of a 4096 x 8192 tensor
+    elements = size // 2
+    forward = _tp_collective(
+        CollectiveKind.ALL_GATHER, SemanticOpName.QKV_PROJECTION, Phase.FORWARD, size
+    )
+    grad = _tp_collective(
+        CollectiveKind.ALL_GATHER, SemanticOpName.MLP_DOWN, Phase.BACKWARD_ACTIVATION_GRAD, size
+    )
+    scatter = _tp_collective(
+        CollectiveKind.REDUCE_SCATTER, SemanticOpName.MLP_DOWN, Phase.FORWARD, size
+    )
+    not_linear = _tp_collective(
+        CollectiveKind.ALL_GATHER, SemanticOpName.LM_HEAD, Phase.FORWARD, size
+    )
+
+    def moved(recipe: TrainingPrecision, task: CollectiveTask, *, ub: bool = False) -> float:
+        precision = OpPrecision(datatype=Datatype.BF16, recipe=recipe)
+        return precision.collective_bytes(task, userbuffers=ub)
+
+    assert moved(HighPrecision(), forward) == size
+    assert moved(Fp8Precision(), forward) == moved(TENSORWISE, grad) == elements
+    assert moved(MXFP8, forward) == pytest.approx(elements * 33 / 32)
+    assert moved(MXFP8, grad) == pytest.approx(2 * elements * 33 / 32)
+    assert moved(MXFP8, grad, ub=True) == pytest.approx(elements * 33 / 32)
+    assert moved(NVFP4, grad) == pytest.approx(2 * elements * 9 / 16)
+    assert moved(NVFP4, scatter) == moved(NVFP4, not_linear) == size
+
+
+def test_a_row_parallel_output_gradient_is_cast_on_the_ranks_rows() -> None:
+    """Under SP the output gradient of FC2 / the projection arrives by all-gather: the rank casts
+    its s/t rows first (TE base.py ``grad_output_preprocess``); FC1's is cast whole."""
+    shape = GemmShape(m=8192, n=14336, k=4096)
+    precision = OpPrecision(datatype=Datatype.BF16, recipe=MXFP8, sequence_shards=2)
+    grad = Phase.BACKWARD_ACTIVATION_GRAD
+    assert precision.quantized_elements(SemanticOpName.MLP_DOWN, grad, shape) == 8192 * 4096 // 2
+    assert precision.quantized_elements(SemanticOpName.MLP_UP, grad, shape) == 8192 * 4096
+
+
+def test_hopper_transposes_what_per_tensor_fp8_gathers_rowwise() -> None:
+    """Per-tensor FP8 under SP on Hopper gathers rowwise and transposes the gathered tensor
+    where a Wgrad reads it columnwise (TE ``_all_gather_fp8``: ``_create_transpose`` without
+    ``is_non_tn_fp8_gemm_supported``): FC2's output gradient in the data-gradient pass, QKV's
+    regathered input in the weight-gradient pass, 2 B an element; the local casts write one
+    copy. Blackwell reads FP8 columnwise: no transpose; MXFP8 gathers each usage: none."""
+    shape = GemmShape(m=8192, n=8192, k=8192)
+    grad, wgrad = Phase.BACKWARD_ACTIVATION_GRAD, Phase.BACKWARD_WEIGHT_GRAD
+    fc2, qkv = SemanticOpName.MLP_DOWN, SemanticOpName.QKV_PROJECTION
+    precision = OpPrecision(datatype=Datatype.BF16, recipe=TENSORWISE, sequence_shards=4)
+    full, local = 8192 * 8192, 8192 * 8192 // 4
+
+    def moved(p: OpPrecision, op: SemanticOpName, phase: Phase, *, native: bool) -> float:
+        return p.quantized_bytes(op, phase, shape, native_columnwise_fp8=native)
+
+    # amax read + cast read (2 B each) + one 1 B copy on the rank's rows, then the transpose
+    assert moved(precision, fc2, grad, native=False) == local * 5 + full * 2
+    assert moved(precision, qkv, wgrad, native=False) == full * 2
+    # the norm's output: amax from the norm, one rowwise copy
+    assert moved(precision, qkv, Phase.FORWARD, native=False) == local * 3
+    assert moved(precision, fc2, grad, native=True) == local * 5
+    assert moved(precision, qkv, wgrad, native=True) == 0.0
+    unsharded = OpPrecision(datatype=Datatype.BF16, recipe=TENSORWISE)
+    assert moved(unsharded, fc2, grad, native=False) == full * 6  # cast + transpose in one pass
+    blocks = OpPrecision(datatype=Datatype.BF16, recipe=MXFP8, sequence_shards=4)
+    assert blocks.gathered_transpose_elements(fc2, grad, shape, native_columnwise_fp8=False) == 0

@@ -493,17 +493,23 @@ def test_the_planned_runs_stay_within_todays_bounds(planned: ModernValidation) -
     median 8.8%, max 23.0% (the GB200 70B NVFP4 26.02 row), Blackwell 9.2%, mean -9.0%. With a
     LayerNormLinear's input cast in a pass of its own under every recipe but delayed scaling
     (TE normalization.cpp writes it quantized only for a Float8Quantizer), on the rank's s/t rows
-    under sequence parallelism: median 8.4%, max 22.4%, Blackwell 9.0%, mean -8.8%."""
+    under sequence parallelism: median 8.4%, max 22.4%, Blackwell 9.0%, mean -8.8%. With the
+    sequence-parallel all-gathers of TE linears carrying the quantized tensor (TE
+    ``gather_along_first_dim``), each row-parallel output gradient cast on the rank's s/t rows
+    and, for per-tensor FP8 on Hopper, the transposes TE makes after a rowwise gather: median
+    9.3%, max 25.3% (the GB200 70B NVFP4 26.02 row, t2 without userbuffer overlap), Hopper
+    8.9%, Blackwell 9.5%, mean -9.9%: the bytes the model had charged in bf16 hid part of what
+    it still misses."""
     errors = {row.run_id: abs(row.relative_error or 0.0) for row in planned.planned_rows}
     assert statistics.median(errors.values()) <= 0.095
     fsdp = "mbridge_25.09_DGX-GB200_LLAMA3.1_405B_128gpu_na_75"
     assert errors[fsdp] <= 0.22
     assert errors["mbridge_25.11_DGX-B200_LLAMA3.1_405B_128gpu_FP8-CS_69"] <= 0.12
-    assert max(errors.values()) <= 0.24
+    assert max(errors.values()) <= 0.26
     hopper = [
         errors[row.run_id] for row in planned.planned_rows if row.generation is GpuGeneration.HOPPER
     ]
-    assert statistics.median(hopper) <= 0.075
+    assert statistics.median(hopper) <= 0.095
 
 
 @pytest.mark.xfail(

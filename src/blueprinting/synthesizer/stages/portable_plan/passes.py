@@ -619,7 +619,7 @@ def _phase_cost(
                 cp_exposed_s += exposed
             case CollectiveTask():
                 comm_s += system.collective_time(
-                    LinkCollective(task.kind.value), task.bytes, tp_group
+                    LinkCollective(task.kind.value), precision.collective_bytes(task), tp_group
                 )
             case _ as unreachable:
                 assert_never(unreachable)
@@ -659,7 +659,9 @@ def _task_gpu_s(
         case CollectiveTask(axis=axis) if axis in cp_groups:
             return _exchange_time(task, system, cp_groups[axis], 0.0)[0]
         case CollectiveTask():
-            return system.collective_time(LinkCollective(task.kind.value), task.bytes, tp_group)
+            return system.collective_time(
+                LinkCollective(task.kind.value), precision.collective_bytes(task), tp_group
+            )
         case _ as unreachable:
             assert_never(unreachable)
 
@@ -1003,7 +1005,11 @@ def _userbuffer_overlap(
         gemm = gemms.get((gemm_phase, op))
         if method is None or gemm is None:
             continue
-        link = system.collective_time(LinkCollective(task.kind.value), task.bytes, tp_group)
+        link = system.collective_time(
+            LinkCollective(task.kind.value),
+            precision.collective_bytes(task, userbuffers=True),
+            tp_group,
+        )
         timed = method(gemm, link)
         handled.add(task.id)
         hidden[phase] = hidden.get(phase, 0.0) + link - timed.exposed_s
@@ -1101,13 +1107,17 @@ def _async_backward_overlap(
             task.lineage.source, Partial
         ):
             beside = gemm_s.get((Phase.BACKWARD_WEIGHT_GRAD, op), 0.0)
-            link = system.collective_time(LinkCollective(task.kind.value), task.bytes, tp_group)
+            link = system.collective_time(
+                LinkCollective(task.kind.value), precision.collective_bytes(task), tp_group
+            )
             hidden_activation += min(link, beside)
         elif (
             task.phase is Phase.BACKWARD_WEIGHT_GRAD and task.purpose is CollectivePurpose.REGATHER
         ):
             beside = gemm_s.get((Phase.BACKWARD_ACTIVATION_GRAD, op), 0.0)
-            link = system.collective_time(LinkCollective(task.kind.value), task.bytes, tp_group)
+            link = system.collective_time(
+                LinkCollective(task.kind.value), precision.collective_bytes(task), tp_group
+            )
             hidden_weight += min(link, beside)
     return hidden_activation, hidden_weight
 

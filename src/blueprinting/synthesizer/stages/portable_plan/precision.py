@@ -80,8 +80,12 @@ from blueprinting.mapping.precision import (
     gemm_format,
 )
 from blueprinting.mapping.transformer import AllReduce, ReduceScatterAllGather, TensorParallel
-from blueprinting.synthesizer.dialects.transformer.training import GemmShape, SemanticOpName
-from blueprinting.synthesizer.stages.distributed.ir import Phase
+from blueprinting.synthesizer.dialects.transformer.training import (
+    CollectiveKind,
+    GemmShape,
+    SemanticOpName,
+)
+from blueprinting.synthesizer.stages.distributed.ir import CollectiveTask, Phase
 
 #: The block's Transformer Engine linear layers (Megatron ``linear_qkv``, ``linear_proj``,
 #: ``linear_fc1``, ``linear_fc2``; MLA's down / up projections; the experts' ``GroupedLinear``
@@ -113,6 +117,17 @@ NORM_FUSED_INPUT_OPS: frozenset[SemanticOpName] = frozenset(
         SemanticOpName.MLP_UP,
         SemanticOpName.MLA_UP_PROJECTION,
     }
+)
+
+
+#: HBM bytes an element of an FP8 transpose moves (one read, one write).
+FP8_TRANSPOSE_BYTES = 2
+
+#: Row-parallel TE linears whose output gradient arrives by a TP all-gather under sequence
+#: parallelism (TE ``base.py`` ``grad_output_preprocess``: ``row_parallel_mode and
+#: sequence_parallel``): the rank casts its s/t rows, then gathers them quantized.
+ROW_PARALLEL_OPS: frozenset[SemanticOpName] = frozenset(
+    {SemanticOpName.OUTPUT_PROJECTION, SemanticOpName.MLP_DOWN}
 )
 
 
@@ -280,26 +295,95 @@ class OpPrecision:
                     return gemm.batch * gemm.m * gemm.n // self.sequence_shards
                 return gemm.batch * gemm.m * gemm.n
             case Phase.BACKWARD_ACTIVATION_GRAD:
+                if op in ROW_PARALLEL_OPS:
+                    return gemm.batch * gemm.m * gemm.k // self.sequence_shards
                 return gemm.batch * gemm.m * gemm.k
             case Phase.BACKWARD_WEIGHT_GRAD:
                 return 0  # Wgrad reads the columnwise copies made with the two above
             case _ as unreachable:
                 assert_never(unreachable)
 
+    def collective_bytes(self, task: CollectiveTask, *, userbuffers: bool = False) -> float:
+        """Bytes a TP collective moves. A TE linear's all-gather under sequence parallelism
+        (its input in the forward, the input again for the weight gradient, a row-parallel
+        linear's output gradient) gathers the tensor already quantized (TE ``distributed.py``
+        ``gather_along_first_dim``: ``_all_gather_fp8`` / ``_all_gather_mxfp8`` /
+        ``_all_gather_nvfp4`` / the blockwise one, scales beside the data), one usage of it:
+        per-tensor FP8 gathers its rowwise bytes and transposes after
+        (``supports_only_rowwise_all_gather``); the block formats gather each usage the GEMMs
+        need, rowwise for Fprop, columnwise for Wgrad, both for an output gradient (dgrad and
+        wgrad; rowwise only through userbuffers, ``linear.py`` backward). Reduce-scatters and
+        all-reduces carry the GEMMs' high-precision outputs: ``task.bytes``."""
+        if (
+            task.kind is not CollectiveKind.ALL_GATHER
+            or task.lineage.op not in TE_LINEAR_OPS
+            or gemm_format(self.recipe) is None
+        ):
+            return float(task.bytes)
+        per_element = quantized_tensor_bytes(
+            self.recipe, base_bytes=self.datatype.bytes, native_columnwise_fp8=True
+        )
+        if per_element is None:
+            return float(task.bytes)
+        per_tensor = isinstance(self.recipe, Fp8Precision) and self.recipe.recipe in (
+            Fp8Recipe.DELAYED,
+            Fp8Recipe.TENSORWISE,
+        )
+        both = task.phase is Phase.BACKWARD_ACTIVATION_GRAD and not (per_tensor or userbuffers)
+        usages = 2 if both else 1
+        return task.bytes / self.datatype.bytes * per_element.per_usage * usages
+
+    def _gathered_rowwise(self, native_columnwise_fp8: bool) -> bool:
+        """Per-tensor FP8 under sequence parallelism on an accelerator that needs a transposed
+        copy: the gathered tensors are cast and gathered rowwise only, and their transpose is
+        made after the all-gather (TE ``distributed.py`` ``_all_gather_fp8``:
+        ``out._create_transpose()`` where ``is_non_tn_fp8_gemm_supported`` is false)."""
+        return (
+            self.sequence_shards > 1
+            and not native_columnwise_fp8
+            and isinstance(self.recipe, Fp8Precision)
+            and self.recipe.recipe in (Fp8Recipe.DELAYED, Fp8Recipe.TENSORWISE)
+        )
+
+    def gathered_transpose_elements(
+        self, op: SemanticOpName, phase: Phase, gemm: GemmShape, *, native_columnwise_fp8: bool
+    ) -> int:
+        """Elements of the transposes made after a rowwise all-gather
+        (:meth:`_gathered_rowwise`): a row-parallel linear's gathered output gradient (its
+        Wgrad reads it columnwise) and a LayerNormLinear's input regathered for its Wgrad
+        (``set_quantizer_usage_for_wgrad_all_gather``); 0 otherwise."""
+        if op not in TE_LINEAR_OPS or not self._gathered_rowwise(native_columnwise_fp8):
+            return 0
+        if phase is Phase.BACKWARD_ACTIVATION_GRAD and op in ROW_PARALLEL_OPS:
+            return gemm.batch * gemm.m * gemm.k
+        if phase is Phase.BACKWARD_WEIGHT_GRAD and op in NORM_FUSED_INPUT_OPS:
+            return gemm.batch * gemm.m * gemm.n
+        return 0
+
     def quantized_bytes(
         self, op: SemanticOpName, phase: Phase, gemm: GemmShape, *, native_columnwise_fp8: bool
     ) -> float:
-        """HBM bytes of the quantization pass a TE linear's GEMM task runs (0: none)."""
+        """HBM bytes of the quantization passes a TE linear's GEMM task runs (0: none): its
+        cast, and the FP8 transpose of a gathered tensor (1 B read, 1 B written an element)."""
         elements = self.quantized_elements(op, phase, gemm)
-        if elements == 0:
+        transposed = self.gathered_transpose_elements(
+            op, phase, gemm, native_columnwise_fp8=native_columnwise_fp8
+        )
+        if elements == 0 and transposed == 0:
             return 0.0
+        gathered = (op in NORM_FUSED_INPUT_OPS and phase in (Phase.FORWARD, Phase.RECOMPUTE)) or (
+            op in ROW_PARALLEL_OPS and phase is Phase.BACKWARD_ACTIVATION_GRAD
+        )
         per_element = quantized_tensor_bytes(
             self.recipe,
             base_bytes=self.datatype.bytes,
-            native_columnwise_fp8=native_columnwise_fp8,
+            # a tensor gathered rowwise is cast rowwise only (its transpose comes after)
+            native_columnwise_fp8=native_columnwise_fp8
+            or (gathered and self._gathered_rowwise(native_columnwise_fp8)),
             amax_from_norm=op in NORM_FUSED_INPUT_OPS and phase in (Phase.FORWARD, Phase.RECOMPUTE),
         )
-        return 0.0 if per_element is None else elements * per_element.total
+        cast = 0.0 if per_element is None else elements * per_element.total
+        return cast + transposed * FP8_TRANSPOSE_BYTES
 
     def quantize_time(self, system: SystemSpec, size_bytes: float) -> float:
         """Seconds of a cast pass moving ``size_bytes``: the HBM pass, or slower at the recipe's
