@@ -321,8 +321,8 @@ def test_sequence_parallel_all_gathers_move_the_quantized_tensor() -> None:
     """A TE linear's SP all-gather carries the recipe's quantized tensor (TE distributed.py
     ``gather_along_first_dim``): 1 B an element for per-tensor FP8 (rowwise, transposed after),
     one usage of the block formats in the forward and two (dgrad and wgrad) for an output
-    gradient, one through userbuffers; reduce-scatters, the base precision and ops that are no
-    TE linear keep the bf16 bytes."""
+    gradient (through userbuffers too: a second, columnwise gather beside the dgrad GEMM);
+    reduce-scatters, the base precision and ops that are no TE linear keep the bf16 bytes."""
     size = 2 * 4096 * 8192  # bf16 bytes of a 4096 x 8192 tensor
     elements = size // 2
     forward = _tp_collective(
@@ -338,15 +338,14 @@ def test_sequence_parallel_all_gathers_move_the_quantized_tensor() -> None:
         CollectiveKind.ALL_GATHER, SemanticOpName.LM_HEAD, Phase.FORWARD, size
     )
 
-    def moved(recipe: TrainingPrecision, task: CollectiveTask, *, ub: bool = False) -> float:
+    def moved(recipe: TrainingPrecision, task: CollectiveTask) -> float:
         precision = OpPrecision(datatype=Datatype.BF16, recipe=recipe)
-        return precision.collective_bytes(task, userbuffers=ub)
+        return precision.collective_bytes(task)
 
     assert moved(HighPrecision(), forward) == size
     assert moved(Fp8Precision(), forward) == moved(TENSORWISE, grad) == elements
     assert moved(MXFP8, forward) == pytest.approx(elements * 33 / 32)
     assert moved(MXFP8, grad) == pytest.approx(2 * elements * 33 / 32)
-    assert moved(MXFP8, grad, ub=True) == pytest.approx(elements * 33 / 32)
     assert moved(NVFP4, grad) == pytest.approx(2 * elements * 9 / 16)
     assert moved(NVFP4, scatter) == moved(NVFP4, not_linear) == size
 
@@ -366,7 +365,8 @@ def test_hopper_transposes_what_per_tensor_fp8_gathers_rowwise() -> None:
     where a Wgrad reads it columnwise (TE ``_all_gather_fp8``: ``_create_transpose`` without
     ``is_non_tn_fp8_gemm_supported``): FC2's output gradient in the data-gradient pass, QKV's
     regathered input in the weight-gradient pass, 2 B an element; the local casts write one
-    copy. Blackwell reads FP8 columnwise: no transpose; MXFP8 gathers each usage: none."""
+    copy. Blackwell reads FP8 columnwise: no transpose; MXFP8 gathers each usage: none. Without
+    SP, delayed scaling's fused norm transposes its FP8 output on Hopper."""
     shape = GemmShape(m=8192, n=8192, k=8192)
     grad, wgrad = Phase.BACKWARD_ACTIVATION_GRAD, Phase.BACKWARD_WEIGHT_GRAD
     fc2, qkv = SemanticOpName.MLP_DOWN, SemanticOpName.QKV_PROJECTION
@@ -386,4 +386,14 @@ def test_hopper_transposes_what_per_tensor_fp8_gathers_rowwise() -> None:
     unsharded = OpPrecision(datatype=Datatype.BF16, recipe=TENSORWISE)
     assert moved(unsharded, fc2, grad, native=False) == full * 6  # cast + transpose in one pass
     blocks = OpPrecision(datatype=Datatype.BF16, recipe=MXFP8, sequence_shards=4)
-    assert blocks.gathered_transpose_elements(fc2, grad, shape, native_columnwise_fp8=False) == 0
+    assert blocks.fp8_transpose_elements(fc2, grad, shape, native_columnwise_fp8=False) == 0
+    # delayed scaling without SP on Hopper: the fused norm writes rowwise FP8, then transposes
+    delayed = OpPrecision(datatype=Datatype.BF16, recipe=Fp8Precision())
+    assert moved(delayed, qkv, Phase.FORWARD, native=False) == full * 2
+    assert moved(delayed, qkv, Phase.FORWARD, native=True) == 0.0
+    sharded_delayed = OpPrecision(datatype=Datatype.BF16, recipe=Fp8Precision(), sequence_shards=4)
+    assert moved(sharded_delayed, qkv, Phase.FORWARD, native=False) == 0.0
+    # the shared experts' FC1 gathers its input: the rank's rows, rowwise; FC2 like FC2
+    up, down = SemanticOpName.SHARED_EXPERT_UP, SemanticOpName.SHARED_EXPERT_DOWN
+    assert precision.quantized_elements(up, Phase.FORWARD, shape) == local
+    assert moved(precision, down, grad, native=False) == local * 5 + full * 2

@@ -1006,9 +1006,7 @@ def _userbuffer_overlap(
         if method is None or gemm is None:
             continue
         link = system.collective_time(
-            LinkCollective(task.kind.value),
-            precision.collective_bytes(task, userbuffers=True),
-            tp_group,
+            LinkCollective(task.kind.value), precision.collective_bytes(task), tp_group
         )
         timed = method(gemm, link)
         handled.add(task.id)

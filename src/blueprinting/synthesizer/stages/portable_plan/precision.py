@@ -127,8 +127,15 @@ FP8_TRANSPOSE_BYTES = 2
 #: parallelism (TE ``base.py`` ``grad_output_preprocess``: ``row_parallel_mode and
 #: sequence_parallel``): the rank casts its s/t rows, then gathers them quantized.
 ROW_PARALLEL_OPS: frozenset[SemanticOpName] = frozenset(
-    {SemanticOpName.OUTPUT_PROJECTION, SemanticOpName.MLP_DOWN}
+    {SemanticOpName.OUTPUT_PROJECTION, SemanticOpName.MLP_DOWN, SemanticOpName.SHARED_EXPERT_DOWN}
 )
+
+#: Column-parallel TE linears whose input arrives by a TP all-gather under sequence
+#: parallelism: the LayerNormLinears and the shared experts' FC1 (a ``TELinear`` that gathers
+#: its input, TE ``linear.py`` ``with_input_all_gather``); each rank casts its s/t rows first.
+GATHERED_INPUT_OPS: frozenset[SemanticOpName] = NORM_FUSED_INPUT_OPS | {
+    SemanticOpName.SHARED_EXPERT_UP
+}
 
 
 #: Achieved fraction of the HBM datasheet rate of Transformer Engine's cast kernels, fitted on
@@ -293,6 +300,8 @@ class OpPrecision:
                     # ``with_input_all_gather`` branch: ``quantizer(ln_out)`` before
                     # ``gather_along_first_dim(..., quantizer=quantizer)``)
                     return gemm.batch * gemm.m * gemm.n // self.sequence_shards
+                if op in GATHERED_INPUT_OPS:
+                    return gemm.batch * gemm.m * gemm.n // self.sequence_shards
                 return gemm.batch * gemm.m * gemm.n
             case Phase.BACKWARD_ACTIVATION_GRAD:
                 if op in ROW_PARALLEL_OPS:
@@ -303,7 +312,7 @@ class OpPrecision:
             case _ as unreachable:
                 assert_never(unreachable)
 
-    def collective_bytes(self, task: CollectiveTask, *, userbuffers: bool = False) -> float:
+    def collective_bytes(self, task: CollectiveTask) -> float:
         """Bytes a TP collective moves. A TE linear's all-gather under sequence parallelism
         (its input in the forward, the input again for the weight gradient, a row-parallel
         linear's output gradient) gathers the tensor already quantized (TE ``distributed.py``
@@ -312,8 +321,10 @@ class OpPrecision:
         per-tensor FP8 gathers its rowwise bytes and transposes after
         (``supports_only_rowwise_all_gather``); the block formats gather each usage the GEMMs
         need, rowwise for Fprop, columnwise for Wgrad, both for an output gradient (dgrad and
-        wgrad; rowwise only through userbuffers, ``linear.py`` backward). Reduce-scatters and
-        all-reduces carry the GEMMs' high-precision outputs: ``task.bytes``."""
+        wgrad; through userbuffers the rowwise one, and a second, columnwise all-gather
+        overlapped in bulk with the dgrad GEMM, ``linear.py`` ``ub_obj_overlap_wgrad``, the same
+        bytes). Reduce-scatters and all-reduces carry the GEMMs' high-precision outputs:
+        ``task.bytes``."""
         if (
             task.kind is not CollectiveKind.ALL_GATHER
             or task.lineage.op not in TE_LINEAR_OPS
@@ -329,7 +340,7 @@ class OpPrecision:
             Fp8Recipe.DELAYED,
             Fp8Recipe.TENSORWISE,
         )
-        both = task.phase is Phase.BACKWARD_ACTIVATION_GRAD and not (per_tensor or userbuffers)
+        both = task.phase is Phase.BACKWARD_ACTIVATION_GRAD and not per_tensor
         usages = 2 if both else 1
         return task.bytes / self.datatype.bytes * per_element.per_usage * usages
 
@@ -345,18 +356,32 @@ class OpPrecision:
             and self.recipe.recipe in (Fp8Recipe.DELAYED, Fp8Recipe.TENSORWISE)
         )
 
-    def gathered_transpose_elements(
+    def fp8_transpose_elements(
         self, op: SemanticOpName, phase: Phase, gemm: GemmShape, *, native_columnwise_fp8: bool
     ) -> int:
-        """Elements of the transposes made after a rowwise all-gather
+        """Elements of the FP8 transposes a task's tensors take in a pass of their own on an
+        accelerator that needs a transposed copy. After a rowwise all-gather
         (:meth:`_gathered_rowwise`): a row-parallel linear's gathered output gradient (its
         Wgrad reads it columnwise) and a LayerNormLinear's input regathered for its Wgrad
-        (``set_quantizer_usage_for_wgrad_all_gather``); 0 otherwise."""
-        if op not in TE_LINEAR_OPS or not self._gathered_rowwise(native_columnwise_fp8):
+        (``set_quantizer_usage_for_wgrad_all_gather``). Without sequence parallelism, the
+        delayed-scaling norm's FP8 output: the fused norm writes it rowwise and
+        ``nvte_transpose`` makes the columnwise copy (``layernorm/ln_api.cpp``,
+        ``rmsnorm/rmsnorm_api.cpp``: "Compute FP8 transpose if required"). 0 otherwise."""
+        if op not in TE_LINEAR_OPS:
             return 0
-        if phase is Phase.BACKWARD_ACTIVATION_GRAD and op in ROW_PARALLEL_OPS:
-            return gemm.batch * gemm.m * gemm.k
-        if phase is Phase.BACKWARD_WEIGHT_GRAD and op in NORM_FUSED_INPUT_OPS:
+        if self._gathered_rowwise(native_columnwise_fp8):
+            if phase is Phase.BACKWARD_ACTIVATION_GRAD and op in ROW_PARALLEL_OPS:
+                return gemm.batch * gemm.m * gemm.k
+            if phase is Phase.BACKWARD_WEIGHT_GRAD and op in GATHERED_INPUT_OPS:
+                return gemm.batch * gemm.m * gemm.n
+            return 0
+        if (
+            self.sequence_shards == 1
+            and not native_columnwise_fp8
+            and op in NORM_FUSED_INPUT_OPS
+            and phase in (Phase.FORWARD, Phase.RECOMPUTE)
+            and norm_writes_quantized(self.recipe)
+        ):
             return gemm.batch * gemm.m * gemm.n
         return 0
 
@@ -366,12 +391,12 @@ class OpPrecision:
         """HBM bytes of the quantization passes a TE linear's GEMM task runs (0: none): its
         cast, and the FP8 transpose of a gathered tensor (1 B read, 1 B written an element)."""
         elements = self.quantized_elements(op, phase, gemm)
-        transposed = self.gathered_transpose_elements(
+        transposed = self.fp8_transpose_elements(
             op, phase, gemm, native_columnwise_fp8=native_columnwise_fp8
         )
         if elements == 0 and transposed == 0:
             return 0.0
-        gathered = (op in NORM_FUSED_INPUT_OPS and phase in (Phase.FORWARD, Phase.RECOMPUTE)) or (
+        gathered = (op in GATHERED_INPUT_OPS and phase in (Phase.FORWARD, Phase.RECOMPUTE)) or (
             op in ROW_PARALLEL_OPS and phase is Phase.BACKWARD_ACTIVATION_GRAD
         )
         per_element = quantized_tensor_bytes(
