@@ -48,6 +48,7 @@ def test_names_and_rulesets() -> None:
         "fused_attention_support",
         "tp_comm_overlap_needs_sequence_parallel",
         "tp_comm_overlap_buffer_shape",
+        "tp_comm_overlap_quantizer",
         "cp_a2a_heads",
         "cp_needs_fused_attention",
         "precision_recipe_accelerator",

@@ -318,11 +318,14 @@ def test_tiny_spaces_exercise_every_law() -> None:
     }
     # The space's selective rows recompute Megatron's default core_attn, which every model
     # has: recompute_module_needs_its_layer cannot fire (test_moe_recompute.py checks it).
+    # tp_comm_overlap_quantizer reads the recipe, which the tiny spaces keep at the base
+    # precision: test_userbuffers_refuse_nvfp4_and_blockwise exercises it.
     never = {
         Law.WORLD_SIZE,
         Law.MEGATRON_FUSED_ATTENTION_SUPPORT,
         Law.MEGATRON_TP_COMM_OVERLAP_NEEDS_SP,
         Law.RECOMPUTE_MODULE_NEEDS_LAYER,
+        Law.MEGATRON_TP_COMM_OVERLAP_QUANTIZER,
     }
     # the tiny model is dense: the expert laws are exercised by
     # test_moe_space_exercises_the_expert_laws
@@ -628,6 +631,43 @@ def test_precision_is_crossed_with_every_row_and_named_in_strategy_text() -> Non
     text = format_strategy_text(mapping)
     assert "precision=fp8-tensorwise" in text
     assert parse_strategy_text(text) == mapping
+
+
+def test_userbuffers_refuse_nvfp4_and_blockwise() -> None:
+    """TE's userbuffers gather per-tensor FP8 and MXFP8 only: crossed with bf16, MXFP8 and
+    NVFP4, the overlapped twins of the NVFP4 rows are rejected under
+    ``tp_comm_overlap_quantizer`` (one per twin the other laws pass), the bf16 and MXFP8 twins
+    stay, and the scalar checker refuses such a row under the same name (NVFP4 and blockwise
+    FP8; MXFP8 passes)."""
+    from blueprinting.mapping.laws import check_training
+    from blueprinting.mapping.precision import Fp4Precision, Fp8Precision, Fp8Recipe, HighPrecision
+
+    space = dataclasses.replace(TINY_SPACES[3], tp_comm_overlap=(False, True))
+    recipes = (HighPrecision(), Fp8Precision(recipe=Fp8Recipe.MXFP8), Fp4Precision())
+    plain = enumerate_strategies(TINY, space)
+    crossed = enumerate_strategies(TINY, dataclasses.replace(space, precision=recipes))
+    table = crossed.table
+    twins = int(plain.table.tp_comm_overlap.sum())
+    assert twins > 0
+    # counted on every enumerated NVFP4 twin, lawful under the other laws or not
+    assert crossed.report.rejected(Law.MEGATRON_TP_COMM_OVERLAP_QUANTIZER) >= twins
+    assert plain.report.rejected(Law.MEGATRON_TP_COMM_OVERLAP_QUANTIZER) == 0
+    assert not (table.tp_comm_overlap & (table.precision == 2)).any()
+    for code in (0, 1):
+        assert int((table.tp_comm_overlap & (table.precision == code)).sum()) == twins
+    assert len(table) == 3 * len(plain.table) - twins
+    row = int(np.flatnonzero(table.tp_comm_overlap & (table.precision == 1))[0])
+    spec = candidate_to_spec(table, row, TINY)
+    for recipe, refused in (
+        (Fp4Precision(), True),
+        (Fp8Precision(recipe=Fp8Recipe.BLOCKWISE), True),
+    ):
+        mapping = dataclasses.replace(spec.mapping, precision=recipe)
+        names = {v.law for v in check_training(spec.model, mapping)}
+        assert (Law.MEGATRON_TP_COMM_OVERLAP_QUANTIZER.value in names) is refused
+    assert Law.MEGATRON_TP_COMM_OVERLAP_QUANTIZER.value not in {
+        v.law for v in check_training(spec.model, spec.mapping)
+    }
 
 
 def test_tp_comm_overlap_rows_are_sequence_parallel() -> None:

@@ -61,6 +61,7 @@ class Law(StrEnum):
     MEGATRON_FUSED_ATTENTION_SUPPORT = "fused_attention_support"
     MEGATRON_TP_COMM_OVERLAP_NEEDS_SP = "tp_comm_overlap_needs_sequence_parallel"
     MEGATRON_TP_COMM_OVERLAP_BUFFER = "tp_comm_overlap_buffer_shape"
+    MEGATRON_TP_COMM_OVERLAP_QUANTIZER = "tp_comm_overlap_quantizer"
     MEGATRON_CP_A2A_HEADS = "cp_a2a_heads"
     MEGATRON_CP_NEEDS_FUSED_ATTENTION = "cp_needs_fused_attention"
     MEGATRON_PRECISION_RECIPE_ACCELERATOR = "precision_recipe_accelerator"
@@ -173,6 +174,10 @@ class Law(StrEnum):
                 return "tp_comm_overlap => sequence parallel and t > 1"
             case Law.MEGATRON_TP_COMM_OVERLAP_BUFFER:
                 return "tp_comm_overlap => (seq_length * micro_batch) mod t == 0"
+            case Law.MEGATRON_TP_COMM_OVERLAP_QUANTIZER:
+                return (
+                    "tp_comm_overlap => recipe in {base precision, delayed / tensorwise FP8, MXFP8}"
+                )
             case Law.MEGATRON_CP_A2A_HEADS:
                 return (
                     "cp_comm_type a2a (a2a+p2p) => local query heads and local KV heads "

@@ -172,6 +172,29 @@ def gemm_format(precision: TrainingPrecision) -> GemmFormat | None:
             assert_never(unreachable)
 
 
+def userbuffers_carry(precision: TrainingPrecision) -> bool:
+    """Whether Transformer Engine's userbuffers (``--tp-comm-overlap``) can gather the recipe's
+    tensors: the base precision, per-tensor FP8 and MXFP8 only; a blockwise-FP8 or NVFP4
+    tensor raises "Unsupported quantizer for Userbuffers"
+    (TransformerEngine@d0067d0d ``transformer_engine/pytorch/module/base.py``
+    ``fill_userbuffers_buffer_for_all_gather`` l.754)."""
+    match precision:
+        case HighPrecision():
+            return True
+        case Fp8Precision(recipe=recipe):
+            match recipe:
+                case Fp8Recipe.DELAYED | Fp8Recipe.TENSORWISE | Fp8Recipe.MXFP8:
+                    return True
+                case Fp8Recipe.BLOCKWISE:
+                    return False
+                case _ as unreachable_fp8:
+                    assert_never(unreachable_fp8)
+        case Fp4Precision():
+            return False
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
 def recipe_name(precision: TrainingPrecision) -> str:
     """The Megatron spelling of the recipe a law names (``fp8_recipe = mxfp8``)."""
     match precision:

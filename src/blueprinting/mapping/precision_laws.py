@@ -11,6 +11,9 @@ Reported with every other law by :func:`blueprinting.mapping.laws.check_training
 - ``fp8_delayed_scaling_recompute`` (Megatron): delayed FP8 scaling refuses the ``moe_act`` and
   ``layernorm`` recompute modules (``transformer_config.py`` l.1940-2025; shared reference
   section 2.8). The TE >= 2.6 condition beside it is a version, not modelled.
+- ``tp_comm_overlap_quantizer`` (Transformer Engine): ``--tp-comm-overlap``'s userbuffers gather
+  per-tensor FP8 and MXFP8 tensors only; blockwise FP8 and NVFP4 raise at the first
+  all-gather (:func:`~blueprinting.mapping.precision.userbuffers_carry`).
 
 A model whose datatype is float8 (reachable only through the Python API, e.g. the Calculon
 oracle's translation) keeps Calculon's convention, every op at the fp8 rate; ``from_mapping``
@@ -38,12 +41,15 @@ from blueprinting.mapping.precision import (
     gemm_format,
     high_precision_layers,
     recipe_name,
+    userbuffers_carry,
 )
 from blueprinting.mapping.transformer import (
     NoOptimizerSharding,
+    NoTpCommOverlap,
     RecomputeModule,
     SelectiveRecompute,
     TransformerTrainingMappingSpec,
+    UserbufferOverlap,
 )
 
 
@@ -121,6 +127,23 @@ def precision_laws(
                 use_distributed_optimizer=False,
             )
         )
+    match mapping.tp_comm_overlap:
+        case UserbufferOverlap() if not userbuffers_carry(precision):
+            out.append(
+                law_violation(
+                    Law.MEGATRON_TP_COMM_OVERLAP_QUANTIZER,
+                    f"tp_comm_overlap = true cannot carry {recipe_name(precision)} tensors: "
+                    "Transformer Engine's userbuffers gather per-tensor FP8 and MXFP8 only and "
+                    "raise 'Unsupported quantizer for Userbuffers' for the others (TE "
+                    "pytorch/module/base.py fill_userbuffers_buffer_for_all_gather)",
+                    recipe=recipe_name(precision),
+                    tp_comm_overlap=True,
+                )
+            )
+        case UserbufferOverlap() | NoTpCommOverlap():
+            pass
+        case _ as unreachable:
+            assert_never(unreachable)
     recompute = mapping.parallelism.recompute
     if (
         isinstance(precision, Fp8Precision)

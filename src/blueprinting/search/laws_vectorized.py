@@ -55,6 +55,8 @@ class LawColumns:
     context: IntArray
     cp_head_split: BoolArray  # the row's cp_comm_type splits heads (a2a)
     tp_comm_overlap: BoolArray  # the row plans UserbufferOverlap (inside RS+AG)
+    #: the row's precision recipe can go through userbuffers (``precision.userbuffers_carry``)
+    userbuffer_recipe: BoolArray
     selective: BoolArray  # the row recomputes selectively (the space's one module set)
     expert: IntArray  # ep
     expert_tensor: IntArray  # etp
@@ -164,6 +166,7 @@ def law_violations(
         masks[Law.MEGATRON_TP_COMM_OVERLAP_BUFFER] = overlap & (
             ((s % t_safe) * (b % t_safe)) % t_safe != 0
         )
+        masks[Law.MEGATRON_TP_COMM_OVERLAP_QUANTIZER] = overlap & ~c.userbuffer_recipe
     return masks
 
 

@@ -88,7 +88,7 @@ from blueprinting.limits import MAX_SEARCH_CANDIDATES, MAX_SEARCH_ROWS
 from blueprinting.mapping.divisors import divisor_count
 from blueprinting.mapping.law_names import Law
 from blueprinting.mapping.model import TransformerModelSpec
-from blueprinting.mapping.precision import HighPrecision, TrainingPrecision
+from blueprinting.mapping.precision import HighPrecision, TrainingPrecision, userbuffers_carry
 from blueprinting.mapping.transformer import (
     AllReduce,
     AllToAllDispatcher,
@@ -252,9 +252,10 @@ class SearchSpace:
     context_parallel: tuple[int, ...] | None = (1,)
     #: comm types crossed with every cp > 1 (a2a+p2p's two sizes are not searched).
     cp_comm_types: tuple[CpCommType, ...] = (CpCommType.P2P,)
-    #: precision recipes on the model's base datatype, crossed with every row (no law of the
-    #: enumeration reads them: the recipe-vs-accelerator law is checked once per recipe by
-    #: the caller, ``search.rank.run_search``).
+    #: precision recipes on the model's base datatype, crossed with every row (the
+    #: recipe-vs-accelerator law is checked once per recipe by the caller,
+    #: ``search.rank.run_search``; of the enumeration's laws only ``tp_comm_overlap_quantizer``
+    #: reads the recipe).
     precision: tuple[TrainingPrecision, ...] = (HighPrecision(),)
     #: Transformer Engine's userbuffer TP communication overlap with its default switches
     #: (``UserbufferOverlap()``, Megatron's ``--tp-comm-overlap``), crossed with the
@@ -582,6 +583,7 @@ def enumerate_strategies(model: TransformerModelSpec, space: SearchSpace) -> Enu
         context=cp,
         cp_head_split=cp_code == CP_COMM_CODES.index(CpCommType.A2A),
         tp_comm_overlap=tp_overlap,
+        userbuffer_recipe=np.array([userbuffers_carry(r) for r in space.precision])[recipe],
         selective=rec_code == RECOMPUTE_CODES.index(RecomputeVariant.SELECTIVE),
         expert=ep,
         expert_tensor=etp,
