@@ -397,3 +397,33 @@ def test_hopper_transposes_what_per_tensor_fp8_gathers_rowwise() -> None:
     up, down = SemanticOpName.SHARED_EXPERT_UP, SemanticOpName.SHARED_EXPERT_DOWN
     assert precision.quantized_elements(up, Phase.FORWARD, shape) == local
     assert moved(precision, down, grad, native=False) == local * 5 + full * 2
+
+
+def test_current_scaling_and_nvfp4_reduce_a_gathered_tensors_amax_over_tp() -> None:
+    """Under SP a gathered tensor needs one scale on every rank: current scaling and NVFP4
+    all-reduce the amax of a column-parallel linear's input (forward, recompute) and of a
+    row-parallel linear's output gradient over TP (TE linear.py
+    ``set_quantizer_amax_reduction_group``); delayed scaling, MXFP8, blockwise, the base
+    precision and runs without SP reduce none."""
+    qkv, fc2 = SemanticOpName.QKV_PROJECTION, SemanticOpName.MLP_DOWN
+    grad = Phase.BACKWARD_ACTIVATION_GRAD
+    reducing: tuple[TrainingPrecision, ...] = (TENSORWISE, NVFP4)
+    local: tuple[TrainingPrecision, ...] = (
+        Fp8Precision(),
+        MXFP8,
+        Fp8Precision(recipe=Fp8Recipe.BLOCKWISE),
+        HighPrecision(),
+    )
+    for recipe in reducing:
+        sharded = OpPrecision(datatype=Datatype.BF16, recipe=recipe, sequence_shards=2)
+        assert sharded.amax_reductions(qkv, Phase.FORWARD) == 1
+        assert sharded.amax_reductions(qkv, Phase.RECOMPUTE) == 1
+        assert sharded.amax_reductions(fc2, grad) == 1
+        assert sharded.amax_reductions(fc2, Phase.FORWARD) == 0  # its input is not gathered
+        assert sharded.amax_reductions(qkv, grad) == 0
+        plain = OpPrecision(datatype=Datatype.BF16, recipe=recipe)
+        assert plain.amax_reductions(qkv, Phase.FORWARD) == 0
+    for recipe in local:
+        sharded = OpPrecision(datatype=Datatype.BF16, recipe=recipe, sequence_shards=2)
+        assert sharded.amax_reductions(qkv, Phase.FORWARD) == 0
+        assert sharded.amax_reductions(fc2, grad) == 0

@@ -116,6 +116,7 @@ from blueprinting.synthesizer.stages.portable_plan.ir import (
     StagePlan,
 )
 from blueprinting.synthesizer.stages.portable_plan.precision import (
+    AMAX_BYTES,
     OpPrecision,
     reads_fp8_columnwise,
     sequence_shards,
@@ -601,6 +602,7 @@ def _phase_cost(
         match task:
             case ComputeTask(work=work):
                 time, quantized = _compute_row(task, memo, precision)
+                comm_s += _amax_reduction_s(task, system, tp_group, precision)
                 compute_s += time
                 flops += work.matrix_flops + work.vector_flops
                 moved += work.bytes_read + work.bytes_written
@@ -637,6 +639,19 @@ def _phase_cost(
     )
 
 
+def _amax_reduction_s(
+    task: ComputeTask, system: SystemSpec, tp_group: CommGroup, precision: OpPrecision
+) -> float:
+    """The TP amax all-reduces a TE linear's cast waits for (:meth:`OpPrecision.
+    amax_reductions`): latency-bound collectives of one fp32, on the critical path."""
+    if task.gemm is None or task.attention is not None:
+        return 0.0
+    count = precision.amax_reductions(task.lineage.op, task.phase)
+    if count == 0:
+        return 0.0
+    return count * system.collective_time(LinkCollective.ALL_REDUCE, AMAX_BYTES, tp_group)
+
+
 def _task_gpu_s(
     task: Task,
     system: SystemSpec,
@@ -653,7 +668,7 @@ def _task_gpu_s(
             time, quantized = _compute_row(task, _system_memo(system), precision)
             if quantized:
                 time += system.memory_time(quantized)
-            return time
+            return time + _amax_reduction_s(task, system, tp_group, precision)
         case CollectiveTask(axis=axis) if axis in ep_groups:
             return _dispatch_time(task, system, ep_groups[axis])
         case CollectiveTask(axis=axis) if axis in cp_groups:

@@ -120,6 +120,9 @@ NORM_FUSED_INPUT_OPS: frozenset[SemanticOpName] = frozenset(
 )
 
 
+#: Bytes of one amax all-reduce over the TP group (one fp32 per tensor).
+AMAX_BYTES = 4
+
 #: HBM bytes an element of an FP8 transpose moves (one read, one write).
 FP8_TRANSPOSE_BYTES = 2
 
@@ -343,6 +346,31 @@ class OpPrecision:
         both = task.phase is Phase.BACKWARD_ACTIVATION_GRAD and not per_tensor
         usages = 2 if both else 1
         return task.bytes / self.datatype.bytes * per_element.per_usage * usages
+
+    def amax_reductions(self, op: SemanticOpName, phase: Phase) -> int:
+        """TP all-reduces of a per-tensor amax a TE linear's task waits for before its cast
+        (0 or 1): under sequence parallelism a gathered tensor needs one scale on every rank,
+        so current scaling and NVFP4 (the quantizers with ``with_amax_reduction``) reduce the
+        amax of a column-parallel linear's input and of a row-parallel linear's output
+        gradient over the TP group (TE ``linear.py``: ``set_quantizer_amax_reduction_group``,
+        ``tp_group if (sequence_parallel and parallel_mode == "column")`` for the input and
+        ``"row"`` for the output gradient; ``layernorm_linear.py`` the same for its input).
+        Delayed scaling reduces its amax history once per step; MXFP8 and blockwise scales are
+        local."""
+        if self.sequence_shards == 1 or op not in TE_LINEAR_OPS:
+            return 0
+        match self.recipe:
+            case Fp8Precision(recipe=Fp8Recipe.TENSORWISE) | Fp4Precision():
+                pass
+            case HighPrecision() | Fp8Precision():
+                return 0
+            case _ as unreachable:
+                assert_never(unreachable)
+        if phase in (Phase.FORWARD, Phase.RECOMPUTE) and op in GATHERED_INPUT_OPS:
+            return 1
+        if phase is Phase.BACKWARD_ACTIVATION_GRAD and op in ROW_PARALLEL_OPS:
+            return 1
+        return 0
 
     def _gathered_rowwise(self, native_columnwise_fp8: bool) -> bool:
         """Per-tensor FP8 under sequence parallelism on an accelerator that needs a transposed
