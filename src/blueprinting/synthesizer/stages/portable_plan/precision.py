@@ -39,7 +39,15 @@ separate copies except for per-tensor FP8 on an accelerator that reads FP8 colum
 (Blackwell: TE ``docs/features/low_precision_training/performance_considerations.rst``,
 "Handling transposes"; Hopper needs a physical transpose). NVFP4's random Hadamard transform
 and stochastic rounding run inside the same pass (16-point transforms: compute well below the
-pass's bytes). Amax reductions over the TP group are latency-only and not timed.
+pass's bytes).
+
+Sequence parallelism (:attr:`OpPrecision.sequence_shards`): a gathered tensor (a
+column-parallel linear's input, a row-parallel linear's output gradient) is cast on the rank's
+s/t rows and all-gathered in the recipe's format (:meth:`OpPrecision.collective_bytes`); per-tensor
+FP8 gathers it rowwise and, where the accelerator needs one, transposes the gathered tensor
+afterwards (:meth:`OpPrecision.fp8_transpose_elements`); current scaling and NVFP4 first
+all-reduce its amax over TP, one latency-bound collective on the critical path
+(:meth:`OpPrecision.amax_reductions`).
 
 Cast-kernel rate (:func:`cast_bandwidth_fraction`, :meth:`OpPrecision.quantize_time`). The
 block-scaled casts do not run at the streaming rate: Transformer Engine's own GEMM benchmark
