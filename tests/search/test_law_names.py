@@ -49,6 +49,7 @@ def test_names_and_rulesets() -> None:
         "tp_comm_overlap_needs_sequence_parallel",
         "tp_comm_overlap_buffer_shape",
         "tp_comm_overlap_quantizer",
+        "cross_entropy_te_fusion",
         "cp_a2a_heads",
         "cp_needs_fused_attention",
         "precision_recipe_accelerator",
@@ -83,6 +84,8 @@ def test_names_and_rulesets() -> None:
     # the search varies the expert grid (issue 13 item 5): its laws are searched
     assert [law for law in Law if not law.searched] == [
         Law.BASE_PRECISION_LAYERS,
+        # the search plans Megatron's default (unfused) cross-entropy
+        Law.MEGATRON_CROSS_ENTROPY_TE_FUSION,
         Law.MEGATRON_PRECISION_RECIPE_ACCELERATOR,
         Law.MEGATRON_PARAM_GATHER_NEEDS_SHARDING,
         Law.MEGATRON_DELAY_WGRAD_NEEDS_EP_OVERLAP,

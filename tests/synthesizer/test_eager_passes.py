@@ -233,13 +233,12 @@ def test_the_op_fuser_saves_the_clamp_and_bias_time_on_a_26_04_row() -> None:
     run_id = "mbridge_26.04_pretrain_gpt_oss_120b_gb200_n64_bf16_gbs1280"
     run = next(r for r in load_moe_runs() if r.id == run_id)
     spec = run.training_spec()
-    fused = replace(
-        spec,
-        mapping=replace(spec.mapping, fusions=KernelFusions(use_transformer_engine_op_fuser=True)),
-    )
+    fusions = replace(spec.mapping.fusions, use_transformer_engine_op_fuser=True)
+    fused = replace(spec, mapping=replace(spec.mapping, fusions=fusions))
 
     def time(s: TrainingSpec) -> float:
-        return plan_spec(s, run.system, PlanOptions()).iteration_time_s
+        # the recipe's TE cross-entropy breaks a Megatron-LM rule it waives (the fixture)
+        return plan_spec(s, run.system, PlanOptions(megatron_rules=False)).iteration_time_s
 
     saved = time(spec) - time(fused)
     assert 0.3 <= saved <= 0.55

@@ -348,6 +348,7 @@ def test_a_perfect_predictor_passes_every_gate() -> None:
 _UNEVEN = "[planner] blocks_per_pipeline_stage"
 _EXPERT_WORLD = "[planner] expert_world_size"
 _PARAM_GATHER = "overlap_param_gather_needs_overlap_grad_reduce"
+_CE_TE = "cross_entropy_te_fusion"
 
 
 def test_which_runs_are_not_planned_and_why(planned: MoeValidation) -> None:
@@ -378,10 +379,17 @@ def test_which_runs_are_not_planned_and_why(planned: MoeValidation) -> None:
         for r in planned.not_planned_rows
         if r.run_id not in regressions
     )
+    # every Megatron-Bridge row runs TE's fused cross-entropy, which Megatron-LM refuses and
+    # Megatron-Bridge never checks; the two 25.09 H100 rows also the parameter-gather rule
     waived = [r.row for r in planned.planned_rows if r.row.waived_megatron_rules]
-    assert len(waived) == 2
-    assert all(row.waived_megatron_rules == (_PARAM_GATHER,) for row in waived)
-    assert all(row.note == f"planned without Megatron-LM's {_PARAM_GATHER}" for row in waived)
+    assert len(waived) == len(planned.planned_rows) - 4 == 56  # all but the 4 Mixtral rows
+    both = [row for row in waived if _PARAM_GATHER in row.waived_megatron_rules]
+    assert len(both) == 2
+    assert all(row.waived_megatron_rules == (_PARAM_GATHER, _CE_TE) for row in both)
+    assert all(
+        row.note == f"planned without Megatron-LM's {_PARAM_GATHER}, {_CE_TE}" for row in both
+    )
+    assert all(row.waived_megatron_rules == (_CE_TE,) for row in waived if row not in both)
 
 
 def test_the_planned_runs_stay_within_todays_bounds(planned: MoeValidation) -> None:
@@ -423,7 +431,7 @@ def test_the_planned_runs_stay_within_todays_bounds(planned: MoeValidation) -> N
     assert len(gb200) == 9 and all(-0.40 <= error <= -0.05 for error in gb200)
     ep8 = [error for run, error in b200.items() if rows[run].expert_parallel == 8]
     ep32 = [error for run, error in b200.items() if rows[run].expert_parallel == 32]
-    assert len(ep8) == 6 and all(-0.50 <= error <= -0.30 for error in ep8)
+    assert len(ep8) == 6 and all(-0.50 <= error <= -0.28 for error in ep8)
     assert len(ep32) == 1 and -0.30 <= ep32[0] <= -0.10
     others = [error for run, error in errors.items() if run not in deepseek]
     # Qwen3-30B-A3B on H100 -4.9% .. -6.3% since the recipes' quantization kernels are costed
@@ -477,7 +485,10 @@ def test_a_waiver_is_checked_both_ways(tmp_path: Path) -> None:
     from blueprinting.errors import InvalidStrategyError
 
     text = default_moe_fixture_path().read_text()
-    waiver = 'waived_megatron_rules = ["overlap_param_gather_needs_overlap_grad_reduce"]\n'
+    waiver = (
+        'waived_megatron_rules = ["overlap_param_gather_needs_overlap_grad_reduce", '
+        '"cross_entropy_te_fusion"]\n'
+    )
     assert waiver in text
     bad = tmp_path / "moe.toml"
     bad.write_text(
@@ -511,7 +522,7 @@ def test_a_waiver_is_checked_both_ways(tmp_path: Path) -> None:
         load_moe_runs(bad)
     assert "waived_megatron_rules do not match" in "; ".join(raised.value.problems)
 
-    (run,) = [r for r in _RUNS if r.waived_megatron_rules][:1]
+    (run,) = [r for r in _RUNS if _PARAM_GATHER in r.waived_megatron_rules][:1]
     predict = api_modern_predictor()
     keys = dict(run.strategy_keys)
     # the rule the waiver names no longer broken: the waiver is stale

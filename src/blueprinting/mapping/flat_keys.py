@@ -111,6 +111,8 @@ from blueprinting.mapping.transformer import (
     ContextParallel,
     CpCommType,
     CpCommunication,
+    CrossEntropyFusionImpl,
+    CrossEntropyKernel,
     DataParallel,
     DispatcherType,
     DistributedOptimizer,
@@ -124,6 +126,7 @@ from blueprinting.mapping.transformer import (
     ForwardOnly,
     FullRecompute,
     FusedAttention,
+    FusedCrossEntropy,
     GradReduceDtype,
     HeadAllToAll,
     HierarchicalAllToAllRing,
@@ -165,6 +168,7 @@ from blueprinting.mapping.transformer import (
     TransformerTrainingMappingSpec,
     TransformerTrainingParallelism,
     UnevenStages,
+    UnfusedCrossEntropy,
     UserbufferOverlap,
     ZeroBubbleH1,
     attention_kernel,
@@ -268,6 +272,11 @@ TRAINING_KEYS: Mapping[str, _Key] = {
     # TransformerConfig's use_transformer_engine_op_fuser (default false).
     "apply_rope_fusion": _bool(),
     "use_transformer_engine_op_fuser": _bool(),
+    # the loss's kernels (KernelFusions.cross_entropy): Megatron-LM's --cross-entropy-loss-fusion
+    # (default false) and --cross-entropy-fusion-impl (native | te, default native; read only
+    # with the fusion on, as Megatron-Core's compute_language_model_loss reads it)
+    "cross_entropy_loss_fusion": _bool(),
+    "cross_entropy_fusion_impl": _choice(*(i.value for i in CrossEntropyFusionImpl)),
     # Transformer Engine userbuffer overlap (model_parallel_config.py l.265-340 @d98e8a64); the
     # switches default true, Megatron-LM's CLI spells them --disable-... (and --no-...).
     # CUDA graphs (mapping/cuda_graphs.py; Megatron-LM arguments.py @307dcf37): the scope is one
@@ -1459,6 +1468,7 @@ def from_mapping(
                 apply_rope_fusion=values.get("apply_rope_fusion") is not False,
                 use_transformer_engine_op_fuser=values.get("use_transformer_engine_op_fuser")
                 is True,
+                cross_entropy=_cross_entropy(values),
             ),
         ),
     )
@@ -2279,6 +2289,15 @@ def to_mapping(spec: TrainingSpec) -> dict[str, FlatValue]:
     return out
 
 
+def _cross_entropy(values: Mapping[str, FlatValue]) -> CrossEntropyKernel:
+    """The loss's kernels from Megatron's two keys: ``cross_entropy_fusion_impl`` has an effect
+    only with ``cross_entropy_loss_fusion`` (Megatron-Core reads it only then)."""
+    if values.get("cross_entropy_loss_fusion") is not True:
+        return UnfusedCrossEntropy()
+    impl = values.get("cross_entropy_fusion_impl", CrossEntropyFusionImpl.NATIVE.value)
+    return FusedCrossEntropy(impl=CrossEntropyFusionImpl(str(impl)))
+
+
 def fusion_keys(fusions: KernelFusions) -> dict[str, FlatValue]:
     """The fusion switches that differ from Megatron's defaults, as flat keys."""
     out: dict[str, FlatValue] = {}
@@ -2286,6 +2305,14 @@ def fusion_keys(fusions: KernelFusions) -> dict[str, FlatValue]:
         out["apply_rope_fusion"] = False
     if fusions.use_transformer_engine_op_fuser:
         out["use_transformer_engine_op_fuser"] = True
+    match fusions.cross_entropy:
+        case UnfusedCrossEntropy():
+            pass
+        case FusedCrossEntropy(impl=impl):
+            out["cross_entropy_loss_fusion"] = True
+            out["cross_entropy_fusion_impl"] = impl.value
+        case _ as unreachable:
+            assert_never(unreachable)
     return out
 
 
@@ -2638,6 +2665,13 @@ def megatron_args_of_lawful(spec: TrainingSpec) -> list[str]:
         # a TransformerConfig field, a flag through Megatron-LM's ArgumentGroupFactory
         # (arguments.py l.2373 @d98e8a64; store_true for a false default)
         args.append("--use-transformer-engine-op-fuser")
+    match mapping.fusions.cross_entropy:
+        case UnfusedCrossEntropy():
+            pass
+        case FusedCrossEntropy(impl=impl):
+            args += ["--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", impl.value]
+        case _ as unreachable_ce:
+            assert_never(unreachable_ce)
     args += [
         "--micro-batch-size",
         str(mapping.batch.micro_batch_size),

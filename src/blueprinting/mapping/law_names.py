@@ -62,6 +62,7 @@ class Law(StrEnum):
     MEGATRON_TP_COMM_OVERLAP_NEEDS_SP = "tp_comm_overlap_needs_sequence_parallel"
     MEGATRON_TP_COMM_OVERLAP_BUFFER = "tp_comm_overlap_buffer_shape"
     MEGATRON_TP_COMM_OVERLAP_QUANTIZER = "tp_comm_overlap_quantizer"
+    MEGATRON_CROSS_ENTROPY_TE_FUSION = "cross_entropy_te_fusion"
     MEGATRON_CP_A2A_HEADS = "cp_a2a_heads"
     MEGATRON_CP_NEEDS_FUSED_ATTENTION = "cp_needs_fused_attention"
     MEGATRON_PRECISION_RECIPE_ACCELERATOR = "precision_recipe_accelerator"
@@ -108,6 +109,8 @@ class Law(StrEnum):
             # the recipe is one per search and its one selective variant recomputes
             # Megatron's default core_attn, which no recipe refuses
             Law.MEGATRON_FP8_DELAYED_RECOMPUTE,
+            # the search plans Megatron's default (unfused) cross-entropy
+            Law.MEGATRON_CROSS_ENTROPY_TE_FUSION,
             # the search never sets delay_wgrad_compute, and derives the schedule from the
             # dispatcher (training_schedule), so neither can fail there
             Law.MEGATRON_DELAY_WGRAD_NEEDS_EP_OVERLAP,
@@ -174,6 +177,8 @@ class Law(StrEnum):
                 return "tp_comm_overlap => sequence parallel and t > 1"
             case Law.MEGATRON_TP_COMM_OVERLAP_BUFFER:
                 return "tp_comm_overlap => (seq_length * micro_batch) mod t == 0"
+            case Law.MEGATRON_CROSS_ENTROPY_TE_FUSION:
+                return "cross_entropy_loss_fusion => cross_entropy_fusion_impl = native"
             case Law.MEGATRON_TP_COMM_OVERLAP_QUANTIZER:
                 return (
                     "tp_comm_overlap => recipe in {base precision, delayed / tensorwise FP8, MXFP8}"

@@ -41,6 +41,7 @@ from blueprinting.mapping.transformer import (
     AllGatherKV,
     AllReduce,
     CombinedOneForwardOneBackward,
+    CrossEntropyFusionImpl,
     DistributedOptimizer,
     DualPipe,
     DualPipeV,
@@ -49,6 +50,7 @@ from blueprinting.mapping.transformer import (
     ForwardOnly,
     FullRecompute,
     FusedAttention,
+    FusedCrossEntropy,
     HeadAllToAll,
     HierarchicalAllToAllRing,
     InterleavedOneForwardOneBackward,
@@ -70,6 +72,7 @@ from blueprinting.mapping.transformer import (
     TransformerTrainingMappingSpec,
     UnevenStages,
     UnfusedAttention,
+    UnfusedCrossEntropy,
     UserbufferOverlap,
     ZeroBubbleH1,
 )
@@ -434,6 +437,28 @@ def _sequence_laws(
         case _ as unreachable:
             assert_never(unreachable)
     return out
+
+
+def _cross_entropy_laws(mapping: TransformerTrainingMappingSpec) -> list[LawViolation]:
+    """``cross_entropy_te_fusion``: Megatron-LM refuses Transformer Engine's fused
+    cross-entropy ("disabled due to stability issues", ``megatron/training/arguments.py``
+    l.1697-1702 @d98e8a64); Megatron-Core, which Megatron-Bridge configures directly, only warns
+    (``model_parallel_config.py`` l.536-543)."""
+    match mapping.fusions.cross_entropy:
+        case FusedCrossEntropy(impl=CrossEntropyFusionImpl.TE):
+            return [
+                law_violation(
+                    Law.MEGATRON_CROSS_ENTROPY_TE_FUSION,
+                    "cross_entropy_loss_fusion = true with cross_entropy_fusion_impl = te: "
+                    "Megatron-LM refuses it ('Transformer Engine cross entropy loss fusion is "
+                    "disabled due to stability issues', arguments.py l.1697-1702)",
+                    cross_entropy_fusion_impl="te",
+                )
+            ]
+        case FusedCrossEntropy() | UnfusedCrossEntropy():
+            return []
+        case _ as unreachable:
+            assert_never(unreachable)
 
 
 def _tp_comm_overlap_laws(
@@ -1022,6 +1047,7 @@ def check_training(
     out.extend(_megatron_interleaving_laws(pipeline, microbatches))
     out.extend(_optimizer_laws(mapping))
     out.extend(_attention_laws(model, mapping))
+    out.extend(_cross_entropy_laws(mapping))
     out.extend(
         _tp_comm_overlap_laws(
             mapping.parallelism.tensor, mapping.tp_comm_overlap, model.seq_length, mbs

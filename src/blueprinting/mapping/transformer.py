@@ -1155,6 +1155,40 @@ def attention_kernel(backend: AttentionBackend) -> AttentionKernel:
     return UnfusedAttention(backend=backend)
 
 
+class CrossEntropyFusionImpl(StrEnum):
+    """Megatron's ``--cross-entropy-fusion-impl``: its own jit-fused vocab-parallel
+    cross-entropy or Transformer Engine's Triton kernel."""
+
+    NATIVE = "native"
+    TE = "te"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnfusedCrossEntropy:
+    """Megatron's default vocab-parallel cross-entropy (``--cross-entropy-loss-fusion`` off):
+    eager fp32 passes over the ``[tokens, V/t]`` logits
+    (``megatron/core/tensor_parallel/cross_entropy.py`` @d98e8a64)."""
+
+    def __str__(self) -> str:
+        return "ce-unfused"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class FusedCrossEntropy:
+    """``--cross-entropy-loss-fusion`` with its ``--cross-entropy-fusion-impl``
+    (``language_module.py`` ``compute_language_model_loss``)."""
+
+    impl: CrossEntropyFusionImpl = CrossEntropyFusionImpl.NATIVE
+
+    def __str__(self) -> str:
+        return f"ce-fused({self.impl})"
+
+
+CrossEntropyKernel: TypeAlias = UnfusedCrossEntropy | FusedCrossEntropy
+
+
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class KernelFusions:
@@ -1175,11 +1209,20 @@ class KernelFusions:
 
     apply_rope_fusion: bool = True
     use_transformer_engine_op_fuser: bool = False
+    #: the vocab-parallel cross-entropy's kernels (Megatron's default: unfused)
+    cross_entropy: CrossEntropyKernel = field(default_factory=UnfusedCrossEntropy)
 
     def __str__(self) -> str:
         parts = [] if self.apply_rope_fusion else ["no-rope-fusion"]
         if self.use_transformer_engine_op_fuser:
             parts.append("te-op-fuser")
+        match self.cross_entropy:
+            case UnfusedCrossEntropy():
+                pass
+            case FusedCrossEntropy():
+                parts.append(str(self.cross_entropy))
+            case _ as unreachable:
+                assert_never(unreachable)
         return " ".join(parts)
 
 

@@ -76,11 +76,14 @@ from blueprinting.mapping.transformer import (
     AllToAllDispatcher,
     AttentionKernel,
     ContextParallel,
+    CrossEntropyFusionImpl,
+    CrossEntropyKernel,
     DispatcherType,
     ExpertParallel,
     FlexBackend,
     FlexDispatcher,
     FusedAttention,
+    FusedCrossEntropy,
     HeadAllToAll,
     HierarchicalAllToAllRing,
     KernelFusions,
@@ -88,6 +91,7 @@ from blueprinting.mapping.transformer import (
     RingExchange,
     TokenDispatcher,
     UnfusedAttention,
+    UnfusedCrossEntropy,
     dispatcher_overlaps,
     dispatcher_type,
     flex_sms,
@@ -1448,6 +1452,7 @@ def _attention_half(
 # megatron/core/tensor_parallel/cross_entropy.py): forward max, subtract, exp, sum = 4;
 # backward softmax minus one-hot and scale = 2.
 _CROSS_ENTROPY_FLOPS = (4, 2)
+_UNFUSED_CROSS_ENTROPY = UnfusedCrossEntropy()
 #: Megatron's vocab-parallel cross-entropy reduces three per-token fp32 statistics over tp:
 #: the logit max, the predicted logit and the sum of exponentials.
 CROSS_ENTROPY_STATISTICS = ("logit_max", "predicted_logit", "sum_exp")
@@ -1494,12 +1499,70 @@ def first_stage_ops(model: TransformerModelSpec, dims: BlockDims) -> tuple[Seman
             assert_never(unreachable)
 
 
-def last_stage_ops(model: TransformerModelSpec, dims: BlockDims) -> tuple[SemanticOp, ...]:
+#: fp32, the datatype every cross-entropy implementation computes the softmax in.
+_FP32_BYTES = 4
+
+
+def cross_entropy_work(kernel: CrossEntropyKernel, logits: int, e: int) -> tuple[Work, Work]:
+    """(forward, activation gradient) of the vocab-parallel cross-entropy over ``logits``
+    elements of the ``[tokens, V/t]`` logits in the model's ``e``-byte datatype, pass by pass
+    as each implementation runs it (HBM bytes; per-token statistics and the TP all-reduces are
+    negligible here, the collectives are their own tasks):
+
+    - unfused (Megatron-LM @d98e8a64 ``tensor_parallel/cross_entropy.py``): ``.float()`` (read e,
+      write 4), max (read 4), ``-= max`` and ``exp`` in place (read 4, write 4 each), sum
+      (read 4), ``div_`` to the saved softmax (read 4, write 4); backward ``mul_`` by the
+      loss gradient in place (read 4, write 4) and the cast back through ``.float()``'s
+      backward (read 4, write e);
+    - native fused (``fusions/fused_cross_entropy.py``, jit-fused): ``calculate_logits_max``
+      (read e, write the fp32 copy), ``calculate_predicted_logits`` (read 4, write the
+      exponentials), ``calculate_cross_entropy_loss`` (read 4, write the softmax); backward
+      ``calculate_gradients`` (read 4, write the bf16 gradient);
+    - TE (TransformerEngine@d0067d0d ``pytorch/triton/cross_entropy.py``): the online-softmax
+      kernel (read e), the loss kernel (read e, write the fp32 gradient); backward
+      ``element_mul_kernel`` in place (read 4, write 4) and autograd's cast of the fp32
+      gradient to the logits' datatype (read 4, write e)."""
+    n = logits
+    ce_fw, ce_bw = _CROSS_ENTROPY_FLOPS
+    forward, backward = _cross_entropy_bytes(kernel, e)
+    return (
+        Work(vector_flops=ce_fw * n, bytes_read=forward[0] * n, bytes_written=forward[1] * n),
+        Work(vector_flops=ce_bw * n, bytes_read=backward[0] * n, bytes_written=backward[1] * n),
+    )
+
+
+def _cross_entropy_bytes(
+    kernel: CrossEntropyKernel, e: int
+) -> tuple[tuple[int, int], tuple[int, int]]:
+    """((read, written) forward, (read, written) backward) bytes per logit
+    (:func:`cross_entropy_work`)."""
+    f = _FP32_BYTES
+    match kernel:
+        case UnfusedCrossEntropy():
+            return (e + 5 * f, 4 * f), (2 * f, f + e)
+        case FusedCrossEntropy(impl=impl):
+            match impl:
+                case CrossEntropyFusionImpl.NATIVE:
+                    # calculate_gradients casts to bf16 whatever the logits' datatype
+                    return (e + 2 * f, 3 * f), (f, 2)
+                case CrossEntropyFusionImpl.TE:
+                    return (2 * e, f), (2 * f, f + e)
+                case _ as unreachable_impl:
+                    assert_never(unreachable_impl)
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def last_stage_ops(
+    model: TransformerModelSpec,
+    dims: BlockDims,
+    cross_entropy: CrossEntropyKernel = _UNFUSED_CROSS_ENTROPY,
+) -> tuple[SemanticOp, ...]:
     """Final norm, LM head ``[b*s, h] x [h, V/t]`` (column-parallel) and the vocab-parallel
-    cross-entropy (Megatron ``parallel_output=True`` path)."""
+    cross-entropy (Megatron ``parallel_output=True`` path; :func:`cross_entropy_work`)."""
     e, tokens = model.datatype.bytes, dims.gemm_tokens
     logits = tokens * dims.vocab
-    ce_fw, ce_bw = _CROSS_ENTROPY_FLOPS
+    ce_forward, ce_backward = cross_entropy_work(cross_entropy, logits, e)
     return (
         _norm(SemanticOpName.FINAL_NORM, model, dims.token_rows, width_bytes=e),
         _gemm(
@@ -1515,12 +1578,8 @@ def last_stage_ops(model: TransformerModelSpec, dims: BlockDims) -> tuple[Semant
             kind=OpKind.CROSS_ENTROPY,
             sharding=TpSharding.VOCAB,
             shard_dim=ShardDim.VOCAB,
-            forward=Work(
-                vector_flops=ce_fw * logits, bytes_read=logits * e, bytes_written=logits * e
-            ),
-            activation_grad=Work(
-                vector_flops=ce_bw * logits, bytes_read=logits * e, bytes_written=logits * e
-            ),
+            forward=ce_forward,
+            activation_grad=ce_backward,
             weight_grad=Work(),
         ),
     )
@@ -2213,6 +2272,8 @@ class LocalBlockPlan:
     experts: ExpertParallel = field(default_factory=ExpertParallel)
     #: the eager chains the block runs (:func:`eager_passes` of the model and the fusions)
     eager: EagerPasses = _NO_EAGER_PASSES
+    #: the loss's kernels (``KernelFusions.cross_entropy``; :func:`cross_entropy_work`)
+    cross_entropy: CrossEntropyKernel = _UNFUSED_CROSS_ENTROPY
 
     @property
     def cp(self) -> int:

@@ -188,6 +188,7 @@ def derive_block_plan(
                 context=context,
                 experts=experts,
                 eager=eager_passes(model, mapping.fusions),
+                cross_entropy=mapping.fusions.cross_entropy,
                 recompute_modules=(
                     recompute.modules
                     if isinstance(recompute, SelectiveRecompute)

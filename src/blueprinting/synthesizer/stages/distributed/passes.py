@@ -567,7 +567,7 @@ def _dense_groups(plan: LocalBlockPlan) -> tuple[TaskGroup, TaskGroup, TaskGroup
     last = _lower_group(
         "last_stage",
         plan,
-        last_stage_ops(model, local),
+        last_stage_ops(model, local, plan.cross_entropy),
         last_stage_collectives(model, b, tp=tp, sequence_parallel=sp, cp=cp),
         lambda _: False,
     )
