@@ -178,21 +178,7 @@ def userbuffers_carry(precision: TrainingPrecision) -> bool:
     tensor raises "Unsupported quantizer for Userbuffers"
     (TransformerEngine@d0067d0d ``transformer_engine/pytorch/module/base.py``
     ``fill_userbuffers_buffer_for_all_gather`` l.754)."""
-    match precision:
-        case HighPrecision():
-            return True
-        case Fp8Precision(recipe=recipe):
-            match recipe:
-                case Fp8Recipe.DELAYED | Fp8Recipe.TENSORWISE | Fp8Recipe.MXFP8:
-                    return True
-                case Fp8Recipe.BLOCKWISE:
-                    return False
-                case _ as unreachable_fp8:
-                    assert_never(unreachable_fp8)
-        case Fp4Precision():
-            return False
-        case _ as unreachable:
-            assert_never(unreachable)
+    return gemm_format(precision) in (None, GemmFormat.FP8, GemmFormat.MXFP8)
 
 
 def recipe_name(precision: TrainingPrecision) -> str:

@@ -620,9 +620,7 @@ def _phase_cost(
                 cp_s += link
                 cp_exposed_s += exposed
             case CollectiveTask():
-                comm_s += system.collective_time(
-                    LinkCollective(task.kind.value), precision.collective_bytes(task), tp_group
-                )
+                comm_s += _tp_link_s(task, system, tp_group, precision)
             case _ as unreachable:
                 assert_never(unreachable)
     return PhaseCost(
@@ -636,6 +634,16 @@ def _phase_cost(
         ep_comm_s=ep_s,
         ep_comm_exposed_s=ep_s,
         quantize_s=quantize_s,
+    )
+
+
+def _tp_link_s(
+    task: CollectiveTask, system: SystemSpec, tp_group: CommGroup, precision: OpPrecision
+) -> float:
+    """A TP collective's link time, at the bytes the recipe moves
+    (:meth:`OpPrecision.collective_bytes`): what every costing of a TP collective reads."""
+    return system.collective_time(
+        LinkCollective(task.kind.value), precision.collective_bytes(task), tp_group
     )
 
 
@@ -674,9 +682,7 @@ def _task_gpu_s(
         case CollectiveTask(axis=axis) if axis in cp_groups:
             return _exchange_time(task, system, cp_groups[axis], 0.0)[0]
         case CollectiveTask():
-            return system.collective_time(
-                LinkCollective(task.kind.value), precision.collective_bytes(task), tp_group
-            )
+            return _tp_link_s(task, system, tp_group, precision)
         case _ as unreachable:
             assert_never(unreachable)
 
@@ -1020,9 +1026,7 @@ def _userbuffer_overlap(
         gemm = gemms.get((gemm_phase, op))
         if method is None or gemm is None:
             continue
-        link = system.collective_time(
-            LinkCollective(task.kind.value), precision.collective_bytes(task), tp_group
-        )
+        link = _tp_link_s(task, system, tp_group, precision)
         timed = method(gemm, link)
         handled.add(task.id)
         hidden[phase] = hidden.get(phase, 0.0) + link - timed.exposed_s
@@ -1120,17 +1124,13 @@ def _async_backward_overlap(
             task.lineage.source, Partial
         ):
             beside = gemm_s.get((Phase.BACKWARD_WEIGHT_GRAD, op), 0.0)
-            link = system.collective_time(
-                LinkCollective(task.kind.value), precision.collective_bytes(task), tp_group
-            )
+            link = _tp_link_s(task, system, tp_group, precision)
             hidden_activation += min(link, beside)
         elif (
             task.phase is Phase.BACKWARD_WEIGHT_GRAD and task.purpose is CollectivePurpose.REGATHER
         ):
             beside = gemm_s.get((Phase.BACKWARD_ACTIVATION_GRAD, op), 0.0)
-            link = system.collective_time(
-                LinkCollective(task.kind.value), precision.collective_bytes(task), tp_group
-            )
+            link = _tp_link_s(task, system, tp_group, precision)
             hidden_weight += min(link, beside)
     return hidden_activation, hidden_weight
 

@@ -303,25 +303,35 @@ class OpPrecision:
         match phase:
             case Phase.FORWARD | Phase.RECOMPUTE:
                 # a recomputed forward re-quantizes its input as the forward does
-                if op in NORM_FUSED_INPUT_OPS:
-                    if norm_writes_quantized(self.recipe):
-                        return 0
-                    # under sequence parallelism the rank casts its own s/t rows, then
-                    # all-gathers them quantized (TE layernorm_linear.py, the
-                    # ``with_input_all_gather`` branch: ``quantizer(ln_out)`` before
-                    # ``gather_along_first_dim(..., quantizer=quantizer)``)
-                    return gemm.batch * gemm.m * gemm.n // self.sequence_shards
-                if op in GATHERED_INPUT_OPS:
-                    return gemm.batch * gemm.m * gemm.n // self.sequence_shards
-                return gemm.batch * gemm.m * gemm.n
+                if op in NORM_FUSED_INPUT_OPS and norm_writes_quantized(self.recipe):
+                    return 0
+                # under sequence parallelism the rank casts its own s/t rows, then all-gathers
+                # them quantized (TE layernorm_linear.py / linear.py, ``quantizer(ln_out)``
+                # before ``gather_along_first_dim(..., quantizer=quantizer)``)
+                return gemm.batch * gemm.m * gemm.n // self._shards(op, phase)
             case Phase.BACKWARD_ACTIVATION_GRAD:
-                if op in ROW_PARALLEL_OPS:
-                    return gemm.batch * gemm.m * gemm.k // self.sequence_shards
-                return gemm.batch * gemm.m * gemm.k
+                return gemm.batch * gemm.m * gemm.k // self._shards(op, phase)
             case Phase.BACKWARD_WEIGHT_GRAD:
                 return 0  # Wgrad reads the columnwise copies made with the two above
             case _ as unreachable:
                 assert_never(unreachable)
+
+    def _gathered(self, op: SemanticOpName, phase: Phase) -> bool:
+        """Whether the tensor ``op`` casts in ``phase`` arrives by a TP all-gather under
+        sequence parallelism: a column-parallel linear's input (forward, recompute) or a
+        row-parallel linear's output gradient."""
+        if self.sequence_shards == 1:
+            return False
+        if phase in (Phase.FORWARD, Phase.RECOMPUTE):
+            return op in GATHERED_INPUT_OPS
+        return phase is Phase.BACKWARD_ACTIVATION_GRAD and op in ROW_PARALLEL_OPS
+
+    def _shards(self, op: SemanticOpName, phase: Phase) -> int:
+        """The pieces the rank's cast covers: its s/t rows of a gathered tensor, else all."""
+        return self.sequence_shards if self._gathered(op, phase) else 1
+
+    def _per_tensor_fp8(self) -> bool:
+        return gemm_format(self.recipe) is GemmFormat.FP8
 
     def collective_bytes(self, task: CollectiveTask) -> float:
         """Bytes a TP collective moves. A TE linear's all-gather under sequence parallelism
@@ -347,11 +357,7 @@ class OpPrecision:
         )
         if per_element is None:
             return float(task.bytes)
-        per_tensor = isinstance(self.recipe, Fp8Precision) and self.recipe.recipe in (
-            Fp8Recipe.DELAYED,
-            Fp8Recipe.TENSORWISE,
-        )
-        both = task.phase is Phase.BACKWARD_ACTIVATION_GRAD and not per_tensor
+        both = task.phase is Phase.BACKWARD_ACTIVATION_GRAD and not self._per_tensor_fp8()
         usages = 2 if both else 1
         return task.bytes / self.datatype.bytes * per_element.per_usage * usages
 
@@ -365,32 +371,22 @@ class OpPrecision:
         ``"row"`` for the output gradient; ``layernorm_linear.py`` the same for its input).
         Delayed scaling reduces its amax history once per step; MXFP8 and blockwise scales are
         local."""
-        if self.sequence_shards == 1 or op not in TE_LINEAR_OPS:
+        if op not in TE_LINEAR_OPS or not self._gathered(op, phase):
             return 0
         match self.recipe:
             case Fp8Precision(recipe=Fp8Recipe.TENSORWISE) | Fp4Precision():
-                pass
+                return 1
             case HighPrecision() | Fp8Precision():
                 return 0
             case _ as unreachable:
                 assert_never(unreachable)
-        if phase in (Phase.FORWARD, Phase.RECOMPUTE) and op in GATHERED_INPUT_OPS:
-            return 1
-        if phase is Phase.BACKWARD_ACTIVATION_GRAD and op in ROW_PARALLEL_OPS:
-            return 1
-        return 0
 
     def _gathered_rowwise(self, native_columnwise_fp8: bool) -> bool:
         """Per-tensor FP8 under sequence parallelism on an accelerator that needs a transposed
         copy: the gathered tensors are cast and gathered rowwise only, and their transpose is
         made after the all-gather (TE ``distributed.py`` ``_all_gather_fp8``:
         ``out._create_transpose()`` where ``is_non_tn_fp8_gemm_supported`` is false)."""
-        return (
-            self.sequence_shards > 1
-            and not native_columnwise_fp8
-            and isinstance(self.recipe, Fp8Precision)
-            and self.recipe.recipe in (Fp8Recipe.DELAYED, Fp8Recipe.TENSORWISE)
-        )
+        return self.sequence_shards > 1 and not native_columnwise_fp8 and self._per_tensor_fp8()
 
     def fp8_transpose_elements(
         self, op: SemanticOpName, phase: Phase, gemm: GemmShape, *, native_columnwise_fp8: bool
@@ -432,9 +428,7 @@ class OpPrecision:
         )
         if elements == 0 and transposed == 0:
             return 0.0
-        gathered = (op in GATHERED_INPUT_OPS and phase in (Phase.FORWARD, Phase.RECOMPUTE)) or (
-            op in ROW_PARALLEL_OPS and phase is Phase.BACKWARD_ACTIVATION_GRAD
-        )
+        gathered = self._gathered(op, phase)
         per_element = quantized_tensor_bytes(
             self.recipe,
             base_bytes=self.datatype.bytes,
