@@ -122,9 +122,30 @@ def test_unfused_attention_does_not_keep_its_output_so_the_copy_replaces_it() ->
 def test_every_recipe_prices_the_same_tensors(
     precision: TrainingPrecision, kept: Callable[[int], int]
 ) -> None:
+    """The norms' outputs and the FC2 input drop to the recipe's bytes; the attention output is
+    kept once, at 2 B: Megatron-Core has the output projection save its original input under
+    every recipe but delayed scaling (attention.py ``set_save_original_input``)."""
     high = _layer(HighPrecision())
-    expected = high - 2 * (2 * ROWS_H - kept(ROWS_H)) + kept(S_Q) - (2 * S_F - kept(S_F))
+    expected = high - 2 * (2 * ROWS_H - kept(ROWS_H)) - (2 * S_F - kept(S_F))
     assert _layer(precision) == expected
+
+
+TENSORWISE = Fp8Precision(recipe=Fp8Recipe.TENSORWISE)
+
+
+def test_current_scaling_keeps_the_attention_output_once() -> None:
+    """Against delayed scaling, tensorwise FP8 drops the output projection's 1 B copy of the
+    attention output (its linear keeps the fused kernel's 2 B tensor instead)."""
+    assert _layer(DELAYED) - _layer(TENSORWISE) == S_Q == 3_145_728
+
+
+def test_unfused_attention_under_current_scaling_keeps_the_projection_input_at_two_bytes() -> None:
+    """The unfused core keeps its softmax and V, not its output: the projection's saved original
+    input is the only copy, 2 B an element, where delayed scaling keeps 1 B."""
+    unfused = UnfusedAttention()
+    assert _layer(TENSORWISE, unfused) - _layer(DELAYED, unfused) == S_Q
+    saved = _layer(HighPrecision(), unfused) - _layer(TENSORWISE, unfused)
+    assert saved == 2 * ROWS_H + S_F == 18_874_368
 
 
 def test_recomputed_modules_store_nothing_quantized() -> None:

@@ -121,15 +121,17 @@ def test_block_costs_change_only_in_the_linears() -> None:
         else:
             assert after == before  # attention core, norms, residuals: unchanged
         saved += before - after
-    # The recipe's own casts, tensorwise on Hopper: the inputs of the projection and FC2, amax
-    # read + cast read (2 B each) and the rowwise and transposed copies (1 B each): 6 B per
-    # element; QKV's and FC1's, their norms' outputs, on the rank's s/t rows before the
+    # The recipe's own casts, tensorwise on Hopper: FC2's input, amax read + cast read (2 B
+    # each) and the rowwise and transposed copies (1 B each): 6 B per element; the
+    # projection's, which keeps its bf16 input for Wgrad (save_original_input), the rowwise
+    # copy only: 5 B; QKV's and FC1's, their norms' outputs, on the rank's s/t rows before the
     # all-gather (t = 2), with the amax the norm computed, rowwise only (Hopper transposes
     # after the gather, in the backward): 3 B per element.
     row_parallel = (SemanticOpName.OUTPUT_PROJECTION, SemanticOpName.MLP_DOWN)
     column_parallel = (SemanticOpName.QKV_PROJECTION, SemanticOpName.MLP_UP)
+    per_element = {SemanticOpName.OUTPUT_PROJECTION: 5, SemanticOpName.MLP_DOWN: 6}
     casts = [
-        H100.memory_time(task.gemm.m * task.gemm.n * 6)
+        H100.memory_time(task.gemm.m * task.gemm.n * per_element[task.lineage.op])
         if task.lineage.op in row_parallel
         else H100.memory_time(task.gemm.m * task.gemm.n // 2 * 3)
         for task in ir.block.tasks

@@ -20,6 +20,7 @@ from blueprinting.mapping.precision import (
     Fp8Recipe,
     HighPrecision,
     TrainingPrecision,
+    projection_saves_original_input,
 )
 from blueprinting.mapping.transformer import ReduceScatterAllGather, TensorParallel
 from blueprinting.synthesizer.dialects.transformer.training import (
@@ -53,6 +54,7 @@ GB200 = system_preset("dgx-gb200")
 B300 = system_preset("dgx-b300")
 TENSORWISE = Fp8Precision(recipe=Fp8Recipe.TENSORWISE)
 MXFP8 = Fp8Precision(recipe=Fp8Recipe.MXFP8)
+BLOCKWISE = Fp8Precision(recipe=Fp8Recipe.BLOCKWISE)
 NVFP4 = Fp4Precision()
 
 
@@ -110,19 +112,56 @@ def test_which_tensor_each_gemm_task_casts(
 ) -> None:
     """The forward (and recomputed forward) casts its input m x n (MXFP8's norm writes bf16:
     a LayerNormLinear's input is cast too), the activation-gradient GEMM casts the output
-    gradient m x k, Wgrad reuses both; only TE linears cast."""
+    gradient m x k, Wgrad reuses both; only TE linears cast. The attention output projection
+    keeps its bf16 input (Megatron-Core's save_original_input): its forward writes the rowwise
+    usage alone and its Wgrad casts the input again, columnwise."""
     precision = OpPrecision(datatype=Datatype.BF16, recipe=MXFP8)
     shape = GemmShape(m=m, n=n, k=k)
     got = precision.quantized_elements(op, phase, shape)
-    if op not in TE_LINEAR_OPS or phase is Phase.BACKWARD_WEIGHT_GRAD:
+    projection = op is SemanticOpName.OUTPUT_PROJECTION
+    if op not in TE_LINEAR_OPS or (phase is Phase.BACKWARD_WEIGHT_GRAD and not projection):
         assert got == 0
     elif phase is Phase.BACKWARD_ACTIVATION_GRAD:
         assert got == m * k
     else:
         assert got == m * n
-    per_element = 2 + 2 * (1 + 1 / 32)
+    usages = 1 if projection and phase is not Phase.BACKWARD_ACTIVATION_GRAD else 2
+    per_element = 2 + usages * (1 + 1 / 32)
     bytes_ = precision.quantized_bytes(op, phase, shape, native_columnwise_fp8=True)
     assert bytes_ == pytest.approx(got * per_element, rel=1e-12)
+
+
+def test_the_projection_keeps_its_input_under_every_recipe_but_delayed_scaling() -> None:
+    """Megatron-Core's ``set_save_original_input(self.linear_proj)`` (attention.py l.428-444
+    @d98e8a64): FP8 but delayed, and FP4. On Hopper, tensorwise: the forward casts the rowwise
+    copy alone (amax read, cast read, 1 B: 5 B an element, where FC2's input also takes its
+    transpose, 6 B) and the Wgrad casts the kept input into the columnwise copy (5 B)."""
+    recipes = (HighPrecision(), Fp8Precision(), TENSORWISE, BLOCKWISE, MXFP8, NVFP4)
+    assert [projection_saves_original_input(r) for r in recipes] == [
+        False,
+        False,
+        True,
+        True,
+        True,
+        True,
+    ]
+    shape = GemmShape(m=4096, n=8192, k=8192)
+    elements = 4096 * 8192
+    proj, fc2 = SemanticOpName.OUTPUT_PROJECTION, SemanticOpName.MLP_DOWN
+
+    def cast(recipe: TrainingPrecision, op: SemanticOpName, phase: Phase) -> float:
+        precision = OpPrecision(datatype=Datatype.BF16, recipe=recipe)
+        return precision.quantized_bytes(op, phase, shape, native_columnwise_fp8=False)
+
+    forward, wgrad = Phase.FORWARD, Phase.BACKWARD_WEIGHT_GRAD
+    assert cast(TENSORWISE, proj, forward) == cast(TENSORWISE, proj, wgrad) == elements * 5
+    assert cast(TENSORWISE, fc2, forward) == elements * 6
+    assert cast(TENSORWISE, fc2, wgrad) == 0.0
+    # delayed scaling keeps the quantized copy: one pass, both usages, nothing in Wgrad
+    assert cast(Fp8Precision(), proj, forward) == elements * 4
+    assert cast(Fp8Precision(), proj, wgrad) == 0.0
+    # NVFP4: amax read, cast read, one packed usage with its E4M3 scales, in each pass
+    assert cast(NVFP4, proj, wgrad) == pytest.approx(elements * (4 + 9 / 16))
 
 
 def test_only_delayed_scaling_norms_write_the_quantized_input() -> None:
@@ -262,7 +301,8 @@ def test_plan_reports_the_casts_of_llama3_70b_on_gb200() -> None:
     forward casts the projection's and FC2's inputs (m x 8192 + m x 28672 elements, 5 B each:
     amax read, cast read, one copy) and the two norms' outputs, QKV's and FC1's inputs (m x 8192
     x 2, 3 B each: the norm computed the amax), the backward the four output gradients (m x
-    (10240 + 8192 + 57344 + 8192)), at GB200's 8 TB/s x 0.9."""
+    (10240 + 8192 + 57344 + 8192)), and the projection's Wgrad its kept bf16 input again (m x
+    8192, 5 B: save_original_input), at GB200's 8 TB/s x 0.9."""
     from blueprinting.api import plan
 
     report = plan(
@@ -292,12 +332,14 @@ def test_plan_reports_the_casts_of_llama3_70b_on_gb200() -> None:
     assert block["backward_activation"] == pytest.approx(
         m * (10240 + 8192 + 57344 + 8192) * 5 / rate, rel=1e-9
     )
-    assert block["backward_weight"] == 0.0
+    assert block["backward_weight"] == pytest.approx(m * 8192 * 5 / rate, rel=1e-9)
     # 80 layers, 256 / (64 ranks x 2 sequences) = 2 micro-batches
     layers, microbatches = 80, 2
     forward, backward = block["forward"], block["backward_activation"]
+    weight = block["backward_weight"]
     assert isinstance(forward, float) and isinstance(backward, float)
-    per_block = forward + backward
+    assert isinstance(weight, float)
+    per_block = forward + backward + weight
     assert quantization["iteration_s"] == pytest.approx(layers * microbatches * per_block, rel=1e-9)
 
 

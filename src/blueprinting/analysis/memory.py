@@ -112,6 +112,7 @@ from blueprinting.mapping.precision import (
     HighPrecision,
     TrainingPrecision,
     high_precision_layers,
+    projection_saves_original_input,
 )
 from blueprinting.mapping.transformer import (
     ActivationOffload,
@@ -711,9 +712,12 @@ def layer_activation_bytes(
     outputs, ``Q(h)`` per row each; MLA's input norm feeds two down projections, ``2 Q(h)``), the
     MLP-down input ``Q(f)`` (the activation function keeps its input, the FC1 output, at ``x``),
     and MLA's up projections' latent inputs. The attention output is the output projection's
-    input: a fused kernel keeps it at ``x`` for its own backward and the projection adds its
-    quantized copy (``x q + Q(q)``); the unfused core keeps its softmax and V, not its output,
-    so the projection's ``Q(q)`` replaces it. Q, K, V, the softmax statistics and the norms'
+    input, kept once at ``x q`` under every recipe but delayed scaling: Megatron-Core has the
+    projection save its original input, the tensor a fused kernel keeps for its own backward
+    (:func:`~blueprinting.mapping.precision.projection_saves_original_input`). Under delayed
+    scaling a fused kernel keeps it at ``x`` and the projection adds its quantized copy
+    (``x q + Q(q)``); the unfused core keeps its softmax and V, not its output, so the
+    projection's ``Q(q)`` replaces it. Q, K, V, the softmax statistics and the norms'
     inputs stay at ``x`` (attention runs in high precision). ``moe``: the layer's MLP is a MoE
     feed-forward, whose input the router keeps at ``x`` (its expert GEMMs' inputs are
     :func:`moe_ffn_activation_bytes`').
@@ -779,9 +783,11 @@ def _projection_input(
     elements: int, x: int, precision: TrainingPrecision, attention: AttentionKernel
 ) -> int:
     """The attention output, the output projection's input, as stored (:func:
-    `layer_activation_bytes`): ``x`` bytes an element in high precision; under a recipe the
-    projection's quantized copy, beside the fused kernel's own ``x`` copy."""
-    if isinstance(precision, HighPrecision):
+    `layer_activation_bytes`): ``x`` bytes an element in high precision, and under a recipe
+    whose projection saves its original input (:func:`projection_saves_original_input`: every
+    recipe but delayed scaling), where a fused kernel's own copy is the same tensor; under
+    delayed scaling the projection's quantized copy, beside the fused kernel's ``x`` copy."""
+    if isinstance(precision, HighPrecision) or projection_saves_original_input(precision):
         return elements * x
     quantized = saved_input_bytes(precision, elements, x)
     match attention:

@@ -181,6 +181,27 @@ def userbuffers_carry(precision: TrainingPrecision) -> bool:
     return gemm_format(precision) in (None, GemmFormat.FP8, GemmFormat.MXFP8)
 
 
+def projection_saves_original_input(precision: TrainingPrecision) -> bool:
+    """Whether the attention output projection keeps its high-precision input for the weight
+    gradient instead of a quantized copy: Megatron-Core sets Transformer Engine's
+    ``save_original_input`` on ``linear_proj`` under every FP8 recipe but delayed scaling and
+    under FP4, because the fused attention kernel already saves that tensor, the core's output,
+    for its own backward (Megatron-LM ``megatron/core/transformer/attention.py`` l.428-444
+    @d98e8a64; FP8 since Megatron-Core v0.15.0, FP4 since v0.16.0). Transformer Engine then
+    casts the input rowwise in the forward and columnwise again in the backward, for the Wgrad
+    GEMM (``pytorch/module/linear.py`` @d0067d0d l.393-398 and l.1175-1180); delayed scaling's
+    quantizer cannot be rebuilt from the input and refuses it (l.318-326)."""
+    match precision:
+        case HighPrecision():
+            return False
+        case Fp8Precision(recipe=recipe):
+            return recipe is not Fp8Recipe.DELAYED
+        case Fp4Precision():
+            return True
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
 def recipe_name(precision: TrainingPrecision) -> str:
     """The Megatron spelling of the recipe a law names (``fp8_recipe = mxfp8``)."""
     match precision:

@@ -18,8 +18,12 @@ per microbatch that no other op writes in low precision: its input in the forwar
 usage for Fprop, columnwise for Wgrad, made together and saved) and the gradient of its output
 in the backward pass (rowwise for Dgrad, columnwise for Wgrad); weights are quantized once per
 step (cached across micro-batches, or FP8 primary weights under ``--fp8-param-gather``) and are
-not timed. The input of ``LayerNormLinear`` (QKV, FC1, MLA's up-projections) comes from the
-norm kernel, which writes it quantized only under delayed scaling (TE
+not timed. The attention output projection under every recipe but delayed scaling keeps its
+high-precision input instead (Megatron-Core's ``save_original_input``,
+:func:`~blueprinting.mapping.precision.projection_saves_original_input`): its forward cast
+writes the rowwise usage only, and the Wgrad pass casts the kept input again, columnwise.
+The input of ``LayerNormLinear`` (QKV, FC1, MLA's up-projections) comes from the norm kernel,
+which writes it quantized only under delayed scaling (TE
 ``pytorch/csrc/extensions/normalization.cpp`` ``layernorm_fwd`` / ``rmsnorm_fwd``,
 ``Impl::FULLY_FUSED`` for a ``Float8Quantizer``; the same at v2.4 @3cd6870c as
 ``force_unfused_kernel = false``): every other recipe's norm writes the high-precision output
@@ -71,7 +75,7 @@ measurement and runs at the HBM pass.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import assert_never, final
 
 from blueprinting.errors import ConfigError
@@ -86,6 +90,7 @@ from blueprinting.mapping.precision import (
     HighPrecision,
     TrainingPrecision,
     gemm_format,
+    projection_saves_original_input,
 )
 from blueprinting.mapping.transformer import AllReduce, ReduceScatterAllGather, TensorParallel
 from blueprinting.synthesizer.dialects.transformer.training import (
@@ -312,9 +317,20 @@ class OpPrecision:
             case Phase.BACKWARD_ACTIVATION_GRAD:
                 return gemm.batch * gemm.m * gemm.k // self._shards(op, phase)
             case Phase.BACKWARD_WEIGHT_GRAD:
+                if self._saves_original_input(op):
+                    # the projection kept its bf16 input: cast it columnwise for Wgrad
+                    return gemm.batch * gemm.m * gemm.n
                 return 0  # Wgrad reads the columnwise copies made with the two above
             case _ as unreachable:
                 assert_never(unreachable)
+
+    def _saves_original_input(self, op: SemanticOpName) -> bool:
+        """The attention output projection under a recipe whose projection keeps its original
+        input (:func:`projection_saves_original_input`): its forward cast makes the rowwise
+        usage only, and the Wgrad pass casts the kept input columnwise."""
+        return op is SemanticOpName.OUTPUT_PROJECTION and projection_saves_original_input(
+            self.recipe
+        )
 
     def _gathered(self, op: SemanticOpName, phase: Phase) -> bool:
         """Whether the tensor ``op`` casts in ``phase`` arrives by a TP all-gather under
@@ -437,6 +453,8 @@ class OpPrecision:
             or (gathered and self._gathered_rowwise(native_columnwise_fp8)),
             amax_from_norm=op in NORM_FUSED_INPUT_OPS and phase in (Phase.FORWARD, Phase.RECOMPUTE),
         )
+        if per_element is not None and self._saves_original_input(op):
+            per_element = replace(per_element, usages=1)
         cast = 0.0 if per_element is None else elements * per_element.total
         return cast + transposed * FP8_TRANSPOSE_BYTES
 
