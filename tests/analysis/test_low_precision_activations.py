@@ -206,6 +206,51 @@ def test_a_moe_ffn_keeps_its_expert_inputs_quantized() -> None:
     )
 
 
+def test_the_shared_experts_keep_the_routers_copy_of_their_input() -> None:
+    """Transformer Engine's FC1 keeps the tensor it was handed, the rank's s/t rows before its
+    own all-gather (``linear.py`` ``saved_inputmat = inputmat``), which the router keeps too: no
+    bytes in bf16 nor under current scaling (Megatron's ``save_original_input`` on the shared
+    FC1); delayed scaling adds its 1 B copy of those rows. Under shared-expert overlap Megatron
+    gathers the input first, and the whole sequence is kept (2 B; 1 B under delayed)."""
+    base = mixtral_like(layers=4, seq=4096)
+    assert base.moe is not None
+    shared_width = 4096
+    model = replace(
+        base, feed_forward=replace(base.moe, shared_expert_ffn_hidden_size=shared_width)
+    )
+    t, s, h = 2, 4096, model.hidden_size
+
+    def ffn(precision: TrainingPrecision, *, overlap: bool = False, shared: bool = True) -> int:
+        experts = ExpertParallel(
+            degree=8, dispatcher=AllToAllDispatcher(shared_expert_overlap=overlap)
+        )
+        recomputed = frozenset() if shared else frozenset({RecomputeModule.SHARED_EXPERTS})
+        return moe_ffn_activation_bytes(
+            model,
+            micro_batch=1,
+            tensor_degree=t,
+            sequence_parallel=True,
+            experts=experts,
+            activation_bytes=2,
+            recomputed=recomputed,
+            eager=EagerPasses(),
+            precision=precision,
+        )
+
+    def shared_terms(precision: TrainingPrecision, overlap: bool = False) -> int:
+        return ffn(precision, overlap=overlap) - ffn(precision, overlap=overlap, shared=False)
+
+    f = shared_width // t
+    # the SwiGLU FC1 output (2 f wide, 2 B) and the activation output (f wide)
+    outputs = s * 2 * (2 * f) + s * 2 * f
+    assert shared_terms(HighPrecision()) == outputs
+    assert shared_terms(TENSORWISE) == s * 2 * (2 * f) + s * f
+    assert shared_terms(DELAYED) == s // t * h + s * 2 * (2 * f) + s * f
+    assert shared_terms(HighPrecision(), overlap=True) == s * h * 2 + outputs
+    assert shared_terms(TENSORWISE, overlap=True) == s * h * 2 + s * 2 * (2 * f) + s * f
+    assert shared_terms(DELAYED, overlap=True) == s * h + s * 2 * (2 * f) + s * f
+
+
 _LLAMA3_8B = model_preset("llama3-8b")  # 32 layers
 _PIPELINED_FP8: dict[str, object] = {
     "world_size": 8,

@@ -156,6 +156,7 @@ from blueprinting.mapping.transformer import (
     grad_reduce_datatype,
     loss_stage,
     model_copies,
+    shared_expert_overlaps,
 )
 from blueprinting.synthesizer.dialects.transformer.training import (
     SOFTMAX_STATISTIC_BYTES,
@@ -834,10 +835,20 @@ def moe_ffn_activation_bytes(
     Under a low-precision ``precision`` the expert and shared-expert GEMMs' inputs are kept
     quantized (:func:`~blueprinting.analysis.precision_memory.saved_input_bytes`, as
     :func:`layer_activation_bytes`' linears): the FC1 input ``Q(R' h)`` and the activation
-    output ``Q(R' F')``; the shared experts' input ``Q(m h)`` at any t (at t = 1 the
-    high-precision input was the norm output the router keeps, counted with the norms; the
-    quantized copy is the shared FC1's own) and their activation output. The FC1 outputs stay
-    at ``x``."""
+    output ``Q(R' F')``, and the shared experts' activation output. The FC1 outputs stay at
+    ``x``.
+
+    The shared experts' FC1 input: Transformer Engine's linear saves the tensor it was handed,
+    before its own sequence-parallel all-gather (``pytorch/module/linear.py`` @d0067d0d
+    ``saved_inputmat = inputmat``, the local rows; the Wgrad gathers them again). That is the
+    pre-MLP norm's output the router keeps (counted with the norms), so it adds nothing in high
+    precision, nor under a recipe whose FC1 saves its original input (Megatron-Core
+    ``shared_experts.py`` l.147-161 @d98e8a64: FP8 but delayed scaling, and FP4, unless the
+    shared experts are recomputed: :func:`~blueprinting.mapping.precision.
+    projection_saves_original_input`'s rule); delayed scaling adds its quantized copy of the
+    rank's rows, ``Q(T h)``. Under ``--moe-shared-expert-overlap`` Megatron gathers the input
+    itself and hands TE the gathered ``m`` rows (``linear.parallel_mode = None``): at t > 1
+    they are kept at ``x`` (``Q(m h)`` under delayed scaling)."""
     moe = model.moe
     assert moe is not None
     t, x = tensor_degree, activation_bytes
@@ -845,7 +856,6 @@ def moe_ffn_activation_bytes(
     def kept(elements: int) -> int:
         return saved_input_bytes(precision, elements, x)
 
-    low = not isinstance(precision, HighPrecision)
     s, h = model.seq_length, model.hidden_size
     tokens = micro_batch * (_ceil_div(s, t) if sequence_parallel else s)
     u = experts.tensor_degree
@@ -868,8 +878,34 @@ def moe_ffn_activation_bytes(
         m = micro_batch * s
         fs = _ceil_div(moe.shared_expert_ffn_hidden_size, t)
         ups = 2 * fs if model.activation is MlpActivation.SWIGLU else fs
-        shared = (kept(m * h) if t > 1 or low else 0) + m * x * ups + kept(m * fs)
+        shared = _shared_input_bytes(
+            precision,
+            gathered=t > 1 and shared_expert_overlaps(experts.dispatcher),
+            local_rows=tokens,
+            gathered_rows=m,
+            hidden=h,
+            activation_bytes=x,
+        )
+        shared += m * x * ups + kept(m * fs)
     return routed + shared
+
+
+def _shared_input_bytes(
+    precision: TrainingPrecision,
+    *,
+    gathered: bool,
+    local_rows: int,
+    gathered_rows: int,
+    hidden: int,
+    activation_bytes: int,
+) -> int:
+    """What the shared experts' FC1 keeps of its input beyond the router's copy of the pre-MLP
+    norm's output (:func:`moe_ffn_activation_bytes`): ``gathered``, Megatron handed it the
+    all-gathered rows (shared-expert overlap at t > 1)."""
+    rows = gathered_rows if gathered else local_rows
+    if isinstance(precision, HighPrecision) or projection_saves_original_input(precision):
+        return rows * hidden * activation_bytes if gathered else 0
+    return saved_input_bytes(precision, rows * hidden, activation_bytes)
 
 
 def attention_core_bytes(
