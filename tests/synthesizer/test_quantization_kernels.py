@@ -22,7 +22,13 @@ from blueprinting.mapping.precision import (
     TrainingPrecision,
     projection_saves_original_input,
 )
-from blueprinting.mapping.transformer import ReduceScatterAllGather, TensorParallel
+from blueprinting.mapping.transformer import (
+    FullRecompute,
+    RecomputeModule,
+    ReduceScatterAllGather,
+    SelectiveRecompute,
+    TensorParallel,
+)
 from blueprinting.synthesizer.dialects.transformer.training import (
     CollectiveKind,
     CollectivePurpose,
@@ -46,6 +52,7 @@ from blueprinting.synthesizer.stages.portable_plan.precision import (
     norm_writes_quantized,
     quantized_tensor_bytes,
     reads_fp8_columnwise,
+    recomputed_modules,
     sequence_shards,
 )
 
@@ -162,6 +169,38 @@ def test_the_projection_keeps_its_input_under_every_recipe_but_delayed_scaling()
     assert cast(Fp8Precision(), proj, wgrad) == 0.0
     # NVFP4: amax read, cast read, one packed usage with its E4M3 scales, in each pass
     assert cast(NVFP4, proj, wgrad) == pytest.approx(elements * (4 + 9 / 16))
+
+
+def test_the_experts_keep_their_inputs_where_megatron_core_says() -> None:
+    """The shared experts' FC1 keeps its input under the projection's recipes unless the shared
+    experts are recomputed (``shared_experts.py``); under sequence parallelism over t = 2 its
+    Wgrad casts the rank's half of the rows before gathering them. The routed experts' FC2
+    keeps its input under ``moe_act`` recompute (``experts.py``): its Wgrad casts it again."""
+    shape = GemmShape(m=4096, n=2048, k=7168, batch=4)
+    elements = 4 * 4096 * 2048
+    up, fc2 = SemanticOpName.SHARED_EXPERT_UP, SemanticOpName.EXPERT_FC2
+    wgrad = Phase.BACKWARD_WEIGHT_GRAD
+
+    def cast(op: SemanticOpName, recomputed: frozenset[RecomputeModule], shards: int = 1) -> int:
+        precision = OpPrecision(
+            datatype=Datatype.BF16, recipe=MXFP8, sequence_shards=shards, recomputed=recomputed
+        )
+        return precision.quantized_elements(op, wgrad, shape)
+
+    none: frozenset[RecomputeModule] = frozenset()
+    assert cast(up, none) == elements
+    assert cast(up, none, shards=2) == elements // 2
+    assert cast(up, frozenset({RecomputeModule.SHARED_EXPERTS})) == 0
+    assert cast(fc2, none) == 0
+    assert cast(fc2, frozenset({RecomputeModule.MOE_ACT})) == elements
+    assert recomputed_modules(SelectiveRecompute(modules=frozenset({RecomputeModule.MOE_ACT})))
+    assert recomputed_modules(FullRecompute()) == frozenset()
+    # the forward cast of a kept input writes the rowwise usage alone
+    kept = OpPrecision(
+        datatype=Datatype.BF16, recipe=MXFP8, recomputed=frozenset({RecomputeModule.MOE_ACT})
+    )
+    forward = kept.quantized_bytes(fc2, Phase.FORWARD, shape, native_columnwise_fp8=True)
+    assert forward == pytest.approx(elements * (2 + 33 / 32))
 
 
 def test_only_delayed_scaling_norms_write_the_quantized_input() -> None:

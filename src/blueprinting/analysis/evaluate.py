@@ -78,7 +78,11 @@ from blueprinting.synthesizer.stages.portable_plan.passes import (
     cost_task_groups,
     expert_groups,
 )
-from blueprinting.synthesizer.stages.portable_plan.precision import OpPrecision, sequence_shards
+from blueprinting.synthesizer.stages.portable_plan.precision import (
+    OpPrecision,
+    recomputed_modules,
+    sequence_shards,
+)
 
 
 @final
@@ -175,7 +179,10 @@ def _local_block_costs(
         system,
         tp_group,
         OpPrecision(
-            datatype=model.datatype, recipe=precision, sequence_shards=sequence_shards(tensor)
+            datatype=model.datatype,
+            recipe=precision,
+            sequence_shards=sequence_shards(tensor),
+            recomputed=recomputed_modules(recompute),
         ),
         overlap,
         cp_groups=dict(cp_groups),

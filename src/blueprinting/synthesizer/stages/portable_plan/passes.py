@@ -119,6 +119,7 @@ from blueprinting.synthesizer.stages.portable_plan.precision import (
     AMAX_BYTES,
     OpPrecision,
     reads_fp8_columnwise,
+    recomputed_modules,
     sequence_shards,
 )
 
@@ -553,6 +554,7 @@ class CostDistributedTasks:
                     datatype=ctx.spec.model.datatype,
                     recipe=recipe,
                     sequence_shards=sequence_shards(ctx.spec.mapping.parallelism.tensor),
+                    recomputed=recomputed_modules(ctx.spec.mapping.parallelism.recompute),
                 ),
                 ctx.spec.mapping.tp_comm_overlap,
                 cp_groups=ctx.context_groups(),

@@ -92,7 +92,16 @@ from blueprinting.mapping.precision import (
     gemm_format,
     projection_saves_original_input,
 )
-from blueprinting.mapping.transformer import AllReduce, ReduceScatterAllGather, TensorParallel
+from blueprinting.mapping.transformer import (
+    AllReduce,
+    FullRecompute,
+    NoRecompute,
+    RecomputeModule,
+    RecomputePolicy,
+    ReduceScatterAllGather,
+    SelectiveRecompute,
+    TensorParallel,
+)
 from blueprinting.synthesizer.dialects.transformer.training import (
     CollectiveKind,
     GemmShape,
@@ -177,6 +186,18 @@ def norm_writes_quantized(recipe: TrainingPrecision) -> bool:
                     assert_never(unreachable_fp8)
         case Fp4Precision():
             return False
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def recomputed_modules(recompute: RecomputePolicy) -> frozenset[RecomputeModule]:
+    """:attr:`OpPrecision.recomputed` of a recompute policy: the selective modules, none for
+    full or no recompute (``--recompute-modules`` is read under selective granularity only)."""
+    match recompute:
+        case SelectiveRecompute(modules=modules):
+            return modules
+        case NoRecompute() | FullRecompute():
+            return frozenset()
         case _ as unreachable:
             assert_never(unreachable)
 
@@ -284,6 +305,9 @@ class OpPrecision:
     datatype: Datatype
     recipe: TrainingPrecision
     sequence_shards: int = 1
+    #: the selective recompute modules (:func:`recomputed_modules`): which linears keep their
+    #: original input (:meth:`_saves_original_input`)
+    recomputed: frozenset[RecomputeModule] = frozenset()
 
     def __post_init__(self) -> None:
         if self.sequence_shards < 1:
@@ -318,19 +342,38 @@ class OpPrecision:
                 return gemm.batch * gemm.m * gemm.k // self._shards(op, phase)
             case Phase.BACKWARD_WEIGHT_GRAD:
                 if self._saves_original_input(op):
-                    # the projection kept its bf16 input: cast it columnwise for Wgrad
-                    return gemm.batch * gemm.m * gemm.n
+                    # the linear kept its bf16 input (a gathered one: the rank's rows, cast
+                    # before the Wgrad's all-gather): cast it columnwise for Wgrad
+                    shards = self.sequence_shards if op in GATHERED_INPUT_OPS else 1
+                    return gemm.batch * gemm.m * gemm.n // shards
                 return 0  # Wgrad reads the columnwise copies made with the two above
             case _ as unreachable:
                 assert_never(unreachable)
 
     def _saves_original_input(self, op: SemanticOpName) -> bool:
-        """The attention output projection under a recipe whose projection keeps its original
-        input (:func:`projection_saves_original_input`): its forward cast makes the rowwise
-        usage only, and the Wgrad pass casts the kept input columnwise."""
-        return op is SemanticOpName.OUTPUT_PROJECTION and projection_saves_original_input(
-            self.recipe
-        )
+        """A TE linear Megatron-Core has keep its high-precision input
+        (``set_save_original_input``): its forward cast makes the rowwise usage only, and the
+        Wgrad pass casts the kept input columnwise. The attention output projection and the
+        shared experts' FC1 under :func:`projection_saves_original_input`'s recipes
+        (``attention.py`` l.428-444; ``moe/shared_experts.py`` l.147-161, not when the shared
+        experts are recomputed), the routed experts' FC2 under ``moe_act`` recompute with any
+        recipe (``moe/experts.py`` l.270-276: the activation's output is discarded and
+        recomputed; delayed scaling refuses that recompute) @d98e8a64."""
+        match op:
+            case SemanticOpName.OUTPUT_PROJECTION:
+                return projection_saves_original_input(self.recipe)
+            case SemanticOpName.SHARED_EXPERT_UP:
+                return (
+                    projection_saves_original_input(self.recipe)
+                    and RecomputeModule.SHARED_EXPERTS not in self.recomputed
+                )
+            case SemanticOpName.EXPERT_FC2:
+                return (
+                    gemm_format(self.recipe) is not None
+                    and RecomputeModule.MOE_ACT in self.recomputed
+                )
+            case _:
+                return False
 
     def _gathered(self, op: SemanticOpName, phase: Phase) -> bool:
         """Whether the tensor ``op`` casts in ``phase`` arrives by a TP all-gather under
