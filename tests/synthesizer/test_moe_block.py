@@ -463,3 +463,44 @@ def test_ep_kernel_tables_are_checked() -> None:
     with pytest.raises(ConfigError) as twice:
         NodeSpec(gpus_per_node=4, link=link, ep_kernels=(GB200_HYBRIDEP, GB200_HYBRIDEP))
     assert "ep_kernels lists a backend twice" in str(twice.value)
+
+
+def test_shared_expert_overlap_hides_the_exchanges_under_the_shared_experts() -> None:
+    """``--moe-shared-expert-overlap``: the shared experts run on their own stream beside the
+    dispatch and combine, forward and backward. With each shared-expert task timed 1 s (three
+    forward: FC1, activation, FC2; backward: their activation and weight gradients), a forward
+    exposing 2 s of exchange keeps none of it; a backward exposing 10 s keeps 10 - 5 = 5 s, taken
+    from the activation-gradient phase first; the compute is unchanged."""
+    from blueprinting.synthesizer.stages.portable_plan.ir import BlockCost, PhaseCost
+    from blueprinting.synthesizer.stages.portable_plan.passes import (
+        SHARED_EXPERT_OPS,
+        _shared_expert_overlap,
+    )
+
+    model = deepseek_like()
+    ir = derive_training_block(model, _mapping(ep=8, dp=8))
+    assert ir.moe_block is not None
+
+    def one_second(task: object) -> float:
+        return (
+            1.0 if isinstance(task, ComputeTask) and task.lineage.op in SHARED_EXPERT_OPS else 0.0
+        )
+
+    shared = {
+        phase: sum(1 for t in ir.moe_block.compute_tasks() if one_second(t) and t.phase is phase)
+        for phase in Phase
+    }
+    assert shared[Phase.FORWARD] == 3
+    backward = shared[Phase.BACKWARD_ACTIVATION_GRAD] + shared[Phase.BACKWARD_WEIGHT_GRAD]
+    assert backward == 5
+    block = BlockCost(
+        forward=PhaseCost(compute_s=7.0, ep_comm_s=2.0, ep_comm_exposed_s=2.0),
+        backward_activation=PhaseCost(compute_s=9.0, ep_comm_s=4.0, ep_comm_exposed_s=4.0),
+        backward_weight=PhaseCost(compute_s=5.0, ep_comm_s=6.0, ep_comm_exposed_s=6.0),
+    )
+    got = _shared_expert_overlap(ir.moe_block, block, one_second)
+    assert got.forward.ep_comm_exposed_s == 0.0
+    assert got.backward_activation.ep_comm_exposed_s == 0.0
+    assert got.backward_weight.ep_comm_exposed_s == 5.0
+    assert got.forward.compute_s == 7.0 and got.backward_weight.compute_s == 5.0
+    assert got.forward.ep_comm_s == 2.0

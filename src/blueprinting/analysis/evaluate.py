@@ -58,6 +58,7 @@ from blueprinting.mapping.transformer import (
     TransformerTrainingParallelism,
     delays_wgrad,
     dispatcher_overlaps,
+    shared_expert_overlaps,
 )
 from blueprinting.simulator.from_plan import (
     PlanSimulation,
@@ -189,6 +190,7 @@ def _local_block_costs(
         ep_groups=dict(ep_groups),
         dispatch_overlap=dispatcher_overlaps(experts.dispatcher),
         delay_wgrad=delays_wgrad(experts.dispatcher),
+        shared_expert_overlap=shared_expert_overlaps(experts.dispatcher),
         host=training_host_dispatch(model, cuda_graphs, system, dispatcher=experts.dispatcher),
     )
 

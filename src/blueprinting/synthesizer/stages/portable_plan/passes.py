@@ -65,6 +65,7 @@ from blueprinting.mapping.transformer import (
     delays_wgrad,
     dispatcher_overlaps,
     loss_stage,
+    shared_expert_overlaps,
 )
 from blueprinting.synthesizer.dialects.transformer.training import (
     CP_A2A_AXIS,
@@ -232,6 +233,7 @@ def cost_task_groups(
     ep_groups: Mapping[str, CommGroup] | None = None,
     dispatch_overlap: bool = False,
     delay_wgrad: bool = False,
+    shared_expert_overlap: bool = False,
     host: HostDispatch | None = None,
 ) -> TaskGroupCosts:
     """Time every task of the IR's groups and sum them per phase (module docstring);
@@ -239,6 +241,7 @@ def cost_task_groups(
     ``ep_groups`` the communicator of each cp / expert mesh axis (:func:`context_groups`,
     :func:`expert_groups`); ``dispatch_overlap``: ``--overlap-moe-expert-parallel-comm``
     (:func:`_overlapped_dispatch`), ``delay_wgrad``: ``--delay-wgrad-compute`` under it;
+    ``shared_expert_overlap``: ``--moe-shared-expert-overlap`` (:func:`_shared_expert_overlap`);
     ``host``: what the host issues (:mod:`.host_dispatch`; None: no host time is charged)."""
     groups = {} if cp_groups is None else dict(cp_groups)
     experts = {} if ep_groups is None else dict(ep_groups)
@@ -313,6 +316,8 @@ def cost_task_groups(
         passes = moe_layer_passes(ir.moe_block, moe_block, system, precision, experts)
         timing = combined_layer_timing(passes, delay_wgrad=delay_wgrad)
         moe_block = _overlapped_dispatch(moe_block, timing)
+    if moe_block is not None and ir.moe_block is not None and shared_expert_overlap:
+        moe_block = _shared_expert_overlap(ir.moe_block, moe_block, task_gpu_s)
     if moe_block is not None and ir.moe_block is not None:
         moe_block = hosted(ir.moe_block, moe_block, moe_layer=True)
     return TaskGroupCosts(
@@ -563,6 +568,9 @@ class CostDistributedTasks:
                     ctx.spec.mapping.parallelism.experts.dispatcher
                 ),
                 delay_wgrad=delays_wgrad(ctx.spec.mapping.parallelism.experts.dispatcher),
+                shared_expert_overlap=shared_expert_overlaps(
+                    ctx.spec.mapping.parallelism.experts.dispatcher
+                ),
                 host=training_host_dispatch(
                     ctx.spec.model,
                     ctx.spec.mapping.cuda_graphs,
@@ -891,6 +899,56 @@ def _overlapped_dispatch(block: BlockCost, timing: CombinedLayerTiming) -> Block
         forward=replace(fw, ep_comm_exposed_s=fw_exposed),
         backward_activation=replace(agrad, ep_comm_exposed_s=bw_exposed * share),
         backward_weight=replace(wgrad, ep_comm_exposed_s=bw_exposed * (1.0 - share)),
+        recompute=block.recompute,
+    )
+
+
+#: The shared experts' compute tasks, which ``--moe-shared-expert-overlap`` issues on a side
+#: stream.
+SHARED_EXPERT_OPS: frozenset[SemanticOpName] = frozenset(
+    {
+        SemanticOpName.SHARED_EXPERT_UP,
+        SemanticOpName.SHARED_EXPERT_ACTIVATION,
+        SemanticOpName.SHARED_EXPERT_DOWN,
+    }
+)
+
+
+def _shared_expert_overlap(
+    group: TaskGroup, block: BlockCost, task_gpu_s: Callable[[Task], float]
+) -> BlockCost:
+    """``--moe-shared-expert-overlap`` (Megatron-LM ``moe/shared_experts.py`` and
+    ``moe/token_dispatcher.py`` @d98e8a64): the shared experts run on their own stream, FC1 and
+    the activation beside the dispatch all-to-all, FC2 beside the combine; in the backward
+    autograd runs them on that stream again, ordered so that the exchanges launch first
+    (``_BackwardStreamWait``, ``set_tensor_grad_fn_sequence_sr``). Each direction hides
+    ``min(shared experts' compute, exposed exchange)`` of the exchange (the forward's over the
+    forward, the backward's over both backward phases, the activation gradient's first); the
+    compute stays on the critical path. Not modelled: the shared experts' own TP all-gather and
+    reduce-scatter, which Megatron issues on the same stream (priced as Transformer Engine's)."""
+
+    def shared_s(phases: tuple[Phase, ...]) -> float:
+        return sum(
+            task_gpu_s(task)
+            for task in group.compute_tasks()
+            if task.phase in phases and task.lineage.op in SHARED_EXPERT_OPS
+        )
+
+    forward, agrad, wgrad = block.forward, block.backward_activation, block.backward_weight
+    hidden_fw = min(shared_s((Phase.FORWARD,)), forward.ep_comm_exposed_s)
+    backward_exposed = agrad.ep_comm_exposed_s + wgrad.ep_comm_exposed_s
+    hidden_bw = min(
+        shared_s((Phase.BACKWARD_ACTIVATION_GRAD, Phase.BACKWARD_WEIGHT_GRAD)), backward_exposed
+    )
+    hidden_agrad = min(hidden_bw, agrad.ep_comm_exposed_s)
+    return BlockCost(
+        forward=replace(forward, ep_comm_exposed_s=forward.ep_comm_exposed_s - hidden_fw),
+        backward_activation=replace(
+            agrad, ep_comm_exposed_s=agrad.ep_comm_exposed_s - hidden_agrad
+        ),
+        backward_weight=replace(
+            wgrad, ep_comm_exposed_s=wgrad.ep_comm_exposed_s - (hidden_bw - hidden_agrad)
+        ),
         recompute=block.recompute,
     )
 
