@@ -28,6 +28,7 @@ from blueprinting.mapping.transformer import (
     ReduceScatterAllGather,
     SelectiveRecompute,
     TensorParallel,
+    recomputed_modules,
 )
 from blueprinting.synthesizer.dialects.transformer.training import (
     CollectiveKind,
@@ -52,7 +53,6 @@ from blueprinting.synthesizer.stages.portable_plan.precision import (
     norm_writes_quantized,
     quantized_tensor_bytes,
     reads_fp8_columnwise,
-    recomputed_modules,
     sequence_shards,
 )
 

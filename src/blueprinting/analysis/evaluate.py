@@ -58,6 +58,7 @@ from blueprinting.mapping.transformer import (
     TransformerTrainingParallelism,
     delays_wgrad,
     dispatcher_overlaps,
+    recomputed_modules,
     shared_expert_overlaps,
 )
 from blueprinting.simulator.from_plan import (
@@ -81,7 +82,6 @@ from blueprinting.synthesizer.stages.portable_plan.passes import (
 )
 from blueprinting.synthesizer.stages.portable_plan.precision import (
     OpPrecision,
-    recomputed_modules,
     sequence_shards,
 )
 

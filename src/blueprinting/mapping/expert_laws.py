@@ -74,17 +74,15 @@ from blueprinting.mapping.transformer import (
     ForwardOnly,
     FullRecompute,
     InterleavedOneForwardOneBackward,
-    NoRecompute,
     OneForwardOneBackward,
     PipelineSchedule,
     RecomputeModule,
-    RecomputePolicy,
-    SelectiveRecompute,
     SingleStage,
     TransformerTrainingMappingSpec,
     ZeroBubbleH1,
     delays_wgrad,
     dispatcher_overlaps,
+    recomputed_modules,
     shared_expert_overlaps,
 )
 
@@ -105,16 +103,6 @@ def expert_world_violation(world: int, etp: int, ep: int, p: int) -> LawViolatio
         ep=ep,
         p=p,
     )
-
-
-def _recompute_modules(recompute: RecomputePolicy) -> frozenset[RecomputeModule]:
-    match recompute:
-        case SelectiveRecompute(modules=modules):
-            return modules
-        case NoRecompute() | FullRecompute():
-            return frozenset()
-        case _ as unreachable:
-            assert_never(unreachable)
 
 
 def _interleaved(schedule: PipelineSchedule) -> bool:
@@ -165,7 +153,7 @@ def _ep_overlap_laws(
                 schedule=str(mapping.parallelism.pipeline.schedule),
             )
         )
-    if isinstance(recompute, FullRecompute) or RecomputeModule.MOE in _recompute_modules(recompute):
+    if isinstance(recompute, FullRecompute) or RecomputeModule.MOE in recomputed_modules(recompute):
         out.append(
             law_violation(
                 Law.MEGATRON_EP_OVERLAP_RECOMPUTE,
@@ -208,7 +196,7 @@ def _shared_overlap_laws(
         reasons.append(
             "it excludes overlap_moe_expert_parallel_comm (transformer_config.py l.3039-3041)"
         )
-    if RecomputeModule.SHARED_EXPERTS in _recompute_modules(mapping.parallelism.recompute):
+    if RecomputeModule.SHARED_EXPERTS in recomputed_modules(mapping.parallelism.recompute):
         reasons.append(
             "it excludes the shared_experts recompute module (transformer_config.py l.1991-1997)"
         )
@@ -378,7 +366,7 @@ def expert_laws(
     if shared_expert_overlaps(dispatcher):
         out.extend(_shared_overlap_laws(model, mapping, shared))
     if (
-        RecomputeModule.MOE_ACT in _recompute_modules(mapping.parallelism.recompute)
+        RecomputeModule.MOE_ACT in recomputed_modules(mapping.parallelism.recompute)
         and not experts.grouped_gemm
     ):
         out.append(

@@ -1050,6 +1050,18 @@ class FullRecompute:
 RecomputePolicy: TypeAlias = NoRecompute | SelectiveRecompute | FullRecompute
 
 
+def recomputed_modules(recompute: RecomputePolicy) -> frozenset[RecomputeModule]:
+    """The selective modules a policy recomputes; none for full or no recompute (Megatron reads
+    ``--recompute-modules`` under selective granularity only)."""
+    match recompute:
+        case SelectiveRecompute(modules=modules):
+            return modules
+        case NoRecompute() | FullRecompute():
+            return frozenset()
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
 # --------------------------------------------------------------------------------------------
 # Activation offloading to host memory (Megatron-Core ``cpu_offloading``)
 # --------------------------------------------------------------------------------------------

@@ -65,6 +65,7 @@ from blueprinting.mapping.transformer import (
     delays_wgrad,
     dispatcher_overlaps,
     loss_stage,
+    recomputed_modules,
     shared_expert_overlaps,
 )
 from blueprinting.synthesizer.dialects.transformer.training import (
@@ -120,7 +121,6 @@ from blueprinting.synthesizer.stages.portable_plan.precision import (
     AMAX_BYTES,
     OpPrecision,
     reads_fp8_columnwise,
-    recomputed_modules,
     sequence_shards,
 )
 

@@ -94,12 +94,8 @@ from blueprinting.mapping.precision import (
 )
 from blueprinting.mapping.transformer import (
     AllReduce,
-    FullRecompute,
-    NoRecompute,
     RecomputeModule,
-    RecomputePolicy,
     ReduceScatterAllGather,
-    SelectiveRecompute,
     TensorParallel,
 )
 from blueprinting.synthesizer.dialects.transformer.training import (
@@ -186,18 +182,6 @@ def norm_writes_quantized(recipe: TrainingPrecision) -> bool:
                     assert_never(unreachable_fp8)
         case Fp4Precision():
             return False
-        case _ as unreachable:
-            assert_never(unreachable)
-
-
-def recomputed_modules(recompute: RecomputePolicy) -> frozenset[RecomputeModule]:
-    """:attr:`OpPrecision.recomputed` of a recompute policy: the selective modules, none for
-    full or no recompute (``--recompute-modules`` is read under selective granularity only)."""
-    match recompute:
-        case SelectiveRecompute(modules=modules):
-            return modules
-        case NoRecompute() | FullRecompute():
-            return frozenset()
         case _ as unreachable:
             assert_never(unreachable)
 
@@ -305,8 +289,8 @@ class OpPrecision:
     datatype: Datatype
     recipe: TrainingPrecision
     sequence_shards: int = 1
-    #: the selective recompute modules (:func:`recomputed_modules`): which linears keep their
-    #: original input (:meth:`_saves_original_input`)
+    #: the selective recompute modules (``mapping.transformer.recomputed_modules``): which
+    #: linears keep their original input (:meth:`_saves_original_input`)
     recomputed: frozenset[RecomputeModule] = frozenset()
 
     def __post_init__(self) -> None:
