@@ -508,3 +508,44 @@ def test_current_scaling_and_nvfp4_reduce_a_gathered_tensors_amax_over_tp() -> N
         sharded = OpPrecision(datatype=Datatype.BF16, recipe=recipe, sequence_shards=2)
         assert sharded.amax_reductions(qkv, Phase.FORWARD) == 0
         assert sharded.amax_reductions(fc2, grad) == 0
+
+
+def test_userbuffers_make_an_mxfp8_output_gradient_read_twice() -> None:
+    """Through userbuffers TE casts a row-parallel linear's output gradient rowwise for the
+    dgrad all-gather, then casts the bf16 gradient again, columnwise, for the wgrad buffer
+    (``linear.py`` l.905-910, l.1185-1210): one more read of the rank's m/t x k rows at the
+    recipe's cast rate; per-tensor FP8 transposes its gathered copy instead."""
+    from blueprinting.mapping.flat_keys import from_mapping
+    from blueprinting.mapping.presets import model_preset
+    from blueprinting.synthesizer.dialects.transformer.training_derivation import (
+        derive_training_block,
+    )
+    from blueprinting.synthesizer.stages.distributed.ir import ComputeTask
+    from blueprinting.synthesizer.stages.portable_plan.passes import _userbuffer_recast_s
+
+    spec = from_mapping(
+        {
+            "world_size": 2,
+            "tensor_model_parallel_size": 2,
+            "sequence_parallel": True,
+            "micro_batch_size": 1,
+            "global_batch_size": 1,
+            "bf16": True,
+        },
+        model=model_preset("llama3-8b"),
+    )
+    block = derive_training_block(spec.model, spec.mapping).block
+    fc2 = next(
+        task
+        for task in block.tasks
+        if isinstance(task, ComputeTask)
+        and task.phase is Phase.BACKWARD_ACTIVATION_GRAD
+        and task.lineage.op is SemanticOpName.MLP_DOWN
+    )
+    assert fc2.gemm is not None
+    rows = fc2.gemm.m * fc2.gemm.k // 2
+    assert rows == 8192 * 4096 // 2
+    mxfp8 = OpPrecision(datatype=Datatype.BF16, recipe=MXFP8, sequence_shards=2)
+    assert _userbuffer_recast_s(fc2, GB200, mxfp8, 2) == mxfp8.quantize_time(GB200, rows * 2)
+    tensorwise = OpPrecision(datatype=Datatype.BF16, recipe=TENSORWISE, sequence_shards=2)
+    assert _userbuffer_recast_s(fc2, GB200, tensorwise, 2) == 0.0

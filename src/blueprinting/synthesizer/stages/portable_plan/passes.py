@@ -49,6 +49,7 @@ from blueprinting.mapping.precision import (
     GemmFormat,
     HighPrecision,
     TrainingPrecision,
+    gemm_format,
     high_precision_layers,
 )
 from blueprinting.mapping.transformer import (
@@ -1092,7 +1093,26 @@ def _userbuffer_overlap(
         hidden[phase] = hidden.get(phase, 0.0) + link - timed.exposed_s
         plain = _compute_time(gemm, system, precision)
         delta[gemm_phase] = delta.get(gemm_phase, 0.0) + timed.compute_s - plain
+        if phase is Phase.BACKWARD_ACTIVATION_GRAD and gather:
+            delta[phase] = delta.get(phase, 0.0) + _userbuffer_recast_s(gemm, system, precision, t)
     return UserbufferCosts(hidden_s=hidden, compute_delta_s=delta, handled=frozenset(handled))
+
+
+def _userbuffer_recast_s(
+    gemm: ComputeTask, system: SystemSpec, precision: OpPrecision, t: int
+) -> float:
+    """The second cast pass an MXFP8 output gradient takes when userbuffers gather it: TE
+    quantizes it rowwise only for the dgrad all-gather (one usage at a time through
+    userbuffers) and quantizes the high-precision gradient again, columnwise, into the wgrad
+    buffer ("we can't convert row-scaled MXFP8 to column-scaled"; TransformerEngine@d0067d0d
+    ``pytorch/module/linear.py`` l.905-910 and l.1185-1210). Both usages' writes are the cast's
+    own (:meth:`.precision.OpPrecision.quantized_bytes`); this is the second read of the rank's
+    rows. 0 for every other recipe (per-tensor FP8 transposes its gathered rowwise copy)."""
+    if gemm_format(precision.recipe) is not GemmFormat.MXFP8 or gemm.gemm is None:
+        return 0.0
+    shape = gemm.gemm
+    rows = shape.batch * shape.m * shape.k // t
+    return precision.quantize_time(system, rows * precision.datatype.bytes)
 
 
 def chunk_time(task: ComputeTask, chunks: int, system: SystemSpec, precision: OpPrecision) -> float:
