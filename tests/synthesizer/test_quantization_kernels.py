@@ -142,7 +142,8 @@ def test_the_projection_keeps_its_input_under_every_recipe_but_delayed_scaling()
     """Megatron-Core's ``set_save_original_input(self.linear_proj)`` (attention.py l.428-444
     @d98e8a64): FP8 but delayed, and FP4. On Hopper, tensorwise: the forward casts the rowwise
     copy alone (amax read, cast read, 1 B: 5 B an element, where FC2's input also takes its
-    transpose, 6 B) and the Wgrad casts the kept input into the columnwise copy (5 B)."""
+    transpose, 6 B) and the Wgrad casts the kept input into both copies again (TE ``linear.py``
+    l.965-969 for a tensor it does not gather: 6 B); NVFP4's Wgrad the columnwise copy alone."""
     recipes = (HighPrecision(), Fp8Precision(), TENSORWISE, BLOCKWISE, MXFP8, NVFP4)
     assert [projection_saves_original_input(r) for r in recipes] == [
         False,
@@ -161,7 +162,15 @@ def test_the_projection_keeps_its_input_under_every_recipe_but_delayed_scaling()
         return precision.quantized_bytes(op, phase, shape, native_columnwise_fp8=False)
 
     forward, wgrad = Phase.FORWARD, Phase.BACKWARD_WEIGHT_GRAD
-    assert cast(TENSORWISE, proj, forward) == cast(TENSORWISE, proj, wgrad) == elements * 5
+    assert cast(TENSORWISE, proj, forward) == elements * 5
+    assert cast(TENSORWISE, proj, wgrad) == elements * 6
+    # the output gradient's cast is any linear's: both usages (Dgrad and Wgrad)
+    dgrad = Phase.BACKWARD_ACTIVATION_GRAD
+    assert (
+        cast(MXFP8, proj, dgrad)
+        == cast(MXFP8, fc2, dgrad)
+        == pytest.approx(elements * (2 + 2 * 33 / 32))
+    )
     assert cast(TENSORWISE, fc2, forward) == elements * 6
     assert cast(TENSORWISE, fc2, wgrad) == 0.0
     # delayed scaling keeps the quantized copy: one pass, both usages, nothing in Wgrad

@@ -496,9 +496,9 @@ def test_the_fp8_run_is_compared_with_its_quantized_activations(
     its allocated peak, 405.4 MiB measured, is predicted at 369.4 MiB (-8.9%) with the linears'
     inputs at 1 B and the attention output kept once, at 2 B (Megatron-Core's
     ``save_original_input`` on ``linear_proj``; 370.9 MiB, -8.5%, with the projection's 1 B copy
-    beside it; the golden values postdate Megatron-Core v0.15). Against the measurement, pinned
-    so that any change shows; the quantized inputs themselves are checked term by term in
-    tests/analysis/test_low_precision_activations.py."""
+    beside it; the golden values postdate the change, Megatron-Core v0.14). Against the
+    measurement, pinned so that any change shows; the quantized inputs themselves are checked
+    term by term in tests/analysis/test_low_precision_activations.py."""
     name = "mlm_ft_gpt3_weekly_mcore_tp4_cp2_current_scaling_native_fp8_tp_sp_cp_tp_overlap"
     row = next(r for r in validation.rows if r.run_id == f"{name}_dev_dgx_h100")
     assert row.measured_bytes == 425_124_167.68  # the fixture's 405.43 MiB

@@ -187,7 +187,8 @@ def projection_saves_original_input(precision: TrainingPrecision) -> bool:
     ``save_original_input`` on ``linear_proj`` under every FP8 recipe but delayed scaling and
     under FP4, because the fused attention kernel already saves that tensor, the core's output,
     for its own backward (Megatron-LM ``megatron/core/transformer/attention.py`` l.428-444
-    @d98e8a64; FP8 since Megatron-Core v0.15.0, FP4 since v0.16.0). Transformer Engine then
+    @d98e8a64; FP8 since Megatron-Core v0.14.0, with Transformer Engine >= 2.6; FP4 since
+    v0.16.0, with TE >= 2.7: Blueprinting assumes TE versions that have it). Transformer Engine then
     casts the input rowwise in the forward and columnwise again in the backward, for the Wgrad
     GEMM (``pytorch/module/linear.py`` @d0067d0d l.393-398 and l.1175-1180); delayed scaling's
     quantizer cannot be rebuilt from the input and refuses it (l.318-326)."""

@@ -359,6 +359,29 @@ class OpPrecision:
             case _:
                 return False
 
+    def _original_input_cast(
+        self, op: SemanticOpName, phase: Phase, per_element: QuantizedTensorBytes
+    ) -> QuantizedTensorBytes:
+        """The usages a kept-input linear's casts write (TE ``linear.py`` @d0067d0d): the
+        forward the rowwise one alone (l.393-398); the Wgrad recast the columnwise one for the
+        block formats and for a tensor it gathers again (per-tensor FP8 gathers rowwise and
+        transposes after), both for per-tensor FP8 otherwise (l.965-969:
+        ``set_usage(rowwise=True, columnwise=not backward_input_needs_gather)``, one copy where
+        the accelerator reads FP8 columnwise natively); the output gradient's cast as any
+        linear's."""
+        match phase:
+            case Phase.FORWARD | Phase.RECOMPUTE:
+                return replace(per_element, usages=1)
+            case Phase.BACKWARD_WEIGHT_GRAD:
+                regathered = op in GATHERED_INPUT_OPS and self.sequence_shards > 1
+                if regathered or not self._per_tensor_fp8():
+                    return replace(per_element, usages=1)
+                return per_element
+            case Phase.BACKWARD_ACTIVATION_GRAD:
+                return per_element
+            case _ as unreachable:
+                assert_never(unreachable)
+
     def _gathered(self, op: SemanticOpName, phase: Phase) -> bool:
         """Whether the tensor ``op`` casts in ``phase`` arrives by a TP all-gather under
         sequence parallelism: a column-parallel linear's input (forward, recompute) or a
@@ -481,7 +504,7 @@ class OpPrecision:
             amax_from_norm=op in NORM_FUSED_INPUT_OPS and phase in (Phase.FORWARD, Phase.RECOMPUTE),
         )
         if per_element is not None and self._saves_original_input(op):
-            per_element = replace(per_element, usages=1)
+            per_element = self._original_input_cast(op, phase, per_element)
         cast = 0.0 if per_element is None else elements * per_element.total
         return cast + transposed * FP8_TRANSPOSE_BYTES
 
