@@ -780,6 +780,13 @@ def layer_activation_bytes(
 ROUTER_BYTES_PER_SCORE = 10
 
 
+def _keeps_original_input(precision: TrainingPrecision) -> bool:
+    """Whether the attention output projection and the shared experts' FC1 keep their
+    high-precision input: no recipe, or one whose linears Megatron-Core has save it
+    (:func:`~blueprinting.mapping.precision.projection_saves_original_input`)."""
+    return isinstance(precision, HighPrecision) or projection_saves_original_input(precision)
+
+
 def _projection_input(
     elements: int, x: int, precision: TrainingPrecision, attention: AttentionKernel
 ) -> int:
@@ -788,7 +795,7 @@ def _projection_input(
     whose projection saves its original input (:func:`projection_saves_original_input`: every
     recipe but delayed scaling), where a fused kernel's own copy is the same tensor; under
     delayed scaling the projection's quantized copy, beside the fused kernel's ``x`` copy."""
-    if isinstance(precision, HighPrecision) or projection_saves_original_input(precision):
+    if _keeps_original_input(precision):
         return elements * x
     quantized = saved_input_bytes(precision, elements, x)
     match attention:
@@ -903,7 +910,7 @@ def _shared_input_bytes(
     norm's output (:func:`moe_ffn_activation_bytes`): ``gathered``, Megatron handed it the
     all-gathered rows (shared-expert overlap at t > 1)."""
     rows = gathered_rows if gathered else local_rows
-    if isinstance(precision, HighPrecision) or projection_saves_original_input(precision):
+    if _keeps_original_input(precision):
         return rows * hidden * activation_bytes if gathered else 0
     return saved_input_bytes(precision, rows * hidden, activation_bytes)
 

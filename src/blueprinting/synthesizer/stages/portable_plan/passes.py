@@ -1094,24 +1094,22 @@ def _userbuffer_overlap(
         plain = _compute_time(gemm, system, precision)
         delta[gemm_phase] = delta.get(gemm_phase, 0.0) + timed.compute_s - plain
         if phase is Phase.BACKWARD_ACTIVATION_GRAD and gather:
-            delta[phase] = delta.get(phase, 0.0) + _userbuffer_recast_s(gemm, system, precision, t)
+            delta[phase] = delta.get(phase, 0.0) + _userbuffer_recast_s(gemm, system, precision)
     return UserbufferCosts(hidden_s=hidden, compute_delta_s=delta, handled=frozenset(handled))
 
 
-def _userbuffer_recast_s(
-    gemm: ComputeTask, system: SystemSpec, precision: OpPrecision, t: int
-) -> float:
+def _userbuffer_recast_s(gemm: ComputeTask, system: SystemSpec, precision: OpPrecision) -> float:
     """The second cast pass an MXFP8 output gradient takes when userbuffers gather it: TE
     quantizes it rowwise only for the dgrad all-gather (one usage at a time through
     userbuffers) and quantizes the high-precision gradient again, columnwise, into the wgrad
     buffer ("we can't convert row-scaled MXFP8 to column-scaled"; TransformerEngine@d0067d0d
     ``pytorch/module/linear.py`` l.905-910 and l.1185-1210). Both usages' writes are the cast's
     own (:meth:`.precision.OpPrecision.quantized_bytes`); this is the second read of the rank's
-    rows. 0 for every other recipe (per-tensor FP8 transposes its gathered rowwise copy)."""
+    rows, the elements that cast covers (:meth:`.precision.OpPrecision.quantized_elements`).
+    0 for every other recipe (per-tensor FP8 transposes its gathered rowwise copy)."""
     if gemm_format(precision.recipe) is not GemmFormat.MXFP8 or gemm.gemm is None:
         return 0.0
-    shape = gemm.gemm
-    rows = shape.batch * shape.m * shape.k // t
+    rows = precision.quantized_elements(gemm.lineage.op, gemm.phase, gemm.gemm)
     return precision.quantize_time(system, rows * precision.datatype.bytes)
 
 

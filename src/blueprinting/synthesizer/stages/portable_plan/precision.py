@@ -328,8 +328,7 @@ class OpPrecision:
                 if self._saves_original_input(op):
                     # the linear kept its bf16 input (a gathered one: the rank's rows, cast
                     # before the Wgrad's all-gather): cast it columnwise for Wgrad
-                    shards = self.sequence_shards if op in GATHERED_INPUT_OPS else 1
-                    return gemm.batch * gemm.m * gemm.n // shards
+                    return gemm.batch * gemm.m * gemm.n // self._shards(op, phase)
                 return 0  # Wgrad reads the columnwise copies made with the two above
             case _ as unreachable:
                 assert_never(unreachable)
@@ -373,8 +372,7 @@ class OpPrecision:
             case Phase.FORWARD | Phase.RECOMPUTE:
                 return replace(per_element, usages=1)
             case Phase.BACKWARD_WEIGHT_GRAD:
-                regathered = op in GATHERED_INPUT_OPS and self.sequence_shards > 1
-                if regathered or not self._per_tensor_fp8():
+                if self._regathered(op) or not self._per_tensor_fp8():
                     return replace(per_element, usages=1)
                 return per_element
             case Phase.BACKWARD_ACTIVATION_GRAD:
@@ -392,9 +390,18 @@ class OpPrecision:
             return op in GATHERED_INPUT_OPS
         return phase is Phase.BACKWARD_ACTIVATION_GRAD and op in ROW_PARALLEL_OPS
 
+    def _regathered(self, op: SemanticOpName) -> bool:
+        """Whether ``op``'s Wgrad all-gathers its input again under sequence parallelism (TE
+        saves the rank's rows: a column-parallel linear's input)."""
+        return self.sequence_shards > 1 and op in GATHERED_INPUT_OPS
+
     def _shards(self, op: SemanticOpName, phase: Phase) -> int:
-        """The pieces the rank's cast covers: its s/t rows of a gathered tensor, else all."""
-        return self.sequence_shards if self._gathered(op, phase) else 1
+        """The pieces the rank's cast covers: its s/t rows of a gathered tensor (the Wgrad's
+        regathered input included), else all."""
+        gathered = self._gathered(op, phase) or (
+            phase is Phase.BACKWARD_WEIGHT_GRAD and self._regathered(op)
+        )
+        return self.sequence_shards if gathered else 1
 
     def _per_tensor_fp8(self) -> bool:
         return gemm_format(self.recipe) is GemmFormat.FP8
@@ -470,7 +477,7 @@ class OpPrecision:
         if self._gathered_rowwise(native_columnwise_fp8):
             if phase is Phase.BACKWARD_ACTIVATION_GRAD and op in ROW_PARALLEL_OPS:
                 return gemm.batch * gemm.m * gemm.k
-            if phase is Phase.BACKWARD_WEIGHT_GRAD and op in GATHERED_INPUT_OPS:
+            if phase is Phase.BACKWARD_WEIGHT_GRAD and self._regathered(op):
                 return gemm.batch * gemm.m * gemm.n
             return 0
         if (
