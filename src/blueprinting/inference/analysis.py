@@ -199,15 +199,36 @@ def _cost(
 def stage_costs(
     step: InferenceStepWork, plan: LocalInferencePlan, system: SystemSpec, tp_group: CommGroup
 ) -> tuple[StepCost, ...]:
-    """The step's cost on each pipeline stage, stage 0 first: its dense and MoE layers."""
-    block = _cost(step.block, step.block_collectives, system, plan, tp_group)
-    moe_block = _cost(step.moe_block, step.block_collectives, system, plan, tp_group)
+    """The step's cost on each pipeline stage, stage 0 first: its dense and MoE layers, each
+    with its attention core: the full one, or on the stage's sliding-window layers the
+    step's ``windowed_attention`` (a step stripped of its attention, as the decode path's
+    fixed part, has none)."""
+    windows = bool(step.windowed_attention)
+
+    def outside_attention(ops: tuple[InferenceOp, ...]) -> tuple[InferenceOp, ...]:
+        return tuple(op for op in ops if op.name not in CONTEXT_DEPENDENT)
+
+    block = _cost(outside_attention(step.block), step.block_collectives, system, plan, tp_group)
+    moe_block = _cost(
+        outside_attention(step.moe_block), step.block_collectives, system, plan, tp_group
+    )
+    # attention has no collective: the TP group does not enter these two
+    attention = _cost(
+        tuple(op for op in step.block if op.name in CONTEXT_DEPENDENT), (), system, plan, tp_group
+    )
+    windowed = _cost(step.windowed_attention, (), system, plan, tp_group)
     first = _cost(step.first_stage, step.first_stage_collectives, system, plan, tp_group)
     last = _cost(step.last_stage, step.last_stage_collectives, system, plan, tp_group)
     out = []
     for stage, blocks in enumerate(plan.stage_blocks):
         moe = plan.moe_blocks(stage)
-        cost = block.times(blocks - moe) + moe_block.times(moe)
+        local = plan.windowed_blocks(stage) if windows else 0
+        cost = (
+            block.times(blocks - moe)
+            + moe_block.times(moe)
+            + attention.times(blocks - local)
+            + windowed.times(local)
+        )
         if stage == 0:
             cost = cost + first
         if stage == plan.pp - 1:
@@ -217,11 +238,13 @@ def stage_costs(
 
 
 AttentionCache: TypeAlias = dict[
-    tuple[int, bool, int, tuple[int, ...]], tuple["npt.NDArray[np.float64]", "StepCost"]
+    tuple[int, bool, int, tuple[int, ...], int | None],
+    tuple["npt.NDArray[np.float64]", "StepCost"],
 ]
 """One block's decode attention over a list of cache lengths, by (t, sequence parallel, batch,
-cache lengths): each step's time and the steps' costs summed. Valid for one model, system and
-KV-cache datatype only: a search over the layouts of one spec shares one."""
+cache lengths, the sliding window's keys or None): each step's time and the steps' costs
+summed. Valid for one model, system and KV-cache datatype only: a search over the layouts of
+one spec shares one."""
 
 
 @final
@@ -243,10 +266,12 @@ def _attention_costs(
     *,
     batch: int,
     cached: list[int],
+    keys: int | None = None,
 ) -> tuple[npt.NDArray[np.float64], StepCost]:
-    """One block's attention on each cache length: the times, and the costs summed. Op j of
-    every step is timed by one call of the cost rule on a column (``work_times``, equal to
-    :func:`op_time` element by element); a column it cannot take is timed op by op."""
+    """One block's attention on each cache length (over a sliding window of ``keys`` keys
+    where given): the times, and the costs summed. Op j of every step is timed by one call of
+    the cost rule on a column (``work_times``, equal to :func:`op_time` element by element); a
+    column it cannot take is timed op by op."""
     figures = decode_attention_columns(
         plan.model,
         batch=batch,
@@ -254,6 +279,7 @@ def _attention_costs(
         tp=plan.tp,
         sequence_parallel=plan.sequence_parallel,
         kv_datatype=plan.workload.kv_cache_datatype,
+        keys=keys,
     )
     if figures is not None:
         return _attention_column_costs(figures, system, plan, len(cached))
@@ -264,6 +290,7 @@ def _attention_costs(
         tp=plan.tp,
         sequence_parallel=plan.sequence_parallel,
         kv_datatype=plan.workload.kv_cache_datatype,
+        keys=keys,
     )
     columns = _op_time_columns(steps, system, plan)
     if columns is None:
@@ -367,34 +394,55 @@ def decode_stage_costs(
 ) -> DecodeCosts:
     """:func:`stage_costs` of the decode steps on each cache length in ``cached``. Only the
     attention ops depend on the context, so the rest of the step is costed once and each step
-    adds one block's attention times the stage's block count. ``attention_cache`` (see
-    :data:`AttentionCache`) keeps the attention costs across calls."""
+    adds one block's attention times the stage's full-attention layers, and a sliding-window
+    layer's times its windowed ones. ``attention_cache`` (see :data:`AttentionCache`) keeps
+    the attention costs across calls."""
     first = plan.decode(batch, cached[0])
     fixed = replace(
         first,
         block=tuple(op for op in first.block if op.name not in CONTEXT_DEPENDENT),
         moe_block=tuple(op for op in first.moe_block if op.name not in CONTEXT_DEPENDENT),
+        windowed_attention=(),
     )
     fixed_costs = stage_costs(fixed, plan, system, tp_group)
-    key = (plan.tp, plan.sequence_parallel, batch, tuple(cached))
-    memo = attention_cache.get(key) if attention_cache is not None else None
-    if memo is None:
-        memo = _attention_costs(plan, system, tp_group, batch=batch, cached=cached)
-        if attention_cache is not None:
-            attention_cache[key] = memo
-    attention_s, attention_sum = memo
-    blocks_total = sum(plan.stage_blocks)
-    # A stage's time is fixed_s + blocks x attention_s: only its distinct (fixed_s, blocks)
-    # pairs (first, middle, last stages) can be the slowest.
+
+    def attention_of(keys: int | None) -> tuple[npt.NDArray[np.float64], StepCost]:
+        key = (plan.tp, plan.sequence_parallel, batch, tuple(cached), keys)
+        memo = attention_cache.get(key) if attention_cache is not None else None
+        if memo is None:
+            memo = _attention_costs(plan, system, tp_group, batch=batch, cached=cached, keys=keys)
+            if attention_cache is not None:
+                attention_cache[key] = memo
+        return memo
+
+    attention_s, attention_sum = attention_of(None)
+    windowed = tuple(plan.windowed_blocks(stage) for stage in range(len(plan.stage_blocks)))
+    windowed_total = sum(windowed)
+    window_s, window_sum = attention_s * 0.0, StepCost()
+    if windowed_total:
+        window_s, window_sum = attention_of(plan.model.window_keys)
+    full_total = sum(plan.stage_blocks) - windowed_total
+    # A stage's time is fixed_s + full x attention_s + windowed x window_s: only its distinct
+    # (fixed_s, full, windowed) triples (first, middle, last stages) can be the slowest.
     kinds = {
-        (cost.time_s, blocks) for cost, blocks in zip(fixed_costs, plan.stage_blocks, strict=True)
+        (cost.time_s, blocks - local, local)
+        for cost, blocks, local in zip(fixed_costs, plan.stage_blocks, windowed, strict=True)
     }
-    slowest = np.max([fixed_s + attention_s * blocks for fixed_s, blocks in kinds], axis=0)
-    sums = sum(cost.time_s for cost in fixed_costs) + attention_s * blocks_total
+    slowest = np.max(
+        [fixed_s + attention_s * full + window_s * local for fixed_s, full, local in kinds],
+        axis=0,
+    )
+    sums = (
+        sum(cost.time_s for cost in fixed_costs)
+        + attention_s * full_total
+        + window_s * windowed_total
+    )
     return DecodeCosts(
         slowest_stage_s=tuple(slowest.tolist()),
         stages_sum_s=tuple(sums.tolist()),
-        totals_sum=_total(fixed_costs).times(len(cached)) + attention_sum.times(blocks_total),
+        totals_sum=_total(fixed_costs).times(len(cached))
+        + attention_sum.times(full_total)
+        + window_sum.times(windowed_total),
     )
 
 

@@ -15,7 +15,11 @@ Sources and choices
                  * (prompt_length + generated_tokens) * batch * kv_bytes
 
   with ``groups_per_rank = max(1, groups / t)`` (Megatron-LM replicates KV heads when
-  t > groups). It is sized for the whole request, as a serving engine reserves it.
+  t > groups). It is sized for the whole request, as a serving engine reserves it. A
+  sliding-window layer keeps only the last ``W = window + 1`` tokens' keys and values (the
+  keys its next query attends; vLLM's ``SlidingWindowSpec`` frees the blocks that fall out of
+  the window, up to its block rounding, which is not modelled): its term has
+  ``min(prompt_length + generated_tokens, W)`` in place of the whole context.
 - Activations: a forward-only pass frees each block's activations when the next block starts, so
   the working set is the residual stream of one microbatch's prefill (``b_mb * prompt * h``
   elements) plus the largest op's activation inputs and outputs in that prefill (weights and KV
@@ -117,11 +121,16 @@ def stage_weights(plan: LocalInferencePlan, stage: int) -> StageWeights:
 
 def kv_cache_bytes(plan: LocalInferencePlan, stage: int, batch: int) -> int:
     """``2 * layers_per_stage * groups_per_rank * kv_channels * (prompt + generated) * batch *
-    kv_bytes``."""
+    kv_bytes``, a sliding-window layer's context capped at its window's keys."""
     workload = plan.workload
     context = workload.prompt_length + workload.generated_tokens
     per_token = kv_cache_bytes_per_token(plan.model, plan.tp, workload.kv_cache_datatype)
-    return plan.stage_blocks[stage] * per_token * context * batch
+    windowed = plan.windowed_blocks(stage)
+    keys = plan.model.window_keys
+    kept = (plan.stage_blocks[stage] - windowed) * context
+    if keys is not None:
+        kept += windowed * min(context, keys)
+    return per_token * kept * batch
 
 
 def activation_bytes(plan: LocalInferencePlan, stage: int, microbatch: int) -> int:

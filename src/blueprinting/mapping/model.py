@@ -151,10 +151,19 @@ class SlidingWindow:
     def is_windowed(self, layer: int) -> bool:
         return self.full_every is None or (layer + 1) % self.full_every != 0
 
+    @property
+    def keys(self) -> int:
+        """The most keys one query attends: itself and the ``size`` positions before it."""
+        return self.size + 1
+
     def windowed_layers_in(self, count: int) -> int:
         """Windowed layers among ``0 .. count - 1``, in closed form (issue 18: counts reach
         2**63 - 1)."""
         return count if self.full_every is None else count - count // self.full_every
+
+    def windowed_layers_between(self, start: int, count: int) -> int:
+        """Windowed layers among ``start .. start + count - 1`` (a pipeline stage's layers)."""
+        return self.windowed_layers_in(start + count) - self.windowed_layers_in(start)
 
     def __str__(self) -> str:
         full = "" if self.full_every is None else f"/full-every-{self.full_every}"
@@ -567,6 +576,29 @@ class TransformerModelSpec:
     @property
     def num_moe_layers(self) -> int:
         return self.moe_layers_in(0, self.num_layers)
+
+    def windowed_layers_in(self, start: int, count: int) -> int:
+        """Sliding-window decoder layers among ``start .. start + count - 1`` (0-based)."""
+        window = self.attention_window
+        match window:
+            case FullAttention():
+                return 0
+            case SlidingWindow():
+                return window.windowed_layers_between(start, count)
+            case _ as unreachable:
+                assert_never(unreachable)
+
+    @property
+    def window_keys(self) -> int | None:
+        """The most keys a query of a windowed layer attends (None: no layer is windowed)."""
+        window = self.attention_window
+        match window:
+            case FullAttention():
+                return None
+            case SlidingWindow():
+                return window.keys
+            case _ as unreachable:
+                assert_never(unreachable)
 
     @property
     def num_dense_layers(self) -> int:

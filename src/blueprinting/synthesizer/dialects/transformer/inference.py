@@ -19,6 +19,13 @@ rows (``q`` new tokens per sequence). Three things differ from a training forwar
   ``c0`` cached ones (``q (q + 1) / 2`` for a prefill, ``c0 + 1`` for a decode step), each pair
   costing ``2 * kv_channels`` FLOPs in ``Q K^T`` and again in ``A V``; softmax ``5`` vector FLOPs
   per pair (Calculon's per-element convention, as in training).
+* **sliding-window layers** (``SlidingWindow``: GPT-OSS's alternate layers, Mistral's): a query
+  attends at most ``W = window + 1`` keys (itself and the ``window`` before it, Megatron / TE
+  ``window_size = (window, 0)``), so a step counts the exact sum of ``min(position, W)`` keys
+  over its queries (:func:`attended_pairs`), reads the keys some query of the step still sees
+  (``min(c, q + W - 1)``: a decode step's last ``W``, a prefill's whole prompt), and the cache
+  keeps the last ``W`` tokens of such a layer (``inference/memory.py``), as FlashAttention's
+  ``window_size`` kernels and vLLM's sliding-window KV cache do.
 * **KV cache (GQA-aware)**: keys and values are stored per query group, not per head (Ainslie et
   al. 2023). A TP rank holds ``groups_per_rank = max(1, groups / t)`` groups: Megatron-LM
   replicates a KV head over the ranks that share it when ``t > groups``. The K and V reads of a
@@ -79,7 +86,7 @@ from enum import StrEnum
 from typing import Generic, TypeAlias, assert_never, final
 
 from blueprinting.errors import ConfigError, positive_int_problems
-from blueprinting.hardware.polymorphic import EXACT_INT_LIMIT, Count, IntColumn
+from blueprinting.hardware.polymorphic import EXACT_INT_LIMIT, Count, IntColumn, maximum, minimum
 from blueprinting.mapping.model import (
     Datatype,
     DenseFeedForward,
@@ -188,11 +195,34 @@ def step_context(new_tokens: int, cached: Count) -> Count:
     return cached + new_tokens
 
 
-def attended_pairs(new_tokens: int, cached: Count) -> Count:
+def attended_pairs(new_tokens: int, cached: Count, keys: int | None = None) -> Count:
     """Causal (query, key) pairs of one sequence and one head when ``q = new_tokens`` queries
-    follow ``c0 = cached`` keys: ``q c0 + q (q + 1) / 2`` (one step's int, or a column)."""
+    follow ``c0 = cached`` keys: ``q c0 + q (q + 1) / 2`` (one step's int, or a column). With
+    a sliding window of ``keys`` (W) keys, query ``i`` sees ``min(c0 + i + 1, W)``: the sum is
+    ``(m (m + 1) - c0 (c0 + 1)) / 2 + W (c0 + q - m)`` with ``m = max(c0, min(c0 + q, W))``
+    (the queries below the window's reach, then those at its full width)."""
     q = new_tokens
-    return q * cached + q * (q + 1) // 2
+    if keys is None:
+        return q * cached + q * (q + 1) // 2
+    reach: Count = maximum(cached, minimum(cached + q, keys))
+    # m (m + 1) - c0 (c0 + 1) is even, so the halving is exact (a column's int64 floor too)
+    pairs: Count = (reach * (reach + 1) - cached * (cached + 1)) // 2 + keys * (cached + q - reach)
+    return pairs
+
+
+def keys_read(new_tokens: int, cached: Count, keys: int | None = None) -> Count:
+    """Cached and new keys some query of the step attends, each read from HBM once: the whole
+    context, or under a window of ``keys`` keys the last ``q + W - 1`` of it (a decode step's
+    last W keys, a prefill's whole prompt)."""
+    context = step_context(new_tokens, cached)
+    return context if keys is None else minimum(context, new_tokens + keys - 1)
+
+
+def keys_per_query(new_tokens: int, cached: Count, keys: int | None = None) -> Count:
+    """The most keys one query of the step attends (the attention GEMM's inner extent): the
+    context, or at most the window's ``keys``."""
+    context = step_context(new_tokens, cached)
+    return context if keys is None else minimum(context, keys)
 
 
 @final
@@ -252,6 +282,9 @@ class InferenceStepWork:
     #: expected distinct routed experts the step's tokens touch in one MoE layer, over the
     #: whole replica (:func:`experts_touched`; 0 for a dense model)
     experts_touched: float = 0.0
+    #: a sliding-window layer's attention core (its :data:`CONTEXT_DEPENDENT` ops), which
+    #: replaces ``block``'s / ``moe_block``'s full one there (empty: no layer is windowed)
+    windowed_attention: tuple[InferenceOp, ...] = ()
 
     @property
     def phase(self) -> InferencePhase:
@@ -389,13 +422,19 @@ def _residual(
 
 
 def _attention(
-    model: TransformerModelSpec, dims: InferenceStepDims, local: BlockDims, kv_datatype: Datatype
+    model: TransformerModelSpec,
+    dims: InferenceStepDims,
+    local: BlockDims,
+    kv_datatype: Datatype,
+    keys: int | None = None,
 ) -> tuple[InferenceOp, ...]:
+    """The attention core of one layer; ``keys``: a sliding-window layer's window
+    (:attr:`TransformerModelSpec.window_keys`), None for full attention."""
     match model.self_attention:
         case StandardAttention():
-            return _gqa_attention(model, dims, local, kv_datatype)
+            return _gqa_attention(model, dims, local, kv_datatype, keys)
         case MultiLatentAttention() as mla:
-            return _mla_attention(model, mla, dims, local, kv_datatype)
+            return _mla_attention(model, mla, dims, local, kv_datatype, keys=keys)
         case _ as unreachable:
             assert_never(unreachable)
 
@@ -426,18 +465,21 @@ def _gqa_attention_figures(
     cached: Count,
     local: BlockDims,
     kv_datatype: Datatype,
+    keys: int | None = None,
 ) -> tuple[AttentionOpFigures[Count], ...]:
     """Fused attention on heads/t heads (module docstring) after ``cached`` cached tokens (one
-    step, or a column of decode steps: the same integer algebra). The efficiency shape stacks
-    the ``heads / groups`` query heads that share a KV head as rows, as GQA decode kernels do."""
+    step, or a column of decode steps: the same integer algebra), over a sliding window of
+    ``keys`` keys where given. The efficiency shape stacks the ``heads / groups`` query heads
+    that share a KV head as rows, as GQA decode kernels do."""
     e, kv_e = model.datatype.bytes, kv_datatype.bytes
     b, q = batch, new_tokens
-    c = step_context(q, cached)
+    c = keys_per_query(q, cached, keys)
     heads, groups, d = local.heads, local.groups, local.kv_channels
     per_group = max(1, heads // groups)
-    pairs = b * heads * attended_pairs(q, cached)
+    pairs = b * heads * attended_pairs(q, cached, keys)
     q_bytes = b * q * heads * d * e
-    k_bytes = b * groups * d * c * kv_e  # V is the same size
+    # V is the same size
+    k_bytes = b * groups * d * keys_read(q, cached, keys) * kv_e
     rows = q * per_group
     return (
         AttentionOpFigures(
@@ -466,7 +508,11 @@ def _gqa_attention_figures(
 
 
 def _gqa_attention(
-    model: TransformerModelSpec, dims: InferenceStepDims, local: BlockDims, kv_datatype: Datatype
+    model: TransformerModelSpec,
+    dims: InferenceStepDims,
+    local: BlockDims,
+    kv_datatype: Datatype,
+    keys: int | None,
 ) -> tuple[InferenceOp, ...]:
     """:func:`_gqa_attention_figures` of one step as ops."""
     figures = _gqa_attention_figures(
@@ -476,6 +522,7 @@ def _gqa_attention(
         cached=dims.cached_tokens,
         local=local,
         kv_datatype=kv_datatype,
+        keys=keys,
     )
     return tuple(_op_of(f) for f in figures)
 
@@ -516,11 +563,12 @@ def attention_ops(
     tp: int,
     sequence_parallel: bool,
     kv_datatype: Datatype,
+    keys: int | None = None,
 ) -> tuple[InferenceOp, ...]:
     """The fused attention ops of one block (the :data:`CONTEXT_DEPENDENT` ones), as
-    :func:`inference_step_work` builds them."""
+    :func:`inference_step_work` builds them; over a window of ``keys`` keys where given."""
     local = _local_dims(model, dims, tp=tp, sequence_parallel=sequence_parallel)
-    return _attention(model, dims, local, kv_datatype)
+    return _attention(model, dims, local, kv_datatype, keys)
 
 
 def decode_attention_ops(
@@ -531,15 +579,16 @@ def decode_attention_ops(
     tp: int,
     sequence_parallel: bool,
     kv_datatype: Datatype,
+    keys: int | None = None,
 ) -> list[tuple[InferenceOp, ...]]:
     """:func:`attention_ops` of the decode steps (one new token per sequence) on each cache
-    length in ``contexts``; the block's local dimensions do not depend on the cache length and
-    are derived once."""
+    length in ``contexts`` (over a window of ``keys`` keys where given); the block's local
+    dimensions do not depend on the cache length and are derived once."""
     steps = [InferenceStepDims(batch=batch, new_tokens=1, cached_tokens=c) for c in contexts]
     if not steps:
         return []
     local = _local_dims(model, steps[0], tp=tp, sequence_parallel=sequence_parallel)
-    return [_attention(model, dims, local, kv_datatype) for dims in steps]
+    return [_attention(model, dims, local, kv_datatype, keys) for dims in steps]
 
 
 def decode_attention_columns(
@@ -550,6 +599,7 @@ def decode_attention_columns(
     tp: int,
     sequence_parallel: bool,
     kv_datatype: Datatype,
+    keys: int | None = None,
 ) -> tuple[AttentionOpFigures[IntColumn], ...] | None:
     """:func:`decode_attention_ops` as columns (op j's figures on every cache length in
     ``contexts``, element i equal to op j of step i), by the same algebra on an int64 column
@@ -569,6 +619,7 @@ def decode_attention_columns(
         tp=tp,
         sequence_parallel=sequence_parallel,
         kv_datatype=kv_datatype,
+        keys=keys,
     )
     largest = [
         value
@@ -592,6 +643,7 @@ def decode_attention_columns(
         cached=np.array(contexts, dtype=np.int64),
         local=_local_dims(model, first, tp=tp, sequence_parallel=sequence_parallel),
         kv_datatype=kv_datatype,
+        keys=keys,
     )
 
 
@@ -723,17 +775,22 @@ def _mla_attention(
     dims: InferenceStepDims,
     local: BlockDims,
     kv_datatype: Datatype,
+    *,
+    keys: int | None,
 ) -> tuple[InferenceOp, ...]:
-    """MLA's attention core on heads/t heads. Prefill: multi-head attention on the expanded
+    """MLA's attention core on heads/t heads (a sliding window of ``keys`` keys bounds the
+    pairs and the keys read as in GQA's). Prefill: multi-head attention on the expanded
     per-head keys of ``qk_head_dim + qk_pos_emb_head_dim`` and values of ``v_head_dim`` (the
     keys and values are this step's activations; the cache holds the latent). Decode: the
     absorbed query (``kv_lora_rank + qk_pos_emb_head_dim`` wide) attends to the cached latents
     like multi-query attention, every head reading the same latent, which is read from HBM once
     per step (FlashMLA); the values are the latents' ``kv_lora_rank`` part."""
     e, kv_e = model.datatype.bytes, kv_datatype.bytes
-    b, q, c = dims.batch, dims.new_tokens, dims.context
+    b, q = dims.batch, dims.new_tokens
+    c = keys_read(q, dims.cached_tokens, keys)
+    span = keys_per_query(q, dims.cached_tokens, keys)
     heads = local.heads
-    pairs = b * heads * dims.attended_pairs
+    pairs = b * heads * attended_pairs(q, dims.cached_tokens, keys)
     softmax = InferenceOp(
         name=SemanticOpName.SOFTMAX,
         kind=OpKind.SOFTMAX,
@@ -750,7 +807,7 @@ def _mla_attention(
                     name=SemanticOpName.ATTENTION_SCORES,
                     kind=OpKind.BATCHED_MATMUL,
                     work=Work(matrix_flops=2 * qk * pairs, bytes_read=q_bytes + k_bytes),
-                    gemm=GemmShape(m=q, n=qk, k=c, batch=b * heads),
+                    gemm=GemmShape(m=q, n=qk, k=span, batch=b * heads),
                 ),
                 softmax,
                 InferenceOp(
@@ -761,7 +818,7 @@ def _mla_attention(
                         bytes_read=v_bytes,
                         bytes_written=b * q * heads * v * e,
                     ),
-                    gemm=GemmShape(m=q, n=c, k=v, batch=b * heads),
+                    gemm=GemmShape(m=q, n=span, k=v, batch=b * heads),
                 ),
             )
         case InferencePhase.DECODE:
@@ -775,7 +832,7 @@ def _mla_attention(
                         matrix_flops=2 * width * pairs,
                         bytes_read=b * q * heads * width * e + cache,
                     ),
-                    gemm=GemmShape(m=q * heads, n=width, k=c, batch=b),
+                    gemm=GemmShape(m=q * heads, n=width, k=span, batch=b),
                     kv_cache_bytes=cache,
                 ),
                 softmax,
@@ -786,7 +843,7 @@ def _mla_attention(
                         matrix_flops=2 * mla.kv_lora_rank * pairs,
                         bytes_written=b * q * heads * mla.kv_lora_rank * e,
                     ),
-                    gemm=GemmShape(m=q * heads, n=c, k=mla.kv_lora_rank, batch=b),
+                    gemm=GemmShape(m=q * heads, n=span, k=mla.kv_lora_rank, batch=b),
                 ),
             )
         case _ as unreachable:
@@ -1055,4 +1112,9 @@ def inference_step_work(
         first_stage_collectives=first_collectives,
         last_stage=last,
         last_stage_collectives=last_collectives,
+        windowed_attention=(
+            ()
+            if model.window_keys is None
+            else _attention(model, dims, local, kv_datatype, model.window_keys)
+        ),
     )

@@ -81,6 +81,11 @@ class LocalInferencePlan:
     def moe_blocks(self, stage: int) -> int:
         return self.stage_moe_blocks[stage] if self.stage_moe_blocks else 0
 
+    def windowed_blocks(self, stage: int) -> int:
+        """Sliding-window layers among stage ``stage``'s (0 when no layer is windowed)."""
+        first = sum(self.stage_blocks[:stage])
+        return self.model.windowed_layers_in(first, self.stage_blocks[stage])
+
     def prefill(self, batch: int) -> InferenceStepWork:
         """``batch`` sequences of ``prompt_length`` tokens, empty cache."""
         dims = InferenceStepDims(
