@@ -179,3 +179,18 @@ def test_the_window_makes_long_context_serving_cheaper_and_short_context_serving
     assert short_windowed.decode_round_mean_s == pytest.approx(
         short_full.decode_round_mean_s, rel=1e-12
     )
+
+
+def test_infer_json_names_the_window() -> None:
+    spec, _ = _plan(GPT_OSS, prompt=256, generated=4, batch=1)
+    report = analyze_inference(spec, system_preset("dgx-h100"))
+    assert report.to_json_dict()["attention_window"] == {
+        "window_keys": 129,
+        "windowed_layers": 18,
+        "layers": 36,
+    }
+    full, _ = _plan(FULL_GPT_OSS, prompt=256, generated=4, batch=1)
+    assert (
+        analyze_inference(full, system_preset("dgx-h100")).to_json_dict()["attention_window"]
+        is None
+    )

@@ -655,6 +655,20 @@ class InferenceReport:
         """Steady decode rate: ``b`` tokens per mean round."""
         return self.spec.mapping.workload.batch_size / self.decode_round_mean_s
 
+    @property
+    def attention_window(self) -> dict[str, JsonValue] | None:
+        """The model's sliding-window layers as served (None: every layer attends its whole
+        context): the keys a windowed query attends at most, and how many layers are windowed."""
+        model = self.spec.model
+        keys = model.window_keys
+        if keys is None:
+            return None
+        return {
+            "window_keys": keys,
+            "windowed_layers": model.windowed_layers_in(0, model.num_layers),
+            "layers": model.num_layers,
+        }
+
     def to_json_dict(self) -> dict[str, JsonValue]:
         """The ``infer --json`` object (README documents each key and unit)."""
         memory = self.memory
@@ -698,6 +712,7 @@ class InferenceReport:
                 "stage": memory.stage,
             },
             "fits_in_memory": memory.fits,
+            "attention_window": self.attention_window,
             "max_batch_that_fits": self.max_batch_that_fits,
             "bounds": {
                 "prefill": self.prefill_bounds.to_json_dict(),

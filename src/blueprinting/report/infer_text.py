@@ -90,6 +90,13 @@ def render_inference(report: InferenceReport, console: Console) -> None:
             f"{experts.prefill_experts_touched:.2f} ({experts.prefill_tokens} tokens), decode "
             f"step {experts.decode_experts_touched:.2f} ({experts.decode_tokens} tokens)"
         )
+    window = report.attention_window
+    if window is not None:
+        console.print(
+            f"attention: sliding window on {window['windowed_layers']} of {window['layers']} "
+            f"layers; each attends at most {window['window_keys']} keys and keeps that many "
+            "tokens in its KV cache"
+        )
 
     memory = report.memory
     weight_rows = (
