@@ -91,6 +91,7 @@ from blueprinting.mapping.transformer import (
     SelectiveRecompute,
     TransformerTrainingMappingSpec,
 )
+from blueprinting.synthesizer.dialects.transformer.inference import attended_pairs
 
 
 class FlopsConvention(StrEnum):
@@ -220,11 +221,11 @@ def _layer_core_per_sequence(model: TransformerModelSpec, core: _Core, *, window
             match window:
                 case FullAttention():
                     return width * s * s
-                case SlidingWindow(size=size):
-                    keys = size + 1
+                case SlidingWindow(keys=keys):
                     if not windowed or keys >= s:
                         return width * s * s
-                    return width * (2 * s * keys - keys * (keys - 1))
+                    # twice the window's exact causal pairs, as serving counts them
+                    return 2 * width * attended_pairs(s, 0, keys)
                 case _ as unreachable:
                     assert_never(unreachable)
         case _ as unreachable:
