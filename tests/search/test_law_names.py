@@ -52,6 +52,8 @@ def test_names_and_rulesets() -> None:
         "cross_entropy_te_fusion",
         "cp_a2a_heads",
         "cp_needs_fused_attention",
+        "cp_sliding_window_comm_type",
+        "cp_softmax_type_needs_a2a",
         "precision_recipe_accelerator",
         "low_precision_param_gather_needs_sharded_optimizer",
         "expert_tensor_parallel_without_bias",

@@ -167,6 +167,9 @@ class WorkCount(StrEnum):
     HAS_LM_HEAD = "has_lm_head"  # 1 or 0
     HAS_FIRST_LAYERS = "has_first_layers"  # 1 or 0: the recipe's first base-precision layers
     HAS_LAST_LAYERS = "has_last_layers"  # 1 or 0: its last ones
+    #: the sliding-window layers (dense or MoE), which add ``PortablePlanIR.window`` to their block
+    WINDOWED_BLOCKS = "windowed_blocks"
+    WINDOWED_RECOMPUTED_BLOCKS = "windowed_recomputed_blocks"
 
 
 class CostedPart(StrEnum):
@@ -190,6 +193,10 @@ class CostedPart(StrEnum):
     LAST_LAYERS_BACKWARD = "last_layers.backward"
     MTP_FORWARD = "mtp.forward"
     MTP_BACKWARD = "mtp.backward"
+    WINDOW_FORWARD = "window.forward"
+    WINDOW_BACKWARD_ACTIVATION = "window.backward_activation"
+    WINDOW_BACKWARD_WEIGHT = "window.backward_weight"
+    WINDOW_RECOMPUTE = "window.recompute"
 
 
 class PhaseField(StrEnum):
@@ -221,6 +228,10 @@ _RUNS = (
     (WorkCount.HAS_LAST_LAYERS, CostedPart.LAST_LAYERS_BACKWARD),
     (WorkCount.HAS_LM_HEAD, CostedPart.MTP_FORWARD),
     (WorkCount.HAS_LM_HEAD, CostedPart.MTP_BACKWARD),
+    (WorkCount.WINDOWED_BLOCKS, CostedPart.WINDOW_FORWARD),
+    (WorkCount.WINDOWED_BLOCKS, CostedPart.WINDOW_BACKWARD_ACTIVATION),
+    (WorkCount.WINDOWED_BLOCKS, CostedPart.WINDOW_BACKWARD_WEIGHT),
+    (WorkCount.WINDOWED_RECOMPUTED_BLOCKS, CostedPart.WINDOW_RECOMPUTE),
 )
 _FORWARD_PARTS = frozenset(
     {
@@ -231,10 +242,13 @@ _FORWARD_PARTS = frozenset(
         CostedPart.FIRST_LAYERS_FORWARD,
         CostedPart.LAST_LAYERS_FORWARD,
         CostedPart.MTP_FORWARD,
+        CostedPart.WINDOW_FORWARD,
     }
 )
 
-_RECOMPUTE_PARTS = frozenset({CostedPart.BLOCK_RECOMPUTE, CostedPart.MOE_BLOCK_RECOMPUTE})
+_RECOMPUTE_PARTS = frozenset(
+    {CostedPart.BLOCK_RECOMPUTE, CostedPart.MOE_BLOCK_RECOMPUTE, CostedPart.WINDOW_RECOMPUTE}
+)
 
 #: The stage-work formula, written once: each breakdown term is m x the sum of count x time
 #: over its (count, part, time) entries. :func:`stage_work` evaluates it on one plan, the
@@ -251,6 +265,7 @@ STAGE_WORK_TERMS: dict[str, tuple[tuple[WorkCount, CostedPart, PhaseField], ...]
     "recompute": (
         (WorkCount.RECOMPUTED_BLOCKS, CostedPart.BLOCK_RECOMPUTE, PhaseField.COMPUTE),
         (WorkCount.MOE_RECOMPUTED_BLOCKS, CostedPart.MOE_BLOCK_RECOMPUTE, PhaseField.COMPUTE),
+        (WorkCount.WINDOWED_RECOMPUTED_BLOCKS, CostedPart.WINDOW_RECOMPUTE, PhaseField.COMPUTE),
     ),
     "tp_comm_exposed": tuple((count, part, PhaseField.TP_EXPOSED) for count, part in _RUNS),
     "cp_comm_exposed": tuple((count, part, PhaseField.CP_EXPOSED) for count, part in _RUNS),
@@ -297,6 +312,14 @@ def costed_part(plan: PortablePlanIR, part: CostedPart) -> PhaseCost:
             return plan.mtp.forward
         case CostedPart.MTP_BACKWARD:
             return plan.mtp.backward
+        case CostedPart.WINDOW_FORWARD:
+            return ZERO_PHASE if plan.window is None else plan.window.forward
+        case CostedPart.WINDOW_BACKWARD_ACTIVATION:
+            return ZERO_PHASE if plan.window is None else plan.window.backward_activation
+        case CostedPart.WINDOW_BACKWARD_WEIGHT:
+            return ZERO_PHASE if plan.window is None else plan.window.backward_weight
+        case CostedPart.WINDOW_RECOMPUTE:
+            return ZERO_PHASE if plan.window is None else plan.window.recompute
         case _ as unreachable:
             assert_never(unreachable)
 
@@ -319,6 +342,10 @@ def work_count(stage: StagePlan, count: WorkCount) -> int:
             return int(stage.first_layers_chunk is not None)
         case WorkCount.HAS_LAST_LAYERS:
             return int(stage.last_layers_chunk is not None)
+        case WorkCount.WINDOWED_BLOCKS:
+            return stage.windowed_blocks
+        case WorkCount.WINDOWED_RECOMPUTED_BLOCKS:
+            return stage.windowed_recomputed_blocks
         case _ as unreachable:
             assert_never(unreachable)
 

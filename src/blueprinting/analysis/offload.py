@@ -95,6 +95,12 @@ def offload_cost(
 def _blocks_pass_s(
     plan: PortablePlanIR, stage: StagePlan, pass_s: Callable[[BlockCost], float]
 ) -> float:
-    """One pass (``pass_s`` of a costed block) over the stage's dense and MoE blocks."""
+    """One pass (``pass_s`` of a costed block) over the stage's dense and MoE blocks, with the
+    sliding-window layers' change."""
     moe = 0.0 if plan.moe_block is None else pass_s(plan.moe_block)
-    return stage.dense_blocks * pass_s(plan.block) + stage.moe_blocks * moe
+    window = 0.0 if plan.window is None else pass_s(plan.window)
+    return (
+        stage.dense_blocks * pass_s(plan.block)
+        + stage.moe_blocks * moe
+        + stage.windowed_blocks * window
+    )

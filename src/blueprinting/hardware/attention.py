@@ -49,6 +49,28 @@ def causal_attention_pairs(seq_length: int) -> int:
     return seq_length * seq_length // 2
 
 
+def windowed_attention_pairs(seq_length: int, keys: int) -> int:
+    """(query, key) pairs of one head when each query attends at most ``keys`` keys (a sliding
+    window, ``keys`` = W = window + 1), in the same convention: the band's area
+    ``s W - W^2 / 2`` (rounded down), which is :func:`causal_attention_pairs` at ``W = s`` and
+    differs from the exact count ``s W - W (W - 1) / 2`` (serving's ``attended_pairs``) by the
+    convention's ``W / 2`` on the diagonal. A window at least as long as the sequence is the
+    causal mask."""
+    if keys >= seq_length:
+        return causal_attention_pairs(seq_length)
+    return seq_length * keys - keys * keys // 2
+
+
+def windowed_rate_seq_length(seq_length: int, keys: int | None) -> int:
+    """The sequence length whose causal kernel rate a windowed kernel is priced at: the causal
+    kernel attends ``s / 2`` keys per query on average, a window of W keys about W, so the rate
+    is read at ``min(s, 2 W)`` (FlashAttention and cuDNN skip the tiles outside the band, and a
+    query tile's work is then as short as a causal kernel's at that length; below the table's
+    shortest length its rate applies, the optimistic clamp of the module docstring). ``keys``
+    None: full attention, ``s``."""
+    return seq_length if keys is None else min(seq_length, 2 * keys)
+
+
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AttentionKernelRates:

@@ -65,6 +65,8 @@ class Law(StrEnum):
     MEGATRON_CROSS_ENTROPY_TE_FUSION = "cross_entropy_te_fusion"
     MEGATRON_CP_A2A_HEADS = "cp_a2a_heads"
     MEGATRON_CP_NEEDS_FUSED_ATTENTION = "cp_needs_fused_attention"
+    MEGATRON_CP_SLIDING_WINDOW = "cp_sliding_window_comm_type"
+    MEGATRON_CP_SOFTMAX_TYPE = "cp_softmax_type_needs_a2a"
     MEGATRON_PRECISION_RECIPE_ACCELERATOR = "precision_recipe_accelerator"
     MEGATRON_PARAM_GATHER_NEEDS_SHARDING = "low_precision_param_gather_needs_sharded_optimizer"
     MEGATRON_EXPERT_TENSOR_WITHOUT_BIAS = "expert_tensor_parallel_without_bias"
@@ -190,6 +192,10 @@ class Law(StrEnum):
                 )
             case Law.MEGATRON_CP_NEEDS_FUSED_ATTENTION:
                 return "cp > 1 => fused attention (Transformer Engine flash / cuDNN backends)"
+            case Law.MEGATRON_CP_SLIDING_WINDOW:
+                return "cp > 1 and sliding-window layers => cp_comm_type in {a2a, all_gather}"
+            case Law.MEGATRON_CP_SOFTMAX_TYPE:
+                return "cp > 1 and softmax_type != vanilla (attention sinks) => cp_comm_type = a2a"
             case Law.MEGATRON_PRECISION_RECIPE_ACCELERATOR:
                 return "the recipe's GEMM format is one the accelerator runs"
             case Law.MEGATRON_PARAM_GATHER_NEEDS_SHARDING:

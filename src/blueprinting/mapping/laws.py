@@ -33,6 +33,7 @@ from blueprinting.mapping.model import (
     Datatype,
     MultiLatentAttention,
     PositionEmbedding,
+    SoftmaxType,
     TransformerModelSpec,
 )
 from blueprinting.mapping.precision import AcceleratorSupport
@@ -880,7 +881,12 @@ def _context_laws(
     - ``cp_a2a_heads``: a2a needs the local query and KV heads divisible by its group (TE
       ``context_parallel.py`` l.4242-4249), for a2a+p2p by the a2a level;
     - ``cp_needs_fused_attention``: TE runs context parallelism only in its flash / cuDNN fused
-      backends (the unfused ``UnfusedDotProductAttention`` has no cp path).
+      backends (the unfused ``UnfusedDotProductAttention`` has no cp path);
+    - ``cp_sliding_window_comm_type``: no sliding window with the p2p ring or a2a+p2p (TE
+      ``context_parallel.py`` l.5053-5060, "Context parallelism does not support sliding window
+      attention with cp_comm_type=...");
+    - ``cp_softmax_type_needs_a2a``: a non-vanilla softmax (attention sinks, GPT-OSS) only with
+      a2a (TE l.5062-5067; shared reference section 1.7).
     """
     context = mapping.parallelism.context
     cp = context.degree
@@ -941,6 +947,37 @@ def _context_laws(
                     a2a_group=a2a_group,
                 )
             )
+    ring = isinstance(communication, RingExchange | HierarchicalAllToAllRing)
+    windowed = model.windowed_layers_in(0, model.num_layers)
+    if windowed and ring:
+        out.append(
+            _violation(
+                "cp_sliding_window_comm_type",
+                Law.MEGATRON_CP_SLIDING_WINDOW.formula,
+                f"cp_comm_type = {communication} passes K/V around a ring, which Transformer "
+                f"Engine does not run with sliding-window attention ({windowed} of "
+                f"{model.num_layers} layers keep a window of {model.window_keys} keys: "
+                f"attention_window = {model.attention_window}); use a2a or all_gather",
+                RuleSet.MEGATRON,
+                cp=cp,
+                cp_comm_type=str(communication),
+                windowed_layers=windowed,
+            )
+        )
+    if model.softmax_type is not SoftmaxType.VANILLA and a2a_group != cp:
+        out.append(
+            _violation(
+                "cp_softmax_type_needs_a2a",
+                Law.MEGATRON_CP_SOFTMAX_TYPE.formula,
+                f"softmax_type = {model.softmax_type} (attention sinks) runs under context "
+                f"parallelism only with cp_comm_type = a2a (Transformer Engine), got "
+                f"{communication}",
+                RuleSet.MEGATRON,
+                cp=cp,
+                cp_comm_type=str(communication),
+                softmax_type=model.softmax_type.value,
+            )
+        )
     match mapping.attention:
         case FusedAttention():
             pass

@@ -175,6 +175,7 @@ from blueprinting.search.space import (
     ShardingVariant,
     candidate_to_spec,
 )
+from blueprinting.synthesizer.stages.portable_plan.ir import NO_BLOCK_CHANGE
 from blueprinting.synthesizer.stages.portable_plan.passes import (
     PlanContext,
     p2p_message,
@@ -452,6 +453,10 @@ class _BlockArrays:
     moe_recompute_critical_s: FloatArray
     #: combined 1F1B's unpaired extra per MoE layer (forward + backward; 0 without the overlap)
     moe_unpaired_s: FloatArray
+    #: ``PortablePlanIR.window``: a sliding-window layer's change (0 without windows)
+    window_forward_s: FloatArray
+    window_backward_s: FloatArray
+    window_recompute_critical_s: FloatArray
     #: every (part, time) of ``iteration.STAGE_WORK_TERMS``, per row
     parts: dict[tuple[CostedPart, PhaseField], FloatArray]
 
@@ -527,6 +532,7 @@ def _block_costs(
             plan = portable_plan(candidate_to_spec(table, int(i), model), system)
             block, emb, lm = plan.block, plan.embedding, plan.lm_head
             moe = block if plan.moe_block is None else plan.moe_block
+            window = NO_BLOCK_CHANGE if plan.window is None else plan.window
             costed = {part: costed_part(plan, part) for part in distinct_parts}
             part_rows.append([phase_field(costed[part], time) for part, time in part_keys])
             rows.append(
@@ -562,6 +568,9 @@ def _block_costs(
                     0.0
                     if plan.ep_overlap is None
                     else plan.ep_overlap.unpaired_forward_s + plan.ep_overlap.unpaired_backward_s,
+                    window.forward_s,
+                    window.backward_s,
+                    window.recompute.critical_path_s,
                 )
             )
     if progress is not None:
@@ -640,6 +649,9 @@ class _StageColumns:
     moe_blocks: IntArray
     dense_recomputed: IntArray
     moe_recomputed: IntArray
+    #: the sliding-window blocks (dense or MoE), and those recomputed
+    windowed: IntArray
+    windowed_recomputed: IntArray
     #: per virtual chunk (columns 0..max v - 1, zero-padded): the blocks that are not MoE
     dense_per_chunk: IntArray
 
@@ -651,13 +663,14 @@ class _Layout:
 
     ``stages``: the stages that can be critical or most loaded: under the enumeration's even
     layout (``L mod (p v) == 0``) stages differ only by their MoE layers and their extras, so
-    the first stage of each distinct (MoE layers per chunk, extras) signature stands for every
-    stage of it: equal work, and no fewer in-flight microbatches than the later ones (a dense
-    model keeps the first and the last stage, as before). ``chunks``: every distinct chunk
-    composition (dense, MoE, recomputed dense, recomputed MoE), for the largest chunk."""
+    the first stage of each distinct (MoE and sliding-window layers per chunk, extras)
+    signature stands for every stage of it: equal work, and no fewer in-flight microbatches
+    than the later ones (a dense model without windows keeps the first and the last stage, as
+    before). ``chunks``: every distinct chunk composition (dense, MoE, recomputed dense,
+    recomputed MoE, windowed, recomputed windowed), for the largest chunk."""
 
     stages: tuple[_StageColumns, ...]
-    chunks: tuple[tuple[IntArray, IntArray, IntArray, IntArray], ...]
+    chunks: tuple[tuple[IntArray, IntArray, IntArray, IntArray, IntArray, IntArray], ...]
 
 
 def _layout(table: CandidateTable, model: TransformerModelSpec) -> _Layout:
@@ -665,12 +678,12 @@ def _layout(table: CandidateTable, model: TransformerModelSpec) -> _Layout:
         table.pipeline, table.virtual_stages, table.recompute, table.recompute_num_layers
     )
     width = int(table.virtual_stages.max())
-    keyed_stages: list[list[tuple[int, int, int, int, int, tuple[int, ...]]]] = []
-    keyed_chunks: list[list[tuple[int, int, int, int]]] = []
+    keyed_stages: list[list[tuple[int, int, int, int, int, int, int, tuple[int, ...]]]] = []
+    keyed_chunks: list[list[tuple[int, int, int, int, int, int]]] = []
     for i in first:
         plans = stage_plans(candidate_to_spec(table, int(i), model))
-        chosen: list[tuple[int, int, int, int, int, tuple[int, ...]]] = []
-        if model.moe is None:
+        chosen: list[tuple[int, int, int, int, int, int, int, tuple[int, ...]]] = []
+        if model.moe is None and model.window_keys is None:
             candidates = [plans[0], plans[-1]]
         else:
             seen: set[tuple[object, ...]] = set()
@@ -679,6 +692,8 @@ def _layout(table: CandidateTable, model: TransformerModelSpec) -> _Layout:
                 signature = (
                     plan.moe_blocks_per_chunk,
                     plan.moe_recomputed_per_chunk,
+                    plan.windowed_blocks_per_chunk,
+                    plan.windowed_recomputed_per_chunk,
                     plan.has_embedding,
                     plan.has_lm_head,
                 )
@@ -694,6 +709,8 @@ def _layout(table: CandidateTable, model: TransformerModelSpec) -> _Layout:
                     plan.moe_blocks,
                     plan.dense_recomputed_blocks,
                     plan.moe_recomputed_blocks,
+                    plan.windowed_blocks,
+                    plan.windowed_recomputed_blocks,
                     dense + (0,) * (width - len(dense)),
                 )
             )
@@ -705,6 +722,7 @@ def _layout(table: CandidateTable, model: TransformerModelSpec) -> _Layout:
                     plan.chunk_moe(c)[0],
                     plan.recomputed_blocks_per_chunk[c] - plan.chunk_moe(c)[1],
                     plan.chunk_moe(c)[1],
+                    *plan.chunk_windowed(c),
                 )
                 for plan in plans
                 for c, b in enumerate(plan.blocks_per_chunk)
@@ -718,7 +736,7 @@ def _layout(table: CandidateTable, model: TransformerModelSpec) -> _Layout:
     stages = []
     for j in range(n_stages):
         rows = [x[min(j, len(x) - 1)] for x in keyed_stages]
-        per_chunk = np.array([r[5] for r in rows], dtype=np.int64).reshape(len(rows), width)
+        per_chunk = np.array([r[7] for r in rows], dtype=np.int64).reshape(len(rows), width)
         stages.append(
             _StageColumns(
                 index=np.array([r[0] for r in rows], dtype=np.int64)[inverse],
@@ -726,13 +744,24 @@ def _layout(table: CandidateTable, model: TransformerModelSpec) -> _Layout:
                 moe_blocks=np.array([r[2] for r in rows], dtype=np.int64)[inverse],
                 dense_recomputed=np.array([r[3] for r in rows], dtype=np.int64)[inverse],
                 moe_recomputed=np.array([r[4] for r in rows], dtype=np.int64)[inverse],
+                windowed=np.array([r[5] for r in rows], dtype=np.int64)[inverse],
+                windowed_recomputed=np.array([r[6] for r in rows], dtype=np.int64)[inverse],
                 dense_per_chunk=per_chunk[inverse],
             )
         )
     chunks = []
     for j in range(n_chunks):
-        rows4 = np.array([x[min(j, len(x) - 1)] for x in keyed_chunks], dtype=np.int64)
-        chunks.append((rows4[inverse, 0], rows4[inverse, 1], rows4[inverse, 2], rows4[inverse, 3]))
+        rows6 = np.array([x[min(j, len(x) - 1)] for x in keyed_chunks], dtype=np.int64)
+        chunks.append(
+            (
+                rows6[inverse, 0],
+                rows6[inverse, 1],
+                rows6[inverse, 2],
+                rows6[inverse, 3],
+                rows6[inverse, 4],
+                rows6[inverse, 5],
+            )
+        )
     return _Layout(stages=tuple(stages), chunks=tuple(chunks))
 
 
@@ -750,6 +779,8 @@ def _stage_compute(stage: _StageColumns, p: IntArray, c: _BlockArrays) -> FloatA
     work = work + stage.dense_recomputed * c.recompute_critical_s
     work = work + stage.moe_blocks * (c.moe_forward_s + c.moe_backward_s)
     work = work + stage.moe_recomputed * c.moe_recompute_critical_s
+    work = work + stage.windowed * (c.window_forward_s + c.window_backward_s)
+    work = work + stage.windowed_recomputed * c.window_recompute_critical_s
     work = np.where(stage.index == 0, work + c.embedding_total_s, work)
     return np.where(stage.index == p - 1, work + c.lm_head_total_s, work)
 
@@ -1455,21 +1486,26 @@ def evaluate_candidates(
     crit_moe = _select(choice, [s.moe_blocks for s in options])
     crit_dense_rec = _select(choice, [s.dense_recomputed for s in options])
     crit_moe_rec = _select(choice, [s.moe_recomputed for s in options])
+    crit_windowed = _select(choice, [s.windowed for s in options])
+    crit_windowed_rec = _select(choice, [s.windowed_recomputed for s in options])
 
     # bubble_contract: the largest chunk of any stage (PortablePlanIR.forward_chunk_s /
     # backward_chunk_s), over the distinct chunk compositions
     forward_longest = np.zeros(p.shape, dtype=np.float64)
     backward_longest = np.zeros(p.shape, dtype=np.float64)
-    for n_dense, n_moe, n_dense_rec, n_moe_rec in layout.chunks:
+    for n_dense, n_moe, n_dense_rec, n_moe_rec, n_win, n_win_rec in layout.chunks:
         forward_longest = np.maximum(
-            forward_longest, n_dense * c.forward_s + n_moe * c.moe_forward_s
+            forward_longest,
+            n_dense * c.forward_s + n_moe * c.moe_forward_s + n_win * c.window_forward_s,
         )
         backward_longest = np.maximum(
             backward_longest,
             n_dense * c.backward_s
             + n_moe * c.moe_backward_s
             + n_dense_rec * c.recompute_critical_s
-            + n_moe_rec * c.moe_recompute_critical_s,
+            + n_moe_rec * c.moe_recompute_critical_s
+            + n_win * c.window_backward_s
+            + n_win_rec * c.window_recompute_critical_s,
         )
     forward_chunk_s = forward_longest + edge_p2p
     backward_chunk_s = backward_longest + edge_p2p
@@ -1499,6 +1535,8 @@ def evaluate_candidates(
             WorkCount.RECOMPUTED_BLOCKS: crit_dense_rec,
             WorkCount.MOE_BLOCKS: crit_moe,
             WorkCount.MOE_RECOMPUTED_BLOCKS: crit_moe_rec,
+            WorkCount.WINDOWED_BLOCKS: crit_windowed,
+            WorkCount.WINDOWED_RECOMPUTED_BLOCKS: crit_windowed_rec,
         },
         c=c,
     )
@@ -1559,7 +1597,9 @@ def evaluate_candidates(
     expert_dp = keyed_ints[:, 4]
     times = np.array(keyed_times, dtype=np.float64)[inverse]
     # PortablePlanIR.chunk_forward_s summed over the critical stage's chunks
-    stage_forward_s = crit_dense * c.forward_s + crit_moe * c.moe_forward_s
+    stage_forward_s = (
+        crit_dense * c.forward_s + crit_moe * c.moe_forward_s + crit_windowed * c.window_forward_s
+    )
     windows = _Windows(
         m=m,
         blocks_per_chunk=blocks_per_chunk,

@@ -19,7 +19,12 @@ import numpy.typing as npt
 from blueprinting.errors import RuleSet
 from blueprinting.mapping.law_names import EXPERT_LAWS, MEGATRON_LAWS, PLANNER_LAWS, Law
 from blueprinting.mapping.laws import fused_attention_supported, recompute_module_laws
-from blueprinting.mapping.model import CapacityFactor, Datatype, TransformerModelSpec
+from blueprinting.mapping.model import (
+    CapacityFactor,
+    Datatype,
+    SoftmaxType,
+    TransformerModelSpec,
+)
 from blueprinting.mapping.transformer import (
     FlexDispatcher,
     RecomputeModule,
@@ -54,6 +59,7 @@ class LawColumns:
     microbatch_group: IntArray
     context: IntArray
     cp_head_split: BoolArray  # the row's cp_comm_type splits heads (a2a)
+    cp_ring: BoolArray  # the row's cp_comm_type passes K/V around a ring (p2p, a2a+p2p)
     tp_comm_overlap: BoolArray  # the row plans UserbufferOverlap (inside RS+AG)
     #: the row's precision recipe can go through userbuffers (``precision.userbuffers_carry``)
     userbuffer_recipe: BoolArray
@@ -156,6 +162,12 @@ def law_violations(
         masks[Law.MEGATRON_CP_A2A_HEADS] = a2a & ((local_q % cp != 0) | (local_kv % cp != 0))
         # fused attention on every row
         masks[Law.MEGATRON_CP_NEEDS_FUSED_ATTENTION] = np.zeros(t.shape, dtype=np.bool_)
+        # mapping/laws.py _context_laws: both read the model and the row's cp_comm_type
+        windowed = model.windowed_layers_in(0, big_l) > 0
+        masks[Law.MEGATRON_CP_SLIDING_WINDOW] = (cp > 1) & c.cp_ring & windowed
+        masks[Law.MEGATRON_CP_SOFTMAX_TYPE] = (
+            (cp > 1) & ~c.cp_head_split & (model.softmax_type is not SoftmaxType.VANILLA)
+        )
         # mapping/laws.py _tp_comm_overlap_laws. The enumeration plans the overlap only on
         # sequence-parallel rows with t > 1, so the first never fires there (a hand-built table
         # may break it); the second, (s*b) mod t with the factors reduced first so that the

@@ -582,6 +582,9 @@ def enumerate_strategies(model: TransformerModelSpec, space: SearchSpace) -> Enu
         microbatch_group=group,
         context=cp,
         cp_head_split=cp_code == CP_COMM_CODES.index(CpCommType.A2A),
+        cp_ring=np.isin(
+            cp_code, [CP_COMM_CODES.index(c) for c in (CpCommType.P2P, CpCommType.A2A_P2P)]
+        ),
         tp_comm_overlap=tp_overlap,
         userbuffer_recipe=np.array([userbuffers_carry(r) for r in space.precision])[recipe],
         selective=rec_code == RECOMPUTE_CODES.index(RecomputeVariant.SELECTIVE),

@@ -55,7 +55,7 @@ from blueprinting.simulator.commands import _DP, _SEND_F, FloatArray, build_sche
 from blueprinting.simulator.costs import DpBucket, Matrix, ScheduleCosts
 from blueprinting.simulator.engine import SimulationResult, simulate_many
 from blueprinting.simulator.schedules import megatron_violations
-from blueprinting.synthesizer.stages.portable_plan.ir import PortablePlanIR
+from blueprinting.synthesizer.stages.portable_plan.ir import NO_BLOCK_CHANGE, PortablePlanIR
 from blueprinting.synthesizer.stages.portable_plan.passes import PlanContext
 
 MAX_SIMULATED_PASSES = 1_048_576
@@ -108,6 +108,7 @@ def simulation_obstacle(
 def _chunk_matrices(plan: PortablePlanIR) -> tuple[Matrix, Matrix, Matrix]:
     block = plan.block
     moe_block = block if plan.moe_block is None else plan.moe_block
+    window = NO_BLOCK_CHANGE if plan.window is None else plan.window
     v = plan.virtual_stages
     forward: list[tuple[float, ...]] = []
     backward: list[tuple[float, ...]] = []
@@ -137,9 +138,11 @@ def _chunk_matrices(plan: PortablePlanIR) -> tuple[Matrix, Matrix, Matrix]:
             f_row.append(f)
             b_row.append(b)
             moe, _ = stage.chunk_moe(c)
+            windowed, _ = stage.chunk_windowed(c)
             w_row.append(
                 (stage.blocks_per_chunk[c] - moe) * block.backward_weight.critical_path_s
                 + moe * moe_block.backward_weight.critical_path_s
+                + windowed * window.backward_weight.critical_path_s
             )
         forward.append(tuple(f_row))
         backward.append(tuple(b_row))

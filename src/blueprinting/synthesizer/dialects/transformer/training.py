@@ -56,6 +56,8 @@ from blueprinting.hardware.attention import (
     BACKWARD_FLOPS_PER_PAIR_DIM,
     FORWARD_FLOPS_PER_PAIR_DIM,
     causal_attention_pairs,
+    windowed_attention_pairs,
+    windowed_rate_seq_length,
 )
 from blueprinting.hardware.ep_kernels import EpLeg
 from blueprinting.mapping.model import (
@@ -407,6 +409,9 @@ class BlockDims:
     #: per-head widths of Q/K and of V (MLA: no-rope + rope, and v_head_dim; else kv_channels)
     qk_dim: int = 0
     v_dim: int = 0
+    #: a sliding-window layer's most keys per query (``TransformerModelSpec.window_keys``);
+    #: None: full causal attention
+    window_keys: int | None = None
 
     @property
     def qk_width(self) -> int:
@@ -723,15 +728,19 @@ def _fused_attention_op(dims: BlockDims, *, width_bytes: int) -> SemanticOp:
     # FLOPs per pair are linear in the two widths; 2d = qk + v is even for every model here
     d = (qk + v) // 2
     # Under the load-balanced split each cp rank does exactly 1/cp of the causal pairs
-    # (s^2/2 is a multiple of cp when 2cp | s): TE context_parallel.py l.1780-1795.
-    pairs = b * dims.heads * causal_attention_pairs(s) // dims.context
+    # (s^2/2 is a multiple of cp when 2cp | s): TE context_parallel.py l.1780-1795. A window's
+    # band is as even over positions (all but its first W queries attend W keys), so 1/cp of
+    # it too, rounded down (the a2a exchange's heads / cp make it exact).
+    keys = dims.window_keys
+    per_head = causal_attention_pairs(s) if keys is None else windowed_attention_pairs(s, keys)
+    pairs = b * dims.heads * per_head // dims.context
     local_tokens = b * s // dims.context
     q = local_tokens * dims.heads * qk
     o = local_tokens * dims.heads * v
     kv_heads = max(1, dims.groups)
     k_and_v = local_tokens * kv_heads * (qk + v)
     stats = local_tokens * dims.heads * SOFTMAX_STATISTIC_BYTES
-    launch_seq = dims.attention_seq or s
+    launch_seq = windowed_rate_seq_length(dims.attention_seq or s, keys)
     launch_heads = dims.attention_heads or dims.heads
     return SemanticOp(
         name=SemanticOpName.CORE_ATTENTION,
@@ -1387,6 +1396,30 @@ def block_ops(
     return (*head, *feed_forward, residual)
 
 
+def attention_core_ops(
+    model: TransformerModelSpec, dims: BlockDims, attention: AttentionKernel
+) -> tuple[SemanticOp, ...]:
+    """The attention core of one block as ``attention`` runs it: the fused kernel over the
+    causal mask, or over ``dims.window_keys`` keys per query on a sliding-window layer; the
+    unfused ops compute and mask the whole ``s x s`` scores either way (a window saves them
+    no work)."""
+    e = model.datatype.bytes
+    match attention:
+        case FusedAttention():
+            return (_fused_attention_op(dims, width_bytes=e),)
+        case UnfusedAttention():
+            b, s = dims.micro_batch, dims.seq_length
+            return _unfused_attention_ops(
+                dims,
+                width_bytes=e,
+                kv=dims.kv_channels,
+                score_elems=b * dims.heads * s * s,
+                dropout=model.has_attention_dropout,
+            )
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
 @lru_cache(maxsize=4096)
 def _attention_half(
     model: TransformerModelSpec, dims: BlockDims, attention: AttentionKernel, *, rope: bool
@@ -1398,22 +1431,7 @@ def _attention_half(
     e = model.datatype.bytes
     bias = model.add_bias_linear
     rows, m, h = dims.token_rows, dims.gemm_tokens, dims.hidden
-    b, s = dims.micro_batch, dims.seq_length
-    score_elems = b * dims.heads * s * s
-    core: tuple[SemanticOp, ...]
-    match attention:
-        case FusedAttention():
-            core = (_fused_attention_op(dims, width_bytes=e),)
-        case UnfusedAttention():
-            core = _unfused_attention_ops(
-                dims,
-                width_bytes=e,
-                kv=dims.kv_channels,
-                score_elems=score_elems,
-                dropout=model.has_attention_dropout,
-            )
-        case _ as unreachable:
-            assert_never(unreachable)
+    core = attention_core_ops(model, dims, attention)
     head = (
         _norm(SemanticOpName.INPUT_NORM, model, rows, width_bytes=e),
         *_attention_input_ops(model, dims, width_bytes=e),

@@ -254,11 +254,17 @@ class DistributedTaskIR:
     #: the MoE layer (routed experts and their token dispatch) of a MoE model; ``block`` is
     #: then its dense layer (the first-k-dense layers, or those ``moe_layer_freq`` skips)
     moe_block: TaskGroup | None = None
+    #: a model with sliding-window layers: one layer's attention core over the full causal mask
+    #: (the one ``block`` and ``moe_block`` hold) and over the window, lowered alone (same
+    #: recompute); a windowed layer costs its block plus the difference (None: no window)
+    attention_core: TaskGroup | None = None
+    windowed_attention_core: TaskGroup | None = None
 
     @property
     def groups(self) -> tuple[TaskGroup, ...]:
         base = (self.block, self.first_stage, self.last_stage)
-        return base if self.moe_block is None else (*base, self.moe_block)
+        optional = (self.moe_block, self.attention_core, self.windowed_attention_core)
+        return (*base, *(g for g in optional if g is not None))
 
     @property
     def tp(self) -> int:

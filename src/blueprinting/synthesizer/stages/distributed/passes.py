@@ -51,6 +51,7 @@ from blueprinting.synthesizer.dialects.transformer.training import (
     ShardDim,
     TpSharding,
     Work,
+    attention_core_ops,
     block_ops,
     boundary_collectives,
     context_exchanges,
@@ -606,6 +607,25 @@ def _moe_group(plan: LocalBlockPlan) -> TaskGroup:
     )
 
 
+@lru_cache(maxsize=1024)
+def _window_groups(plan: LocalBlockPlan) -> tuple[TaskGroup, TaskGroup] | None:
+    """A sliding-window model's attention core, full and windowed, each lowered alone with the
+    block's recompute (None without windowed layers). The core's K/V exchanges and collectives
+    do not depend on the window (the a2a and all-gather exchanges the window allows move the
+    same tensors), so the two groups differ only in the kernel's work."""
+    model = plan.model
+    keys = model.window_keys
+    if keys is None or not model.windowed_layers_in(0, model.num_layers):
+        return None
+    local = plan.local
+    full = attention_core_ops(model, local, plan.attention)
+    windowed = attention_core_ops(model, replace(local, window_keys=keys), plan.attention)
+    return (
+        _lower_group("attention_core", plan, full, {}, plan.recomputes),
+        _lower_group("windowed_attention_core", plan, windowed, {}, plan.recomputes),
+    )
+
+
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LowerToDistributedTasks:
@@ -621,9 +641,12 @@ class LowerToDistributedTasks:
         # the grid but not the summary.
         block, first, last = _dense_groups(replace(plan, strategy="", experts=ExpertParallel()))
         moe_block = None if model.moe is None else _moe_group(replace(plan, strategy=""))
+        window = _window_groups(replace(plan, strategy="", experts=ExpertParallel()))
         ir = DistributedTaskIR(
             mesh=LogicalMesh(axes=_mesh_axes(plan)),
             moe_block=moe_block,
+            attention_core=None if window is None else window[0],
+            windowed_attention_core=None if window is None else window[1],
             strategy=plan.strategy,
             model=model.name,
             micro_batch=b,

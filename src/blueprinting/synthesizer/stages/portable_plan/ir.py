@@ -128,6 +128,11 @@ class ExtraCost:
 
 NO_EXTRA = ExtraCost(forward=ZERO_PHASE, backward=ZERO_PHASE)
 
+#: a block cost of zero in every phase (a difference that changes nothing)
+NO_BLOCK_CHANGE = BlockCost(
+    forward=ZERO_PHASE, backward_activation=ZERO_PHASE, backward_weight=ZERO_PHASE
+)
+
 
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -147,6 +152,10 @@ class StagePlan:
     #: holds none of them (``PortablePlanIR.first_layers`` / ``last_layers``)
     first_layers_chunk: int | None = None
     last_layers_chunk: int | None = None
+    #: how many of each chunk's blocks (and of its recomputed ones) are sliding-window layers,
+    #: dense or MoE (empty: none; ``PortablePlanIR.window``)
+    windowed_blocks_per_chunk: tuple[int, ...] = ()
+    windowed_recomputed_per_chunk: tuple[int, ...] = ()
 
     @property
     def blocks(self) -> int:
@@ -171,6 +180,20 @@ class StagePlan:
     @property
     def dense_recomputed_blocks(self) -> int:
         return self.recomputed_blocks - self.moe_recomputed_blocks
+
+    @property
+    def windowed_blocks(self) -> int:
+        return sum(self.windowed_blocks_per_chunk)
+
+    @property
+    def windowed_recomputed_blocks(self) -> int:
+        return sum(self.windowed_recomputed_per_chunk)
+
+    def chunk_windowed(self, chunk: int) -> tuple[int, int]:
+        """(sliding-window blocks, recomputed sliding-window blocks) of chunk ``chunk``."""
+        if not self.windowed_blocks_per_chunk:
+            return 0, 0
+        return self.windowed_blocks_per_chunk[chunk], self.windowed_recomputed_per_chunk[chunk]
 
     def chunk_moe(self, chunk: int) -> tuple[int, int]:
         """(MoE blocks, recomputed MoE blocks) of virtual chunk ``chunk``."""
@@ -199,6 +222,9 @@ class PortablePlanIR:
     #: the MoE layer under combined 1F1B (``--overlap-moe-expert-parallel-comm``):
     #: ``moe_block`` is then its steady state, and this its pair / alone times
     ep_overlap: CombinedLayerTiming | None = None
+    #: a sliding-window layer's attention core minus the full one (negative), added once per
+    #: windowed block of a chunk (``StagePlan.windowed_blocks_per_chunk``; None: no window)
+    window: BlockCost | None = None
     p2p_forward_s: float
     p2p_backward_s: float
     p2p_bytes: int
@@ -241,6 +267,22 @@ class PortablePlanIR:
                 )
             ):
                 problems.append(f"stage {stage.index} has MoE blocks it does not hold")
+            if stage.windowed_blocks_per_chunk and (
+                self.window is None
+                or len(stage.windowed_blocks_per_chunk) != len(stage.blocks_per_chunk)
+                or len(stage.windowed_recomputed_per_chunk) != len(stage.blocks_per_chunk)
+                or any(
+                    not (0 <= wr <= w <= b and wr <= r)
+                    for b, r, w, wr in zip(
+                        stage.blocks_per_chunk,
+                        stage.recomputed_blocks_per_chunk,
+                        stage.windowed_blocks_per_chunk,
+                        stage.windowed_recomputed_per_chunk,
+                        strict=True,
+                    )
+                )
+            ):
+                problems.append(f"stage {stage.index} has windowed blocks it does not hold")
         times = (self.p2p_forward_s, self.p2p_backward_s)
         if any(t < 0 for t in times) or self.p2p_bytes < 0:
             problems.append("P2P time and size must be non-negative")
@@ -271,11 +313,19 @@ class PortablePlanIR:
     def _moe(self) -> BlockCost:
         return self.block if self.moe_block is None else self.moe_block
 
+    def _window(self) -> BlockCost:
+        return NO_BLOCK_CHANGE if self.window is None else self.window
+
     def chunk_forward_s(self, stage: StagePlan, chunk: int) -> float:
         """Forward critical path of one virtual chunk's blocks (dense and MoE), P2P excluded."""
         moe, _ = stage.chunk_moe(chunk)
         dense = stage.blocks_per_chunk[chunk] - moe
-        return dense * self.block.forward_s + moe * self._moe().forward_s
+        windowed, _ = stage.chunk_windowed(chunk)
+        return (
+            dense * self.block.forward_s
+            + moe * self._moe().forward_s
+            + windowed * self._window().forward_s
+        )
 
     def chunk_backward_s(self, stage: StagePlan, chunk: int) -> float:
         """Backward (with recompute) critical path of one virtual chunk, P2P excluded."""
@@ -283,11 +333,15 @@ class PortablePlanIR:
         dense = stage.blocks_per_chunk[chunk] - moe
         dense_recomputed = stage.recomputed_blocks_per_chunk[chunk] - moe_recomputed
         other = self._moe()
+        windowed, windowed_recomputed = stage.chunk_windowed(chunk)
+        window = self._window()
         return (
             dense * self.block.backward_s
             + moe * other.backward_s
             + dense_recomputed * self.block.recompute.critical_path_s
             + moe_recomputed * other.recompute.critical_path_s
+            + windowed * window.backward_s
+            + windowed_recomputed * window.recompute.critical_path_s
         )
 
     def forward_chunk_s(self) -> float:

@@ -221,6 +221,9 @@ class TaskGroupCosts:
     moe_block: BlockCost | None = None
     #: the MoE layer under combined 1F1B (``moe_block`` is then its steady state)
     ep_overlap: CombinedLayerTiming | None = None
+    #: what a sliding-window layer's attention core changes against the full one
+    #: (:func:`window_delta`; None: no windowed layer)
+    window: BlockCost | None = None
 
 
 def cost_task_groups(
@@ -311,6 +314,17 @@ def cost_task_groups(
             found = memo.extras[key] = (group, cost)
         return found[1]
 
+    def core_cost(group: TaskGroup) -> BlockCost:
+        return BlockCost(
+            forward=phase(group, Phase.FORWARD),
+            backward_activation=phase(group, Phase.BACKWARD_ACTIVATION_GRAD),
+            backward_weight=phase(group, Phase.BACKWARD_WEIGHT_GRAD),
+            recompute=phase(group, Phase.RECOMPUTE),
+        )
+
+    window = None
+    if ir.attention_core is not None and ir.windowed_attention_core is not None:
+        window = window_delta(core_cost(ir.windowed_attention_core), core_cost(ir.attention_core))
     moe_block = None if ir.moe_block is None else block_cost(ir.moe_block)
     timing: CombinedLayerTiming | None = None
     if moe_block is not None and ir.moe_block is not None and dispatch_overlap:
@@ -322,6 +336,7 @@ def cost_task_groups(
     if moe_block is not None and ir.moe_block is not None:
         moe_block = hosted(ir.moe_block, moe_block, moe_layer=True)
     return TaskGroupCosts(
+        window=window,
         ep_overlap=timing,
         block=dense_block_cost(ir.block),
         embedding=extra_cost(ir.first_stage),
@@ -346,6 +361,21 @@ def _phase_delta(high: PhaseCost, low: PhaseCost, times: int) -> PhaseCost:
         ep_comm_exposed_s=times * (high.ep_comm_exposed_s - low.ep_comm_exposed_s),
         quantize_s=times * (high.quantize_s - low.quantize_s),
         host_exposed_s=times * (high.host_exposed_s - low.host_exposed_s),
+    )
+
+
+def window_delta(windowed: BlockCost, full: BlockCost) -> BlockCost:
+    """A sliding-window layer's attention core minus the full causal one, phase by phase
+    (negative: the window's band is a fraction of the causal triangle). Added once per windowed
+    layer to the block it sits in, dense or MoE: the core is the same kernel in both. Not
+    modelled: what a shorter core changes in the overlaps around it (combined 1F1B hides a
+    MoE layer's dispatch under the other micro-batch's attention; the host's issue time of
+    the one kernel launch is the same)."""
+    return BlockCost(
+        forward=_phase_delta(windowed.forward, full.forward, 1),
+        backward_activation=_phase_delta(windowed.backward_activation, full.backward_activation, 1),
+        backward_weight=_phase_delta(windowed.backward_weight, full.backward_weight, 1),
+        recompute=_phase_delta(windowed.recompute, full.recompute, 1),
     )
 
 
@@ -470,6 +500,8 @@ def stage_plans(spec: TrainingSpec) -> tuple[StagePlan, ...]:
     def moe_in(start: int, count: int) -> int:
         return model.moe_layers_in(start, count)
 
+    windows = model.window_keys is not None
+
     first_run, last_run = base_layer_runs(spec)
 
     def stage_plan(index: int, per_chunk: tuple[int, ...]) -> StagePlan:
@@ -483,10 +515,24 @@ def stage_plans(spec: TrainingSpec) -> tuple[StagePlan, ...]:
             moe_recomputed = tuple(
                 moe_in(a, r) for a, r in zip(starts[index], recomputed, strict=True)
             )
+        windowed: tuple[int, ...] = ()
+        windowed_recomputed: tuple[int, ...] = ()
+        if windows:
+            # a chunk's windowed layers, and those among the first r it recomputes
+            windowed = tuple(
+                model.windowed_layers_in(a, n)
+                for a, n in zip(starts[index], per_chunk, strict=True)
+            )
+            windowed_recomputed = tuple(
+                model.windowed_layers_in(a, r)
+                for a, r in zip(starts[index], recomputed, strict=True)
+            )
         return StagePlan(
             index=index,
             blocks_per_chunk=per_chunk,
             recomputed_blocks_per_chunk=recomputed,
+            windowed_blocks_per_chunk=windowed,
+            windowed_recomputed_per_chunk=windowed_recomputed,
             has_embedding=index == 0,
             has_lm_head=index == loss_stage(pipeline.schedule, len(counts)),
             moe_blocks_per_chunk=moe,
@@ -528,6 +574,7 @@ def assemble_plan(
     first_layers, last_layers = high_precision_layer_extras(costs, base, ctx)
     stages = stage_plans(ctx.spec)
     return PortablePlanIR(
+        window=costs.window,
         moe_block=costs.moe_block,
         ep_overlap=costs.ep_overlap,
         mtp=mtp_extra(costs, ctx),
