@@ -14,7 +14,7 @@ from blueprinting.analysis.report import JsonValue
 from blueprinting.api import plan_spec
 from blueprinting.hardware.presets import system_preset
 from blueprinting.mapping.laws import check_training
-from blueprinting.mapping.model import MoeLayerList, TransformerModelSpec
+from blueprinting.mapping.model import MoeLayerList, SlidingWindow, TransformerModelSpec
 from blueprinting.mapping.precision import Fp4Precision, Fp8Precision, Fp8Recipe, HighPrecision
 from blueprinting.mapping.presets import model_preset
 from blueprinting.mapping.transformer import (
@@ -157,14 +157,33 @@ SPACES = [
         ),
         id="llama3-8b-h100-bf16-gradient-reduction",
     ),
+    pytest.param(
+        # a 256-token window on two of every three layers: p = 4 stages hold 6, 5, 5, 6
+        dataclasses.replace(
+            model_preset("llama3-8b"),
+            name="llama3-8b-swa",
+            attention_window=SlidingWindow(size=255, full_every=3),
+        ),
+        "dgx-h100",
+        SearchSpace(
+            gpu_counts=(32,),
+            global_batch_size=8,
+            max_microbatch_size=1,
+            recompute=(RecomputeVariant.NONE, RecomputeVariant.SELECTIVE),
+            overlap_grad_reduce=(True,),
+            context_parallel=None,
+            cp_comm_types=(CpCommType.P2P, CpCommType.ALL_GATHER, CpCommType.A2A),
+        ),
+        id="llama3-8b-sliding-window-context-parallel",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("model_name", "system_name", "space"), SPACES)
 def test_every_candidate_matches_the_scalar_plan(
-    model_name: str, system_name: str, space: SearchSpace
+    model_name: str | TransformerModelSpec, system_name: str, space: SearchSpace
 ) -> None:
-    model = model_preset(model_name)
+    model = model_preset(model_name) if isinstance(model_name, str) else model_name
     system = system_preset(system_name)
     table = enumerate_strategies(model, space).table
     figures = evaluate_candidates(table, model, system)
@@ -254,6 +273,21 @@ def _trimmed_deepseek_v3() -> TransformerModelSpec:
     )
 
 
+def _trimmed_gpt_oss() -> TransformerModelSpec:
+    """GPT-OSS-120B cut to 12 layers (windows on the even ones, sinks on all), 16 experts and
+    1024 tokens."""
+    full = model_preset("gpt-oss-120b")
+    moe = full.moe
+    assert moe is not None
+    return dataclasses.replace(
+        full,
+        name="gpt-oss-12",
+        num_layers=12,
+        feed_forward=dataclasses.replace(moe, num_experts=16),
+        seq_length=1024,
+    )
+
+
 MOE_SPACES = [
     pytest.param(
         model_preset("mixtral-8x7b"),
@@ -305,6 +339,21 @@ MOE_SPACES = [
             dispatchers=(AllToAllDispatcher(), FlexDispatcher(overlap=True)),
         ),
         id="deepseek-v3-12-layers-gb200",
+    ),
+    pytest.param(
+        _trimmed_gpt_oss(),
+        "dgx-h100",
+        SearchSpace(
+            gpu_counts=(16,),
+            global_batch_size=8,
+            max_microbatch_size=1,
+            recompute=(RecomputeVariant.NONE, RecomputeVariant.SELECTIVE),
+            overlap_grad_reduce=(True,),
+            context_parallel=None,
+            cp_comm_types=(CpCommType.P2P, CpCommType.ALL_GATHER, CpCommType.A2A),
+            dispatchers=(AllToAllDispatcher(), FlexDispatcher()),
+        ),
+        id="gpt-oss-12-layers-windows-sinks-h100",
     ),
 ]
 

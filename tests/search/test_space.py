@@ -763,3 +763,50 @@ def test_moe_space_exercises_the_expert_laws() -> None:
     assert len(table) > 0
     for i in range(0, len(table), max(1, len(table) // 300)):
         assert check_training(model, candidate_to_spec(table, i, model).mapping) == ()
+
+
+def test_windowed_sink_model_searches_cp_only_where_te_runs_it() -> None:
+    """GPT-OSS's sliding windows refuse the p2p ring and its attention sinks everything but
+    a2a (Transformer Engine): a search over p2p, all_gather and a2a keeps only a2a rows with
+    cp > 1, each lawful by the scalar checker, and counts both laws' rejections; without the
+    sinks all_gather comes back."""
+    from blueprinting.mapping.model import SoftmaxType
+    from blueprinting.mapping.transformer import CpCommType
+    from blueprinting.search.space import CP_COMM_CODES
+
+    full = model_preset("gpt-oss-120b")
+    assert full.moe is not None
+    model = dataclasses.replace(
+        full,
+        num_layers=12,
+        seq_length=1024,
+        feed_forward=dataclasses.replace(full.moe, num_experts=16),
+    )
+    space = SearchSpace(
+        gpu_counts=(16,),
+        global_batch_size=8,
+        max_microbatch_size=1,
+        recompute=(RecomputeVariant.NONE,),
+        context_parallel=None,
+        cp_comm_types=(CpCommType.P2P, CpCommType.ALL_GATHER, CpCommType.A2A),
+    )
+    result = enumerate_strategies(model, space)
+    table = result.table
+    kinds = {
+        CP_COMM_CODES[int(c)] for c, cp in zip(table.cp_comm, table.context, strict=True) if cp > 1
+    }
+    assert kinds == {CpCommType.A2A}
+    for i in range(0, len(table), max(1, len(table) // 50)):
+        spec = candidate_to_spec(table, i, model)
+        assert check_training(spec.model, spec.mapping) == ()
+    assert result.report.rejected(Law.MEGATRON_CP_SLIDING_WINDOW) > 0
+    assert result.report.rejected(Law.MEGATRON_CP_SOFTMAX_TYPE) > 0
+    plain = dataclasses.replace(model, softmax_type=SoftmaxType.VANILLA)
+    again = enumerate_strategies(plain, space)
+    kinds = {
+        CP_COMM_CODES[int(c)]
+        for c, cp in zip(again.table.cp_comm, again.table.context, strict=True)
+        if cp > 1
+    }
+    assert kinds == {CpCommType.A2A, CpCommType.ALL_GATHER}
+    assert again.report.rejected(Law.MEGATRON_CP_SOFTMAX_TYPE) == 0

@@ -964,7 +964,9 @@ def _context_laws(
                 windowed_layers=windowed,
             )
         )
-    if model.softmax_type is not SoftmaxType.VANILLA and a2a_group != cp:
+    if model.softmax_type is not SoftmaxType.VANILLA and not isinstance(
+        communication, HeadAllToAll
+    ):
         out.append(
             _violation(
                 "cp_softmax_type_needs_a2a",

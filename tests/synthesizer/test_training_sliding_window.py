@@ -1,0 +1,214 @@
+"""Sliding-window layers in training (GPT-OSS: a 128-token window on alternate layers): the fused
+kernel's work over the window's band, its rate, the per-layer change the plan adds per chunk,
+and Transformer Engine's context-parallel rules for windows and sinks."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from blueprinting.api import build_spec, plan_spec
+from blueprinting.errors import InvalidStrategyError
+from blueprinting.hardware.attention import (
+    FORWARD_FLOPS_PER_PAIR_DIM,
+    H100_FLASH_ATTENTION_2,
+    causal_attention_pairs,
+    windowed_attention_pairs,
+    windowed_rate_seq_length,
+)
+from blueprinting.mapping.laws import check_training
+from blueprinting.mapping.model import FullAttention, SlidingWindow, SoftmaxType
+from blueprinting.mapping.presets import model_preset
+from blueprinting.simulator.from_plan import schedule_costs
+from blueprinting.synthesizer.dialects.transformer.inference import attended_pairs
+
+GPT_OSS = model_preset("gpt-oss-120b")
+#: t1 p4 ep8 on 32 H100s: 9 of the 36 layers a stage, windows on the even ones
+KEYS = {
+    "pipeline_model_parallel_size": 4,
+    "expert_model_parallel_size": 8,
+    "global_batch_size": 64,
+    "micro_batch_size": 1,
+}
+
+
+def _plan(model=GPT_OSS, gpus=32, **extra: object):  # type: ignore[no-untyped-def]
+    return plan_spec(build_spec(model=model, gpus=gpus, settings={**KEYS, **extra}), "dgx-h100")
+
+
+def test_band_pairs_in_flash_attentions_convention() -> None:
+    # s W - W^2 / 2: GPT-OSS's W = 129 at s = 4096
+    assert windowed_attention_pairs(4096, 129) == 4096 * 129 - 129 * 129 // 2 == 520_064
+    # a window as long as the sequence is the causal mask, in the causal convention
+    assert windowed_attention_pairs(4096, 4096) == causal_attention_pairs(4096) == 8_388_608
+    assert windowed_attention_pairs(100, 5000) == causal_attention_pairs(100)
+    assert windowed_rate_seq_length(4096, 129) == 258
+    assert windowed_rate_seq_length(4096, None) == 4096
+    assert windowed_rate_seq_length(200, 129) == 200
+
+
+@settings(max_examples=300, deadline=None)
+@given(s=st.integers(1, 1 << 20), keys=st.integers(1, 1 << 20))
+def test_band_pairs_differ_from_the_exact_count_by_the_conventions_diagonal(
+    s: int, keys: int
+) -> None:
+    """The exact count (serving's ``attended_pairs``: sum of min(i + 1, W)) exceeds the
+    convention's band by W / 2 (s / 2 for the causal mask), up to rounding."""
+    exact = attended_pairs(s, 0, keys)
+    band = windowed_attention_pairs(s, keys)
+    slack = min(s, keys) // 2
+    assert exact - band in (slack, slack + 1)
+
+
+#: cuDNN's SDPA backward on SM120 (cudnn-frontend PR #505 "Add sliding-window attention support
+#: to the SM120 FROST SDPA backward engine", merged 2026-08-07, its bwd+swa table: cudnn column,
+#: median microseconds, B1 H16 D64 causal): (s, window_size_left, windowed us, causal us)
+CUDNN_SM120_BACKWARD = (
+    (4096, 511, 171.0, 558.2),
+    (4096, 1023, 276.6, 558.2),
+    (16384, 511, 791.8, 6447.7),
+    (16384, 1023, 1169.2, 6447.7),
+)
+
+
+@pytest.mark.parametrize(("s", "window", "windowed_us", "causal_us"), CUDNN_SM120_BACKWARD)
+def test_windowed_to_causal_time_against_cudnn(
+    s: int, window: int, windowed_us: float, causal_us: float
+) -> None:
+    """The windowed kernel's time over the causal one's: band pairs at the rate read at
+    min(s, 2W) (H100 FA2's curve shape), against cuDNN's measured ratio. At s = 4096, GPT-OSS's
+    training length, within 5%; at 16k the model's windowed kernel is 10-30% faster than cuDNN's
+    (a band tile there does less work than a causal tile at 2W: stated in VALIDATION.md)."""
+    keys = window + 1
+    rate = H100_FLASH_ATTENTION_2.flop_per_s
+    modelled = (
+        windowed_attention_pairs(s, keys)
+        / rate(seq_length=windowed_rate_seq_length(s, keys), head_dim=64)
+    ) / (causal_attention_pairs(s) / rate(seq_length=s, head_dim=64))
+    measured = windowed_us / causal_us
+    error = modelled / measured - 1
+    if s == 4096:
+        assert abs(error) < 0.05
+    else:
+        assert -0.30 < error < -0.10
+
+
+def test_gpt_oss_stages_count_their_windowed_layers() -> None:
+    plan = _plan().plan
+    assert [s.windowed_blocks_per_chunk for s in plan.stages] == [(5,), (4,), (5,), (4,)]
+    assert [s.windowed_recomputed_per_chunk for s in plan.stages] == [(0,)] * 4
+    # selective recompute (Megatron's default module, core_attn) re-runs every attention core
+    selective = _plan(recompute_granularity="selective").plan
+    assert [s.windowed_recomputed_per_chunk for s in selective.stages] == [(5,), (4,), (5,), (4,)]
+    # full recompute of each stage's first 2 layers (0-1, 9-10, 18-19, 27-28): one windowed
+    full = _plan(
+        recompute_granularity="full", recompute_method="block", recompute_num_layers=2
+    ).plan
+    assert [s.windowed_recomputed_per_chunk for s in full.stages] == [(1,)] * 4
+    interleaved = _plan(num_layers_per_virtual_pipeline_stage=3).plan
+    # chunks of 3 layers from 0, 3, 6, 9 (stage 0: layers 0-2, 12-14, 24-26)
+    assert [s.windowed_blocks_per_chunk for s in interleaved.stages] == [
+        (2, 2, 2),
+        (1, 1, 1),
+        (2, 2, 2),
+        (1, 1, 1),
+    ]
+
+
+def test_the_window_changes_only_the_attention_core_by_hand() -> None:
+    """H100 FA2 at d = 64 (microbenchmarks.md 3.1): 257 TFLOP/s at 4k, 141 at 512 (the clamp
+    for 2W = 258). One layer's forward on b = 1, 64 heads."""
+    report = _plan()
+    window = report.plan.window
+    assert window is not None
+    per_pair = FORWARD_FLOPS_PER_PAIR_DIM * 64 * 64
+    full_s = per_pair * causal_attention_pairs(4096) / 257e12
+    windowed_s = per_pair * 520_064 / 141e12
+    assert window.forward.flops == per_pair * (520_064 - 8_388_608)
+    assert window.forward.compute_s == pytest.approx(windowed_s - full_s, rel=1e-12)
+    # the backward is 2.5 x the forward in the convention, at the same rates
+    assert window.backward_activation.compute_s == pytest.approx(
+        2.5 * window.forward.compute_s, rel=1e-12
+    )
+    assert window.backward_weight.compute_s == 0.0
+    assert window.recompute.compute_s == 0.0  # no recompute
+    # selective recompute re-runs the forward core
+    selective = _plan(recompute_granularity="selective").plan.window
+    assert selective is not None
+    assert selective.recompute.compute_s == pytest.approx(window.forward.compute_s, rel=1e-12)
+
+    full = _plan(model=dataclasses.replace(GPT_OSS, attention_window=FullAttention()))
+    assert full.plan.window is None
+    for windowed_stage, full_stage in zip(report.plan.stages, full.plan.stages, strict=True):
+        n = windowed_stage.windowed_blocks
+        change = n * (window.forward_s + window.backward_s + window.recompute.critical_path_s)
+        assert report.plan.stage_microbatch_compute_s(windowed_stage) == pytest.approx(
+            full.plan.stage_microbatch_compute_s(full_stage) + change, rel=1e-12
+        )
+    assert report.iteration_time_s < full.iteration_time_s
+
+
+def test_unfused_attention_saves_nothing_from_a_window() -> None:
+    """The unfused ops compute and mask the whole s x s scores: the change is zero."""
+    window = _plan(attention_backend="unfused").plan.window
+    assert window is not None
+    assert window.forward_s == window.backward_s == window.recompute.critical_path_s == 0.0
+
+
+def test_the_simulator_carries_the_windows_in_its_chunks() -> None:
+    report = _plan()
+    spec = build_spec(model=GPT_OSS, gpus=32, settings=KEYS)
+    costs = schedule_costs(report.plan, spec, report.system, with_dp=False)
+    for stage, forward, backward in zip(
+        report.plan.stages, costs.forward_s, costs.backward_s, strict=True
+    ):
+        assert sum(forward) + sum(backward) == pytest.approx(
+            report.plan.stage_microbatch_compute_s(stage), rel=1e-12
+        )
+
+
+def _cp_laws(model, cp_comm_type: str) -> set[str]:  # type: ignore[no-untyped-def]
+    spec = build_spec(
+        model=model,
+        gpus=64,
+        settings={
+            **KEYS,
+            "context_parallel_size": 2,
+            "cp_comm_type": cp_comm_type,
+            **(
+                {"hierarchical_context_parallel_sizes": [2, 1]} if cp_comm_type == "a2a+p2p" else {}
+            ),
+        },
+    )
+    return {v.law for v in check_training(spec.model, spec.mapping)}
+
+
+def test_transformer_engines_cp_rules_for_windows_and_sinks() -> None:
+    window, sinks = "cp_sliding_window_comm_type", "cp_softmax_type_needs_a2a"
+    # GPT-OSS has both: only a2a runs
+    assert _cp_laws(GPT_OSS, "a2a") == set()
+    assert _cp_laws(GPT_OSS, "p2p") == {window, sinks}
+    assert _cp_laws(GPT_OSS, "all_gather") == {sinks}
+    assert _cp_laws(GPT_OSS, "a2a+p2p") == {window, sinks}
+    # windows without sinks: a2a and all_gather
+    windows_only = dataclasses.replace(GPT_OSS, softmax_type=SoftmaxType.VANILLA)
+    assert _cp_laws(windows_only, "all_gather") == set()
+    assert _cp_laws(windows_only, "p2p") == {window}
+    # no windowed layer (a window on every layer but skipped on all): no window rule
+    never_windowed = dataclasses.replace(
+        windows_only, attention_window=SlidingWindow(size=128, full_every=1)
+    )
+    assert _cp_laws(never_windowed, "p2p") == set()
+
+
+def test_the_cp_rules_refuse_with_their_values() -> None:
+    spec = build_spec(model=GPT_OSS, gpus=64, settings={**KEYS, "context_parallel_size": 2})
+    with pytest.raises(InvalidStrategyError) as refused:
+        plan_spec(spec, "dgx-h100")
+    message = str(refused.value)
+    assert "cp_sliding_window_comm_type" in message
+    assert "18 of 36 layers" in message
+    assert "cp_softmax_type_needs_a2a" in message
