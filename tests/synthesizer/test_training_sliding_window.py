@@ -212,3 +212,24 @@ def test_the_cp_rules_refuse_with_their_values() -> None:
     assert "cp_sliding_window_comm_type" in message
     assert "18 of 36 layers" in message
     assert "cp_softmax_type_needs_a2a" in message
+
+
+def test_plan_json_reports_the_window() -> None:
+    report = _plan()
+    window = report.plan.window
+    assert window is not None
+    got = report.to_json_dict()["attention_window"]
+    assert got == {
+        "window_keys": 129,
+        "windowed_layers": 18,
+        "layers": 36,
+        "windowed_layers_on_critical_stage": report.plan.critical_stage().windowed_blocks,
+        "layer_change_s": {
+            "forward": window.forward_s,
+            "backward": window.backward_s,
+            "recompute": 0.0,
+        },
+    }
+    assert got["windowed_layers_on_critical_stage"] in (4, 5)
+    full = _plan(model=dataclasses.replace(GPT_OSS, attention_window=FullAttention()))
+    assert full.to_json_dict()["attention_window"] is None

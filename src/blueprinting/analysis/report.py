@@ -303,6 +303,29 @@ class IterationReport:
             },
         }
 
+    def _attention_window_json(self) -> JsonValue:
+        """The model's sliding-window layers as trained (null when every layer attends its whole
+        causal context): the keys a windowed query attends at most, how many layers are
+        windowed (in the model and on the critical stage), and what one windowed layer's
+        attention core changes against the full one per microbatch (``PortablePlanIR.window``,
+        negative: already inside the breakdown's compute terms)."""
+        model = self.spec.model
+        keys = model.window_keys
+        window = self.plan.window
+        if keys is None or window is None:
+            return None
+        return {
+            "window_keys": keys,
+            "windowed_layers": model.windowed_layers_in(0, model.num_layers),
+            "layers": model.num_layers,
+            "windowed_layers_on_critical_stage": self.plan.critical_stage().windowed_blocks,
+            "layer_change_s": {
+                "forward": window.forward_s,
+                "backward": window.backward_s,
+                "recompute": window.recompute.critical_path_s,
+            },
+        }
+
     def _combined_json(self) -> JsonValue:
         """Combined 1F1B's overlap of one MoE layer (null without the EP overlap): the
         co-scheduled pair and the passes alone, the exchanges hidden and exposed in a pair, what
@@ -434,6 +457,7 @@ class IterationReport:
                 "recompute": block.recompute.critical_path_s,
                 "backward_with_recompute": block.backward_with_recompute_s,
             },
+            "attention_window": self._attention_window_json(),
             "quantization": self._quantization_json(),
             "tp_comm": self._tp_comm_json(),
             "cp_comm": self._cp_comm_json(),
