@@ -46,6 +46,7 @@ def test_names_and_rulesets() -> None:
         "sequence_parallel_needs_tensor",
         "overlap_param_gather_needs_overlap_grad_reduce",
         "fused_attention_support",
+        "attention_backend_runs_window_and_sinks",
         "tp_comm_overlap_needs_sequence_parallel",
         "tp_comm_overlap_buffer_shape",
         "tp_comm_overlap_quantizer",

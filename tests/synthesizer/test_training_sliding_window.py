@@ -233,3 +233,25 @@ def test_plan_json_reports_the_window() -> None:
     assert got["windowed_layers_on_critical_stage"] in (4, 5)
     full = _plan(model=dataclasses.replace(GPT_OSS, attention_window=FullAttention()))
     assert full.to_json_dict()["attention_window"] is None
+
+
+def test_backends_that_cannot_run_windows_or_sinks() -> None:
+    """Megatron-Core's own attention (local) runs no window; the flash backend leaves TE only
+    FlashAttention, which runs no attention sinks."""
+    law = "attention_backend_runs_window_and_sinks"
+    for backend, expected in (
+        ("auto", 0),
+        ("fused", 0),
+        ("unfused", 0),
+        ("local", 1),
+        ("flash", 1),
+    ):
+        spec = build_spec(model=GPT_OSS, gpus=32, settings={**KEYS, "attention_backend": backend})
+        violated = [v for v in check_training(spec.model, spec.mapping) if v.law == law]
+        assert len(violated) == expected, backend
+    plain = dataclasses.replace(GPT_OSS, softmax_type=SoftmaxType.VANILLA)
+    spec = build_spec(model=plain, gpus=32, settings={**KEYS, "attention_backend": "flash"})
+    assert check_training(spec.model, spec.mapping) == ()
+    unwindowed = dataclasses.replace(GPT_OSS, attention_window=FullAttention())
+    spec = build_spec(model=unwindowed, gpus=32, settings={**KEYS, "attention_backend": "local"})
+    assert check_training(spec.model, spec.mapping) == ()

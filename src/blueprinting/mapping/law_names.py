@@ -59,6 +59,7 @@ class Law(StrEnum):
     MEGATRON_SEQUENCE_PARALLEL_NEEDS_TP = "sequence_parallel_needs_tensor"
     MEGATRON_OVERLAP_PARAM_GATHER = "overlap_param_gather_needs_overlap_grad_reduce"
     MEGATRON_FUSED_ATTENTION_SUPPORT = "fused_attention_support"
+    MEGATRON_ATTENTION_BACKEND_WINDOW_SINKS = "attention_backend_runs_window_and_sinks"
     MEGATRON_TP_COMM_OVERLAP_NEEDS_SP = "tp_comm_overlap_needs_sequence_parallel"
     MEGATRON_TP_COMM_OVERLAP_BUFFER = "tp_comm_overlap_buffer_shape"
     MEGATRON_TP_COMM_OVERLAP_QUANTIZER = "tp_comm_overlap_quantizer"
@@ -192,6 +193,11 @@ class Law(StrEnum):
                 )
             case Law.MEGATRON_CP_NEEDS_FUSED_ATTENTION:
                 return "cp > 1 => fused attention (Transformer Engine flash / cuDNN backends)"
+            case Law.MEGATRON_ATTENTION_BACKEND_WINDOW_SINKS:
+                return (
+                    "sliding-window layers => attention_backend != local; "
+                    "softmax_type != vanilla => attention_backend != flash"
+                )
             case Law.MEGATRON_CP_SLIDING_WINDOW:
                 return "cp > 1 and sliding-window layers => cp_comm_type in {a2a, all_gather}"
             case Law.MEGATRON_CP_SOFTMAX_TYPE:

@@ -41,6 +41,8 @@ from blueprinting.mapping.serving_laws import serving_expert_laws
 from blueprinting.mapping.transformer import (
     AllGatherKV,
     AllReduce,
+    AttentionBackend,
+    AttentionKernel,
     CombinedOneForwardOneBackward,
     CrossEntropyFusionImpl,
     DistributedOptimizer,
@@ -834,10 +836,57 @@ def fused_attention_supported(model: TransformerModelSpec) -> bool:
     return model.datatype is not Datatype.FP32 and model.kv_channels <= FUSED_ATTENTION_MAX_HEAD_DIM
 
 
+def _backend_feature_laws(
+    model: TransformerModelSpec, backend: AttentionBackend
+) -> list[LawViolation]:
+    """``attention_backend_runs_window_and_sinks``: Megatron-Core's own ``DotProductAttention``
+    (``local``) asserts "Sliding Window Attention is only supported by TEDotProductAttention!";
+    ``flash`` leaves Transformer Engine only FlashAttention (Megatron sets NVTE_FUSED_ATTN and
+    NVTE_UNFUSED_ATTN to 0), which runs no non-vanilla softmax (attention sinks), so TE finds
+    no backend."""
+    out: list[LawViolation] = []
+    windowed = model.windowed_layers_in(0, model.num_layers)
+    if windowed and backend is AttentionBackend.LOCAL:
+        out.append(
+            _violation(
+                "attention_backend_runs_window_and_sinks",
+                Law.MEGATRON_ATTENTION_BACKEND_WINDOW_SINKS.formula,
+                f"attention_backend = local (Megatron-Core's DotProductAttention) runs no "
+                f"sliding window, and {windowed} of {model.num_layers} layers keep one "
+                f"(attention_window = {model.attention_window}); use auto, fused, flash or "
+                "unfused (Transformer Engine)",
+                RuleSet.MEGATRON,
+                attention_backend=backend.value,
+                windowed_layers=windowed,
+            )
+        )
+    if model.softmax_type is not SoftmaxType.VANILLA and backend is AttentionBackend.FLASH:
+        out.append(
+            _violation(
+                "attention_backend_runs_window_and_sinks",
+                Law.MEGATRON_ATTENTION_BACKEND_WINDOW_SINKS.formula,
+                f"attention_backend = flash leaves Transformer Engine only FlashAttention, which "
+                f"runs no softmax_type = {model.softmax_type} (attention sinks); use auto or "
+                "fused (cuDNN)",
+                RuleSet.MEGATRON,
+                attention_backend=backend.value,
+                softmax_type=model.softmax_type.value,
+            )
+        )
+    return out
+
+
 def _attention_laws(
     model: TransformerModelSpec, mapping: TransformerTrainingMappingSpec
 ) -> list[LawViolation]:
     attention = mapping.attention
+    features = _backend_feature_laws(model, attention.backend)
+    return features + _kernel_support_laws(model, attention)
+
+
+def _kernel_support_laws(
+    model: TransformerModelSpec, attention: AttentionKernel
+) -> list[LawViolation]:
     match attention:
         case FusedAttention(backend=backend):
             if fused_attention_supported(model):

@@ -159,6 +159,8 @@ def law_violations(
         masks[Law.MEGATRON_FUSED_ATTENTION_SUPPORT] = np.full(
             t.shape, not fused_attention_supported(model), dtype=np.bool_
         )
+        # the auto backend on every row runs windows and sinks (laws._backend_feature_laws)
+        masks[Law.MEGATRON_ATTENTION_BACKEND_WINDOW_SINKS] = np.zeros(t.shape, dtype=np.bool_)
         masks[Law.MEGATRON_CP_A2A_HEADS] = a2a & ((local_q % cp != 0) | (local_kv % cp != 0))
         # fused attention on every row
         masks[Law.MEGATRON_CP_NEEDS_FUSED_ATTENTION] = np.zeros(t.shape, dtype=np.bool_)
