@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from blueprinting.analysis.flops import FlopsConvention, model_flops_per_iteration
-from blueprinting.errors import ConfigError
+from blueprinting.errors import ConfigError, InvalidStrategyError
 from blueprinting.mapping.cuda_graphs import (
     CudaGraphs,
     CudaGraphScope,
@@ -24,6 +24,7 @@ from blueprinting.mapping.cuda_graphs import (
 )
 from blueprinting.validation.modern import (
     GpuGeneration,
+    ModernExclusion,
     ModernRun,
     ModernSource,
     PrecisionRecipe,
@@ -318,7 +319,9 @@ def test_scoring_splits_the_error_by_model_generation_and_dispatcher() -> None:
     } == {r.exclusion_message() for r in _RUNS if r.excluded is not None}
     assert validation.gate(MoeGate.MAX_ERROR).passed is True  # 0.2 <= 0.25
     assert validation.gate(MoeGate.MEDIAN_ERROR).passed is False  # 0.2 > 0.10
-    assert validation.gate(MoeGate.ALL_PLANNED).value == pytest.approx(42 / 62)
+    # 65 rows less 3 known regressions and the EP64 x PP8 row on 256 GPUs (its expert grid
+    # cannot be placed, which the reference flags)
+    assert validation.gate(MoeGate.ALL_PLANNED).value == pytest.approx(42 / 61)
     assert validation.passed is False
     document = json.loads(json.dumps(moe_to_json_dict(validation)))
     assert document["planned_runs"] == 42 and document["not_planned_runs"] == 23
@@ -354,6 +357,11 @@ _CE_TE = "cross_entropy_te_fusion"
 def test_which_runs_are_not_planned_and_why(planned: MoeValidation) -> None:
     refused = {row.run_id: row.row.not_planned for row in planned.not_planned_rows}
     assert len(planned.planned_rows) == 60 and len(refused) == 5
+    grid = "mbridge_25.09_pretrain_deepseekv3_gb200_n256_prec_unstated_gbs2048_alt_tokendrop"
+    assert refused.pop(grid) == (
+        "excluded (inconsistent_expert_grid): the reference flags its layout inconsistent; "
+        "256 GPUs cannot hold its expert grid"
+    )
     regression = "mbridge_26.06.01_pretrain_gpt_oss_120b_gb200_n64_mxfp8_gbs1280"
     assert refused.pop(regression).startswith(
         "excluded (known_regression): Megatron-Bridge docs/performance-summary-archive.md"
@@ -367,9 +375,9 @@ def test_which_runs_are_not_planned_and_why(planned: MoeValidation) -> None:
         assert refused.pop(run).startswith(
             "excluded (known_regression): Megatron-Bridge issue #1998"
         )
-    # outside the gates: 62 rows, 60 of them planned
-    assert planned.gate(MoeGate.ALL_PLANNED).count == 62
-    starts = {_UNEVEN: 1, _EXPERT_WORLD: 1}
+    # outside the gates: 61 rows, 60 of them planned
+    assert planned.gate(MoeGate.ALL_PLANNED).count == 61
+    starts = {_UNEVEN: 1}
     for start, count in starts.items():
         assert sum(1 for message in refused.values() if message.startswith(start)) == count
     assert all("Traceback" not in message for message in refused.values())
@@ -379,6 +387,10 @@ def test_which_runs_are_not_planned_and_why(planned: MoeValidation) -> None:
         for r in planned.not_planned_rows
         if r.run_id not in regressions
     )
+    # the excluded grid row's own refusal, had it been planned: Megatron's world law
+    (grid_run,) = [r for r in _RUNS if r.id == grid]
+    with pytest.raises(InvalidStrategyError, match=r"\[planner\] expert_world_size"):
+        api_modern_predictor()(grid_run)
     # every Megatron-Bridge row runs TE's fused cross-entropy, which Megatron-LM refuses and
     # Megatron-Bridge never checks; the two 25.09 H100 rows also the parameter-gather rule
     waived = [r.row for r in planned.planned_rows if r.row.waived_megatron_rules]
@@ -536,3 +548,39 @@ def test_a_waiver_is_checked_both_ways(tmp_path: Path) -> None:
         predict(other)
     laws = {v.law for v in refused.value.violations}
     assert "overlap_param_gather_needs_overlap_grad_reduce" not in laws and laws
+
+
+def test_an_expert_grid_exclusion_holds_only_where_the_grid_cannot_be_placed(
+    tmp_path: Path,
+) -> None:
+    """``inconsistent_expert_grid`` needs the reference's INCONSISTENT LAYOUT note and a GPU
+    count that etp x ep x p does not divide; anything else is a fixture error naming why."""
+    text = default_moe_fixture_path().read_text()
+    grid_id = "mbridge_25.09_pretrain_deepseekv3_gb200_n256_prec_unstated_gbs2048_alt_tokendrop"
+    (run,) = [r for r in _RUNS if r.id == grid_id]
+    assert run.excluded is ModernExclusion.INCONSISTENT_EXPERT_GRID
+    assert run.num_gpus % (1 * 64 * 8) != 0  # 256 GPUs, etp 1 x ep 64 x p 8 = 512
+    start = text.index(f'id = "{grid_id}"')
+    # the grid fits once the row says EP 32
+    fitting = tmp_path / "fitting.toml"
+    at = text.index("expert_model_parallel_size = 64", start)
+    fitting.write_text(
+        text[:at]
+        + "expert_model_parallel_size = 32"
+        + text[at + len("expert_model_parallel_size = 64") :]
+    )
+    with pytest.raises(ConfigError) as raised:
+        load_moe_runs(fitting)
+    assert (
+        f"run {grid_id!r}: excluded = inconsistent_expert_grid, but 256 GPUs hold etp x ep x p "
+        "= 1 x 32 x 8: the expert grid fits"
+    ) in raised.value.problems
+    # without the reference's note the exclusion is not the reference's
+    unflagged = tmp_path / "unflagged.toml"
+    unflagged.write_text(text.replace('"INCONSISTENT LAYOUT: EP=64', '"EP=64', 1))
+    with pytest.raises(ConfigError) as raised:
+        load_moe_runs(unflagged)
+    assert (
+        f"run {grid_id!r}: excluded = inconsistent_expert_grid needs the reference's note "
+        "starting 'INCONSISTENT LAYOUT'"
+    ) in raised.value.problems

@@ -98,6 +98,12 @@ class ModernExclusion(StrEnum):
       (``megatron/core/num_microbatches_calculator.py``: global batch divisible by micro batch
       times data-parallel size): the run cannot have run as printed, and re-reading its GPU
       count or DP would be a repair the source does not state.
+    - ``inconsistent_expert_grid``: a MoE row the reference flags INCONSISTENT LAYOUT (a note
+      starting so) whose expert grid cannot be placed on its GPUs: the GPU count is not a
+      multiple of etp x ep x p, which Megatron-Core refuses at start-up (``parallel_state.py``:
+      the expert grid etp x ep x expert-dp x p must fill the world, as t x cp x d x p does):
+      the run cannot have run as printed, and re-reading its EP or its GPU count would be a
+      repair the source does not state.
     - ``known_regression``: the publisher of the figure says it measures a known software
       regression, to be fixed in a later release (the fixture's ``exclusion_reason`` quotes
       where): the planner prices the kernels as they run without it, so the row would score
@@ -105,7 +111,12 @@ class ModernExclusion(StrEnum):
     """
 
     INCONSISTENT_LAYOUT = "inconsistent_layout"
+    INCONSISTENT_EXPERT_GRID = "inconsistent_expert_grid"
     KNOWN_REGRESSION = "known_regression"
+
+
+#: How the reference marks a row whose printed layout cannot run (``modern_runs.json`` notes).
+INCONSISTENT_LAYOUT_NOTE = "INCONSISTENT LAYOUT"
 
 
 class GpuGeneration(StrEnum):
@@ -314,6 +325,31 @@ class ModernRun:
                         f"{micro} x {d}: the run plans"
                     )
                 return None
+            case ModernExclusion.INCONSISTENT_EXPERT_GRID:
+                if self.exclusion_reason:
+                    return (
+                        "exclusion_reason is for known_regression; inconsistent_expert_grid is "
+                        "checked by its rule"
+                    )
+                if not any(note.startswith(INCONSISTENT_LAYOUT_NOTE) for note in self.notes):
+                    return (
+                        f"excluded = {self.excluded} needs the reference's note starting "
+                        f"{INCONSISTENT_LAYOUT_NOTE!r}"
+                    )
+                ep = self._size("expert_model_parallel_size")
+                # Megatron-LM's default expert_tensor_parallel_size is t (arguments.py)
+                etp = (
+                    self._size("expert_tensor_parallel_size")
+                    if "expert_tensor_parallel_size" in self.strategy_keys
+                    else self.tensor_parallel
+                )
+                grid = etp * ep * self.pipeline_parallel
+                if self.num_gpus % grid == 0:
+                    return (
+                        f"excluded = {self.excluded}, but {self.num_gpus} GPUs hold etp x ep x p "
+                        f"= {etp} x {ep} x {self.pipeline_parallel}: the expert grid fits"
+                    )
+                return None
             case _ as unreachable:
                 assert_never(unreachable)
 
@@ -324,6 +360,11 @@ class ModernRun:
                 return ""
             case ModernExclusion.INCONSISTENT_LAYOUT:
                 return f"excluded ({self.excluded}): the reference flags its layout inconsistent"
+            case ModernExclusion.INCONSISTENT_EXPERT_GRID:
+                return (
+                    f"excluded ({self.excluded}): the reference flags its layout inconsistent; "
+                    f"{self.num_gpus} GPUs cannot hold its expert grid"
+                )
             case ModernExclusion.KNOWN_REGRESSION:
                 return f"excluded ({self.excluded}): {self.exclusion_reason}"
             case _ as unreachable:
