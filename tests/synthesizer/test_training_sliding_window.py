@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from blueprinting.api import build_spec, plan_spec
-from blueprinting.errors import InvalidStrategyError
+from blueprinting.errors import InvalidStrategyError, VerificationError
 from blueprinting.hardware.attention import (
     FORWARD_FLOPS_PER_PAIR_DIM,
     H100_FLASH_ATTENTION_2,
@@ -276,3 +276,22 @@ def test_backends_that_cannot_run_windows_or_sinks() -> None:
     unwindowed = dataclasses.replace(GPT_OSS, attention_window=FullAttention())
     spec = build_spec(model=unwindowed, gpus=32, settings={**KEYS, "attention_backend": "local"})
     assert check_training(spec.model, spec.mapping) == ()
+
+
+def test_the_plan_verifies_its_windowed_counts() -> None:
+    """A stage's windowed blocks lie within its blocks (and the recomputed ones within its
+    recomputed), and need the window's cost: the IR refuses anything else."""
+    plan = _plan().plan
+    stage = plan.stages[0]
+    with pytest.raises(VerificationError, match="stage 0 has windowed blocks it does not hold"):
+        dataclasses.replace(plan, window=None)
+    too_many = dataclasses.replace(stage, windowed_blocks_per_chunk=(10,))
+    with pytest.raises(VerificationError, match="stage 0 has windowed blocks it does not hold"):
+        dataclasses.replace(plan, stages=(too_many, *plan.stages[1:]))
+    unrecomputed = dataclasses.replace(stage, windowed_recomputed_per_chunk=(1,))
+    with pytest.raises(VerificationError, match="stage 0 has windowed blocks it does not hold"):
+        dataclasses.replace(plan, stages=(unrecomputed, *plan.stages[1:]))
+    # a MoE count past the blocks is refused the same way
+    moe = dataclasses.replace(stage, moe_blocks_per_chunk=(10,))
+    with pytest.raises(VerificationError, match="stage 0 has MoE blocks it does not hold"):
+        dataclasses.replace(plan, stages=(moe, *plan.stages[1:]))

@@ -202,6 +202,31 @@ class StagePlan:
         return self.moe_blocks_per_chunk[chunk], self.moe_recomputed_per_chunk[chunk]
 
 
+def _subcounts_exceed(
+    stage: StagePlan, counts: tuple[int, ...], recomputed: tuple[int, ...]
+) -> bool:
+    """Whether per-chunk sub-counts of a stage's blocks (its MoE or its sliding-window ones,
+    and of those the recomputed) fail to lie within its blocks and recomputed blocks (empty
+    counts: none of that kind, which holds)."""
+    if not counts:
+        return False
+    chunks = len(stage.blocks_per_chunk)
+    return (
+        len(counts) != chunks
+        or len(recomputed) != chunks
+        or any(
+            not (0 <= kr <= k <= b and kr <= r)
+            for b, r, k, kr in zip(
+                stage.blocks_per_chunk,
+                stage.recomputed_blocks_per_chunk,
+                counts,
+                recomputed,
+                strict=True,
+            )
+        )
+    )
+
+
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PortablePlanIR:
@@ -251,37 +276,13 @@ class PortablePlanIR:
                 )
             ):
                 problems.append(f"stage {stage.index} recomputes blocks it does not hold")
-            if stage.moe_blocks_per_chunk and (
-                self.moe_block is None
-                or len(stage.moe_blocks_per_chunk) != len(stage.blocks_per_chunk)
-                or len(stage.moe_recomputed_per_chunk) != len(stage.blocks_per_chunk)
-                or any(
-                    not (0 <= mr <= m <= b and mr <= r)
-                    for b, r, m, mr in zip(
-                        stage.blocks_per_chunk,
-                        stage.recomputed_blocks_per_chunk,
-                        stage.moe_blocks_per_chunk,
-                        stage.moe_recomputed_per_chunk,
-                        strict=True,
-                    )
-                )
-            ):
+            if _subcounts_exceed(
+                stage, stage.moe_blocks_per_chunk, stage.moe_recomputed_per_chunk
+            ) or (stage.moe_blocks_per_chunk and self.moe_block is None):
                 problems.append(f"stage {stage.index} has MoE blocks it does not hold")
-            if stage.windowed_blocks_per_chunk and (
-                self.window is None
-                or len(stage.windowed_blocks_per_chunk) != len(stage.blocks_per_chunk)
-                or len(stage.windowed_recomputed_per_chunk) != len(stage.blocks_per_chunk)
-                or any(
-                    not (0 <= wr <= w <= b and wr <= r)
-                    for b, r, w, wr in zip(
-                        stage.blocks_per_chunk,
-                        stage.recomputed_blocks_per_chunk,
-                        stage.windowed_blocks_per_chunk,
-                        stage.windowed_recomputed_per_chunk,
-                        strict=True,
-                    )
-                )
-            ):
+            if _subcounts_exceed(
+                stage, stage.windowed_blocks_per_chunk, stage.windowed_recomputed_per_chunk
+            ) or (stage.windowed_blocks_per_chunk and self.window is None):
                 problems.append(f"stage {stage.index} has windowed blocks it does not hold")
         times = (self.p2p_forward_s, self.p2p_backward_s)
         if any(t < 0 for t in times) or self.p2p_bytes < 0:
