@@ -20,7 +20,13 @@ from blueprinting.hardware.attention import (
     windowed_rate_seq_length,
 )
 from blueprinting.mapping.laws import check_training
-from blueprinting.mapping.model import FullAttention, SlidingWindow, SoftmaxType
+from blueprinting.mapping.model import (
+    FullAttention,
+    MoeLayerFrequency,
+    MoeLayerList,
+    SlidingWindow,
+    SoftmaxType,
+)
 from blueprinting.mapping.presets import model_preset
 from blueprinting.simulator.from_plan import schedule_costs
 from blueprinting.synthesizer.dialects.transformer.inference import attended_pairs
@@ -119,19 +125,26 @@ def test_a_windowed_kernels_time_scales_with_its_band(window: int) -> None:
 
 def test_gpt_oss_stages_count_their_windowed_layers() -> None:
     plan = _plan().plan
-    assert [s.windowed_blocks_per_chunk for s in plan.stages] == [(5,), (4,), (5,), (4,)]
-    assert [s.windowed_recomputed_per_chunk for s in plan.stages] == [(0,)] * 4
+    # every GPT-OSS layer is a MoE layer: its windowed ones are counted as such
+    assert [s.moe_windowed_per_chunk for s in plan.stages] == [(5,), (4,), (5,), (4,)]
+    assert [s.windowed_blocks_per_chunk for s in plan.stages] == [(0,)] * 4
+    assert [s.moe_windowed_recomputed_per_chunk for s in plan.stages] == [(0,)] * 4
     # selective recompute (Megatron's default module, core_attn) re-runs every attention core
     selective = _plan(recompute_granularity="selective").plan
-    assert [s.windowed_recomputed_per_chunk for s in selective.stages] == [(5,), (4,), (5,), (4,)]
+    assert [s.moe_windowed_recomputed_per_chunk for s in selective.stages] == [
+        (5,),
+        (4,),
+        (5,),
+        (4,),
+    ]
     # full recompute of each stage's first 2 layers (0-1, 9-10, 18-19, 27-28): one windowed
     full = _plan(
         recompute_granularity="full", recompute_method="block", recompute_num_layers=2
     ).plan
-    assert [s.windowed_recomputed_per_chunk for s in full.stages] == [(1,)] * 4
+    assert [s.moe_windowed_recomputed_per_chunk for s in full.stages] == [(1,)] * 4
     interleaved = _plan(num_layers_per_virtual_pipeline_stage=3).plan
     # chunks of 3 layers from 0, 3, 6, 9 (stage 0: layers 0-2, 12-14, 24-26)
-    assert [s.windowed_blocks_per_chunk for s in interleaved.stages] == [
+    assert [s.moe_windowed_per_chunk for s in interleaved.stages] == [
         (2, 2, 2),
         (1, 1, 1),
         (2, 2, 2),
@@ -143,7 +156,8 @@ def test_the_window_changes_only_the_attention_core_by_hand() -> None:
     """H100 FA2 at d = 64 (microbenchmarks.md 3.1): 257 TFLOP/s at 4k, 141 at 512 (the clamp
     for 2W = 258). One layer's forward on b = 1, 64 heads."""
     report = _plan()
-    window = report.plan.window
+    assert report.plan.window is None  # no dense layer
+    window = report.plan.moe_window
     assert window is not None
     per_pair = FORWARD_FLOPS_PER_PAIR_DIM * 64 * 64
     full_s = per_pair * causal_attention_pairs(4096) / 257e12
@@ -157,14 +171,14 @@ def test_the_window_changes_only_the_attention_core_by_hand() -> None:
     assert window.backward_weight.compute_s == 0.0
     assert window.recompute.compute_s == 0.0  # no recompute
     # selective recompute re-runs the forward core
-    selective = _plan(recompute_granularity="selective").plan.window
+    selective = _plan(recompute_granularity="selective").plan.moe_window
     assert selective is not None
     assert selective.recompute.compute_s == pytest.approx(window.forward.compute_s, rel=1e-12)
 
     full = _plan(model=dataclasses.replace(GPT_OSS, attention_window=FullAttention()))
-    assert full.plan.window is None
+    assert full.plan.window is None and full.plan.moe_window is None
     for windowed_stage, full_stage in zip(report.plan.stages, full.plan.stages, strict=True):
-        n = windowed_stage.windowed_blocks
+        n = windowed_stage.moe_windowed_blocks
         change = n * (window.forward_s + window.backward_s + window.recompute.critical_path_s)
         assert report.plan.stage_microbatch_compute_s(windowed_stage) == pytest.approx(
             full.plan.stage_microbatch_compute_s(full_stage) + change, rel=1e-12
@@ -174,7 +188,7 @@ def test_the_window_changes_only_the_attention_core_by_hand() -> None:
 
 def test_unfused_attention_saves_nothing_from_a_window() -> None:
     """The unfused ops compute and mask the whole s x s scores: the change is zero."""
-    window = _plan(attention_backend="unfused").plan.window
+    window = _plan(attention_backend="unfused").plan.moe_window
     assert window is not None
     assert window.forward_s == window.backward_s == window.recompute.critical_path_s == 0.0
 
@@ -237,15 +251,16 @@ def test_the_cp_rules_refuse_with_their_values() -> None:
 
 def test_plan_json_reports_the_window() -> None:
     report = _plan()
-    window = report.plan.window
+    window = report.plan.moe_window
     assert window is not None
     got = report.to_json_dict()["attention_window"]
     assert got == {
         "window_keys": 129,
         "windowed_layers": 18,
         "layers": 36,
-        "windowed_layers_on_critical_stage": report.plan.critical_stage().windowed_blocks,
-        "layer_change_s": {
+        "windowed_layers_on_critical_stage": report.plan.critical_stage().moe_windowed_blocks,
+        "dense_layer_change_s": None,
+        "moe_layer_change_s": {
             "forward": window.forward_s,
             "backward": window.backward_s,
             "recompute": 0.0,
@@ -284,14 +299,125 @@ def test_the_plan_verifies_its_windowed_counts() -> None:
     plan = _plan().plan
     stage = plan.stages[0]
     with pytest.raises(VerificationError, match="stage 0 has windowed blocks it does not hold"):
-        dataclasses.replace(plan, window=None)
-    too_many = dataclasses.replace(stage, windowed_blocks_per_chunk=(10,))
+        dataclasses.replace(plan, moe_window=None)
+    too_many = dataclasses.replace(stage, moe_windowed_per_chunk=(10,))
     with pytest.raises(VerificationError, match="stage 0 has windowed blocks it does not hold"):
         dataclasses.replace(plan, stages=(too_many, *plan.stages[1:]))
-    unrecomputed = dataclasses.replace(stage, windowed_recomputed_per_chunk=(1,))
+    unrecomputed = dataclasses.replace(stage, moe_windowed_recomputed_per_chunk=(1,))
     with pytest.raises(VerificationError, match="stage 0 has windowed blocks it does not hold"):
         dataclasses.replace(plan, stages=(unrecomputed, *plan.stages[1:]))
     # a MoE count past the blocks is refused the same way
     moe = dataclasses.replace(stage, moe_blocks_per_chunk=(10,))
     with pytest.raises(VerificationError, match="stage 0 has MoE blocks it does not hold"):
         dataclasses.replace(plan, stages=(moe, *plan.stages[1:]))
+
+
+def test_a_window_that_skips_every_layer_plans_as_full_attention() -> None:
+    """window_attn_skip_freq 1 keeps every layer full: no windowed count, no change, and the
+    plan equals the full-attention model's (Megatron's local backend still refuses the
+    window_size it asserts on)."""
+    report = _plan(window_attn_skip_freq=1)
+    assert report.plan.window is None and report.plan.moe_window is None
+    assert all(s.windowed_blocks_per_chunk == () for s in report.plan.stages)
+    full = _plan(model=dataclasses.replace(GPT_OSS, attention_window=FullAttention()))
+    assert report.iteration_time_s == full.iteration_time_s
+    assert report.to_json_dict()["attention_window"] is None
+    spec = build_spec(
+        model=GPT_OSS,
+        gpus=32,
+        settings={**KEYS, "window_attn_skip_freq": 1, "attention_backend": "local"},
+    )
+    assert "attention_backend_runs_window_and_sinks" in {
+        v.law for v in check_training(spec.model, spec.mapping)
+    }
+
+
+def test_the_window_uncovers_host_time_it_no_longer_hides() -> None:
+    """The windowed MoE layer is costed whole: where the host issues a layer's ops slower
+    than the shorter GPU work runs them, the change carries the host time it uncovers
+    (GPT-OSS with every layer windowed, t2 cp2 a2a on 64 H100s, the review's case)."""
+    every = dataclasses.replace(GPT_OSS, attention_window=SlidingWindow(size=128))
+    report = _plan(
+        model=every,
+        gpus=64,
+        tensor_model_parallel_size=2,
+        sequence_parallel=True,
+        context_parallel_size=2,
+        cp_comm_type="a2a",
+        pipeline_model_parallel_size=2,
+        expert_tensor_parallel_size=1,
+    )
+    window = report.plan.moe_window
+    assert window is not None
+    assert window.forward.compute_s < 0.0
+    assert window.forward.host_exposed_s > 0.0
+    moe = report.plan.moe_block
+    assert moe is not None
+    # the windowed layer's own host exposure, as its whole costing gives it
+    assert moe.forward.host_exposed_s + window.forward.host_exposed_s > moe.forward.host_exposed_s
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    every=st.integers(1, 9),
+    full_every=st.one_of(st.none(), st.integers(1, 9)),
+    start=st.integers(0, 200),
+    count=st.integers(0, 200),
+)
+def test_windowed_moe_layers_by_brute_force(
+    every: int, full_every: int | None, start: int, count: int
+) -> None:
+    moe = GPT_OSS.moe
+    assert moe is not None
+    model = dataclasses.replace(
+        GPT_OSS,
+        num_layers=400,
+        feed_forward=dataclasses.replace(moe, layer_pattern=MoeLayerFrequency(every=every)),
+        attention_window=SlidingWindow(size=128, full_every=full_every),
+    )
+    brute = sum(
+        1
+        for i in range(start, start + count)
+        if i % every == 0 and (full_every is None or (i + 1) % full_every != 0)
+    )
+    assert model.windowed_moe_layers_in(start, count) == brute
+    listed = dataclasses.replace(
+        model,
+        feed_forward=dataclasses.replace(
+            moe, layer_pattern=MoeLayerList(layers=tuple(i % every == 0 for i in range(400)))
+        ),
+    )
+    assert listed.windowed_moe_layers_in(start, count) == brute
+
+
+def test_dense_and_moe_windowed_layers_each_take_their_change() -> None:
+    """A model with dense and MoE layers and a window on two of every three: each stage counts
+    its windowed layers by kind, and adds each kind's change."""
+    moe = GPT_OSS.moe
+    assert moe is not None
+    mixed = dataclasses.replace(
+        GPT_OSS,
+        num_layers=12,
+        feed_forward=dataclasses.replace(moe, layer_pattern=MoeLayerFrequency(every=2)),
+        attention_window=SlidingWindow(size=128, full_every=3),
+    )
+    report = _plan(model=mixed, gpus=16, pipeline_model_parallel_size=2)
+    plan = report.plan
+    assert plan.window is not None and plan.moe_window is not None
+    # layers 0-5: windowed 0, 1, 3, 4 (2 and 5 full); MoE 0, 2, 4
+    first, second = plan.stages
+    assert (first.windowed_blocks_per_chunk, first.moe_windowed_per_chunk) == ((2,), (2,))
+    # layers 6-11: windowed 6, 7, 9, 10; MoE 6, 8, 10
+    assert (second.windowed_blocks_per_chunk, second.moe_windowed_per_chunk) == ((2,), (2,))
+    full = _plan(
+        model=dataclasses.replace(mixed, attention_window=FullAttention()),
+        gpus=16,
+        pipeline_model_parallel_size=2,
+    ).plan
+    for stage, full_stage in zip(plan.stages, full.stages, strict=True):
+        change = 2 * (plan.window.forward_s + plan.window.backward_s) + 2 * (
+            plan.moe_window.forward_s + plan.moe_window.backward_s
+        )
+        assert plan.stage_microbatch_compute_s(stage) == pytest.approx(
+            full.stage_microbatch_compute_s(full_stage) + change, rel=1e-12
+        )

@@ -167,9 +167,12 @@ class WorkCount(StrEnum):
     HAS_LM_HEAD = "has_lm_head"  # 1 or 0
     HAS_FIRST_LAYERS = "has_first_layers"  # 1 or 0: the recipe's first base-precision layers
     HAS_LAST_LAYERS = "has_last_layers"  # 1 or 0: its last ones
-    #: the sliding-window layers (dense or MoE), which add ``PortablePlanIR.window`` to their block
+    #: the sliding-window dense layers, which add ``PortablePlanIR.window`` to their block, and
+    #: MoE layers, which add ``moe_window``
     WINDOWED_BLOCKS = "windowed_blocks"
     WINDOWED_RECOMPUTED_BLOCKS = "windowed_recomputed_blocks"
+    MOE_WINDOWED_BLOCKS = "moe_windowed_blocks"
+    MOE_WINDOWED_RECOMPUTED_BLOCKS = "moe_windowed_recomputed_blocks"
 
 
 class CostedPart(StrEnum):
@@ -197,6 +200,10 @@ class CostedPart(StrEnum):
     WINDOW_BACKWARD_ACTIVATION = "window.backward_activation"
     WINDOW_BACKWARD_WEIGHT = "window.backward_weight"
     WINDOW_RECOMPUTE = "window.recompute"
+    MOE_WINDOW_FORWARD = "moe_window.forward"
+    MOE_WINDOW_BACKWARD_ACTIVATION = "moe_window.backward_activation"
+    MOE_WINDOW_BACKWARD_WEIGHT = "moe_window.backward_weight"
+    MOE_WINDOW_RECOMPUTE = "moe_window.recompute"
 
 
 class PhaseField(StrEnum):
@@ -232,6 +239,10 @@ _RUNS = (
     (WorkCount.WINDOWED_BLOCKS, CostedPart.WINDOW_BACKWARD_ACTIVATION),
     (WorkCount.WINDOWED_BLOCKS, CostedPart.WINDOW_BACKWARD_WEIGHT),
     (WorkCount.WINDOWED_RECOMPUTED_BLOCKS, CostedPart.WINDOW_RECOMPUTE),
+    (WorkCount.MOE_WINDOWED_BLOCKS, CostedPart.MOE_WINDOW_FORWARD),
+    (WorkCount.MOE_WINDOWED_BLOCKS, CostedPart.MOE_WINDOW_BACKWARD_ACTIVATION),
+    (WorkCount.MOE_WINDOWED_BLOCKS, CostedPart.MOE_WINDOW_BACKWARD_WEIGHT),
+    (WorkCount.MOE_WINDOWED_RECOMPUTED_BLOCKS, CostedPart.MOE_WINDOW_RECOMPUTE),
 )
 _FORWARD_PARTS = frozenset(
     {
@@ -243,11 +254,17 @@ _FORWARD_PARTS = frozenset(
         CostedPart.LAST_LAYERS_FORWARD,
         CostedPart.MTP_FORWARD,
         CostedPart.WINDOW_FORWARD,
+        CostedPart.MOE_WINDOW_FORWARD,
     }
 )
 
 _RECOMPUTE_PARTS = frozenset(
-    {CostedPart.BLOCK_RECOMPUTE, CostedPart.MOE_BLOCK_RECOMPUTE, CostedPart.WINDOW_RECOMPUTE}
+    {
+        CostedPart.BLOCK_RECOMPUTE,
+        CostedPart.MOE_BLOCK_RECOMPUTE,
+        CostedPart.WINDOW_RECOMPUTE,
+        CostedPart.MOE_WINDOW_RECOMPUTE,
+    }
 )
 
 #: The stage-work formula, written once: each breakdown term is m x the sum of count x time
@@ -266,6 +283,11 @@ STAGE_WORK_TERMS: dict[str, tuple[tuple[WorkCount, CostedPart, PhaseField], ...]
         (WorkCount.RECOMPUTED_BLOCKS, CostedPart.BLOCK_RECOMPUTE, PhaseField.COMPUTE),
         (WorkCount.MOE_RECOMPUTED_BLOCKS, CostedPart.MOE_BLOCK_RECOMPUTE, PhaseField.COMPUTE),
         (WorkCount.WINDOWED_RECOMPUTED_BLOCKS, CostedPart.WINDOW_RECOMPUTE, PhaseField.COMPUTE),
+        (
+            WorkCount.MOE_WINDOWED_RECOMPUTED_BLOCKS,
+            CostedPart.MOE_WINDOW_RECOMPUTE,
+            PhaseField.COMPUTE,
+        ),
     ),
     "tp_comm_exposed": tuple((count, part, PhaseField.TP_EXPOSED) for count, part in _RUNS),
     "cp_comm_exposed": tuple((count, part, PhaseField.CP_EXPOSED) for count, part in _RUNS),
@@ -320,6 +342,14 @@ def costed_part(plan: PortablePlanIR, part: CostedPart) -> PhaseCost:
             return ZERO_PHASE if plan.window is None else plan.window.backward_weight
         case CostedPart.WINDOW_RECOMPUTE:
             return ZERO_PHASE if plan.window is None else plan.window.recompute
+        case CostedPart.MOE_WINDOW_FORWARD:
+            return ZERO_PHASE if plan.moe_window is None else plan.moe_window.forward
+        case CostedPart.MOE_WINDOW_BACKWARD_ACTIVATION:
+            return ZERO_PHASE if plan.moe_window is None else plan.moe_window.backward_activation
+        case CostedPart.MOE_WINDOW_BACKWARD_WEIGHT:
+            return ZERO_PHASE if plan.moe_window is None else plan.moe_window.backward_weight
+        case CostedPart.MOE_WINDOW_RECOMPUTE:
+            return ZERO_PHASE if plan.moe_window is None else plan.moe_window.recompute
         case _ as unreachable:
             assert_never(unreachable)
 
@@ -346,6 +376,10 @@ def work_count(stage: StagePlan, count: WorkCount) -> int:
             return stage.windowed_blocks
         case WorkCount.WINDOWED_RECOMPUTED_BLOCKS:
             return stage.windowed_recomputed_blocks
+        case WorkCount.MOE_WINDOWED_BLOCKS:
+            return stage.moe_windowed_blocks
+        case WorkCount.MOE_WINDOWED_RECOMPUTED_BLOCKS:
+            return stage.moe_windowed_recomputed_blocks
         case _ as unreachable:
             assert_never(unreachable)
 

@@ -99,8 +99,10 @@ def _blocks_pass_s(
     sliding-window layers' change."""
     moe = 0.0 if plan.moe_block is None else pass_s(plan.moe_block)
     window = 0.0 if plan.window is None else pass_s(plan.window)
+    moe_window = 0.0 if plan.moe_window is None else pass_s(plan.moe_window)
     return (
         stage.dense_blocks * pass_s(plan.block)
         + stage.moe_blocks * moe
         + stage.windowed_blocks * window
+        + stage.moe_windowed_blocks * moe_window
     )

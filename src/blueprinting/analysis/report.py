@@ -304,26 +304,37 @@ class IterationReport:
         }
 
     def _attention_window_json(self) -> JsonValue:
-        """The model's sliding-window layers as trained (null when every layer attends its whole
-        causal context): the keys a windowed query attends at most, how many layers are
-        windowed (in the model and on the critical stage), and what one windowed layer's
-        attention core changes against the full one per microbatch (``PortablePlanIR.window``,
-        negative: already inside the breakdown's compute terms)."""
+        """The model's sliding-window layers as trained (null when no layer keeps a window):
+        the keys a windowed query attends at most, how many layers are windowed (in the model
+        and on the critical stage), and what one windowed dense / MoE layer changes against the
+        full one per microbatch (``PortablePlanIR.window`` / ``moe_window``, mostly negative:
+        already inside the breakdown's terms; null where the model has no windowed layer of
+        that kind)."""
         model = self.spec.model
         keys = model.window_keys
-        window = self.plan.window
-        if keys is None or window is None:
+        windowed = model.windowed_layers_in(0, model.num_layers)
+        if keys is None or not windowed:
             return None
-        return {
-            "window_keys": keys,
-            "windowed_layers": model.windowed_layers_in(0, model.num_layers),
-            "layers": model.num_layers,
-            "windowed_layers_on_critical_stage": self.plan.critical_stage().windowed_blocks,
-            "layer_change_s": {
+        critical = self.plan.critical_stage()
+
+        def change(window: BlockCost | None) -> JsonValue:
+            if window is None:
+                return None
+            return {
                 "forward": window.forward_s,
                 "backward": window.backward_s,
                 "recompute": window.recompute.critical_path_s,
-            },
+            }
+
+        return {
+            "window_keys": keys,
+            "windowed_layers": windowed,
+            "layers": model.num_layers,
+            "windowed_layers_on_critical_stage": (
+                critical.windowed_blocks + critical.moe_windowed_blocks
+            ),
+            "dense_layer_change_s": change(self.plan.window),
+            "moe_layer_change_s": change(self.plan.moe_window),
         }
 
     def _combined_json(self) -> JsonValue:

@@ -52,7 +52,8 @@ def causal_attention_pairs(seq_length: int) -> int:
 def windowed_attention_pairs(seq_length: int, keys: int) -> int:
     """(query, key) pairs of one head when each query attends at most ``keys`` keys (a sliding
     window, ``keys`` = W = window + 1), in the same convention: the band's area
-    ``s W - W^2 / 2`` (rounded down), which is :func:`causal_attention_pairs` at ``W = s`` and
+    ``s W - floor(W^2 / 2)`` (an odd W's half pair rounded up), which is
+    :func:`causal_attention_pairs` at ``W = s`` and
     differs from the exact count ``s W - W (W - 1) / 2`` (serving's ``attended_pairs``) by the
     convention's ``W / 2`` on the diagonal. A window at least as long as the sequence is the
     causal mask."""

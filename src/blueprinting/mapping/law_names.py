@@ -195,7 +195,7 @@ class Law(StrEnum):
                 return "cp > 1 => fused attention (Transformer Engine flash / cuDNN backends)"
             case Law.MEGATRON_ATTENTION_BACKEND_WINDOW_SINKS:
                 return (
-                    "sliding-window layers => attention_backend != local; "
+                    "window_size set => attention_backend != local; "
                     "softmax_type != vanilla => attention_backend != flash"
                 )
             case Law.MEGATRON_CP_SLIDING_WINDOW:

@@ -845,16 +845,17 @@ def _backend_feature_laws(
     NVTE_UNFUSED_ATTN to 0), which runs no non-vanilla softmax (attention sinks), so TE finds
     no backend."""
     out: list[LawViolation] = []
-    windowed = model.windowed_layers_in(0, model.num_layers)
-    if windowed and backend is AttentionBackend.LOCAL:
+    # the assert reads the config's window_size, whatever window_attn_skip_freq skips
+    if model.window_keys is not None and backend is AttentionBackend.LOCAL:
+        windowed = model.windowed_layers_in(0, model.num_layers)
         out.append(
             _violation(
                 "attention_backend_runs_window_and_sinks",
                 Law.MEGATRON_ATTENTION_BACKEND_WINDOW_SINKS.formula,
-                f"attention_backend = local (Megatron-Core's DotProductAttention) runs no "
-                f"sliding window, and {windowed} of {model.num_layers} layers keep one "
-                f"(attention_window = {model.attention_window}); use auto, fused, flash or "
-                "unfused (Transformer Engine)",
+                f"attention_backend = local (Megatron-Core's DotProductAttention) asserts "
+                f"window_size is None, and the model sets one (attention_window = "
+                f"{model.attention_window}: {windowed} of {model.num_layers} layers windowed); "
+                "use auto, fused, flash or unfused (Transformer Engine)",
                 RuleSet.MEGATRON,
                 attention_backend=backend.value,
                 windowed_layers=windowed,

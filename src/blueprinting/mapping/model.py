@@ -273,6 +273,33 @@ class CapacityFactor:
 TokenDropping: TypeAlias = Dropless | CapacityFactor
 
 
+def _residues_in(start: int, count: int, n: int, f: int) -> int:
+    """How many i in ``start .. start + count - 1`` have i = 0 (mod n) and i = f - 1 (mod f):
+    none unless gcd(n, f) = 1, else one residue x0 modulo n f (x0 = n ((f - 1) n^-1 mod f))."""
+    if count <= 0 or math.gcd(n, f) != 1:
+        return 0
+    x0 = n * ((f - 1) * pow(n, -1, f) % f) if f > 1 else 0
+    period = n * f
+    return (start + count - 1 - x0) // period - (start - 1 - x0) // period
+
+
+def _full_moe_layers_in(
+    pattern: MoeLayerPattern, window: SlidingWindow, start: int, count: int, full_every: int
+) -> int:
+    """MoE layers among ``start .. start + count - 1`` that the window skips (full attention)."""
+    match pattern:
+        case MoeLayerList():
+            return sum(
+                1
+                for i in range(start, start + count)
+                if pattern.is_moe(i) and not window.is_windowed(i)
+            )
+        case MoeLayerFrequency(every=n):
+            return _residues_in(start, count, n, full_every)
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MoeLayerFrequency:
@@ -576,6 +603,27 @@ class TransformerModelSpec:
     @property
     def num_moe_layers(self) -> int:
         return self.moe_layers_in(0, self.num_layers)
+
+    def windowed_moe_layers_in(self, start: int, count: int) -> int:
+        """Decoder layers among ``start .. start + count - 1`` that are both MoE layers and
+        sliding-window layers, in closed form for the periodic patterns (counts reach 2**63 - 1,
+        issue 18): the MoE layers less those a window skips. Under ``moe_layer_freq`` N and
+        ``window_attn_skip_freq`` F a skipped MoE layer has i = 0 (mod N) and i = -1 (mod F),
+        one residue modulo N F when gcd(N, F) = 1 (Chinese remainder theorem), none otherwise."""
+        moe, window = self.moe, self.attention_window
+        if moe is None:
+            return 0
+        routed = moe.layer_pattern.moe_layers_in(start, count)
+        match window:
+            case FullAttention():
+                return 0
+            case SlidingWindow(full_every=None):
+                return routed
+            case SlidingWindow(full_every=f):
+                assert f is not None
+                return routed - _full_moe_layers_in(moe.layer_pattern, window, start, count, f)
+            case _ as unreachable:
+                assert_never(unreachable)
 
     def windowed_layers_in(self, start: int, count: int) -> int:
         """Sliding-window decoder layers among ``start .. start + count - 1`` (0-based)."""

@@ -71,15 +71,18 @@ def render_plan(report: IterationReport, console: Console, *, all_stages: bool =
     if report.bubble_simulation_note is not None:
         console.print(f"bubble: {report.bubble_simulation_note}", markup=False)
 
-    window = report.plan.window
     keys = spec.model.window_keys
-    if window is not None and keys is not None:
-        windowed = spec.model.windowed_layers_in(0, spec.model.num_layers)
-        change = window.forward_s + window.backward_s + window.recompute.critical_path_s
+    windowed = spec.model.windowed_layers_in(0, spec.model.num_layers)
+    if keys is not None and windowed:
+        changes = [
+            f"a {kind} layer's {1e3 * (w.forward_s + w.backward_s):+.3f} ms"
+            for kind, w in (("dense", report.plan.window), ("MoE", report.plan.moe_window))
+            if w is not None
+        ]
         console.print(
             f"sliding window: {windowed} of {spec.model.num_layers} layers attend at most {keys} "
-            f"keys per query; each changes its layer's attention core by {1e3 * change:+.3f} ms "
-            f"a microbatch (forward, backward and recompute; inside the terms above)"
+            f"keys per query; forward + backward change a microbatch: {', '.join(changes)} "
+            "(recompute apart; inside the terms above)"
         )
 
     memory = report.memory

@@ -453,10 +453,14 @@ class _BlockArrays:
     moe_recompute_critical_s: FloatArray
     #: combined 1F1B's unpaired extra per MoE layer (forward + backward; 0 without the overlap)
     moe_unpaired_s: FloatArray
-    #: ``PortablePlanIR.window``: a sliding-window layer's change (0 without windows)
+    #: ``PortablePlanIR.window`` / ``moe_window``: a sliding-window dense / MoE layer's change
+    #: (0 without such layers)
     window_forward_s: FloatArray
     window_backward_s: FloatArray
     window_recompute_critical_s: FloatArray
+    moe_window_forward_s: FloatArray
+    moe_window_backward_s: FloatArray
+    moe_window_recompute_critical_s: FloatArray
     #: every (part, time) of ``iteration.STAGE_WORK_TERMS``, per row
     parts: dict[tuple[CostedPart, PhaseField], FloatArray]
 
@@ -533,6 +537,7 @@ def _block_costs(
             block, emb, lm = plan.block, plan.embedding, plan.lm_head
             moe = block if plan.moe_block is None else plan.moe_block
             window = NO_BLOCK_CHANGE if plan.window is None else plan.window
+            moe_window = NO_BLOCK_CHANGE if plan.moe_window is None else plan.moe_window
             costed = {part: costed_part(plan, part) for part in distinct_parts}
             part_rows.append([phase_field(costed[part], time) for part, time in part_keys])
             rows.append(
@@ -571,6 +576,9 @@ def _block_costs(
                     window.forward_s,
                     window.backward_s,
                     window.recompute.critical_path_s,
+                    moe_window.forward_s,
+                    moe_window.backward_s,
+                    moe_window.recompute.critical_path_s,
                 )
             )
     if progress is not None:
@@ -649,9 +657,11 @@ class _StageColumns:
     moe_blocks: IntArray
     dense_recomputed: IntArray
     moe_recomputed: IntArray
-    #: the sliding-window blocks (dense or MoE), and those recomputed
+    #: the sliding-window dense blocks, and those recomputed; the MoE ones
     windowed: IntArray
     windowed_recomputed: IntArray
+    moe_windowed: IntArray
+    moe_windowed_recomputed: IntArray
     #: per virtual chunk (columns 0..max v - 1, zero-padded): the blocks that are not MoE
     dense_per_chunk: IntArray
 
@@ -667,10 +677,10 @@ class _Layout:
     signature stands for every stage of it: equal work, and no fewer in-flight microbatches
     than the later ones (a dense model without windows keeps the first and the last stage, as
     before). ``chunks``: every distinct chunk composition (dense, MoE, recomputed dense,
-    recomputed MoE, windowed, recomputed windowed), for the largest chunk."""
+    recomputed MoE, then ``StagePlan.chunk_windowed``'s four), for the largest chunk."""
 
     stages: tuple[_StageColumns, ...]
-    chunks: tuple[tuple[IntArray, IntArray, IntArray, IntArray, IntArray, IntArray], ...]
+    chunks: tuple[tuple[IntArray, ...], ...]
 
 
 def _layout(table: CandidateTable, model: TransformerModelSpec) -> _Layout:
@@ -678,11 +688,11 @@ def _layout(table: CandidateTable, model: TransformerModelSpec) -> _Layout:
         table.pipeline, table.virtual_stages, table.recompute, table.recompute_num_layers
     )
     width = int(table.virtual_stages.max())
-    keyed_stages: list[list[tuple[int, int, int, int, int, int, int, tuple[int, ...]]]] = []
-    keyed_chunks: list[list[tuple[int, int, int, int, int, int]]] = []
+    keyed_stages: list[list[tuple[tuple[int, ...], tuple[int, ...]]]] = []
+    keyed_chunks: list[list[tuple[int, ...]]] = []
     for i in first:
         plans = stage_plans(candidate_to_spec(table, int(i), model))
-        chosen: list[tuple[int, int, int, int, int, int, int, tuple[int, ...]]] = []
+        chosen: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
         if model.moe is None and model.window_keys is None:
             candidates = [plans[0], plans[-1]]
         else:
@@ -694,6 +704,8 @@ def _layout(table: CandidateTable, model: TransformerModelSpec) -> _Layout:
                     plan.moe_recomputed_per_chunk,
                     plan.windowed_blocks_per_chunk,
                     plan.windowed_recomputed_per_chunk,
+                    plan.moe_windowed_per_chunk,
+                    plan.moe_windowed_recomputed_per_chunk,
                     plan.has_embedding,
                     plan.has_lm_head,
                 )
@@ -704,18 +716,22 @@ def _layout(table: CandidateTable, model: TransformerModelSpec) -> _Layout:
             dense = tuple(b - plan.chunk_moe(c)[0] for c, b in enumerate(plan.blocks_per_chunk))
             chosen.append(
                 (
-                    plan.index,
-                    plan.dense_blocks,
-                    plan.moe_blocks,
-                    plan.dense_recomputed_blocks,
-                    plan.moe_recomputed_blocks,
-                    plan.windowed_blocks,
-                    plan.windowed_recomputed_blocks,
+                    (
+                        plan.index,
+                        plan.dense_blocks,
+                        plan.moe_blocks,
+                        plan.dense_recomputed_blocks,
+                        plan.moe_recomputed_blocks,
+                        plan.windowed_blocks,
+                        plan.windowed_recomputed_blocks,
+                        plan.moe_windowed_blocks,
+                        plan.moe_windowed_recomputed_blocks,
+                    ),
                     dense + (0,) * (width - len(dense)),
                 )
             )
         keyed_stages.append(chosen)
-        compositions = sorted(
+        compositions: list[tuple[int, ...]] = sorted(
             {
                 (
                     b - plan.chunk_moe(c)[0],
@@ -736,32 +752,26 @@ def _layout(table: CandidateTable, model: TransformerModelSpec) -> _Layout:
     stages = []
     for j in range(n_stages):
         rows = [x[min(j, len(x) - 1)] for x in keyed_stages]
-        per_chunk = np.array([r[7] for r in rows], dtype=np.int64).reshape(len(rows), width)
+        counts = np.array([r[0] for r in rows], dtype=np.int64)[inverse]
+        per_chunk = np.array([r[1] for r in rows], dtype=np.int64).reshape(len(rows), width)
         stages.append(
             _StageColumns(
-                index=np.array([r[0] for r in rows], dtype=np.int64)[inverse],
-                dense_blocks=np.array([r[1] for r in rows], dtype=np.int64)[inverse],
-                moe_blocks=np.array([r[2] for r in rows], dtype=np.int64)[inverse],
-                dense_recomputed=np.array([r[3] for r in rows], dtype=np.int64)[inverse],
-                moe_recomputed=np.array([r[4] for r in rows], dtype=np.int64)[inverse],
-                windowed=np.array([r[5] for r in rows], dtype=np.int64)[inverse],
-                windowed_recomputed=np.array([r[6] for r in rows], dtype=np.int64)[inverse],
+                index=counts[:, 0],
+                dense_blocks=counts[:, 1],
+                moe_blocks=counts[:, 2],
+                dense_recomputed=counts[:, 3],
+                moe_recomputed=counts[:, 4],
+                windowed=counts[:, 5],
+                windowed_recomputed=counts[:, 6],
+                moe_windowed=counts[:, 7],
+                moe_windowed_recomputed=counts[:, 8],
                 dense_per_chunk=per_chunk[inverse],
             )
         )
     chunks = []
     for j in range(n_chunks):
-        rows6 = np.array([x[min(j, len(x) - 1)] for x in keyed_chunks], dtype=np.int64)
-        chunks.append(
-            (
-                rows6[inverse, 0],
-                rows6[inverse, 1],
-                rows6[inverse, 2],
-                rows6[inverse, 3],
-                rows6[inverse, 4],
-                rows6[inverse, 5],
-            )
-        )
+        composition = np.array([x[min(j, len(x) - 1)] for x in keyed_chunks], dtype=np.int64)
+        chunks.append(tuple(composition[inverse, k] for k in range(composition.shape[1])))
     return _Layout(stages=tuple(stages), chunks=tuple(chunks))
 
 
@@ -781,6 +791,8 @@ def _stage_compute(stage: _StageColumns, p: IntArray, c: _BlockArrays) -> FloatA
     work = work + stage.moe_recomputed * c.moe_recompute_critical_s
     work = work + stage.windowed * (c.window_forward_s + c.window_backward_s)
     work = work + stage.windowed_recomputed * c.window_recompute_critical_s
+    work = work + stage.moe_windowed * (c.moe_window_forward_s + c.moe_window_backward_s)
+    work = work + stage.moe_windowed_recomputed * c.moe_window_recompute_critical_s
     work = np.where(stage.index == 0, work + c.embedding_total_s, work)
     return np.where(stage.index == p - 1, work + c.lm_head_total_s, work)
 
@@ -1488,15 +1500,21 @@ def evaluate_candidates(
     crit_moe_rec = _select(choice, [s.moe_recomputed for s in options])
     crit_windowed = _select(choice, [s.windowed for s in options])
     crit_windowed_rec = _select(choice, [s.windowed_recomputed for s in options])
+    crit_moe_windowed = _select(choice, [s.moe_windowed for s in options])
+    crit_moe_windowed_rec = _select(choice, [s.moe_windowed_recomputed for s in options])
 
     # bubble_contract: the largest chunk of any stage (PortablePlanIR.forward_chunk_s /
     # backward_chunk_s), over the distinct chunk compositions
     forward_longest = np.zeros(p.shape, dtype=np.float64)
     backward_longest = np.zeros(p.shape, dtype=np.float64)
-    for n_dense, n_moe, n_dense_rec, n_moe_rec, n_win, n_win_rec in layout.chunks:
+    for chunk in layout.chunks:
+        n_dense, n_moe, n_dense_rec, n_moe_rec, n_win, n_win_rec, n_mwin, n_mwin_rec = chunk
         forward_longest = np.maximum(
             forward_longest,
-            n_dense * c.forward_s + n_moe * c.moe_forward_s + n_win * c.window_forward_s,
+            n_dense * c.forward_s
+            + n_moe * c.moe_forward_s
+            + n_win * c.window_forward_s
+            + n_mwin * c.moe_window_forward_s,
         )
         backward_longest = np.maximum(
             backward_longest,
@@ -1505,7 +1523,9 @@ def evaluate_candidates(
             + n_dense_rec * c.recompute_critical_s
             + n_moe_rec * c.moe_recompute_critical_s
             + n_win * c.window_backward_s
-            + n_win_rec * c.window_recompute_critical_s,
+            + n_win_rec * c.window_recompute_critical_s
+            + n_mwin * c.moe_window_backward_s
+            + n_mwin_rec * c.moe_window_recompute_critical_s,
         )
     forward_chunk_s = forward_longest + edge_p2p
     backward_chunk_s = backward_longest + edge_p2p
@@ -1537,6 +1557,8 @@ def evaluate_candidates(
             WorkCount.MOE_RECOMPUTED_BLOCKS: crit_moe_rec,
             WorkCount.WINDOWED_BLOCKS: crit_windowed,
             WorkCount.WINDOWED_RECOMPUTED_BLOCKS: crit_windowed_rec,
+            WorkCount.MOE_WINDOWED_BLOCKS: crit_moe_windowed,
+            WorkCount.MOE_WINDOWED_RECOMPUTED_BLOCKS: crit_moe_windowed_rec,
         },
         c=c,
     )
@@ -1598,7 +1620,10 @@ def evaluate_candidates(
     times = np.array(keyed_times, dtype=np.float64)[inverse]
     # PortablePlanIR.chunk_forward_s summed over the critical stage's chunks
     stage_forward_s = (
-        crit_dense * c.forward_s + crit_moe * c.moe_forward_s + crit_windowed * c.window_forward_s
+        crit_dense * c.forward_s
+        + crit_moe * c.moe_forward_s
+        + crit_windowed * c.window_forward_s
+        + crit_moe_windowed * c.moe_window_forward_s
     )
     windows = _Windows(
         m=m,

@@ -7,6 +7,9 @@ back into iteration analysis (``analysis/evaluate.py`` calls this module, never 
 
 Mapping (times are critical paths: compute plus exposed TP communication, as in PortablePlanIR):
 
+- the block terms below are ``PortablePlanIR.chunk_forward_s`` / ``chunk_backward_s``: each
+  chunk's dense and MoE blocks at their own costs, plus each sliding-window block's change
+  (``PortablePlanIR.window`` / ``moe_window``).
 - ``forward_s[r][c]``  = blocks(r, c) x block forward, plus the embedding forward on virtual
   stage 0 (rank 0, chunk 0) and the LM head + loss forward on the last virtual stage
   (rank p-1, chunk v-1): Megatron places the embedding before the first chunk and the output
@@ -109,6 +112,7 @@ def _chunk_matrices(plan: PortablePlanIR) -> tuple[Matrix, Matrix, Matrix]:
     block = plan.block
     moe_block = block if plan.moe_block is None else plan.moe_block
     window = NO_BLOCK_CHANGE if plan.window is None else plan.window
+    moe_window = NO_BLOCK_CHANGE if plan.moe_window is None else plan.moe_window
     v = plan.virtual_stages
     forward: list[tuple[float, ...]] = []
     backward: list[tuple[float, ...]] = []
@@ -138,11 +142,12 @@ def _chunk_matrices(plan: PortablePlanIR) -> tuple[Matrix, Matrix, Matrix]:
             f_row.append(f)
             b_row.append(b)
             moe, _ = stage.chunk_moe(c)
-            windowed, _ = stage.chunk_windowed(c)
+            windowed, _, moe_windowed, _ = stage.chunk_windowed(c)
             w_row.append(
                 (stage.blocks_per_chunk[c] - moe) * block.backward_weight.critical_path_s
                 + moe * moe_block.backward_weight.critical_path_s
                 + windowed * window.backward_weight.critical_path_s
+                + moe_windowed * moe_window.backward_weight.critical_path_s
             )
         forward.append(tuple(f_row))
         backward.append(tuple(b_row))

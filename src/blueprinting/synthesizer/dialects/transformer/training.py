@@ -2292,6 +2292,9 @@ class LocalBlockPlan:
     eager: EagerPasses = _NO_EAGER_PASSES
     #: the loss's kernels (``KernelFusions.cross_entropy``; :func:`cross_entropy_work`)
     cross_entropy: CrossEntropyKernel = _UNFUSED_CROSS_ENTROPY
+    #: the block is one of the model's sliding-window layers (its attention core over
+    #: ``TransformerModelSpec.window_keys`` keys a query)
+    windowed: bool = False
 
     @property
     def cp(self) -> int:
@@ -2306,13 +2309,16 @@ class LocalBlockPlan:
 
     @property
     def local(self) -> BlockDims:
-        return local_dims(
+        dims = local_dims(
             self.model,
             self.micro_batch,
             tp=self.tp,
             sequence_parallel=self.sequence_parallel,
             context=self.context,
         )
+        if self.windowed and self.model.window_keys is not None:
+            return replace(dims, window_keys=self.model.window_keys)
+        return dims
 
     @property
     def global_(self) -> BlockDims:

@@ -254,16 +254,15 @@ class DistributedTaskIR:
     #: the MoE layer (routed experts and their token dispatch) of a MoE model; ``block`` is
     #: then its dense layer (the first-k-dense layers, or those ``moe_layer_freq`` skips)
     moe_block: TaskGroup | None = None
-    #: a model with sliding-window layers: one layer's attention core over the full causal mask
-    #: (the one ``block`` and ``moe_block`` hold) and over the window, lowered alone (same
-    #: recompute); a windowed layer costs its block plus the difference (None: no window)
-    attention_core: TaskGroup | None = None
-    windowed_attention_core: TaskGroup | None = None
+    #: a model's sliding-window layers: ``block`` / ``moe_block`` with the attention core over
+    #: the window's band (None where the model has no windowed layer of that kind)
+    windowed_block: TaskGroup | None = None
+    windowed_moe_block: TaskGroup | None = None
 
     @property
     def groups(self) -> tuple[TaskGroup, ...]:
         base = (self.block, self.first_stage, self.last_stage)
-        optional = (self.moe_block, self.attention_core, self.windowed_attention_core)
+        optional = (self.moe_block, self.windowed_block, self.windowed_moe_block)
         return (*base, *(g for g in optional if g is not None))
 
     @property

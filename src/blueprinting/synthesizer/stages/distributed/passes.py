@@ -51,7 +51,6 @@ from blueprinting.synthesizer.dialects.transformer.training import (
     ShardDim,
     TpSharding,
     Work,
-    attention_core_ops,
     block_ops,
     boundary_collectives,
     context_exchanges,
@@ -592,7 +591,7 @@ def _moe_group(plan: LocalBlockPlan) -> TaskGroup:
     ops = block_ops(model, local, attention=plan.attention, experts=experts, eager=plan.eager)
     routed = [i for i, op in enumerate(ops) if op.name in ROUTED_EXPERT_OPS]
     return _lower_group(
-        "moe_block",
+        "windowed_moe_block" if plan.windowed else "moe_block",
         plan,
         ops,
         boundary_collectives(model, b, tp=tp, sequence_parallel=sp, cp=plan.cp),
@@ -608,21 +607,18 @@ def _moe_group(plan: LocalBlockPlan) -> TaskGroup:
 
 
 @lru_cache(maxsize=1024)
-def _window_groups(plan: LocalBlockPlan) -> tuple[TaskGroup, TaskGroup] | None:
-    """A sliding-window model's attention core, full and windowed, each lowered alone with the
-    block's recompute (None without windowed layers). The core's K/V exchanges and collectives
-    do not depend on the window (the a2a and all-gather exchanges the window allows move the
-    same tensors), so the two groups differ only in the kernel's work."""
-    model = plan.model
-    keys = model.window_keys
-    if keys is None or not model.windowed_layers_in(0, model.num_layers):
-        return None
+def _windowed_block_group(plan: LocalBlockPlan) -> TaskGroup:
+    """A sliding-window dense layer: the block of ``plan`` (a dense plan, as
+    :func:`_dense_groups` is given) with its attention core over the window's band."""
+    model, b, tp, sp = plan.model, plan.micro_batch, plan.tp, plan.sequence_parallel
     local = plan.local
-    full = attention_core_ops(model, local, plan.attention)
-    windowed = attention_core_ops(model, replace(local, window_keys=keys), plan.attention)
-    return (
-        _lower_group("attention_core", plan, full, {}, plan.recomputes),
-        _lower_group("windowed_attention_core", plan, windowed, {}, plan.recomputes),
+    return _lower_group(
+        "windowed_block",
+        plan,
+        block_ops(model, local, attention=plan.attention, eager=plan.eager),
+        boundary_collectives(model, b, tp=tp, sequence_parallel=sp, cp=plan.cp),
+        plan.recomputes,
+        exchanges=context_exchanges(model, local, plan.context),
     )
 
 
@@ -641,12 +637,25 @@ class LowerToDistributedTasks:
         # the grid but not the summary.
         block, first, last = _dense_groups(replace(plan, strategy="", experts=ExpertParallel()))
         moe_block = None if model.moe is None else _moe_group(replace(plan, strategy=""))
-        window = _window_groups(replace(plan, strategy="", experts=ExpertParallel()))
+        # a model's sliding-window layers, dense and MoE, each lowered whole with the window
+        layers = model.num_layers
+        windowed_moe = model.windowed_moe_layers_in(0, layers)
+        windowed_dense = model.windowed_layers_in(0, layers) - windowed_moe
+        windowed_block = (
+            _windowed_block_group(
+                replace(plan, strategy="", experts=ExpertParallel(), windowed=True)
+            )
+            if windowed_dense
+            else None
+        )
+        windowed_moe_block = (
+            _moe_group(replace(plan, strategy="", windowed=True)) if windowed_moe else None
+        )
         ir = DistributedTaskIR(
             mesh=LogicalMesh(axes=_mesh_axes(plan)),
             moe_block=moe_block,
-            attention_core=None if window is None else window[0],
-            windowed_attention_core=None if window is None else window[1],
+            windowed_block=windowed_block,
+            windowed_moe_block=windowed_moe_block,
             strategy=plan.strategy,
             model=model.name,
             micro_batch=b,

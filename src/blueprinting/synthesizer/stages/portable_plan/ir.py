@@ -152,10 +152,13 @@ class StagePlan:
     #: holds none of them (``PortablePlanIR.first_layers`` / ``last_layers``)
     first_layers_chunk: int | None = None
     last_layers_chunk: int | None = None
-    #: how many of each chunk's blocks (and of its recomputed ones) are sliding-window layers,
-    #: dense or MoE (empty: none; ``PortablePlanIR.window``)
+    #: how many of each chunk's dense blocks (and of its recomputed ones) are sliding-window
+    #: layers (empty: the model has none; ``PortablePlanIR.window``), and of its MoE blocks
+    #: (``PortablePlanIR.moe_window``)
     windowed_blocks_per_chunk: tuple[int, ...] = ()
     windowed_recomputed_per_chunk: tuple[int, ...] = ()
+    moe_windowed_per_chunk: tuple[int, ...] = ()
+    moe_windowed_recomputed_per_chunk: tuple[int, ...] = ()
 
     @property
     def blocks(self) -> int:
@@ -183,17 +186,33 @@ class StagePlan:
 
     @property
     def windowed_blocks(self) -> int:
+        """The stage's dense sliding-window blocks."""
         return sum(self.windowed_blocks_per_chunk)
 
     @property
     def windowed_recomputed_blocks(self) -> int:
         return sum(self.windowed_recomputed_per_chunk)
 
-    def chunk_windowed(self, chunk: int) -> tuple[int, int]:
-        """(sliding-window blocks, recomputed sliding-window blocks) of chunk ``chunk``."""
+    @property
+    def moe_windowed_blocks(self) -> int:
+        """The stage's MoE sliding-window blocks."""
+        return sum(self.moe_windowed_per_chunk)
+
+    @property
+    def moe_windowed_recomputed_blocks(self) -> int:
+        return sum(self.moe_windowed_recomputed_per_chunk)
+
+    def chunk_windowed(self, chunk: int) -> tuple[int, int, int, int]:
+        """(dense sliding-window blocks, the recomputed ones, MoE sliding-window blocks, the
+        recomputed ones) of chunk ``chunk``."""
         if not self.windowed_blocks_per_chunk:
-            return 0, 0
-        return self.windowed_blocks_per_chunk[chunk], self.windowed_recomputed_per_chunk[chunk]
+            return 0, 0, 0, 0
+        return (
+            self.windowed_blocks_per_chunk[chunk],
+            self.windowed_recomputed_per_chunk[chunk],
+            self.moe_windowed_per_chunk[chunk],
+            self.moe_windowed_recomputed_per_chunk[chunk],
+        )
 
     def chunk_moe(self, chunk: int) -> tuple[int, int]:
         """(MoE blocks, recomputed MoE blocks) of virtual chunk ``chunk``."""
@@ -247,9 +266,11 @@ class PortablePlanIR:
     #: the MoE layer under combined 1F1B (``--overlap-moe-expert-parallel-comm``):
     #: ``moe_block`` is then its steady state, and this its pair / alone times
     ep_overlap: CombinedLayerTiming | None = None
-    #: a sliding-window layer's attention core minus the full one (negative), added once per
-    #: windowed block of a chunk (``StagePlan.windowed_blocks_per_chunk``; None: no window)
+    #: a sliding-window dense / MoE layer minus the full one (``passes.window_delta``), added
+    #: once per windowed block of that kind of a chunk (``StagePlan.windowed_blocks_per_chunk``
+    #: / ``moe_windowed_per_chunk``; None: no windowed layer of that kind)
     window: BlockCost | None = None
+    moe_window: BlockCost | None = None
     p2p_forward_s: float
     p2p_backward_s: float
     p2p_bytes: int
@@ -280,9 +301,21 @@ class PortablePlanIR:
                 stage, stage.moe_blocks_per_chunk, stage.moe_recomputed_per_chunk
             ) or (stage.moe_blocks_per_chunk and self.moe_block is None):
                 problems.append(f"stage {stage.index} has MoE blocks it does not hold")
-            if _subcounts_exceed(
-                stage, stage.windowed_blocks_per_chunk, stage.windowed_recomputed_per_chunk
-            ) or (stage.windowed_blocks_per_chunk and self.window is None):
+            windowed = stage.windowed_blocks_per_chunk
+            moe_windowed = stage.moe_windowed_per_chunk
+            if (
+                _subcounts_exceed(stage, windowed, stage.windowed_recomputed_per_chunk)
+                or _subcounts_exceed(stage, moe_windowed, stage.moe_windowed_recomputed_per_chunk)
+                or len(windowed) != len(moe_windowed)
+                or any(
+                    w + mw > b
+                    for w, mw, b in zip(
+                        windowed, moe_windowed, stage.blocks_per_chunk, strict=False
+                    )
+                )
+                or (any(windowed) and self.window is None)
+                or (any(moe_windowed) and self.moe_window is None)
+            ):
                 problems.append(f"stage {stage.index} has windowed blocks it does not hold")
         times = (self.p2p_forward_s, self.p2p_backward_s)
         if any(t < 0 for t in times) or self.p2p_bytes < 0:
@@ -317,15 +350,19 @@ class PortablePlanIR:
     def _window(self) -> BlockCost:
         return NO_BLOCK_CHANGE if self.window is None else self.window
 
+    def _moe_window(self) -> BlockCost:
+        return NO_BLOCK_CHANGE if self.moe_window is None else self.moe_window
+
     def chunk_forward_s(self, stage: StagePlan, chunk: int) -> float:
         """Forward critical path of one virtual chunk's blocks (dense and MoE), P2P excluded."""
         moe, _ = stage.chunk_moe(chunk)
         dense = stage.blocks_per_chunk[chunk] - moe
-        windowed, _ = stage.chunk_windowed(chunk)
+        windowed, _, moe_windowed, _ = stage.chunk_windowed(chunk)
         return (
             dense * self.block.forward_s
             + moe * self._moe().forward_s
             + windowed * self._window().forward_s
+            + moe_windowed * self._moe_window().forward_s
         )
 
     def chunk_backward_s(self, stage: StagePlan, chunk: int) -> float:
@@ -334,8 +371,10 @@ class PortablePlanIR:
         dense = stage.blocks_per_chunk[chunk] - moe
         dense_recomputed = stage.recomputed_blocks_per_chunk[chunk] - moe_recomputed
         other = self._moe()
-        windowed, windowed_recomputed = stage.chunk_windowed(chunk)
-        window = self._window()
+        windowed, windowed_recomputed, moe_windowed, moe_windowed_recomputed = stage.chunk_windowed(
+            chunk
+        )
+        window, moe_window = self._window(), self._moe_window()
         return (
             dense * self.block.backward_s
             + moe * other.backward_s
@@ -343,6 +382,8 @@ class PortablePlanIR:
             + moe_recomputed * other.recompute.critical_path_s
             + windowed * window.backward_s
             + windowed_recomputed * window.recompute.critical_path_s
+            + moe_windowed * moe_window.backward_s
+            + moe_windowed_recomputed * moe_window.recompute.critical_path_s
         )
 
     def forward_chunk_s(self) -> float:

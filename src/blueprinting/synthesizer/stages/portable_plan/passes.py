@@ -221,9 +221,10 @@ class TaskGroupCosts:
     moe_block: BlockCost | None = None
     #: the MoE layer under combined 1F1B (``moe_block`` is then its steady state)
     ep_overlap: CombinedLayerTiming | None = None
-    #: what a sliding-window layer's attention core changes against the full one
-    #: (:func:`window_delta`; None: no windowed layer)
+    #: what a sliding-window dense / MoE layer changes against the full one
+    #: (:func:`window_delta`; None: no windowed layer of that kind)
     window: BlockCost | None = None
+    moe_window: BlockCost | None = None
 
 
 def cost_task_groups(
@@ -314,31 +315,35 @@ def cost_task_groups(
             found = memo.extras[key] = (group, cost)
         return found[1]
 
-    def core_cost(group: TaskGroup) -> BlockCost:
-        return BlockCost(
-            forward=phase(group, Phase.FORWARD),
-            backward_activation=phase(group, Phase.BACKWARD_ACTIVATION_GRAD),
-            backward_weight=phase(group, Phase.BACKWARD_WEIGHT_GRAD),
-            recompute=phase(group, Phase.RECOMPUTE),
-        )
+    def moe_cost(group: TaskGroup) -> tuple[BlockCost, CombinedLayerTiming | None]:
+        """A MoE layer's cost, with combined 1F1B's steady state where it runs (and its
+        timing), the shared experts' overlap and the host's issue time."""
+        cost = block_cost(group)
+        timing: CombinedLayerTiming | None = None
+        if dispatch_overlap:
+            passes = moe_layer_passes(group, cost, system, precision, experts)
+            timing = combined_layer_timing(passes, delay_wgrad=delay_wgrad)
+            cost = _overlapped_dispatch(cost, timing)
+        if shared_expert_overlap:
+            cost = _shared_expert_overlap(group, cost, task_gpu_s)
+        return hosted(group, cost, moe_layer=True), timing
 
-    window = None
-    if ir.attention_core is not None and ir.windowed_attention_core is not None:
-        window = window_delta(core_cost(ir.windowed_attention_core), core_cost(ir.attention_core))
-    moe_block = None if ir.moe_block is None else block_cost(ir.moe_block)
+    block = dense_block_cost(ir.block)
+    moe_block: BlockCost | None = None
     timing: CombinedLayerTiming | None = None
-    if moe_block is not None and ir.moe_block is not None and dispatch_overlap:
-        passes = moe_layer_passes(ir.moe_block, moe_block, system, precision, experts)
-        timing = combined_layer_timing(passes, delay_wgrad=delay_wgrad)
-        moe_block = _overlapped_dispatch(moe_block, timing)
-    if moe_block is not None and ir.moe_block is not None and shared_expert_overlap:
-        moe_block = _shared_expert_overlap(ir.moe_block, moe_block, task_gpu_s)
-    if moe_block is not None and ir.moe_block is not None:
-        moe_block = hosted(ir.moe_block, moe_block, moe_layer=True)
+    if ir.moe_block is not None:
+        moe_block, timing = moe_cost(ir.moe_block)
+    window = moe_window = None
+    if ir.windowed_block is not None:
+        window = window_delta(dense_block_cost(ir.windowed_block), block)
+    if ir.windowed_moe_block is not None and moe_block is not None:
+        # combined 1F1B's unpaired warm-up / cool-down extras stay the full layer's
+        moe_window = window_delta(moe_cost(ir.windowed_moe_block)[0], moe_block)
     return TaskGroupCosts(
         window=window,
+        moe_window=moe_window,
         ep_overlap=timing,
-        block=dense_block_cost(ir.block),
+        block=block,
         embedding=extra_cost(ir.first_stage),
         lm_head=extra_cost(ir.last_stage),
         moe_block=moe_block,
@@ -365,12 +370,12 @@ def _phase_delta(high: PhaseCost, low: PhaseCost, times: int) -> PhaseCost:
 
 
 def window_delta(windowed: BlockCost, full: BlockCost) -> BlockCost:
-    """A sliding-window layer's attention core minus the full causal one, phase by phase
-    (negative: the window's band is a fraction of the causal triangle). Added once per windowed
-    layer to the block it sits in, dense or MoE: the core is the same kernel in both. Not
-    modelled: what a shorter core changes in the overlaps around it (combined 1F1B hides a
-    MoE layer's dispatch under the other micro-batch's attention; the host's issue time of
-    the one kernel launch is the same)."""
+    """A sliding-window layer's cost minus the full layer's, phase by phase, each costed whole
+    (so the overlaps around the shorter attention core move with it: the host's issue time it
+    no longer hides, the TP and CP exchanges, combined 1F1B's steady state). Added once per
+    windowed layer of its kind to the chunk it sits in (``PortablePlanIR.window`` /
+    ``moe_window``); mostly negative (the window's band is a fraction of the causal
+    triangle), with the exposures it uncovers positive."""
     return BlockCost(
         forward=_phase_delta(windowed.forward, full.forward, 1),
         backward_activation=_phase_delta(windowed.backward_activation, full.backward_activation, 1),
@@ -500,7 +505,12 @@ def stage_plans(spec: TrainingSpec) -> tuple[StagePlan, ...]:
     def moe_in(start: int, count: int) -> int:
         return model.moe_layers_in(start, count)
 
-    windows = model.window_keys is not None
+    windows = model.windowed_layers_in(0, model.num_layers) > 0
+
+    def windowed_split(start: int, count: int) -> tuple[int, int]:
+        """(dense, MoE) sliding-window layers among ``start .. start + count - 1``."""
+        moe = model.windowed_moe_layers_in(start, count)
+        return model.windowed_layers_in(start, count) - moe, moe
 
     first_run, last_run = base_layer_runs(spec)
 
@@ -517,22 +527,24 @@ def stage_plans(spec: TrainingSpec) -> tuple[StagePlan, ...]:
             )
         windowed: tuple[int, ...] = ()
         windowed_recomputed: tuple[int, ...] = ()
+        moe_windowed: tuple[int, ...] = ()
+        moe_windowed_recomputed: tuple[int, ...] = ()
         if windows:
-            # a chunk's windowed layers, and those among the first r it recomputes
-            windowed = tuple(
-                model.windowed_layers_in(a, n)
-                for a, n in zip(starts[index], per_chunk, strict=True)
-            )
-            windowed_recomputed = tuple(
-                model.windowed_layers_in(a, r)
-                for a, r in zip(starts[index], recomputed, strict=True)
-            )
+            # a chunk's windowed layers by kind, and those among the first r it recomputes
+            held = [windowed_split(a, n) for a, n in zip(starts[index], per_chunk, strict=True)]
+            rerun = [windowed_split(a, r) for a, r in zip(starts[index], recomputed, strict=True)]
+            windowed = tuple(dense for dense, _ in held)
+            moe_windowed = tuple(moe for _, moe in held)
+            windowed_recomputed = tuple(dense for dense, _ in rerun)
+            moe_windowed_recomputed = tuple(moe for _, moe in rerun)
         return StagePlan(
             index=index,
             blocks_per_chunk=per_chunk,
             recomputed_blocks_per_chunk=recomputed,
             windowed_blocks_per_chunk=windowed,
             windowed_recomputed_per_chunk=windowed_recomputed,
+            moe_windowed_per_chunk=moe_windowed,
+            moe_windowed_recomputed_per_chunk=moe_windowed_recomputed,
             has_embedding=index == 0,
             has_lm_head=index == loss_stage(pipeline.schedule, len(counts)),
             moe_blocks_per_chunk=moe,
@@ -575,6 +587,7 @@ def assemble_plan(
     stages = stage_plans(ctx.spec)
     return PortablePlanIR(
         window=costs.window,
+        moe_window=costs.moe_window,
         moe_block=costs.moe_block,
         ep_overlap=costs.ep_overlap,
         mtp=mtp_extra(costs, ctx),
