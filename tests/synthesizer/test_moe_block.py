@@ -466,11 +466,14 @@ def test_ep_kernel_tables_are_checked() -> None:
 
 
 def test_shared_expert_overlap_hides_the_exchanges_under_the_shared_experts() -> None:
-    """``--moe-shared-expert-overlap``: the shared experts run on their own stream beside the
-    dispatch and combine, forward and backward. With each shared-expert task timed 1 s (three
-    forward: FC1, activation, FC2; backward: their activation and weight gradients), a forward
-    exposing 2 s of exchange keeps none of it; a backward exposing 10 s keeps 10 - 5 = 5 s, taken
-    from the activation-gradient phase first; the compute is unchanged."""
+    """``--moe-shared-expert-overlap``: the shared experts run on their own stream, FC1 and the
+    activation beside the dispatch, FC2 beside the combine; backward, FC2's gradients beside the
+    combine's (dcombine), FC1's and the activation's beside the dispatch's (ddispatch). Each
+    shared-expert task timed 1 s (forward: FC1, activation, FC2; backward: 2 s on FC2's side,
+    3 s on FC1's), the exchanges: forward dispatch 0.5 s, combine 2.5 s; backward dcombine 4 s,
+    ddispatch 0.5 s. Pairs hide min(2, 0.5) + min(1, 2.5) = 1.5 s of the forward's 3 s (pooled
+    they would hide all 3) and min(2, 4) + min(3, 0.5) = 2.5 s of the backward's 4.5 s, from the
+    activation-gradient phase first; the compute is unchanged."""
     from blueprinting.synthesizer.stages.portable_plan.ir import BlockCost, PhaseCost
     from blueprinting.synthesizer.stages.portable_plan.passes import (
         SHARED_EXPERT_OPS,
@@ -480,27 +483,36 @@ def test_shared_expert_overlap_hides_the_exchanges_under_the_shared_experts() ->
     model = deepseek_like()
     ir = derive_training_block(model, _mapping(ep=8, dp=8))
     assert ir.moe_block is not None
+    exchanges = {"dispatch": 0.5, "combine": 2.5, "dcombine": 4.0, "ddispatch": 0.5}
 
-    def one_second(task: object) -> float:
-        return (
-            1.0 if isinstance(task, ComputeTask) and task.lineage.op in SHARED_EXPERT_OPS else 0.0
-        )
+    def timed(task: object) -> float:
+        if isinstance(task, ComputeTask):
+            return 1.0 if task.lineage.op in SHARED_EXPERT_OPS else 0.0
+        assert isinstance(task, CollectiveTask)
+        return exchanges.get(task.id.rsplit(".", 1)[-1], 0.0)
 
     shared = {
-        phase: sum(1 for t in ir.moe_block.compute_tasks() if one_second(t) and t.phase is phase)
+        phase: sum(
+            1
+            for t in ir.moe_block.compute_tasks()
+            if t.lineage.op in SHARED_EXPERT_OPS and t.phase is phase
+        )
         for phase in Phase
     }
     assert shared[Phase.FORWARD] == 3
     backward = shared[Phase.BACKWARD_ACTIVATION_GRAD] + shared[Phase.BACKWARD_WEIGHT_GRAD]
     assert backward == 5
-    block = BlockCost(
-        forward=PhaseCost(compute_s=7.0, ep_comm_s=2.0, ep_comm_exposed_s=2.0),
-        backward_activation=PhaseCost(compute_s=9.0, ep_comm_s=4.0, ep_comm_exposed_s=4.0),
-        backward_weight=PhaseCost(compute_s=5.0, ep_comm_s=6.0, ep_comm_exposed_s=6.0),
+    assert {t.id.rsplit(".", 1)[-1] for t in ir.moe_block.collective_tasks() if timed(t)} == set(
+        exchanges
     )
-    got = _shared_expert_overlap(ir.moe_block, block, one_second)
-    assert got.forward.ep_comm_exposed_s == 0.0
-    assert got.backward_activation.ep_comm_exposed_s == 0.0
-    assert got.backward_weight.ep_comm_exposed_s == 5.0
+    block = BlockCost(
+        forward=PhaseCost(compute_s=7.0, ep_comm_s=3.0, ep_comm_exposed_s=3.0),
+        backward_activation=PhaseCost(compute_s=9.0, ep_comm_s=4.5, ep_comm_exposed_s=4.5),
+        backward_weight=PhaseCost(compute_s=5.0),
+    )
+    got = _shared_expert_overlap(ir.moe_block, block, timed)
+    assert got.forward.ep_comm_exposed_s == 1.5
+    assert got.backward_activation.ep_comm_exposed_s == 2.0
+    assert got.backward_weight.ep_comm_exposed_s == 0.0
     assert got.forward.compute_s == 7.0 and got.backward_weight.compute_s == 5.0
-    assert got.forward.ep_comm_s == 2.0
+    assert got.forward.ep_comm_s == 3.0

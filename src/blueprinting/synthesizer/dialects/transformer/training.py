@@ -1923,6 +1923,17 @@ def distinct_destinations(expert_degree: int, top_k: int) -> float:
     return e * (1.0 - (1.0 - 1.0 / e) ** top_k)
 
 
+#: The ops a MoE layer's token exchanges sit at (:func:`expert_exchanges`): the dispatch's
+#: (its forward, and the backward of the dispatch, ``ddispatch``) at the first routed op, the
+#: combine's (and ``dcombine``) at the last.
+DISPATCH_SIDE_OPS: frozenset[SemanticOpName] = frozenset(
+    {SemanticOpName.MOE_SORT_CHUNKS, SemanticOpName.EXPERT_FC1}
+)
+COMBINE_SIDE_OPS: frozenset[SemanticOpName] = frozenset(
+    {SemanticOpName.MOE_UNSORT_CHUNKS, SemanticOpName.EXPERT_FC2}
+)
+
+
 def expert_exchanges(
     model: TransformerModelSpec, ex: ExpertDims, dispatcher: TokenDispatcher
 ) -> tuple[ContextExchange, ...]:
@@ -1963,6 +1974,7 @@ def expert_exchanges(
         if ex.sorts_chunks
         else (SemanticOpName.EXPERT_FC1, SemanticOpName.EXPERT_FC2)
     )
+    assert first in DISPATCH_SIDE_OPS and last in COMBINE_SIDE_OPS
     dispatch = CollectivePurpose.TOKEN_DISPATCH
     gamma = ex.received / max(1, ex.routed * u)
 

@@ -70,9 +70,11 @@ from blueprinting.mapping.transformer import (
     shared_expert_overlaps,
 )
 from blueprinting.synthesizer.dialects.transformer.training import (
+    COMBINE_SIDE_OPS,
     CP_A2A_AXIS,
     CP_AXIS,
     CP_P2P_AXIS,
+    DISPATCH_SIDE_OPS,
     EP_AXIS,
     ETP_AXIS,
     ETP_EP_AXIS,
@@ -982,24 +984,42 @@ def _shared_expert_overlap(
     ``moe/token_dispatcher.py`` @d98e8a64): the shared experts run on their own stream, FC1 and
     the activation beside the dispatch all-to-all, FC2 beside the combine; in the backward
     autograd runs them on that stream again, ordered so that the exchanges launch first
-    (``_BackwardStreamWait``, ``set_tensor_grad_fn_sequence_sr``). Each direction hides
-    ``min(shared experts' compute, exposed exchange)`` of the exchange (the forward's over the
-    forward, the backward's over both backward phases, the activation gradient's first); the
-    compute stays on the critical path. Not modelled: the shared experts' own TP all-gather and
-    reduce-scatter, which Megatron issues on the same stream (priced as Transformer Engine's)."""
+    (``_BackwardStreamWait``, ``set_tensor_grad_fn_sequence_sr``): FC2's backward beside the
+    combine's (``dcombine``), FC1's and the activation's beside the dispatch's (``ddispatch``).
+    Each pair hides ``min(its shared compute, its exchange)`` of the exchange, within the
+    phase's exposed exchange time (the backward's over both backward phases, the activation
+    gradient's first); the compute stays on the critical path. Not modelled: the shared
+    experts' own TP all-gather and reduce-scatter, which Megatron issues on the same stream
+    (priced as Transformer Engine's)."""
+    fc2 = frozenset({SemanticOpName.SHARED_EXPERT_DOWN})
+    fc1 = SHARED_EXPERT_OPS - fc2
 
-    def shared_s(phases: tuple[Phase, ...]) -> float:
+    def shared_s(phases: tuple[Phase, ...], ops: frozenset[SemanticOpName]) -> float:
         return sum(
             task_gpu_s(task)
             for task in group.compute_tasks()
-            if task.phase in phases and task.lineage.op in SHARED_EXPERT_OPS
+            if task.phase in phases and task.lineage.op in ops
+        )
+
+    def exchange_s(phases: tuple[Phase, ...], side: frozenset[SemanticOpName]) -> float:
+        return sum(
+            task_gpu_s(task)
+            for task in group.collective_tasks()
+            if task.phase in phases
+            and task.purpose is CollectivePurpose.TOKEN_DISPATCH
+            and task.lineage.op in side
+        )
+
+    def hidden(phases: tuple[Phase, ...]) -> float:
+        return min(shared_s(phases, fc1), exchange_s(phases, DISPATCH_SIDE_OPS)) + min(
+            shared_s(phases, fc2), exchange_s(phases, COMBINE_SIDE_OPS)
         )
 
     forward, agrad, wgrad = block.forward, block.backward_activation, block.backward_weight
-    hidden_fw = min(shared_s((Phase.FORWARD,)), forward.ep_comm_exposed_s)
+    hidden_fw = min(hidden((Phase.FORWARD,)), forward.ep_comm_exposed_s)
     backward_exposed = agrad.ep_comm_exposed_s + wgrad.ep_comm_exposed_s
     hidden_bw = min(
-        shared_s((Phase.BACKWARD_ACTIVATION_GRAD, Phase.BACKWARD_WEIGHT_GRAD)), backward_exposed
+        hidden((Phase.BACKWARD_ACTIVATION_GRAD, Phase.BACKWARD_WEIGHT_GRAD)), backward_exposed
     )
     hidden_agrad = min(hidden_bw, agrad.ep_comm_exposed_s)
     return BlockCost(
