@@ -112,3 +112,28 @@ def test_a_strategy_megatron_refuses_gets_no_flags_and_the_reasons(
     assert data["megatron_args"] == []
     assert len(data["megatron_refusals"]) == 1
     assert data["megatron_refusals"][0].startswith("[megatron] megatron_schedule_supported")
+
+
+def test_names_with_rich_markup_print_as_written(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """A model named with square brackets (fuzz seed 1342 case 2130: "[/ ]#]cb") prints as
+    written in the text reports of plan and simulate, not read as rich markup."""
+    strategy = tmp_path / "s.json"
+    strategy.write_text(
+        json.dumps(
+            {
+                "model": {"preset": "gpt-1.7b", "model_name": "[/bold]#]cb"},
+                "training": {
+                    "tensor_model_parallel_size": 8,
+                    "world_size": 1024,
+                    "micro_batch_size": 1,
+                    "global_batch_size": 1536,
+                },
+                "system": {"preset": "dgx-a100-40gb"},
+            }
+        )
+    )
+    for command in ("plan", "simulate"):
+        assert main([command, str(strategy)]) == 0
+        assert "[/bold]#]cb on 1024 x" in capsys.readouterr().out

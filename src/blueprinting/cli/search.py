@@ -627,11 +627,12 @@ TABLE_COLUMNS = (
 
 def _print_text(result: SearchResult, reports: list[IterationReport], rows: list[int]) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = Console(width=None if sys.stdout.isatty() else 200)
     console.print(
-        f"[bold]{result.model.name}[/bold] on {result.system.name}: "
+        f"[bold]{escape(result.model.name)}[/bold] on {escape(result.system.name)}: "
         f"{result.candidates_enumerated:,} enumerated, {result.candidates_valid:,} legal, "
         f"{result.candidates_fit:,} fit in memory, in {result.seconds:.2f} s "
         f"({result.candidates_valid / result.seconds:,.0f} candidates/s). "

@@ -33,13 +33,14 @@ def _bounds_row(name: str, bounds: PhaseBounds, *, experts: bool) -> tuple[str, 
 
 
 def render_inference(report: InferenceReport, console: Console) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     spec = report.spec
     workload = spec.mapping.workload
     console.print(
-        f"[bold]{spec.model.name}[/bold] served on [bold]{spec.mapping.world_size}[/bold] x "
-        f"{report.system.accelerator.name} ({report.system.name})"
+        f"[bold]{escape(spec.model.name)}[/bold] served on [bold]{spec.mapping.world_size}[/bold] "
+        f"x {escape(report.system.accelerator.name)} ({escape(report.system.name)})"
     )
     console.print(
         f"strategy: {spec.mapping}  |  {report.replicas} replica(s) of {report.gpus_per_replica} "

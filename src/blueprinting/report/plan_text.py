@@ -34,13 +34,14 @@ def _bar(fraction: float) -> str:
 
 
 def render_plan(report: IterationReport, console: Console, *, all_stages: bool = False) -> None:
+    from rich.markup import escape
     from rich.table import Table
 
     spec = report.spec
     mapping = spec.mapping
     console.print(
-        f"[bold]{spec.model.name}[/bold] on [bold]{report.world_size}[/bold] x "
-        f"{report.system.accelerator.name} ({report.system.name})"
+        f"[bold]{escape(spec.model.name)}[/bold] on [bold]{report.world_size}[/bold] x "
+        f"{escape(report.system.accelerator.name)} ({escape(report.system.name)})"
     )
     console.print(
         f"strategy: {mapping}  |  global batch {mapping.batch.global_batch_size}, "
