@@ -421,3 +421,23 @@ def test_dense_and_moe_windowed_layers_each_take_their_change() -> None:
         assert plan.stage_microbatch_compute_s(stage) == pytest.approx(
             full.stage_microbatch_compute_s(full_stage) + change, rel=1e-12
         )
+
+
+def test_the_data_parallel_window_is_the_stages_own_block_backward() -> None:
+    """The gradient buckets' overlap window per block is the mean backward of the stage's
+    blocks (here GPT-OSS: MoE layers, half of them windowed), not the dense block's, which
+    the model does not have; a dense full-attention stage keeps the dense block's exactly."""
+    plan = _plan().plan
+    moe, window = plan.moe_block, plan.moe_window
+    assert moe is not None and window is not None
+    for stage in plan.stages:
+        expected = (
+            stage.moe_blocks * moe.backward_s + stage.moe_windowed_blocks * window.backward_s
+        ) / stage.blocks
+        assert plan.stage_block_backward_s(stage) == pytest.approx(expected, rel=1e-12)
+        assert plan.stage_block_backward_s(stage) > plan.block.backward_s
+    dense = plan_spec(
+        build_spec(model="llama3-8b", gpus=8, settings={"pipeline_model_parallel_size": 2}),
+        "dgx-h100",
+    ).plan
+    assert all(dense.stage_block_backward_s(s) == dense.block.backward_s for s in dense.stages)

@@ -430,7 +430,10 @@ def test_the_planned_runs_stay_within_todays_bounds(planned: MoeValidation) -> N
     median 24.4%, GPT-OSS-120B 21-50% fast (26-53% before); its 26.06 / 26.08 rows run the op
     fuser and gain only the RoPE (28% -> 25% fast). With the two 25.11 Qwen3-30B-A3B dropless
     rows out of the gates as the regression Megatron-Bridge #1998 names: median 24.3%, max 61.3%
-    (the 26.02 DeepEP B200 row); with the norms' outputs cast (TE normalization.cpp): 24.2%."""
+    (the 26.02 DeepEP B200 row); with the norms' outputs cast (TE normalization.cpp): 24.2%.
+    Since GPT-OSS's sliding windows are priced in training and a MoE stage's data-parallel
+    overlap window is its own blocks' backward (not the dense block's): median 25.6%,
+    GPT-OSS-120B 23-56% fast."""
     errors = {row.run_id: row.relative_error or 0.0 for row in planned.planned_rows}
     median = planned.gate(MoeGate.MEDIAN_ERROR).value
     assert median is not None and 0.22 <= median <= 0.28
@@ -451,7 +454,7 @@ def test_the_planned_runs_stay_within_todays_bounds(planned: MoeValidation) -> N
     qwen_gb200 = [e for run, e in errors.items() if "qwen3" in run and "_gb200_" in run]
     assert len(qwen_gb200) == 10 and all(-0.34 <= error <= -0.07 for error in qwen_gb200)
     gpt_oss = [e for run, e in errors.items() if "gpt_oss" in run]
-    assert len(gpt_oss) == 17 and all(-0.52 <= error <= -0.10 for error in gpt_oss)
+    assert len(gpt_oss) == 17 and all(-0.58 <= error <= -0.10 for error in gpt_oss)
 
 
 @pytest.mark.xfail(

@@ -358,7 +358,7 @@ def evaluate_plan(
         blocks_per_chunk=plan.max_blocks_per_chunk,
         virtual_stages=plan.virtual_stages,
         pipeline_degree=plan.pipeline_degree,
-        block_backward_s=plan.block.backward_s,
+        block_backward_s=plan.stage_block_backward_s(critical),
         chunk_backward_s=plan.backward_chunk_s(),
         stage_forward_s=sum(
             plan.chunk_forward_s(critical, c) for c in range(len(critical.blocks_per_chunk))

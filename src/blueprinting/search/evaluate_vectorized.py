@@ -1625,12 +1625,22 @@ def evaluate_candidates(
         + crit_windowed * c.window_forward_s
         + crit_moe_windowed * c.moe_window_forward_s
     )
+    # PortablePlanIR.stage_block_backward_s: the critical stage's mean block backward, the
+    # dense block's exactly on a stage of dense full-attention blocks
+    crit_blocks = crit_dense + crit_moe
+    mixed = (crit_moe + crit_windowed + crit_moe_windowed > 0) & (crit_blocks > 0)
+    mean_backward = (
+        crit_dense * c.backward_s
+        + crit_moe * c.moe_backward_s
+        + crit_windowed * c.window_backward_s
+        + crit_moe_windowed * c.moe_window_backward_s
+    ) / np.maximum(crit_blocks, 1)
     windows = _Windows(
         m=m,
         blocks_per_chunk=blocks_per_chunk,
         virtual_stages=v,
         pipeline_degree=p,
-        block_backward_s=c.backward_s,
+        block_backward_s=np.where(mixed, mean_backward, c.backward_s),
         chunk_backward_s=backward_chunk_s,
         stage_forward_s=stage_forward_s,
     )

@@ -203,7 +203,7 @@ def _dp_buckets(
             blocks_per_chunk=max(stage.blocks_per_chunk),
             virtual_stages=v,
             pipeline_degree=plan.pipeline_degree,
-            block_backward_s=plan.block.backward_s,
+            block_backward_s=plan.stage_block_backward_s(stage),
             chunk_backward_s=chunk_backward_s,
             stage_forward_s=sum(
                 plan.chunk_forward_s(stage, c) for c in range(len(stage.blocks_per_chunk))

@@ -386,6 +386,21 @@ class PortablePlanIR:
             + moe_windowed_recomputed * moe_window.recompute.critical_path_s
         )
 
+    def stage_block_backward_s(self, stage: StagePlan) -> float:
+        """One block's backward critical path on ``stage`` (recompute excluded), the mean over
+        its blocks of each kind (dense, MoE, and their sliding-window changes): the window the
+        data-parallel overlap gives each gradient bucket (``analysis/data_parallel.py``). A
+        stage of dense full-attention blocks only (or none) gives ``block.backward_s`` exactly."""
+        moe, windowed = stage.moe_blocks, stage.windowed_blocks + stage.moe_windowed_blocks
+        if stage.blocks == 0 or (moe == 0 and windowed == 0):
+            return self.block.backward_s
+        return (
+            stage.dense_blocks * self.block.backward_s
+            + moe * self._moe().backward_s
+            + stage.windowed_blocks * self._window().backward_s
+            + stage.moe_windowed_blocks * self._moe_window().backward_s
+        ) / stage.blocks
+
     def forward_chunk_s(self) -> float:
         """T_forward_chunk: forward critical path of the largest virtual chunk, with its edge
         P2P send."""
