@@ -65,6 +65,7 @@ from blueprinting.mapping.transformer import (
 )
 from blueprinting.synthesizer.stages.portable_plan.ir import (
     ZERO_PHASE,
+    BlockCost,
     PhaseCost,
     PortablePlanIR,
     StagePlan,
@@ -296,6 +297,32 @@ STAGE_WORK_TERMS: dict[str, tuple[tuple[WorkCount, CostedPart, PhaseField], ...]
 }
 
 
+class BlockPhase(StrEnum):
+    """A phase of a :class:`~blueprinting.synthesizer.stages.portable_plan.ir.BlockCost`."""
+
+    FORWARD = "forward"
+    BACKWARD_ACTIVATION = "backward_activation"
+    BACKWARD_WEIGHT = "backward_weight"
+    RECOMPUTE = "recompute"
+
+
+def _phase_of(block: BlockCost | None, phase: BlockPhase) -> PhaseCost:
+    """One phase of an optional costed block (zero where the plan has no such block)."""
+    if block is None:
+        return ZERO_PHASE
+    match phase:
+        case BlockPhase.FORWARD:
+            return block.forward
+        case BlockPhase.BACKWARD_ACTIVATION:
+            return block.backward_activation
+        case BlockPhase.BACKWARD_WEIGHT:
+            return block.backward_weight
+        case BlockPhase.RECOMPUTE:
+            return block.recompute
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
 def costed_part(plan: PortablePlanIR, part: CostedPart) -> PhaseCost:
     match part:
         case CostedPart.BLOCK_FORWARD:
@@ -307,13 +334,13 @@ def costed_part(plan: PortablePlanIR, part: CostedPart) -> PhaseCost:
         case CostedPart.BLOCK_RECOMPUTE:
             return plan.block.recompute
         case CostedPart.MOE_BLOCK_FORWARD:
-            return ZERO_PHASE if plan.moe_block is None else plan.moe_block.forward
+            return _phase_of(plan.moe_block, BlockPhase.FORWARD)
         case CostedPart.MOE_BLOCK_BACKWARD_ACTIVATION:
-            return ZERO_PHASE if plan.moe_block is None else plan.moe_block.backward_activation
+            return _phase_of(plan.moe_block, BlockPhase.BACKWARD_ACTIVATION)
         case CostedPart.MOE_BLOCK_BACKWARD_WEIGHT:
-            return ZERO_PHASE if plan.moe_block is None else plan.moe_block.backward_weight
+            return _phase_of(plan.moe_block, BlockPhase.BACKWARD_WEIGHT)
         case CostedPart.MOE_BLOCK_RECOMPUTE:
-            return ZERO_PHASE if plan.moe_block is None else plan.moe_block.recompute
+            return _phase_of(plan.moe_block, BlockPhase.RECOMPUTE)
         case CostedPart.EMBEDDING_FORWARD:
             return plan.embedding.forward
         case CostedPart.EMBEDDING_BACKWARD:
@@ -335,21 +362,21 @@ def costed_part(plan: PortablePlanIR, part: CostedPart) -> PhaseCost:
         case CostedPart.MTP_BACKWARD:
             return plan.mtp.backward
         case CostedPart.WINDOW_FORWARD:
-            return ZERO_PHASE if plan.window is None else plan.window.forward
+            return _phase_of(plan.window, BlockPhase.FORWARD)
         case CostedPart.WINDOW_BACKWARD_ACTIVATION:
-            return ZERO_PHASE if plan.window is None else plan.window.backward_activation
+            return _phase_of(plan.window, BlockPhase.BACKWARD_ACTIVATION)
         case CostedPart.WINDOW_BACKWARD_WEIGHT:
-            return ZERO_PHASE if plan.window is None else plan.window.backward_weight
+            return _phase_of(plan.window, BlockPhase.BACKWARD_WEIGHT)
         case CostedPart.WINDOW_RECOMPUTE:
-            return ZERO_PHASE if plan.window is None else plan.window.recompute
+            return _phase_of(plan.window, BlockPhase.RECOMPUTE)
         case CostedPart.MOE_WINDOW_FORWARD:
-            return ZERO_PHASE if plan.moe_window is None else plan.moe_window.forward
+            return _phase_of(plan.moe_window, BlockPhase.FORWARD)
         case CostedPart.MOE_WINDOW_BACKWARD_ACTIVATION:
-            return ZERO_PHASE if plan.moe_window is None else plan.moe_window.backward_activation
+            return _phase_of(plan.moe_window, BlockPhase.BACKWARD_ACTIVATION)
         case CostedPart.MOE_WINDOW_BACKWARD_WEIGHT:
-            return ZERO_PHASE if plan.moe_window is None else plan.moe_window.backward_weight
+            return _phase_of(plan.moe_window, BlockPhase.BACKWARD_WEIGHT)
         case CostedPart.MOE_WINDOW_RECOMPUTE:
-            return ZERO_PHASE if plan.moe_window is None else plan.moe_window.recompute
+            return _phase_of(plan.moe_window, BlockPhase.RECOMPUTE)
         case _ as unreachable:
             assert_never(unreachable)
 
