@@ -117,3 +117,17 @@ def test_training_file_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
 def test_training_key_in_inference_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["infer", str(SERVING), "--set", "data_parallel_size=2"]) == 2
     assert "training-only key" in capsys.readouterr().err
+
+
+def test_a_bracketed_model_name_prints_as_written_in_the_search(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """``infer --search``'s title carries the model name: brackets print, not read as markup."""
+    serving = tmp_path / "serving.toml"
+    serving.write_text(
+        SERVING.read_text().replace(
+            'preset = "llama2-70b"', 'preset = "llama2-70b"\nmodel_name = "[/bold]x"', 1
+        )
+    )
+    assert main(["infer", str(serving), "--search", "--set", "generated_tokens=16"]) == 0
+    assert "[/bold]x on 8 x" in capsys.readouterr().out

@@ -90,6 +90,8 @@ def test_rows_view_lists_the_alternative_readings(
     out = capsys.readouterr().out
     assert "Ambiguous sources" in out
     assert "korthikanti2022_t5_1T_seqsel" in out
+    # the readings' labels print as written, not read as rich markup tags
+    assert "korthikanti2022_t5_1T_seqsel [v=2]:" in out
 
 
 def test_json_gains_the_memory_object(fake_api: None, capsys: pytest.CaptureFixture[str]) -> None:

@@ -306,6 +306,14 @@ def test_the_plan_verifies_its_windowed_counts() -> None:
     unrecomputed = dataclasses.replace(stage, moe_windowed_recomputed_per_chunk=(1,))
     with pytest.raises(VerificationError, match="stage 0 has windowed blocks it does not hold"):
         dataclasses.replace(plan, stages=(unrecomputed, *plan.stages[1:]))
+    # each kind within its own blocks: GPT-OSS's 9 layers a stage are all MoE, so no dense one
+    # can be windowed, and the MoE windowed count cannot pass the MoE blocks
+    dense_windowed = dataclasses.replace(stage, windowed_blocks_per_chunk=(1,))
+    with pytest.raises(VerificationError, match="stage 0 has windowed blocks it does not hold"):
+        dataclasses.replace(plan, stages=(dense_windowed, *plan.stages[1:]))
+    fewer_moe = dataclasses.replace(stage, moe_blocks_per_chunk=(4,), moe_recomputed_per_chunk=(0,))
+    with pytest.raises(VerificationError, match="stage 0 has windowed blocks it does not hold"):
+        dataclasses.replace(plan, stages=(fewer_moe, *plan.stages[1:]))
     # a MoE count past the blocks is refused the same way
     moe = dataclasses.replace(stage, moe_blocks_per_chunk=(10,))
     with pytest.raises(VerificationError, match="stage 0 has MoE blocks it does not hold"):

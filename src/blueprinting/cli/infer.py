@@ -93,13 +93,14 @@ def _search(args: argparse.Namespace, spec: InferenceSpec, system: SystemSpec) -
         sys.stdout.write("\n")
         return 0 if reports else 1
     from rich.console import Console
+    from rich.markup import escape
 
     from blueprinting.report.infer_text import render_search
 
     target = "" if target_ms is None else f", decode <= {target_ms:g} ms/token"
     title = (
-        f"{spec.model.name} on {spec.mapping.world_size} x {system.accelerator.name}: "
-        f"best by {options.objective}{target}"
+        f"{escape(spec.model.name)} on {spec.mapping.world_size} x "
+        f"{escape(system.accelerator.name)}: best by {options.objective}{target}"
     )
     # A ranked table is wide: outside a terminal, do not squeeze it to 80 columns.
     console = Console() if sys.stdout.isatty() else Console(width=160)

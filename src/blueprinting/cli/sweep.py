@@ -170,7 +170,8 @@ def _print_text(outcome: SweepOutcome, written: list[Path]) -> None:
 
     from blueprinting.sweep.cell import BestStrategy
 
-    console = Console(width=None if sys.stdout.isatty() else 220)
+    # cell reasons and output paths print as written, never as rich markup
+    console = Console(width=None if sys.stdout.isatty() else 220, markup=False)
     table = Table(title=f"{len(outcome.rows)} cells")
     for name in (
         "cell",

@@ -143,7 +143,8 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    console = Console()
+    # the tables print fixture text (run ids, labels, notes) as written, never as rich markup
+    console = Console(markup=False)
     if not args.summary_only:
         console.print(render_rows(table))
         alternatives = render_alternatives(table)

@@ -222,26 +222,24 @@ class StagePlan:
 
 
 def _subcounts_exceed(
-    stage: StagePlan, counts: tuple[int, ...], recomputed: tuple[int, ...]
+    holders: tuple[int, ...],
+    holders_recomputed: tuple[int, ...],
+    counts: tuple[int, ...],
+    recomputed: tuple[int, ...],
 ) -> bool:
-    """Whether per-chunk sub-counts of a stage's blocks (its MoE or its sliding-window ones,
-    and of those the recomputed) fail to lie within its blocks and recomputed blocks (empty
-    counts: none of that kind, which holds)."""
+    """Whether per-chunk sub-counts of some blocks (a stage's MoE blocks within all its blocks,
+    its windowed dense blocks within its dense ones, its windowed MoE blocks within its MoE
+    ones), and of those the recomputed, fail to lie within the holders and their recomputed
+    ones (empty counts: none of that kind, which holds)."""
     if not counts:
         return False
-    chunks = len(stage.blocks_per_chunk)
+    chunks = len(holders)
     return (
         len(counts) != chunks
         or len(recomputed) != chunks
         or any(
             not (0 <= kr <= k <= b and kr <= r)
-            for b, r, k, kr in zip(
-                stage.blocks_per_chunk,
-                stage.recomputed_blocks_per_chunk,
-                counts,
-                recomputed,
-                strict=True,
-            )
+            for b, r, k, kr in zip(holders, holders_recomputed, counts, recomputed, strict=True)
         )
     )
 
@@ -297,22 +295,25 @@ class PortablePlanIR:
                 )
             ):
                 problems.append(f"stage {stage.index} recomputes blocks it does not hold")
-            if _subcounts_exceed(
-                stage, stage.moe_blocks_per_chunk, stage.moe_recomputed_per_chunk
-            ) or (stage.moe_blocks_per_chunk and self.moe_block is None):
+                continue
+            blocks, rerun = stage.blocks_per_chunk, stage.recomputed_blocks_per_chunk
+            moe, moe_rerun = stage.moe_blocks_per_chunk, stage.moe_recomputed_per_chunk
+            if _subcounts_exceed(blocks, rerun, moe, moe_rerun) or (moe and self.moe_block is None):
                 problems.append(f"stage {stage.index} has MoE blocks it does not hold")
+                continue
+            # the windowed dense blocks lie within the dense ones, the windowed MoE within the MoE
+            none = (0,) * len(blocks)
+            moe_held, moe_held_rerun = moe or none, moe_rerun or none
+            dense = tuple(b - m for b, m in zip(blocks, moe_held, strict=True))
+            dense_rerun = tuple(r - m for r, m in zip(rerun, moe_held_rerun, strict=True))
             windowed = stage.windowed_blocks_per_chunk
             moe_windowed = stage.moe_windowed_per_chunk
             if (
-                _subcounts_exceed(stage, windowed, stage.windowed_recomputed_per_chunk)
-                or _subcounts_exceed(stage, moe_windowed, stage.moe_windowed_recomputed_per_chunk)
-                or len(windowed) != len(moe_windowed)
-                or any(
-                    w + mw > b
-                    for w, mw, b in zip(
-                        windowed, moe_windowed, stage.blocks_per_chunk, strict=False
-                    )
+                _subcounts_exceed(dense, dense_rerun, windowed, stage.windowed_recomputed_per_chunk)
+                or _subcounts_exceed(
+                    moe_held, moe_held_rerun, moe_windowed, stage.moe_windowed_recomputed_per_chunk
                 )
+                or len(windowed) != len(moe_windowed)
                 or (any(windowed) and self.window is None)
                 or (any(moe_windowed) and self.moe_window is None)
             ):
