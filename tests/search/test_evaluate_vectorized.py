@@ -351,7 +351,7 @@ MOE_SPACES = [
             overlap_grad_reduce=(True,),
             context_parallel=None,
             cp_comm_types=(CpCommType.P2P, CpCommType.ALL_GATHER, CpCommType.A2A),
-            dispatchers=(AllToAllDispatcher(), FlexDispatcher()),
+            dispatchers=(AllToAllDispatcher(), FlexDispatcher(), AllToAllDispatcher(overlap=True)),
         ),
         id="gpt-oss-12-layers-windows-sinks-h100",
     ),

@@ -449,3 +449,58 @@ def test_the_data_parallel_window_is_the_stages_own_block_backward() -> None:
         "dgx-h100",
     ).plan
     assert all(dense.stage_block_backward_s(s) == dense.block.backward_s for s in dense.stages)
+
+
+def test_combined_1f1b_unpaired_passes_carry_the_windowed_layers_change() -> None:
+    """Under the EP overlap a windowed MoE layer has its own pair / alone times: the stage's
+    unpaired warm-up and cool-down passes add the full layer's extra per MoE layer and the
+    windowed layer's change per windowed one (the plan, the simulator's matrices)."""
+    from blueprinting.analysis.iteration import (
+        plan_unpaired_ep_exposed_s,
+        unpaired_ep_exposed_s,
+    )
+
+    # EP 16 over two nodes: the all-to-alls outlast what a pass alone hides (at EP 8 in one
+    # node neither layer leaves an unpaired extra)
+    keys = {
+        "moe_token_dispatcher_type": "alltoall",
+        "overlap_moe_expert_parallel_comm": True,
+        "num_layers_per_virtual_pipeline_stage": 3,
+        "expert_model_parallel_size": 16,
+    }
+    report = _plan(gpus=64, **keys)
+    plan = report.plan
+    full, windowed = plan.ep_overlap, plan.moe_window_ep_overlap
+    assert full is not None and windowed is not None
+    change = plan.unpaired_window_change_s()
+    assert change == (
+        windowed.unpaired_forward_s - full.unpaired_forward_s,
+        windowed.unpaired_backward_s - full.unpaired_backward_s,
+    )
+    assert change != (0.0, 0.0)
+    spec = build_spec(model=GPT_OSS, gpus=64, settings={**KEYS, **keys})
+    schedule = spec.mapping.parallelism.pipeline.schedule
+    m = spec.mapping.microbatch_count
+    for stage in plan.stages:
+
+        def extra(layers: int, per_layer: float, index: int = stage.index) -> float:
+            return float(
+                unpaired_ep_exposed_s(
+                    p=4, v=3, group=4, m=m, stage=index, moe_blocks=layers, unpaired_s=per_layer
+                )
+            )
+
+        expected = extra(
+            stage.moe_blocks, full.unpaired_forward_s + full.unpaired_backward_s
+        ) + extra(stage.moe_windowed_blocks, sum(change))
+        assert plan_unpaired_ep_exposed_s(schedule, plan, stage, m) == pytest.approx(
+            expected, rel=1e-12
+        )
+    costs = schedule_costs(plan, spec, report.system, with_dp=False)
+    assert costs.unpaired_forward_s is not None
+    first = plan.stages[0]
+    assert costs.unpaired_forward_s[0][0] == pytest.approx(
+        first.moe_blocks_per_chunk[0] * full.unpaired_forward_s
+        + first.moe_windowed_per_chunk[0] * change[0],
+        rel=1e-12,
+    )

@@ -624,15 +624,24 @@ def plan_unpaired_ep_exposed_s(
             if timing is None:
                 return 0.0
             p = plan.pipeline_degree
-            return float(
-                unpaired_ep_exposed_s(
-                    p=p,
-                    v=v,
-                    group=p if group is None else group,
-                    m=microbatches,
-                    stage=stage.index,
-                    moe_blocks=stage.moe_blocks,
-                    unpaired_s=timing.unpaired_forward_s + timing.unpaired_backward_s,
+            window_forward, window_backward = plan.unpaired_window_change_s()
+            # the stage's MoE layers at the full layer's extra, its windowed ones changed by
+            # theirs (the formula is linear in layers x extra)
+            return sum(
+                float(
+                    unpaired_ep_exposed_s(
+                        p=p,
+                        v=v,
+                        group=p if group is None else group,
+                        m=microbatches,
+                        stage=stage.index,
+                        moe_blocks=layers,
+                        unpaired_s=extra,
+                    )
+                )
+                for layers, extra in (
+                    (stage.moe_blocks, timing.unpaired_forward_s + timing.unpaired_backward_s),
+                    (stage.moe_windowed_blocks, window_forward + window_backward),
                 )
             )
         case (

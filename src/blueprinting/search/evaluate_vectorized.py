@@ -461,6 +461,8 @@ class _BlockArrays:
     moe_window_forward_s: FloatArray
     moe_window_backward_s: FloatArray
     moe_window_recompute_critical_s: FloatArray
+    #: ``PortablePlanIR.unpaired_window_change_s`` (forward + backward; 0 without it)
+    moe_window_unpaired_s: FloatArray
     #: every (part, time) of ``iteration.STAGE_WORK_TERMS``, per row
     parts: dict[tuple[CostedPart, PhaseField], FloatArray]
 
@@ -579,6 +581,7 @@ def _block_costs(
                     moe_window.forward_s,
                     moe_window.backward_s,
                     moe_window.recompute.critical_path_s,
+                    sum(plan.unpaired_window_change_s()),
                 )
             )
     if progress is not None:
@@ -1564,15 +1567,22 @@ def evaluate_candidates(
     )
     forward, backward, recompute = work["forward"], work["backward"], work["recompute"]
     tp_exposed, cp_exposed = work["tp_comm_exposed"], work["cp_comm_exposed"]
-    ep_exposed = work["ep_comm_exposed"] + unpaired_ep_exposed_s(
-        p=p,
-        v=v,
-        group=np.where(table.microbatch_group > 0, table.microbatch_group, p),
-        m=m,
-        stage=critical,
-        moe_blocks=crit_moe,
-        unpaired_s=c.moe_unpaired_s,
-    )
+    microbatch_group = np.where(table.microbatch_group > 0, table.microbatch_group, p)
+    ep_exposed = work["ep_comm_exposed"]
+    # iteration.plan_unpaired_ep_exposed_s: the MoE layers' extra, then the windowed ones' change
+    for moe_layers, unpaired_s in (
+        (crit_moe, c.moe_unpaired_s),
+        (crit_moe_windowed, c.moe_window_unpaired_s),
+    ):
+        ep_exposed = ep_exposed + unpaired_ep_exposed_s(
+            p=p,
+            v=v,
+            group=microbatch_group,
+            m=m,
+            stage=critical,
+            moe_blocks=moe_layers,
+            unpaired_s=unpaired_s,
+        )
     pp_exposed = _pipeline_p2p_exposed(table, m, p2p_s)
 
     # stage_data_parallel_cost: the dense buckets over d x cp, then the experts' over expert-dp

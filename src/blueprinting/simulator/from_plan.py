@@ -247,11 +247,21 @@ def _unpaired(plan: PortablePlanIR, spec: TrainingSpec) -> tuple[Matrix | None, 
     ):
         return None, None
     moe = [[stage.chunk_moe(c)[0] for c in range(plan.virtual_stages)] for stage in plan.stages]
+    windowed = [
+        [stage.chunk_windowed(c)[2] for c in range(plan.virtual_stages)] for stage in plan.stages
+    ]
+    window_forward, window_backward = plan.unpaired_window_change_s()
 
-    def matrix(per_layer: float) -> Matrix:
-        return tuple(tuple(n * per_layer for n in row) for row in moe)
+    def matrix(per_layer: float, window_change: float) -> Matrix:
+        return tuple(
+            tuple(n * per_layer + w * window_change for n, w in zip(row, wrow, strict=True))
+            for row, wrow in zip(moe, windowed, strict=True)
+        )
 
-    return matrix(timing.unpaired_forward_s), matrix(timing.unpaired_backward_s)
+    return (
+        matrix(timing.unpaired_forward_s, window_forward),
+        matrix(timing.unpaired_backward_s, window_backward),
+    )
 
 
 def schedule_costs(

@@ -269,6 +269,9 @@ class PortablePlanIR:
     #: / ``moe_windowed_per_chunk``; None: no windowed layer of that kind)
     window: BlockCost | None = None
     moe_window: BlockCost | None = None
+    #: a windowed MoE layer's pair / alone times under combined 1F1B (None: no such layer or
+    #: no EP overlap; ``ep_overlap`` is the full layer's)
+    moe_window_ep_overlap: CombinedLayerTiming | None = None
     p2p_forward_s: float
     p2p_backward_s: float
     p2p_bytes: int
@@ -385,6 +388,17 @@ class PortablePlanIR:
             + windowed_recomputed * window.recompute.critical_path_s
             + moe_windowed * moe_window.backward_s
             + moe_windowed_recomputed * moe_window.recompute.critical_path_s
+        )
+
+    def unpaired_window_change_s(self) -> tuple[float, float]:
+        """(forward, backward): what a windowed MoE layer's pass alone adds under combined
+        1F1B (``CombinedLayerTiming.unpaired_*``) minus the full layer's (0 without both)."""
+        full, windowed = self.ep_overlap, self.moe_window_ep_overlap
+        if full is None or windowed is None:
+            return 0.0, 0.0
+        return (
+            windowed.unpaired_forward_s - full.unpaired_forward_s,
+            windowed.unpaired_backward_s - full.unpaired_backward_s,
         )
 
     def stage_block_backward_s(self, stage: StagePlan) -> float:

@@ -227,6 +227,8 @@ class TaskGroupCosts:
     #: (:func:`window_delta`; None: no windowed layer of that kind)
     window: BlockCost | None = None
     moe_window: BlockCost | None = None
+    #: a windowed MoE layer under combined 1F1B (``ep_overlap`` is the full layer's)
+    moe_window_ep_overlap: CombinedLayerTiming | None = None
 
 
 def cost_task_groups(
@@ -336,14 +338,16 @@ def cost_task_groups(
     if ir.moe_block is not None:
         moe_block, timing = moe_cost(ir.moe_block)
     window = moe_window = None
+    window_timing: CombinedLayerTiming | None = None
     if ir.windowed_block is not None:
         window = window_delta(dense_block_cost(ir.windowed_block), block)
     if ir.windowed_moe_block is not None and moe_block is not None:
-        # combined 1F1B's unpaired warm-up / cool-down extras stay the full layer's
-        moe_window = window_delta(moe_cost(ir.windowed_moe_block)[0], moe_block)
+        windowed_moe, window_timing = moe_cost(ir.windowed_moe_block)
+        moe_window = window_delta(windowed_moe, moe_block)
     return TaskGroupCosts(
         window=window,
         moe_window=moe_window,
+        moe_window_ep_overlap=window_timing,
         ep_overlap=timing,
         block=block,
         embedding=extra_cost(ir.first_stage),
@@ -590,6 +594,7 @@ def assemble_plan(
     return PortablePlanIR(
         window=costs.window,
         moe_window=costs.moe_window,
+        moe_window_ep_overlap=costs.moe_window_ep_overlap,
         moe_block=costs.moe_block,
         ep_overlap=costs.ep_overlap,
         mtp=mtp_extra(costs, ctx),
