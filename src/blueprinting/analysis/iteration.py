@@ -66,6 +66,8 @@ from blueprinting.mapping.transformer import (
 from blueprinting.synthesizer.stages.portable_plan.ir import (
     ZERO_PHASE,
     BlockCost,
+    Count,
+    LayerCounts,
     PhaseCost,
     PortablePlanIR,
     StagePlan,
@@ -381,16 +383,39 @@ def costed_part(plan: PortablePlanIR, part: CostedPart) -> PhaseCost:
             assert_never(unreachable)
 
 
-def work_count(stage: StagePlan, count: WorkCount) -> int:
+def block_work_count(n: LayerCounts, count: WorkCount) -> Count | None:
+    """How many of ``n``'s blocks a block count names (None for a stage extra's 1 or 0): the
+    one mapping the plan (:func:`work_count`) and the vectorized search read."""
     match count:
         case WorkCount.BLOCKS:
-            return stage.dense_blocks
+            return n.dense
         case WorkCount.RECOMPUTED_BLOCKS:
-            return stage.dense_recomputed_blocks
+            return n.dense_recomputed
         case WorkCount.MOE_BLOCKS:
-            return stage.moe_blocks
+            return n.moe
         case WorkCount.MOE_RECOMPUTED_BLOCKS:
-            return stage.moe_recomputed_blocks
+            return n.moe_recomputed
+        case WorkCount.WINDOWED_BLOCKS:
+            return n.windowed
+        case WorkCount.WINDOWED_RECOMPUTED_BLOCKS:
+            return n.windowed_recomputed
+        case WorkCount.MOE_WINDOWED_BLOCKS:
+            return n.moe_windowed
+        case WorkCount.MOE_WINDOWED_RECOMPUTED_BLOCKS:
+            return n.moe_windowed_recomputed
+        case (
+            WorkCount.HAS_EMBEDDING
+            | WorkCount.HAS_LM_HEAD
+            | WorkCount.HAS_FIRST_LAYERS
+            | WorkCount.HAS_LAST_LAYERS
+        ):
+            return None
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def work_count(stage: StagePlan, count: WorkCount) -> int:
+    match count:
         case WorkCount.HAS_EMBEDDING:
             return int(stage.has_embedding)
         case WorkCount.HAS_LM_HEAD:
@@ -399,14 +424,19 @@ def work_count(stage: StagePlan, count: WorkCount) -> int:
             return int(stage.first_layers_chunk is not None)
         case WorkCount.HAS_LAST_LAYERS:
             return int(stage.last_layers_chunk is not None)
-        case WorkCount.WINDOWED_BLOCKS:
-            return stage.windowed_blocks
-        case WorkCount.WINDOWED_RECOMPUTED_BLOCKS:
-            return stage.windowed_recomputed_blocks
-        case WorkCount.MOE_WINDOWED_BLOCKS:
-            return stage.moe_windowed_blocks
-        case WorkCount.MOE_WINDOWED_RECOMPUTED_BLOCKS:
-            return stage.moe_windowed_recomputed_blocks
+        case (
+            WorkCount.BLOCKS
+            | WorkCount.RECOMPUTED_BLOCKS
+            | WorkCount.MOE_BLOCKS
+            | WorkCount.MOE_RECOMPUTED_BLOCKS
+            | WorkCount.WINDOWED_BLOCKS
+            | WorkCount.WINDOWED_RECOMPUTED_BLOCKS
+            | WorkCount.MOE_WINDOWED_BLOCKS
+            | WorkCount.MOE_WINDOWED_RECOMPUTED_BLOCKS
+        ):
+            blocks = block_work_count(stage.counts, count)
+            assert isinstance(blocks, int)
+            return blocks
         case _ as unreachable:
             assert_never(unreachable)
 

@@ -91,6 +91,7 @@ from blueprinting.analysis.iteration import (
     CostedPart,
     PhaseField,
     WorkCount,
+    block_work_count,
     blocking_p2p_exposed,
     costed_part,
     overlapped_p2p_exposed,
@@ -175,7 +176,15 @@ from blueprinting.search.space import (
     ShardingVariant,
     candidate_to_spec,
 )
-from blueprinting.synthesizer.stages.portable_plan.ir import NO_BLOCK_CHANGE
+from blueprinting.synthesizer.stages.portable_plan.ir import (
+    NO_BLOCK_CHANGE,
+    KindTimes,
+    LayerCounts,
+    LayerTimes,
+    layers_backward_s,
+    layers_forward_s,
+    mean_block_backward_s,
+)
 from blueprinting.synthesizer.stages.portable_plan.passes import (
     PlanContext,
     p2p_message,
@@ -466,6 +475,31 @@ class _BlockArrays:
     #: every (part, time) of ``iteration.STAGE_WORK_TERMS``, per row
     parts: dict[tuple[CostedPart, PhaseField], FloatArray]
 
+    def layer_times(self) -> LayerTimes:
+        """``PortablePlanIR.layer_times`` on columns."""
+        return LayerTimes(
+            block=KindTimes(
+                forward=self.forward_s,
+                backward=self.backward_s,
+                recompute=self.recompute_critical_s,
+            ),
+            moe=KindTimes(
+                forward=self.moe_forward_s,
+                backward=self.moe_backward_s,
+                recompute=self.moe_recompute_critical_s,
+            ),
+            window=KindTimes(
+                forward=self.window_forward_s,
+                backward=self.window_backward_s,
+                recompute=self.window_recompute_critical_s,
+            ),
+            moe_window=KindTimes(
+                forward=self.moe_window_forward_s,
+                backward=self.moe_window_backward_s,
+                recompute=self.moe_window_recompute_critical_s,
+            ),
+        )
+
 
 def _scope(recompute: IntArray) -> IntArray:
     """The derivation's recompute scope: none / attention core / whole block."""
@@ -668,6 +702,20 @@ class _StageColumns:
     #: per virtual chunk (columns 0..max v - 1, zero-padded): the blocks that are not MoE
     dense_per_chunk: IntArray
 
+    @property
+    def counts(self) -> LayerCounts:
+        """``StagePlan.counts`` on columns."""
+        return LayerCounts(
+            dense=self.dense_blocks,
+            moe=self.moe_blocks,
+            dense_recomputed=self.dense_recomputed,
+            moe_recomputed=self.moe_recomputed,
+            windowed=self.windowed,
+            windowed_recomputed=self.windowed_recomputed,
+            moe_windowed=self.moe_windowed,
+            moe_windowed_recomputed=self.moe_windowed_recomputed,
+        )
+
 
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -683,7 +731,11 @@ class _Layout:
     recomputed MoE, then ``StagePlan.chunk_windowed``'s four), for the largest chunk."""
 
     stages: tuple[_StageColumns, ...]
-    chunks: tuple[tuple[IntArray, ...], ...]
+    chunks: tuple[LayerCounts, ...]
+
+
+#: ``LayerCounts``'s fields in order: a chunk composition's columns
+_COUNT_FIELDS: tuple[str, ...] = tuple(LayerCounts.__dataclass_fields__)
 
 
 def _layout(table: CandidateTable, model: TransformerModelSpec) -> _Layout:
@@ -736,15 +788,9 @@ def _layout(table: CandidateTable, model: TransformerModelSpec) -> _Layout:
         keyed_stages.append(chosen)
         compositions: list[tuple[int, ...]] = sorted(
             {
-                (
-                    b - plan.chunk_moe(c)[0],
-                    plan.chunk_moe(c)[0],
-                    plan.recomputed_blocks_per_chunk[c] - plan.chunk_moe(c)[1],
-                    plan.chunk_moe(c)[1],
-                    *plan.chunk_windowed(c),
-                )
+                tuple(int(getattr(plan.chunk_counts(c), name)) for name in _COUNT_FIELDS)
                 for plan in plans
-                for c, b in enumerate(plan.blocks_per_chunk)
+                for c in range(len(plan.blocks_per_chunk))
             }
         )
         keyed_chunks.append(compositions)
@@ -774,7 +820,9 @@ def _layout(table: CandidateTable, model: TransformerModelSpec) -> _Layout:
     chunks = []
     for j in range(n_chunks):
         composition = np.array([x[min(j, len(x) - 1)] for x in keyed_chunks], dtype=np.int64)
-        chunks.append(tuple(composition[inverse, k] for k in range(composition.shape[1])))
+        chunks.append(
+            LayerCounts(**{name: composition[inverse, k] for k, name in enumerate(_COUNT_FIELDS)})
+        )
     return _Layout(stages=tuple(stages), chunks=tuple(chunks))
 
 
@@ -788,14 +836,11 @@ def _select(choice: IntArray, options: list[IntArray]) -> IntArray:
 # --------------------------------------------------------------------------------------------
 def _stage_compute(stage: _StageColumns, p: IntArray, c: _BlockArrays) -> FloatArray:
     """``PortablePlanIR.stage_microbatch_compute_s`` of a representative stage."""
-    work = stage.dense_blocks * (c.forward_s + c.backward_s)
-    work = work + stage.dense_recomputed * c.recompute_critical_s
-    work = work + stage.moe_blocks * (c.moe_forward_s + c.moe_backward_s)
-    work = work + stage.moe_recomputed * c.moe_recompute_critical_s
-    work = work + stage.windowed * (c.window_forward_s + c.window_backward_s)
-    work = work + stage.windowed_recomputed * c.window_recompute_critical_s
-    work = work + stage.moe_windowed * (c.moe_window_forward_s + c.moe_window_backward_s)
-    work = work + stage.moe_windowed_recomputed * c.moe_window_recompute_critical_s
+    times = c.layer_times()
+    work = np.asarray(
+        layers_forward_s(stage.counts, times) + layers_backward_s(stage.counts, times),
+        dtype=np.float64,
+    )
     work = np.where(stage.index == 0, work + c.embedding_total_s, work)
     return np.where(stage.index == p - 1, work + c.lm_head_total_s, work)
 
@@ -1497,39 +1542,21 @@ def evaluate_candidates(
     choice = _critical_choice(layout, p, c)
     options = list(layout.stages)
     critical = _select(choice, [s.index for s in options])
-    crit_dense = _select(choice, [s.dense_blocks for s in options])
-    crit_moe = _select(choice, [s.moe_blocks for s in options])
-    crit_dense_rec = _select(choice, [s.dense_recomputed for s in options])
-    crit_moe_rec = _select(choice, [s.moe_recomputed for s in options])
-    crit_windowed = _select(choice, [s.windowed for s in options])
-    crit_windowed_rec = _select(choice, [s.windowed_recomputed for s in options])
-    crit_moe_windowed = _select(choice, [s.moe_windowed for s in options])
-    crit_moe_windowed_rec = _select(choice, [s.moe_windowed_recomputed for s in options])
+    crit = LayerCounts(
+        **{
+            name: _select(choice, [getattr(s.counts, name) for s in options])
+            for name in _COUNT_FIELDS
+        }
+    )
+    layer_times = c.layer_times()
 
     # bubble_contract: the largest chunk of any stage (PortablePlanIR.forward_chunk_s /
     # backward_chunk_s), over the distinct chunk compositions
     forward_longest = np.zeros(p.shape, dtype=np.float64)
     backward_longest = np.zeros(p.shape, dtype=np.float64)
     for chunk in layout.chunks:
-        n_dense, n_moe, n_dense_rec, n_moe_rec, n_win, n_win_rec, n_mwin, n_mwin_rec = chunk
-        forward_longest = np.maximum(
-            forward_longest,
-            n_dense * c.forward_s
-            + n_moe * c.moe_forward_s
-            + n_win * c.window_forward_s
-            + n_mwin * c.moe_window_forward_s,
-        )
-        backward_longest = np.maximum(
-            backward_longest,
-            n_dense * c.backward_s
-            + n_moe * c.moe_backward_s
-            + n_dense_rec * c.recompute_critical_s
-            + n_moe_rec * c.moe_recompute_critical_s
-            + n_win * c.window_backward_s
-            + n_win_rec * c.window_recompute_critical_s
-            + n_mwin * c.moe_window_backward_s
-            + n_mwin_rec * c.moe_window_recompute_critical_s,
-        )
+        forward_longest = np.maximum(forward_longest, layers_forward_s(chunk, layer_times))
+        backward_longest = np.maximum(backward_longest, layers_backward_s(chunk, layer_times))
     forward_chunk_s = forward_longest + edge_p2p
     backward_chunk_s = backward_longest + edge_p2p
     # iteration.bubble_contract costs the imbalance with the MoE block where there is one
@@ -1554,14 +1581,9 @@ def evaluate_candidates(
         critical=critical,
         m=m,
         counts={
-            WorkCount.BLOCKS: crit_dense,
-            WorkCount.RECOMPUTED_BLOCKS: crit_dense_rec,
-            WorkCount.MOE_BLOCKS: crit_moe,
-            WorkCount.MOE_RECOMPUTED_BLOCKS: crit_moe_rec,
-            WorkCount.WINDOWED_BLOCKS: crit_windowed,
-            WorkCount.WINDOWED_RECOMPUTED_BLOCKS: crit_windowed_rec,
-            WorkCount.MOE_WINDOWED_BLOCKS: crit_moe_windowed,
-            WorkCount.MOE_WINDOWED_RECOMPUTED_BLOCKS: crit_moe_windowed_rec,
+            count: np.asarray(blocks, dtype=np.int64)
+            for count in WorkCount
+            if (blocks := block_work_count(crit, count)) is not None
         },
         c=c,
     )
@@ -1571,8 +1593,8 @@ def evaluate_candidates(
     ep_exposed = work["ep_comm_exposed"]
     # iteration.plan_unpaired_ep_exposed_s: the MoE layers' extra, then the windowed ones' change
     for moe_layers, unpaired_s in (
-        (crit_moe, c.moe_unpaired_s),
-        (crit_moe_windowed, c.moe_window_unpaired_s),
+        (crit.moe, c.moe_unpaired_s),
+        (crit.moe_windowed, c.moe_window_unpaired_s),
     ):
         ep_exposed = ep_exposed + unpaired_ep_exposed_s(
             p=p,
@@ -1629,28 +1651,13 @@ def evaluate_candidates(
     expert_dp = keyed_ints[:, 4]
     times = np.array(keyed_times, dtype=np.float64)[inverse]
     # PortablePlanIR.chunk_forward_s summed over the critical stage's chunks
-    stage_forward_s = (
-        crit_dense * c.forward_s
-        + crit_moe * c.moe_forward_s
-        + crit_windowed * c.window_forward_s
-        + crit_moe_windowed * c.moe_window_forward_s
-    )
-    # PortablePlanIR.stage_block_backward_s: the critical stage's mean block backward, the
-    # dense block's exactly on a stage of dense full-attention blocks
-    crit_blocks = crit_dense + crit_moe
-    mixed = (crit_moe + crit_windowed + crit_moe_windowed > 0) & (crit_blocks > 0)
-    mean_backward = (
-        crit_dense * c.backward_s
-        + crit_moe * c.moe_backward_s
-        + crit_windowed * c.window_backward_s
-        + crit_moe_windowed * c.moe_window_backward_s
-    ) / np.maximum(crit_blocks, 1)
+    stage_forward_s = np.asarray(layers_forward_s(crit, layer_times), dtype=np.float64)
     windows = _Windows(
         m=m,
         blocks_per_chunk=blocks_per_chunk,
         virtual_stages=v,
         pipeline_degree=p,
-        block_backward_s=np.where(mixed, mean_backward, c.backward_s),
+        block_backward_s=np.asarray(mean_block_backward_s(crit, layer_times), dtype=np.float64),
         chunk_backward_s=backward_chunk_s,
         stage_forward_s=stage_forward_s,
     )

@@ -18,9 +18,10 @@ communication plus one P2P transfer at the chunk's edge).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import final
+from typing import TYPE_CHECKING, TypeAlias, cast, final
 
 from blueprinting.errors import VerificationError
+from blueprinting.hardware.polymorphic import maximum, where
 from blueprinting.synthesizer.stages.portable_plan.ep_overlap import CombinedLayerTiming
 
 
@@ -133,6 +134,108 @@ NO_BLOCK_CHANGE = BlockCost(
     forward=ZERO_PHASE, backward_activation=ZERO_PHASE, backward_weight=ZERO_PHASE
 )
 
+if TYPE_CHECKING:
+    from blueprinting.hardware.polymorphic import Column, IntColumn
+
+# numpy stays off the plan's import path (the CLI's start-up): the column types are names.
+#: A count of blocks, or a column of counts (the vectorized search's candidates).
+Count: TypeAlias = "int | IntColumn"
+#: A time in seconds, or a column of times.
+Seconds: TypeAlias = "float | Column"
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LayerCounts:
+    """The blocks of a chunk or a stage by kind: dense and MoE, the recomputed ones of each,
+    and the sliding-window ones of each (sub-counts that add their kind's change). On numbers
+    (``StagePlan``) or columns (the vectorized search), one formula for both below."""
+
+    dense: Count
+    moe: Count
+    dense_recomputed: Count
+    moe_recomputed: Count
+    windowed: Count
+    windowed_recomputed: Count
+    moe_windowed: Count
+    moe_windowed_recomputed: Count
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KindTimes:
+    """One kind of block's critical paths: forward, backward (without recompute), recompute."""
+
+    forward: Seconds
+    backward: Seconds
+    recompute: Seconds
+
+    @staticmethod
+    def of(block: BlockCost) -> KindTimes:
+        return KindTimes(
+            forward=block.forward_s,
+            backward=block.backward_s,
+            recompute=block.recompute.critical_path_s,
+        )
+
+
+@final
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LayerTimes:
+    """The costed kinds of ``PortablePlanIR``: the dense block, the MoE block (the dense one
+    for a dense model) and the sliding-window changes of each (zero without windows)."""
+
+    block: KindTimes
+    moe: KindTimes
+    window: KindTimes
+    moe_window: KindTimes
+
+
+def layers_forward_s(n: LayerCounts, t: LayerTimes) -> Seconds:
+    """Forward critical path of ``n``'s blocks, P2P excluded (a chunk's, or a stage's)."""
+    return cast(
+        "Seconds",
+        n.dense * t.block.forward
+        + n.moe * t.moe.forward
+        + n.windowed * t.window.forward
+        + n.moe_windowed * t.moe_window.forward,
+    )
+
+
+def layers_backward_s(n: LayerCounts, t: LayerTimes) -> Seconds:
+    """Backward critical path of ``n``'s blocks with their recompute, P2P excluded."""
+    return cast(
+        "Seconds",
+        n.dense * t.block.backward
+        + n.moe * t.moe.backward
+        + n.dense_recomputed * t.block.recompute
+        + n.moe_recomputed * t.moe.recompute
+        + n.windowed * t.window.backward
+        + n.windowed_recomputed * t.window.recompute
+        + n.moe_windowed * t.moe_window.backward
+        + n.moe_windowed_recomputed * t.moe_window.recompute,
+    )
+
+
+def mean_block_backward_s(n: LayerCounts, t: LayerTimes) -> Seconds:
+    """One block's backward (recompute excluded) averaged over a stage's blocks of each kind:
+    the window the data-parallel overlap gives each gradient bucket
+    (``analysis/data_parallel.py``); the dense block's exactly on a stage of dense
+    full-attention blocks (or none)."""
+    blocks = n.dense + n.moe
+    mixed = (n.moe + n.windowed + n.moe_windowed > 0) & (blocks > 0)
+    mean = cast(
+        "Column",
+        (
+            n.dense * t.block.backward
+            + n.moe * t.moe.backward
+            + n.windowed * t.window.backward
+            + n.moe_windowed * t.moe_window.backward
+        )
+        / maximum(blocks, 1),
+    )
+    return cast("Seconds", where(mixed, mean, cast("Column", t.block.backward)))
+
 
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -212,6 +315,37 @@ class StagePlan:
             self.windowed_recomputed_per_chunk[chunk],
             self.moe_windowed_per_chunk[chunk],
             self.moe_windowed_recomputed_per_chunk[chunk],
+        )
+
+    def chunk_counts(self, chunk: int) -> LayerCounts:
+        """Virtual chunk ``chunk``'s blocks by kind."""
+        moe, moe_recomputed = self.chunk_moe(chunk)
+        windowed, windowed_recomputed, moe_windowed, moe_windowed_recomputed = self.chunk_windowed(
+            chunk
+        )
+        return LayerCounts(
+            dense=self.blocks_per_chunk[chunk] - moe,
+            moe=moe,
+            dense_recomputed=self.recomputed_blocks_per_chunk[chunk] - moe_recomputed,
+            moe_recomputed=moe_recomputed,
+            windowed=windowed,
+            windowed_recomputed=windowed_recomputed,
+            moe_windowed=moe_windowed,
+            moe_windowed_recomputed=moe_windowed_recomputed,
+        )
+
+    @property
+    def counts(self) -> LayerCounts:
+        """The stage's blocks by kind, over all its chunks."""
+        return LayerCounts(
+            dense=self.dense_blocks,
+            moe=self.moe_blocks,
+            dense_recomputed=self.dense_recomputed_blocks,
+            moe_recomputed=self.moe_recomputed_blocks,
+            windowed=self.windowed_blocks,
+            windowed_recomputed=self.windowed_recomputed_blocks,
+            moe_windowed=self.moe_windowed_blocks,
+            moe_windowed_recomputed=self.moe_windowed_recomputed_blocks,
         )
 
     def chunk_moe(self, chunk: int) -> tuple[int, int]:
@@ -357,38 +491,22 @@ class PortablePlanIR:
     def _moe_window(self) -> BlockCost:
         return NO_BLOCK_CHANGE if self.moe_window is None else self.moe_window
 
+    def layer_times(self) -> LayerTimes:
+        """The plan's costed kinds for :func:`layers_forward_s` and its siblings."""
+        return LayerTimes(
+            block=KindTimes.of(self.block),
+            moe=KindTimes.of(self._moe()),
+            window=KindTimes.of(self._window()),
+            moe_window=KindTimes.of(self._moe_window()),
+        )
+
     def chunk_forward_s(self, stage: StagePlan, chunk: int) -> float:
         """Forward critical path of one virtual chunk's blocks (dense and MoE), P2P excluded."""
-        moe, _ = stage.chunk_moe(chunk)
-        dense = stage.blocks_per_chunk[chunk] - moe
-        windowed, _, moe_windowed, _ = stage.chunk_windowed(chunk)
-        return (
-            dense * self.block.forward_s
-            + moe * self._moe().forward_s
-            + windowed * self._window().forward_s
-            + moe_windowed * self._moe_window().forward_s
-        )
+        return float(layers_forward_s(stage.chunk_counts(chunk), self.layer_times()))
 
     def chunk_backward_s(self, stage: StagePlan, chunk: int) -> float:
         """Backward (with recompute) critical path of one virtual chunk, P2P excluded."""
-        moe, moe_recomputed = stage.chunk_moe(chunk)
-        dense = stage.blocks_per_chunk[chunk] - moe
-        dense_recomputed = stage.recomputed_blocks_per_chunk[chunk] - moe_recomputed
-        other = self._moe()
-        windowed, windowed_recomputed, moe_windowed, moe_windowed_recomputed = stage.chunk_windowed(
-            chunk
-        )
-        window, moe_window = self._window(), self._moe_window()
-        return (
-            dense * self.block.backward_s
-            + moe * other.backward_s
-            + dense_recomputed * self.block.recompute.critical_path_s
-            + moe_recomputed * other.recompute.critical_path_s
-            + windowed * window.backward_s
-            + windowed_recomputed * window.recompute.critical_path_s
-            + moe_windowed * moe_window.backward_s
-            + moe_windowed_recomputed * moe_window.recompute.critical_path_s
-        )
+        return float(layers_backward_s(stage.chunk_counts(chunk), self.layer_times()))
 
     def unpaired_window_change_s(self) -> tuple[float, float]:
         """(forward, backward): what a windowed MoE layer's pass alone adds under combined
@@ -402,19 +520,8 @@ class PortablePlanIR:
         )
 
     def stage_block_backward_s(self, stage: StagePlan) -> float:
-        """One block's backward critical path on ``stage`` (recompute excluded), the mean over
-        its blocks of each kind (dense, MoE, and their sliding-window changes): the window the
-        data-parallel overlap gives each gradient bucket (``analysis/data_parallel.py``). A
-        stage of dense full-attention blocks only (or none) gives ``block.backward_s`` exactly."""
-        moe, windowed = stage.moe_blocks, stage.windowed_blocks + stage.moe_windowed_blocks
-        if stage.blocks == 0 or (moe == 0 and windowed == 0):
-            return self.block.backward_s
-        return (
-            stage.dense_blocks * self.block.backward_s
-            + moe * self._moe().backward_s
-            + stage.windowed_blocks * self._window().backward_s
-            + stage.moe_windowed_blocks * self._moe_window().backward_s
-        ) / stage.blocks
+        """One block's backward critical path on ``stage``: :func:`mean_block_backward_s`."""
+        return float(mean_block_backward_s(stage.counts, self.layer_times()))
 
     def forward_chunk_s(self) -> float:
         """T_forward_chunk: forward critical path of the largest virtual chunk, with its edge
