@@ -97,13 +97,16 @@ def test_ep_comm_exposed_is_the_steady_state_plus_the_unpaired_passes(
 
 def test_delay_wgrad_hides_the_backward_exchanges_of_the_unpaired_backwards() -> None:
     """Qwen3's MoE layer hides all its exchanges in a pair already (its experts outlast the
-    all-to-alls), so the delayed wgrad changes only the cool-down backwards: their dispatch
+    all-to-alls): what the pair exposes is only NCCL's 32 of the H100's 132 SMs taken from the
+    compute beside the exchanges, f / (1 - f) = 32/100 of their time, with or without the
+    delayed wgrad. So the delayed wgrad changes only the cool-down backwards: their dispatch
     runs beside the expert wgrad, and the plan is faster by exactly that."""
     overlap, delayed = _plan(OVERLAP), _plan(DELAYED)
     t0, t1 = overlap.plan.ep_overlap, delayed.plan.ep_overlap
     assert t0 is not None and t1 is not None
-    assert t0.exposed_s == pytest.approx(0.0, abs=1e-15)
-    assert t1.exposed_s == pytest.approx(0.0, abs=1e-15)
+    lengthening = 32 / 100 * (t0.forward_exchange_s + t0.backward_exchange_s)
+    assert t0.exposed_s == pytest.approx(lengthening, rel=1e-9)
+    assert t1.exposed_s == pytest.approx(lengthening, rel=1e-9)
     assert t1.unpaired_forward_s == pytest.approx(t0.unpaired_forward_s, rel=1e-12)
     assert t1.backward_alone_s < t0.backward_alone_s
     stage = overlap.plan.critical_stage()

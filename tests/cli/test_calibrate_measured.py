@@ -52,7 +52,10 @@ def test_calibrate_nccl_writes_a_system_that_plan_accepts(
     out = tmp_path / "system.toml"
     code, stdout, _ = _run(capsys, "calibrate", "--nccl", str(NCCL), "--out", str(out))
     assert code == 0
-    assert "intra link: latency 44.2 us, bus bandwidth 204.7 GB/s = 0.682 of 300.0 GB/s" in stdout
+    assert (
+        "intra link, ring collectives: latency 44.2 us, bus bandwidth 204.7 GB/s = 0.682 of "
+        "300.0 GB/s" in stdout
+    )
     assert "24 points, RMS 13.2%, max 30.2%" in stdout
     system = load_system(out)
     assert system.node.link.latency_s == pytest.approx(44.24e-6, rel=1e-3)
@@ -169,8 +172,9 @@ def test_an_inter_node_rate_above_the_nic_is_refused(
     two_hosts.write_text("\n".join(lines))
     code, _, stderr = _run(capsys, "calibrate", "--nccl", str(two_hosts))
     assert code == 2
-    assert f"{two_hosts} (inter link): fitted bus bandwidth 204.7 GB/s is 8.19 of the link's" in (
-        stderr
+    assert (
+        f"{two_hosts} (inter link, ring collectives): fitted bus bandwidth 204.7 GB/s is 8.19 "
+        "of the link's" in stderr
     )
     # Told it is the intra-node link, the same file fits.
     code, _, _ = _run(capsys, "calibrate", "--nccl", str(two_hosts), "--nccl-scope", "intra")
@@ -230,3 +234,31 @@ def test_measurements_and_runs_are_not_mixed(capsys: pytest.CaptureFixture[str])
     code, _, stderr = _run(capsys, "calibrate", "--out", "x.toml")
     assert code == 2
     assert "--out, --nccl-scope and --nccl-op need --gemm, --nccl or --stream" in stderr
+
+
+def test_alltoall_files_set_the_links_all_to_all_efficiency(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An ``alltoall_perf`` file is fitted apart from the ring collectives and sets
+    ``all_to_all_efficiency`` only (the A100 rows relabelled: the fit's figures are the
+    all-reduce file's); with an ``all_reduce_perf`` file beside it each sets its own."""
+    a2a = tmp_path / "a2a.txt"
+    a2a.write_text("\n".join(_nccl_text()).replace("all_reduce_perf", "alltoall_perf"))
+    out = tmp_path / "system.toml"
+    code, stdout, stderr = _run(capsys, "calibrate", "--nccl", str(a2a), "--out", str(out))
+    assert code == 0, stderr
+    assert "intra link, all-to-all: latency 22.1 us, bus bandwidth 204.7 GB/s" in stdout
+    section = tomllib.loads(out.read_text())["system"]
+    assert section["intra_node"] == {"all_to_all_efficiency": pytest.approx(0.6823, rel=1e-3)}
+    system = load_system(out)
+    assert system.node.link.efficiency == ConstantEfficiency(fraction=0.69)  # the preset's
+    code, _, stderr = _run(
+        capsys, "calibrate", "--nccl", str(a2a), "--nccl", str(NCCL), "--out", str(out)
+    )
+    assert code == 0, stderr
+    both = load_system(out).node.link
+    assert isinstance(both.efficiency, ConstantEfficiency)
+    assert isinstance(both.all_to_all_efficiency, ConstantEfficiency)
+    # the same rows fitted under each op's wire factor: the same rate
+    assert both.efficiency.fraction == pytest.approx(both.all_to_all_efficiency.fraction)
+    assert both.latency_s == pytest.approx(44.24e-6, rel=1e-3)

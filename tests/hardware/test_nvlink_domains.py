@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from blueprinting.errors import ConfigError
-from blueprinting.hardware.collectives import CollectiveKind
+from blueprinting.hardware.collectives import CollectiveKind, link_efficiency
 from blueprinting.hardware.efficiency import efficiency_fraction
 from blueprinting.hardware.presets import system_preset
 from blueprinting.hardware.system import (
@@ -69,11 +69,12 @@ def test_a_group_straddling_two_packed_racks_splits_nvlink_and_nic() -> None:
     size = 1e9
     nic, nvlink = PACKED.scale_out, PACKED.node.link
     # the NIC carries 56/64 of the buffer, NVLink 7/64, each at its link's all-to-all rate
+    a2a = CollectiveKind.ALL_TO_ALL
     remote = nic.latency_s + size * 56 / 64 / (
-        nic.bandwidth_bytes_per_s * efficiency_fraction(nic.efficiency, size)
+        nic.bandwidth_bytes_per_s * efficiency_fraction(link_efficiency(nic, a2a), size)
     )
     local = nvlink.latency_s + size * 7 / 64 / (
-        nvlink.bandwidth_bytes_per_s * efficiency_fraction(nvlink.efficiency, size)
+        nvlink.bandwidth_bytes_per_s * efficiency_fraction(link_efficiency(nvlink, a2a), size)
     )
     assert PACKED.all_to_all_time(size, ep) == pytest.approx(max(remote, local), rel=1e-12)
     assert remote > local

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from blueprinting.analysis.evaluate import PlanOptions
 from blueprinting.analysis.report import IterationReport
 from blueprinting.api import plan_spec
-from blueprinting.hardware.collectives import CollectiveKind
+from blueprinting.hardware.collectives import CollectiveKind, ExchangeKernels
 from blueprinting.hardware.presets import system_preset
 from blueprinting.hardware.system import CommGroup, LinkTier
 from blueprinting.mapping.model import DenseFeedForward, TransformerModelSpec
@@ -315,7 +315,8 @@ def test_deepep_crosses_the_nic_once_per_remote_node() -> None:
     group = CommGroup(size=32, tier=LinkTier.SCALE_OUT, ranks_per_node=8, ranks_per_domain=8)
     size = 1e9
     latency = system.scale_out.latency_s
-    plain = system.all_to_all_time(size, group) - latency
+    # DeepEP's own kernels: the links' ring rate, against the same kernels' plain exchange
+    plain = system.all_to_all_time(size, group, ExchangeKernels.LIBRARY) - latency
     forwarded = system.forwarded_all_to_all_time(size, group, fanout=8) - latency
     distinct = 32 * (1 - (31 / 32) ** 8)
     remote_nodes = 3 * (1 - (3 / 4) ** 8)
@@ -326,7 +327,7 @@ def test_deepep_crosses_the_nic_once_per_remote_node() -> None:
     # one node: nothing crosses the NIC, the plain intra-node all-to-all
     node = CommGroup(size=8, tier=LinkTier.INTRA_NODE, ranks_per_node=8, ranks_per_domain=8)
     assert system.forwarded_all_to_all_time(size, node, fanout=8) == system.all_to_all_time(
-        size, node
+        size, node, ExchangeKernels.LIBRARY
     )
 
 
@@ -346,10 +347,9 @@ def test_forwarding_never_sends_more_over_the_nic(nodes: int, per_node: int, fan
         size=n, tier=LinkTier.SCALE_OUT, ranks_per_node=per_node, ranks_per_domain=per_node
     )
     size = float(n) * 1e6
-    plain = system.all_to_all_time(size, group)
+    plain = system.all_to_all_time(size, group, ExchangeKernels.LIBRARY)
     forwarded = system.forwarded_all_to_all_time(size, group, fanout=fanout)
-    nvlink_all = system.collective_time(
-        CollectiveKind.ALL_TO_ALL,
+    nvlink_all = system.all_to_all_time(
         size * (n - 1) / n * per_node / (per_node - 1),
         CommGroup(
             size=per_node,
@@ -357,6 +357,7 @@ def test_forwarding_never_sends_more_over_the_nic(nodes: int, per_node: int, fan
             ranks_per_node=per_node,
             ranks_per_domain=per_node,
         ),
+        ExchangeKernels.LIBRARY,
     )
     assert forwarded <= max(plain, nvlink_all) * (1 + 1e-9)
 
@@ -400,21 +401,25 @@ def test_flex_exchanges_run_at_their_librarys_measured_rate_inside_the_domain() 
         (Phase.BACKWARD_ACTIVATION_GRAD, SemanticOpName.EXPERT_FC1): back,
     }
     gb200, h100 = system_preset("dgx-gb200"), system_preset("dgx-h100")
+    library = ExchangeKernels.LIBRARY
     rack = CommGroup(size=8, tier=LinkTier.INTRA_NODE, ranks_per_node=4, ranks_per_domain=8)
     for task in _dispatch(ir):
         assert task.flex is not None
         rate = {EpLeg.DISPATCH: 545.71e9, EpLeg.COMBINE: 568.94e9}[task.flex.leg]
         assert _dispatch_time(task, gb200, rack) == pytest.approx(task.bytes / rate, rel=1e-12)
         node = CommGroup(size=8, tier=LinkTier.INTRA_NODE, ranks_per_node=8, ranks_per_domain=8)
-        assert _dispatch_time(task, h100, node) == h100.all_to_all_time(task.bytes, node)
+        # no table for H100, or a group off the domain: the link model at the links' ring rate
+        assert _dispatch_time(task, h100, node) == h100.all_to_all_time(task.bytes, node, library)
         spread = CommGroup(size=8, tier=LinkTier.SCALE_OUT, ranks_per_node=4, ranks_per_domain=4)
-        assert _dispatch_time(task, gb200, spread) == gb200.all_to_all_time(task.bytes, spread)
+        assert _dispatch_time(task, gb200, spread) == gb200.all_to_all_time(
+            task.bytes, spread, library
+        )
     # a group below the smallest measured one (EP2 on a B200 node) keeps the link model
     b200 = system_preset("dgx-b200")
     ep2 = derive_training_block(model, _mapping(ep=2, dp=8, dispatcher=hybrid))
     pair = CommGroup(size=2, tier=LinkTier.INTRA_NODE, ranks_per_node=2, ranks_per_domain=2)
     for task in _dispatch(ep2):
-        assert _dispatch_time(task, b200, pair) == b200.all_to_all_time(task.bytes, pair)
+        assert _dispatch_time(task, b200, pair) == b200.all_to_all_time(task.bytes, pair, library)
     # between and beyond the measured group sizes: linear, then the largest one's rate
     assert GB200_HYBRIDEP.bytes_per_s(EpLeg.DISPATCH, 20) == pytest.approx(515.40e9, rel=1e-12)
     assert GB200_HYBRIDEP.bytes_per_s(EpLeg.COMBINE, 64) == 447.89e9
@@ -423,6 +428,7 @@ def test_flex_exchanges_run_at_their_librarys_measured_rate_inside_the_domain() 
     assert {t.flex for t in _dispatch(alltoall)} == {None}
     for task in _dispatch(alltoall):
         if task.kind.value == CollectiveKind.ALL_TO_ALL.value:
+            # the alltoall dispatcher: NCCL's all-to-all, at its own measured rate
             assert _dispatch_time(task, gb200, rack) == gb200.all_to_all_time(task.bytes, rack)
 
 

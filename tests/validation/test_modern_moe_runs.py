@@ -433,7 +433,8 @@ def test_the_planned_runs_stay_within_todays_bounds(planned: MoeValidation) -> N
     (the 26.02 DeepEP B200 row); with the norms' outputs cast (TE normalization.cpp): 24.2%.
     Since GPT-OSS's sliding windows are priced in training and a MoE stage's data-parallel
     overlap window is its own blocks' backward (not the dense block's): median 25.6%,
-    GPT-OSS-120B 23-56% fast."""
+    GPT-OSS-120B 23-56% fast. Since NCCL's all-to-all runs at its own measured rate (GTC25
+    S72583; not the ring collectives'): median 25.0%, GPT-OSS-120B 8-56% fast."""
     errors = {row.run_id: row.relative_error or 0.0 for row in planned.planned_rows}
     median = planned.gate(MoeGate.MEDIAN_ERROR).value
     assert median is not None and 0.22 <= median <= 0.28
@@ -454,7 +455,9 @@ def test_the_planned_runs_stay_within_todays_bounds(planned: MoeValidation) -> N
     qwen_gb200 = [e for run, e in errors.items() if "qwen3" in run and "_gb200_" in run]
     assert len(qwen_gb200) == 10 and all(-0.34 <= error <= -0.07 for error in qwen_gb200)
     gpt_oss = [e for run, e in errors.items() if "gpt_oss" in run]
-    assert len(gpt_oss) == 17 and all(-0.58 <= error <= -0.10 for error in gpt_oss)
+    # the 26.02 B200 row (EP 64 over 8 nodes, NCCL's all-to-all) -8.5% since that exchange
+    # crosses the NICs at NCCL's measured all-to-all rate (0.74 of line rate, was 0.96)
+    assert len(gpt_oss) == 17 and all(-0.58 <= error <= -0.05 for error in gpt_oss)
 
 
 @pytest.mark.xfail(

@@ -18,11 +18,16 @@ per-direction bandwidth of the link and ``(scalar, offset)`` a per-operation fac
 * reduce-scatter and all-gather move ``(n-1)/n * S``: ``scalar = 1, offset = -1``;
 * p2p sends ``S`` once: ``scalar = 1, offset = None``.
 
+NCCL's all-to-all is grouped point-to-point sends, not a ring, and reaches less of the link than
+the rings do where both were measured (NVIDIA GTC25 S72583: 8 x H100 all-to-all busbw 320 GB/s
+against 370 for the ring collectives; :func:`link_efficiency`).
+
 A group of one rank communicates nothing and costs 0 (Calculon never calls ``time`` then; it
 asserts ``n >= 2``).
 
 Public API: ``CollectiveKind``, ``CollectiveCost``, ``CollectiveCosts``,
-``ring_collective_costs()``, ``collective_link_time(kind, size_bytes, group_size, link)`` (``link``
+``ring_collective_costs()``, ``ExchangeKernels``, ``link_efficiency(link, kind, kernels)``,
+``collective_link_time(kind, size_bytes, group_size, link)`` (``link``
 is a :class:`~blueprinting.hardware.system.LinkSpec`).
 """
 
@@ -33,7 +38,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, assert_never, final
 
 from blueprinting.errors import ConfigError
-from blueprinting.hardware.efficiency import efficiency_fraction, is_positive
+from blueprinting.hardware.efficiency import Efficiency, efficiency_fraction, is_positive
 
 if TYPE_CHECKING:
     from blueprinting.hardware.system import LinkSpec
@@ -128,16 +133,48 @@ def collective_link_time(
     return latency + size_bytes / bandwidth
 
 
+class ExchangeKernels(StrEnum):
+    """Whose kernels move an all-to-all's bytes, which decides the link efficiency it reaches
+    (:func:`link_efficiency`).
+
+    - ``nccl``: ``torch.distributed.all_to_all_single``, NCCL's grouped send / receive (the
+      alltoall token dispatcher, the allgather dispatcher's exchanges, context parallelism's
+      a2a): the link's ``all_to_all_efficiency`` where one was measured.
+    - ``library``: an expert-parallel library's own copy kernels (DeepEP, HybridEP: the flex
+      dispatcher), which reach the link's ring efficiency (DeepEP's internode normal kernels
+      43-58 GB/s of RDMA on 50 GB/s NICs, shared/reference/microbenchmarks.md 4.6), not NCCL's
+      all-to-all figure."""
+
+    NCCL = "nccl"
+    LIBRARY = "library"
+
+
+def link_efficiency(
+    link: LinkSpec, kind: CollectiveKind, kernels: ExchangeKernels = ExchangeKernels.NCCL
+) -> Efficiency:
+    """The efficiency model a collective of ``kind`` reaches on ``link``: NCCL's all-to-all
+    at the link's ``all_to_all_efficiency`` where the system gives one, every other collective
+    (and a library's exchange) at ``efficiency``."""
+    measured = link.all_to_all_efficiency
+    if kind is CollectiveKind.ALL_TO_ALL and kernels is ExchangeKernels.NCCL and measured:
+        return measured
+    return link.efficiency
+
+
 def collective_alpha_beta(
-    kind: CollectiveKind, size_bytes: float, group_size: int, link: LinkSpec
+    kind: CollectiveKind,
+    size_bytes: float,
+    group_size: int,
+    link: LinkSpec,
+    kernels: ExchangeKernels = ExchangeKernels.NCCL,
 ) -> tuple[float, float]:
     """(latency s, effective bytes/s) of :func:`collective_link_time`: the time is
-    ``latency + size / effective``, with ``effective = bw * eff(size) / wire factor``; the
-    simulator schedules transfers from these two numbers."""
+    ``latency + size / effective``, with ``effective = bw * eff(size) / wire factor`` (``eff``
+    by :func:`link_efficiency`); the simulator schedules transfers from these two numbers."""
     if size_bytes < 0:
         raise ConfigError([f"collective size must be >= 0 bytes, got {size_bytes!r}"])
     if group_size < 1:
         raise ConfigError([f"collective group size must be >= 1, got {group_size!r}"])
     wire = link.costs.of(kind).wire_factor(group_size)
-    fraction = efficiency_fraction(link.efficiency, size_bytes)
+    fraction = efficiency_fraction(link_efficiency(link, kind, kernels), size_bytes)
     return link.latency_s, link.bandwidth_bytes_per_s * fraction / wire

@@ -8,27 +8,37 @@ What each input sets, over the ``--system`` preset (every other figure stays the
   the fitted :class:`~blueprinting.hardware.efficiency.GemmShapeEfficiency` against the
   preset's peak for that datatype (a datatype the preset lacks is refused).
 * ``--nccl`` (repeatable): the rows of every file of one scope (intra: ``[system.intra_node]``,
-  inter: ``[system.scale_out]``) fitted as one link: ``latency_s`` and a constant ``efficiency``
-  = fitted rate / the preset link's bandwidth.
+  inter: ``[system.scale_out]``) fitted as one link: the ring collectives' files
+  (``all_reduce_perf``, ``all_gather_perf``, ``reduce_scatter_perf``) set ``latency_s`` and a
+  constant ``efficiency`` = fitted rate / the preset link's bandwidth; ``alltoall_perf`` files,
+  fitted apart, set ``all_to_all_efficiency`` (NCCL's all-to-all is grouped send / receive, not
+  a ring: :func:`~blueprinting.hardware.collectives.link_efficiency`). Across hosts an
+  all-to-all's busbw counts the bytes a rank sends over NVLink too; the NIC carries
+  ``(n - c) / (n - 1)`` of them (c = ranks per host), the share the scale-out figure is of.
 * ``--stream``: ``[system.accelerator.hbm].efficiency`` = Triad / the preset's HBM bandwidth.
 
 The section is read back by :func:`~blueprinting.hardware.system_mapping.system_from_mapping`
 before it is returned, so what is written is a system every command accepts.
 
-Public API: ``NcclInput``, ``MeasuredCalibration``, ``calibrate_measured(...)``.
+Public API: ``NcclInput``, ``CalibratedOps``, ``calibrated_ops``, ``MeasuredCalibration``,
+``calibrate_measured(...)``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 from typing import assert_never, final
 
 from blueprinting.errors import ConfigError
+from blueprinting.hardware.collectives import CollectiveKind
 from blueprinting.hardware.fit import (
+    CollectivePoint,
     FitError,
     GemmFit,
     GemmPoint,
@@ -57,10 +67,41 @@ class NcclInput:
     scope: LinkScope
 
 
+class CalibratedOps(StrEnum):
+    """Which of a link's efficiencies a set of nccl-tests files sets (module docstring)."""
+
+    RING = "ring collectives"
+    ALL_TO_ALL = "all-to-all"
+
+
+def calibrated_ops(op: CollectiveKind) -> CalibratedOps:
+    match op:
+        case CollectiveKind.ALL_REDUCE | CollectiveKind.ALL_GATHER | CollectiveKind.REDUCE_SCATTER:
+            return CalibratedOps.RING
+        case CollectiveKind.ALL_TO_ALL:
+            return CalibratedOps.ALL_TO_ALL
+        case CollectiveKind.P2P:
+            # nccl-tests' sendrecv_perf is not read (measurement_files); kept with the rings
+            return CalibratedOps.RING
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def _nic_share(point: CollectivePoint, hosts: int) -> CollectivePoint:
+    """An all-to-all row across ``hosts`` hosts as the NIC's share: busbw x (n - c) / (n - 1),
+    c = n / hosts ranks per host (module docstring)."""
+    n = point.group_size
+    c = n // hosts
+    return dataclasses.replace(
+        point, bus_bandwidth_bytes_per_s=point.bus_bandwidth_bytes_per_s * (n - c) / (n - 1)
+    )
+
+
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LinkCalibration:
     scope: LinkScope
+    ops: CalibratedOps
     fit: LinkFit
     link_bandwidth_bytes_per_s: float
     efficiency: float
@@ -92,7 +133,8 @@ class MeasuredCalibration:
             )
         for link in self.links:
             lines.append(
-                f"{link.scope} link: latency {link.fit.latency_s * 1e6:.1f} us, bus bandwidth "
+                f"{link.scope} link, {link.ops}: latency {link.fit.latency_s * 1e6:.1f} us, "
+                "bus bandwidth "
                 f"{link.fit.bandwidth_bytes_per_s / 1e9:.1f} GB/s = {link.efficiency:.3f} of "
                 f"{link.link_bandwidth_bytes_per_s / 1e9:.1f} GB/s; fitted {link.fit.fitted}"
             )
@@ -182,32 +224,50 @@ def calibrate_measured(
         if matrix:
             accelerator["matrix"] = matrix
     links: list[LinkCalibration] = []
-    for scope in LinkScope:
-        inputs = [item for item in nccl if item.scope == scope]
+    for scope, ops in itertools.product(LinkScope, CalibratedOps):
+        inputs = [
+            item for item in nccl if item.scope == scope and calibrated_ops(item.run.op) is ops
+        ]
         if not inputs:
             continue
         key, link = _link_of(system, scope)
-        rows = [point for item in inputs for point in item.run.points]
+        nic = scope is LinkScope.INTER and ops is CalibratedOps.ALL_TO_ALL
+        rows_of = {
+            id(item): tuple(
+                _nic_share(point, item.run.hosts) if nic else point for point in item.run.points
+            )
+            for item in inputs
+        }
+        rows = [point for item in inputs for point in rows_of[id(item)]]
         sources.extend(f"nccl {item.path} ({scope})" for item in inputs)
         try:
             line = fit_link(rows)
             efficiency = link_efficiency(line, link.bandwidth_bytes_per_s)
         except ConfigError as error:
             names = ", ".join(str(item.path) for item in inputs)
-            problems.extend(f"{names} ({scope} link): {p}" for p in error.problems)
+            problems.extend(f"{names} ({scope} link, {ops}): {p}" for p in error.problems)
             continue
         links.append(
             LinkCalibration(
                 scope=scope,
+                ops=ops,
                 fit=line,
                 link_bandwidth_bytes_per_s=link.bandwidth_bytes_per_s,
                 efficiency=efficiency.fraction,
                 per_file=tuple(
-                    (item, FitError.of(line.errors(item.run.points))) for item in inputs
+                    (item, FitError.of(line.errors(rows_of[id(item)]))) for item in inputs
                 ),
             )
         )
-        section[key] = {"latency_s": line.latency_s, "efficiency": efficiency.fraction}
+        table = section.setdefault(key, {})
+        assert isinstance(table, dict)
+        match ops:
+            case CalibratedOps.RING:
+                table.update({"latency_s": line.latency_s, "efficiency": efficiency.fraction})
+            case CalibratedOps.ALL_TO_ALL:
+                table["all_to_all_efficiency"] = efficiency.fraction
+            case _ as unreachable:
+                assert_never(unreachable)
     hbm_fit: HbmFit | None = None
     if stream is not None:
         sources.append(f"stream {stream_source}")

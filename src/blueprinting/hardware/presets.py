@@ -221,6 +221,27 @@ VECTOR_EFFICIENCY = ConstantEfficiency(fraction=0.9)
 HBM_EFFICIENCY_UNMEASURED = ConstantEfficiency(fraction=0.9)
 #: InfiniBand, 0.96 of a NIC's line rate (MB 4.1 ``nvidia_gtc24_s62129``: 24/25, 48/50).
 INFINIBAND_EFFICIENCY = ConstantEfficiency(fraction=0.96)
+#: NCCL's all-to-all (grouped send / receive, not a ring) on the scale-up link: NVIDIA's
+#: all-to-all busbw over 8 GPUs (MB 4.1 ``nvidia_gtc25_s72583``; busbw = algbw (n-1)/n, the
+#: share :meth:`~blueprinting.hardware.system.SystemSpec.all_to_all_time` sends) over the
+#: per-direction line rate, rounded to 0.01: NVLink3 (A100) 210 / 300 = 0.70, NVLink4 (H100)
+#: 320 / 450 = 0.71, NVLink5 (B200) 640 / 900 = 0.71; GB200 NVL72's 640 over 32 GPUs of the
+#: domain is B200's fraction. The ring collectives on the same links reach 0.76-0.82 (the
+#: ``nvlink_efficiency`` figures). H200 and B300 / GB300: their generation's (same NVLink);
+#: H800 and MI300X: none measured, their ring figure.
+A100_NVLINK_ALL_TO_ALL = 0.70
+HOPPER_NVLINK_ALL_TO_ALL = 0.71
+BLACKWELL_NVLINK_ALL_TO_ALL = 0.71
+#: NCCL's all-to-all on a NIC: the same slides' 32-GPU all-to-all busbw over 4 nodes, 48 GB/s on
+#: DGX H100 (8 x 400 Gb) and 24 on DGX A100 (8 x 200 Gb), 2 x 200 / 2 x 400 Gb nodes 6 / 12 per
+#: GPU: one NIC's rate, "Alltoall cannot aggregate the bandwidth of multiple NICs" (MB 4.5
+#: ``nccl_tests_267``). busbw counts the (n-1)/n = 31/32 of the buffer a rank sends, NVLink's
+#: 7/32 with it, while the NIC carries (n-c)/n = 24/32 (``all_to_all_time``): the NIC's
+#: fraction is 48 x (24/31) / 50 = 24 x (24/31) / 25 = 0.74 of its line rate, where the ring
+#: collectives reach 0.96 (``INFINIBAND_EFFICIENCY``). Assumed for every NCCL NIC preset
+#: (ConnectX-7 / -8); MI300X's RCCL: none. The flex dispatchers' libraries keep 0.96
+#: (:class:`~blueprinting.hardware.collectives.ExchangeKernels`).
+NIC_ALL_TO_ALL = 0.74
 INTRA_NODE_LATENCY_S = 10e-6
 
 #: A100 achieved-GEMM fraction, fitted once (not per run) on the named subset "Korthikanti et al.
@@ -323,6 +344,10 @@ def _gemm(figure: GemmFigure) -> Efficiency:
 
 def _constant(fraction: float) -> ConstantEfficiency:
     return ConstantEfficiency(fraction=fraction)
+
+
+def _optional_constant(fraction: float | None) -> ConstantEfficiency | None:
+    return None if fraction is None else _constant(fraction)
 
 
 def _engine(rates: Mapping[Datatype, tuple[float, Efficiency]]) -> ComputeEngineSpec:
@@ -541,6 +566,8 @@ def _system(
     runtime: RuntimeMemory = A100_NCCL,
     ep_kernels: tuple[EpKernelRates, ...] = (),
     host_link: HostLink | None = None,
+    nvlink_all_to_all_efficiency: float | None = None,
+    nic_all_to_all_efficiency: float | None = None,
 ) -> SystemSpec:
     return SystemSpec(
         runtime=runtime,
@@ -554,6 +581,7 @@ def _system(
                 bandwidth_bytes_per_s=nvlink_gbps_per_direction * GIGA,
                 latency_s=nvlink_latency_s,
                 efficiency=_constant(nvlink_efficiency),
+                all_to_all_efficiency=_optional_constant(nvlink_all_to_all_efficiency),
             ),
             nvlink_domain_size=nvlink_domain_size,
             ep_kernels=ep_kernels,
@@ -562,6 +590,7 @@ def _system(
             bandwidth_bytes_per_s=nic_gbps * GIGA,
             latency_s=SCALE_OUT_LATENCY_S,
             efficiency=INFINIBAND_EFFICIENCY,
+            all_to_all_efficiency=_optional_constant(nic_all_to_all_efficiency),
         ),
         processing_mode=ProcessingMode.ROOFLINE,
         network_assignment=ByRankLayout(layout=RankLayout.TP_DP_PP),
@@ -808,6 +837,8 @@ _PRESETS: dict[str, SystemSpec] = {
         nvlink_efficiency=A100_NVLINK_FIT[1],
         nvlink_latency_s=A100_NVLINK_FIT[0],
         nic_gbps=25,
+        nvlink_all_to_all_efficiency=A100_NVLINK_ALL_TO_ALL,
+        nic_all_to_all_efficiency=NIC_ALL_TO_ALL,
     ),
     "dgx-a100-80gb": _system(
         name="dgx-a100-80gb",
@@ -816,6 +847,8 @@ _PRESETS: dict[str, SystemSpec] = {
         nvlink_efficiency=A100_NVLINK_FIT[1],
         nvlink_latency_s=A100_NVLINK_FIT[0],
         nic_gbps=25,
+        nvlink_all_to_all_efficiency=A100_NVLINK_ALL_TO_ALL,
+        nic_all_to_all_efficiency=NIC_ALL_TO_ALL,
     ),
     # DGX H100 datasheet: 8x H100 SXM5, NVLink4 900 GB/s bidirectional per GPU (450 each way)
     # through 4 NVSwitches, 8x ConnectX-7 NDR 400 Gb/s (50 GB/s per GPU; modern_parallelism.md
@@ -834,6 +867,8 @@ _PRESETS: dict[str, SystemSpec] = {
         nvlink_efficiency=0.82,
         nic_gbps=50,
         runtime=HOPPER_NCCL,
+        nvlink_all_to_all_efficiency=HOPPER_NVLINK_ALL_TO_ALL,
+        nic_all_to_all_efficiency=NIC_ALL_TO_ALL,
     ),
     # DGX H200 datasheet: as DGX H100 with H200 (141 GB HBM3e, 4.8 TB/s).
     "dgx-h200": _system(
@@ -849,6 +884,8 @@ _PRESETS: dict[str, SystemSpec] = {
         nvlink_efficiency=0.82,
         nic_gbps=50,
         runtime=HOPPER_NCCL,
+        nvlink_all_to_all_efficiency=HOPPER_NVLINK_ALL_TO_ALL,
+        nic_all_to_all_efficiency=NIC_ALL_TO_ALL,
     ),
     # H800 SXM5 (NVIDIA's export part; DeepSeek-V3's 2,048-GPU cluster, modern_parallelism.md 4):
     # H100 compute and HBM, NVLink cut to 400 GB/s bidirectional (H800 datasheet) = 200 GB/s per
@@ -868,6 +905,7 @@ _PRESETS: dict[str, SystemSpec] = {
         nvlink_efficiency=0.80,
         nic_gbps=50,
         runtime=H800_NCCL,
+        nic_all_to_all_efficiency=NIC_ALL_TO_ALL,
     ),
     # DGX B200 datasheet: 8x B200, NVLink5 1.8 TB/s bidirectional per GPU (900 each way) through
     # 2 NVSwitch chips, 8x ConnectX-7 400 Gb/s (50 GB/s per GPU; modern_parallelism.md 3.7).
@@ -883,6 +921,8 @@ _PRESETS: dict[str, SystemSpec] = {
         nic_gbps=50,
         runtime=BLACKWELL_NCCL,
         ep_kernels=(B200_HYBRIDEP, B200_DEEPEP),
+        nvlink_all_to_all_efficiency=BLACKWELL_NVLINK_ALL_TO_ALL,
+        nic_all_to_all_efficiency=NIC_ALL_TO_ALL,
     ),
     # DGX B300: 8x B300, NVLink5 900 GB/s per direction, 8x ConnectX-8 800 Gb/s = 100 GB/s per
     # GPU (modern_parallelism.md 3.7, MLE DGX B300 XDR row). NVLink 0.76: B200's (assumed).
@@ -893,6 +933,8 @@ _PRESETS: dict[str, SystemSpec] = {
         nvlink_efficiency=B200_NVLINK_FIT[1],
         nic_gbps=100,
         runtime=BLACKWELL_NCCL,
+        nvlink_all_to_all_efficiency=BLACKWELL_NVLINK_ALL_TO_ALL,
+        nic_all_to_all_efficiency=NIC_ALL_TO_ALL,
     ),
     # GB200 NVL72: 18 compute trays of 2 Grace + 4 B200-class GPUs, one NVLink5 domain of 72
     # (1.8 TB/s bidirectional = 900 GB/s per direction per GPU), 4 ConnectX-7 400 Gb/s per tray =
@@ -914,6 +956,8 @@ _PRESETS: dict[str, SystemSpec] = {
         # the flex dispatcher's libraries over the rack's NVLink: the Hybrid-EP README's GB200
         # tables (hardware/ep_kernels.py); GB300 and B300 have no published table
         ep_kernels=(GB200_HYBRIDEP, GB200_DEEPEP),
+        nvlink_all_to_all_efficiency=BLACKWELL_NVLINK_ALL_TO_ALL,
+        nic_all_to_all_efficiency=NIC_ALL_TO_ALL,
     ),
     # GB300 NVL72: as GB200 NVL72 (72-GPU NVLink5 domain, 900 GB/s per direction, 4 GPUs per
     # tray) with one ConnectX-8 SuperNIC 800 Gb/s = 100 GB/s per GPU (modern_parallelism.md
@@ -930,6 +974,8 @@ _PRESETS: dict[str, SystemSpec] = {
         gpus_per_node=4,
         nvlink_domain_size=72,
         runtime=BLACKWELL_NCCL,
+        nvlink_all_to_all_efficiency=BLACKWELL_NVLINK_ALL_TO_ALL,
+        nic_all_to_all_efficiency=NIC_ALL_TO_ALL,
     ),
     # AMD Instinct MI300X platform: 8 OAMs in a fully connected Infinity Fabric mesh, 7 links of
     # 64 GB/s per direction per GPU = 448 GB/s each way (896 GB/s bidirectional aggregate);

@@ -56,6 +56,7 @@ from blueprinting.hardware.attention import AttentionKernelRates
 from blueprinting.hardware.collectives import (
     CollectiveCosts,
     CollectiveKind,
+    ExchangeKernels,
     collective_alpha_beta,
     collective_link_time,
     ring_collective_costs,
@@ -283,7 +284,10 @@ class LinkSpec:
     ``bandwidth_bytes_per_s`` is per GPU per direction; ``efficiency`` the achieved fraction of it
     (by message size); ``costs`` the per-collective wire factors. ``processor_usage`` is the
     fraction of compute throughput a running collective steals (Calculon's ``processor_usage``,
-    used only by overlap models).
+    used only by overlap models). ``all_to_all_efficiency``: the fraction NCCL's all-to-all
+    reaches where it was measured apart from the ring collectives (None: ``efficiency``;
+    :func:`~blueprinting.hardware.collectives.link_efficiency`); on the scale-out link it is the
+    NIC's share, the bytes :meth:`SystemSpec.all_to_all_time` sends over it.
     """
 
     bandwidth_bytes_per_s: float
@@ -291,6 +295,7 @@ class LinkSpec:
     efficiency: Efficiency
     costs: CollectiveCosts = field(default_factory=ring_collective_costs)
     processor_usage: float = 0.0
+    all_to_all_efficiency: Efficiency | None = None
 
     def __post_init__(self) -> None:
         problems = _require_positive_number(
@@ -877,6 +882,8 @@ class NcclPerCommunicator:
 
 
 NcclBuffers: TypeAlias = NcclByTransport | NcclPerCommunicator
+#: NCCL's ``MAXCHANNELS`` (``src/include/device.h``): no kernel runs more channels.
+NCCL_MAX_CHANNELS = 64
 
 
 @final
@@ -923,6 +930,23 @@ class RuntimeMemory:
         match self.nccl:
             case NcclByTransport() | NcclPerCommunicator() as model:
                 return model.bytes_of(communicator)
+            case _ as unreachable:
+                assert_never(unreachable)
+
+    @property
+    def nccl_p2p_ctas(self) -> int | None:
+        """The thread blocks, one SM each, NCCL's grouped send / receive kernel (an all-to-all
+        over every peer) runs while it moves its bytes: ``p2pnChannels``, the next power of two
+        of the ring's channels, at most ``MAXCHANNELS`` = 64 (NVIDIA/nccl @5067397c
+        ``src/graph/paths.cc`` ``ncclTopoComputeP2pChannels``, ``src/include/device.h``; every
+        channel carries some peer's part, ``ncclP2pChannelForPart``): 32 on H100, A100 and
+        Blackwell, 16 on H800. None where the system gives NCCL's buffers as a measured figure
+        (:class:`NcclPerCommunicator`: no channel count)."""
+        match self.nccl:
+            case NcclByTransport(ring_channels=ring):
+                return min(NCCL_MAX_CHANNELS, 1 << (ring - 1).bit_length())
+            case NcclPerCommunicator():
+                return None
             case _ as unreachable:
                 assert_never(unreachable)
 
@@ -1181,29 +1205,39 @@ class SystemSpec:
             case _ as unreachable:
                 assert_never(unreachable)
 
-    def all_to_all_time(self, size_bytes: float, group: CommGroup) -> float:
-        """An all-to-all of ``size_bytes`` per rank over ``group``. Inside one NVLink domain the
-        collective model's ``(n-1)/n`` share crosses the scale-up link; a group spread over
-        several domains sends ``(c-1)/n`` of it over the scale-up link and ``(n-c)/n`` over the
-        NIC at the same time (c = ``ranks_per_domain``, the members that share the NVLink
-        domain of the worst-placed rank: 8 on a DGX, up to 72 on an NVL72 rack), the slower of
-        the two bounding it (the hierarchical view of DeepEP's intranode / internode kernels,
-        shared reference section 2.3)."""
+    def all_to_all_time(
+        self,
+        size_bytes: float,
+        group: CommGroup,
+        kernels: ExchangeKernels = ExchangeKernels.NCCL,
+    ) -> float:
+        """An all-to-all of ``size_bytes`` per rank over ``group``, moved by ``kernels``
+        (NCCL's or a library's: the links' efficiency, :func:`~blueprinting.hardware.
+        collectives.link_efficiency`). Inside one NVLink domain the collective model's
+        ``(n-1)/n`` share crosses the scale-up link; a group spread over several domains sends
+        ``(c-1)/n`` of it over the scale-up link and ``(n-c)/n`` over the NIC at the same time
+        (c = ``ranks_per_domain``, the members that share the NVLink domain of the worst-placed
+        rank: 8 on a DGX, up to 72 on an NVL72 rack), the slower of the two bounding it (the
+        hierarchical view of DeepEP's intranode / internode kernels, shared reference section
+        2.3)."""
         if group.size == 1:
             return 0.0
         kind = CollectiveKind.ALL_TO_ALL
         if group.tier is LinkTier.INTRA_NODE:
-            return self.collective_time(kind, size_bytes, group)
+            latency, bandwidth = collective_alpha_beta(
+                kind, size_bytes, group.size, self.link(group.tier), kernels
+            )
+            return latency + size_bytes / bandwidth
         n, c = group.size, group.ranks_per_domain
         out = self.scale_out
-        latency, bandwidth = collective_alpha_beta(kind, size_bytes, n, out)
+        latency, bandwidth = collective_alpha_beta(kind, size_bytes, n, out, kernels)
         wire = out.costs.of(kind).wire_factor(n)
         # the remote share over the NIC: (n - c)/n of the buffer, not the model's (n-1)/n
         remote = size_bytes * (n - c) / n / (bandwidth * wire)
         local = 0.0
         if c > 1:
             inside = self.node.link
-            l_latency, l_bandwidth = collective_alpha_beta(kind, size_bytes, c, inside)
+            l_latency, l_bandwidth = collective_alpha_beta(kind, size_bytes, c, inside, kernels)
             local = l_latency + size_bytes * (c - 1) / n / (
                 l_bandwidth * inside.costs.of(kind).wire_factor(c)
             )
@@ -1224,10 +1258,12 @@ class SystemSpec:
         copies of each token (m = n / c domains of c ranks), the NVLink every copy but the
         rank's own, ``(n - 1)/n`` of the buffer; the slower bounds it. Inside one domain, or
         where a domain holds less than one destination's replicas, it is
-        :meth:`all_to_all_time`."""
+        :meth:`all_to_all_time`. The library's kernels move the bytes (``ExchangeKernels.
+        LIBRARY``: the links' ring efficiency)."""
         n, c = group.size, group.ranks_per_domain
+        library = ExchangeKernels.LIBRARY
         if group.tier is LinkTier.INTRA_NODE or n <= c or c < replicas:
-            return self.all_to_all_time(size_bytes, group)
+            return self.all_to_all_time(size_bytes, group, library)
         kind = CollectiveKind.ALL_TO_ALL
         destinations = n / replicas
         distinct = destinations * (1.0 - (1.0 - 1.0 / destinations) ** fanout)
@@ -1235,10 +1271,10 @@ class SystemSpec:
         remote_domains = (domains - 1.0) * (1.0 - (1.0 - 1.0 / domains) ** fanout)
         nic_bytes = size_bytes * remote_domains / (replicas * distinct)
         out = self.scale_out
-        latency, bandwidth = collective_alpha_beta(kind, size_bytes, n, out)
+        latency, bandwidth = collective_alpha_beta(kind, size_bytes, n, out, library)
         remote = nic_bytes / (bandwidth * out.costs.of(kind).wire_factor(n))
         inside = self.node.link
-        l_latency, l_bandwidth = collective_alpha_beta(kind, size_bytes, c, inside)
+        l_latency, l_bandwidth = collective_alpha_beta(kind, size_bytes, c, inside, library)
         local = l_latency + size_bytes * (n - 1) / n / (
             l_bandwidth * inside.costs.of(kind).wire_factor(c)
         )

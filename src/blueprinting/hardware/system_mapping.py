@@ -64,6 +64,9 @@ The mapping form (every key optional when a ``preset`` is given; SI units, the u
     efficiency = 0.75
     processor_usage = 0.0
     costs = {all_reduce = [2, -1], reduce_scatter = [1, -1], all_gather = [1, -1], p2p = [1]}
+    all_to_all_efficiency = 0.71      # optional: NCCL's all-to-all where measured apart from
+                                      # the rings (absent: ``efficiency``; on scale_out the
+                                      # NIC's share; collectives.link_efficiency)
 
 Efficiency tables: ``{model = "constant", fraction = f}``, ``{model = "steps", steps = [[threshold,
 fraction], ...]}``, ``{model = "saturating_gemm", peak_fraction = f, half_saturation_dim = d}``,
@@ -72,7 +75,9 @@ fraction], ...]}``, ``{model = "saturating_gemm", peak_fraction = f, half_satura
 A cost pair ``[scalar]`` (or ``[scalar, null]`` in JSON) has no ``1/n`` term.
 
 Overrides: the section is deep-merged over ``system_to_mapping(preset)``: nested tables merge
-key by key, while an ``efficiency`` value replaces the preset's whole efficiency model, and
+key by key, while an ``efficiency`` (or ``all_to_all_efficiency``) value replaces the preset's
+whole efficiency model (a link's ``efficiency`` leaves the preset's ``all_to_all_efficiency`` as
+it is: give both to move both), and
 giving ``rank_layout`` or ``fixed_tiers`` drops the other. Every problem is reported at once in
 one :class:`~blueprinting.errors.ConfigError`; unknown keys get a did-you-mean.
 
@@ -189,10 +194,17 @@ _NCCL_MEASURED_KEYS = {
 _RUNTIME_KEYS = (*_RUNTIME_BYTES_KEYS, *_NCCL_TRANSPORT_KEYS, *_NCCL_MEASURED_KEYS)
 _RATE_KEYS = ("peak_flop_per_s", "efficiency")
 _MEMORY_KEYS = ("capacity_bytes", "bandwidth_bytes_per_s", "efficiency")
-_LINK_KEYS = ("bandwidth_bytes_per_s", "latency_s", "efficiency", "processor_usage", "costs")
+_LINK_KEYS = (
+    "bandwidth_bytes_per_s",
+    "latency_s",
+    "efficiency",
+    "processor_usage",
+    "costs",
+    "all_to_all_efficiency",
+)
 _FIXED_TIER_KEYS = ("tp", "pp", "dp")
 # Keys whose value is one indivisible choice: an override replaces it instead of merging into it.
-_REPLACED_WHOLE = frozenset({"efficiency", "attention", *_EP_BACKENDS})
+_REPLACED_WHOLE = frozenset({"efficiency", "all_to_all_efficiency", "attention", *_EP_BACKENDS})
 
 
 # --------------------------------------------------------------------------------------------
@@ -244,13 +256,16 @@ def _cost_to_list(cost: CollectiveCost) -> list[float]:
 
 
 def _link_to_mapping(link: LinkSpec) -> dict[str, object]:
-    return {
+    out: dict[str, object] = {
         "bandwidth_bytes_per_s": link.bandwidth_bytes_per_s,
         "latency_s": link.latency_s,
         "efficiency": efficiency_to_mapping(link.efficiency),
         "processor_usage": link.processor_usage,
         "costs": {kind.value: _cost_to_list(link.costs.of(kind)) for kind in CollectiveKind},
     }
+    if link.all_to_all_efficiency is not None:  # optional: absent means the link's efficiency
+        out["all_to_all_efficiency"] = efficiency_to_mapping(link.all_to_all_efficiency)
+    return out
 
 
 def _memory_to_mapping(memory: MemorySpec) -> dict[str, object]:
@@ -637,6 +652,13 @@ def _link_from_mapping(value: object, where: str, out: ProblemCollector) -> Link
         _required(table, "efficiency", where, out), f"{where}.efficiency", out
     )
     usage = _number(table.get("processor_usage", 0.0), f"{where}.processor_usage", out)
+    all_to_all: Efficiency | None = None
+    if "all_to_all_efficiency" in table:
+        all_to_all = efficiency_from_mapping(
+            table["all_to_all_efficiency"], f"{where}.all_to_all_efficiency", out
+        )
+        if all_to_all is None:
+            return None
     costs_table = _table(_required(table, "costs", where, out), f"{where}.costs", out)
     costs: dict[CollectiveKind, CollectiveCost] = {}
     if costs_table is not None:
@@ -659,7 +681,7 @@ def _link_from_mapping(value: object, where: str, out: ProblemCollector) -> Link
         or len(costs) != len(CollectiveKind)
     ):
         return None
-    bw, lat, eff, use = bandwidth, latency, efficiency, usage
+    bw, lat, eff, use, a2a = bandwidth, latency, efficiency, usage, all_to_all
     collective_costs = CollectiveCosts(
         all_reduce=costs[CollectiveKind.ALL_REDUCE],
         reduce_scatter=costs[CollectiveKind.REDUCE_SCATTER],
@@ -676,6 +698,7 @@ def _link_from_mapping(value: object, where: str, out: ProblemCollector) -> Link
             efficiency=eff,
             costs=collective_costs,
             processor_usage=use,
+            all_to_all_efficiency=a2a,
         ),
     )
 

@@ -39,6 +39,7 @@ from blueprinting.analysis.stage_layout import (
 )
 from blueprinting.errors import ConfigError, UnsupportedError
 from blueprinting.hardware.collectives import CollectiveKind as LinkCollective
+from blueprinting.hardware.collectives import ExchangeKernels
 from blueprinting.hardware.efficiency import GemmShape as HardwareGemmShape
 from blueprinting.hardware.efficiency import GemmShapeColumns, ShapeFigures
 from blueprinting.hardware.ep_kernels import rates_for
@@ -837,7 +838,9 @@ def _dispatch_time(task: CollectiveTask, system: SystemSpec, group: CommGroup) -
                 fanout=task.forwarding.fanout,
                 replicas=task.forwarding.replicas,
             )
-        return system.all_to_all_time(task.bytes, group)
+        # a flex dispatcher's library moves its bytes, the alltoall dispatcher NCCL's p2p
+        kernels = ExchangeKernels.NCCL if task.flex is None else ExchangeKernels.LIBRARY
+        return system.all_to_all_time(task.bytes, group, kernels)
     return system.collective_time(LinkCollective(task.kind.value), task.bytes, group)
 
 
@@ -898,11 +901,22 @@ def moe_layer_passes(
         ),
         default=0,
     )
+    nccl_exchange = any(
+        isinstance(task, CollectiveTask)
+        and task.axis in ep_groups
+        and task.flex is None
+        and task.kind is CollectiveKind.ALL_TO_ALL
+        for task in group.tasks
+    )
+    if nccl_exchange:
+        # the alltoall dispatcher's exchange: NCCL's send / receive kernel's thread blocks
+        held = max(held, system.runtime.nccl_p2p_ctas or 0)
     sm_count = system.accelerator.sm_count
     if sm_count is not None and held >= sm_count:
+        who = "NCCL's all-to-all" if nccl_exchange else "the flex dispatcher's"
         raise ConfigError(
             [
-                f"the flex dispatcher's kernels hold {held} SMs, {system.accelerator.name} has "
+                f"{who} kernels hold {held} SMs, {system.accelerator.name} has "
                 f"{sm_count}: nothing would be left for the compute they overlap"
             ]
         )
