@@ -262,3 +262,33 @@ def test_alltoall_files_set_the_links_all_to_all_efficiency(
     # the same rows fitted under each op's wire factor: the same rate
     assert both.efficiency.fraction == pytest.approx(both.all_to_all_efficiency.fraction)
     assert both.latency_s == pytest.approx(44.24e-6, rel=1e-3)
+
+
+def test_a_one_host_alltoall_cannot_set_the_nics_share(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a2a = tmp_path / "a2a.txt"
+    a2a.write_text("\n".join(_nccl_text()).replace("all_reduce_perf", "alltoall_perf"))
+    code, _, stderr = _run(capsys, "calibrate", "--nccl", str(a2a), "--nccl-scope", "inter")
+    assert code == 2
+    assert f"{a2a}: an all-to-all on one host sends nothing over a NIC" in stderr
+    assert "Traceback" not in stderr
+
+
+def test_an_alltoall_across_hosts_is_read_as_the_nics_share(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The A100 rows relabelled as an all-to-all over 8 ranks on 2 hosts (4 each): the NIC
+    carries (8 - 4) / (8 - 1) of the busbw, so the fitted NIC rate is 4/7 of the busbw line's
+    204.7 GB/s = 117.0 GB/s, above a 25 GB/s NIC: refused, naming the fit."""
+    lines = [
+        line.replace("ndv4-node-01", "ndv4-node-02")
+        if any(f" Rank  {r} " in line for r in (4, 5, 6, 7))
+        else line
+        for line in _nccl_text()
+    ]
+    a2a = tmp_path / "a2a.txt"
+    a2a.write_text("\n".join(lines).replace("all_reduce_perf", "alltoall_perf"))
+    code, _, stderr = _run(capsys, "calibrate", "--nccl", str(a2a))
+    assert code == 2
+    assert f"{a2a} (inter link, all-to-all): fitted bus bandwidth 117.0 GB/s" in stderr

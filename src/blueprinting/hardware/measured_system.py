@@ -232,6 +232,15 @@ def calibrate_measured(
             continue
         key, link = _link_of(system, scope)
         nic = scope is LinkScope.INTER and ops is CalibratedOps.ALL_TO_ALL
+        one_host = [item for item in inputs if nic and item.run.hosts < 2]
+        if one_host:
+            problems.extend(
+                f"{item.path}: an all-to-all on one host sends nothing over a NIC, so it cannot "
+                "set the scale-out link's all_to_all_efficiency (--nccl-scope inter); run "
+                "alltoall_perf across hosts"
+                for item in one_host
+            )
+            continue
         rows_of = {
             id(item): tuple(
                 _nic_share(point, item.run.hosts) if nic else point for point in item.run.points
