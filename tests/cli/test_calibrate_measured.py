@@ -271,7 +271,9 @@ def test_a_one_host_alltoall_cannot_set_the_nics_share(
     a2a.write_text("\n".join(_nccl_text()).replace("all_reduce_perf", "alltoall_perf"))
     code, _, stderr = _run(capsys, "calibrate", "--nccl", str(a2a), "--nccl-scope", "inter")
     assert code == 2
-    assert f"{a2a}: an all-to-all on one host sends nothing over a NIC" in stderr
+    assert f"{a2a}: an all-to-all over 8 ranks on 1 host(s) stays inside one NVLink domain" in (
+        stderr
+    )
     assert "Traceback" not in stderr
 
 
@@ -292,3 +294,58 @@ def test_an_alltoall_across_hosts_is_read_as_the_nics_share(
     code, _, stderr = _run(capsys, "calibrate", "--nccl", str(a2a))
     assert code == 2
     assert f"{a2a} (inter link, all-to-all): fitted bus bandwidth 117.0 GB/s" in stderr
+
+
+def _alltoall_text(hosts: int, per_host: int, busbw_gbps: float, latency_us: float) -> str:
+    """nccl-tests 2.13 ``alltoall_perf`` output over ``hosts`` x ``per_host`` ranks whose busbw
+    approaches ``busbw_gbps`` (time = latency + size (n-1)/n / busbw), 1 MiB to 8 GiB."""
+    n = hosts * per_host
+    lines = [
+        "# Collective test starting: alltoall_perf",
+        "# Synthetic rows for a test: busbw by construction, not a measurement.",
+        "#",
+        "# Using devices",
+    ]
+    for rank in range(n):
+        host = f"dgx-node-{rank // per_host:02d}"
+        device = rank % per_host
+        lines.append(
+            f"#  Rank {rank:2d} Group  0 Pid {40000 + rank} on {host} device  {device} "
+            "[0x07] NVIDIA H100 80GB HBM3"
+        )
+    lines += [
+        "#",
+        "#                                                              out-of-place"
+        "                       in-place          ",
+        "#       size         count      type   redop    root     time   algbw   busbw #wrong"
+        "     time   algbw   busbw #wrong",
+        "#        (B)    (elements)                               (us)  (GB/s)  (GB/s)       "
+        "     (us)  (GB/s)  (GB/s)       ",
+    ]
+    for power in range(20, 34):
+        size = 2**power
+        time_us = latency_us + size * (n - 1) / n / (busbw_gbps * 1e3)
+        algbw = size / time_us / 1e3
+        busbw = algbw * (n - 1) / n
+        figures = f"{time_us:8.1f} {algbw:7.2f} {busbw:7.2f}      0"
+        lines.append(f"{size:12d} {size // 4:13d}     float    none      -1 {figures} {figures}")
+    return "\n".join(lines) + "\n"
+
+
+def test_nvidias_32_gpu_alltoall_calibrates_the_presets_nic_share(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An alltoall_perf over 4 DGX H100 (32 ranks) at 48 GB/s busbw, NVIDIA's GTC25 figure
+    (microbenchmarks.md 4.1): the NIC carries 24/31 of it, 37.2 GB/s = 0.74 of 50, the figure
+    the dgx-h100 preset carries (presets.NIC_ALL_TO_ALL)."""
+    a2a = tmp_path / "a2a.txt"
+    a2a.write_text(_alltoall_text(hosts=4, per_host=8, busbw_gbps=48.0, latency_us=30.0))
+    out = tmp_path / "system.toml"
+    code, stdout, stderr = _run(
+        capsys, "calibrate", "--system", "dgx-h100", "--nccl", str(a2a), "--out", str(out)
+    )
+    assert code == 0, stderr
+    assert "inter link, all-to-all:" in stdout
+    fitted = tomllib.loads(out.read_text())["system"]["scale_out"]["all_to_all_efficiency"]
+    assert fitted == pytest.approx(48 * 24 / 31 / 50, rel=1e-2)
+    assert round(fitted, 2) == 0.74

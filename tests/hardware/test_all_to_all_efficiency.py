@@ -128,3 +128,15 @@ def test_a_measured_nccl_figure_has_no_channel_count() -> None:
         )
     )
     assert runtime.nccl_p2p_ctas is None
+
+
+def test_a_bad_all_to_all_efficiency_is_reported_with_the_links_other_problems() -> None:
+    mapping = {
+        "preset": "dgx-h100",
+        "intra_node": {"all_to_all_efficiency": 0.0, "costs": {"p2p": [-1.0]}},
+    }
+    with pytest.raises(ConfigError) as raised:
+        system_from_mapping(mapping)
+    text = str(raised.value)
+    assert "intra_node.all_to_all_efficiency" in text
+    assert "intra_node.costs.p2p" in text

@@ -13,7 +13,11 @@ from hypothesis import strategies as st
 from blueprinting.analysis.evaluate import PlanOptions
 from blueprinting.analysis.report import IterationReport
 from blueprinting.api import plan_spec
-from blueprinting.hardware.collectives import CollectiveKind, ExchangeKernels
+from blueprinting.hardware.collectives import (
+    CollectiveKind,
+    ExchangeKernels,
+    collective_link_time,
+)
 from blueprinting.hardware.presets import system_preset
 from blueprinting.hardware.system import CommGroup, LinkTier
 from blueprinting.mapping.model import DenseFeedForward, TransformerModelSpec
@@ -269,10 +273,12 @@ def test_hierarchical_all_to_all_sends_only_the_remote_share_over_the_nic() -> N
     system = system_preset("dgx-h100")
     group = CommGroup(size=16, tier=LinkTier.SCALE_OUT, ranks_per_node=8, ranks_per_domain=8)
     size = 1e9
-    flat = system.collective_time(CollectiveKind.ALL_TO_ALL, size, group)
+    flat = collective_link_time(CollectiveKind.ALL_TO_ALL, size, 16, system.scale_out)
     latency = system.scale_out.latency_s
     hierarchical = system.all_to_all_time(size, group)
     assert hierarchical - latency == pytest.approx((flat - latency) * 8 / 15, rel=1e-9)
+    # every NCCL all-to-all takes the hierarchical path: context parallelism's a2a too
+    assert system.collective_time(CollectiveKind.ALL_TO_ALL, size, group) == hierarchical
 
 
 def test_dense_models_have_no_moe_block() -> None:

@@ -138,8 +138,8 @@ class ExchangeKernels(StrEnum):
     (:func:`link_efficiency`).
 
     - ``nccl``: ``torch.distributed.all_to_all_single``, NCCL's grouped send / receive (the
-      alltoall token dispatcher, the allgather dispatcher's exchanges, context parallelism's
-      a2a): the link's ``all_to_all_efficiency`` where one was measured.
+      alltoall token dispatcher, context parallelism's a2a): the link's
+      ``all_to_all_efficiency`` where one was measured.
     - ``library``: an expert-parallel library's own copy kernels (DeepEP, HybridEP: the flex
       dispatcher), which reach the link's ring efficiency (DeepEP's internode normal kernels
       43-58 GB/s of RDMA on 50 GB/s NICs, shared/reference/microbenchmarks.md 4.6), not NCCL's

@@ -87,11 +87,18 @@ def calibrated_ops(op: CollectiveKind) -> CalibratedOps:
             assert_never(unreachable)
 
 
-def _nic_share(point: CollectivePoint, hosts: int) -> CollectivePoint:
-    """An all-to-all row across ``hosts`` hosts as the NIC's share: busbw x (n - c) / (n - 1),
-    c = n / hosts ranks per host (module docstring)."""
-    n = point.group_size
-    c = n // hosts
+def _ranks_per_domain(system: SystemSpec, run: NcclTestsRun) -> int:
+    """The ranks of ``run`` that share one NVLink domain: its ranks per host times the hosts a
+    domain holds (one on a DGX; 18 trays of an NVL72 rack), the hosts taken in order."""
+    node = system.node
+    hosts_per_domain = (node.nvlink_domain_size or node.gpus_per_node) // node.gpus_per_node
+    return min(run.group_size, run.group_size // run.hosts * max(1, hosts_per_domain))
+
+
+def _nic_share(point: CollectivePoint, ranks_per_domain: int) -> CollectivePoint:
+    """An all-to-all row as the NIC's share: busbw x (n - c) / (n - 1), c the ranks that share
+    an NVLink domain (module docstring)."""
+    n, c = point.group_size, ranks_per_domain
     return dataclasses.replace(
         point, bus_bandwidth_bytes_per_s=point.bus_bandwidth_bytes_per_s * (n - c) / (n - 1)
     )
@@ -232,18 +239,25 @@ def calibrate_measured(
             continue
         key, link = _link_of(system, scope)
         nic = scope is LinkScope.INTER and ops is CalibratedOps.ALL_TO_ALL
-        one_host = [item for item in inputs if nic and item.run.hosts < 2]
-        if one_host:
+        one_domain = [
+            item
+            for item in inputs
+            if nic and _ranks_per_domain(system, item.run) >= item.run.group_size
+        ]
+        if one_domain:
             problems.extend(
-                f"{item.path}: an all-to-all on one host sends nothing over a NIC, so it cannot "
-                "set the scale-out link's all_to_all_efficiency (--nccl-scope inter); run "
-                "alltoall_perf across hosts"
-                for item in one_host
+                f"{item.path}: an all-to-all over {item.run.group_size} ranks on "
+                f"{item.run.hosts} host(s) stays inside one NVLink domain of {system.name} and "
+                "sends nothing over a NIC, so it cannot set the scale-out link's "
+                "all_to_all_efficiency; give it to --nccl-scope intra, or run alltoall_perf "
+                "across NVLink domains"
+                for item in one_domain
             )
             continue
         rows_of = {
             id(item): tuple(
-                _nic_share(point, item.run.hosts) if nic else point for point in item.run.points
+                _nic_share(point, _ranks_per_domain(system, item.run)) if nic else point
+                for point in item.run.points
             )
             for item in inputs
         }

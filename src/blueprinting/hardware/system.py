@@ -1318,8 +1318,11 @@ class SystemSpec:
         NICs (25 GB/s each), DGX H100 370-380 on 8 x 400 Gb/s, two GB200 NVL72 racks 793-810
         (shared/reference/microbenchmarks.md sections 4.1, 4.4, 4.5; NCCL_812), not one NIC's
         rate. ``c = 1`` (every member on its own node, and Calculon's fixed tiers) is the flat
-        ring on the NIC, as before; p2p and all-to-all are not rings
-        (:meth:`all_to_all_time`)."""
+        ring on the NIC, as before; p2p is not a ring, and an all-to-all is NCCL's, the
+        hierarchical :meth:`all_to_all_time` (context parallelism's a2a across nodes sends its
+        domain peers' share over NVLink, the rest over the NIC)."""
+        if kind is CollectiveKind.ALL_TO_ALL:
+            return self.all_to_all_time(size_bytes, group, ExchangeKernels.NCCL)
         link = self.link(group.tier)
         c = group.ranks_per_domain
         ring = kind in (

@@ -653,12 +653,11 @@ def _link_from_mapping(value: object, where: str, out: ProblemCollector) -> Link
     )
     usage = _number(table.get("processor_usage", 0.0), f"{where}.processor_usage", out)
     all_to_all: Efficiency | None = None
-    if "all_to_all_efficiency" in table:
+    given_all_to_all = "all_to_all_efficiency" in table
+    if given_all_to_all:
         all_to_all = efficiency_from_mapping(
             table["all_to_all_efficiency"], f"{where}.all_to_all_efficiency", out
         )
-        if all_to_all is None:
-            return None
     costs_table = _table(_required(table, "costs", where, out), f"{where}.costs", out)
     costs: dict[CollectiveKind, CollectiveCost] = {}
     if costs_table is not None:
@@ -679,6 +678,7 @@ def _link_from_mapping(value: object, where: str, out: ProblemCollector) -> Link
         or efficiency is None
         or usage is None
         or len(costs) != len(CollectiveKind)
+        or (given_all_to_all and all_to_all is None)  # its problem is recorded with the rest
     ):
         return None
     bw, lat, eff, use, a2a = bandwidth, latency, efficiency, usage, all_to_all
