@@ -6,9 +6,16 @@ out on paper; the arithmetic is written next to each assertion.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from blueprinting.analysis.data_parallel import DataParallelCost, OverlapWindows, data_parallel_cost
+from blueprinting.analysis.data_parallel import (
+    DataParallelCost,
+    OverlapWindows,
+    collective_sm_overhead,
+    data_parallel_cost,
+)
 from blueprinting.analysis.iteration import (
     bubble_contract,
     compose_breakdown,
@@ -185,16 +192,16 @@ def _windows(m: int = 8) -> OverlapWindows:
     )
 
 
-def _dp(data: DataParallel) -> DataParallelCost:
+def _dp(data: DataParallel, system: SystemSpec | None = None) -> DataParallelCost:
     """1e9 parameters on a 4-way DP group across nodes, bf16 params (2 B) and fp32 grads (4 B),
-    8 microbatches."""
+    8 microbatches (the paper system gives no SM count: no SM contention)."""
     return data_parallel_cost(
         data=data,
         stage_parameters=10**9,
         param_bytes=2,
         grad_bytes=4,
         group=CommGroup(size=4, tier=LinkTier.SCALE_OUT, ranks_per_node=1, ranks_per_domain=1),
-        system=_system(),
+        system=_system() if system is None else system,
         windows=_windows(m=8),
     )
 
@@ -246,3 +253,29 @@ def test_zero3_overlapped_reduce_scatter_hides_per_microbatch() -> None:
     # and the other three (0.0225) hide behind three block backwards (0.03): 8 x 0.0075 exposed,
     # plus the 16 all-gathers of 0.015 s each (no prefetch).
     assert cost.exposed_s == pytest.approx(8 * 0.0075 + 16 * 0.015)
+
+
+def test_hidden_dp_collectives_slow_the_compute_by_the_sms_they_hold() -> None:
+    """NCCL's ring kernel on 24 of 124 SMs (the default 24 ring channels): the compute beside a
+    hidden collective runs on the other 100, 24/100 = 0.24 of the hidden time longer. The window
+    example above hides 0.03 s of the 0.06 s all-reduce: 0.03 + 0.24 x 0.03 exposed."""
+    base = _system()
+    system = replace(base, accelerator=replace(base.accelerator, sm_count=124))
+    assert collective_sm_overhead(system) == pytest.approx(0.24)
+    cost = _dp(DataParallel(degree=4, overlap_grad_reduce=True), system)
+    assert cost.sm_contention_s == pytest.approx(0.24 * 0.03)
+    assert cost.exposed_s == pytest.approx(0.03 + 0.24 * 0.03)
+    assert cost.grad_sync_exposed_s == pytest.approx(0.03)
+    # not overlapped: nothing hidden, nothing slowed
+    plain = _dp(DataParallel(degree=4), system)
+    assert plain.sm_contention_s == 0.0 and plain.exposed_s == pytest.approx(0.06)
+
+
+@pytest.mark.parametrize(
+    ("preset", "overhead"),
+    [("dgx-h100", 24 / (132 - 24)), ("dgx-b200", 32 / (148 - 32)), ("dgx-h800", 16 / 116)],
+)
+def test_the_presets_ring_sm_overhead(preset: str, overhead: float) -> None:
+    from blueprinting.hardware.presets import system_preset
+
+    assert collective_sm_overhead(system_preset(preset)) == pytest.approx(overhead)

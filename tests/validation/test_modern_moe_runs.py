@@ -434,7 +434,8 @@ def test_the_planned_runs_stay_within_todays_bounds(planned: MoeValidation) -> N
     Since GPT-OSS's sliding windows are priced in training and a MoE stage's data-parallel
     overlap window is its own blocks' backward (not the dense block's): median 25.6%,
     GPT-OSS-120B 23-56% fast. Since NCCL's all-to-all runs at its own measured rate (GTC25
-    S72583; not the ring collectives'): median 25.0%, GPT-OSS-120B 8-56% fast."""
+    S72583; not the ring collectives'): median 25.0%, GPT-OSS-120B 8-56% fast. Since the
+    hidden DP collectives hold NCCL's ring SMs: median 24.7%."""
     errors = {row.run_id: row.relative_error or 0.0 for row in planned.planned_rows}
     median = planned.gate(MoeGate.MEDIAN_ERROR).value
     assert median is not None and 0.22 <= median <= 0.28
@@ -453,7 +454,8 @@ def test_the_planned_runs_stay_within_todays_bounds(planned: MoeValidation) -> N
     # Qwen3-30B-A3B on H100 -4.9% .. -6.3% since the recipes' quantization kernels are costed
     assert all(-0.68 <= error <= -0.04 for error in others)
     qwen_gb200 = [e for run, e in errors.items() if "qwen3" in run and "_gb200_" in run]
-    assert len(qwen_gb200) == 10 and all(-0.34 <= error <= -0.07 for error in qwen_gb200)
+    # 26.06.01 -7.0% since the DP collectives' SMs slow the compute they hide behind
+    assert len(qwen_gb200) == 10 and all(-0.34 <= error <= -0.06 for error in qwen_gb200)
     gpt_oss = [e for run, e in errors.items() if "gpt_oss" in run]
     # the 26.02 B200 row (EP 64 over 8 nodes, NCCL's all-to-all) -8.5% since that exchange
     # crosses the NICs at NCCL's measured all-to-all rate (0.74 of line rate, was 0.96)

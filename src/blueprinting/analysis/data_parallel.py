@@ -19,6 +19,14 @@ microbatches through a chunk before moving on), the last chunk hides all blocks 
 own backward.
 ``overlap_param_gather`` hides the all-gather of updated parameters behind the next iteration's
 first forward (Megatron dispatches it bucket by bucket in the forward pre-hook).
+
+SMs. A hidden collective is not free: NCCL's ring kernel runs one thread block per channel, each
+on an SM (:attr:`~blueprinting.hardware.system.RuntimeMemory.nccl_ring_ctas`: 24 of an H100's
+132, 32 of a B200's 148), so the compute it hides behind runs on the rest. To first order, as
+Transformer Engine's userbuffer overlap and combined 1F1B's exchanges are costed, that compute
+is lengthened by ``f / (1 - f)`` x the hidden time, ``f`` the SMs' share
+(:func:`collective_sm_overhead`): ``DataParallelCost.sm_contention_s``, part of the exposed
+time.
 """
 
 from __future__ import annotations
@@ -48,8 +56,9 @@ from blueprinting.mapping.transformer import (
 class DataParallelCost:
     """DP communication of the critical stage's GPU for one iteration.
 
-    ``link_s`` is the total time the DP collectives occupy the link; ``exposed_s`` the part of it
-    on the iteration's critical path: ``grad_sync_exposed_s + param_gather_exposed_s``.
+    ``link_s`` is the total time the DP collectives occupy the link; ``exposed_s`` what they add
+    to the iteration's critical path: ``grad_sync_exposed_s + param_gather_exposed_s`` (their
+    unhidden part) ``+ sm_contention_s`` (the compute their hidden part slows).
     """
 
     grad_bytes: int
@@ -60,6 +69,8 @@ class DataParallelCost:
     exposed_s: float
     grad_sync_exposed_s: float
     param_gather_exposed_s: float
+    #: the compute the hidden collectives slow by holding SMs (module docstring); in exposed_s
+    sm_contention_s: float
 
     def then(self, other: DataParallelCost) -> DataParallelCost:
         """This sync and then ``other`` on the same GPU (a MoE model's dense buckets, then its
@@ -73,7 +84,23 @@ class DataParallelCost:
             exposed_s=self.exposed_s + other.exposed_s,
             grad_sync_exposed_s=self.grad_sync_exposed_s + other.grad_sync_exposed_s,
             param_gather_exposed_s=self.param_gather_exposed_s + other.param_gather_exposed_s,
+            sm_contention_s=self.sm_contention_s + other.sm_contention_s,
         )
+
+
+def collective_sm_overhead(system: SystemSpec) -> float:
+    """``f / (1 - f)``, ``f`` = the share of the accelerator's SMs NCCL's ring kernel holds
+    (module docstring); 0 where the system gives no SM count or no NCCL channel count."""
+    ctas, sms = system.runtime.nccl_ring_ctas, system.accelerator.sm_count
+    if ctas is None or sms is None or ctas >= sms:
+        return 0.0
+    return ctas / (sms - ctas)
+
+
+def sm_contention_s(link_s: Real, exposed_s: Real, overhead: float) -> Real:
+    """What the DP collectives' hidden part (``link_s - exposed_s``) adds to the compute it
+    hides behind, at ``overhead`` = :func:`collective_sm_overhead`; numbers or columns."""
+    return overhead * (link_s - exposed_s)
 
 
 @final
@@ -212,10 +239,13 @@ def data_parallel_cost(
             exposed_s=0.0,
             grad_sync_exposed_s=0.0,
             param_gather_exposed_s=0.0,
+            sm_contention_s=0.0,
         )
 
     def time(kind: CollectiveKind, size: int) -> float:
         return system.collective_time(kind, size, group)
+
+    overhead = collective_sm_overhead(system)
 
     match data.optimizer_sharding:
         case NoOptimizerSharding():
@@ -225,15 +255,17 @@ def data_parallel_cost(
                 overlap_grad_reduce=data.overlap_grad_reduce,
                 hidden=_windowed(all_reduce, windows),
             )
+            contention = sm_contention_s(sync, sync_exposed, overhead)
             return DataParallelCost(
                 grad_bytes=grads,
                 param_gather_bytes=0,
                 grad_sync_s=sync,
                 param_gather_s=0.0,
                 link_s=sync,
-                exposed_s=sync_exposed,
+                exposed_s=sync_exposed + contention,
                 grad_sync_exposed_s=sync_exposed,
                 param_gather_exposed_s=0.0,
+                sm_contention_s=contention,
             )
         case (
             DistributedOptimizer(overlap_param_gather=overlap_gather)
@@ -248,15 +280,17 @@ def data_parallel_cost(
                 hidden=_windowed(reduce_scatter, windows),
                 stage_forward_s=windows.stage_forward_s,
             )
+            contention = sm_contention_s(sync + gather, sync_exposed + gather_exposed, overhead)
             return DataParallelCost(
                 grad_bytes=grads,
                 param_gather_bytes=params,
                 grad_sync_s=sync,
                 param_gather_s=gather,
                 link_s=sync + gather,
-                exposed_s=sync_exposed + gather_exposed,
+                exposed_s=sync_exposed + gather_exposed + contention,
                 grad_sync_exposed_s=sync_exposed,
                 param_gather_exposed_s=gather_exposed,
+                sm_contention_s=contention,
             )
         case ShardedParameters(overlap_param_gather=overlap_gather):
             per_microbatch_sync = time(CollectiveKind.REDUCE_SCATTER, grads)
@@ -270,15 +304,17 @@ def data_parallel_cost(
                 stage_forward_s=windows.stage_forward_s,
                 chunk_backward_s=windows.chunk_backward_s,
             )
+            contention = sm_contention_s(sync + gather, sync_exposed + gather_exposed, overhead)
             return DataParallelCost(
                 grad_bytes=grads,
                 param_gather_bytes=params,
                 grad_sync_s=sync,
                 param_gather_s=gather,
                 link_s=sync + gather,
-                exposed_s=sync_exposed + gather_exposed,
+                exposed_s=sync_exposed + gather_exposed + contention,
                 grad_sync_exposed_s=sync_exposed,
                 param_gather_exposed_s=gather_exposed,
+                sm_contention_s=contention,
             )
         case _ as unreachable:
             assert_never(unreachable)

@@ -478,6 +478,7 @@ class IterationReport:
                 "param_gather_bytes": self.data_parallel.param_gather_bytes,
                 "link_s": self.data_parallel.link_s,
                 "exposed_s": self.data_parallel.exposed_s,
+                "sm_contention_s": self.data_parallel.sm_contention_s,
             },
             "optimizer_step": {
                 "parameters": self.optimizer.parameters,

@@ -934,12 +934,29 @@ class RuntimeMemory:
                 assert_never(unreachable)
 
     @property
+    def nccl_ring_ctas(self) -> int | None:
+        """The thread blocks, one SM each, NCCL's ring collective kernel (all-reduce,
+        reduce-scatter, all-gather of a large message) runs: one per channel of the launch
+        (NVIDIA/nccl @5067397c ``src/enqueue.cc`` ``ncclLaunchKernel``: ``grid`` = the plan's
+        channels; the tuner gives a large message every ring channel), the ring's channels of
+        :class:`NcclByTransport`: 24 on A100 and H100, 16 on H800, 32 on Blackwell. None for a
+        measured per-communicator figure."""
+        match self.nccl:
+            case NcclByTransport(ring_channels=ring):
+                return ring
+            case NcclPerCommunicator():
+                return None
+            case _ as unreachable:
+                assert_never(unreachable)
+
+    @property
     def nccl_p2p_ctas(self) -> int | None:
         """The thread blocks, one SM each, NCCL's grouped send / receive kernel (an all-to-all
         over every peer) runs while it moves its bytes: ``p2pnChannels``, the next power of two
         of the ring's channels, at most ``MAXCHANNELS`` = 64 (NVIDIA/nccl @5067397c
         ``src/graph/paths.cc`` ``ncclTopoComputeP2pChannels``, ``src/include/device.h``; every
-        channel carries some peer's part, ``ncclP2pChannelForPart``): 32 on H100, A100 and
+        channel carries some peer's part, ``ncclP2pChannelForPart``, and ``src/enqueue.cc``
+        ``ncclLaunchKernel`` launches one block per channel): 32 on H100, A100 and
         Blackwell, 16 on H800. None where the system gives NCCL's buffers as a measured figure
         (:class:`NcclPerCommunicator`: no channel count)."""
         match self.nccl:

@@ -75,9 +75,11 @@ import numpy as np
 import numpy.typing as npt
 
 from blueprinting.analysis.data_parallel import (
+    collective_sm_overhead,
     grad_sync_exposed,
     optimizer_sharded_exposure,
     parameter_sharded_exposure,
+    sm_contention_s,
     unsharded_exposure,
 )
 from blueprinting.analysis.evaluate import portable_plan
@@ -924,10 +926,12 @@ def _dp_bucket(
     single: BoolArray,
     grad_bytes: IntArray,
     gather_bytes: IntArray,
+    sm_overhead: float,
 ) -> tuple[IntArray, IntArray, FloatArray, FloatArray]:
     """``data_parallel.data_parallel_cost`` of one bucket set: (grad bytes, param-gather bytes,
-    link, exposed); ``times`` the (all-reduce, reduce-scatter, all-gather) seconds per row,
-    ``single`` where the group has one rank."""
+    link, exposed with the hidden part's SM contention); ``times`` the (all-reduce,
+    reduce-scatter, all-gather) seconds per row, ``single`` where the group has one rank,
+    ``sm_overhead`` :func:`data_parallel.collective_sm_overhead`."""
     all_reduce_s, reduce_scatter_s, all_gather_s = times[:, 0], times[:, 1], times[:, 2]
     sharding = table.sharding
     no_shard = sharding == _SHARD[ShardingVariant.NO_SHARD]
@@ -971,7 +975,8 @@ def _dp_bucket(
         for a, b, c in zip(unsharded, optimizer, parameters, strict=True)
     )
     link = np.where(single, 0.0, sync + gather)
-    exposed = np.where(single, 0.0, sync_exposed + gather_exposed)
+    unhidden = np.where(single, 0.0, sync_exposed + gather_exposed)
+    exposed = unhidden + sm_contention_s(link, unhidden, sm_overhead)
     return grad_bytes, np.where(single | no_shard, 0, gather_bytes), link, exposed
 
 
@@ -1663,6 +1668,7 @@ def evaluate_candidates(
     )
     sharding = table.sharding
     no_shard = sharding == _SHARD[ShardingVariant.NO_SHARD]
+    sm_overhead = collective_sm_overhead(system)
     dense_dp = _dp_bucket(
         table,
         windows,
@@ -1670,6 +1676,7 @@ def evaluate_candidates(
         single=dense == 1,
         grad_bytes=params * recipe.grad,
         gather_bytes=gather_bytes,
+        sm_overhead=sm_overhead,
     )
     expert_dp_cost = _dp_bucket(
         table,
@@ -1678,6 +1685,7 @@ def evaluate_candidates(
         single=expert_dp == 1,
         grad_bytes=expert_params * recipe.grad,
         gather_bytes=expert_gather_bytes,
+        sm_overhead=sm_overhead,
     )
     # DataParallelCost.then: the expert buckets add only where the stage has experts
     has_experts = expert_params > 0
