@@ -244,11 +244,17 @@ def iteration_agreement(
             f"communication stream delay the full simulation's flush by {contention:.6g} s"
         )
     if abs(dp_diff) > AGREEMENT_NOTE_S:
+        held = (
+            f" and the compute its hidden collectives slow by holding SMs "
+            f"({dp.sm_contention_s:.6g} s, which the simulation does not model)"
+            if dp.sm_contention_s > 0.0
+            else ""
+        )
         reasons.append(
             f"dp_grad_sync {dp_diff:+.6g} s: the plan charges the critical stage's exposed "
-            f"gradient reduction ({dp.grad_sync_exposed_s:.6g} s) after its own work; the "
-            f"simulation runs every rank's buckets on its own stream, and the reduction ends "
-            f"{tail:.6g} s after the pipeline flush"
+            f"gradient reduction ({dp.grad_sync_exposed_s:.6g} s){held} after its own work; "
+            f"the simulation runs every rank's buckets on its own stream, and the reduction "
+            f"ends {tail:.6g} s after the pipeline flush"
         )
     return IterationAgreement(
         makespan_s=full.makespan_s,
