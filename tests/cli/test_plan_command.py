@@ -137,3 +137,23 @@ def test_names_with_rich_markup_print_as_written(
     for command in ("plan", "simulate"):
         assert main([command, str(strategy)]) == 0
         assert "[/bold]#]cb on 1024 x" in capsys.readouterr().out
+
+
+def test_the_text_report_splits_dp_comm_exposed(capsys: pytest.CaptureFixture[str]) -> None:
+    """The data-parallel line: link time, its unhidden part, and the compute the hidden part
+    slows; the last two sum to dp_comm_exposed (JSON ``dp_comm``)."""
+    argv = [
+        *("--model", "llama3-70b", "--system", "dgx-h100", "--gpus", "64"),
+        *("--set", "tensor_model_parallel_size=4", "--set", "global_batch_size=128"),
+        *("--set", "use_distributed_optimizer=true", "--set", "overlap_grad_reduce=true"),
+        *("--set", "overlap_param_gather=true"),
+    ]
+    assert main(["plan", *argv, "--json"]) == 0
+    dp = json.loads(capsys.readouterr().out)["dp_comm"]
+    assert main(["plan", *argv]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    unhidden = dp["exposed_s"] - dp["sm_contention_s"]
+    assert (
+        f"data parallel: collectives {dp['link_s']:.4f} s on the link, {unhidden:.4f} s of them "
+        f"exposed; {dp['sm_contention_s']:.4f} s the compute their hidden part slows" in text
+    )

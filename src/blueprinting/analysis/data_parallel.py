@@ -26,7 +26,12 @@ on an SM (:attr:`~blueprinting.hardware.system.RuntimeMemory.nccl_ring_ctas`: 24
 Transformer Engine's userbuffer overlap and combined 1F1B's exchanges are costed, that compute
 is lengthened by ``f / (1 - f)`` x the hidden time, ``f`` the SMs' share
 (:func:`collective_sm_overhead`): ``DataParallelCost.sm_contention_s``, part of the exposed
-time.
+time. What the one figure leaves out (a review of NCCL @5067397c): a communicator's channels
+follow its own topology (``src/graph/connect.cc`` doubles fewer than 16; ``NCCL_MIN_NCHANNELS``
+/ ``NCCL_MAX_NCHANNELS`` and ``minCTAs`` / ``maxCTAs`` cap them), groups of one GPU per node may
+run the PAT algorithm, NVLS and CollNet have channel counts of their own, a thread block shares
+its SM with whatever else fits there, and under pipelining part of the overlap window can be
+bubble, where nothing is slowed.
 """
 
 from __future__ import annotations

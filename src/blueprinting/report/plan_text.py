@@ -71,6 +71,15 @@ def render_plan(report: IterationReport, console: Console, *, all_stages: bool =
     )
     if report.bubble_simulation_note is not None:
         console.print(f"bubble: {report.bubble_simulation_note}", markup=False)
+    dp = report.data_parallel
+    if dp.link_s > 0.0:
+        console.print(
+            f"data parallel: collectives {dp.link_s:.4f} s on the link, "
+            f"{dp.grad_sync_exposed_s + dp.param_gather_exposed_s:.4f} s of them exposed; "
+            f"{dp.sm_contention_s:.4f} s the compute their hidden part slows (NCCL's ring "
+            "kernel holds SMs); dp_comm_exposed is the sum",
+            markup=False,
+        )
 
     keys = spec.model.window_keys
     windowed = spec.model.windowed_layers_in(0, spec.model.num_layers)

@@ -285,6 +285,7 @@ class CandidateFigures:
     dp_param_gather_bytes: IntArray
     dp_link_s: FloatArray
     dp_exposed_s: FloatArray
+    dp_sm_contention_s: FloatArray
     # optimizer_step
     optimizer_parameters: IntArray
     optimizer_flops: IntArray
@@ -417,6 +418,7 @@ class CandidateFigures:
                 "param_gather_bytes": int(self.dp_param_gather_bytes[i]),
                 "link_s": float(self.dp_link_s[i]),
                 "exposed_s": float(self.dp_exposed_s[i]),
+                "sm_contention_s": float(self.dp_sm_contention_s[i]),
             },
             "optimizer_step": {
                 "parameters": int(self.optimizer_parameters[i]),
@@ -927,11 +929,11 @@ def _dp_bucket(
     grad_bytes: IntArray,
     gather_bytes: IntArray,
     sm_overhead: float,
-) -> tuple[IntArray, IntArray, FloatArray, FloatArray]:
+) -> tuple[IntArray, IntArray, FloatArray, FloatArray, FloatArray]:
     """``data_parallel.data_parallel_cost`` of one bucket set: (grad bytes, param-gather bytes,
-    link, exposed with the hidden part's SM contention); ``times`` the (all-reduce,
-    reduce-scatter, all-gather) seconds per row, ``single`` where the group has one rank,
-    ``sm_overhead`` :func:`data_parallel.collective_sm_overhead`."""
+    link, exposed with the hidden part's SM contention, that contention); ``times`` the
+    (all-reduce, reduce-scatter, all-gather) seconds per row, ``single`` where the group has
+    one rank, ``sm_overhead`` :func:`data_parallel.collective_sm_overhead`."""
     all_reduce_s, reduce_scatter_s, all_gather_s = times[:, 0], times[:, 1], times[:, 2]
     sharding = table.sharding
     no_shard = sharding == _SHARD[ShardingVariant.NO_SHARD]
@@ -976,8 +978,9 @@ def _dp_bucket(
     )
     link = np.where(single, 0.0, sync + gather)
     unhidden = np.where(single, 0.0, sync_exposed + gather_exposed)
-    exposed = unhidden + sm_contention_s(link, unhidden, sm_overhead)
-    return grad_bytes, np.where(single | no_shard, 0, gather_bytes), link, exposed
+    contention = sm_contention_s(link, unhidden, sm_overhead)
+    gathered = np.where(single | no_shard, 0, gather_bytes)
+    return grad_bytes, gathered, link, unhidden + contention, contention
 
 
 # --------------------------------------------------------------------------------------------
@@ -1693,6 +1696,7 @@ def evaluate_candidates(
     dp_gather_bytes = dense_dp[1] + np.where(has_experts, expert_dp_cost[1], 0)
     dp_link = dense_dp[2] + np.where(has_experts, expert_dp_cost[2], 0.0)
     dp_exposed = dense_dp[3] + np.where(has_experts, expert_dp_cost[3], 0.0)
+    dp_contention = dense_dp[4] + np.where(has_experts, expert_dp_cost[4], 0.0)
 
     # adam_step_cost over the owned parameters (optimizer_step.owned_parameters, dense then
     # experts, as evaluate._owned_parameters calls it)
@@ -1793,6 +1797,7 @@ def evaluate_candidates(
         dp_param_gather_bytes=dp_gather_bytes,
         dp_link_s=dp_link,
         dp_exposed_s=dp_exposed,
+        dp_sm_contention_s=dp_contention,
         optimizer_parameters=owned,
         optimizer_flops=optimizer_flops,
         optimizer_bytes_moved=optimizer_moved,
