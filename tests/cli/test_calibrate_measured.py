@@ -294,6 +294,8 @@ def test_an_alltoall_across_hosts_is_read_as_the_nics_share(
     code, _, stderr = _run(capsys, "calibrate", "--nccl", str(a2a))
     assert code == 2
     assert f"{a2a} (inter link, all-to-all): fitted bus bandwidth 117.0 GB/s" in stderr
+    assert "an all-to-all's rate is read as one link's share" in stderr
+    assert "NCCL_ALGO=Ring" not in stderr
 
 
 def _alltoall_text(hosts: int, per_host: int, busbw_gbps: float, latency_us: float) -> str:

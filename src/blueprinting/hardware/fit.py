@@ -355,18 +355,27 @@ def fit_link(points: Sequence[CollectivePoint], *, latency_s: float | None = Non
     )
 
 
-def link_efficiency(fit: LinkFit, link_bandwidth_bytes_per_s: float) -> ConstantEfficiency:
+def link_efficiency(
+    fit: LinkFit, link_bandwidth_bytes_per_s: float, *, all_to_all: bool = False
+) -> ConstantEfficiency:
     """The fitted rate as a fraction of the link's per-direction datasheet rate; a rate above
     it (NVLS / SHARP in-network reduction, or a hierarchical algorithm over several links) is
-    not a ring over that link and is refused."""
+    not a ring over that link and is refused. ``all_to_all``: the rows are an all-to-all's
+    (read as the link's share), whose refusal says so instead of naming the ring settings."""
     fraction = fit.bandwidth_bytes_per_s / link_bandwidth_bytes_per_s
     if not (0 < fraction <= 1):
+        advice = (
+            "an all-to-all's rate is read as one link's share (across hosts, the NIC's: check "
+            "the run's hosts and --nccl-scope)"
+            if all_to_all
+            else "the cost model is a ring over one link (rerun nccl-tests with "
+            "NCCL_NVLS_ENABLE=0 and NCCL_ALGO=Ring)"
+        )
         raise ConfigError(
             [
                 f"fitted bus bandwidth {fit.bandwidth_bytes_per_s / 1e9:.1f} GB/s is "
-                f"{fraction:.2f} of the link's {link_bandwidth_bytes_per_s / 1e9:.1f} GB/s; the "
-                "cost model is a ring over one link (rerun nccl-tests with NCCL_NVLS_ENABLE=0 "
-                "and NCCL_ALGO=Ring)"
+                f"{fraction:.2f} of the link's {link_bandwidth_bytes_per_s / 1e9:.1f} GB/s; "
+                f"{advice}"
             ]
         )
     return ConstantEfficiency(fraction=fraction)

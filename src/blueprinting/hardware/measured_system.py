@@ -265,7 +265,9 @@ def calibrate_measured(
         sources.extend(f"nccl {item.path} ({scope})" for item in inputs)
         try:
             line = fit_link(rows)
-            efficiency = link_efficiency(line, link.bandwidth_bytes_per_s)
+            efficiency = link_efficiency(
+                line, link.bandwidth_bytes_per_s, all_to_all=ops is CalibratedOps.ALL_TO_ALL
+            )
         except ConfigError as error:
             names = ", ".join(str(item.path) for item in inputs)
             problems.extend(f"{names} ({scope} link, {ops}): {p}" for p in error.problems)
