@@ -140,3 +140,20 @@ def test_a_bad_all_to_all_efficiency_is_reported_with_the_links_other_problems()
     text = str(raised.value)
     assert "intra_node.all_to_all_efficiency" in text
     assert "intra_node.costs.p2p" in text
+
+
+@pytest.mark.parametrize(
+    ("preset", "world", "ctas"),
+    [
+        ("dgx-h100", 8, 32),  # NVLink peers: 2 x 18 links, capped at p2pnChannels 32
+        ("dgx-h100", 16, 8),  # network peers: ceil(50 / 14) = 4 each, two peers
+        ("dgx-b300", 16, 16),  # ConnectX-8, 100 GB/s: ceil(100 / 14) = 8 -> 8 each
+        ("dgx-h800", 8, 16),  # p2pnChannels 16 (16 ring channels)
+    ],
+)
+def test_a_cp_ring_steps_thread_blocks_follow_its_transport(
+    preset: str, world: int, ctas: int
+) -> None:
+    system = system_preset(preset)
+    group = system.strided_group(size=world, stride=1, world=world, like=ParallelDim.DATA)
+    assert system.p2p_ring_step_ctas(group) == ctas

@@ -48,6 +48,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import lru_cache
+import math
 from math import gcd
 from typing import TypeAlias, assert_never, final
 
@@ -884,6 +885,9 @@ class NcclPerCommunicator:
 NcclBuffers: TypeAlias = NcclByTransport | NcclPerCommunicator
 #: NCCL's ``MAXCHANNELS`` (``src/include/device.h``): no kernel runs more channels.
 NCCL_MAX_CHANNELS = 64
+#: ``NCCL_P2P_PER_CHANNEL_NET_BW`` (GB/s; ``src/graph/paths.cc``): a network peer's P2P
+#: channels are its NIC bandwidth over this.
+NCCL_P2P_PER_CHANNEL_NET_GBPS = 14
 
 
 @final
@@ -1221,6 +1225,25 @@ class SystemSpec:
                 return _fixed_group(size, fixed.tier(like))
             case _ as unreachable:
                 assert_never(unreachable)
+
+    def p2p_ring_step_ctas(self, group: CommGroup) -> int | None:
+        """The thread blocks NCCL's send / receive kernel runs for one ring step over ``group``
+        (a send to one peer, a receive from another: context parallelism's P2P ring): two
+        peers' ``p2pnChannelsPerPeer`` each, within ``p2pnChannels``
+        (:attr:`RuntimeMemory.nccl_p2p_ctas`). NVIDIA/nccl @5067397c ``src/graph/paths.cc``
+        ``ncclTopoGetNchannels``: an NVLink peer gets 2 x its NVLinks (more than the 32 cap on
+        A100, H100 and Blackwell), a network peer max(1 NIC, ceil(NIC GB/s / 14))
+        (``NCCL_P2P_PER_CHANNEL_NET_BW`` = 14), and a communicator takes the minimum over its
+        peers, rounded up to a power of two: 32 blocks inside one NVLink domain, 2 x 4 = 8
+        across domains on 50 GB/s NICs, 16 on 100 GB/s. None without a channel count."""
+        cap = self.runtime.nccl_p2p_ctas
+        if cap is None:
+            return None
+        if group.tier is LinkTier.INTRA_NODE:
+            return cap
+        net_gbps = self.scale_out.bandwidth_bytes_per_s / 1e9
+        per_peer = max(1, math.ceil(net_gbps / NCCL_P2P_PER_CHANNEL_NET_GBPS))
+        return min(cap, 2 * (1 << (per_peer - 1).bit_length()))
 
     def all_to_all_time(
         self,

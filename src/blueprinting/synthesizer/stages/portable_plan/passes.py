@@ -1064,13 +1064,26 @@ def _exchange_time(
     ``max(0, step link - step attention)`` (TE ``context_parallel.py`` l.1698-1720; the
     derivation in ``shared/reference/modern_parallelism.md`` section 1.3). All-gathers,
     reduce-scatters and all-to-alls are exposed whole (TE: "the all-gather is not async"; the
-    a2a's cp stream overlaps only re-ordering)."""
+    a2a's cp stream overlaps only re-ordering). The hidden part of a ring step still holds NCCL's
+    send / receive thread blocks (:meth:`SystemSpec.p2p_ring_step_ctas`), so the attention
+    beside it runs on the other SMs: ``f / (1 - f)`` x the hidden time is exposed too, the rule
+    of the data-parallel collectives (:func:`blueprinting.analysis.data_parallel.
+    sm_contention_s`)."""
     step = system.collective_time(LinkCollective(task.kind.value), task.bytes, group)
     link = task.steps * step
     if task.kind is CollectiveKind.P2P:
         per_chunk = attention_s / (task.steps + 1)
-        return link, task.steps * max(0.0, step - per_chunk)
+        unhidden = task.steps * max(0.0, step - per_chunk)
+        return link, unhidden + _ring_sm_overhead(system, group) * (link - unhidden)
     return link, link
+
+
+def _ring_sm_overhead(system: SystemSpec, group: CommGroup) -> float:
+    """``f / (1 - f)``, ``f`` the SMs a CP ring step's NCCL kernel holds; 0 where unknown."""
+    ctas, sms = system.p2p_ring_step_ctas(group), system.accelerator.sm_count
+    if ctas is None or sms is None or ctas >= sms:
+        return 0.0
+    return ctas / (sms - ctas)
 
 
 def p2p_message(ctx: PlanContext) -> tuple[int, float]:
