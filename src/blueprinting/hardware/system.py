@@ -48,8 +48,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import lru_cache
-import math
-from math import gcd
+from math import ceil, gcd
 from typing import TypeAlias, assert_never, final
 
 from blueprinting.errors import ConfigError, UnsupportedError, positive_int_problems
@@ -1242,7 +1241,7 @@ class SystemSpec:
         if group.tier is LinkTier.INTRA_NODE:
             return cap
         net_gbps = self.scale_out.bandwidth_bytes_per_s / 1e9
-        per_peer = max(1, math.ceil(net_gbps / NCCL_P2P_PER_CHANNEL_NET_GBPS))
+        per_peer = max(1, ceil(net_gbps / NCCL_P2P_PER_CHANNEL_NET_GBPS))
         return min(cap, 2 * (1 << (per_peer - 1).bit_length()))
 
     def all_to_all_time(
