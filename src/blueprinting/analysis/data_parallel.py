@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, assert_never, final
 
 from blueprinting.hardware.collectives import CollectiveKind
 from blueprinting.hardware.polymorphic import Real, maximum, where
-from blueprinting.hardware.system import CommGroup, SystemSpec
+from blueprinting.hardware.system import CommGroup, SystemSpec, held_sm_overhead
 
 if TYPE_CHECKING:
     import numpy as np
@@ -96,10 +96,7 @@ class DataParallelCost:
 def collective_sm_overhead(system: SystemSpec) -> float:
     """``f / (1 - f)``, ``f`` = the share of the accelerator's SMs NCCL's ring kernel holds
     (module docstring); 0 where the system gives no SM count or no NCCL channel count."""
-    ctas, sms = system.runtime.nccl_ring_ctas, system.accelerator.sm_count
-    if ctas is None or sms is None or ctas >= sms:
-        return 0.0
-    return ctas / (sms - ctas)
+    return held_sm_overhead(system.runtime.nccl_ring_ctas, system.accelerator.sm_count)
 
 
 def sm_contention_s(link_s: Real, exposed_s: Real, overhead: float) -> Real:

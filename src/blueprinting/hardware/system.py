@@ -884,6 +884,18 @@ class NcclPerCommunicator:
 NcclBuffers: TypeAlias = NcclByTransport | NcclPerCommunicator
 #: NCCL's ``MAXCHANNELS`` (``src/include/device.h``): no kernel runs more channels.
 NCCL_MAX_CHANNELS = 64
+
+
+def held_sm_overhead(held: int | None, sm_count: int | None) -> float:
+    """``f / (1 - f)`` for ``f = held / sm_count``: what a kernel holding ``held`` SMs adds, per
+    second it runs beside them, to compute that needs every SM (the first-order rule of the
+    hidden collectives: data-parallel buckets, context parallelism's P2P ring); 0 where either
+    count is unknown or the kernel would hold every SM."""
+    if held is None or sm_count is None or held >= sm_count:
+        return 0.0
+    return held / (sm_count - held)
+
+
 #: ``NCCL_P2P_PER_CHANNEL_NET_BW`` (GB/s; ``src/graph/paths.cc``): a network peer's P2P
 #: channels are its NIC bandwidth over this.
 NCCL_P2P_PER_CHANNEL_NET_GBPS = 14

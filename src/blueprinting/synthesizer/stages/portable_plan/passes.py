@@ -44,7 +44,14 @@ from blueprinting.hardware.efficiency import GemmShape as HardwareGemmShape
 from blueprinting.hardware.efficiency import GemmShapeColumns, ShapeFigures
 from blueprinting.hardware.ep_kernels import rates_for
 from blueprinting.hardware.polymorphic import Column, Real, exact_column
-from blueprinting.hardware.system import CommGroup, Engine, LinkTier, ParallelDim, SystemSpec
+from blueprinting.hardware.system import (
+    CommGroup,
+    Engine,
+    LinkTier,
+    ParallelDim,
+    SystemSpec,
+    held_sm_overhead,
+)
 from blueprinting.mapping.model import Datatype
 from blueprinting.mapping.precision import (
     GemmFormat,
@@ -1080,10 +1087,7 @@ def _exchange_time(
 
 def _ring_sm_overhead(system: SystemSpec, group: CommGroup) -> float:
     """``f / (1 - f)``, ``f`` the SMs a CP ring step's NCCL kernel holds; 0 where unknown."""
-    ctas, sms = system.p2p_ring_step_ctas(group), system.accelerator.sm_count
-    if ctas is None or sms is None or ctas >= sms:
-        return 0.0
-    return ctas / (sms - ctas)
+    return held_sm_overhead(system.p2p_ring_step_ctas(group), system.accelerator.sm_count)
 
 
 def p2p_message(ctx: PlanContext) -> tuple[int, float]:
