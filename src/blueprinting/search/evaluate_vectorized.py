@@ -66,6 +66,7 @@ exposures run once for the dense buckets (d x cp) and once for the experts'
 from __future__ import annotations
 
 import gc
+import itertools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields
@@ -179,7 +180,6 @@ from blueprinting.search.space import (
     candidate_to_spec,
 )
 from blueprinting.synthesizer.stages.portable_plan.ir import (
-    NO_BLOCK_CHANGE,
     KindTimes,
     LayerCounts,
     LayerTimes,
@@ -432,6 +432,12 @@ class CandidateFigures:
 # --------------------------------------------------------------------------------------------
 # PortablePlanIR pieces, per key (synthesizer/stages/portable_plan/passes.py)
 # --------------------------------------------------------------------------------------------
+#: ``LayerTimes`` / ``KindTimes`` field names: the order :func:`_block_arrays` reads a plan's
+#: layer times in and spreads them back over the columns
+_KINDS = tuple(f.name for f in fields(LayerTimes))
+_KIND_TIMES = tuple(f.name for f in fields(KindTimes))
+
+
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _BlockArrays:
@@ -445,10 +451,6 @@ class _BlockArrays:
     backward_weight_comm: FloatArray
     recompute_compute: FloatArray
     recompute_comm: FloatArray
-    forward_s: FloatArray
-    backward_s: FloatArray
-    backward_with_recompute_s: FloatArray
-    recompute_critical_s: FloatArray
     embedding_forward_compute: FloatArray
     embedding_forward_comm: FloatArray
     embedding_backward_compute: FloatArray
@@ -459,50 +461,15 @@ class _BlockArrays:
     lm_head_backward_compute: FloatArray
     lm_head_backward_comm: FloatArray
     lm_head_total_s: FloatArray
-    #: ``PortablePlanIR.moe_block`` (the dense block's figures for a dense model)
-    moe_forward_s: FloatArray
-    moe_backward_s: FloatArray
-    moe_backward_with_recompute_s: FloatArray
-    moe_recompute_critical_s: FloatArray
     #: combined 1F1B's unpaired extra per MoE layer (forward + backward; 0 without the overlap)
     moe_unpaired_s: FloatArray
-    #: ``PortablePlanIR.window`` / ``moe_window``: a sliding-window dense / MoE layer's change
-    #: (0 without such layers)
-    window_forward_s: FloatArray
-    window_backward_s: FloatArray
-    window_recompute_critical_s: FloatArray
-    moe_window_forward_s: FloatArray
-    moe_window_backward_s: FloatArray
-    moe_window_recompute_critical_s: FloatArray
     #: ``PortablePlanIR.unpaired_window_change_s`` (forward + backward; 0 without it)
     moe_window_unpaired_s: FloatArray
     #: every (part, time) of ``iteration.STAGE_WORK_TERMS``, per row
     parts: dict[tuple[CostedPart, PhaseField], FloatArray]
-
-    def layer_times(self) -> LayerTimes:
-        """``PortablePlanIR.layer_times`` on columns."""
-        return LayerTimes(
-            block=KindTimes(
-                forward=self.forward_s,
-                backward=self.backward_s,
-                recompute=self.recompute_critical_s,
-            ),
-            moe=KindTimes(
-                forward=self.moe_forward_s,
-                backward=self.moe_backward_s,
-                recompute=self.moe_recompute_critical_s,
-            ),
-            window=KindTimes(
-                forward=self.window_forward_s,
-                backward=self.window_backward_s,
-                recompute=self.window_recompute_critical_s,
-            ),
-            moe_window=KindTimes(
-                forward=self.moe_window_forward_s,
-                backward=self.moe_window_backward_s,
-                recompute=self.moe_window_recompute_critical_s,
-            ),
-        )
+    #: ``PortablePlanIR.layer_times`` on columns (the plan's own choice of the MoE block and
+    #: the window changes, read as the plan reads them)
+    layers: LayerTimes
 
 
 def _scope(recompute: IntArray) -> IntArray:
@@ -568,6 +535,7 @@ def _block_costs(
     part_keys = sorted({(part, time) for e in STAGE_WORK_TERMS.values() for _, part, time in e})
     distinct_parts = sorted({part for part, _ in part_keys})
     part_rows: list[list[float]] = []
+    layer_rows: list[list[float]] = []
     rows = []
     with _collector_paused():
         for done, i in enumerate(first):
@@ -575,11 +543,15 @@ def _block_costs(
                 progress(done, len(first))
             plan = portable_plan(candidate_to_spec(table, int(i), model), system)
             block, emb, lm = plan.block, plan.embedding, plan.lm_head
-            moe = block if plan.moe_block is None else plan.moe_block
-            window = NO_BLOCK_CHANGE if plan.window is None else plan.window
-            moe_window = NO_BLOCK_CHANGE if plan.moe_window is None else plan.moe_window
             costed = {part: costed_part(plan, part) for part in distinct_parts}
             part_rows.append([phase_field(costed[part], time) for part, time in part_keys])
+            kinds = plan.layer_times()
+            layer_rows.append(
+                [
+                    getattr(getattr(kinds, kind), time)
+                    for kind, time in itertools.product(_KINDS, _KIND_TIMES)
+                ]
+            )
             rows.append(
                 (  # in the field order of _BlockArrays
                     block.forward.compute_s,
@@ -590,10 +562,6 @@ def _block_costs(
                     block.backward_weight.comm_exposed_s,
                     block.recompute.compute_s,
                     block.recompute.comm_exposed_s,
-                    block.forward_s,
-                    block.backward_s,
-                    block.backward_with_recompute_s,
-                    block.recompute.critical_path_s,
                     emb.forward.compute_s,
                     emb.forward.comm_exposed_s,
                     emb.backward.compute_s,
@@ -606,19 +574,9 @@ def _block_costs(
                     lm.backward.compute_s,
                     lm.backward.comm_exposed_s,
                     lm.total_s + plan.last_layers.total_s + plan.mtp.total_s,
-                    moe.forward_s,
-                    moe.backward_s,
-                    moe.backward_with_recompute_s,
-                    moe.recompute.critical_path_s,
                     0.0
                     if plan.ep_overlap is None
                     else plan.ep_overlap.unpaired_forward_s + plan.ep_overlap.unpaired_backward_s,
-                    window.forward_s,
-                    window.backward_s,
-                    window.recompute.critical_path_s,
-                    moe_window.forward_s,
-                    moe_window.backward_s,
-                    moe_window.recompute.critical_path_s,
                     sum(plan.unpaired_window_change_s()),
                 )
             )
@@ -626,10 +584,17 @@ def _block_costs(
         progress(len(first), len(first))
     values = np.array(rows, dtype=np.float64)[inverse]
     part_values = np.array(part_rows, dtype=np.float64)[inverse]
-    names = [f.name for f in fields(_BlockArrays) if f.name != "parts"]
+    layer_values = np.array(layer_rows, dtype=np.float64)[inverse]
+    names = [f.name for f in fields(_BlockArrays) if f.name not in ("parts", "layers")]
+    column = iter(range(len(_KINDS) * len(_KIND_TIMES)))
+
+    def kind_times() -> KindTimes:
+        return KindTimes(**{time: layer_values[:, next(column)] for time in _KIND_TIMES})
+
     return _BlockArrays(
         **{name: values[:, j] for j, name in enumerate(names)},
         parts={key: part_values[:, j] for j, key in enumerate(part_keys)},
+        layers=LayerTimes(**{kind: kind_times() for kind in _KINDS}),
     )
 
 
@@ -840,7 +805,7 @@ def _select(choice: IntArray, options: list[IntArray]) -> IntArray:
 # --------------------------------------------------------------------------------------------
 def _stage_compute(stage: _StageColumns, p: IntArray, c: _BlockArrays) -> FloatArray:
     """``PortablePlanIR.stage_microbatch_compute_s`` of a representative stage."""
-    times = c.layer_times()
+    times = c.layers
     work = np.asarray(
         layers_forward_s(stage.counts, times) + layers_backward_s(stage.counts, times),
         dtype=np.float64,
@@ -1556,7 +1521,7 @@ def evaluate_candidates(
             for name in _COUNT_FIELDS
         }
     )
-    layer_times = c.layer_times()
+    layer_times = c.layers
 
     # bubble_contract: the largest chunk of any stage (PortablePlanIR.forward_chunk_s /
     # backward_chunk_s), over the distinct chunk compositions
@@ -1575,7 +1540,10 @@ def evaluate_candidates(
             p=p.astype(np.float64),
             max_blocks_per_stage=stage_blocks.astype(np.float64),
             total_blocks=np.full(p.shape, float(model.num_layers)),
-            block_fw_bw_s=c.moe_forward_s + c.moe_backward_with_recompute_s,
+            block_fw_bw_s=np.asarray(
+                c.layers.moe.forward + (c.layers.moe.backward + c.layers.moe.recompute),
+                dtype=np.float64,
+            ),
         ),
     )
     chunk_time = np.where(p == 1, 0.0, forward_chunk_s + backward_chunk_s)
