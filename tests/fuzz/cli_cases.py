@@ -605,6 +605,8 @@ def _search_argv(rng: random.Random, *, small: bool) -> list[str]:
     if rng.random() < 0.2:
         argv += ["--tp-comm-overlap", rng.choice(("off", "on", "both", "bth", _text(rng)))]
     if rng.random() < 0.15:
+        argv += ["--pipeline-layouts", rng.choice(("even", "balanced", "uneven"))]
+    if rng.random() < 0.15:
         argv += ["--context-parallel", *_degrees(rng)]
         if rng.random() < 0.5:
             argv += ["--cp-comm-type", *rng.sample(("p2p", "all_gather", "a2a", "a2a+p2p", "x"), 2)]

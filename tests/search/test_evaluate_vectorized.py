@@ -26,6 +26,7 @@ from blueprinting.mapping.transformer import (
 )
 from blueprinting.search.evaluate_vectorized import evaluate_candidates
 from blueprinting.search.space import (
+    PipelineLayouts,
     RecomputeVariant,
     SearchSpace,
     ShardingVariant,
@@ -200,6 +201,69 @@ def test_every_candidate_matches_the_scalar_plan(
         problems.extend(f"{spec.mapping}: {m}" for m in _mismatches(figures.row_json(i), exact, ""))
         compared += 1
     assert compared > 500
+    assert problems == []
+
+
+BALANCED_SPACES = [
+    pytest.param(
+        # 30 blocks: p = 4 and 8, and v = 3, 4, 6, 7, 8 at p = 2, run balanced layouts
+        dataclasses.replace(model_preset("llama3-8b"), name="llama3-8b-30-layers", num_layers=30),
+        SearchSpace(
+            gpu_counts=(16,),
+            global_batch_size=8,
+            max_microbatch_size=1,
+            recompute=(RecomputeVariant.NONE, RecomputeVariant.FULL_UNIFORM),
+            recompute_num_layers=(1, 2),
+            overlap_grad_reduce=(True,),
+            sharding=(ShardingVariant.OPTIM,),
+            pipeline_layouts=PipelineLayouts.BALANCED,
+        ),
+        400,
+        id="dense-30-layers",
+    ),
+    pytest.param(
+        # 27 layers, the first dense, one MTP depth in the loss's stage
+        dataclasses.replace(model_preset("deepseek-v2-lite"), mtp_num_layers=1),
+        SearchSpace(
+            gpu_counts=(16,),
+            global_batch_size=8,
+            max_microbatch_size=1,
+            recompute=(
+                RecomputeVariant.NONE,
+                RecomputeVariant.SELECTIVE,
+                RecomputeVariant.FULL_UNIFORM,
+            ),
+            overlap_grad_reduce=(True,),
+            sharding=(ShardingVariant.OPTIM,),
+            expert_parallel=(4,),
+            pipeline_layouts=PipelineLayouts.BALANCED,
+        ),
+        150,
+        id="moe-mtp",
+    ),
+]
+
+
+@pytest.mark.parametrize(("model", "space", "least"), BALANCED_SPACES)
+def test_balanced_layout_candidates_match_the_scalar_plan(
+    model: TransformerModelSpec, space: SearchSpace, least: int
+) -> None:
+    """Rows whose blocks do not split over p v plan a balanced ``pipeline_model_parallel_layout``
+    (``search/space.py`` ``layout_of``): stages of different block counts, chunks of different
+    sizes, the embedding and the loss on lighter chunks. Every candidate against the scalar
+    plan, as above."""
+    system = system_preset("dgx-h100")
+    table = enumerate_strategies(model, space).table
+    figures = evaluate_candidates(table, model, system)
+    options = PlanOptions(bubble_source=BubbleSource.CONTRACT)
+    uneven = 0
+    problems: list[str] = []
+    for i in range(len(table)):
+        spec = candidate_to_spec(table, i, model)
+        uneven += model.num_layers % (int(table.pipeline[i]) * int(table.virtual_stages[i])) != 0
+        exact = plan_spec(spec, system, options).to_json_dict()
+        problems.extend(f"{spec.mapping}: {m}" for m in _mismatches(figures.row_json(i), exact, ""))
+    assert uneven >= least
     assert problems == []
 
 

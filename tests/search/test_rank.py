@@ -372,3 +372,47 @@ def test_the_streamed_search_allowance() -> None:
     assert streamed_allowance(f"{blocks}\n{rows}\n") == pytest.approx(26.6)
     assert streamed_allowance(f"{candidates}\n{blocks}\n") == pytest.approx(24.8)
     assert streamed_allowance("search: costing blocks") == 0.0
+
+
+def test_cli_balanced_layouts_search_deepseek_v3_pipelines(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """DeepSeek-V3's 61 layers split evenly over no pipeline degree a 256-GPU search tries, so
+    the even search ranks PP 1 only; with balanced layouts the best strategy pipelines, planned
+    with its layout, and the flags print it shell-quoted."""
+    args = [
+        "search",
+        "--model",
+        "deepseek-v3",
+        "--system",
+        "dgx-gb200",
+        "--gpus",
+        "256",
+        "--global-batch",
+        "2048",
+        "--max-micro-batch",
+        "1",
+        "--top",
+        "3",
+    ]
+    assert main([*args, "--json"]) == 0
+    even = json.loads(capsys.readouterr().out)
+    assert {r["strategy"]["pipeline_model_parallel_size"] for r in even["ranked"]} == {1}
+    assert main([*args, "--json", "--pipeline-layouts", "balanced"]) == 0
+    balanced = json.loads(capsys.readouterr().out)
+    best = balanced["ranked"][0]
+    assert best["strategy"]["pipeline_model_parallel_size"] > 1
+    layout = best["strategy"]["pipeline_model_parallel_layout"]
+    assert layout.startswith("E") and layout.endswith("mL")  # the MTP depth with the loss
+    assert best["iteration_time_s"] < even["ranked"][0]["iteration_time_s"]
+    assert balanced["candidates_valid"] > even["candidates_valid"]
+    assert main(args) == 0
+    assert "--pipeline-layouts balanced searches them" in capsys.readouterr().out
+    assert main([*args, "--pipeline-layouts", "balanced"]) == 0
+    text = capsys.readouterr().out
+    assert "--pipeline-layouts balanced searches them" not in text
+    assert f"--pipeline-model-parallel-layout '{layout}'" in text
+    assert "--moe-layer-freq '([0]*3+[1]*58)'" in text
+    with pytest.raises(SystemExit) as refused:
+        main([*args, "--pipeline-layouts", "uneven"])
+    assert refused.value.code == 2

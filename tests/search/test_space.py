@@ -14,6 +14,7 @@ from blueprinting.errors import ConfigError
 from blueprinting.mapping.law_names import EXPERT_LAWS, MEGATRON_LAWS, PLANNER_LAWS, Law
 from blueprinting.mapping.laws import check_training
 from blueprinting.mapping.model import Datatype, TransformerModelSpec
+from blueprinting.mapping.pipeline_layout import BALANCED_LAYOUT_MAX_VIRTUAL, balanced_layout
 from blueprinting.mapping.presets import model_preset
 from blueprinting.mapping.transformer import (
     AllGatherDispatcher,
@@ -39,6 +40,7 @@ from blueprinting.search.space import (
     SHARDING_CODES,
     CandidateTable,
     MicrobatchGroupPolicy,
+    PipelineLayouts,
     RecomputeVariant,
     SearchSpace,
     ShardingVariant,
@@ -96,7 +98,22 @@ def _brute_force(
         for t in _divisors(tp_limit):
             for p in _divisors(n // t):
                 d = n // (t * p)
-                for v in _divisors(big_l):
+                v_options = set(_divisors(big_l))
+                if space.pipeline_layouts is PipelineLayouts.BALANCED:
+                    v_options |= set(range(1, BALANCED_LAYOUT_MAX_VIRTUAL + 1))
+                for v in sorted(v_options):
+                    # a balanced layout where the blocks do not split: the even-split laws give
+                    # way to it, and the recompute bound is its largest stage
+                    layout = (
+                        balanced_layout(big_l, model.mtp_num_layers, p * v)
+                        if space.pipeline_layouts is PipelineLayouts.BALANCED and big_l % (p * v)
+                        else None
+                    )
+                    bound = big_l // p
+                    if layout is not None:
+                        bound = max(
+                            sum(s.decoder_layers for s in layout.stages[r::p]) for r in range(p)
+                        )
                     for b in _divisors(big_b):
                         if space.max_microbatch_size is not None and b > space.max_microbatch_size:
                             continue
@@ -144,9 +161,9 @@ def _brute_force(
                                                 broken.append(Law.LOCAL_BATCH)
                                             if big_b % (d * b):
                                                 broken.append(Law.MICROBATCH_COUNT)
-                                            if big_l % p:
+                                            if big_l % p and layout is None:
                                                 broken.append(Law.BLOCKS_PER_PIPELINE_STAGE)
-                                            if big_l % (p * v):
+                                            if big_l % (p * v) and layout is None:
                                                 broken.append(Law.BLOCKS_PER_VIRTUAL_CHUNK)
                                             if sp and model.seq_length % t:
                                                 broken.append(Law.SEQUENCE_PARALLEL_DIVISIBILITY)
@@ -162,7 +179,7 @@ def _brute_force(
                                                 broken.append(Law.VOCAB_DIVISIBILITY)
                                             if v > 1 and p == 1:
                                                 broken.append(Law.SCHEDULE_MATCHES_PIPELINE)
-                                            if rec.is_full and not 1 <= layers <= big_l // p:
+                                            if rec.is_full and not 1 <= layers <= bound:
                                                 broken.append(Law.RECOMPUTE_NUM_LAYERS_RANGE)
                                             if space.megatron_rules:
                                                 if v > 1 and not (p > 2 or (p == 2 and p2p)):
@@ -279,6 +296,16 @@ TINY_SPACES = [
         gpus_per_node=12,
         recompute=(RecomputeVariant.NONE,),
         tp_comm_overlap=(False, True),
+    ),
+    # balanced layouts: 12 blocks over p v = 5, 7, 8, 9, 10, ... virtual stages (v up to 8),
+    # the recompute bound the layout's largest stage
+    SearchSpace(
+        gpu_counts=(8, 10),
+        global_batch_size=20,
+        gpus_per_node=2,
+        recompute=(RecomputeVariant.NONE, RecomputeVariant.FULL_UNIFORM),
+        recompute_num_layers=(1, 3, 4),
+        pipeline_layouts=PipelineLayouts.BALANCED,
     ),
 ]
 
@@ -812,3 +839,41 @@ def test_windowed_sink_model_searches_cp_only_where_te_runs_it() -> None:
     }
     assert kinds == {CpCommType.A2A, CpCommType.ALL_GATHER}
     assert again.report.rejected(Law.MEGATRON_CP_SOFTMAX_TYPE) == 0
+
+
+def test_balanced_layouts_are_lawful_where_the_blocks_do_not_split() -> None:
+    """Under ``PipelineLayouts.BALANCED`` the rows whose 12 blocks do not split over p v plan the
+    balanced layout, which every scalar law accepts (its own ``flexible_layout_laws`` and the
+    recompute bound included); the even rows keep Megatron's split. The even space is the
+    balanced one less exactly those rows."""
+    even = SearchSpace(gpu_counts=(8, 10), global_batch_size=20, gpus_per_node=2)
+    balanced = dataclasses.replace(even, pipeline_layouts=PipelineLayouts.BALANCED)
+    even_rows = set(_rows(enumerate_strategies(TINY, even).table))
+    table = enumerate_strategies(TINY, balanced).table
+    rows = _rows(table)
+    uneven = [i for i in range(len(table)) if 12 % int(table.pipeline[i] * table.virtual_stages[i])]
+    assert len(uneven) > 100
+    assert {row for k, row in enumerate(rows) if k not in set(uneven)} == even_rows
+    shapes = set()
+    for i in uneven:
+        spec = candidate_to_spec(table, i, TINY)
+        pipeline = spec.mapping.parallelism.pipeline
+        p, v = int(table.pipeline[i]), int(table.virtual_stages[i])
+        assert pipeline.layout == balanced_layout(12, 0, p * v)
+        assert check_training(TINY, spec.mapping) == ()
+        shapes.add((p, v))
+    # p = 5 (v 1..2), p = 8 (v = 1: 14 units over 8 stages) and the v the split refuses
+    assert {(5, 1), (5, 2), (8, 1), (2, 5), (2, 7)} <= shapes
+    assert all(p * v <= 14 for p, v in shapes)  # at least one unit per stage
+
+
+def test_balanced_layouts_refuse_base_precision_layers() -> None:
+    from blueprinting.mapping.precision import Fp8Precision, Fp8Recipe
+
+    with pytest.raises(ConfigError, match="base-precision first / last layers"):
+        SearchSpace(
+            gpu_counts=(8,),
+            global_batch_size=8,
+            precision=(Fp8Precision(recipe=Fp8Recipe.TENSORWISE, high_precision_layers=(1, 1)),),
+            pipeline_layouts=PipelineLayouts.BALANCED,
+        )

@@ -344,7 +344,8 @@ def test_a_perfect_predictor_passes_every_gate() -> None:
 #: The refusals a row could meet, by the start of the message: DeepSeek-V3's 61 layers do not
 #: split evenly over (PP8, VP4) without a layout (the 25.11 GB200 row carries the layout of
 #: NVIDIA's write-up of that parallel layout, so it plans); one EP64 x PP8 row exceeds its 256
-#: GPUs (Megatron's own world law; excluded as the reference flags it). The 25.09 H100 rows plan without Megatron-LM's overlap_param_gather rule: their recipe
+#: GPUs (Megatron's own world law; excluded as the reference flags it). The 25.09 H100 rows
+#: plan without Megatron-LM's overlap_param_gather rule: their recipe
 #: (Megatron-Bridge r0.1.0 run_script.py) turns the gradient-reduce overlap off and keeps the
 #: parameter-gather overlap, which Megatron-LM's arguments.py refuses and Megatron-Bridge,
 #: building Megatron-Core's configs directly, never checks (the fixture's waiver).

@@ -13,6 +13,7 @@ import argparse
 import csv
 import dataclasses
 import json
+import shlex
 import sys
 from collections.abc import Callable
 from enum import StrEnum
@@ -159,6 +160,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "%(default)s)",
     )
     parser.add_argument(
+        "--pipeline-layouts",
+        default="even",
+        choices=["even", "balanced"],
+        help="stage layouts to search: even (Megatron's default split, num_layers mod (p x v) "
+        "== 0) or balanced (also, where the layers do not split, a "
+        "--pipeline-model-parallel-layout that spreads the embedding, blocks, MTP depths and "
+        "loss evenly over p x v virtual stages, v <= 8: Llama 3.1 405B at PP 16, DeepSeek-V3 "
+        "at PP 8; default: %(default)s)",
+    )
+    parser.add_argument(
         "--cp-comm-type",
         nargs="+",
         default=["p2p"],
@@ -204,7 +215,7 @@ def _result(args: argparse.Namespace) -> SearchResult:
     from blueprinting.hardware.presets import system_preset
     from blueprinting.mapping.presets import model_preset
     from blueprinting.search.rank import Objective, RankOptions, run_search
-    from blueprinting.search.space import SearchSpace
+    from blueprinting.search.space import PipelineLayouts, SearchSpace
 
     problems = []
     if args.top < 0:
@@ -251,6 +262,7 @@ def _result(args: argparse.Namespace) -> SearchResult:
         megatron_rules=not args.no_megatron_rules,
         max_microbatch_size=args.max_micro_batch,
         grad_reduce_dtype=GradReduceDtype(args.grad_reduce_dtype),
+        pipeline_layouts=PipelineLayouts(args.pipeline_layouts),
     )
     options = RankOptions(
         objective=Objective(args.objective),
@@ -630,6 +642,9 @@ def _print_text(result: SearchResult, reports: list[IterationReport], rows: list
     from rich.markup import escape
     from rich.table import Table
 
+    from blueprinting.mapping.law_names import Law
+    from blueprinting.search.space import PipelineLayouts
+
     console = Console(width=None if sys.stdout.isatty() else 200)
     console.print(
         f"[bold]{escape(result.model.name)}[/bold] on {escape(result.system.name)}: "
@@ -677,10 +692,21 @@ def _print_text(result: SearchResult, reports: list[IterationReport], rows: list
         )
     console.print("Megatron-LM flags:")
     for rank, report in enumerate(reports, start=1):
-        flags = " ".join(report.megatron_args)
+        # shlex: a layout (Et|(tt|)*30L) or a layer pattern ([0]*3+[1]*58) must reach a shell
+        # quoted, as plan's text prints them
+        flags = shlex.join(report.megatron_args)
         console.print(f"  #{rank}: {flags}", highlight=False, soft_wrap=True)
     nonzero = {k: v for k, v in result.rejections().items() if v}
     console.print(f"Rejections: {nonzero}", highlight=False, soft_wrap=True)
+    uneven = nonzero.get(str(Law.BLOCKS_PER_PIPELINE_STAGE), 0)
+    if uneven and result.space.pipeline_layouts is PipelineLayouts.EVEN:
+        console.print(
+            f"{uneven:,} candidates split num_layers = {result.model.num_layers} unevenly over "
+            "their pipeline stages; --pipeline-layouts balanced searches them with a balanced "
+            "--pipeline-model-parallel-layout",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -206,3 +206,46 @@ def format_pipeline_layout(layout: FlexibleStages) -> str:
         i = run + 1
     parts.append(texts[-1])
     return "".join(parts)
+
+
+#: The most virtual stages per rank a balanced layout is generated for (the search's
+#: ``--pipeline-layouts balanced``): Megatron-Bridge's published layouts use up to 8
+#: (Llama 3.1 405B at PP 16, ``E|(t|)*126L``; DeepSeek-V3 at PP 8 x VP 4 and PP 4 x VP 4).
+BALANCED_LAYOUT_MAX_VIRTUAL = 8
+
+
+def balanced_layout(num_layers: int, mtp_layers: int, stages: int) -> FlexibleStages | None:
+    """The layout that spreads the model's layers as evenly as possible over ``stages`` virtual
+    stages, the embedding, each MTP depth and the loss counted as one layer each (the weighting
+    of Megatron-LM's ``account_for_embedding_in_pipeline_split`` /
+    ``account_for_loss_in_pipeline_split``, which require an exact split; this one allows a
+    remainder): of the ``u = num_layers + 2 + mtp_layers`` units, the first ``u mod stages``
+    stages take one more than the others, the embedding opens the first stage, and the MTP
+    depths and the loss close the last one. None when the last stage cannot hold the MTP
+    depths and the loss (fewer than ``1 + mtp_layers`` units per stage).
+
+    It reproduces the layouts NVIDIA runs where the layer count does not split:
+    ``E|(t|)*126L`` for Llama 3.1 405B over 128 stages (Megatron-Bridge's 405B PP 16 x VP 8
+    recipes), ``Et|(tt|)*30L`` for DeepSeek-V3 without MTP over 32 stages and ``Et|(tt|)*30mL``
+    with one MTP depth (NVIDIA's DeepSeek-V3 GB200 reproduce guide, NVIDIA/Megatron-LM
+    @1d9edcf8c7c1; Megatron-Bridge's 25.09 H100 recipe)."""
+    if stages < 1 or num_layers < 0 or mtp_layers < 0:
+        return None
+    units = num_layers + 2 + mtp_layers
+    per_stage, extra = divmod(units, stages)
+    if per_stage < 1 + mtp_layers:
+        return None
+    out: list[LayoutStage] = []
+    for k in range(stages):
+        first, last = k == 0, k == stages - 1
+        size = per_stage + (1 if k < extra else 0)
+        out.append(
+            LayoutStage(
+                embedding=first,
+                # every stage holds at least its units' worth of E, m and L (per_stage >= 1 + m)
+                decoder_layers=size - (1 if first else 0) - ((1 + mtp_layers) if last else 0),
+                loss=last,
+                mtp_layers=mtp_layers if last else 0,
+            )
+        )
+    return FlexibleStages(stages=tuple(out))

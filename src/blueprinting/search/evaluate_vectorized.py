@@ -670,6 +670,8 @@ class _StageColumns:
     moe_windowed_recomputed: IntArray
     #: per virtual chunk (columns 0..max v - 1, zero-padded): the blocks that are not MoE
     dense_per_chunk: IntArray
+    #: per virtual chunk (zero-padded): every block (a balanced layout's chunks differ)
+    blocks_per_chunk: IntArray
 
     @property
     def counts(self) -> LayerCounts:
@@ -701,6 +703,10 @@ class _Layout:
 
     stages: tuple[_StageColumns, ...]
     chunks: tuple[LayerCounts, ...]
+    #: ``PortablePlanIR.max_blocks_per_stage`` / ``max_blocks_per_chunk`` per row (over every
+    #: stage, not only the representatives)
+    max_stage_blocks: IntArray
+    max_chunk_blocks: IntArray
 
 
 #: ``LayerCounts``'s fields in order: a chunk composition's columns
@@ -712,18 +718,28 @@ def _layout(table: CandidateTable, model: TransformerModelSpec) -> _Layout:
         table.pipeline, table.virtual_stages, table.recompute, table.recompute_num_layers
     )
     width = int(table.virtual_stages.max())
-    keyed_stages: list[list[tuple[tuple[int, ...], tuple[int, ...]]]] = []
+    keyed_stages: list[list[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]] = []
     keyed_chunks: list[list[tuple[int, ...]]] = []
+    keyed_most: list[tuple[int, int]] = []
     for i in first:
         plans = stage_plans(candidate_to_spec(table, int(i), model))
-        chosen: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
-        if model.moe is None and model.window_keys is None:
+        keyed_most.append(
+            (
+                max(plan.blocks for plan in plans),
+                max(max(plan.blocks_per_chunk) for plan in plans),
+            )
+        )
+        chosen: list[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = []
+        even = len({plan.blocks_per_chunk for plan in plans}) == 1
+        if model.moe is None and model.window_keys is None and even:
             candidates = [plans[0], plans[-1]]
         else:
+            # a balanced layout's stages differ by their blocks per chunk too
             seen: set[tuple[object, ...]] = set()
             candidates = []
             for plan in plans:
                 signature = (
+                    plan.blocks_per_chunk,
                     plan.moe_blocks_per_chunk,
                     plan.moe_recomputed_per_chunk,
                     plan.windowed_blocks_per_chunk,
@@ -752,6 +768,7 @@ def _layout(table: CandidateTable, model: TransformerModelSpec) -> _Layout:
                         plan.moe_windowed_recomputed_blocks,
                     ),
                     dense + (0,) * (width - len(dense)),
+                    plan.blocks_per_chunk + (0,) * (width - len(plan.blocks_per_chunk)),
                 )
             )
         keyed_stages.append(chosen)
@@ -772,6 +789,7 @@ def _layout(table: CandidateTable, model: TransformerModelSpec) -> _Layout:
         rows = [x[min(j, len(x) - 1)] for x in keyed_stages]
         counts = np.array([r[0] for r in rows], dtype=np.int64)[inverse]
         per_chunk = np.array([r[1] for r in rows], dtype=np.int64).reshape(len(rows), width)
+        all_chunk = np.array([r[2] for r in rows], dtype=np.int64).reshape(len(rows), width)
         stages.append(
             _StageColumns(
                 index=counts[:, 0],
@@ -784,6 +802,7 @@ def _layout(table: CandidateTable, model: TransformerModelSpec) -> _Layout:
                 moe_windowed=counts[:, 7],
                 moe_windowed_recomputed=counts[:, 8],
                 dense_per_chunk=per_chunk[inverse],
+                blocks_per_chunk=all_chunk[inverse],
             )
         )
     chunks = []
@@ -792,7 +811,30 @@ def _layout(table: CandidateTable, model: TransformerModelSpec) -> _Layout:
         chunks.append(
             LayerCounts(**{name: composition[inverse, k] for k, name in enumerate(_COUNT_FIELDS)})
         )
-    return _Layout(stages=tuple(stages), chunks=tuple(chunks))
+    most = np.array(keyed_most, dtype=np.int64)[inverse]
+    return _Layout(
+        stages=tuple(stages),
+        chunks=tuple(chunks),
+        max_stage_blocks=most[:, 0],
+        max_chunk_blocks=most[:, 1],
+    )
+
+
+def _uneven(table: CandidateTable, model: TransformerModelSpec) -> BoolArray:
+    """The rows whose layers do not split evenly over p v chunks: they run their balanced layout
+    (``space.layout_of``, ``PipelineLayouts.BALANCED``)."""
+    return np.asarray(
+        model.num_layers % (table.pipeline * table.virtual_stages) != 0, dtype=np.bool_
+    )
+
+
+def _layout_v(table: CandidateTable, model: TransformerModelSpec) -> IntArray:
+    """v where a stage's parameters read it (a key column, 0 elsewhere): a MoE stage's MoE
+    layers read v (passes.stage_plans), and so does a balanced layout's stage."""
+    v = table.virtual_stages
+    if model.moe is not None:
+        return v
+    return np.where(_uneven(table, model), v, 0)
 
 
 def _select(choice: IntArray, options: list[IntArray]) -> IntArray:
@@ -1080,8 +1122,7 @@ def _stage_memory(
     stage = rep.index
     d = table.data * table.context  # the distributed optimizer shards over d x cp
     moe_key = _expert_key(table, model)
-    # a MoE stage's parameters read its MoE layers, which read v (passes.stage_plans)
-    layout_v = v if model.moe is not None else np.zeros_like(v)
+    layout_v = _layout_v(table, model)
     # ZeRO-3 holds its unit (and the prefetched next) whole, the dense parameters first
     first_s, inverse_s = _keys(table.sharding, table.overlap_param_gather)
     shardings = [
@@ -1140,29 +1181,55 @@ def _stage_memory(
     optimizer = dense_parts[2] + expert_parts[2]
     weights = weights + weight_extra
 
-    # stage_activations: every chunk holds L/(p v) blocks.
+    # stage_activations: every chunk holds L/(p v) blocks under an even split; a balanced
+    # layout's chunks are summed one by one (its rows have v <= BALANCED_LAYOUT_MAX_VIRTUAL)
     combined = _combined(table, model)
     total_in_flight, first_in_flight, last_in_flight = _in_flight(table, stage, m, combined)
+    uneven = _uneven(table, model)
     layers = model.num_layers // (p * v)
     n = np.maximum(table.recompute_num_layers, 1)
     r = table.recompute
-    has_blocks = layers > 0
-    # memory._stage_activations: a MoE layer stores its excess over a dense one, counted over
-    # the in-flight microbatches of each chunk: all of a chunk's blocks but its dense ones
-    moe_in_flight = np.zeros_like(p)
-    if model.moe is not None:
-        moe_in_flight = total_in_flight * layers
-        for chunk in range(rep.dense_per_chunk.shape[1]):
-            dense_here = rep.dense_per_chunk[:, chunk]
-            if dense_here.any():
-                moe_in_flight = (
-                    moe_in_flight - _in_flight_chunk(table, stage, m, chunk, combined) * dense_here
-                )
     # a full recompute's group works on MoE layers when the stage holds any
     full = np.where(rep.moe_blocks > 0, moe_full, layer_full)
     # under the even layout every chunk holds ``layers`` blocks, so a chunk formula evaluated
     # on the stage's in-flight total is the scalar plan's sum over its chunks
     layer_microbatches = total_in_flight * layers
+    uniform = uniform_stored_bytes(total_in_flight, layers, n, checkpoint)
+    block = block_stored_bytes(total_in_flight, layers, n, checkpoint, full)
+    largest_chunk = layers
+    per_chunk_flight: dict[int, IntArray] = {}
+
+    def chunk_flight(chunk: int) -> IntArray:
+        if chunk not in per_chunk_flight:
+            per_chunk_flight[chunk] = _in_flight_chunk(table, stage, m, chunk, combined)
+        return per_chunk_flight[chunk]
+
+    if uneven.any():
+        width = int(v[uneven].max())
+        odd = (0 * p, 0 * p, 0 * p, 0 * p)
+        for chunk in range(width):
+            blocks_here = np.where(chunk < v, rep.blocks_per_chunk[:, chunk], 0)
+            flight = chunk_flight(chunk)
+            odd = (
+                odd[0] + flight * blocks_here,
+                odd[1] + uniform_stored_bytes(flight, blocks_here, n, checkpoint),
+                odd[2] + block_stored_bytes(flight, blocks_here, n, checkpoint, full),
+                np.maximum(odd[3], blocks_here),
+            )
+        layer_microbatches = np.where(uneven, odd[0], layer_microbatches)
+        uniform = np.where(uneven, odd[1], uniform)
+        block = np.where(uneven, odd[2], block)
+        largest_chunk = np.where(uneven, odd[3], largest_chunk)
+    has_blocks = largest_chunk > 0
+    # memory._stage_activations: a MoE layer stores its excess over a dense one, counted over
+    # the in-flight microbatches of each chunk: all of a chunk's blocks but its dense ones
+    moe_in_flight = np.zeros_like(p)
+    if model.moe is not None:
+        moe_in_flight = layer_microbatches
+        for chunk in range(rep.dense_per_chunk.shape[1]):
+            dense_here = rep.dense_per_chunk[:, chunk]
+            if dense_here.any():
+                moe_in_flight = moe_in_flight - chunk_flight(chunk) * dense_here
     stored = np.select(
         [
             r == _CODE[RecomputeVariant.NONE],
@@ -1173,8 +1240,8 @@ def _stage_memory(
         [
             plain_stored_bytes(layer_microbatches, moe_in_flight, layer_full, moe_full),
             plain_stored_bytes(layer_microbatches, moe_in_flight, layer_kept, moe_kept),
-            uniform_stored_bytes(total_in_flight, layers, n, checkpoint),
-            block_stored_bytes(total_in_flight, layers, n, checkpoint, full),
+            uniform,
+            block,
         ],
     )
     # memory._stage_activations: combined 1F1B's paired forward, one layer of what a forward
@@ -1198,7 +1265,7 @@ def _stage_memory(
         ],
         [
             selective_working_bytes(has_blocks, layer_full, layer_kept),
-            uniform_working_bytes(np.minimum(n, layers), full, checkpoint),
+            uniform_working_bytes(np.minimum(n, largest_chunk), full, checkpoint),
             block_working_bytes(has_blocks, full, checkpoint),
         ],
         default=0,
@@ -1509,9 +1576,11 @@ def evaluate_candidates(
     # PortablePlanIR._p2p: chunk edges only carry P2P time when p > 1.
     edge_p2p = np.where(p > 1, p2p_s, 0.0)
 
-    blocks_per_chunk = model.num_layers // (p * v)
-    stage_blocks = blocks_per_chunk * v
     layout = _layout(table, model)
+    # PortablePlanIR.max_blocks_per_chunk / max_blocks_per_stage (L / (p v) and L / p under an
+    # even split; a balanced layout's largest)
+    blocks_per_chunk = layout.max_chunk_blocks
+    stage_blocks = layout.max_stage_blocks
     choice = _critical_choice(layout, p, c)
     options = list(layout.stages)
     critical = _select(choice, [s.index for s in options])
@@ -1588,8 +1657,7 @@ def evaluate_candidates(
     cp = table.context
     dense = d * cp  # dense gradients reduce and shard over d x cp
     moe_key = _expert_key(table, model)
-    # a MoE stage's parameters read its MoE layers, which read v (passes.stage_plans)
-    layout_v = v if model.moe is not None else np.zeros_like(v)
+    layout_v = _layout_v(table, model)
     first, inverse = _keys(t, p, d, cp, critical, table.precision, *moe_key, layout_v)
     keyed: list[tuple[int, int, int, int, int]] = []
     keyed_times: list[tuple[float, ...]] = []

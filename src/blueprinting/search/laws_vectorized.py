@@ -67,6 +67,11 @@ class LawColumns:
     expert: IntArray  # ep
     expert_tensor: IntArray  # etp
     dispatcher: IntArray  # index into the dispatchers law_violations is given
+    #: the row runs a balanced ``pipeline_model_parallel_layout`` (``space.layout_of``): the
+    #: even-split laws do not apply, ``flexible_layout_laws`` hold by construction
+    balanced_layout: BoolArray
+    #: the most blocks a physical stage of a balanced-layout row holds (0 elsewhere)
+    layout_stage_blocks: IntArray
 
 
 #: Laws that read only the free knobs (the data-parallel overlaps), not :class:`LawColumns`.
@@ -125,8 +130,9 @@ def law_violations(
         Law.WORLD_SIZE: t * cp * p * d != c.num_gpus,
         Law.LOCAL_BATCH: global_batch_size % d_safe != 0,
         Law.MICROBATCH_COUNT: (global_batch_size % d_safe != 0) | (local_batch % b != 0),
-        Law.BLOCKS_PER_PIPELINE_STAGE: big_l % p != 0,
-        Law.BLOCKS_PER_VIRTUAL_CHUNK: (big_l % p != 0) | ((big_l // p) % v != 0),
+        Law.BLOCKS_PER_PIPELINE_STAGE: (big_l % p != 0) & ~c.balanced_layout,
+        Law.BLOCKS_PER_VIRTUAL_CHUNK: ((big_l % p != 0) | ((big_l // p) % v != 0))
+        & ~c.balanced_layout,
         Law.SEQUENCE_PARALLEL_DIVISIBILITY: c.sequence_parallel & (s % (t * cp) != 0),
         Law.ATTENTION_HEADS_DIVISIBILITY: model.num_attention_heads % t != 0,
         # training splits the K/V heads over t (laws._block_laws, replicated_kv=False)
@@ -134,8 +140,15 @@ def law_violations(
         Law.FFN_DIVISIBILITY: model.ffn_hidden_size % t != 0,
         Law.VOCAB_DIVISIBILITY: model.padded_vocab_size % t != 0,
         Law.SCHEDULE_MATCHES_PIPELINE: interleaved & (p == 1),
+        # laws._recompute_laws: the bound is the largest stage's blocks
         Law.RECOMPUTE_NUM_LAYERS_RANGE: c.recompute_full
-        & ((c.recompute_num_layers < 1) | (c.recompute_num_layers > big_l // p)),
+        & (
+            (c.recompute_num_layers < 1)
+            | (
+                c.recompute_num_layers
+                > np.where(c.balanced_layout, c.layout_stage_blocks, big_l // p)
+            )
+        ),
         Law.CP_SEQUENCE_SPLIT: (cp > 1) & (s % (2 * cp) != 0),
         # the search enumerates no a2a+p2p (its two sizes are not searched)
         Law.CP_HIERARCHICAL_SIZES: np.zeros(t.shape, dtype=np.bool_),

@@ -88,7 +88,14 @@ from blueprinting.limits import MAX_SEARCH_CANDIDATES, MAX_SEARCH_ROWS
 from blueprinting.mapping.divisors import divisor_count
 from blueprinting.mapping.law_names import Law
 from blueprinting.mapping.model import TransformerModelSpec
-from blueprinting.mapping.precision import HighPrecision, TrainingPrecision, userbuffers_carry
+from blueprinting.mapping.pipeline_layout import BALANCED_LAYOUT_MAX_VIRTUAL, balanced_layout
+from blueprinting.mapping.precision import (
+    Fp4Precision,
+    Fp8Precision,
+    HighPrecision,
+    TrainingPrecision,
+    userbuffers_carry,
+)
 from blueprinting.mapping.transformer import (
     AllReduce,
     AllToAllDispatcher,
@@ -96,7 +103,9 @@ from blueprinting.mapping.transformer import (
     ContextParallel,
     CpCommType,
     DataParallel,
+    EvenStages,
     ExpertParallel,
+    FlexibleStages,
     FullRecompute,
     GradReduceDtype,
     NoRecompute,
@@ -137,6 +146,7 @@ __all__ = [
     "Enumeration",
     "EnumerationReport",
     "MicrobatchGroupPolicy",
+    "PipelineLayouts",
     "RecomputeVariant",
     "SearchSpace",
     "ShardingVariant",
@@ -194,6 +204,37 @@ class RecomputeVariant(StrEnum):
                 return FullRecompute(method=RecomputeMethod.BLOCK, num_layers=num_layers)
             case _ as unreachable:
                 assert_never(unreachable)
+
+
+class PipelineLayouts(StrEnum):
+    """Which stage layouts a search enumerates (``--pipeline-layouts``).
+
+    ``even``: Megatron's default split only, ``L mod (p v) == 0`` (every chunk holds L / (p v)
+    blocks). ``balanced``: also, for every (p, v) the layer count does not split over and v up
+    to ``BALANCED_LAYOUT_MAX_VIRTUAL``, the layout :func:`~blueprinting.mapping.pipeline_layout.
+    balanced_layout` builds (Megatron's ``--pipeline-model-parallel-layout``): the embedding, the
+    blocks, the MTP depths and the loss as evenly as they go over the p v virtual stages, as
+    NVIDIA lays out Llama 3.1 405B at PP 16 and DeepSeek-V3 at PP 4 / PP 8."""
+
+    EVEN = "even"
+    BALANCED = "balanced"
+
+
+def layout_of(model: TransformerModelSpec, pipeline: int, virtual: int) -> FlexibleStages | None:
+    """The balanced layout a row with (p, v) runs under ``PipelineLayouts.BALANCED`` where the
+    layers do not split evenly; None where they do (or where no balanced layout exists)."""
+    if model.num_layers % (pipeline * virtual) == 0:
+        return None
+    return balanced_layout(model.num_layers, model.mtp_num_layers, pipeline * virtual)
+
+
+def _virtual_stages(model: TransformerModelSpec, space: SearchSpace) -> list[int]:
+    """v values: the divisors of L (an even split), and under balanced layouts every v up to
+    ``BALANCED_LAYOUT_MAX_VIRTUAL`` besides."""
+    values = set(divisors(model.num_layers))
+    if space.pipeline_layouts is PipelineLayouts.BALANCED:
+        values |= set(range(1, BALANCED_LAYOUT_MAX_VIRTUAL + 1))
+    return sorted(values)
 
 
 class MicrobatchGroupPolicy(StrEnum):
@@ -274,9 +315,23 @@ class SearchSpace:
     #: the gradient reduction datatype of every row (``DataParallel.grad_reduce_dtype``; not
     #: searched: a numerics choice the user makes, as Megatron-Bridge's recipes do)
     grad_reduce_dtype: GradReduceDtype = GradReduceDtype.DEFAULT
+    #: the stage layouts enumerated (:class:`PipelineLayouts`)
+    pipeline_layouts: PipelineLayouts = PipelineLayouts.EVEN
 
     def __post_init__(self) -> None:
         problems: list[str] = []
+        if self.pipeline_layouts is PipelineLayouts.BALANCED:
+            based = [
+                str(r)
+                for r in self.precision
+                if isinstance(r, Fp8Precision | Fp4Precision) and r.high_precision_layers != (0, 0)
+            ]
+            if based:
+                problems.append(
+                    "SearchSpace.pipeline_layouts = balanced is not searched with base-precision "
+                    f"first / last layers ({', '.join(based)}): plan such a layout with "
+                    "pipeline_model_parallel_layout"
+                )
         for key, value in (
             ("global_batch_size", self.global_batch_size),
             ("gpus_per_node", self.gpus_per_node),
@@ -466,7 +521,7 @@ def space_rows(model: TransformerModelSpec, space: SearchSpace) -> int:
             for c in _cp_degrees(space, model, n // t):
                 pairs += divisor_count(n // (t * c)) * (comm if c > 1 else plain)
     recompute = sum(len(space.recompute_num_layers) if r.is_full else 1 for r in space.recompute)
-    per_v = 1 + 2 * len(space.overlap_p2p_comm) * (divisor_count(model.num_layers) - 1)
+    per_v = 1 + 2 * len(space.overlap_p2p_comm) * (len(_virtual_stages(model, space)) - 1)
     sp = sum(len(space.tp_comm_overlap) if on else 1 for on in space.sequence_parallel)
     return pairs * grids * per_v * len(_micro_batches(space)) * sp * recompute
 
@@ -515,7 +570,7 @@ def enumerate_strategies(model: TransformerModelSpec, space: SearchSpace) -> Enu
                             for grid in grids
                         )
     triple = np.array(triples, dtype=np.int64).reshape(-1, 9)
-    vs = np.array(divisors(model.num_layers), dtype=np.int64)
+    vs = np.array(_virtual_stages(model, space), dtype=np.int64)
     mbs = np.array(_micro_batches(space), dtype=np.int64)
     sps = np.array(space.sequence_parallel, dtype=np.bool_)
     rec_rows = [
@@ -568,6 +623,7 @@ def enumerate_strategies(model: TransformerModelSpec, space: SearchSpace) -> Enu
     tp_overlap = overlappable[rows] & tp_overlaps[k]
 
     full = np.isin(rec_code, [RECOMPUTE_CODES.index(r) for r in RECOMPUTE_CODES if r.is_full])
+    layout_rows, layout_blocks = _layout_columns(model, space, p, v)
     columns = LawColumns(
         num_gpus=num_gpus,
         tensor=t,
@@ -591,6 +647,8 @@ def enumerate_strategies(model: TransformerModelSpec, space: SearchSpace) -> Enu
         expert=ep,
         expert_tensor=etp,
         dispatcher=disp,
+        balanced_layout=layout_rows,
+        layout_stage_blocks=layout_blocks,
     )
     masks = law_violations(
         columns,
@@ -671,6 +729,31 @@ def enumerate_strategies(model: TransformerModelSpec, space: SearchSpace) -> Enu
 # --------------------------------------------------------------------------------------------
 # One row as the ADT value
 # --------------------------------------------------------------------------------------------
+def _layout_columns(
+    model: TransformerModelSpec, space: SearchSpace, p: IntArray, v: IntArray
+) -> tuple[BoolArray, IntArray]:
+    """(the rows that run a balanced layout, the most blocks any physical stage of theirs holds;
+    0 elsewhere) under ``PipelineLayouts.BALANCED``; none otherwise."""
+    rows = np.zeros(p.shape, dtype=np.bool_)
+    blocks = np.zeros(p.shape, dtype=np.int64)
+    if space.pipeline_layouts is PipelineLayouts.EVEN or p.shape[0] == 0:
+        return rows, blocks
+    pairs, inverse = np.unique(np.stack([p, v], axis=1), axis=0, return_inverse=True)
+    inverse = inverse.reshape(-1)
+    found = np.zeros(pairs.shape[0], dtype=np.bool_)
+    most = np.zeros(pairs.shape[0], dtype=np.int64)
+    for k, (degree, virtual) in enumerate(pairs.tolist()):
+        layout = layout_of(model, int(degree), int(virtual))
+        if layout is None:
+            continue
+        found[k] = True
+        most[k] = max(
+            sum(stage.decoder_layers for stage in layout.stages[r :: int(degree)])
+            for r in range(int(degree))
+        )
+    return found[inverse], most[inverse]
+
+
 def candidate_to_spec(table: CandidateTable, i: int, model: TransformerModelSpec) -> TrainingSpec:
     """Row ``i`` of ``table`` as a :class:`TrainingSpec` for ``model``.
 
@@ -800,6 +883,8 @@ def _row_parts(
             group=int(group) if group > 0 else None,
             overlap_p2p_comm=bool(overlap_p2p),
             ep_overlap=model.moe is not None and dispatcher_overlaps(dispatcher),
+            # a row whose layers do not split evenly passed the laws with its balanced layout
+            layout=layout_of(model, int(pipeline), int(virtual)) or _EVEN,
         ),
         data=_data_part(
             int(data),
@@ -840,6 +925,9 @@ def _tensor_part(degree: int, *, sequence_parallel: bool, overlap: bool) -> Tens
     )
 
 
+_EVEN = EvenStages()
+
+
 @lru_cache(maxsize=4096)
 def _pipeline_part(
     degree: int,
@@ -848,6 +936,7 @@ def _pipeline_part(
     group: int | None,
     overlap_p2p_comm: bool,
     ep_overlap: bool,
+    layout: EvenStages | FlexibleStages = _EVEN,
 ) -> PipelineParallel:
     return PipelineParallel(
         degree=degree,
@@ -858,6 +947,7 @@ def _pipeline_part(
             overlap_p2p_comm=overlap_p2p_comm,
             ep_overlap=ep_overlap,
         ),
+        layout=layout,
     )
 
 
