@@ -28,6 +28,7 @@ from blueprinting.validation.modern import (
     ModernRun,
     ModernSource,
     PrecisionRecipe,
+    ReferenceField,
     api_modern_predictor,
 )
 from blueprinting.validation.modern_moe import (
@@ -267,7 +268,12 @@ def test_fixture_matches_the_shared_reference() -> None:
         assert run.global_batch_size == strategy["global_batch"], run_id
         assert run.seq_length == model["s"], run_id
         if strategy["dispatcher"] is not None:
-            assert moe_dispatcher(keys).value == strategy["dispatcher"].replace(" / ", "-")
+            stated = strategy["dispatcher"].replace(" / ", "-")
+            if ReferenceField.DISPATCHER in run.reference_departures:
+                # a departure must still depart (its reason names the primary source)
+                assert moe_dispatcher(keys).value != stated, run_id
+            else:
+                assert moe_dispatcher(keys).value == stated, run_id
         overlap = keys.get("overlap_moe_expert_parallel_comm", False)
         if strategy.get("moe_a2a_overlap") is not None:
             assert overlap is bool(strategy["moe_a2a_overlap"]), run_id
@@ -330,6 +336,30 @@ def test_scoring_splits_the_error_by_model_generation_and_dispatcher() -> None:
     assert row["d"] == 8 and row["dispatcher"] == "alltoall" and row["recipe"] == "bf16"
     assert row["pipeline_layout"] is None
     assert row["relative_error"] == pytest.approx(0.05, rel=1e-12)
+
+
+def test_a_reference_departure_needs_its_reason_and_a_known_field(tmp_path: Path) -> None:
+    """Departing from the shared reference's record is stated, never silent: the field must be
+    one the fixture knows and the primary source that contradicts the reference is required."""
+    (run,) = [r for r in _RUNS if ReferenceField.DISPATCHER in r.reference_departures][:1]
+    assert "v0.4.0" in run.departure_reason
+    text = default_moe_fixture_path().read_text()
+    start = text.index(f'id = "{run.id}"')
+    block = text[text.rindex("[[run]]", 0, start) : text.index("[[run]]", start)]
+    without_reason = "\n".join(
+        line for line in block.splitlines() if not line.startswith("departure_reason")
+    )
+    unknown = block.replace(
+        'reference_departures = ["dispatcher"]', 'reference_departures = ["dispatch"]'
+    )
+    for broken, message in (
+        (without_reason, "reference_departures and departure_reason go together"),
+        (unknown, "'dispatch' is not one of dispatcher"),
+    ):
+        path = tmp_path / "moe.toml"
+        path.write_text(broken + "\n")
+        with pytest.raises(ConfigError, match=message):
+            load_moe_runs(path)
 
 
 def test_a_perfect_predictor_passes_every_gate() -> None:

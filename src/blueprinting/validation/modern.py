@@ -115,6 +115,15 @@ class ModernExclusion(StrEnum):
     KNOWN_REGRESSION = "known_regression"
 
 
+class ReferenceField(StrEnum):
+    """A field of the shared reference's record (``modern_runs.json`` ``strategy``) a fixture
+    row may depart from (``reference_departures``, with a ``departure_reason`` naming the
+    primary source): where the reference derived it from a later revision of the recipe than
+    the release that measured the row."""
+
+    DISPATCHER = "dispatcher"
+
+
 #: How the reference marks a row whose printed layout cannot run (``modern_runs.json`` notes).
 INCONSISTENT_LAYOUT_NOTE = "INCONSISTENT LAYOUT"
 
@@ -223,6 +232,10 @@ class ModernRun:
     #: source. The predictor checks that exactly these Megatron rules are broken.
     waived_megatron_rules: tuple[Law, ...] = ()
     waiver_reason: str = ""
+    #: Fields of the shared reference's record the row departs from, and the primary source
+    #: that says so (both or neither; ``tests/validation`` checks each still differs).
+    reference_departures: tuple[ReferenceField, ...] = ()
+    departure_reason: str = ""
 
     @property
     def generation(self) -> GpuGeneration:
@@ -433,6 +446,23 @@ def _waived_rules(
     return tuple(laws)
 
 
+def _departures(
+    raw: Mapping[str, object], where: str, problems: ProblemCollector
+) -> tuple[ReferenceField, ...]:
+    """``reference_departures``: each a :class:`ReferenceField`, none twice."""
+    names = strings(raw, "reference_departures", where, problems)
+    known = [field.value for field in ReferenceField]
+    fields: list[ReferenceField] = []
+    for name in names:
+        if name in known:
+            fields.append(ReferenceField(name))
+        else:
+            problems.add(f"{where}.reference_departures: {name!r} is not one of {', '.join(known)}")
+    if len(set(names)) != len(names):
+        problems.add(f"{where}.reference_departures names a field twice: {list(names)}")
+    return tuple(fields)
+
+
 def _run(raw: Mapping[str, object], where: str, problems: ProblemCollector) -> ModernRun | None:
     run_id = string(raw, "id", where, problems)
     where = f"run {run_id!r}" if run_id else where
@@ -529,7 +559,16 @@ def _run(raw: Mapping[str, object], where: str, problems: ProblemCollector) -> M
         waiver_reason=(
             string(raw, "waiver_reason", where, problems) if "waiver_reason" in raw else ""
         ),
+        reference_departures=_departures(raw, where, problems),
+        departure_reason=(
+            string(raw, "departure_reason", where, problems) if "departure_reason" in raw else ""
+        ),
     )
+    if bool(run.reference_departures) != bool(run.departure_reason):
+        problems.add(
+            f"{where}: reference_departures and departure_reason go together (the field and the "
+            "primary source that contradicts the reference)"
+        )
     if run.waived_megatron_rules and not run.waiver_reason:
         problems.add(f"{where}: waived_megatron_rules needs a waiver_reason (who skips the rule)")
     if run.exclusion_reason and run.excluded is None:

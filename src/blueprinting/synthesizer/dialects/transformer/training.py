@@ -1221,25 +1221,51 @@ def _clamp_op(ex: ExpertDims, *, width_bytes: int) -> SemanticOp:
     )
 
 
-def _expert_bias_op(ex: ExpertDims, hidden: int, *, width_bytes: int) -> SemanticOp:
-    """``TEGroupedMLP._apply_bias`` (Megatron-LM @2edffadb ``moe/experts.py`` l.250-268; FC2
-    is built with ``skip_bias_add``, l.206-216, and ``forward`` calls it after FC2, l.398): per
-    local expert ``t + b * p`` on its rows (``b`` the expert's ``h`` bias, ``p`` its rows'
-    routing probabilities, in the model's datatype: the router computes in the input's dtype
-    without ``moe_router_dtype``, ``router.py`` l.101-106, which no GPT-OSS recipe sets), then
-    one ``torch.cat`` over the ``N = R h`` outputs. Bytes in element widths ``x``:
+#: Bytes of an fp32 routing probability (the flex dispatchers' managers cast them).
+FP32_PROBS_BYTES = 4
 
-    - forward: ``b * p`` writes N (reads the bias and the probabilities, ``g h + R``), ``+``
-      reads 2N writes N, the cat reads N writes N: reads 3N + g h + R, writes 3N;
-    - backward: the cat's gradient pieces are views; per expert ``grad * p`` and its sum over
-      the rows (the bias gradient), ``grad * b`` and its sum over h (the probabilities'
-      gradient), each multiply reading and writing its rows, each sum reading them; the
-      rows' gradients cat back (``split_backward``), reading and writing N, and the
-      probabilities' too: reads 5N + 2R, writes 3N + g h + 2R. The bias gradient is computed
-      here, in the autograd node, not in a deferred weight-gradient pass.
+
+def routing_probs_bytes(dispatcher: DispatcherType, width_bytes: int) -> int:
+    """The routing probabilities' element width at the experts: the model's datatype from the
+    router (Megatron-LM's router computes in its input's dtype without ``moe_router_dtype``,
+    which no Blueprinting key sets), fp32 under the flex dispatcher, whose backends take fp32
+    weights only and cast them (Megatron-LM @d98e8a64 ``moe/token_dispatcher.py``: HybridEP
+    l.1135-1141, DeepEP l.1312-1318, NCCL-EP's TE kernels l.1715-1718, "only supports float32
+    probs")."""
+    match dispatcher:
+        case DispatcherType.FLEX:
+            return FP32_PROBS_BYTES
+        case DispatcherType.ALLTOALL | DispatcherType.ALLGATHER:
+            return width_bytes
+        case _ as unreachable:
+            assert_never(unreachable)
+
+
+def _expert_bias_op(ex: ExpertDims, hidden: int, *, width_bytes: int) -> SemanticOp:
+    """``TEGroupedMLP._apply_bias`` (Megatron-LM @2edffadb ``moe/experts.py`` l.250-268, @d98e8a64
+    l.345-380; FC2 is built with ``skip_bias_add``, l.206-216, and ``forward`` calls it after
+    FC2, l.398): per local expert ``t + b * p`` on its rows (``b`` the expert's ``h`` bias,
+    ``p`` its rows' routing probabilities, :func:`routing_probs_bytes`), one ``torch.cat`` over
+    the ``N = R h`` outputs and ``.to`` the output's dtype. With fp32 probabilities (the flex
+    dispatchers) ``b * p`` and the sum promote to fp32 (width ``w``) and the ``.to`` casts back
+    (a no-op when the widths agree). Bytes, ``x`` the output's element width:
+
+    - forward: ``b * p`` writes ``N w`` (reads the bias and the probabilities), ``+`` reads
+      ``N x + N w`` writes ``N w``, the cat reads and writes ``N w``, the cast reads ``N w``
+      writes ``N x``: at ``w = x`` reads 3N + g h + R, writes 3N (element widths);
+    - backward: the cast's gradient back to ``w`` (read ``N x``, write ``N w``), the cat's
+      pieces are views; per expert ``grad * p`` and its sum over the rows (the bias gradient),
+      ``grad * b`` and its sum over h (the probabilities' gradient), each multiply reading and
+      writing ``N w``, each sum reading it; ``t``'s gradient cast to ``x`` (read ``N w``, write
+      ``N x``); the rows' gradients cat back (``split_backward``, ``N x``), the probabilities'
+      too: at ``w = x`` reads 5N + 2R, writes 3N + g h + 2R. The bias gradient is computed here,
+      in the autograd node, not in a deferred weight-gradient pass.
 
     Stored for backward: the probabilities and the bias (already held), so no memory term."""
     e, g = width_bytes, ex.local_experts
+    pw = routing_probs_bytes(ex.dispatcher, e)
+    w = max(e, pw)
+    cast = w != e
     rows = g * ex.rows_per_expert
     n = rows * hidden
     return SemanticOp(
@@ -1249,18 +1275,23 @@ def _expert_bias_op(ex: ExpertDims, hidden: int, *, width_bytes: int) -> Semanti
         shard_dim=ShardDim.SEQ,
         forward=Work(
             vector_flops=2 * n,
-            bytes_read=(3 * n + g * hidden + rows) * e,
-            bytes_written=3 * n * e,
+            bytes_read=n * e + 2 * n * w + (n * w if cast else 0) + g * hidden * e + rows * pw,
+            bytes_written=3 * n * w + (n * e if cast else 0),
         ),
         activation_grad=Work(
             vector_flops=4 * n,
-            bytes_read=(5 * n + 2 * rows) * e,
-            bytes_written=(3 * n + g * hidden + 2 * rows) * e,
+            bytes_read=4 * n * w + n * e + (n * e + n * w if cast else 0) + 2 * rows * pw,
+            bytes_written=2 * n * w
+            + n * e
+            + (n * w + n * e if cast else 0)
+            + g * hidden * e
+            + 2 * rows * pw,
         ),
         weight_grad=Work(),
-        # forward: a multiply and an add per expert, the cat; backward: two multiplies and two
-        # sums per expert, the two cats
-        launches=(2 * g + 1, 4 * g + 2),
+        # forward: a multiply and an add per expert, the cat (and the cast); backward: two
+        # multiplies and two sums per expert, the two cats (and the incoming gradient's cast and
+        # each expert's row-gradient cast)
+        launches=(2 * g + 1 + (1 if cast else 0), 4 * g + 2 + (1 + g if cast else 0)),
     )
 
 
