@@ -8,6 +8,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from blueprinting.analysis.evaluate import portable_plan
 from blueprinting.analysis.memory import stage_parameters
@@ -247,3 +249,54 @@ def test_embedding_and_loss_in_their_own_stages_carry_their_costs() -> None:
         validate_training(
             spec.model, replace(mapping, batch=replace(mapping.batch, global_batch_size=7))
         )
+
+
+# ---- the search's balanced layouts ---------------------------------------------------------
+@pytest.mark.parametrize(
+    ("layers", "mtp", "stages", "text"),
+    [
+        # Megatron-Bridge's Llama 3.1 405B at PP 16 x VP 8
+        (126, 0, 128, "E|(t|)*126L"),
+        # NVIDIA's DeepSeek-V3 GB200 reproduce guide (Megatron-LM @1d9edcf8c7c1), PP 8 x VP 4
+        (61, 0, 32, "Et|(tt|)*30L"),
+        # Megatron-Bridge's 25.09 H100 DeepSeek-V3 recipe, with its MTP depth
+        (61, 1, 32, "Et|(tt|)*30mL"),
+        (61, 0, 16, "Et*3|(t*4|)*14ttL"),
+        (12, 0, 1, "Et*12L"),
+        (7, 0, 3, "Ett|t*3|ttL"),
+    ],
+)
+def test_balanced_layouts_reproduce_the_published_ones(
+    layers: int, mtp: int, stages: int, text: str
+) -> None:
+    from blueprinting.mapping.pipeline_layout import balanced_layout
+
+    layout = balanced_layout(layers, mtp, stages)
+    assert layout is not None and format_pipeline_layout(layout) == text
+    assert layout == parse_pipeline_layout(text)
+
+
+@given(
+    layers=st.integers(min_value=1, max_value=200),
+    mtp=st.integers(min_value=0, max_value=3),
+    p=st.integers(min_value=1, max_value=32),
+    v=st.integers(min_value=1, max_value=8),
+)
+def test_a_balanced_layout_is_lawful_and_balanced(layers: int, mtp: int, p: int, v: int) -> None:
+    """Every unit (a block, the embedding, an MTP depth, the loss) lands once; stages hold
+    units differing by at most one, the heavier first; Megatron's layout rules hold. None
+    exactly where the last stage cannot hold the MTP depths and the loss."""
+    from blueprinting.mapping.pipeline_layout import balanced_layout
+
+    stages = p * v
+    layout = balanced_layout(layers, mtp, stages)
+    units = layers + 2 + mtp
+    if units // stages < 1 + mtp:
+        assert layout is None
+        return
+    assert layout is not None
+    assert flexible_layout_laws(layers, layout, p, v, mtp) == []
+    sizes = [s.decoder_layers + s.embedding + s.loss + s.mtp_layers for s in layout.stages]
+    assert sum(sizes) == units
+    assert max(sizes) - min(sizes) <= 1
+    assert sizes == sorted(sizes, reverse=True)

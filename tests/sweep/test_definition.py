@@ -258,3 +258,30 @@ def test_precision_recipes_every_cell_searches() -> None:
     row = evaluate_cell(cell, definition.options)
     assert isinstance(row.outcome, BestStrategy)
     assert "precision=fp8-tensorwise" in row.outcome.strategy_text
+
+
+def test_pipeline_layouts_every_cell_searches() -> None:
+    """``pipeline_layouts`` is the search's ``--pipeline-layouts`` for every cell: ``balanced``
+    adds the (p, v) DeepSeek-V2-Lite's 27 layers do not split over; the manifest names it only
+    when it is not the default, so a folder of an earlier version resumes under ``even``."""
+    from blueprinting.sweep.cell import evaluate_cell
+
+    base = {
+        "model": ["deepseek-v2-lite"],
+        "system": ["dgx-h100"],
+        "gpus": [16],
+        "global_batch": [32],
+        "max_micro_batch": 1,
+    }
+    with pytest.raises(ConfigError) as error:
+        definition_from_mapping({**base, "pipeline_layouts": "balance"}, source="test")
+    assert error.value.problems == (
+        "pipeline_layouts: 'balance' is not one of even, balanced (did you mean 'balanced'?)",
+    )
+    even = definition_from_mapping(base, source="test")
+    balanced = definition_from_mapping({**base, "pipeline_layouts": "balanced"}, source="test")
+    assert "pipeline_layouts" not in even.options.to_json()
+    assert balanced.options.to_json()["pipeline_layouts"] == "balanced"
+    (cell,) = even.cells()
+    rows = [evaluate_cell(cell, d.options) for d in (even, balanced)]
+    assert rows[1].candidates_valid > rows[0].candidates_valid > 0

@@ -67,6 +67,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "datatype)",
     )
     parser.add_argument(
+        "--pipeline-layouts",
+        choices=["even", "balanced"],
+        help="stage layouts every cell's search enumerates, as search --pipeline-layouts "
+        "(default: even)",
+    )
+    parser.add_argument(
         "--price",
         action="append",
         default=[],
@@ -98,7 +104,13 @@ def _merged(args: argparse.Namespace, problems: list[str]) -> dict[str, object]:
         value = getattr(args, key)
         if value is not None:
             data[key] = list(value)
-    for key in ("train_tokens", "memory_headroom_gib", "max_micro_batch", "flops_convention"):
+    for key in (
+        "train_tokens",
+        "memory_headroom_gib",
+        "max_micro_batch",
+        "flops_convention",
+        "pipeline_layouts",
+    ):
         value = getattr(args, key)
         if value is not None:
             data[key] = value

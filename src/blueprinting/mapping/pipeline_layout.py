@@ -19,6 +19,8 @@ the MTP depths = ``mtp_num_layers`` in the loss's stage) are laws
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from blueprinting.errors import ConfigError
 from blueprinting.limits import decimal_value
 from blueprinting.mapping.transformer import FlexibleStages, LayoutStage
@@ -206,6 +208,20 @@ def format_pipeline_layout(layout: FlexibleStages) -> str:
         i = run + 1
     parts.append(texts[-1])
     return "".join(parts)
+
+
+class PipelineLayouts(StrEnum):
+    """Which stage layouts a search enumerates (``--pipeline-layouts``).
+
+    ``even``: Megatron's default split only, ``L mod (p v) == 0`` (every chunk holds L / (p v)
+    blocks). ``balanced``: also, for every (p, v) the layer count does not split over and v up
+    to ``BALANCED_LAYOUT_MAX_VIRTUAL``, the layout :func:`~blueprinting.mapping.pipeline_layout.
+    balanced_layout` builds (Megatron's ``--pipeline-model-parallel-layout``): the embedding, the
+    blocks, the MTP depths and the loss as evenly as they go over the p v virtual stages, as
+    NVIDIA lays out Llama 3.1 405B at PP 16 and DeepSeek-V3 at PP 4 / PP 8."""
+
+    EVEN = "even"
+    BALANCED = "balanced"
 
 
 #: The most virtual stages per rank a balanced layout is generated for (the search's

@@ -88,7 +88,11 @@ from blueprinting.limits import MAX_SEARCH_CANDIDATES, MAX_SEARCH_ROWS
 from blueprinting.mapping.divisors import divisor_count
 from blueprinting.mapping.law_names import Law
 from blueprinting.mapping.model import TransformerModelSpec
-from blueprinting.mapping.pipeline_layout import BALANCED_LAYOUT_MAX_VIRTUAL, balanced_layout
+from blueprinting.mapping.pipeline_layout import (
+    BALANCED_LAYOUT_MAX_VIRTUAL,
+    PipelineLayouts,
+    balanced_layout,
+)
 from blueprinting.mapping.precision import (
     Fp4Precision,
     Fp8Precision,
@@ -204,20 +208,6 @@ class RecomputeVariant(StrEnum):
                 return FullRecompute(method=RecomputeMethod.BLOCK, num_layers=num_layers)
             case _ as unreachable:
                 assert_never(unreachable)
-
-
-class PipelineLayouts(StrEnum):
-    """Which stage layouts a search enumerates (``--pipeline-layouts``).
-
-    ``even``: Megatron's default split only, ``L mod (p v) == 0`` (every chunk holds L / (p v)
-    blocks). ``balanced``: also, for every (p, v) the layer count does not split over and v up
-    to ``BALANCED_LAYOUT_MAX_VIRTUAL``, the layout :func:`~blueprinting.mapping.pipeline_layout.
-    balanced_layout` builds (Megatron's ``--pipeline-model-parallel-layout``): the embedding, the
-    blocks, the MTP depths and the loss as evenly as they go over the p v virtual stages, as
-    NVIDIA lays out Llama 3.1 405B at PP 16 and DeepSeek-V3 at PP 4 / PP 8."""
-
-    EVEN = "even"
-    BALANCED = "balanced"
 
 
 def layout_of(model: TransformerModelSpec, pipeline: int, virtual: int) -> FlexibleStages | None:

@@ -316,6 +316,7 @@ def evaluate_cell(cell: Cell, options: CellSearchOptions) -> SweepRow:
         megatron_rules=options.megatron_rules,
         max_microbatch_size=options.max_micro_batch,
         precision=options.recipes,
+        pipeline_layouts=options.pipeline_layouts,
     )
 
     def row(outcome: CellOutcome, enumerated: int = 0, valid: int = 0, fit: int = 0) -> SweepRow:

@@ -41,6 +41,7 @@ from typing import final
 from blueprinting.analysis.flops import FlopsConvention
 from blueprinting.errors import ConfigError, positive_int_problem
 from blueprinting.limits import MAX_SEARCH_ROWS, MAX_SWEEP_CELLS
+from blueprinting.mapping.pipeline_layout import PipelineLayouts
 from blueprinting.mapping.precision import HighPrecision, PrecisionChoice, TrainingPrecision
 from blueprinting.mapping.presets import MODEL_PRESETS, did_you_mean
 
@@ -57,6 +58,7 @@ OPTION_KEYS = (
     "megatron_rules",
     "flops_convention",
     "precision",
+    "pipeline_layouts",
 )
 KNOWN_KEYS = (*GRID_KEYS, *OPTION_KEYS, "price")
 
@@ -109,9 +111,11 @@ class CellSearchOptions:
     #: ``search --precision``: the recipes every cell's search crosses (empty: the model's
     #: datatype only); the best strategy of a cell names its recipe in its strategy text.
     precision: tuple[PrecisionChoice, ...] = ()
+    #: ``search --pipeline-layouts``: the stage layouts every cell's search enumerates
+    pipeline_layouts: PipelineLayouts = PipelineLayouts.EVEN
 
     def to_json(self) -> dict[str, int | float | bool | str | None]:
-        return {
+        out: dict[str, int | float | bool | str | None] = {
             "train_tokens": self.train_tokens,
             "memory_headroom_gib": self.memory_headroom_gib,
             "max_micro_batch": self.max_micro_batch,
@@ -120,6 +124,11 @@ class CellSearchOptions:
             "flops_convention": str(self.flops_convention),
             "precision": " ".join(c.value for c in self.precision) or None,
         }
+        # written only when not the default: a folder of an earlier version (whose manifest
+        # has no such key) resumes under the default
+        if self.pipeline_layouts is not PipelineLayouts.EVEN:
+            out["pipeline_layouts"] = str(self.pipeline_layouts)
+        return out
 
     @property
     def recipes(self) -> tuple[TrainingPrecision, ...]:
@@ -277,6 +286,16 @@ def _options(data: Mapping[str, object], problems: list[str]) -> CellSearchOptio
             problems.append(f"precision: {name} is listed twice")
         else:
             recipes.append(PrecisionChoice(name))
+    layouts_text = data.get("pipeline_layouts", str(PipelineLayouts.EVEN))
+    layouts = PipelineLayouts.EVEN
+    if layouts_text in tuple(str(x) for x in PipelineLayouts):
+        layouts = PipelineLayouts(layouts_text)
+    else:
+        known = tuple(str(x) for x in PipelineLayouts)
+        problems.append(
+            f"pipeline_layouts: {layouts_text!r} is not one of {', '.join(known)}"
+            f"{did_you_mean(str(layouts_text), known)}"
+        )
     return CellSearchOptions(
         train_tokens=train_tokens,
         memory_headroom_gib=float(headroom),
@@ -285,6 +304,7 @@ def _options(data: Mapping[str, object], problems: list[str]) -> CellSearchOptio
         megatron_rules=_bool(data, "megatron_rules", True, problems),
         flops_convention=convention,
         precision=tuple(recipes),
+        pipeline_layouts=layouts,
     )
 
 
@@ -335,6 +355,7 @@ def _space_problems(definition: SweepDefinition) -> list[str]:
             megatron_rules=definition.options.megatron_rules,
             max_microbatch_size=definition.options.max_micro_batch,
             precision=definition.options.recipes,
+            pipeline_layouts=definition.options.pipeline_layouts,
         )
         rows = space_rows(model, space)
         if rows > MAX_SEARCH_ROWS:
