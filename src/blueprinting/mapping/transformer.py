@@ -784,7 +784,10 @@ class FlexibleStages:
             raise ConfigError(["FlexibleStages needs at least one stage"])
 
     def __str__(self) -> str:
-        return "layout(" + "|".join(str(stage) for stage in self.stages) + ")"
+        # Megatron's own string, runs of equal stages as (X|)*n (a 128-stage layout in a line)
+        from blueprinting.mapping.pipeline_layout import format_pipeline_layout
+
+        return f"layout({format_pipeline_layout(self)})"
 
 
 StageLayout: TypeAlias = EvenStages | UnevenStages | FlexibleStages
