@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -187,7 +188,7 @@ def test_sweep_page_from_a_computed_folder(
             shown = f'data-key="{at}.iteration_time_s" data-value="{time_s!r}">{time_s:.6g} s<'
             assert shown in page
             assert (f'data-key="{at}.cost_usd"' in page) is (row["system"] == "dgx-h100")
-            assert " ".join(row["megatron_args"]) in page
+            assert shlex.join(row["megatron_args"]) in page
         else:
             assert f'data-key="{at}.iteration_time_s"' not in page
             assert f'<td class="reason" data-value="{row["reason"]}">{row["reason"]}</td>' in page

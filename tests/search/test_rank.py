@@ -407,12 +407,54 @@ def test_cli_balanced_layouts_search_deepseek_v3_pipelines(
     assert best["iteration_time_s"] < even["ranked"][0]["iteration_time_s"]
     assert balanced["candidates_valid"] > even["candidates_valid"]
     assert main(args) == 0
-    assert "--pipeline-layouts balanced searches them" in capsys.readouterr().out
+    assert "--pipeline-layouts balanced searches those" in capsys.readouterr().out
     assert main([*args, "--pipeline-layouts", "balanced"]) == 0
     text = capsys.readouterr().out
-    assert "--pipeline-layouts balanced searches them" not in text
+    assert "--pipeline-layouts balanced searches those" not in text
     assert f"--pipeline-model-parallel-layout '{layout}'" in text
     assert "--moe-layer-freq '([0]*3+[1]*58)'" in text
     with pytest.raises(SystemExit) as refused:
         main([*args, "--pipeline-layouts", "uneven"])
     assert refused.value.code == 2
+
+
+def test_explain_a_layout_the_search_does_not_plan_for_its_p_and_v() -> None:
+    """A strategy whose (p, v) is a row but whose layout is not the row's (the balanced one
+    under --pipeline-layouts balanced) is another strategy: not in the space, said so."""
+    from dataclasses import replace
+
+    from blueprinting.mapping.pipeline_layout import parse_pipeline_layout
+    from blueprinting.search.rank import NotInSpace
+    from blueprinting.search.space import PipelineLayouts
+
+    model = model_preset("deepseek-v2-lite")
+    result = run_search(
+        model,
+        system_preset("dgx-h100"),
+        SearchSpace(
+            gpu_counts=(16,),
+            global_batch_size=32,
+            max_microbatch_size=1,
+            pipeline_layouts=PipelineLayouts.BALANCED,
+        ),
+    )
+    uneven = [
+        int(i)
+        for i in result.order
+        if model.num_layers % int(result.table.pipeline[i] * result.table.virtual_stages[i])
+    ]
+    assert uneven, "the balanced space ranks layouts"
+    spec = candidate_to_spec(result.table, uneven[0], model)
+    assert isinstance(standing(result, spec), Ranked)
+    pipeline = spec.mapping.parallelism.pipeline
+    stages = pipeline.layout.stages  # type: ignore[union-attr]
+    # move one block from the first stage holding two or more to the last stage
+    k = next(i for i, s in enumerate(stages) if s.decoder_layers >= 2)
+    moved = list(stages)
+    moved[k] = replace(stages[k], decoder_layers=stages[k].decoder_layers - 1)
+    moved[-1] = replace(stages[-1], decoder_layers=stages[-1].decoder_layers + 1)
+    other = replace(pipeline, layout=replace(pipeline.layout, stages=tuple(moved)))
+    assert other.layout == parse_pipeline_layout(str(other.layout)[len("layout(") : -1])
+    parallelism = replace(spec.mapping.parallelism, pipeline=other)
+    elsewhere = replace(spec, mapping=replace(spec.mapping, parallelism=parallelism))
+    assert standing(result, elsewhere) == NotInSpace(layout_differs=True)

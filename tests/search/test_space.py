@@ -106,7 +106,9 @@ def _brute_force(
                     # way to it, and the recompute bound is its largest stage
                     layout = (
                         balanced_layout(big_l, model.mtp_num_layers, p * v)
-                        if space.pipeline_layouts is PipelineLayouts.BALANCED and big_l % (p * v)
+                        if space.pipeline_layouts is PipelineLayouts.BALANCED
+                        and big_l % (p * v)
+                        and v <= BALANCED_LAYOUT_MAX_VIRTUAL
                         else None
                     )
                     bound = big_l // p

@@ -577,10 +577,18 @@ def describe_standing(result: SearchResult, text: str, standing: Standing, top: 
             lines = [f"{text}: excluded by {len(violations)} law(s):"]
             lines.extend(f"  - {v}" for v in violations)
             return "\n".join(lines)
+        case NotInSpace(layout_differs=True):
+            return (
+                f"{text}: legal, but not in the searched space: its p and v are searched with "
+                "another pipeline layout (the even split where the layers split over p x v, "
+                "else the balanced layout of --pipeline-layouts balanced; plan this one with "
+                "pipeline_model_parallel_layout)"
+            )
         case NotInSpace():
             return (
                 f"{text}: legal, but not in the searched space (a knob takes a value the space "
-                "does not list; see `blueprinting search --help`)"
+                "does not list, a pipeline layout only under --pipeline-layouts balanced; see "
+                "`blueprinting search --help`)"
             )
         case ExcludedByMemory(total_bytes=total, limit_bytes=limit):
             return (
@@ -702,8 +710,8 @@ def _print_text(result: SearchResult, reports: list[IterationReport], rows: list
     if uneven and result.space.pipeline_layouts is PipelineLayouts.EVEN:
         console.print(
             f"{uneven:,} candidates split num_layers = {result.model.num_layers} unevenly over "
-            "their pipeline stages; --pipeline-layouts balanced searches them with a balanced "
-            "--pipeline-model-parallel-layout",
+            "their pipeline stages; --pipeline-layouts balanced searches those whose p x v "
+            "virtual stages (v <= 8) can hold a balanced --pipeline-model-parallel-layout",
             highlight=False,
             soft_wrap=True,
         )

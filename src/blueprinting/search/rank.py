@@ -261,9 +261,12 @@ class ExcludedByLaw:
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class NotInSpace:
-    """Legal, but a knob takes a value the searched space does not list."""
+    """Legal, but a knob takes a value the searched space does not list; ``layout_differs``:
+    its (p, v) is a row, but the row runs another pipeline layout (the even split, or the
+    balanced one of ``--pipeline-layouts balanced``)."""
 
     row: None = None
+    layout_differs: bool = False
 
 
 @final
@@ -386,6 +389,11 @@ def standing(result: SearchResult, spec: TrainingSpec) -> Standing:
     row = find_row(result.table, spec.mapping)
     if row is None:
         return NotInSpace()
+    # the row's layout is the one the search plans for its (p, v): another layout of the same
+    # p and v is another strategy, not this row
+    planned = candidate_to_spec(result.table, row, spec.model).mapping.parallelism.pipeline
+    if planned.layout != spec.mapping.parallelism.pipeline.layout:
+        return NotInSpace(layout_differs=True)
     total = int(result.figures.memory_reserved_peak[row])
     if not result.fits[row]:
         return ExcludedByMemory(row=row, total_bytes=total, limit_bytes=result.memory_limit_bytes)

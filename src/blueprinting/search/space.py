@@ -213,7 +213,7 @@ class RecomputeVariant(StrEnum):
 def layout_of(model: TransformerModelSpec, pipeline: int, virtual: int) -> FlexibleStages | None:
     """The balanced layout a row with (p, v) runs under ``PipelineLayouts.BALANCED`` where the
     layers do not split evenly; None where they do (or where no balanced layout exists)."""
-    if model.num_layers % (pipeline * virtual) == 0:
+    if model.num_layers % (pipeline * virtual) == 0 or virtual > BALANCED_LAYOUT_MAX_VIRTUAL:
         return None
     return balanced_layout(model.num_layers, model.mtp_num_layers, pipeline * virtual)
 

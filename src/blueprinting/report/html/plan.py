@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, final
 
@@ -153,7 +154,7 @@ def plan_context(document: JsonObject) -> dict[str, object]:
         "bubble_note": bubble["simulation_note"],
         "laws": law_rows(document),
         "refusals": strings(document, "megatron_refusals"),
-        "flags": " ".join(strings(document, "megatron_args")),
+        "flags": shlex.join(strings(document, "megatron_args")),
         "strategy": sorted(strategy.items()),
         "flops_convention": text(document, "flops_convention"),
     }

@@ -3,6 +3,7 @@ table of the listed strategies and their Megatron-LM flags, from the ``search --
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from typing import final
 
@@ -72,7 +73,7 @@ def _row(entry: JsonObject) -> RankedRow:
             ),
             seconds(f"{at}.time_breakdown_s.dp_comm_exposed", number(terms, "dp_comm_exposed")),
         ),
-        flags=" ".join(strings(entry, "megatron_args")),
+        flags=shlex.join(strings(entry, "megatron_args")),
     )
 
 

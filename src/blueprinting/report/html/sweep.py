@@ -11,6 +11,7 @@ each of its rows has no strategy.
 from __future__ import annotations
 
 import math
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, final
@@ -400,7 +401,7 @@ def render_sweep_html(
                 f"s={r['seq_length']}"
             ),
             strategy=str(r["strategy_text"]),
-            flags=" ".join(strings(r, "megatron_args")),
+            flags=shlex.join(strings(r, "megatron_args")),
         )
         for i, r in enumerate(records)
         if r["status"] == str(CellStatus.OK)
