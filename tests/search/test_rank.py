@@ -424,6 +424,7 @@ def test_explain_a_layout_the_search_does_not_plan_for_its_p_and_v() -> None:
     from dataclasses import replace
 
     from blueprinting.mapping.pipeline_layout import parse_pipeline_layout
+    from blueprinting.mapping.transformer import FlexibleStages
     from blueprinting.search.rank import NotInSpace
     from blueprinting.search.space import PipelineLayouts
 
@@ -447,13 +448,15 @@ def test_explain_a_layout_the_search_does_not_plan_for_its_p_and_v() -> None:
     spec = candidate_to_spec(result.table, uneven[0], model)
     assert isinstance(standing(result, spec), Ranked)
     pipeline = spec.mapping.parallelism.pipeline
-    stages = pipeline.layout.stages  # type: ignore[union-attr]
+    layout = pipeline.layout
+    assert isinstance(layout, FlexibleStages)
+    stages = layout.stages
     # move one block from the first stage holding two or more to the last stage
     k = next(i for i, s in enumerate(stages) if s.decoder_layers >= 2)
     moved = list(stages)
     moved[k] = replace(stages[k], decoder_layers=stages[k].decoder_layers - 1)
     moved[-1] = replace(stages[-1], decoder_layers=stages[-1].decoder_layers + 1)
-    other = replace(pipeline, layout=replace(pipeline.layout, stages=tuple(moved)))
+    other = replace(pipeline, layout=FlexibleStages(stages=tuple(moved)))
     assert other.layout == parse_pipeline_layout(str(other.layout)[len("layout(") : -1])
     parallelism = replace(spec.mapping.parallelism, pipeline=other)
     elsewhere = replace(spec, mapping=replace(spec.mapping, parallelism=parallelism))
