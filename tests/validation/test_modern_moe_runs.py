@@ -316,9 +316,10 @@ def test_scoring_splits_the_error_by_model_generation_and_dispatcher() -> None:
     # in the rows, never planned
     assert (blackwell.rows, blackwell.planned) == (47, 27)
     assert blackwell.mean_error == pytest.approx(-0.2, rel=1e-12)
-    # the 26.02 Qwen3-30B-A3B and 26.04.01 DeepSeek-V3 rows, and the two 25.09 DeepSeek-V3 H100
-    # rows (Megatron-Bridge r0.1.0 run_script.py enables DeepEP on H100)
-    assert by_group[("dispatcher", "flex-deepep")].rows == 4
+    # the 26.02 / 26.02.01 Qwen3-30B-A3B H100 rows (the v0.3.0 config of their layout), the
+    # 26.04.01 DeepSeek-V3 B200 row, and the two 25.09 DeepSeek-V3 H100 rows (Megatron-Bridge
+    # r0.1.0 run_script.py enables DeepEP on H100)
+    assert by_group[("dispatcher", "flex-deepep")].rows == 5
     assert by_group[("all", "all")].planned == 42
     assert {row.row.not_planned for row in validation.not_planned_rows} - {
         "pipeline_model_parallel_layout: stand-in refusal"
