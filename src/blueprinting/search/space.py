@@ -215,7 +215,14 @@ def layout_of(model: TransformerModelSpec, pipeline: int, virtual: int) -> Flexi
     layers do not split evenly; None where they do (or where no balanced layout exists)."""
     if model.num_layers % (pipeline * virtual) == 0 or virtual > BALANCED_LAYOUT_MAX_VIRTUAL:
         return None
-    return balanced_layout(model.num_layers, model.mtp_num_layers, pipeline * virtual)
+    return _balanced_layout(model.num_layers, model.mtp_num_layers, pipeline * virtual)
+
+
+@lru_cache(maxsize=1024)
+def _balanced_layout(num_layers: int, mtp_layers: int, stages: int) -> FlexibleStages | None:
+    # one value per shape: a --csv of every row builds each row's parts, and the parts' own
+    # cache hashes the layout's stages on every call
+    return balanced_layout(num_layers, mtp_layers, stages)
 
 
 def _virtual_stages(model: TransformerModelSpec, space: SearchSpace) -> list[int]:
