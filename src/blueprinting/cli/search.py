@@ -29,6 +29,7 @@ from blueprinting.limits import (
     search_candidates_notice,
     search_csv_notice,
 )
+from blueprinting.mapping.pipeline_layout import PipelineLayouts
 from blueprinting.mapping.transformer import CpCommType, GradReduceDtype
 from blueprinting.report.memory_table import GIB
 
@@ -161,8 +162,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--pipeline-layouts",
-        default="even",
-        choices=["even", "balanced"],
+        default=PipelineLayouts.EVEN.value,
+        choices=[choice.value for choice in PipelineLayouts],
         help="stage layouts to search: even (Megatron's default split, num_layers mod (p x v) "
         "== 0) or balanced (also, where the layers do not split, a "
         "--pipeline-model-parallel-layout that spreads the embedding, blocks, MTP depths and "
@@ -215,7 +216,7 @@ def _result(args: argparse.Namespace) -> SearchResult:
     from blueprinting.hardware.presets import system_preset
     from blueprinting.mapping.presets import model_preset
     from blueprinting.search.rank import Objective, RankOptions, run_search
-    from blueprinting.search.space import PipelineLayouts, SearchSpace
+    from blueprinting.search.space import SearchSpace
 
     problems = []
     if args.top < 0:
@@ -651,7 +652,6 @@ def _print_text(result: SearchResult, reports: list[IterationReport], rows: list
     from rich.table import Table
 
     from blueprinting.mapping.law_names import Law
-    from blueprinting.search.space import PipelineLayouts
 
     console = Console(width=None if sys.stdout.isatty() else 200)
     console.print(

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from blueprinting.errors import ConfigError
+from blueprinting.mapping.pipeline_layout import PipelineLayouts
 from blueprinting.report.memory_table import GIB
 from blueprinting.sweep.definition import (
     PlotMetric,
@@ -68,7 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--pipeline-layouts",
-        choices=["even", "balanced"],
+        choices=[choice.value for choice in PipelineLayouts],
         help="stage layouts every cell's search enumerates, as search --pipeline-layouts "
         "(default: even)",
     )

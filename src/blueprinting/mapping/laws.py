@@ -133,10 +133,10 @@ def stage_blocks(num_layers: int, pipeline: PipelineParallel) -> tuple[int, ...]
             if last is not None:
                 counts.append(last)
             return tuple(counts)
-        case FlexibleStages(stages=stages):
+        case FlexibleStages(stages=stages) as flexible:
             if len(stages) % p != 0 or sum(s.decoder_layers for s in stages) != num_layers:
                 return None
-            return tuple(sum(s.decoder_layers for s in stages[r::p]) for r in range(p))
+            return flexible.rank_blocks(p)
         case _ as unreachable:
             assert_never(unreachable)
 

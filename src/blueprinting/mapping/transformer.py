@@ -789,6 +789,11 @@ class FlexibleStages:
 
         return f"layout({format_pipeline_layout(self)})"
 
+    def rank_blocks(self, p: int) -> tuple[int, ...]:
+        """Transformer blocks each of the ``p`` physical ranks holds: virtual stage k lives on
+        rank k mod p (Megatron's flattened order)."""
+        return tuple(sum(stage.decoder_layers for stage in self.stages[r::p]) for r in range(p))
+
 
 StageLayout: TypeAlias = EvenStages | UnevenStages | FlexibleStages
 

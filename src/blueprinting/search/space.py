@@ -744,10 +744,7 @@ def _layout_columns(
         if layout is None:
             continue
         found[k] = True
-        most[k] = max(
-            sum(stage.decoder_layers for stage in layout.stages[r :: int(degree)])
-            for r in range(int(degree))
-        )
+        most[k] = max(layout.rank_blocks(int(degree)))
     return found[inverse], most[inverse]
 
 
