@@ -30,6 +30,7 @@ from blueprinting.validation.modern import (
     PrecisionRecipe,
     ReferenceField,
     api_modern_predictor,
+    release_order,
 )
 from blueprinting.validation.modern_moe import (
     MOE_MAX_ERROR_LIMIT,
@@ -643,3 +644,34 @@ def test_an_expert_grid_exclusion_holds_only_where_the_grid_cannot_be_placed(
         f"run {grid_id!r}: excluded = inconsistent_expert_grid needs the reference's note "
         "starting 'INCONSISTENT LAYOUT'"
     ) in raised.value.problems
+
+
+def test_scoring_splits_the_moe_error_by_release() -> None:
+    """Megatron-Bridge's tables by container, oldest first; the ModelZoo's Mixtral rows name
+    none and close the split as ``unstated``. A stand-in exact on the 26.06+ containers and
+    20% fast before shows group by group (the excluded regressions stay unplanned)."""
+
+    def stand_in(run: ModernRun) -> float:
+        recent = run.release is not None and release_order(run.release) >= (26, 6, 1, 0)
+        return (1.0 if recent else 0.8) * run.measured_iteration_time_s()
+
+    validation = compare_moe_runs(stand_in, _RUNS)
+    releases = [s for s in validation.summaries if s.axis.value == "release"]
+    assert [(s.group, s.rows, s.planned) for s in releases] == [
+        ("25.09", 10, 9),
+        ("25.11", 9, 7),
+        ("26.02", 8, 8),
+        ("26.02.01", 8, 8),
+        ("26.04", 8, 8),
+        ("26.04.01", 8, 8),
+        ("26.06", 4, 4),
+        ("26.06.01", 3, 2),
+        ("26.08", 3, 3),
+        ("unstated", 4, 4),
+    ]
+    by_group = {s.group: s for s in releases}
+    assert by_group["26.08"].max_abs_error == 0.0
+    assert by_group["26.02"].mean_error == pytest.approx(-0.2, rel=1e-12)
+    document = json.loads(json.dumps(moe_to_json_dict(validation)))
+    mixtral = [row for row in document["rows"] if row["model"] == "mixtral-8x22b"]
+    assert len(mixtral) == 4 and {row["release"] for row in mixtral} == {None}

@@ -32,6 +32,8 @@ from blueprinting.validation.modern import (
     modern_to_json_dict,
     planner_message,
     precision_recipe,
+    release_order,
+    software_release,
 )
 from blueprinting.validation.modern_moe import MOE_SOURCES
 from tests.reference import shared_reference
@@ -382,6 +384,79 @@ def test_scoring_splits_the_error_by_generation_and_recipe() -> None:
     assert (row["t"], row["p"], row["cp"], row["d"]) == (1, 1, 1, 8)
     assert row["recipe"] == "fp8-delayed" and row["generation"] == "hopper"
     assert row["relative_error"] == pytest.approx(0.1, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("framework", "release"),
+    [
+        ("Megatron-Bridge / Megatron-Core, NeMo container 26.02.01", "26.02.01"),
+        ("Megatron-Bridge / Megatron-Core, NeMo container 25.09", "25.09"),
+        ("NeMo 24.07 container (Megatron-core)", "24.07"),
+        ("NeMo 24.03.01 (Megatron-Core)", "24.03.01"),
+        ("NeMo 25.04.rc2 (Megatron-Core)", "25.04.rc2"),
+        ("Megatron-Core", None),
+    ],
+)
+def test_the_release_is_read_from_the_framework(framework: str, release: str | None) -> None:
+    assert software_release(framework) == release
+
+
+def test_releases_sort_in_time() -> None:
+    releases = ["26.02.01", "25.04", "26.02", "25.04.rc2", "25.04.01", "24.07"]
+    assert sorted(releases, key=release_order) == [
+        "24.07",
+        "25.04.rc2",
+        "25.04",
+        "25.04.01",
+        "26.02",
+        "26.02.01",
+    ]
+
+
+def test_every_dense_row_names_its_release() -> None:
+    releases = {run.release for run in _RUNS}
+    assert None not in releases
+    assert sorted({r for r in releases if r is not None}, key=release_order) == [
+        "24.03.01",
+        "24.07",
+        "25.04.rc2",
+        "25.09",
+        "25.11",
+        "26.02",
+        "26.02.01",
+        "26.04",
+        "26.04.01",
+        "26.06",
+    ]
+
+
+def test_scoring_splits_the_error_by_release() -> None:
+    """A stand-in 10% fast on the 26.x containers and exact before: the release split shows
+    it group by group, oldest first, with the row counts of the fixture."""
+
+    def stand_in(run: ModernRun) -> float:
+        factor = 0.9 if (run.release or "").startswith("26.") else 1.0
+        return factor * run.measured_iteration_time_s()
+
+    validation = compare_modern_runs(stand_in, _RUNS)
+    releases = [s for s in validation.summaries if s.axis.value == "release"]
+    assert [(s.group, s.rows) for s in releases] == [
+        ("24.03.01", 9),
+        ("24.07", 12),
+        ("25.04.rc2", 8),
+        ("25.09", 8),
+        ("25.11", 8),
+        ("26.02", 8),
+        ("26.02.01", 7),
+        ("26.04", 7),
+        ("26.04.01", 8),
+        ("26.06", 4),
+    ]
+    by_group = {s.group: s for s in releases}
+    assert by_group["25.11"].median_abs_error == 0.0
+    assert by_group["26.04"].mean_error == pytest.approx(-0.1, rel=1e-12)
+    document = json.loads(json.dumps(modern_to_json_dict(validation)))
+    assert {row["release"] for row in document["rows"]} == {s.group for s in releases}
 
 
 # --------------------------------------------------------------------------------------------

@@ -92,9 +92,10 @@ def render_error_summaries(title: str, summaries: Sequence[ErrorSummary[AxisT]])
 
 
 def render_modern_summaries(validation: ModernValidation) -> Table:
-    """|error| over the planned runs: all, per GPU generation, per precision recipe."""
+    """|error| over the planned runs: all, per GPU generation, per precision recipe, per
+    container release."""
     return render_error_summaries(
-        "Modern dense runs: |error| by GPU generation and by precision recipe",
+        "Modern dense runs: |error| by GPU generation, precision recipe and release",
         validation.summaries,
     )
 

@@ -65,9 +65,10 @@ def render_moe_rows(validation: MoeValidation) -> Table:
 
 
 def render_moe_summaries(validation: MoeValidation) -> Table:
-    """|error| over the planned MoE runs: all, per model, per GPU generation, per dispatcher."""
+    """|error| over the planned MoE runs: all, per model, per GPU generation, per dispatcher,
+    per container release."""
     return render_error_summaries(
-        "MoE runs: |error| by model, GPU generation and dispatcher", validation.summaries
+        "MoE runs: |error| by model, GPU generation, dispatcher and release", validation.summaries
     )
 
 

@@ -26,6 +26,7 @@ fitted on these runs: they are held out.
 from __future__ import annotations
 
 import difflib
+import re
 import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -192,6 +193,40 @@ class ModernMeasured:
     model_tflops_per_gpu: float | None = None
 
 
+#: The NeMo container a row's ``framework`` names: "NeMo container 26.02.01", "NeMo 24.07
+#: container", "NeMo 25.04.rc2 (Megatron-Core)". Megatron-Bridge's performance summaries are one
+#: table per container; NeMo's pages name theirs.
+_RELEASE_PATTERN = re.compile(r"\bNeMo(?: container)? (\d{2})\.(\d{2})(?:\.(rc)?(\d+))?\b")
+
+#: The summary group of the rows whose ``framework`` names no container (the ModelZoo's Mixtral
+#: runs: "Megatron-Core").
+UNSTATED_RELEASE = "unstated"
+
+
+def software_release(framework: str) -> str | None:
+    """The NeMo container release a ``framework`` text names (``"26.02.01"``, ``"25.04.rc2"``),
+    None where it names none."""
+    match = _RELEASE_PATTERN.search(framework)
+    if match is None:
+        return None
+    year, month, candidate, number = match.groups()
+    if number is None:
+        return f"{year}.{month}"
+    return f"{year}.{month}.{'rc' if candidate else ''}{number}"
+
+
+def release_order(release: str) -> tuple[int, int, int, int]:
+    """Chronological order of :func:`software_release` values: a release candidate before its
+    release, the release before its patch releases (25.04.rc2 < 25.04 < 25.04.01)."""
+    year, month, *rest = release.split(".")
+    if not rest:
+        return (int(year), int(month), 1, 0)
+    (tail,) = rest
+    if tail.startswith("rc"):
+        return (int(year), int(month), 0, int(tail[2:]))
+    return (int(year), int(month), 2, int(tail))
+
+
 #: Figures of ``[run.measured]``.
 MEASURED_KEYS: tuple[str, ...] = ("tokens_per_s_per_gpu", "model_tflops_per_gpu")
 
@@ -240,6 +275,11 @@ class ModernRun:
     @property
     def generation(self) -> GpuGeneration:
         return SYSTEM_GENERATIONS[self.system]
+
+    @property
+    def release(self) -> str | None:
+        """The NeMo container the row was measured in (:func:`software_release`)."""
+        return software_release(self.framework)
 
     def _size(self, key: str) -> int:
         value = self.strategy_keys.get(key, 1)
@@ -688,6 +728,8 @@ class ModernRow:
     not_planned: str = ""
     #: The run's ``waived_megatron_rules`` (planned without them).
     waived_megatron_rules: tuple[str, ...] = ()
+    #: The NeMo container the run was measured in (:func:`software_release`); None: unstated.
+    release: str | None = None
 
     @property
     def planned(self) -> bool:
@@ -715,6 +757,7 @@ class SummaryAxis(StrEnum):
     ALL = "all"
     GENERATION = "generation"
     RECIPE = "recipe"
+    RELEASE = "release"
 
 
 class GateKind(StrEnum):
@@ -884,9 +927,22 @@ class IterationValidation(Generic[RowT, AxisT, GateT]):
 ModernValidation = IterationValidation[ModernRow, SummaryAxis, ModernGate]
 
 
+def release_groups(
+    rows: Sequence[RowT], release: Callable[[RowT], str | None]
+) -> list[tuple[str, list[RowT]]]:
+    """``rows`` grouped by their container release, oldest first, the rows naming none last
+    (:data:`UNSTATED_RELEASE`): the split that shows the error against the software's age
+    (the same recipe measures faster release after release; the planner prices the kernels as
+    the newest run them)."""
+    named = sorted({r for row in rows if (r := release(row)) is not None}, key=release_order)
+    groups = [(name, [row for row in rows if release(row) == name]) for name in named]
+    unstated = [row for row in rows if release(row) is None]
+    return groups + ([(UNSTATED_RELEASE, unstated)] if unstated else [])
+
+
 def summarise(rows: Sequence[ModernRow]) -> tuple[ErrorSummary[SummaryAxis], ...]:
-    """All rows, then per GPU generation, then per precision recipe (each in its enum's order;
-    groups without rows are left out)."""
+    """All rows, then per GPU generation, then per precision recipe (each in its enum's order),
+    then per container release (:func:`release_groups`); groups without rows are left out."""
     out = [error_summary(SummaryAxis.ALL, "all", rows)]
     for generation in GpuGeneration:
         members = [row for row in rows if row.generation is generation]
@@ -896,6 +952,8 @@ def summarise(rows: Sequence[ModernRow]) -> tuple[ErrorSummary[SummaryAxis], ...
         members = [row for row in rows if row.recipe is recipe]
         if members:
             out.append(error_summary(SummaryAxis.RECIPE, recipe.value, members))
+    for name, members in release_groups(rows, lambda row: row.release):
+        out.append(error_summary(SummaryAxis.RELEASE, name, members))
     return tuple(out)
 
 
@@ -945,6 +1003,7 @@ def compare_modern_runs(
                 predicted_s=predicted,
                 not_planned=message,
                 waived_megatron_rules=tuple(str(law) for law in run.waived_megatron_rules),
+                release=run.release,
             )
         )
         if run.excluded is None:
@@ -1017,6 +1076,7 @@ def modern_row_json(row: ModernRow, grid: Mapping[str, object] | None = None) ->
         "d": row.data_parallel,
         **(grid or {}),
         "recipe": str(row.recipe),
+        "release": row.release,
         "measured_iteration_time_s": row.measured_s,
         "predicted_iteration_time_s": row.predicted_s,
         "relative_error": row.relative_error,

@@ -47,6 +47,7 @@ from blueprinting.validation.modern import (
     iteration_gates,
     load_modern_runs,
     modern_row_json,
+    release_groups,
     summaries_json,
 )
 
@@ -199,6 +200,7 @@ class MoeSummaryAxis(StrEnum):
     MODEL = "model"
     GENERATION = "generation"
     DISPATCHER = "dispatcher"
+    RELEASE = "release"
 
 
 MoeErrorSummary = ErrorSummary[MoeSummaryAxis]
@@ -218,7 +220,8 @@ MoeValidation = IterationValidation[MoeRow, MoeSummaryAxis, MoeGate]
 
 def summarise_moe(rows: Sequence[MoeRow]) -> tuple[MoeErrorSummary, ...]:
     """All rows, then per model (in first-seen order), per GPU generation and per dispatcher
-    (each in its enum's order); groups without rows are left out."""
+    (each in its enum's order), per container release (:func:`~blueprinting.validation.modern.
+    release_groups`); groups without rows are left out."""
     out = [error_summary(MoeSummaryAxis.ALL, "all", rows)]
     for model in dict.fromkeys(row.row.model for row in rows):
         members = [row for row in rows if row.row.model == model]
@@ -231,6 +234,8 @@ def summarise_moe(rows: Sequence[MoeRow]) -> tuple[MoeErrorSummary, ...]:
         members = [row for row in rows if row.dispatcher is dispatcher]
         if members:
             out.append(error_summary(MoeSummaryAxis.DISPATCHER, dispatcher.value, members))
+    for name, members in release_groups(rows, lambda row: row.row.release):
+        out.append(error_summary(MoeSummaryAxis.RELEASE, name, members))
     return tuple(out)
 
 
