@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from blueprinting.errors import InvalidStrategyError, RuleSet
 from blueprinting.mapping.laws import (
     check_inference,
     check_training,
     stage_blocks,
+    uneven_split_hint,
     validate_training,
 )
 from blueprinting.mapping.presets import model_preset
@@ -36,6 +41,10 @@ def test_blocks_per_pipeline_stage_message() -> None:
     spec = _spec(pipeline_model_parallel_size=7, data_parallel_size=1, global_batch_size=7)
     assert _messages(spec) == [
         "[planner] blocks_per_pipeline_stage: blocks_per_pipeline_stage = 96 / 7 is not integral"
+        "; Megatron-LM runs it uneven with decoder_first_pipeline_num_layers = 13 and "
+        "decoder_last_pipeline_num_layers = 13 (13/14/14/14/14/14/13), or "
+        "account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split "
+        "((96 + 2) / 7 = 14 units a stage)"
     ]
     (violation,) = check_training(spec.model, spec.mapping)
     assert violation.values == (("transformer_blocks", 96), ("p", 7))
@@ -236,3 +245,47 @@ def test_training_splits_the_kv_heads_serving_may_replicate_them() -> None:
     )
     served = [v.law for v in check_inference(serving.model, serving.mapping, megatron=False)]
     assert "query_groups_vs_tensor" not in served
+
+
+def _uneven(num_layers: int, p: int, first: int | None, last: int | None) -> tuple[int, ...] | None:
+    layout = UnevenStages(first_stage_layers=first, last_stage_layers=last)
+    return stage_blocks(
+        num_layers, PipelineParallel(degree=p, schedule=OneForwardOneBackward(), layout=layout)
+    )
+
+
+@settings(max_examples=40, deadline=None)
+@given(p=st.integers(2, 12), num_layers=st.integers(2, 80))
+def test_the_uneven_hint_is_a_most_even_split_megatron_runs(p: int, num_layers: int) -> None:
+    """Wherever p does not divide the blocks (and there are at least p), the message names a
+    decoder_first / decoder_last split the planner accepts, as even as any such split can be
+    (brute force over every pair)."""
+    hint = uneven_split_hint(num_layers, p)
+    if num_layers % p == 0 or num_layers < p:
+        assert num_layers % p == 0 or hint == ""
+        return
+    first = re.search(r"decoder_first_pipeline_num_layers = (\d+)", hint)
+    last = re.search(r"decoder_last_pipeline_num_layers = (\d+)", hint)
+    counts = _uneven(
+        num_layers, p, int(first[1]) if first else None, int(last[1]) if last else None
+    )
+    assert counts is not None and sum(counts) == num_layers
+    spreads = [
+        max(c) - min(c)
+        for a in (None, *range(1, num_layers + 1))
+        for b in (None, *range(1, num_layers + 1))
+        if (a or b) and (c := _uneven(num_layers, p, a, b)) is not None
+    ]
+    assert max(counts) - min(counts) == min(spreads)
+    assert ("account_for_embedding_in_pipeline_split" in hint) == ((num_layers + 2) % p == 0)
+
+
+def test_the_uneven_hint_for_llama3_405b_on_16_stages() -> None:
+    """The Llama 3 paper's 7-layer first and last stages, and Megatron's own accounting."""
+    assert uneven_split_hint(126, 16) == (
+        "; Megatron-LM runs it uneven with decoder_first_pipeline_num_layers = 7 and "
+        "decoder_last_pipeline_num_layers = 7 (7/8/8/8/8/8/8/8/8/8/8/8/8/8/8/7), or "
+        "account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split "
+        "((126 + 2) / 16 = 8 units a stage)"
+    )
+    assert uneven_split_hint(3, 4) == ""

@@ -141,6 +141,64 @@ def stage_blocks(num_layers: int, pipeline: PipelineParallel) -> tuple[int, ...]
             assert_never(unreachable)
 
 
+def uneven_split_hint(num_layers: int, p: int) -> str:
+    """How Megatron-LM runs ``num_layers`` blocks over ``p`` stages that do not divide them (a
+    suffix of the ``blocks_per_pipeline_stage`` message; empty when no way exists): the most
+    even ``decoder_first_pipeline_num_layers`` / ``decoder_last_pipeline_num_layers`` split (both
+    ends set, then one; on a tie the lighter ends, since the first stage also holds the embedding
+    and the last the LM head and loss), and ``account_for_embedding_in_pipeline_split`` /
+    ``account_for_loss_in_pipeline_split`` where ``num_layers + 2`` divides. Only middle counts
+    next to ``num_layers / p`` are tried, so it costs the same for any size. A suggestion: the
+    strategy stays refused."""
+    if p < 2 or num_layers < p:
+        return ""
+    candidates: list[tuple[int | None, int | None]] = []
+    around = num_layers // p
+    for middle in range(max(around - 1, 1), around + 3):
+        both = num_layers - middle * (p - 2)
+        if both >= 2:
+            candidates.append((both // 2, both - both // 2))
+        one = num_layers - middle * (p - 1)
+        if one >= 1:
+            candidates.append((one, None))
+            candidates.append((None, one))
+    best: tuple[tuple[int, int, int], str] | None = None
+    for first, last in candidates:
+        counts = stage_blocks(
+            num_layers,
+            PipelineParallel(
+                degree=p,
+                schedule=OneForwardOneBackward(),
+                layout=UnevenStages(first_stage_layers=first, last_stage_layers=last),
+            ),
+        )
+        if counts is None:
+            continue
+        ends = (first or 0) + (last or 0)
+        rank = (max(counts) - min(counts), 0 if last is not None and first is not None else 1, ends)
+        keys = " and ".join(
+            f"{key} = {value}"
+            for key, value in (
+                ("decoder_first_pipeline_num_layers", first),
+                ("decoder_last_pipeline_num_layers", last),
+            )
+            if value is not None
+        )
+        shown = counts if p <= 16 else (*counts[:2], "...", counts[-1])
+        text = f"{keys} ({'/'.join(str(c) for c in shown)})"
+        if best is None or rank < best[0]:
+            best = (rank, text)
+    ways = [] if best is None else [best[1]]
+    if (num_layers + 2) % p == 0:
+        ways.append(
+            "account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split "
+            f"(({num_layers} + 2) / {p} = {(num_layers + 2) // p} units a stage)"
+        )
+    if not ways:
+        return ""
+    return "; Megatron-LM runs it uneven with " + ", or ".join(ways)
+
+
 def _layout_laws(
     num_layers: int, pipeline: PipelineParallel, v: int, mtp_layers: int = 0
 ) -> list[LawViolation]:
@@ -153,7 +211,8 @@ def _layout_laws(
                     _violation(
                         "blocks_per_pipeline_stage",
                         "blocks_per_pipeline_stage = transformer_blocks / p",
-                        f"blocks_per_pipeline_stage = {num_layers} / {p} is not integral",
+                        f"blocks_per_pipeline_stage = {num_layers} / {p} is not integral"
+                        + uneven_split_hint(num_layers, p),
                         transformer_blocks=num_layers,
                         p=p,
                     )
