@@ -62,6 +62,42 @@ def windowed_attention_pairs(seq_length: int, keys: int) -> int:
     return seq_length * keys - keys * keys // 2
 
 
+#: The narrowest sliding window a fused kernel's rate is measured at, in keys per query, and
+#: that rate as a fraction of what :func:`windowed_rate_seq_length`'s rule gives it (the causal
+#: table read at ``2 W`` = 256, clamped to the table's shortest length, 512). cuDNN's SDPA
+#: training benchmark on GB200 (NVIDIA/cudnn-frontend @20dc108987f2
+#: ``benchmark/sdpa_benchmark_training/results/gpt_oss/gb200/gpt_oss_20260813_110803.csv``,
+#: cuDNN 9.27, bf16, d = 64, B 2 x 128 heads, ``sliding_window_size`` 128 = W keys, in-window
+#: FLOPs): forward 163 TFLOP/s and backward 185 at s = 4096 (156-170 / 172-190 from 2k to 32k:
+#: a window's rate does not move with s), 178.1 TFLOP/s forward + backward in this module's
+#: convention, against the GB200 table's 398.6 at 512 (d = 64): 0.447, rounded 0.45
+#: (``tests/hardware/test_attention_rates.py`` recomputes it). A query tile of a 128-key window
+#: visits two key tiles, one of them half masked, so the kernel's prologue and epilogue are
+#: not amortised as in a long causal row; the clamp's rate is the optimistic bound the module
+#: docstring names, and this is what the narrow window measures instead. Taken as the same
+#: fraction on every table (an assumption: no Hopper or B200 window is measured).
+NARROW_WINDOW_KEYS = 128
+NARROW_WINDOW_FRACTION = 0.45
+
+
+def windowed_rate_fraction(keys: int | None, shortest_seq_length: int) -> float:
+    """The fraction of the rule's rate (:func:`windowed_rate_seq_length`) a window of ``keys``
+    keys reaches: 1 where ``2 W`` is at least the table's shortest measured length (cuDNN's
+    windows of 512 and 1024 keys on SM120 within 5% of the rule, and of 1024 on GB200 within
+    1% at s = 32k, cudnn-frontend ``results/gb200_919_only_cudnn/gpt_oss_20260226_175022.csv``:
+    632 / 660 TFLOP/s), :data:`NARROW_WINDOW_FRACTION` at :data:`NARROW_WINDOW_KEYS` and below
+    (narrower windows are not measured: the clamp is optimistic there), linear in
+    ``log2(2 W)`` between. ``keys`` None: full attention, 1."""
+    if keys is None or 2 * keys >= shortest_seq_length:
+        return 1.0
+    if keys <= NARROW_WINDOW_KEYS:
+        return NARROW_WINDOW_FRACTION
+    weight = math.log2(keys / NARROW_WINDOW_KEYS) / math.log2(
+        shortest_seq_length / (2 * NARROW_WINDOW_KEYS)
+    )
+    return NARROW_WINDOW_FRACTION + (1.0 - NARROW_WINDOW_FRACTION) * weight
+
+
 def windowed_rate_seq_length(seq_length: int, keys: int | None) -> int:
     """The sequence length whose causal kernel rate a windowed kernel is priced at: the causal
     kernel attends ``s / 2`` keys per query on average, a window of W keys about W, so the rate
@@ -108,14 +144,19 @@ class AttentionKernelRates:
         if problems:
             raise ConfigError(problems, source=f"attention kernel rates {self.kernel!r}")
 
-    def flop_per_s(self, *, seq_length: Real, head_dim: int) -> Real:
+    def flop_per_s(
+        self, *, seq_length: Real, head_dim: int, window_keys: int | None = None
+    ) -> Real:
         """The interpolated rate in FLOP/s (module docstring), at one sequence length or a
-        column of them (:mod:`blueprinting.hardware.polymorphic`)."""
+        column of them (:mod:`blueprinting.hardware.polymorphic`); a sliding window of
+        ``window_keys`` keys reaches :func:`windowed_rate_fraction` of it (``seq_length`` is
+        then the rule's :func:`windowed_rate_seq_length`)."""
         logs = tuple(math.log2(s) for s in self.seq_lengths)
         j, w = _segment(logs, log2(maximum(seq_length, 1)))
         rows = [_blend(take(row, j - 1), take(row, j), w) for row in self.tflops]
         i, v = _segment(self.head_dims, float(head_dim))
-        return _blend(rows[int(i) - 1], rows[int(i)], v) * 1e12
+        fraction = windowed_rate_fraction(window_keys, self.seq_lengths[0])
+        return _blend(rows[int(i) - 1], rows[int(i)], v) * (1e12 * fraction)
 
 
 def _segment(xs: tuple[float, ...] | tuple[int, ...], x: Real) -> tuple[Real, Real]:
