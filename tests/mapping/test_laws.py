@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 
 from blueprinting.errors import InvalidStrategyError, RuleSet
 from blueprinting.mapping.laws import (
+    balanced_layout_hint,
     check_inference,
     check_training,
     stage_blocks,
@@ -69,7 +71,8 @@ def test_every_violation_is_reported_at_once() -> None:
         "[planner] local_batch: local_batch = 20 / 3 is not integral",
         "[planner] microbatch_count: microbatch_count = 20 / (3 * 2) is not integral",
         "[planner] blocks_per_virtual_chunk: blocks_per_virtual_chunk = 96 / (2 * 5) is not "
-        "integral",
+        "integral; Megatron-LM runs it with pipeline_model_parallel_layout = "
+        "'Et*9|(t*10|)*7t*9|t*8L' (the embedding, the loss one layer each, spread evenly)",
         "[planner] attention_heads_per_tensor_rank: attention_heads_per_tensor_rank = 96 / 5 is "
         "not integral",
         "[planner] query_groups_vs_tensor: num_query_groups = 96 is not divisible by t = 5 "
@@ -262,7 +265,8 @@ def test_the_uneven_hint_is_a_most_even_split_megatron_runs(p: int, num_layers: 
     (brute force over every pair)."""
     hint = uneven_split_hint(num_layers, p)
     if num_layers % p == 0 or num_layers < p:
-        assert num_layers % p == 0 or hint == ""
+        # fewer blocks than stages: only Megatron's own accounting can place them
+        assert num_layers % p == 0 or "decoder_" not in hint
         return
     first = re.search(r"decoder_first_pipeline_num_layers = (\d+)", hint)
     last = re.search(r"decoder_last_pipeline_num_layers = (\d+)", hint)
@@ -289,3 +293,48 @@ def test_the_uneven_hint_for_llama3_405b_on_16_stages() -> None:
         "((126 + 2) / 16 = 8 units a stage)"
     )
     assert uneven_split_hint(3, 4) == ""
+
+
+@settings(max_examples=40, deadline=None)
+@given(p=st.integers(2, 8), v=st.integers(2, 4), per_chunk=st.integers(1, 6))
+def test_the_uneven_hint_with_virtual_stages_passes_the_uneven_laws(
+    p: int, v: int, per_chunk: int
+) -> None:
+    """With v virtual stages every suggested count is a multiple of v: a model of
+    v x per_chunk x p + v blocks (p does not divide it) gets a split the uneven laws accept."""
+    num_layers = v * (per_chunk * p + 1)
+    hint = uneven_split_hint(num_layers, p, v)
+    first = re.search(r"decoder_first_pipeline_num_layers = (\d+)", hint)
+    last = re.search(r"decoder_last_pipeline_num_layers = (\d+)", hint)
+    assert first or last
+    layout = UnevenStages(
+        first_stage_layers=int(first[1]) if first else None,
+        last_stage_layers=int(last[1]) if last else None,
+    )
+    spec = _spec(
+        pipeline_model_parallel_size=p,
+        virtual_pipeline_model_parallel_size=v,
+        num_layers=num_layers,
+        data_parallel_size=1,
+        global_batch_size=p,
+    )
+    pipeline = replace(spec.mapping.parallelism.pipeline, layout=layout)
+    assert stage_blocks(num_layers, pipeline) is not None
+    mapping = replace(
+        spec.mapping, parallelism=replace(spec.mapping.parallelism, pipeline=pipeline)
+    )
+    laws = {found.law for found in check_training(spec.model, mapping, megatron=False)}
+    assert not laws & {"blocks_per_virtual_chunk", "blocks_per_middle_stage"}
+
+
+def test_the_virtual_chunk_law_names_the_balanced_layout() -> None:
+    """DeepSeek-V3's 61 layers and one MTP depth over 8 x 4 virtual stages: NVIDIA's own
+    layout (the GB200 reproduce guide's `Et|(tt|)*30mL`)."""
+    assert balanced_layout_hint(61, 1, 32) == (
+        "; Megatron-LM runs it with pipeline_model_parallel_layout = 'Et|(tt|)*30mL' (the "
+        "embedding, the loss and each MTP depth one layer each, spread evenly)"
+    )
+    assert uneven_split_hint(126, 16, 8) == (
+        "; Megatron-LM runs it uneven with account_for_embedding_in_pipeline_split and "
+        "account_for_loss_in_pipeline_split ((126 + 2) / 128 = 1 unit a virtual stage)"
+    )

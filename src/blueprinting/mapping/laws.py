@@ -141,17 +141,56 @@ def stage_blocks(num_layers: int, pipeline: PipelineParallel) -> tuple[int, ...]
             assert_never(unreachable)
 
 
-def uneven_split_hint(num_layers: int, p: int) -> str:
+def uneven_split_hint(num_layers: int, p: int, v: int = 1) -> str:
     """How Megatron-LM runs ``num_layers`` blocks over ``p`` stages that do not divide them (a
     suffix of the ``blocks_per_pipeline_stage`` message; empty when no way exists): the most
     even ``decoder_first_pipeline_num_layers`` / ``decoder_last_pipeline_num_layers`` split (both
     ends set, then one; on a tie the lighter ends, since the first stage also holds the embedding
-    and the last the LM head and loss), and ``account_for_embedding_in_pipeline_split`` /
-    ``account_for_loss_in_pipeline_split`` where ``num_layers + 2`` divides. Only middle counts
-    next to ``num_layers / p`` are tried, so it costs the same for any size. A suggestion: the
-    strategy stays refused."""
-    if p < 2 or num_layers < p:
+    and the last the LM head and loss; with ``v`` virtual stages every count a multiple of v, as
+    the uneven laws require), and ``account_for_embedding_in_pipeline_split`` /
+    ``account_for_loss_in_pipeline_split`` where ``num_layers + 2`` divides over the p x v
+    stages. Only middle counts next to ``num_layers / p`` are tried, so it costs the same for
+    any size. A suggestion: the strategy stays refused."""
+    if p < 2 or v < 1:
         return ""
+    ways = []
+    split = _most_even_uneven(num_layers // v, p) if num_layers % v == 0 else None
+    if split is not None:
+        first, last, counts = (
+            None if split[0] is None else split[0] * v,
+            None if split[1] is None else split[1] * v,
+            tuple(c * v for c in split[2]),
+        )
+        if not _uneven_laws(num_layers, p, v, first, last):
+            keys = " and ".join(
+                f"{key} = {value}"
+                for key, value in (
+                    ("decoder_first_pipeline_num_layers", first),
+                    ("decoder_last_pipeline_num_layers", last),
+                )
+                if value is not None
+            )
+            shown = counts if p <= 16 else (*counts[:2], "...", counts[-1])
+            ways.append(f"{keys} ({'/'.join(str(c) for c in shown)})")
+    if (num_layers + 2) % (p * v) == 0:
+        ways.append(
+            "account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split "
+            f"(({num_layers} + 2) / {p * v} = {(num_layers + 2) // (p * v)} "
+            f"unit{'s' if (num_layers + 2) // (p * v) > 1 else ''} a "
+            f"{'virtual ' if v > 1 else ''}stage)"
+        )
+    if not ways:
+        return ""
+    return "; Megatron-LM runs it uneven with " + ", or ".join(ways)
+
+
+def _most_even_uneven(
+    num_layers: int, p: int
+) -> tuple[int | None, int | None, tuple[int, ...]] | None:
+    """The (first, last, per-stage counts) of :func:`uneven_split_hint`'s split of
+    ``num_layers`` over ``p`` stages, or None when there are fewer blocks than stages."""
+    if num_layers < p:
+        return None
     candidates: list[tuple[int | None, int | None]] = []
     around = num_layers // p
     for middle in range(max(around - 1, 1), around + 3):
@@ -162,7 +201,7 @@ def uneven_split_hint(num_layers: int, p: int) -> str:
         if one >= 1:
             candidates.append((one, None))
             candidates.append((None, one))
-    best: tuple[tuple[int, int, int], str] | None = None
+    best: tuple[tuple[int, int, int], tuple[int | None, int | None, tuple[int, ...]]] | None = None
     for first, last in candidates:
         counts = stage_blocks(
             num_layers,
@@ -174,29 +213,30 @@ def uneven_split_hint(num_layers: int, p: int) -> str:
         )
         if counts is None:
             continue
-        ends = (first or 0) + (last or 0)
-        rank = (max(counts) - min(counts), 0 if last is not None and first is not None else 1, ends)
-        keys = " and ".join(
-            f"{key} = {value}"
-            for key, value in (
-                ("decoder_first_pipeline_num_layers", first),
-                ("decoder_last_pipeline_num_layers", last),
-            )
-            if value is not None
-        )
-        shown = counts if p <= 16 else (*counts[:2], "...", counts[-1])
-        text = f"{keys} ({'/'.join(str(c) for c in shown)})"
+        both_ends = 0 if first is not None and last is not None else 1
+        rank = (max(counts) - min(counts), both_ends, (first or 0) + (last or 0))
         if best is None or rank < best[0]:
-            best = (rank, text)
-    ways = [] if best is None else [best[1]]
-    if (num_layers + 2) % p == 0:
-        ways.append(
-            "account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_split "
-            f"(({num_layers} + 2) / {p} = {(num_layers + 2) // p} units a stage)"
-        )
-    if not ways:
+            best = (rank, (first, last, counts))
+    return None if best is None else best[1]
+
+
+def balanced_layout_hint(num_layers: int, mtp_layers: int, chunks: int) -> str:
+    """How Megatron-LM runs ``num_layers`` blocks over ``chunks`` = p x v virtual stages that do
+    not divide them (a suffix of the ``blocks_per_virtual_chunk`` message; empty when none
+    holds the model): ``pipeline_model_parallel_layout`` with the balanced layout
+    (:func:`~blueprinting.mapping.pipeline_layout.balanced_layout`: the embedding, each MTP
+    depth and the loss one unit each, the units spread as evenly as they go; what
+    ``search --pipeline-layouts balanced`` plans). A suggestion: the strategy stays refused."""
+    from blueprinting.mapping.pipeline_layout import balanced_layout, format_pipeline_layout
+
+    layout = balanced_layout(num_layers, mtp_layers, chunks)
+    if layout is None:
         return ""
-    return "; Megatron-LM runs it uneven with " + ", or ".join(ways)
+    return (
+        "; Megatron-LM runs it with pipeline_model_parallel_layout = "
+        f"'{format_pipeline_layout(layout)}' (the embedding, the loss"
+        f"{' and each MTP depth' if mtp_layers else ''} one layer each, spread evenly)"
+    )
 
 
 def _layout_laws(
@@ -212,7 +252,7 @@ def _layout_laws(
                         "blocks_per_pipeline_stage",
                         "blocks_per_pipeline_stage = transformer_blocks / p",
                         f"blocks_per_pipeline_stage = {num_layers} / {p} is not integral"
-                        + uneven_split_hint(num_layers, p),
+                        + uneven_split_hint(num_layers, p, v),
                         transformer_blocks=num_layers,
                         p=p,
                     )
@@ -222,7 +262,8 @@ def _layout_laws(
                     _violation(
                         "blocks_per_virtual_chunk",
                         "blocks_per_virtual_chunk = transformer_blocks / (p * v)",
-                        f"blocks_per_virtual_chunk = {num_layers} / ({p} * {v}) is not integral",
+                        f"blocks_per_virtual_chunk = {num_layers} / ({p} * {v}) is not integral"
+                        + balanced_layout_hint(num_layers, mtp_layers, p * v),
                         transformer_blocks=num_layers,
                         p=p,
                         v=v,
