@@ -72,7 +72,8 @@ def test_every_violation_is_reported_at_once() -> None:
         "[planner] microbatch_count: microbatch_count = 20 / (3 * 2) is not integral",
         "[planner] blocks_per_virtual_chunk: blocks_per_virtual_chunk = 96 / (2 * 5) is not "
         "integral; Megatron-LM runs it with pipeline_model_parallel_layout = "
-        "'Et*9|(t*10|)*7t*9|t*8L' (the embedding, the loss one layer each, spread evenly)",
+        "'Et*9|(t*10|)*7t*9|t*8L' (the embedding, the loss one layer each, spread evenly; it "
+        "sets v, in place of the virtual stage count)",
         "[planner] attention_heads_per_tensor_rank: attention_heads_per_tensor_rank = 96 / 5 is "
         "not integral",
         "[planner] query_groups_vs_tensor: num_query_groups = 96 is not divisible by t = 5 "
@@ -332,7 +333,8 @@ def test_the_virtual_chunk_law_names_the_balanced_layout() -> None:
     layout (the GB200 reproduce guide's `Et|(tt|)*30mL`)."""
     assert balanced_layout_hint(61, 1, 32) == (
         "; Megatron-LM runs it with pipeline_model_parallel_layout = 'Et|(tt|)*30mL' (the "
-        "embedding, the loss and each MTP depth one layer each, spread evenly)"
+        "embedding, the loss and each MTP depth one layer each, spread evenly; it sets v, in "
+        "place of the virtual stage count)"
     )
     assert uneven_split_hint(126, 16, 8) == (
         "; Megatron-LM runs it uneven with account_for_embedding_in_pipeline_split and "

@@ -235,7 +235,8 @@ def balanced_layout_hint(num_layers: int, mtp_layers: int, chunks: int) -> str:
     return (
         "; Megatron-LM runs it with pipeline_model_parallel_layout = "
         f"'{format_pipeline_layout(layout)}' (the embedding, the loss"
-        f"{' and each MTP depth' if mtp_layers else ''} one layer each, spread evenly)"
+        f"{' and each MTP depth' if mtp_layers else ''} one layer each, spread evenly; it sets "
+        "v, in place of the virtual stage count)"
     )
 
 
