@@ -58,16 +58,17 @@ def test_nodes_and_nvlink_domains(*, name: str, per_node: int, domain: int) -> N
 
 # (preset, dense bf16 peak FLOP/s, dense fp8 peak (None: no fp8), HBM bytes, HBM bytes/s,
 #  intra-node B/s per direction, scale-out B/s per GPU): the datasheet figures cited in
-#  presets.py and modern_parallelism.md 3.6 / 3.7; HBM bytes are NVML's total in MiB where it was
-#  read (presets.NVML_TOTAL_MIB: Modal's nvidia-smi readings, modal-labs/modal-client PR #2797).
+#  presets.py and modern_parallelism.md 3.6 / 3.7; HBM bytes are NVML's total less the driver's
+#  reserve in MiB where both were read (presets.NVML_TOTAL_MIB: Modal's nvidia-smi readings,
+#  modal-labs/modal-client PR #2797; presets.DRIVER_RESERVED_MIB: nvidia-smi -q "Reserved").
 MIB = 2**20
 DATASHEET = [
-    ("dgx-a100-40gb", 312e12, None, 40_960 * MIB, 1555e9, 300e9, 25e9),
-    ("dgx-a100-80gb", 312e12, None, 81_920 * MIB, 2039e9, 300e9, 25e9),
-    ("dgx-h100", 989e12, 1979e12, 81_559 * MIB, 3350e9, 450e9, 50e9),
-    ("dgx-h200", 989e12, 1979e12, 143_771 * MIB, 4800e9, 450e9, 50e9),
+    ("dgx-a100-40gb", 312e12, None, (40_960 - 620) * MIB, 1555e9, 300e9, 25e9),
+    ("dgx-a100-80gb", 312e12, None, (81_920 - 834) * MIB, 2039e9, 300e9, 25e9),
+    ("dgx-h100", 989e12, 1979e12, (81_559 - 551) * MIB, 3350e9, 450e9, 50e9),
+    ("dgx-h200", 989e12, 1979e12, (143_771 - 700) * MIB, 4800e9, 450e9, 50e9),
     # H800: H100 compute and HBM; NVLink 400 GB/s bidirectional = 200 each way; CX7 400 Gb/s.
-    ("dgx-h800", 989e12, 1979e12, 81_559 * MIB, 3350e9, 200e9, 50e9),
+    ("dgx-h800", 989e12, 1979e12, (81_559 - 551) * MIB, 3350e9, 200e9, 50e9),
     ("dgx-b200", 2250e12, 4500e12, 180e9, 8000e9, 900e9, 50e9),
     # B300: 2.25 / 4.5 PF dense, 288 GB, 8 TB/s; NVLink5 900 each way; CX-8 800 Gb/s = 100 GB/s.
     ("dgx-b300", 2250e12, 4500e12, 288e9, 8000e9, 900e9, 100e9),

@@ -44,8 +44,9 @@ def test_no_fitting_strategy_gives_the_smallest_peak() -> None:
     assert isinstance(row.outcome, NoFittingStrategy)
     assert row.candidates_valid > 0
     assert row.candidates_fit == 0
-    # the A100 40GB's NVML total, 40,960 MiB (presets.NVML_TOTAL_MIB), no headroom asked
-    assert row.outcome.memory_limit_bytes == 40_960 * 2**20 == 40 * GIB
+    # the A100 40GB's NVML total, 40,960 MiB, less the driver's 620 MiB reserve
+    # (presets.NVML_TOTAL_MIB, DRIVER_RESERVED_MIB), no headroom asked
+    assert row.outcome.memory_limit_bytes == (40_960 - 620) * 2**20
     assert row.outcome.smallest_peak_bytes > 800 * GIB
     assert row.reason is not None
     assert row.reason.startswith("no lawful strategy fits in memory: the smallest reserved peak")

@@ -516,18 +516,46 @@ NVML_TOTAL_MIB: dict[str, int] = {
     "H200-SXM5-141GB": 143_771,
 }
 
+#: The frame buffer the driver keeps for itself inside NVML's total (NVML
+#: ``nvmlMemory_v2_t.reserved``, "Device memory reserved for system use (driver or firmware)";
+#: ``nvidia-smi -q`` "FB Memory Usage: Reserved"), MiB: CUDA never hands it to a process, so
+#: a run fills at most the total less this (what PyTorch reports as the device's "total
+#: capacity"), and the fit verdicts are taken against that. The reserve varies with the driver;
+#: the largest reading per part is taken (the conservative bound for a fit). H100 80GB HBM3:
+#: readings of 328 to 551 MiB in public ``nvidia-smi -q`` logs (551 on a GKE A3 node, driver
+#: 535.309.01), and 81,559 - 551 = 81,008 MiB is the "total capacity of 79.11 GiB" of
+#: PyTorch's out-of-memory messages on H100s (NVIDIA/TensorRT-LLM #10580, 2026-01-09, and
+#: many 2025-2026 reports); H800: H100's (assumed). H200: readings of 700 MiB (and 606,
+#: PyTorch's 139.81 GiB in modelscope/ms-swift #9191 and THUDM/slime #1951). A100 80GB: 557
+#: to 834 MiB; A100 40GB: one reading, 620 MiB. Gpustat (>= 1.1 reads NVML's v2 ``used``,
+#: ``gpustat/nvml.py``) and ``nvidia-smi``'s table leave the reserve out of "used", so the
+#: measured device figures compare with a process's own memory; NVML's v1 ``used`` (older
+#: gpustat, py3nvml) adds it.
+DRIVER_RESERVED_MIB: dict[str, int] = {
+    "A100-SXM4-40GB": 620,
+    "A100-SXM4-80GB": 834,
+    "H100-SXM5-80GB": 551,
+    "H800-SXM5-80GB": 551,
+    "H200-SXM5-141GB": 700,
+}
+
 
 def _hbm(
     capacity_gb: float,
     gbps: float,
     efficiency: ConstantEfficiency,
     *,
-    nvml_total_mib: int | None = None,
+    part: str | None = None,
 ) -> MemorySpec:
-    """``capacity_gb`` x 10**9 bytes, or NVML's total where it was read
-    (:data:`NVML_TOTAL_MIB`)."""
+    """``capacity_gb`` x 10**9 bytes, or, for a ``part`` whose NVML total was read
+    (:data:`NVML_TOTAL_MIB`), that total less the driver's reserve
+    (:data:`DRIVER_RESERVED_MIB`): the memory a process can fill."""
+    if part is None or part not in NVML_TOTAL_MIB:
+        capacity = capacity_gb * GIGA
+    else:
+        capacity = (NVML_TOTAL_MIB[part] - DRIVER_RESERVED_MIB[part]) * 2**20
     return MemorySpec(
-        capacity_bytes=capacity_gb * GIGA if nvml_total_mib is None else nvml_total_mib * 2**20,
+        capacity_bytes=capacity,
         bandwidth_bytes_per_s=gbps * GIGA,
         efficiency=efficiency,
     )
@@ -643,7 +671,7 @@ def _a100(hbm_gb: float, hbm_gbps: float) -> AcceleratorSpec:
             hbm_gb,
             hbm_gbps,
             _constant(0.83),
-            nvml_total_mib=NVML_TOTAL_MIB[f"A100-SXM4-{hbm_gb:g}GB"],
+            part=f"A100-SXM4-{hbm_gb:g}GB",
         ),
         attention=A100_FLASH_ATTENTION_2,
         # 108 SMs (NVIDIA A100 Tensor Core GPU Architecture whitepaper, Table 1).
@@ -663,9 +691,7 @@ def _hopper(
         name=name,
         matrix=_matrix(bf16=989, fp8=1979, fp32=67, bf16_fraction=0.80, fp8_fraction=fp8_fraction),
         vector=_vector(half=133.8, fp32=67),
-        hbm=_hbm(
-            hbm_gb, hbm_gbps, _constant(hbm_fraction), nvml_total_mib=NVML_TOTAL_MIB.get(name)
-        ),
+        hbm=_hbm(hbm_gb, hbm_gbps, _constant(hbm_fraction), part=name),
         attention=H100_FLASH_ATTENTION_2,
         # FP8 only (no MXFP8 / NVFP4 on SM 9.0); blockwise at the per-tensor fraction (docstring).
         low_precision=_low_precision(
