@@ -105,7 +105,9 @@ def test_measured_rates_interpolate_in_log_sequence_length_and_clamp() -> None:
     # halfway in log2 between 4096 (294) and 8192 (308)
     assert rate(seq_length=5793, head_dim=128) == pytest.approx(301e12, rel=1e-3)
     assert rate(seq_length=131072, head_dim=128) == 328e12  # beyond the table: the last point
-    assert rate(seq_length=256, head_dim=64) == 141e12
+    # below the table: the shortest row's rate, at the short-kernel fraction (0.45 at 256)
+    assert rate(seq_length=512, head_dim=64) == 141e12
+    assert rate(seq_length=256, head_dim=64) == 0.45 * 141e12
     assert A100_FLASH_ATTENTION_2.flop_per_s(seq_length=2048, head_dim=96) == pytest.approx(
         (140 + 155) / 2 * 1e12
     )

@@ -169,8 +169,8 @@ def test_check_deepseek_v3_with_p15_and_ep48_lists_both_laws_at_once(
         "checking degrees t=1 p=15 world_size=2048: 4 law(s) violated:\n"
         "  - [planner] world_size: d = world_size / (t * p) = 2048 / (1 * 15) is not integral\n"
         "  - [planner] blocks_per_pipeline_stage: blocks_per_pipeline_stage = 61 / 15 is not "
-        "integral; Megatron-LM runs it uneven with decoder_first_pipeline_num_layers = 4 and "
-        "decoder_last_pipeline_num_layers = 5 (4/4/4/4/4/4/4/4/4/4/4/4/4/4/5)\n"
+        "integral; Megatron-LM runs it uneven with decoder_first_pipeline_num_layers = 5 "
+        "(5/4/4/4/4/4/4/4/4/4/4/4/4/4/4)\n"
         "  - [planner] experts_per_expert_rank: num_experts = 256 is not divisible by "
         "expert_model_parallel_size = 48: an expert rank would hold 5.33333 experts "
         "(Megatron-LM arguments.py l.1655-1658, moe_layer.py l.184-187)\n"
@@ -274,14 +274,15 @@ def test_presets_lists_systems(capsys: pytest.CaptureFixture[str]) -> None:
         "dgx-b300", "dgx-gb200", "dgx-gb300", "mi300x-8",
     }  # fmt: skip
     # A100 SXM datasheet: 312 TFLOP/s bf16 dense, 2.04 TB/s, 300 GB/s NVLink per direction; NVML's
-    # total 81,920 MiB = 80.0 GiB (presets.NVML_TOTAL_MIB)
-    assert rows["dgx-a100-80gb"][5:18:2] == ["8", "8", "312", "80.0", "2.04", "300", "25"]
+    # total 81,920 MiB less the driver's 834 MiB = 79.2 GiB (presets.NVML_TOTAL_MIB,
+    # DRIVER_RESERVED_MIB)
+    assert rows["dgx-a100-80gb"][5:18:2] == ["8", "8", "312", "79.2", "2.04", "300", "25"]
     # GB200 NVL72: 4 GPUs per tray, 72 per NVLink domain, 2.5 PF bf16, 13.4 TB / 72, 8 TB/s,
     # 900 GB/s NVLink per direction, one 400 Gb/s NIC per GPU (modern_parallelism.md 3.6-3.7);
     # 13.4e12 / 72 bytes = 173.3 GiB.
     assert rows["dgx-gb200"][5:18:2] == ["4", "72", "2,500", "173.3", "8.00", "900", "50"]
-    # H800: NVLink 400 GB/s bidirectional = 200 per direction; H100's 81,559 MiB = 79.6 GiB.
-    assert rows["dgx-h800"][5:18:2] == ["8", "8", "989", "79.6", "3.35", "200", "50"]
+    # H800: NVLink 400 GB/s bidirectional = 200 per direction; H100's 81,559 - 551 MiB = 79.1 GiB.
+    assert rows["dgx-h800"][5:18:2] == ["8", "8", "989", "79.1", "3.35", "200", "50"]
     code, out, _ = _run(capsys, "presets")
     assert "Model presets" in out
     assert "System presets" in out

@@ -101,8 +101,8 @@ def test_check_with_p15_and_ep48_lists_every_violated_law_at_once() -> None:
     assert [str(v) for v in raised.value.violations] == [
         "[planner] world_size: d = world_size / (t * p) = 2048 / (1 * 15) is not integral",
         "[planner] blocks_per_pipeline_stage: blocks_per_pipeline_stage = 61 / 15 is not integral"
-        "; Megatron-LM runs it uneven with decoder_first_pipeline_num_layers = 4 and "
-        "decoder_last_pipeline_num_layers = 5 (4/4/4/4/4/4/4/4/4/4/4/4/4/4/5)",
+        "; Megatron-LM runs it uneven with decoder_first_pipeline_num_layers = 5 "
+        "(5/4/4/4/4/4/4/4/4/4/4/4/4/4/4)",
         "[planner] experts_per_expert_rank: num_experts = 256 is not divisible by "
         "expert_model_parallel_size = 48: an expert rank would hold 5.33333 experts "
         "(Megatron-LM arguments.py l.1655-1658, moe_layer.py l.184-187)",

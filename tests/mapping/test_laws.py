@@ -340,3 +340,43 @@ def test_the_virtual_chunk_law_names_the_balanced_layout() -> None:
         "; Megatron-LM runs it uneven with account_for_embedding_in_pipeline_split and "
         "account_for_loss_in_pipeline_split ((126 + 2) / 128 = 1 unit a virtual stage)"
     )
+
+
+def test_serving_gets_no_training_hint() -> None:
+    """decoder_first/last and account_for_* are training-only keys: serving's layout law names
+    none of them (96 / 7 stages)."""
+    bad = _inference(
+        tensor_model_parallel_size=8,
+        pipeline_model_parallel_size=7,
+        batch_size=8,
+        prompt_length=1024,
+        generated_tokens=8,
+    )
+    laws = check_inference(bad.model, bad.mapping)
+    (stage_law,) = [v for v in laws if v.law.startswith("blocks")]
+    assert stage_law.message == "blocks_per_pipeline_stage = 96 / 7 is not integral"
+
+
+def test_dualpipev_gets_no_layout_hint() -> None:
+    """DualPipeV places its own two chunks a rank, and takes no layout string; the uneven
+    split still applies (96 over 5 ranks, each count a multiple of its 2 chunks)."""
+    spec = _spec(
+        pipeline_model_parallel_size=5,
+        pipeline_schedule="dualpipev",
+        data_parallel_size=1,
+        global_batch_size=40,
+    )
+    messages = {v.law: v.message for v in check_training(spec.model, spec.mapping, megatron=False)}
+    assert "pipeline_model_parallel_layout" not in messages.get("blocks_per_virtual_chunk", "")
+    assert messages["blocks_per_pipeline_stage"].endswith(
+        "decoder_first_pipeline_num_layers = 18 and decoder_last_pipeline_num_layers = 18 "
+        "(18/20/20/20/18)"
+    )
+
+
+def test_the_layout_hint_stays_within_what_the_parser_reads() -> None:
+    """More virtual stages than a layout string may expand to (65,536), or a run of blocks past
+    its per-stage bound: no layout is named (and none is built)."""
+    assert balanced_layout_hint(1_000_001, 0, 1024 * 128) == ""
+    assert balanced_layout_hint(2_200_001, 0, 4) == ""
+    assert balanced_layout_hint(61, 1, 32) != ""

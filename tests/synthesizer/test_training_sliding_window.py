@@ -5,6 +5,7 @@ and Transformer Engine's context-parallel rules for windows and sinks."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import pytest
 from hypothesis import given, settings
@@ -17,7 +18,6 @@ from blueprinting.hardware.attention import (
     H100_FLASH_ATTENTION_2,
     causal_attention_pairs,
     windowed_attention_pairs,
-    windowed_rate_fraction,
     windowed_rate_seq_length,
 )
 from blueprinting.mapping.laws import check_training
@@ -155,16 +155,16 @@ def test_gpt_oss_stages_count_their_windowed_layers() -> None:
 
 def test_the_window_changes_only_the_attention_core_by_hand() -> None:
     """H100 FA2 at d = 64 (microbenchmarks.md 3.1): 257 TFLOP/s at 4k, 141 at 512 (the clamp
-    for 2W = 258) times the narrow window's fraction at 129 keys (cuDNN's measured 128-key
-    window on GB200, ``hardware.attention.windowed_rate_fraction``). One layer's forward on
-    b = 1, 64 heads."""
+    for 2W = 258) times the short-kernel fraction at 258 tokens, 0.45 + 0.55 log2(258 / 256)
+    (cuDNN's measured 128-key window on GB200, ``hardware.attention.short_kernel_fraction``).
+    One layer's forward on b = 1, 64 heads."""
     report = _plan()
     assert report.plan.window is None  # no dense layer
     window = report.plan.moe_window
     assert window is not None
     per_pair = FORWARD_FLOPS_PER_PAIR_DIM * 64 * 64
     full_s = per_pair * causal_attention_pairs(4096) / 257e12
-    windowed_s = per_pair * 520_064 / (141e12 * windowed_rate_fraction(129, 512))
+    windowed_s = per_pair * 520_064 / (141e12 * (0.45 + (1.0 - 0.45) * math.log2(258 / 256)))
     assert window.forward.flops == per_pair * (520_064 - 8_388_608)
     assert window.forward.compute_s == pytest.approx(windowed_s - full_s, rel=1e-12)
     # the backward is 2.5 x the forward in the convention, at the same rates

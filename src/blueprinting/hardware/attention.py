@@ -14,8 +14,10 @@ products); forward + backward 3.5 times. :func:`causal_attention_pairs` and the 
 at the measured points.
 
 Interpolation: linear in ``log2(seq_length)`` between the measured sequence lengths and linear in
-the head dimension between the measured ones, clamped at both ends (a kernel below the shortest
-measured sequence is taken at the shortest one's rate: an optimistic bound, said here).
+the head dimension between the measured ones, clamped at both ends; a kernel below the shortest
+measured sequence is taken at the shortest one's rate times :func:`short_kernel_fraction` (cuDNN's
+measured 128-key window, a 256-token kernel, runs at 0.45 of the clamped rate; a long kernel
+beyond the longest row keeps that row's rate: an optimistic bound, said here).
 """
 
 from __future__ import annotations
@@ -62,40 +64,42 @@ def windowed_attention_pairs(seq_length: int, keys: int) -> int:
     return seq_length * keys - keys * keys // 2
 
 
-#: The narrowest sliding window a fused kernel's rate is measured at, in keys per query, and
-#: that rate as a fraction of what :func:`windowed_rate_seq_length`'s rule gives it (the causal
-#: table read at ``2 W`` = 256, clamped to the table's shortest length, 512). cuDNN's SDPA
-#: training benchmark on GB200 (NVIDIA/cudnn-frontend @20dc108987f2
+#: The shortest kernel length a rate is measured at below the tables' shortest row, and its rate
+#: as a fraction of the table's clamped one. A fused kernel shorter than the table (the module
+#: docstring's optimistic clamp) does a query tile's work over a few key tiles, so its prologue
+#: and epilogue (loading Q, rescaling and writing O) are not amortised as in a long row. Measured
+#: on the sliding window, whose kernel :func:`windowed_rate_seq_length` reads at ``2 W``: cuDNN's
+#: SDPA training benchmark on GB200 (NVIDIA/cudnn-frontend @20dc108987f2
 #: ``benchmark/sdpa_benchmark_training/results/gpt_oss/gb200/gpt_oss_20260813_110803.csv``,
-#: cuDNN 9.27, bf16, d = 64, B 2 x 128 heads, ``sliding_window_size`` 128 = W keys, in-window
-#: FLOPs): forward 163 TFLOP/s and backward 185 at s = 4096 (156-170 / 172-190 from 2k to 32k:
-#: a window's rate does not move with s), 178.1 TFLOP/s forward + backward in this module's
-#: convention, against the GB200 table's 398.6 at 512 (d = 64): 0.447, rounded 0.45
-#: (``tests/hardware/test_attention_rates.py`` recomputes it). A query tile of a 128-key window
-#: visits two key tiles, one of them half masked, so the kernel's prologue and epilogue are
-#: not amortised as in a long causal row; the clamp's rate is the optimistic bound the module
-#: docstring names, and this is what the narrow window measures instead. Taken as the same
-#: fraction on every table (an assumption: no Hopper or B200 window is measured).
-NARROW_WINDOW_KEYS = 128
-NARROW_WINDOW_FRACTION = 0.45
+#: cuDNN 9.27, bf16, d = 64, B 2 x 128 heads, ``sliding_window_size`` 128 keys, in-window
+#: FLOPs) times GPT-OSS's window at 163 TFLOP/s forward and 185 backward at s = 4096 (156-170 /
+#: 172-190 from 2k to 32k: the rate of a window does not move with s), 178.1 forward + backward
+#: in this module's convention, against the GB200 table's 398.6 at its 512 clamp (d = 64):
+#: 0.447, rounded 0.45 (``tests/hardware/test_attention_rates.py`` recomputes it), at the
+#: kernel length 2 W = 256. Windows of 512 and 1,024 keys (2 W inside the table) stay within 5%
+#: and 1% of the table's rule (cuDNN on SM120, cudnn-frontend PR #505; on GB200 at 32k,
+#: ``results/gb200_919_only_cudnn/gpt_oss_20260226_175022.csv``, 632 / 660 TFLOP/s). Between 256
+#: and the table's shortest length the fraction is linear in ``log2(s)``; below 256 it stays (the
+#: clamp's optimism again: nothing shorter is measured). A short causal kernel (s < 512) takes the
+#: same fraction: the rule that reads a window at ``2 W`` is that such a kernel's work per query
+#: tile is a window's. The same fraction on every table (an assumption: no Hopper or B200 short
+#: kernel is measured).
+SHORT_KERNEL_SEQ = 256
+SHORT_KERNEL_FRACTION = 0.45
 
 
-def windowed_rate_fraction(keys: int | None, shortest_seq_length: int) -> float:
-    """The fraction of the rule's rate (:func:`windowed_rate_seq_length`) a window of ``keys``
-    keys reaches: 1 where ``2 W`` is at least the table's shortest measured length (cuDNN's
-    windows of 512 and 1024 keys on SM120 within 5% of the rule, and of 1024 on GB200 within
-    1% at s = 32k, cudnn-frontend ``results/gb200_919_only_cudnn/gpt_oss_20260226_175022.csv``:
-    632 / 660 TFLOP/s), :data:`NARROW_WINDOW_FRACTION` at :data:`NARROW_WINDOW_KEYS` and below
-    (narrower windows are not measured: the clamp is optimistic there), linear in
-    ``log2(2 W)`` between. ``keys`` None: full attention, 1."""
-    if keys is None or 2 * keys >= shortest_seq_length:
-        return 1.0
-    if keys <= NARROW_WINDOW_KEYS:
-        return NARROW_WINDOW_FRACTION
-    weight = math.log2(keys / NARROW_WINDOW_KEYS) / math.log2(
-        shortest_seq_length / (2 * NARROW_WINDOW_KEYS)
-    )
-    return NARROW_WINDOW_FRACTION + (1.0 - NARROW_WINDOW_FRACTION) * weight
+def short_kernel_fraction(seq_length: Real, shortest_seq_length: int) -> Real:
+    """The fraction of a table's clamped rate a kernel of ``seq_length`` tokens reaches
+    (:data:`SHORT_KERNEL_FRACTION`; exactly 1 from the table's shortest length up), on one
+    length or a column of them (:mod:`blueprinting.hardware.polymorphic`)."""
+    if shortest_seq_length <= SHORT_KERNEL_SEQ:
+        return zeros_like(seq_length) + 1.0
+    span = math.log2(shortest_seq_length / SHORT_KERNEL_SEQ)
+    above = (log2(maximum(seq_length, 1)) - math.log2(SHORT_KERNEL_SEQ)) / span
+    weight = minimum(maximum(above, 0.0), 1.0)
+    # exactly f at w = 0 and exactly 1 at w = 1 in binary floating point: every kernel the table
+    # covers keeps the table's rate bit for bit
+    return SHORT_KERNEL_FRACTION + (1.0 - SHORT_KERNEL_FRACTION) * weight
 
 
 def windowed_rate_seq_length(seq_length: int, keys: int | None) -> int:
@@ -103,7 +107,8 @@ def windowed_rate_seq_length(seq_length: int, keys: int | None) -> int:
     kernel attends ``s / 2`` keys per query on average, a window of W keys about W, so the rate
     is read at ``min(s, 2 W)`` (FlashAttention and cuDNN skip the tiles outside the band, and a
     query tile's work is then as short as a causal kernel's at that length; below the table's
-    shortest length its rate applies, the optimistic clamp of the module docstring). Checked
+    shortest length, :func:`short_kernel_fraction` of its rate: GPT-OSS's 128-key window is the
+    measurement that sets it). Checked
     against cuDNN's measured SWA backward (cudnn-frontend PR #505, SM120, d = 64): the windowed /
     causal time ratio within 3% at s = 4096 (``tests/synthesizer/test_training_sliding_window.py``).
     ``keys`` None: full attention, ``s``."""
@@ -144,19 +149,16 @@ class AttentionKernelRates:
         if problems:
             raise ConfigError(problems, source=f"attention kernel rates {self.kernel!r}")
 
-    def flop_per_s(
-        self, *, seq_length: Real, head_dim: int, window_keys: int | None = None
-    ) -> Real:
+    def flop_per_s(self, *, seq_length: Real, head_dim: int) -> Real:
         """The interpolated rate in FLOP/s (module docstring), at one sequence length or a
-        column of them (:mod:`blueprinting.hardware.polymorphic`); a sliding window of
-        ``window_keys`` keys reaches :func:`windowed_rate_fraction` of it (``seq_length`` is
-        then the rule's :func:`windowed_rate_seq_length`)."""
+        column of them (:mod:`blueprinting.hardware.polymorphic`); below the table's shortest
+        length, :func:`short_kernel_fraction` of the clamped rate."""
         logs = tuple(math.log2(s) for s in self.seq_lengths)
         j, w = _segment(logs, log2(maximum(seq_length, 1)))
         rows = [_blend(take(row, j - 1), take(row, j), w) for row in self.tflops]
         i, v = _segment(self.head_dims, float(head_dim))
-        fraction = windowed_rate_fraction(window_keys, self.seq_lengths[0])
-        return _blend(rows[int(i) - 1], rows[int(i)], v) * (1e12 * fraction)
+        rate = _blend(rows[int(i) - 1], rows[int(i)], v) * 1e12
+        return rate * short_kernel_fraction(seq_length, self.seq_lengths[0])
 
 
 def _segment(xs: tuple[float, ...] | tuple[int, ...], x: Real) -> tuple[Real, Real]:

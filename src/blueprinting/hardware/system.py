@@ -1126,19 +1126,17 @@ class SystemSpec:
         head_dim: int,
         datatype: Datatype,
         gemm: ShapeFigures[Real],
-        window_keys: int | None = None,
     ) -> Real:
         """A fused attention kernel's time: ``flops`` (FlashAttention's convention,
-        :mod:`blueprinting.hardware.attention`) at the accelerator's measured rate (over a
-        sliding window of ``window_keys`` keys where set), or, where none is measured, as the
-        matrix products ``gemm`` at the GEMM efficiency."""
+        :mod:`blueprinting.hardware.attention`) at the accelerator's measured rate, or, where
+        none is measured, as the matrix products ``gemm`` at the GEMM efficiency."""
         rates = self.accelerator.attention
         if rates is None:
             return self.compute_time(flops, Engine.MATRIX, datatype, gemm)
         size = nonzero_sizes(flops, "attention FLOPs must be >= 0")
         if size is None:
             return zeros_like(flops)
-        rate = rates.flop_per_s(seq_length=seq_length, head_dim=head_dim, window_keys=window_keys)
+        rate = rates.flop_per_s(seq_length=seq_length, head_dim=head_dim)
         return where_positive(flops, size / rate, 0.0)
 
     def memory_time(self, size_bytes: Real) -> Real:

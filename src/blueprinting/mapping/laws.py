@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import assert_never
 
 from blueprinting.errors import InvalidStrategyError, LawViolation, RuleSet
+from blueprinting.limits import MAX_PIPELINE_STAGES
 from blueprinting.mapping.law_names import Law, law_violation
 from blueprinting.mapping.model import (
     Datatype,
@@ -144,14 +145,17 @@ def stage_blocks(num_layers: int, pipeline: PipelineParallel) -> tuple[int, ...]
 def uneven_split_hint(num_layers: int, p: int, v: int = 1) -> str:
     """How Megatron-LM runs ``num_layers`` blocks over ``p`` stages that do not divide them (a
     suffix of the ``blocks_per_pipeline_stage`` message; empty when no way exists): the most
-    even ``decoder_first_pipeline_num_layers`` / ``decoder_last_pipeline_num_layers`` split (both
-    ends set, then one; on a tie the lighter ends, since the first stage also holds the embedding
-    and the last the LM head and loss; with ``v`` virtual stages every count a multiple of v, as
-    the uneven laws require), and ``account_for_embedding_in_pipeline_split`` /
+    even ``decoder_first_pipeline_num_layers`` / ``decoder_last_pipeline_num_layers`` split (on a
+    tie the lighter last stage, which also holds the LM head, the loss and any MTP depth, then
+    the lighter ends; an end the even split of the others gives anyway is not named; with ``v``
+    virtual stages every count a multiple of v: Megatron-LM's ``transformer_config.py`` checks
+    that the first, last and middle stages' layers divide over v, and that the middle stages
+    split the rest evenly), and ``account_for_embedding_in_pipeline_split`` /
     ``account_for_loss_in_pipeline_split`` where ``num_layers + 2`` divides over the p x v
-    stages. Only middle counts next to ``num_layers / p`` are tried, so it costs the same for
-    any size. A suggestion: the strategy stays refused."""
-    if p < 2 or v < 1:
+    stages. Only middle counts next to ``num_layers / p`` are tried (a handful of stage splits,
+    each p counts long; none above :data:`~blueprinting.limits.MAX_PIPELINE_STAGES` stages). A
+    suggestion: the strategy stays refused."""
+    if p < 2 or v < 1 or p > MAX_PIPELINE_STAGES:
         return ""
     ways = []
     split = _most_even_uneven(num_layers // v, p) if num_layers % v == 0 else None
@@ -197,6 +201,7 @@ def _most_even_uneven(
         both = num_layers - middle * (p - 2)
         if both >= 2:
             candidates.append((both // 2, both - both // 2))
+            candidates.append((both - both // 2, both // 2))
         one = num_layers - middle * (p - 1)
         if one >= 1:
             candidates.append((one, None))
@@ -213,11 +218,23 @@ def _most_even_uneven(
         )
         if counts is None:
             continue
-        both_ends = 0 if first is not None and last is not None else 1
-        rank = (max(counts) - min(counts), both_ends, (first or 0) + (last or 0))
+        # the most even split; on a tie the lighter last stage (it also holds the LM head, the
+        # loss and any MTP depth), then the lighter ends
+        rank = (max(counts) - min(counts), counts[-1], (first or 0) + (last or 0))
         if best is None or rank < best[0]:
             best = (rank, (first, last, counts))
-    return None if best is None else best[1]
+    if best is None:
+        return None
+    first, last, counts = best[1]
+    # name no end that the even split of the others gives anyway
+    for drop_first, drop_last in ((False, True), (True, False)):
+        kept = (None if drop_first else first, None if drop_last else last)
+        if kept not in ((None, None), (first, last)):
+            layout = UnevenStages(first_stage_layers=kept[0], last_stage_layers=kept[1])
+            pipeline = PipelineParallel(degree=p, schedule=OneForwardOneBackward(), layout=layout)
+            if stage_blocks(num_layers, pipeline) == counts:
+                first, last = kept
+    return first, last, counts
 
 
 def balanced_layout_hint(num_layers: int, mtp_layers: int, chunks: int) -> str:
@@ -227,8 +244,17 @@ def balanced_layout_hint(num_layers: int, mtp_layers: int, chunks: int) -> str:
     (:func:`~blueprinting.mapping.pipeline_layout.balanced_layout`: the embedding, each MTP
     depth and the loss one unit each, the units spread as evenly as they go; what
     ``search --pipeline-layouts balanced`` plans). A suggestion: the strategy stays refused."""
-    from blueprinting.mapping.pipeline_layout import balanced_layout, format_pipeline_layout
+    from blueprinting.mapping.pipeline_layout import (
+        MAX_LAYOUT_STAGES,
+        balanced_layout,
+        format_pipeline_layout,
+    )
 
+    # only what the layout parser reads back: at most MAX_LAYOUT_STAGES stages, and no run of
+    # blocks beyond its per-stage bound (which also keeps the hint's cost bounded)
+    units_per_stage = -(-(num_layers + 2 + mtp_layers) // chunks)
+    if chunks > MAX_LAYOUT_STAGES or units_per_stage > MAX_LAYOUT_STAGES * 8:
+        return ""
     layout = balanced_layout(num_layers, mtp_layers, chunks)
     if layout is None:
         return ""
@@ -241,10 +267,22 @@ def balanced_layout_hint(num_layers: int, mtp_layers: int, chunks: int) -> str:
 
 
 def _layout_laws(
-    num_layers: int, pipeline: PipelineParallel, v: int, mtp_layers: int = 0
+    num_layers: int,
+    pipeline: PipelineParallel,
+    v: int,
+    mtp_layers: int = 0,
+    *,
+    hints: bool = True,
 ) -> list[LawViolation]:
+    """The stage-layout laws; ``hints``: their messages name the training keys that would run the
+    model (:func:`uneven_split_hint`, :func:`balanced_layout_hint`); serving takes none."""
     p = pipeline.degree
     out: list[LawViolation] = []
+    # a layout string only where Megatron's interleaved schedules read one (DualPipe and
+    # DualPipeV place their own chunks)
+    takes_layout = isinstance(
+        pipeline.schedule, InterleavedOneForwardOneBackward | CombinedOneForwardOneBackward
+    )
     match pipeline.layout:
         case EvenStages():
             if num_layers % p != 0:
@@ -253,7 +291,7 @@ def _layout_laws(
                         "blocks_per_pipeline_stage",
                         "blocks_per_pipeline_stage = transformer_blocks / p",
                         f"blocks_per_pipeline_stage = {num_layers} / {p} is not integral"
-                        + uneven_split_hint(num_layers, p, v),
+                        + (uneven_split_hint(num_layers, p, v) if hints else ""),
                         transformer_blocks=num_layers,
                         p=p,
                     )
@@ -264,7 +302,11 @@ def _layout_laws(
                         "blocks_per_virtual_chunk",
                         "blocks_per_virtual_chunk = transformer_blocks / (p * v)",
                         f"blocks_per_virtual_chunk = {num_layers} / ({p} * {v}) is not integral"
-                        + balanced_layout_hint(num_layers, mtp_layers, p * v),
+                        + (
+                            balanced_layout_hint(num_layers, mtp_layers, p * v)
+                            if hints and takes_layout
+                            else ""
+                        ),
                         transformer_blocks=num_layers,
                         p=p,
                         v=v,
@@ -1318,7 +1360,8 @@ def check_inference(
     pipeline = mapping.parallelism.pipeline
     workload = mapping.workload
     out: list[LawViolation] = []
-    out.extend(_layout_laws(model.num_layers, pipeline, 1))  # serving loads no MTP depth
+    # serving loads no MTP depth and takes none of the training keys the hints name
+    out.extend(_layout_laws(model.num_layers, pipeline, 1, hints=False))
     out.extend(_inference_schedule_laws(p, pipeline))
     out.extend(_block_laws(model, mapping.parallelism.tensor, replicated_kv=True))
     out.extend(serving_expert_laws(model, mapping))

@@ -347,18 +347,15 @@ class GemmShape:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AttentionShape:
     """A fused causal attention kernel over ``batch_heads`` (sequence, head) pairs of
-    ``seq_length`` tokens with head dimension ``head_dim``, over a sliding window of
-    ``window_keys`` keys where set: what its measured rate is looked up by
-    (:mod:`blueprinting.hardware.attention`)."""
+    ``seq_length`` tokens with head dimension ``head_dim``: what its measured rate is looked up
+    by (:mod:`blueprinting.hardware.attention`)."""
 
     batch_heads: int
     seq_length: int
     head_dim: int
-    window_keys: int | None = None
 
     def __str__(self) -> str:
-        window = "" if self.window_keys is None else f" w{self.window_keys}"
-        return f"flash[{self.batch_heads}x{self.seq_length}x{self.head_dim}{window}]"
+        return f"flash[{self.batch_heads}x{self.seq_length}x{self.head_dim}]"
 
 
 @final
@@ -743,19 +740,14 @@ def _fused_attention_op(dims: BlockDims, *, width_bytes: int) -> SemanticOp:
     kv_heads = max(1, dims.groups)
     k_and_v = local_tokens * kv_heads * (qk + v)
     stats = local_tokens * dims.heads * SOFTMAX_STATISTIC_BYTES
-    kernel_seq = dims.attention_seq or s
-    launch_seq = windowed_rate_seq_length(kernel_seq, keys)
+    launch_seq = windowed_rate_seq_length(dims.attention_seq or s, keys)
     launch_heads = dims.attention_heads or dims.heads
-    # a window as long as the sequence is the causal kernel
-    window = keys if keys is not None and keys < kernel_seq else None
     return SemanticOp(
         name=SemanticOpName.CORE_ATTENTION,
         kind=OpKind.FUSED_ATTENTION,
         sharding=TpSharding.HEADS,
         shard_dim=ShardDim.HEADS,
-        attention=AttentionShape(
-            batch_heads=b * launch_heads, seq_length=launch_seq, head_dim=d, window_keys=window
-        ),
+        attention=AttentionShape(batch_heads=b * launch_heads, seq_length=launch_seq, head_dim=d),
         forward=Work(
             matrix_flops=FORWARD_FLOPS_PER_PAIR_DIM * d * pairs,
             bytes_read=(q + k_and_v) * e,

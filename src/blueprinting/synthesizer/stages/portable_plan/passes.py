@@ -1486,7 +1486,6 @@ def work_time(
             head_dim=attention.head_dim,
             datatype=datatype,
             gemm=_attention_gemm(attention),
-            window_keys=attention.window_keys,
         )
     return _work_time(
         flop_time, work.vector_flops, work.bytes_read + work.bytes_written, system, datatype
@@ -1535,7 +1534,7 @@ def work_times(
     """:func:`work_time` of each op (``works[i]``, ``gemms[i]``, ``attentions[i]``) by one call
     of the same rule on columns: equal element by element to the scalar call. None where the
     column cannot be: ops with and without a GEMM shape (or a fused attention kernel) together,
-    attention kernels of different head dimensions or windows, or a count not exact in float64
+    attention kernels of different head dimensions, or a count not exact in float64
     (:mod:`blueprinting.hardware.polymorphic`)."""
     import numpy as np
 
@@ -1560,22 +1559,10 @@ def work_times(
         seq = exact_column([a.seq_length for a in kernels])
         figures = GemmShapeColumns.of([_attention_gemm(a) for a in kernels])
         head_dims = {a.head_dim for a in kernels}
-        windows = {a.window_keys for a in kernels}
-        if (
-            len(kernels) != len(works)
-            or len(head_dims) != 1
-            or len(windows) != 1
-            or seq is None
-            or figures is None
-        ):
+        if len(kernels) != len(works) or len(head_dims) != 1 or seq is None or figures is None:
             return None
         flop_time = system.attention_time(
-            matrix,
-            seq_length=seq,
-            head_dim=head_dims.pop(),
-            datatype=datatype,
-            gemm=figures,
-            window_keys=windows.pop(),
+            matrix, seq_length=seq, head_dim=head_dims.pop(), datatype=datatype, gemm=figures
         )
     else:
         calls_shapes = [_gemm_calls(gemm) for gemm in gemms]
