@@ -18,7 +18,9 @@ the GPU count (its ``world_size``) and Megatron's ``--attention-backend``; figur
 source's unit, named in the key (``max_allocated_mib``: MiB = 2**20 bytes, what Megatron prints as
 "MB"; ``nvidia_smi_mb``: gpustat's "MB", also 2**20 bytes: ``MB = 1024 * 1024`` and
 ``memory.used // MB`` in wookayin/gpustat ``gpustat/core.py``, whose H100 80GB total reads
-"81559 MB", NVML's 81,559 MiB). A run Blueprinting cannot describe names
+"81559 MB", NVML's 81,559 MiB; gpustat >= 1.1 reads NVML's v2 ``used``, ``gpustat/nvml.py``,
+which leaves out the driver's reserve, so a figure is the process's own memory, compared with
+the plan's reserved peak as it is). A run Blueprinting cannot describe names
 why in ``excluded`` (:class:`ExclusionReason`) and keeps the keys that say so.
 
 Scoring (:func:`compare_measured_memory`): every included run is planned with
