@@ -157,6 +157,20 @@ def test_custom_recipe_is_not_modelled() -> None:
         from_mapping({**BASE, "fp8": "e4m3", "fp8_recipe": "custom"}, model=MODEL)
 
 
+@pytest.mark.parametrize("key", ["fp8_dot_product_attention", "fp8_multi_head_attention"])
+def test_fp8_attention_is_named_and_refused_as_not_modelled(key: str) -> None:
+    """Megatron's FP8 attention switches are known keys: false (Megatron's default) plans as if
+    unset; true is refused as not modelled, naming the key, never as an unknown key."""
+    fp8 = {**BASE, "fp8": "hybrid", "fp8_recipe": "mxfp8"}
+    assert from_mapping({**fp8, key: False}, model=MODEL) == from_mapping(fp8, model=MODEL)
+    with pytest.raises(UnsupportedError) as caught:
+        from_mapping({**fp8, key: True}, model=MODEL)
+    assert str(caught.value).startswith(
+        f"{key} = true (Transformer Engine's FP8 attention) is not modelled: cuDNN's FP8 "
+        "attention rates are published for Blackwell only"
+    )
+
+
 def _laws(precision: TrainingPrecision, system: str) -> list[tuple[str, str]]:
     spec = from_mapping(BASE, model=MODEL)
     mapping = replace(spec.mapping, precision=precision)

@@ -307,6 +307,12 @@ TRAINING_KEYS: Mapping[str, _Key] = {
     "fp4": _Key(kind=_Kind.FP4, choices=tuple(f.value for f in Fp4Format)),
     "fp4_recipe": _choice(*(r.value for r in Fp4Recipe), "custom"),
     "fp4_param_gather": _bool(),
+    # Transformer Engine's FP8 attention (Megatron-LM --fp8-dot-product-attention /
+    # --fp8-multi-head-attention, TransformerConfig fp8_dot_product_attention /
+    # fp8_multi_head_attention): false, Megatron's default, is what the planner prices; true is
+    # refused as not modelled (_precision)
+    "fp8_dot_product_attention": _bool(),
+    "fp8_multi_head_attention": _bool(),
 }
 
 # Keys both training and inference accept.
@@ -1520,6 +1526,14 @@ def _precision(
             )
         if values.get(recipe_key) == "custom":
             unsupported.append(f"{recipe_key} = custom (a user quantizer factory) is not modelled")
+    for key in ("fp8_dot_product_attention", "fp8_multi_head_attention"):
+        if values.get(key) is True:
+            unsupported.append(
+                f"{key} = true (Transformer Engine's FP8 attention) is not modelled: cuDNN's FP8 "
+                "attention rates are published for Blackwell only, and there its sliding-window "
+                "backward visits every causal tile (docs/VALIDATION.md, Stop 38); plan it at "
+                "the base precision, the default"
+            )
     layers = _high_precision_layers(values, fp8_on or fp4_on, problems)
     if fp8_on:
         recipe = _get_str(values, "fp8_recipe")
