@@ -127,19 +127,19 @@ CUDNN_GB200_CAUSAL_D128 = (
 )
 
 
-@pytest.mark.parametrize(("s", "forward", "backward", "ratio"), [
-    (*row, ratio)
-    for row, ratio in zip(
-        CUDNN_GB200_CAUSAL_D128, (1.323, 1.090, 1.017, 0.735, 0.671, 0.667, 0.649), strict=True
-    )
-])  # fmt: skip
-def test_the_gb200_table_against_cudnns_isolated_causal_kernel(
-    s: int, forward: float, backward: float, ratio: float
-) -> None:
-    """Stated, not adopted (docs/VALIDATION.md, Stop 38): the GB200 table (B200's in-step
-    FlashAttention-4 point, 834 TFLOP/s at 8k, scaled) sits within 2% of cuDNN's isolated kernel
-    at 2k, 27-35% below it from 4k up, and above it at 512-1k. Adopting cuDNN's isolated rates
-    would make every GB200 row faster, further from its measurement; this pins the gap so that a
-    change of the table shows here."""
-    model = GB200_FLASH_ATTENTION_4.flop_per_s(seq_length=s, head_dim=128) / 1e12
-    assert model / _combined(forward, backward) == pytest.approx(ratio, abs=0.0005)
+def test_the_gb200_table_against_cudnns_isolated_causal_kernel() -> None:
+    """Stated, not adopted (docs/VALIDATION.md, Stop 38): cuDNN's isolated causal kernel runs
+    36-49% above the GB200 table (B200's in-step FlashAttention-4 point, 834 TFLOP/s at 8k,
+    scaled) at 4k-8k, within 2% of it at 2k, and below it at 512; adopting cuDNN's isolated rates
+    would make every GB200 row faster, further from its measurement. The bands are the
+    documented statement, checked against the recorded measurement, so a change of the table
+    that contradicts the docs fails here."""
+    cudnn = {s: _combined(f, b) for s, f, b in CUDNN_GB200_CAUSAL_D128}
+
+    def model(s: int) -> float:
+        return GB200_FLASH_ATTENTION_4.flop_per_s(seq_length=s, head_dim=128) / 1e12
+
+    for s in (4096, 8192):
+        assert 1.36 <= cudnn[s] / model(s) <= 1.50
+    assert abs(cudnn[2048] / model(2048) - 1) <= 0.02
+    assert cudnn[512] < model(512)

@@ -208,14 +208,7 @@ def _most_even_uneven(
             candidates.append((None, one))
     best: tuple[tuple[int, int, int], tuple[int | None, int | None, tuple[int, ...]]] | None = None
     for first, last in candidates:
-        counts = stage_blocks(
-            num_layers,
-            PipelineParallel(
-                degree=p,
-                schedule=OneForwardOneBackward(),
-                layout=UnevenStages(first_stage_layers=first, last_stage_layers=last),
-            ),
-        )
+        counts = _uneven_counts(num_layers, p, first, last)
         if counts is None:
             continue
         # the most even split; on a tie the lighter last stage (it also holds the LM head, the
@@ -229,12 +222,22 @@ def _most_even_uneven(
     # name no end that the even split of the others gives anyway
     for drop_first, drop_last in ((False, True), (True, False)):
         kept = (None if drop_first else first, None if drop_last else last)
-        if kept not in ((None, None), (first, last)):
-            layout = UnevenStages(first_stage_layers=kept[0], last_stage_layers=kept[1])
-            pipeline = PipelineParallel(degree=p, schedule=OneForwardOneBackward(), layout=layout)
-            if stage_blocks(num_layers, pipeline) == counts:
-                first, last = kept
+        if kept not in ((None, None), (first, last)) and (
+            _uneven_counts(num_layers, p, *kept) == counts
+        ):
+            first, last = kept
     return first, last, counts
+
+
+def _uneven_counts(
+    num_layers: int, p: int, first: int | None, last: int | None
+) -> tuple[int, ...] | None:
+    """:func:`stage_blocks` of a decoder_first / decoder_last split (the schedule plays no
+    part in the counts)."""
+    layout = UnevenStages(first_stage_layers=first, last_stage_layers=last)
+    return stage_blocks(
+        num_layers, PipelineParallel(degree=p, schedule=OneForwardOneBackward(), layout=layout)
+    )
 
 
 def balanced_layout_hint(num_layers: int, mtp_layers: int, chunks: int) -> str:
@@ -244,6 +247,7 @@ def balanced_layout_hint(num_layers: int, mtp_layers: int, chunks: int) -> str:
     (:func:`~blueprinting.mapping.pipeline_layout.balanced_layout`: the embedding, each MTP
     depth and the loss one unit each, the units spread as evenly as they go; what
     ``search --pipeline-layouts balanced`` plans). A suggestion: the strategy stays refused."""
+    # imported here: pipeline_layout imports mapping.transformer, which re-exports these laws
     from blueprinting.mapping.pipeline_layout import (
         MAX_LAYOUT_STAGES,
         balanced_layout,
