@@ -199,3 +199,23 @@ def test_dense_model_refuses_moe_scopes() -> None:
 
 def test_the_search_applies_no_cuda_graph_law() -> None:
     assert not any(law.searched for law in CUDA_GRAPH_LAWS)
+
+
+def test_the_graphs_of_flat_keys_read_as_from_mapping_reads_them() -> None:
+    """``cuda_graphs_from_keys``: the validation tables' reading, the same variant the full
+    adapter builds, every problem at once, a bad implementation named."""
+    from blueprinting.mapping.flat_keys import cuda_graphs_from_keys
+
+    keys = {"cuda_graph_impl": "transformer_engine", "cuda_graph_scope": "moe_router attn"}
+    assert cuda_graphs_from_keys(keys) == _spec(**keys).mapping.cuda_graphs
+    assert str(cuda_graphs_from_keys(keys)) == "transformer_engine(attn moe_router)"
+    assert cuda_graphs_from_keys({"enable_cuda_graph": True}) == LocalCudaGraphs()
+    assert cuda_graphs_from_keys({}) == NoCudaGraphs()
+    with pytest.raises(ConfigError) as raised:
+        cuda_graphs_from_keys({"cuda_graph_scope": "full_iteration"})
+    assert raised.value.problems == (
+        "cuda_graph_scope = 'full_iteration' needs cuda_graph_impl = local or "
+        "transformer_engine (cuda_graph_impl is none)",
+    )
+    with pytest.raises(ConfigError, match="cuda_graph_impl 'loacl' is not one of none, local"):
+        cuda_graphs_from_keys({"cuda_graph_impl": "loacl"})

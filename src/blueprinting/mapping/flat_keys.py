@@ -2037,6 +2037,21 @@ def _cuda_graphs(values: Mapping[str, FlatValue], problems: list[str]) -> CudaGr
             assert_never(unreachable)
 
 
+def cuda_graphs_from_keys(values: Mapping[str, FlatValue]) -> CudaGraphs:
+    """The CUDA graphs that flat ``values`` name (Megatron spellings and the deprecated flags
+    read as :func:`from_mapping` reads them); :class:`ConfigError` with every problem."""
+    canonical = {canonical_key(key): value for key, value in values.items()}
+    impl = _get_str(canonical, "cuda_graph_impl")
+    choices = [choice.value for choice in CudaGraphImpl]
+    if impl is not None and impl not in choices:
+        raise ConfigError([f"cuda_graph_impl {impl!r} is not one of {', '.join(choices)}"])
+    problems: list[str] = []
+    graphs = _cuda_graphs(canonical, problems)
+    if problems:
+        raise ConfigError(problems)
+    return graphs
+
+
 def cuda_graph_keys(graphs: CudaGraphs) -> dict[str, FlatValue]:
     """The CUDA graph keys of a strategy (none when graphs are off, Megatron's default)."""
     impl = cuda_graph_impl(graphs)

@@ -13,8 +13,9 @@ if TYPE_CHECKING:
 @final
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GateRow:
-    """A gate as shown: its name, rows scored, the value reached and the limit (as text), how
-    many rows fail it, and whether it passes."""
+    """A gate as shown: its name, rows scored, the value reached and the limit (as text), the
+    least value the rows allow any predictor ("-" where none is derived), how many rows fail
+    it, and whether it passes."""
 
     gate: str
     count: int
@@ -22,13 +23,14 @@ class GateRow:
     limit: str
     failing: int
     passed: bool
+    floor: str = "-"
 
 
-def render_gate_table(title: str, rows: Iterable[GateRow]) -> Table:
+def render_gate_table(title: str, rows: Iterable[GateRow], caption: str | None = None) -> Table:
     from rich.table import Table
 
-    out = Table(title=title)
-    for column in ("gate", "rows", "reached", "limit", "failing", "result"):
+    out = Table(title=title, caption=caption, caption_justify="left")
+    for column in ("gate", "rows", "reached", "limit", "floor", "failing", "result"):
         out.add_column(column)
     for row in rows:
         out.add_row(
@@ -36,6 +38,7 @@ def render_gate_table(title: str, rows: Iterable[GateRow]) -> Table:
             str(row.count),
             row.reached,
             row.limit,
+            row.floor,
             str(row.failing),
             "PASS" if row.passed else "FAIL",
         )

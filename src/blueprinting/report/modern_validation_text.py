@@ -110,10 +110,28 @@ def _gate_value(result: GateResult[GateT]) -> tuple[str, str]:
             assert_never(unreachable)
 
 
+def unattainable_note(result: GateResult[GateT]) -> str | None:
+    """Why no predictor can pass ``result`` on its rows (None where its floor allows it)."""
+    floor = result.floor
+    if floor is None or result.attainable or floor.prediction_s is None:
+        return None
+    measured = ", ".join(
+        f"{run} {seconds:.2f} s" for run, seconds in zip(floor.runs, floor.measured_s, strict=True)
+    )
+    return (
+        f"{result.gate}: unattainable on these rows, floor {100.0 * floor.value:.1f}% > "
+        f"{100.0 * result.limit:.0f}%. Runs with the same inputs were measured at {measured}; "
+        f"one prediction serves them all, and the best, {floor.prediction_s:.2f} s, misses the "
+        f"outermost by {100.0 * floor.value:.1f}%."
+    )
+
+
 def render_iteration_gates(title: str, gates: Sequence[GateResult[GateT]]) -> Table:
-    """Iteration-time gates: value reached, limit, rows failing, verdict."""
+    """Iteration-time gates: value reached, limit, the floor the rows allow, rows failing,
+    verdict; a caption says why a gate no predictor can pass is unattainable."""
     from blueprinting.report.gate_table import GateRow, render_gate_table
 
+    notes = [note for result in gates if (note := unattainable_note(result)) is not None]
     return render_gate_table(
         title,
         (
@@ -122,11 +140,15 @@ def render_iteration_gates(title: str, gates: Sequence[GateResult[GateT]]) -> Ta
                 count=result.count,
                 reached=_gate_value(result)[0],
                 limit=_gate_value(result)[1],
+                floor="-"
+                if result.floor is None
+                else percent_text(result.floor.value, signed=False),
                 failing=len(result.failing),
                 passed=result.passed,
             )
             for result in gates
         ),
+        caption="\n".join(notes) if notes else None,
     )
 
 

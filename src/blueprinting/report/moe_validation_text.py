@@ -66,9 +66,10 @@ def render_moe_rows(validation: MoeValidation) -> Table:
 
 def render_moe_summaries(validation: MoeValidation) -> Table:
     """|error| over the planned MoE runs: all, per model, per GPU generation, per dispatcher,
-    per container release."""
+    per CUDA-graph capture, per container release."""
     return render_error_summaries(
-        "MoE runs: |error| by model, GPU generation, dispatcher and release", validation.summaries
+        "MoE runs: |error| by model, GPU generation, dispatcher, CUDA graphs and release",
+        validation.summaries,
     )
 
 

@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, assert_never, final
 from blueprinting.errors import BlueprintingError, ProblemCollector
 from blueprinting.mapping.flat_keys import FlatValue, canonical_key, from_mapping
 from blueprinting.mapping.transformer import AttentionBackend, TrainingSpec
+from blueprinting.validation.attainable import ErrorFloor
 from blueprinting.validation.fields import (
     boolean,
     choice,
@@ -572,6 +573,12 @@ class MemoryGateResult:
     value: float | None
     limit: float
     failing: tuple[str, ...]
+
+    @property
+    def floor(self) -> ErrorFloor | None:
+        """No floor is derived for the memory gates (a verdict or a median, not a max: the
+        :mod:`~blueprinting.validation.attainable` argument needs a max over the runs)."""
+        return None
 
     @property
     def passed(self) -> bool:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import difflib
 import re
 import statistics
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -56,6 +56,12 @@ from blueprinting.mapping.precision import (
     precision_choice,
 )
 from blueprinting.mapping.transformer import TrainingSpec
+from blueprinting.validation.attainable import (
+    ErrorFloor,
+    MeasuredInput,
+    flat_inputs,
+    max_error_floor,
+)
 from blueprinting.validation.fields import (
     enum_or_none,
     fixture_path,
@@ -280,6 +286,19 @@ class ModernRun:
     def release(self) -> str | None:
         """The NeMo container the row was measured in (:func:`software_release`)."""
         return software_release(self.framework)
+
+    @property
+    def inputs(self) -> Hashable:
+        """What a predictor reads of the run (system, GPUs, model preset and keys, strategy
+        keys), equal for runs it must plan alike; the release, provenance and notes are not
+        inputs (:func:`~blueprinting.validation.attainable.flat_inputs`)."""
+        return flat_inputs(
+            system=self.system,
+            num_gpus=self.num_gpus,
+            model_preset=self.model_preset,
+            model_keys=self.model_keys,
+            strategy_keys=self.strategy_keys,
+        )
 
     def _size(self, key: str) -> int:
         value = self.strategy_keys.get(key, 1)
@@ -838,6 +857,14 @@ class GateResult(Generic[GateT]):
     value: float | None
     limit: float
     failing: tuple[str, ...]
+    #: The least value any predictor reading only the runs' inputs reaches (MAX_ERROR gates;
+    #: :mod:`blueprinting.validation.attainable`), None where not derived.
+    floor: ErrorFloor | None = None
+
+    @property
+    def attainable(self) -> bool:
+        """False where :attr:`floor` shows that no predictor can pass the gate on these rows."""
+        return self.floor is None or self.floor.value <= self.limit
 
     @property
     def passed(self) -> bool:
@@ -863,9 +890,11 @@ def iteration_gates(
     *,
     median_limit: float,
     max_limit: float,
+    max_floor: ErrorFloor | None = None,
 ) -> tuple[GateResult[GateT], GateResult[GateT], GateResult[GateT]]:
     """The median and max |error| over the planned rows and the share of rows planned, named
-    ``names`` (median, max, all planned)."""
+    ``names`` (median, max, all planned); ``max_floor`` is the max gate's floor
+    (:func:`planned_floor`)."""
     planned = [row for row in rows if row.planned]
     magnitudes = {row.run_id: abs(row.relative_error or 0.0) for row in planned}
     median_name, max_name, all_name = names
@@ -885,6 +914,7 @@ def iteration_gates(
             value=max(magnitudes.values()) if magnitudes else None,
             limit=max_limit,
             failing=tuple(run_id for run_id, error in magnitudes.items() if error > max_limit),
+            floor=max_floor,
         ),
         GateResult(
             gate=all_name,
@@ -957,12 +987,25 @@ def summarise(rows: Sequence[ModernRow]) -> tuple[ErrorSummary[SummaryAxis], ...
     return tuple(out)
 
 
-def _gates(rows: Sequence[ModernRow]) -> tuple[ModernGateResult, ...]:
+def planned_floor(scored: Iterable[tuple[ModernRun, ModernRow]]) -> ErrorFloor:
+    """The floor of the max-|error| gate over the planned rows of ``scored`` (run, its row):
+    runs with equal inputs (:attr:`ModernRun.inputs`) get one prediction."""
+    return max_error_floor(
+        MeasuredInput(run_id=row.run_id, inputs=run.inputs, measured_s=row.measured_s)
+        for run, row in scored
+        if row.planned
+    )
+
+
+def _gates(
+    rows: Sequence[ModernRow], floor: ErrorFloor | None = None
+) -> tuple[ModernGateResult, ...]:
     return iteration_gates(
         rows,
         (ModernGate.MEDIAN_ERROR, ModernGate.MAX_ERROR, ModernGate.ALL_PLANNED),
         median_limit=MEDIAN_ERROR_LIMIT,
         max_limit=MAX_ERROR_LIMIT,
+        max_floor=floor,
     )
 
 
@@ -974,6 +1017,7 @@ def compare_modern_runs(
     chosen = load_modern_runs() if runs is None else runs
     rows: list[ModernRow] = []
     compared: list[ModernRow] = []
+    compared_runs: list[tuple[ModernRun, ModernRow]] = []
     for run in chosen:
         predicted: float | None
         if run.excluded is not None:
@@ -1008,8 +1052,13 @@ def compare_modern_runs(
         )
         if run.excluded is None:
             compared.append(rows[-1])
+            compared_runs.append((run, rows[-1]))
     # Excluded rows stay in the table and the summaries' row counts, outside the gates.
-    return ModernValidation(rows=tuple(rows), summaries=summarise(rows), gates=_gates(compared))
+    return ModernValidation(
+        rows=tuple(rows),
+        summaries=summarise(rows),
+        gates=_gates(compared, planned_floor(compared_runs)),
+    )
 
 
 class GateJson(Protocol):
@@ -1027,10 +1076,15 @@ class GateJson(Protocol):
     def failing(self) -> tuple[str, ...]: ...
     @property
     def passed(self) -> bool: ...
+    @property
+    def floor(self) -> ErrorFloor | None: ...
 
 
 def gates_json(results: Sequence[GateJson]) -> list[dict[str, object]]:
-    """The ``gates`` list of a ``validate --json`` section (memory, modern, MoE)."""
+    """The ``gates`` list of a ``validate --json`` section (memory, modern, MoE).
+    ``attainable_floor`` is the least value any predictor reading only the runs' inputs reaches
+    (null where none is derived), ``floor_runs`` the runs that set it and
+    ``floor_prediction_s`` the prediction that attains it on them."""
     return [
         {
             "name": str(result.gate),
@@ -1039,6 +1093,9 @@ def gates_json(results: Sequence[GateJson]) -> list[dict[str, object]]:
             "limit": result.limit,
             "failing": list(result.failing),
             "passed": result.passed,
+            "attainable_floor": None if result.floor is None else result.floor.value,
+            "floor_runs": [] if result.floor is None else list(result.floor.runs),
+            "floor_prediction_s": None if result.floor is None else result.floor.prediction_s,
         }
         for result in results
     ]

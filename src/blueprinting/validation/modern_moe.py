@@ -28,9 +28,11 @@ from pathlib import Path
 from typing import assert_never, final
 
 from blueprinting.errors import ConfigError, ProblemCollector
-from blueprinting.mapping.flat_keys import FlatValue, canonical_key
+from blueprinting.mapping.cuda_graphs import CudaGraphImpl, CudaGraphs
+from blueprinting.mapping.flat_keys import FlatValue, canonical_key, cuda_graphs_from_keys
 from blueprinting.mapping.presets import did_you_mean
 from blueprinting.mapping.transformer import DispatcherType, FlexBackend
+from blueprinting.validation.attainable import ErrorFloor
 from blueprinting.validation.fields import fixture_path
 from blueprinting.validation.modern import (
     ErrorSummary,
@@ -47,6 +49,7 @@ from blueprinting.validation.modern import (
     iteration_gates,
     load_modern_runs,
     modern_row_json,
+    planned_floor,
     release_groups,
     summaries_json,
 )
@@ -165,6 +168,9 @@ class MoeRow:
     virtual_pipeline: int
     pipeline_layout: str | None
     dispatcher: MoeDispatcher
+    #: The CUDA graphs the recipe captures (``none``: eager launches, each op issued by the
+    #: host).
+    cuda_graphs: CudaGraphs
 
     @property
     def run_id(self) -> str:
@@ -190,6 +196,7 @@ def _moe_row(run: ModernRun, row: ModernRow) -> MoeRow:
         virtual_pipeline=_size(keys, "virtual_pipeline_model_parallel_size", 1),
         pipeline_layout=layout if isinstance(layout, str) else None,
         dispatcher=moe_dispatcher(keys),
+        cuda_graphs=cuda_graphs_from_keys(keys),
     )
 
 
@@ -200,6 +207,7 @@ class MoeSummaryAxis(StrEnum):
     MODEL = "model"
     GENERATION = "generation"
     DISPATCHER = "dispatcher"
+    CUDA_GRAPHS = "cuda_graphs"
     RELEASE = "release"
 
 
@@ -220,8 +228,9 @@ MoeValidation = IterationValidation[MoeRow, MoeSummaryAxis, MoeGate]
 
 def summarise_moe(rows: Sequence[MoeRow]) -> tuple[MoeErrorSummary, ...]:
     """All rows, then per model (in first-seen order), per GPU generation and per dispatcher
-    (each in its enum's order), per container release (:func:`~blueprinting.validation.modern.
-    release_groups`); groups without rows are left out."""
+    (each in its enum's order), per CUDA-graph capture (eager first), per container release
+    (:func:`~blueprinting.validation.modern.release_groups`); groups without rows are left
+    out."""
     out = [error_summary(MoeSummaryAxis.ALL, "all", rows)]
     for model in dict.fromkeys(row.row.model for row in rows):
         members = [row for row in rows if row.row.model == model]
@@ -234,17 +243,34 @@ def summarise_moe(rows: Sequence[MoeRow]) -> tuple[MoeErrorSummary, ...]:
         members = [row for row in rows if row.dispatcher is dispatcher]
         if members:
             out.append(error_summary(MoeSummaryAxis.DISPATCHER, dispatcher.value, members))
+    for graphs in sorted({str(row.cuda_graphs) for row in rows}, key=_graphs_order):
+        members = [row for row in rows if str(row.cuda_graphs) == graphs]
+        out.append(error_summary(MoeSummaryAxis.CUDA_GRAPHS, graphs, members))
     for name, members in release_groups(rows, lambda row: row.row.release):
         out.append(error_summary(MoeSummaryAxis.RELEASE, name, members))
     return tuple(out)
 
 
-def _gates(rows: Sequence[MoeRow]) -> tuple[MoeGateResult, ...]:
+#: The CUDA-graph split's order: eager launches, Transformer Engine's per-module captures, then
+#: Megatron's local graphs (per layer or the full iteration).
+_GRAPHS_ORDER: tuple[CudaGraphImpl, ...] = (
+    CudaGraphImpl.NONE,
+    CudaGraphImpl.TRANSFORMER_ENGINE,
+    CudaGraphImpl.LOCAL,
+)
+
+
+def _graphs_order(text: str) -> tuple[int, str]:
+    return (_GRAPHS_ORDER.index(CudaGraphImpl(text.split("(", maxsplit=1)[0])), text)
+
+
+def _gates(rows: Sequence[MoeRow], floor: ErrorFloor | None = None) -> tuple[MoeGateResult, ...]:
     return iteration_gates(
         rows,
         (MoeGate.MEDIAN_ERROR, MoeGate.MAX_ERROR, MoeGate.ALL_PLANNED),
         median_limit=MOE_MEDIAN_ERROR_LIMIT,
         max_limit=MOE_MAX_ERROR_LIMIT,
+        max_floor=floor,
     )
 
 
@@ -259,7 +285,10 @@ def compare_moe_runs(
     rows = tuple(_moe_row(run, row) for run, row in zip(chosen, scored, strict=True))
     # excluded rows stay in the table and the summaries' row counts, outside the gates
     compared = [row for run, row in zip(chosen, rows, strict=True) if run.excluded is None]
-    return MoeValidation(rows=rows, summaries=summarise_moe(rows), gates=_gates(compared))
+    floor = planned_floor(
+        (run, row) for run, row in zip(chosen, scored, strict=True) if run.excluded is None
+    )
+    return MoeValidation(rows=rows, summaries=summarise_moe(rows), gates=_gates(compared, floor))
 
 
 def moe_to_json_dict(validation: MoeValidation) -> dict[str, object]:
@@ -277,6 +306,7 @@ def moe_to_json_dict(validation: MoeValidation) -> dict[str, object]:
                     "vp": row.virtual_pipeline,
                     "pipeline_layout": row.pipeline_layout,
                     "dispatcher": str(row.dispatcher),
+                    "cuda_graphs": str(row.cuda_graphs),
                 },
             )
             for row in validation.rows
