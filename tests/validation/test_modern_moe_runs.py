@@ -8,6 +8,7 @@ it against that file when it is present (skipped on a clone without ``shared/``)
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from blueprinting.mapping.cuda_graphs import (
     TransformerEngineCudaGraphs,
 )
 from blueprinting.validation.modern import (
+    ErrorSummary,
     GpuGeneration,
     ModernExclusion,
     ModernRun,
@@ -646,6 +648,14 @@ def test_an_expert_grid_exclusion_holds_only_where_the_grid_cannot_be_placed(
     ) in raised.value.problems
 
 
+def _split(
+    predict: Callable[[ModernRun], float], axis: MoeSummaryAxis
+) -> tuple[MoeValidation, list[ErrorSummary[MoeSummaryAxis]]]:
+    """The fixture scored by ``predict`` and its summaries along ``axis``."""
+    validation = compare_moe_runs(predict, _RUNS)
+    return validation, [s for s in validation.summaries if s.axis is axis]
+
+
 def test_scoring_splits_the_moe_error_by_release() -> None:
     """Megatron-Bridge's tables by container, oldest first; the ModelZoo's Mixtral rows name
     none and close the split as ``unstated``. A stand-in exact on the 26.06+ containers and
@@ -655,8 +665,7 @@ def test_scoring_splits_the_moe_error_by_release() -> None:
         recent = run.release is not None and release_order(run.release) >= (26, 6, 1, 0)
         return (1.0 if recent else 0.8) * run.measured_iteration_time_s()
 
-    validation = compare_moe_runs(stand_in, _RUNS)
-    releases = [s for s in validation.summaries if s.axis.value == "release"]
+    validation, releases = _split(stand_in, MoeSummaryAxis.RELEASE)
     assert [(s.group, s.rows, s.planned) for s in releases] == [
         ("25.09", 10, 9),
         ("25.11", 9, 7),
@@ -685,8 +694,7 @@ def test_scoring_splits_the_moe_error_by_cuda_graphs() -> None:
         full = run.strategy_keys.get("cuda_graph_scope") == "full_iteration"
         return (1.0 if full else 0.8) * run.measured_iteration_time_s()
 
-    validation = compare_moe_runs(stand_in, _RUNS)
-    graphs = [s for s in validation.summaries if s.axis is MoeSummaryAxis.CUDA_GRAPHS]
+    validation, graphs = _split(stand_in, MoeSummaryAxis.CUDA_GRAPHS)
     assert [(s.group, s.rows, s.planned) for s in graphs] == [
         ("none", 38, 36),
         ("transformer_engine(attn moe_router moe_preprocess)", 8, 8),
