@@ -217,5 +217,10 @@ def test_the_graphs_of_flat_keys_read_as_from_mapping_reads_them() -> None:
         "cuda_graph_scope = 'full_iteration' needs cuda_graph_impl = local or "
         "transformer_engine (cuda_graph_impl is none)",
     )
-    with pytest.raises(ConfigError, match="cuda_graph_impl 'loacl' is not one of none, local"):
-        cuda_graphs_from_keys({"cuda_graph_impl": "loacl"})
+    with pytest.raises(ConfigError) as misspelt:
+        cuda_graphs_from_keys({"cuda_graph_impl": "loacl", "enable_cuda_graph": "yes"})
+    assert misspelt.value.problems == (
+        "cuda_graph_impl must be one of none, local, transformer_engine, got 'loacl' (did you "
+        "mean 'local'?)",
+        "enable_cuda_graph must be a boolean, got 'yes' (str)",
+    )

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import math
+from dataclasses import replace
 
 import pytest
 from hypothesis import given
@@ -13,12 +15,19 @@ from blueprinting.errors import ConfigError
 from blueprinting.report.modern_validation_text import unattainable_note
 from blueprinting.report.moe_validation_text import render_moe_gates
 from blueprinting.validation.attainable import MeasuredInput, max_error_floor
-from blueprinting.validation.modern import ModernRun, gates_json, load_modern_runs
+from blueprinting.validation.modern import (
+    ModernMeasured,
+    ModernRun,
+    gates_json,
+    load_modern_runs,
+)
 from blueprinting.validation.modern_moe import (
     MOE_MAX_ERROR_LIMIT,
     MoeGate,
+    MoeSummaryAxis,
     compare_moe_runs,
     load_moe_runs,
+    moe_to_json_dict,
 )
 
 _QWEN_H100 = "mbridge_26.02{}_pretrain_qwen3_30b_a3b_h100_n16_fp8_gbs1024"
@@ -34,6 +43,7 @@ def _rows(groups: list[list[float]]) -> list[MeasuredInput]:
 
 def test_two_runs_of_one_input_set_the_floor_at_their_spread() -> None:
     floor = max_error_floor(_rows([[28.0, 52.0], [10.0], [5.0, 5.0]]))
+    assert floor is not None
     assert floor.value == pytest.approx(24.0 / 80.0, rel=1e-15)
     assert floor.runs == ("g0r0", "g0r1") and floor.measured_s == (28.0, 52.0)
     assert floor.prediction_s is not None
@@ -45,20 +55,33 @@ def test_two_runs_of_one_input_set_the_floor_at_their_spread() -> None:
 
 def test_runs_with_distinct_inputs_allow_a_perfect_prediction() -> None:
     floor = max_error_floor(_rows([[3.0], [4.0], [7.0, 7.0]]))
+    assert floor is not None
     assert floor.value == 0.0 and floor.runs == () and floor.prediction_s is None
+    assert max_error_floor([]) is None
 
 
-def test_a_measurement_that_is_not_positive_is_refused_with_every_run_named() -> None:
+def test_extreme_measurements_neither_overflow_nor_vanish() -> None:
+    """Ratios, not products: a floor and a prediction for any finite positive times."""
+    floor = max_error_floor(_rows([[1e-303, 3e-303], [1e308, 1.7e308]]))
+    assert floor is not None and floor.prediction_s is not None
+    assert floor.value == pytest.approx(0.5, rel=1e-12)
+    assert floor.prediction_s == pytest.approx(1.5e-303, rel=1e-12)
+    json.dumps({"floor": floor.value, "prediction": floor.prediction_s}, allow_nan=False)
+
+
+def test_a_measurement_that_is_not_finite_and_positive_is_refused_with_every_run_named() -> None:
     rows = [
         MeasuredInput(run_id="a", inputs=0, measured_s=0.0),
         MeasuredInput(run_id="b", inputs=0, measured_s=-1.0),
-        MeasuredInput(run_id="c", inputs=0, measured_s=2.0),
+        MeasuredInput(run_id="c", inputs=0, measured_s=math.inf),
+        MeasuredInput(run_id="d", inputs=0, measured_s=2.0),
     ]
     with pytest.raises(ConfigError) as raised:
         max_error_floor(rows)
     assert list(raised.value.problems) == [
-        "run 'a': measured_s must be > 0, got 0.0",
-        "run 'b': measured_s must be > 0, got -1.0",
+        "run 'a': measured_s must be finite and > 0, got 0.0",
+        "run 'b': measured_s must be finite and > 0, got -1.0",
+        "run 'c': measured_s must be finite and > 0, got inf",
     ]
 
 
@@ -71,6 +94,7 @@ def test_no_prediction_per_input_beats_the_floor(
     groups: list[list[float]], data: st.DataObject
 ) -> None:
     floor = max_error_floor(_rows(groups))
+    assert floor is not None
     predictions = [data.draw(_TIMES) for _ in groups]
     worst = max(
         abs(predictions[g] / seconds - 1) for g, times in enumerate(groups) for seconds in times
@@ -81,6 +105,7 @@ def test_no_prediction_per_input_beats_the_floor(
 @given(groups=_GROUPS)
 def test_the_harmonic_means_attain_the_floor(groups: list[list[float]]) -> None:
     floor = max_error_floor(_rows(groups))
+    assert floor is not None
     worst = 0.0
     for times in groups:
         lo, hi = min(times), max(times)
@@ -133,3 +158,54 @@ def test_the_dense_max_gate_is_within_reach() -> None:
     assert round(gate.floor.value, 4) == 0.0470
     assert len(gate.floor.runs) == 3 and all("LLAMA3_70B_64gpu_NVFP4" in r for r in gate.floor.runs)
     assert unattainable_note(gate) is None
+
+
+def test_runs_that_plan_alike_share_a_group_whatever_their_keys_spell() -> None:
+    """``ModernRun.inputs`` keys on the built spec: a stated default (Megatron's etp = t) and an
+    alias spelling fall in one group with the run that leaves them out."""
+    (base,) = [r for r in load_moe_runs() if r.id == _QWEN_H100.format("")]
+    keys = dict(base.strategy_keys)
+    keys.pop("expert_tensor_parallel_size", None)
+    plain = replace(base, id="plain", strategy_keys=keys)
+    stated = replace(
+        base,
+        id="stated",
+        strategy_keys={**keys, "expert_tensor_parallel_size": 1},
+        measured=ModernMeasured(tokens_per_s_per_gpu=4000.0),
+    )
+    assert plain.inputs == stated.inputs
+    validation = compare_moe_runs(_any_prediction, [plain, stated])
+    gate = validation.gate(MoeGate.MAX_ERROR)
+    assert gate.floor is not None and gate.floor.runs == ("plain", "stated")
+    assert gate.floor.value == pytest.approx((5113 - 4000) / (5113 + 4000), rel=1e-12)
+
+
+def test_a_row_whose_graph_keys_do_not_read_is_left_not_planned_not_fatal() -> None:
+    """A user fixture with a misspelt ``cuda_graph_impl``: that row is not planned, with the
+    adapter's did-you-mean, and the split groups it as ``unread``; the rest is scored."""
+    runs = load_moe_runs()
+    bad = replace(runs[0], strategy_keys={**runs[0].strategy_keys, "cuda_graph_impl": "loacl"})
+
+    def plans(run: ModernRun) -> float:
+        run.training_spec()
+        return run.measured_iteration_time_s()
+
+    validation = compare_moe_runs(plans, [bad, *runs[1:]])
+    (row,) = [r for r in validation.rows if r.run_id == bad.id]
+    assert row.cuda_graphs is None and not row.planned
+    assert "did you mean 'local'?" in row.row.not_planned
+    groups = {s.group: s for s in validation.summaries if s.axis is MoeSummaryAxis.CUDA_GRAPHS}
+    assert (groups["unread"].rows, groups["unread"].planned) == (1, 0)
+    assert list(groups)[-1] == "unread"
+    document = json.loads(json.dumps(moe_to_json_dict(validation), allow_nan=False))
+    (entry,) = [r for r in document["rows"] if r["run"] == bad.id]
+    assert entry["cuda_graphs"] is None
+
+
+def test_a_gate_with_no_planned_row_has_no_floor() -> None:
+    def refuses(run: ModernRun) -> float:
+        raise ConfigError([f"{run.id}: refused"])
+
+    validation = compare_moe_runs(refuses, load_moe_runs())
+    gate = validation.gate(MoeGate.MAX_ERROR)
+    assert gate.count == 0 and gate.floor is None and gate.attainable

@@ -2037,16 +2037,34 @@ def _cuda_graphs(values: Mapping[str, FlatValue], problems: list[str]) -> CudaGr
             assert_never(unreachable)
 
 
+#: The keys :func:`cuda_graphs_from_keys` reads.
+_CUDA_GRAPH_KEYS = (
+    "cuda_graph_impl",
+    "cuda_graph_scope",
+    "enable_cuda_graph",
+    "external_cuda_graph",
+)
+
+
 def cuda_graphs_from_keys(values: Mapping[str, FlatValue]) -> CudaGraphs:
-    """The CUDA graphs that flat ``values`` name (Megatron spellings and the deprecated flags
-    read as :func:`from_mapping` reads them); :class:`ConfigError` with every problem."""
+    """The CUDA graphs that flat ``values`` name, read as :func:`from_mapping` reads them (the
+    same value checks and messages, Megatron spellings, the deprecated flags); the other keys
+    are ignored. :class:`ConfigError` with every problem."""
     canonical = {canonical_key(key): value for key, value in values.items()}
-    impl = _get_str(canonical, "cuda_graph_impl")
-    choices = [choice.value for choice in CudaGraphImpl]
-    if impl is not None and impl not in choices:
-        raise ConfigError([f"cuda_graph_impl {impl!r} is not one of {', '.join(choices)}"])
     problems: list[str] = []
-    graphs = _cuda_graphs(canonical, problems)
+    parsed: dict[str, FlatValue] = {}
+    for key in _CUDA_GRAPH_KEYS:
+        value = canonical.get(key)
+        if value is None:
+            continue
+        read = _parse_value(key, value, TRAINING_KEYS[key])
+        if isinstance(read, _Problem):
+            problems.append(read.text)
+        else:
+            parsed[key] = read
+    if problems:
+        raise ConfigError(problems)
+    graphs = _cuda_graphs(parsed, problems)
     if problems:
         raise ConfigError(problems)
     return graphs

@@ -1,15 +1,16 @@
 """The least error a gate's rows allow: what no cost model can beat on a fixture.
 
-A predictor reads a run's inputs (system, GPU count, model and strategy keys), so runs with the
-same inputs get the same prediction. Where such runs were measured at different times (the same
+A predictor reads a run's inputs (the system and the training spec its keys build), so runs with
+the same inputs get the same prediction. Where such runs were measured at different times (the same
 Megatron-Bridge recipe in two NeMo containers), every prediction misses one of them, and a gate
 on the largest |relative error| has a floor no model can go under. For a group measured between
 ``lo`` and ``hi`` seconds, the relative error ``|p / m - 1|`` of the worst member is
 ``max((p - lo) / lo, (hi - p) / hi)`` for ``lo <= p <= hi`` (outside that range both grow), the
 first term rising in ``p`` and the second falling; they meet at ``p = 2 lo hi / (lo + hi)``, the
 harmonic mean of the two, where both equal ``(hi - lo) / (hi + lo)``. The floor of the max gate
-is the largest of these over the groups, and the harmonic means attain it, so it is exact, not a
-bound.
+is the largest of these over the groups, and the harmonic means attain it: exact for inputs as
+the caller keys them (``ModernRun.inputs`` keys on the built spec, so spellings and stated
+defaults that plan alike fall in one group).
 
 The median gate has no such floor here: one prediction per group can match one run of it
 exactly, and most groups hold one run.
@@ -17,8 +18,9 @@ exactly, and most groups hold one run.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from typing import final
 
@@ -51,47 +53,34 @@ class ErrorFloor:
     prediction_s: float | None
 
 
-def max_error_floor(rows: Iterable[MeasuredInput]) -> ErrorFloor:
-    """The floor of a max-|error| gate over ``rows`` (module docstring); 0 with no runs where no
-    two runs with equal inputs were measured apart."""
+def max_error_floor(rows: Iterable[MeasuredInput]) -> ErrorFloor | None:
+    """The floor of a max-|error| gate over ``rows`` (module docstring); None with no rows, 0
+    where no two runs with equal inputs were measured apart. Computed from the ratio of the
+    fastest to the slowest time, so no finite input overflows."""
     groups: dict[Hashable, list[MeasuredInput]] = defaultdict(list)
     problems: list[str] = []
     for row in rows:
-        if not row.measured_s > 0:
-            problems.append(f"run {row.run_id!r}: measured_s must be > 0, got {row.measured_s!r}")
+        if not (math.isfinite(row.measured_s) and row.measured_s > 0):
+            problems.append(
+                f"run {row.run_id!r}: measured_s must be finite and > 0, got {row.measured_s!r}"
+            )
         groups[row.inputs].append(row)
     if problems:
         raise ConfigError(problems)
+    if not groups:
+        return None
     best = ErrorFloor(value=0.0, runs=(), measured_s=(), prediction_s=None)
     for members in groups.values():
         lo = min(member.measured_s for member in members)
         hi = max(member.measured_s for member in members)
-        spread = (hi - lo) / (hi + lo)
+        ratio = lo / hi
+        spread = (1.0 - ratio) / (1.0 + ratio)
         if spread > best.value:
             best = ErrorFloor(
                 value=spread,
                 runs=tuple(member.run_id for member in members),
                 measured_s=tuple(member.measured_s for member in members),
-                prediction_s=2.0 * lo * hi / (lo + hi),
+                # 2 lo hi / (lo + hi), written so that it never exceeds hi
+                prediction_s=hi * (2.0 * ratio / (1.0 + ratio)),
             )
     return best
-
-
-def flat_inputs(
-    *,
-    system: str,
-    num_gpus: int,
-    model_preset: str | None,
-    model_keys: Mapping[str, object],
-    strategy_keys: Mapping[str, object],
-) -> Hashable:
-    """The inputs a predictor reads of a fixture run, as one hashable value: equal exactly when
-    the run would be planned the same way (values compared by ``repr``, so lists and tables
-    compare by content)."""
-    return (
-        system,
-        num_gpus,
-        model_preset,
-        tuple(sorted((key, repr(value)) for key, value in model_keys.items())),
-        tuple(sorted((key, repr(value)) for key, value in strategy_keys.items())),
-    )

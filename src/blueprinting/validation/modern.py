@@ -56,12 +56,7 @@ from blueprinting.mapping.precision import (
     precision_choice,
 )
 from blueprinting.mapping.transformer import TrainingSpec
-from blueprinting.validation.attainable import (
-    ErrorFloor,
-    MeasuredInput,
-    flat_inputs,
-    max_error_floor,
-)
+from blueprinting.validation.attainable import ErrorFloor, MeasuredInput, max_error_floor
 from blueprinting.validation.fields import (
     enum_or_none,
     fixture_path,
@@ -289,16 +284,11 @@ class ModernRun:
 
     @property
     def inputs(self) -> Hashable:
-        """What a predictor reads of the run (system, GPUs, model preset and keys, strategy
-        keys), equal for runs it must plan alike; the release, provenance and notes are not
-        inputs (:func:`~blueprinting.validation.attainable.flat_inputs`)."""
-        return flat_inputs(
-            system=self.system,
-            num_gpus=self.num_gpus,
-            model_preset=self.model_preset,
-            model_keys=self.model_keys,
-            strategy_keys=self.strategy_keys,
-        )
+        """What the predictor reads of the run: the system, the training spec its keys build
+        (so aliases and stated defaults that plan alike compare equal) and the Megatron rules it
+        is planned without; the release, provenance and notes are not inputs. Raises what
+        :meth:`training_spec` raises for keys the adapter refuses."""
+        return (self.system, self.training_spec(), self.waived_megatron_rules)
 
     def _size(self, key: str) -> int:
         value = self.strategy_keys.get(key, 1)
@@ -987,9 +977,10 @@ def summarise(rows: Sequence[ModernRow]) -> tuple[ErrorSummary[SummaryAxis], ...
     return tuple(out)
 
 
-def planned_floor(scored: Iterable[tuple[ModernRun, ModernRow]]) -> ErrorFloor:
+def planned_floor(scored: Iterable[tuple[ModernRun, ModernRow]]) -> ErrorFloor | None:
     """The floor of the max-|error| gate over the planned rows of ``scored`` (run, its row):
-    runs with equal inputs (:attr:`ModernRun.inputs`) get one prediction."""
+    runs with equal inputs (:attr:`ModernRun.inputs`) get one prediction; None where no row is
+    planned."""
     return max_error_floor(
         MeasuredInput(run_id=row.run_id, inputs=run.inputs, measured_s=row.measured_s)
         for run, row in scored

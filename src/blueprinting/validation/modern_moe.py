@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import assert_never, final
 
 from blueprinting.errors import ConfigError, ProblemCollector
-from blueprinting.mapping.cuda_graphs import CudaGraphImpl, CudaGraphs
+from blueprinting.mapping.cuda_graphs import CudaGraphImpl, CudaGraphs, cuda_graph_impl
 from blueprinting.mapping.flat_keys import FlatValue, canonical_key, cuda_graphs_from_keys
 from blueprinting.mapping.presets import did_you_mean
 from blueprinting.mapping.transformer import DispatcherType, FlexBackend
@@ -169,8 +169,8 @@ class MoeRow:
     pipeline_layout: str | None
     dispatcher: MoeDispatcher
     #: The CUDA graphs the recipe captures (``none``: eager launches, each op issued by the
-    #: host).
-    cuda_graphs: CudaGraphs
+    #: host); None where the row's graph keys do not read (the planner's message says why).
+    cuda_graphs: CudaGraphs | None
 
     @property
     def run_id(self) -> str:
@@ -196,8 +196,17 @@ def _moe_row(run: ModernRun, row: ModernRow) -> MoeRow:
         virtual_pipeline=_size(keys, "virtual_pipeline_model_parallel_size", 1),
         pipeline_layout=layout if isinstance(layout, str) else None,
         dispatcher=moe_dispatcher(keys),
-        cuda_graphs=cuda_graphs_from_keys(keys),
+        cuda_graphs=_graphs_or_none(keys),
     )
+
+
+def _graphs_or_none(keys: Mapping[str, FlatValue]) -> CudaGraphs | None:
+    """The row's CUDA graphs; None for keys that do not read, a row left not planned with the
+    planner's own message (the split groups it as :data:`UNREAD_GRAPHS`)."""
+    try:
+        return cuda_graphs_from_keys(keys)
+    except ConfigError:
+        return None
 
 
 class MoeSummaryAxis(StrEnum):
@@ -243,25 +252,36 @@ def summarise_moe(rows: Sequence[MoeRow]) -> tuple[MoeErrorSummary, ...]:
         members = [row for row in rows if row.dispatcher is dispatcher]
         if members:
             out.append(error_summary(MoeSummaryAxis.DISPATCHER, dispatcher.value, members))
-    for graphs in sorted({str(row.cuda_graphs) for row in rows}, key=_graphs_order):
-        members = [row for row in rows if str(row.cuda_graphs) == graphs]
-        out.append(error_summary(MoeSummaryAxis.CUDA_GRAPHS, graphs, members))
+    order = {_graphs_label(row.cuda_graphs): _graphs_order(row.cuda_graphs) for row in rows}
+    for label in sorted(order, key=order.__getitem__):
+        members = [row for row in rows if _graphs_label(row.cuda_graphs) == label]
+        out.append(error_summary(MoeSummaryAxis.CUDA_GRAPHS, label, members))
     for name, members in release_groups(rows, lambda row: row.row.release):
         out.append(error_summary(MoeSummaryAxis.RELEASE, name, members))
     return tuple(out)
 
 
 #: The CUDA-graph split's order: eager launches, Transformer Engine's per-module captures, then
-#: Megatron's local graphs (per layer or the full iteration).
+#: Megatron's local graphs (per layer or the full iteration); rows whose keys do not read last.
 _GRAPHS_ORDER: tuple[CudaGraphImpl, ...] = (
     CudaGraphImpl.NONE,
     CudaGraphImpl.TRANSFORMER_ENGINE,
     CudaGraphImpl.LOCAL,
 )
 
+#: The CUDA-graph group of a row whose graph keys do not read.
+UNREAD_GRAPHS = "unread"
 
-def _graphs_order(text: str) -> tuple[int, str]:
-    return (_GRAPHS_ORDER.index(CudaGraphImpl(text.split("(", maxsplit=1)[0])), text)
+
+def _graphs_label(graphs: CudaGraphs | None) -> str:
+    return UNREAD_GRAPHS if graphs is None else str(graphs)
+
+
+def _graphs_order(graphs: CudaGraphs | None) -> tuple[int, str]:
+    """The implementation's place in :data:`_GRAPHS_ORDER` (unread last), then the scope."""
+    if graphs is None:
+        return (len(_GRAPHS_ORDER), UNREAD_GRAPHS)
+    return (_GRAPHS_ORDER.index(cuda_graph_impl(graphs)), str(graphs))
 
 
 def _gates(rows: Sequence[MoeRow], floor: ErrorFloor | None = None) -> tuple[MoeGateResult, ...]:
@@ -306,7 +326,7 @@ def moe_to_json_dict(validation: MoeValidation) -> dict[str, object]:
                     "vp": row.virtual_pipeline,
                     "pipeline_layout": row.pipeline_layout,
                     "dispatcher": str(row.dispatcher),
-                    "cuda_graphs": str(row.cuda_graphs),
+                    "cuda_graphs": None if row.cuda_graphs is None else str(row.cuda_graphs),
                 },
             )
             for row in validation.rows
