@@ -155,7 +155,9 @@ def test_the_dense_max_gate_is_within_reach() -> None:
     validation = compare_modern_runs(_any_prediction, load_modern_runs())
     gate = validation.gate(ModernGate.MAX_ERROR)
     assert gate.floor is not None and gate.attainable
-    assert round(gate.floor.value, 4) == 0.0470
+    # the fixture's 4,458 (26.02) and 4,898 (26.04) tokens/s per GPU on the same batch: the
+    # times' spread is the throughputs' spread
+    assert gate.floor.value == pytest.approx((4898 - 4458) / (4898 + 4458), rel=1e-12)
     assert len(gate.floor.runs) == 3 and all("LLAMA3_70B_64gpu_NVFP4" in r for r in gate.floor.runs)
     assert unattainable_note(gate) is None
 

@@ -951,9 +951,10 @@ def release_groups(
     rows: Sequence[RowT], release: Callable[[RowT], str | None]
 ) -> list[tuple[str, list[RowT]]]:
     """``rows`` grouped by their container release, oldest first, the rows naming none last
-    (:data:`UNSTATED_RELEASE`): the split that shows the error against the software's age
-    (the same recipe measures faster release after release; the planner prices the kernels as
-    the newest run them)."""
+    (:data:`UNSTATED_RELEASE`): the split that shows the error against the software's age.
+    Where the error moves with the release, the recipes of that release may be what moved
+    (docs/VALIDATION.md, Stop 39: the same inputs measured in several containers mostly move
+    by 0-5%)."""
     named = sorted({r for row in rows if (r := release(row)) is not None}, key=release_order)
     groups = [(name, [row for row in rows if release(row) == name]) for name in named]
     unstated = [row for row in rows if release(row) is None]
@@ -988,9 +989,7 @@ def planned_floor(scored: Iterable[tuple[ModernRun, ModernRow]]) -> ErrorFloor |
     )
 
 
-def _gates(
-    rows: Sequence[ModernRow], floor: ErrorFloor | None = None
-) -> tuple[ModernGateResult, ...]:
+def _gates(rows: Sequence[ModernRow], floor: ErrorFloor | None) -> tuple[ModernGateResult, ...]:
     return iteration_gates(
         rows,
         (ModernGate.MEDIAN_ERROR, ModernGate.MAX_ERROR, ModernGate.ALL_PLANNED),
@@ -1000,16 +999,12 @@ def _gates(
     )
 
 
-def compare_modern_runs(
-    predict: ModernPredictor, runs: Sequence[ModernRun] | None = None
-) -> ModernValidation:
-    """Score ``predict`` on ``runs`` (default: the fixture). A :class:`BlueprintingError` raised
-    for a run leaves it not planned, with the planner's message."""
-    chosen = load_modern_runs() if runs is None else runs
+def score_modern_runs(predict: ModernPredictor, runs: Sequence[ModernRun]) -> tuple[ModernRow, ...]:
+    """One row per run, in order: ``predict``'s iteration time, or why it has none (an excluded
+    run's reason; a :class:`BlueprintingError` raised for a run leaves it not planned, with the
+    planner's message). The dense and MoE sections both score through it."""
     rows: list[ModernRow] = []
-    compared: list[ModernRow] = []
-    compared_runs: list[tuple[ModernRun, ModernRow]] = []
-    for run in chosen:
+    for run in runs:
         predicted: float | None
         if run.excluded is not None:
             predicted = None
@@ -1041,14 +1036,22 @@ def compare_modern_runs(
                 release=run.release,
             )
         )
-        if run.excluded is None:
-            compared.append(rows[-1])
-            compared_runs.append((run, rows[-1]))
+    return tuple(rows)
+
+
+def compare_modern_runs(
+    predict: ModernPredictor, runs: Sequence[ModernRun] | None = None
+) -> ModernValidation:
+    """Score ``predict`` on ``runs`` (default: the fixture; :func:`score_modern_runs`), then the
+    summaries and the issue 12 gates."""
+    chosen = load_modern_runs() if runs is None else runs
+    rows = score_modern_runs(predict, chosen)
     # Excluded rows stay in the table and the summaries' row counts, outside the gates.
+    compared = [(run, row) for run, row in zip(chosen, rows, strict=True) if run.excluded is None]
     return ModernValidation(
-        rows=tuple(rows),
+        rows=rows,
         summaries=summarise(rows),
-        gates=_gates(compared, planned_floor(compared_runs)),
+        gates=_gates([row for _, row in compared], planned_floor(compared)),
     )
 
 

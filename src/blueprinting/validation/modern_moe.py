@@ -10,13 +10,13 @@ Mixtral 8x22B on 128 H100 (approximate figures). Its header says which Megatron 
 row sets and why.
 
 Scoring (:func:`compare_moe_runs`) is the dense runs' (:func:`~blueprinting.validation.modern.
-compare_modern_runs`: measured iteration time from tokens/s per GPU, or model TFLOP/s under the
+score_modern_runs`: measured iteration time from tokens/s per GPU, or model TFLOP/s under the
 named convention; a run the planner refuses is "not planned" with its message), each row adding
 its expert grid (ep, etp), virtual pipeline, pipeline layout and dispatcher; the error is
-summarised by model, GPU generation and dispatcher. Gates (issue 13 item 7): median |relative
-error| <= :data:`MOE_MEDIAN_ERROR_LIMIT` and max <= :data:`MOE_MAX_ERROR_LIMIT` on the
-iteration time over the planned rows, and every MoE row planned. No efficiency is fitted on
-these runs: they are held out.
+summarised by model, GPU generation, dispatcher, CUDA-graph capture and container release.
+Gates (issue 13 item 7): median |relative error| <= :data:`MOE_MEDIAN_ERROR_LIMIT` and max
+<= :data:`MOE_MAX_ERROR_LIMIT` on the iteration time over the planned rows, and every MoE row
+planned. No efficiency is fitted on these runs: they are held out.
 """
 
 from __future__ import annotations
@@ -43,7 +43,6 @@ from blueprinting.validation.modern import (
     ModernRow,
     ModernRun,
     ModernSource,
-    compare_modern_runs,
     error_summary,
     gates_json,
     iteration_gates,
@@ -51,6 +50,7 @@ from blueprinting.validation.modern import (
     modern_row_json,
     planned_floor,
     release_groups,
+    score_modern_runs,
     summaries_json,
 )
 
@@ -284,7 +284,7 @@ def _graphs_order(graphs: CudaGraphs | None) -> tuple[int, str]:
     return (_GRAPHS_ORDER.index(cuda_graph_impl(graphs)), str(graphs))
 
 
-def _gates(rows: Sequence[MoeRow], floor: ErrorFloor | None = None) -> tuple[MoeGateResult, ...]:
+def _gates(rows: Sequence[MoeRow], floor: ErrorFloor | None) -> tuple[MoeGateResult, ...]:
     return iteration_gates(
         rows,
         (MoeGate.MEDIAN_ERROR, MoeGate.MAX_ERROR, MoeGate.ALL_PLANNED),
@@ -301,14 +301,18 @@ def compare_moe_runs(
     (a :class:`~blueprinting.errors.BlueprintingError` leaves a run not planned, with the
     planner's message), then the MoE summaries and the issue 13 gates."""
     chosen = tuple(load_moe_runs() if runs is None else runs)
-    scored = compare_modern_runs(predict, chosen).rows
-    rows = tuple(_moe_row(run, row) for run, row in zip(chosen, scored, strict=True))
-    # excluded rows stay in the table and the summaries' row counts, outside the gates
-    compared = [row for run, row in zip(chosen, rows, strict=True) if run.excluded is None]
-    floor = planned_floor(
-        (run, row) for run, row in zip(chosen, scored, strict=True) if run.excluded is None
+    rows = tuple(
+        _moe_row(run, row)
+        for run, row in zip(chosen, score_modern_runs(predict, chosen), strict=True)
     )
-    return MoeValidation(rows=rows, summaries=summarise_moe(rows), gates=_gates(compared, floor))
+    # excluded rows stay in the table and the summaries' row counts, outside the gates
+    compared = [(run, row) for run, row in zip(chosen, rows, strict=True) if run.excluded is None]
+    floor = planned_floor((run, row.row) for run, row in compared)
+    return MoeValidation(
+        rows=rows,
+        summaries=summarise_moe(rows),
+        gates=_gates([row for _, row in compared], floor),
+    )
 
 
 def moe_to_json_dict(validation: MoeValidation) -> dict[str, object]:
